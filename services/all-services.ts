@@ -1,0 +1,7 @@
+import { createIdentityService } from "./identity/service.js";
+import type { ServiceFactory } from "./runtime/service-module.js";
+
+/** Every service, in start-up order: what `npm start` runs in one process. */
+export const allServices: ServiceFactory[] = [
+  createIdentityService,
+];

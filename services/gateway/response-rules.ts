@@ -1,0 +1,75 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { DescMethod } from "@bufbuild/protobuf";
+
+/**
+ * What the HTTP annotations cannot say: status codes chosen by outcome, and the error answers the
+ * spec fixes for particular routes. Everything else follows the gRPC-to-HTTP convention.
+ */
+
+const TRIGGER_METHODS = new Set([
+  "warroom.intake.v1.IntakeService.Deliver",
+  "warroom.intake.v1.IntakeService.DeliverAlertRouter",
+  "warroom.intake.v1.IntakeService.DeliverChat",
+]);
+const CHAT_RECEIVER = "warroom.intake.v1.IntakeService.DeliverChat";
+const ALERT_ROUTER_RECEIVER = "warroom.intake.v1.IntakeService.DeliverAlertRouter";
+
+/** Methods that create a resource answer 201 Created. */
+const CREATES = /^(Register|Add|Create|Draft)[A-Z]/;
+
+export function methodKey(method: DescMethod): string {
+  return `${method.parent.typeName}.${method.name}`;
+}
+
+export function successStatus(method: DescMethod, body: unknown): number {
+  const key = methodKey(method);
+  if (TRIGGER_METHODS.has(key)) {
+    const opened = (body as { outcome?: string }).outcome === "opened";
+    if (!opened) return 200;
+    return key === ALERT_ROUTER_RECEIVER ? 202 : 201;
+  }
+  if (method.output.typeName === "google.protobuf.Empty") return 204;
+  return CREATES.test(method.name) ? 201 : 200;
+}
+
+const CODE_TO_STATUS: Record<Code, number> = {
+  [Code.Canceled]: 499,
+  [Code.Unknown]: 500,
+  [Code.InvalidArgument]: 400,
+  [Code.DeadlineExceeded]: 504,
+  [Code.NotFound]: 404,
+  [Code.AlreadyExists]: 409,
+  [Code.PermissionDenied]: 403,
+  [Code.ResourceExhausted]: 429,
+  [Code.FailedPrecondition]: 400,
+  [Code.Aborted]: 409,
+  [Code.OutOfRange]: 400,
+  [Code.Unimplemented]: 501,
+  [Code.Internal]: 500,
+  [Code.Unavailable]: 503,
+  [Code.DataLoss]: 500,
+  [Code.Unauthenticated]: 401,
+};
+
+export interface ErrorAnswer {
+  status: number;
+  body: { error: string; details?: unknown };
+  headers: Record<string, string>;
+}
+
+export function errorAnswer(method: DescMethod | undefined, err: ConnectError): ErrorAnswer {
+  const key = method ? methodKey(method) : "";
+  const headers: Record<string, string> = {};
+  const retryAfter = err.metadata.get("retry-after");
+  if (retryAfter) headers["retry-after"] = retryAfter;
+  let status = CODE_TO_STATUS[err.code] ?? 500;
+  let message = err.rawMessage;
+  if (err.metadata.get("x-unprocessable") === "1") status = 422;
+  if (key === CHAT_RECEIVER) {
+    // The chat receiver's failures are uniform: the reason goes to the audit log only.
+    if (status === 401 || status === 403) return { status: 401, body: { error: "unauthorized" }, headers };
+    if (status >= 500) return { status: 503, body: { error: "unavailable" }, headers };
+  }
+  if (status === 500) message = "internal error";
+  return { status, body: { error: message }, headers };
+}

@@ -1,0 +1,141 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
+import { randomUUID } from "node:crypto";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import type { Logger } from "../runtime/logger.js";
+import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
+import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
+import { matchRoute, type Route } from "./route-table.js";
+
+type Request = IncomingMessage | Http2ServerRequest;
+type Response = ServerResponse | Http2ServerResponse;
+
+/** Body limits. The chat receiver's is the spec's; the rest are documented in the README. */
+export const BODY_LIMITS = {
+  "warroom.intake.v1.IntakeService.DeliverChat": 256 * 1024,
+  default: 1024 * 1024,
+} as const;
+
+/** Request headers the services read, passed on through the transport. */
+const FORWARDED_HEADERS = [
+  "authorization",
+  "x-service-alertrouter-secret",
+  "x-service-chat-secret",
+  "x-amz-sns-message-type",
+  "user-agent",
+];
+
+const CALL_TIMEOUT_MS = 15_000;
+
+export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
+  const { routes, transport, logger } = options;
+
+  return async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
+    const match = matchRoute(routes, req.method ?? "GET", url.pathname);
+    if (match === undefined) return false;
+    const requestId = headerValue(req, "x-request-id") ?? randomUUID();
+    res.setHeader("x-request-id", requestId);
+    if (match === "method-not-allowed") {
+      sendJson(res, 405, { error: `method ${req.method} is not allowed on ${url.pathname}` });
+      return true;
+    }
+    const { route, params } = match;
+    const limit = BODY_LIMITS[methodKey(route.method) as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
+    const body = await readBody(req, limit);
+    if (body === "too-large") {
+      sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
+      return true;
+    }
+    let input;
+    try {
+      input = requestFromHttp(route.method.input, {
+        body: route.body === "*" ? parseJsonObject(body) : undefined,
+        pathParams: params,
+        query: url.searchParams,
+        rawBody:
+          route.body && route.body !== "*"
+            ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" }
+            : undefined,
+      });
+    } catch (err) {
+      if (err instanceof RequestShapeError) {
+        sendJson(res, 400, { error: err.message });
+        return true;
+      }
+      throw err;
+    }
+    const header = new Headers({ "x-request-id": requestId });
+    for (const name of FORWARDED_HEADERS) {
+      const value = headerValue(req, name);
+      if (value !== undefined) header.set(name, value);
+    }
+    const forwardedFor = req.socket?.remoteAddress;
+    if (forwardedFor) header.set("x-forwarded-for", forwardedFor);
+    const abort = new AbortController();
+    res.on("close", () => abort.abort());
+    try {
+      const response = await transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never);
+      const json = messageToHttpJson(route.method.output, response.message as never);
+      const status = successStatus(route.method, json);
+      if (status === 204) {
+        res.writeHead(204);
+        res.end();
+      } else {
+        sendJson(res, status, json);
+      }
+    } catch (err) {
+      const connectError = ConnectError.from(err);
+      if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
+      const answer = errorAnswer(route.method, connectError);
+      if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: connectError.code, msg: connectError.rawMessage }, "call failed");
+      sendJson(res, answer.status, answer.body, answer.headers);
+    }
+    return true;
+  };
+}
+
+function headerValue(req: Request, name: string): string | undefined {
+  const value = req.headers[name];
+  return Array.isArray(value) ? value.join(", ") : value;
+}
+
+class BodyError extends RequestShapeError {}
+
+function parseJsonObject(bytes: Uint8Array): JsonObject {
+  if (bytes.byteLength === 0) return {};
+  let value: unknown;
+  try {
+    value = JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new BodyError("request body is not valid JSON");
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    throw new BodyError("request body must be a JSON object");
+  }
+  return value as JsonObject;
+}
+
+/** Reads the body up to `limit` bytes; past it, stops reading and answers "too-large". */
+async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-large"> {
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > limit) return "too-large";
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    length += chunk.byteLength;
+    if (length > limit) return "too-large";
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, length);
+}
+
+export function sendJson(res: Response, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  const text = JSON.stringify(body);
+  (res as ServerResponse).writeHead(status, {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
+}

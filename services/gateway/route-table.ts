@@ -1,0 +1,84 @@
+import { getOption, hasOption, type DescMethodUnary, type DescService } from "@bufbuild/protobuf";
+import { http } from "../../gen/google/api/annotations_pb.js";
+
+/**
+ * The public REST routes, read from the `google.api.http` annotations of the services' methods at
+ * start-up: no route is written twice.
+ */
+export interface Route {
+  httpMethod: string;
+  template: string;
+  pattern: RegExp;
+  paramNames: string[];
+  /** "*" for a JSON body, a field name for a raw (bytes) body, "" for none. */
+  body: string;
+  method: DescMethodUnary;
+  service: DescService;
+}
+
+export function buildRouteTable(services: readonly DescService[]): Route[] {
+  const routes: Route[] = [];
+  for (const service of services) {
+    for (const method of service.methods) {
+      if (method.methodKind !== "unary" || !hasOption(method, http)) continue;
+      const rule = getOption(method, http);
+      const pattern = rule.pattern;
+      if (pattern.case === undefined || pattern.case === "custom") continue;
+      const { regex, names } = compileTemplate(pattern.value);
+      routes.push({
+        httpMethod: pattern.case.toUpperCase(),
+        template: pattern.value,
+        pattern: regex,
+        paramNames: names,
+        body: rule.body,
+        method: method as DescMethodUnary,
+        service,
+      });
+    }
+  }
+  // Literal segments beat parameters: "/o/{org}/heartbeats/{name}/ping" before "/o/{org}/heartbeats/{name}".
+  routes.sort((a, b) => specificity(b.template) - specificity(a.template));
+  return routes;
+}
+
+function specificity(template: string): number {
+  const segments = template.split("/").filter(Boolean);
+  return segments.length * 10 + segments.filter((s) => !s.startsWith("{")).length;
+}
+
+function compileTemplate(template: string): { regex: RegExp; names: string[] } {
+  const names: string[] = [];
+  const source = template
+    .split("/")
+    .map((segment) => {
+      const param = /^\{([a-z_][a-z0-9_]*)\}$/.exec(segment);
+      if (param) {
+        names.push(param[1]!);
+        return "([^/]+)";
+      }
+      return segment.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    })
+    .join("/");
+  return { regex: new RegExp(`^${source}/?$`), names };
+}
+
+export interface RouteMatch {
+  route: Route;
+  params: Record<string, string>;
+}
+
+export function matchRoute(routes: readonly Route[], httpMethod: string, path: string): RouteMatch | "method-not-allowed" | undefined {
+  let pathMatched = false;
+  for (const route of routes) {
+    const m = route.pattern.exec(path);
+    if (!m) continue;
+    pathMatched = true;
+    if (route.httpMethod !== httpMethod) continue;
+    const params: Record<string, string> = {};
+    route.paramNames.forEach((name, i) => {
+      params[name] = decodeURIComponent(m[i + 1]!);
+    });
+    return { route, params };
+  }
+  return pathMatched ? "method-not-allowed" : undefined;
+}

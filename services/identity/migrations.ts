@@ -1,0 +1,69 @@
+import type { Migration } from "../runtime/migrations.js";
+import { outboxMigration } from "../runtime/outbox.js";
+
+export const migrations: Migration[] = [
+  {
+    id: 1,
+    name: "organizations, users, credentials, audit",
+    sql: `
+      create table identity.organizations (
+        id uuid primary key default gen_random_uuid(),
+        slug text not null unique,
+        created_at timestamptz not null default now()
+      );
+      create table identity.users (
+        id uuid primary key default gen_random_uuid(),
+        email text not null,
+        password_hash text not null,
+        created_at timestamptz not null default now()
+      );
+      create unique index users_email on identity.users (lower(email));
+      create table identity.memberships (
+        org_id uuid not null references identity.organizations (id) on delete cascade,
+        user_id uuid not null references identity.users (id) on delete cascade,
+        role text not null check (role in ('owner', 'admin', 'member')),
+        created_at timestamptz not null default now(),
+        primary key (org_id, user_id)
+      );
+      create table identity.sessions (
+        id uuid primary key default gen_random_uuid(),
+        token_hash bytea not null unique,
+        org_id uuid not null references identity.organizations (id) on delete cascade,
+        user_id uuid not null references identity.users (id) on delete cascade,
+        created_at timestamptz not null default now(),
+        expires_at timestamptz not null,
+        revoked_at timestamptz
+      );
+      create table identity.api_keys (
+        id uuid primary key default gen_random_uuid(),
+        key_hash bytea not null unique,
+        org_id uuid not null references identity.organizations (id) on delete cascade,
+        user_id uuid not null references identity.users (id) on delete cascade,
+        name text not null,
+        created_at timestamptz not null default now(),
+        revoked_at timestamptz
+      );
+      -- One live value per organization and kind; issuing again overwrites the hash, so the old
+      -- value stops matching in the same commit.
+      create table identity.org_credentials (
+        org_id uuid not null references identity.organizations (id) on delete cascade,
+        kind text not null check (kind in ('ingest_token', 'chat_secret', 'alertrouter_secret')),
+        hash bytea not null unique,
+        issued_at timestamptz not null default now(),
+        issued_by uuid,
+        primary key (org_id, kind)
+      );
+      create table identity.audit_events (
+        id bigserial primary key,
+        org_id uuid references identity.organizations (id) on delete cascade,
+        kind text not null,
+        actor text not null,
+        at timestamptz not null default now(),
+        data jsonb not null default '{}'::jsonb,
+        source_event_id uuid unique
+      );
+      create index audit_events_org_at on identity.audit_events (org_id, at desc, id desc);
+    `,
+  },
+  outboxMigration("identity", 2),
+];

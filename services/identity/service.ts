@@ -1,0 +1,301 @@
+import { randomBytes } from "node:crypto";
+import { create, fromBinary, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
+import { AuditRecordedSchema, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
+import type { TransactionSql } from "../runtime/database.js";
+import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
+import { newHexSecret, sha256 } from "../runtime/secrets.js";
+import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
+import { migrations } from "./migrations.js";
+import { DUMMY_HASH, hashPassword, verifyPassword } from "./passwords.js";
+
+const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
+const EMAIL = /^[^\s@]+@[^\s@]+$/;
+const ROLES: Role[] = ["owner", "admin", "member"];
+const CREDENTIAL_KINDS = { ingest: "ingest_token", chat: "chat_secret", alertrouter: "alertrouter_secret" } as const;
+
+export const AUDIT = {
+  ingestTokenIssued: "trigger.ingest_token.issued",
+  chatSecretIssued: "trigger.chat_secret.issued",
+  alertRouterSecretIssued: "trigger.alertrouter_secret.issued",
+  apiKeyCreated: "api_key.created",
+  apiKeyRevoked: "api_key.revoked",
+  memberAdded: "member.added",
+  receiverAuthFailed: "receiver.auth_failed",
+  organizationCreated: "organization.created",
+} as const;
+
+export function createIdentityService(ctx: ServiceContext): ServiceModule {
+  const { sql, config, outbox, clients } = ctx;
+
+  async function audit(tx: TransactionSql, orgId: string | null, kind: string, actor: string, data: JsonObject = {}): Promise<void> {
+    await tx`insert into identity.audit_events (org_id, kind, actor, data) values (${orgId}, ${kind}, ${actor}, ${sql.json(data as never)})`;
+  }
+
+  async function credentialChanged(tx: TransactionSql, orgId: string, kind: string, revokedHash?: Buffer): Promise<void> {
+    await outbox.write(tx, "events.credential.changed", CredentialChangedSchema, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
+  }
+
+  function actorOf(p: Principal): string {
+    return p.email;
+  }
+
+  async function orgBySlug(slug: string): Promise<{ id: string; slug: string } | undefined> {
+    const [row] = await sql<{ id: string; slug: string }[]>`select id, slug from identity.organizations where slug = ${slug}`;
+    return row;
+  }
+
+  async function bootstrap(orgSlug: string, email: string, password: string): Promise<{ id: string; slug: string; created: boolean }> {
+    if (!SLUG.test(orgSlug)) throw new InvalidArgumentError("orgSlug must be lowercase letters, digits and dashes (1-63 characters)");
+    if (!EMAIL.test(email)) throw new InvalidArgumentError("ownerEmail must be an email address");
+    if (password.length < 8) throw new InvalidArgumentError("ownerPassword must be at least 8 characters");
+    const passwordHash = await hashPassword(password);
+    return sql.begin(async (tx) => {
+      // Replicas starting together race here; the advisory lock makes one of them do the work.
+      await tx`select pg_advisory_xact_lock(hashtext(${"bootstrap:" + orgSlug}))`;
+      const [existing] = await tx<{ id: string; slug: string }[]>`select id, slug from identity.organizations where slug = ${orgSlug}`;
+      if (existing) return { ...existing, created: false };
+      const [org] = await tx<{ id: string; slug: string }[]>`insert into identity.organizations (slug) values (${orgSlug}) returning id, slug`;
+      const [user] = await tx<{ id: string }[]>`
+        insert into identity.users (email, password_hash) values (${email}, ${passwordHash})
+        on conflict (lower(email)) do update set email = identity.users.email
+        returning id`;
+      await tx`insert into identity.memberships (org_id, user_id, role) values (${org!.id}, ${user!.id}, 'owner')`;
+      await audit(tx, org!.id, AUDIT.organizationCreated, "bootstrap", { owner: email });
+      return { ...org!, created: true };
+    });
+  }
+
+  async function issueOrgCredential(context: HandlerContext, org: string, kind: (typeof CREDENTIAL_KINDS)[keyof typeof CREDENTIAL_KINDS], allowed: readonly Role[], auditKind: string): Promise<string> {
+    const principal = await authorize(clients, context, org, allowed);
+    const value = newHexSecret();
+    const hash = sha256(value);
+    await sql.begin(async (tx) => {
+      const [previous] = await tx<{ hash: Buffer }[]>`select hash from identity.org_credentials where org_id = ${principal.orgId} and kind = ${kind} for update`;
+      await tx`
+        insert into identity.org_credentials (org_id, kind, hash, issued_by) values (${principal.orgId}, ${kind}, ${hash}, ${principal.userId})
+        on conflict (org_id, kind) do update set hash = excluded.hash, issued_at = now(), issued_by = excluded.issued_by`;
+      await audit(tx, principal.orgId, auditKind, actorOf(principal), { replaced: previous !== undefined });
+      await credentialChanged(tx, principal.orgId, kind, previous?.hash);
+    });
+    outbox.poke();
+    return value;
+  }
+
+  async function resolveOrgCredential(kind: string, value: string): Promise<{ id: string; slug: string } | undefined> {
+    if (!/^[0-9a-f]{64}$/.test(value)) return undefined;
+    const [row] = await sql<{ id: string; slug: string }[]>`
+      select o.id, o.slug from identity.org_credentials c join identity.organizations o on o.id = c.org_id
+      where c.hash = ${sha256(value)} and c.kind = ${kind}`;
+    return row;
+  }
+
+  const impl = {
+    async login(req: { email: string; password: string; orgSlug: string }) {
+      const [row] = await sql<{ user_id: string; password_hash: string; org_id: string | null }[]>`
+        select u.id as user_id, u.password_hash, m.org_id
+        from identity.users u
+        left join identity.organizations o on o.slug = ${req.orgSlug}
+        left join identity.memberships m on m.user_id = u.id and m.org_id = o.id
+        where lower(u.email) = lower(${req.email})`;
+      // Same work and the same answer whichever part is wrong.
+      const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
+      if (!row || !passwordOk || !row.org_id) throw new UnauthenticatedError("invalid email, password or organization");
+      const token = `wrs_${randomBytes(32).toString("hex")}`;
+      const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
+      await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
+      return { accessToken: token, expiresAt: timestampFromDate(expiresAt) };
+    },
+
+    async logout(_req: unknown, context: HandlerContext) {
+      const token = bearerToken(context.requestHeader.get("authorization"));
+      if (!token) throw new UnauthenticatedError();
+      await sql`update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null`;
+      return {};
+    },
+
+    async authenticate(req: { org: string }, context: HandlerContext) {
+      const token = bearerToken(context.requestHeader.get("authorization"));
+      if (!token) throw new UnauthenticatedError("missing credential: send Authorization: Bearer <session token or API key>");
+      const hash = sha256(token);
+      const [row] = await sql<{ org_id: string; org_slug: string; user_id: string; email: string; role: string; credential: string }[]>`
+        select o.id as org_id, o.slug as org_slug, u.id as user_id, u.email, m.role, c.credential
+        from (
+          select org_id, user_id, 'session' as credential from identity.sessions
+            where token_hash = ${hash} and revoked_at is null and expires_at > now()
+          union all
+          select org_id, user_id, 'api_key' from identity.api_keys where key_hash = ${hash} and revoked_at is null
+        ) c
+        join identity.organizations o on o.id = c.org_id
+        join identity.users u on u.id = c.user_id
+        join identity.memberships m on m.org_id = c.org_id and m.user_id = c.user_id
+        limit 1`;
+      if (!row) throw new UnauthenticatedError("invalid or expired credential");
+      if (row.org_slug !== req.org) throw new PermissionDeniedError("this credential does not act on that organization");
+      return { orgId: row.org_id, orgSlug: row.org_slug, userId: row.user_id, email: row.email, role: row.role, credential: row.credential };
+    },
+
+    async addMember(req: { org: string; email: string; password: string; role: string }, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const role = req.role || "member";
+      if (!ROLES.includes(role as Role)) throw new InvalidArgumentError("role must be owner, admin or member");
+      if (role === "owner" && principal.role !== "owner") throw new PermissionDeniedError("only an owner may add an owner");
+      if (!EMAIL.test(req.email)) throw new InvalidArgumentError("email must be an email address");
+      const [existingUser] = await sql<{ id: string; password_hash: string }[]>`select id, password_hash from identity.users where lower(email) = lower(${req.email})`;
+      if (!existingUser && req.password.length < 8) throw new InvalidArgumentError("password must be at least 8 characters");
+      const passwordHash = existingUser ? undefined : await hashPassword(req.password);
+      return sql.begin(async (tx) => {
+        const [user] = existingUser
+          ? [existingUser]
+          : await tx<{ id: string }[]>`
+              insert into identity.users (email, password_hash) values (${req.email}, ${passwordHash!})
+              on conflict (lower(email)) do update set email = identity.users.email returning id`;
+        const inserted = await tx`
+          insert into identity.memberships (org_id, user_id, role) values (${principal.orgId}, ${user!.id}, ${role})
+          on conflict do nothing returning user_id`;
+        if (inserted.length === 0) throw new AlreadyExistsError(`${req.email} is already a member of ${req.org}`);
+        await audit(tx, principal.orgId, AUDIT.memberAdded, actorOf(principal), { email: req.email, role });
+        return { id: user!.id, email: req.email, role };
+      });
+    },
+
+    async listMembers(req: { org: string }, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const rows = await sql<{ id: string; email: string; role: string }[]>`
+        select u.id, u.email, m.role from identity.memberships m join identity.users u on u.id = m.user_id
+        where m.org_id = ${principal.orgId} order by m.created_at`;
+      return { members: rows.map((r) => ({ id: r.id, email: r.email, role: r.role })) };
+    },
+
+    async createApiKey(req: { org: string; name: string }, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const name = req.name.trim() || "api key";
+      if (name.length > 100) throw new InvalidArgumentError("name must be at most 100 characters");
+      const key = `wrk_${randomBytes(32).toString("hex")}`;
+      const id = await sql.begin(async (tx) => {
+        const [row] = await tx<{ id: string }[]>`
+          insert into identity.api_keys (key_hash, org_id, user_id, name) values (${sha256(key)}, ${principal.orgId}, ${principal.userId}, ${name}) returning id`;
+        await audit(tx, principal.orgId, AUDIT.apiKeyCreated, actorOf(principal), { id: row!.id, name });
+        return row!.id;
+      });
+      return { id, key };
+    },
+
+    async deleteApiKey(req: { org: string; id: string }, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      if (!/^[0-9a-f-]{36}$/i.test(req.id)) throw new NotFoundError("no such API key");
+      await sql.begin(async (tx) => {
+        // A member revokes their own keys; an admin may revoke any key of the organization.
+        const rows = await tx<{ key_hash: Buffer }[]>`
+          update identity.api_keys set revoked_at = now()
+          where id = ${req.id} and org_id = ${principal.orgId} and revoked_at is null
+            and (user_id = ${principal.userId} or ${ADMINS.includes(principal.role as Role)})
+          returning key_hash`;
+        if (rows.length === 0) throw new NotFoundError("no such API key");
+        await audit(tx, principal.orgId, AUDIT.apiKeyRevoked, actorOf(principal), { id: req.id });
+        await credentialChanged(tx, principal.orgId, "api_key", rows[0]!.key_hash);
+      });
+      outbox.poke();
+      return {};
+    },
+
+    async issueIngestToken(req: { org: string }, context: HandlerContext) {
+      return { token: await issueOrgCredential(context, req.org, CREDENTIAL_KINDS.ingest, ADMINS, AUDIT.ingestTokenIssued) };
+    },
+
+    async issueChatSecret(req: { org: string }, context: HandlerContext) {
+      return { secret: await issueOrgCredential(context, req.org, CREDENTIAL_KINDS.chat, ADMINS, AUDIT.chatSecretIssued) };
+    },
+
+    async issueAlertRouterSecret(req: { org: string }, context: HandlerContext) {
+      return { secret: await issueOrgCredential(context, req.org, CREDENTIAL_KINDS.alertrouter, ADMINS, AUDIT.alertRouterSecretIssued) };
+    },
+
+    async listAuditEvents(req: { org: string; limit: number }, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const limit = Math.min(Math.max(req.limit || 100, 1), 1000);
+      const rows = await sql<{ kind: string; actor: string; at: Date; data: JsonObject }[]>`
+        select kind, actor, at, data from identity.audit_events where org_id = ${principal.orgId}
+        order by at desc, id desc limit ${limit}`;
+      return { events: rows.map((r) => ({ kind: r.kind, actor: r.actor, at: timestampFromDate(r.at), data: r.data })) };
+    },
+
+    async resolveIngestToken(req: { token: string }) {
+      const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, req.token);
+      if (!org) throw new UnauthenticatedError("Invalid trigger ingest token");
+      return org;
+    },
+
+    async resolveReceiverSecret(req: { kind: string; secret: string; orgSlug: string }, context: HandlerContext) {
+      const kind = req.kind === "chat" ? CREDENTIAL_KINDS.chat : req.kind === "alertrouter" ? CREDENTIAL_KINDS.alertrouter : undefined;
+      if (!kind) throw new InvalidArgumentError("kind must be chat or alertrouter");
+      const org = req.secret ? await resolveOrgCredential(kind, req.secret) : undefined;
+      let reason: string | undefined;
+      if (!req.secret) reason = "secret missing";
+      else if (!org) reason = "secret wrong";
+      else if (req.orgSlug && org.slug !== req.orgSlug) reason = "slug is not the secret's organization";
+      if (reason) {
+        // The caller gets a uniform 401; the reason is kept for the organization's admins.
+        const target = req.orgSlug ? await orgBySlug(req.orgSlug) : org;
+        await sql.begin((tx) =>
+          audit(tx, target?.id ?? null, AUDIT.receiverAuthFailed, "receiver", {
+            receiver: req.kind,
+            reason,
+            remoteAddress: context.requestHeader.get("x-forwarded-for") ?? "",
+          }),
+        );
+        throw new UnauthenticatedError("unauthorized");
+      }
+      return org!;
+    },
+
+    async getOrganization(req: { slug: string; id: string }) {
+      const [row] = req.id
+        ? await sql<{ id: string; slug: string }[]>`select id, slug from identity.organizations where id::text = ${req.id}`
+        : await sql<{ id: string; slug: string }[]>`select id, slug from identity.organizations where slug = ${req.slug}`;
+      if (!row) throw new NotFoundError("no such organization");
+      return row;
+    },
+
+    async bootstrap(req: { orgSlug: string; ownerEmail: string; ownerPassword: string }) {
+      const org = await bootstrap(req.orgSlug, req.ownerEmail, req.ownerPassword);
+      return { organization: { id: org.id, slug: org.slug }, created: org.created };
+    },
+
+    async recordAudit(req: { orgId: string; kind: string; actor: string; data?: JsonObject }) {
+      await sql.begin((tx) => audit(tx, req.orgId || null, req.kind, req.actor, req.data ?? {}));
+      return {};
+    },
+  };
+
+  return {
+    name: "identity",
+    migrations,
+    services: [IdentityService],
+    register(router: ConnectRouter) {
+      router.service(IdentityService, impl as never);
+    },
+    async start() {
+      if (config.BOOTSTRAP_ORG_SLUG && config.BOOTSTRAP_OWNER_EMAIL && config.BOOTSTRAP_OWNER_PASSWORD) {
+        const org = await bootstrap(config.BOOTSTRAP_ORG_SLUG, config.BOOTSTRAP_OWNER_EMAIL, config.BOOTSTRAP_OWNER_PASSWORD);
+        ctx.logger.info({ org: org.slug, created: org.created }, "bootstrap organization");
+      }
+      // Audit records other services write to their outboxes, stored once each.
+      await ctx.events.subscribe(
+        "events.audit.recorded",
+        async (event) => {
+          const record = fromBinary(AuditRecordedSchema, event.payload);
+          await sql`
+            insert into identity.audit_events (org_id, kind, actor, at, data, source_event_id)
+            values (${record.orgId || null}, ${record.kind}, ${record.actor}, ${record.at ? new Date(Number(record.at.seconds) * 1000) : new Date()},
+                    ${sql.json((record.data ?? {}) as never)}, ${event.id})
+            on conflict (source_event_id) do nothing`;
+        },
+        { durableName: "identity-audit" },
+      );
+    },
+  };
+}

@@ -1,0 +1,67 @@
+import { z } from "zod";
+
+// One schema for every process, so the deployment manifests can be checked against it.
+const cidrList = z
+  .string()
+  .default("")
+  .transform((value, ctx) => {
+    const entries = value.split(",").map((s) => s.trim()).filter(Boolean);
+    for (const entry of entries) {
+      if (!/^[0-9a-fA-F:.]+\/\d{1,3}$/.test(entry)) {
+        ctx.addIssue({ code: "custom", message: `"${entry}" is not a CIDR range (e.g. 10.0.0.0/8)` });
+      }
+    }
+    return entries;
+  });
+
+const optionalString = z
+  .string()
+  .optional()
+  .transform((v) => (v === undefined || v.trim() === "" ? undefined : v));
+
+export const configSchema = z.object({
+  PORT: z.coerce.number().int().min(0).max(65535).default(8080),
+  HOST: z.string().default("0.0.0.0"),
+  PUBLIC_URL: optionalString,
+  DATABASE_URL: optionalString,
+  DATA_DIR: z.string().default("./.data"),
+  DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
+  NATS_URL: optionalString,
+  LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
+  BOOTSTRAP_ORG_SLUG: optionalString,
+  BOOTSTRAP_OWNER_EMAIL: optionalString,
+  BOOTSTRAP_OWNER_PASSWORD: optionalString,
+  SESSION_TTL_SECONDS: z.coerce.number().int().min(60).max(30 * 86400).default(12 * 3600),
+  HEARTBEAT_SWEEP_SECONDS: z.coerce.number().positive().max(86400).default(300),
+  EGRESS_ALLOW_PRIVATE_CIDRS: cidrList,
+  EGRESS_CA_FILE: optionalString,
+  REMOTE_SOURCE_DENY_CIDRS: cidrList,
+  // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
+  // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
+  SECRETS_KEYS: optionalString,
+  SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
+});
+
+export type Config = z.infer<typeof configSchema> & { publicUrl: string };
+
+export class ConfigError extends Error {
+  override name = "ConfigError";
+}
+
+/** Validates the environment once; a bad value names the variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  const parsed = configSchema.safeParse(env);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => `  ${issue.path.join(".")}: ${issue.message}`);
+    throw new ConfigError(`invalid configuration:\n${lines.join("\n")}`);
+  }
+  const config = parsed.data;
+  const bootstrap = [config.BOOTSTRAP_ORG_SLUG, config.BOOTSTRAP_OWNER_EMAIL, config.BOOTSTRAP_OWNER_PASSWORD];
+  if (bootstrap.some(Boolean) && !bootstrap.every(Boolean)) {
+    throw new ConfigError(
+      "invalid configuration:\n  BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD must be set together",
+    );
+  }
+  const publicUrl = (config.PUBLIC_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
+  return { ...config, publicUrl };
+}

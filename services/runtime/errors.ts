@@ -1,0 +1,109 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Logger } from "./logger.js";
+
+/**
+ * Domain errors: a stable name and the Connect code it maps to. Handlers throw these; one
+ * interceptor turns them into ConnectErrors, and anything else into an opaque Internal error whose
+ * detail stays in the log. Messages must never carry a secret.
+ */
+export class DomainError extends Error {
+  constructor(
+    readonly code: Code,
+    message: string,
+    readonly metadata: Record<string, string> = {},
+  ) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+export class InvalidArgumentError extends DomainError {
+  constructor(message: string) {
+    super(Code.InvalidArgument, message);
+  }
+}
+
+/** A body the endpoint cannot act on (HTTP 422 on the trigger endpoints). */
+export class UnprocessablePayloadError extends DomainError {
+  constructor(message: string) {
+    super(Code.InvalidArgument, message, { "x-unprocessable": "1" });
+  }
+}
+
+export class UnauthenticatedError extends DomainError {
+  constructor(message = "authentication required") {
+    super(Code.Unauthenticated, message);
+  }
+}
+
+export class PermissionDeniedError extends DomainError {
+  constructor(message = "your role does not allow this") {
+    super(Code.PermissionDenied, message);
+  }
+}
+
+export class NotFoundError extends DomainError {
+  constructor(message = "not found") {
+    super(Code.NotFound, message);
+  }
+}
+
+export class AlreadyExistsError extends DomainError {
+  constructor(message: string) {
+    super(Code.AlreadyExists, message);
+  }
+}
+
+/** A precondition on the resource's state does not hold (stale version, not yet approved). */
+export class ConflictError extends DomainError {
+  constructor(message: string) {
+    super(Code.Aborted, message);
+  }
+}
+
+export class RateLimitedError extends DomainError {
+  constructor(message: string, retryAfterSeconds: number) {
+    super(Code.ResourceExhausted, message, { "retry-after": String(Math.max(1, Math.ceil(retryAfterSeconds))) });
+  }
+}
+
+export class UnavailableError extends DomainError {
+  constructor(message = "unavailable") {
+    super(Code.Unavailable, message);
+  }
+}
+
+export function toConnectError(err: unknown, logger: Logger, method: string): ConnectError {
+  if (err instanceof DomainError) {
+    return new ConnectError(err.message, err.code, err.metadata);
+  }
+  if (err instanceof ConnectError) return err;
+  // Database and network failures are worth a retry by the caller; everything else is a bug.
+  if (isTransientFailure(err)) {
+    logger.warn({ err, method }, "dependency unavailable");
+    return new ConnectError("unavailable", Code.Unavailable);
+  }
+  logger.error({ err, method }, "unhandled error");
+  return new ConnectError("internal error", Code.Internal);
+}
+
+function isTransientFailure(err: unknown): boolean {
+  if (!(err instanceof Error)) return false;
+  const code = (err as { code?: unknown }).code;
+  return (
+    typeof code === "string" &&
+    (["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT"].includes(code) ||
+      code.startsWith("57P") || // admin shutdown, cannot connect now
+      code.startsWith("08")) // connection exceptions
+  );
+}
+
+export function errorInterceptor(logger: Logger): Interceptor {
+  return (next) => async (req) => {
+    try {
+      return await next(req);
+    } catch (err) {
+      throw toConnectError(err, logger, req.url);
+    }
+  };
+}

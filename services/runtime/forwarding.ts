@@ -1,0 +1,21 @@
+import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
+import type { ConnectRouter, Transport } from "@connectrpc/connect";
+
+/**
+ * Serves a service that runs elsewhere by passing each call on through the transport: how the
+ * gateway process answers Connect and gRPC for services that run as their own processes.
+ */
+export function registerForwarding(router: ConnectRouter, service: DescService, transport: Transport): void {
+  const impl: Record<string, unknown> = {};
+  for (const method of service.methods) {
+    if (method.methodKind !== "unary") continue;
+    impl[method.localName] = async (req: never, context: { signal: AbortSignal; timeoutMs(): number | undefined; requestHeader: Headers; responseHeader: Headers }) => {
+      const response = await transport.unary(method as DescMethodUnary, context.signal, context.timeoutMs(), context.requestHeader, req);
+      response.header.forEach((value, key) => {
+        if (key.startsWith("x-")) context.responseHeader.set(key, value);
+      });
+      return response.message;
+    };
+  }
+  router.service(service, impl as never);
+}

@@ -1,0 +1,74 @@
+import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
+import net, { type AddressInfo, type Socket } from "node:net";
+import type { Logger } from "./logger.js";
+
+export type HttpHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
+
+export interface HttpServer {
+  port: number;
+  /** Stops accepting, waits for in-flight requests up to `graceMs`, then closes what is left. */
+  close(graceMs: number): Promise<void>;
+}
+
+const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0");
+
+/**
+ * One port for HTTP/1.1 and cleartext HTTP/2 (gRPC without TLS): the first bytes of a connection
+ * tell the two apart, and the socket is handed to the matching server.
+ */
+export async function listenHttp(options: { host: string; port: number; handler: HttpHandler; logger: Logger }): Promise<HttpServer> {
+  let inFlight = 0;
+  let idle: (() => void) | undefined;
+  const tracked: HttpHandler = (req, res) => {
+    inFlight++;
+    res.on("close", () => {
+      inFlight--;
+      if (inFlight === 0) idle?.();
+    });
+    options.handler(req, res);
+  };
+  const h1 = http.createServer({ keepAliveTimeout: 65_000 }, tracked);
+  const h2 = http2.createServer({}, tracked);
+  const sockets = new Set<Socket>();
+  const sessions = new Set<http2.ServerHttp2Session>();
+  h2.on("session", (session) => {
+    sessions.add(session);
+    session.on("close", () => sessions.delete(session));
+  });
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => socket.destroy());
+    socket.once("data", (chunk: Buffer) => {
+      socket.pause();
+      socket.unshift(chunk);
+      const prefix = chunk.subarray(0, Math.min(chunk.length, HTTP2_PREFACE.length));
+      const target = HTTP2_PREFACE.subarray(0, prefix.length).equals(prefix) ? h2 : h1;
+      target.emit("connection", socket);
+      socket.resume();
+    });
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port, options.host, () => resolve());
+  });
+  const port = (server.address() as AddressInfo).port;
+  return {
+    port,
+    async close(graceMs) {
+      server.close();
+      h1.closeIdleConnections();
+      for (const session of sessions) session.close();
+      if (inFlight > 0) {
+        await new Promise<void>((resolve) => {
+          idle = resolve;
+          setTimeout(resolve, graceMs).unref();
+        });
+      }
+      for (const socket of sockets) socket.destroy();
+      h1.close();
+      h2.close();
+    },
+  };
+}

@@ -1,0 +1,136 @@
+import { toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
+import type { EventBus } from "./event-bus.js";
+import type { Logger } from "./logger.js";
+import type { Migration } from "./migrations.js";
+import type { Sql, TransactionSql } from "./database.js";
+
+/**
+ * The transactional outbox: a domain event is written in the same transaction as the change it
+ * describes, and a relay publishes it afterwards with the outbox id as its message id. Nothing is
+ * lost while the bus is down (rows wait), and nothing is doubled when the relay publishes and
+ * dies before marking the row (the stream drops a repeated message id).
+ */
+
+export function outboxMigration(schema: string, id: number): Migration {
+  return {
+    id,
+    name: "outbox",
+    sql: `
+      create table ${schema}.outbox (
+        id uuid primary key default gen_random_uuid(),
+        subject text not null,
+        payload bytea not null,
+        created_at timestamptz not null default now(),
+        published_at timestamptz
+      );
+      create index outbox_unpublished on ${schema}.outbox (created_at) where published_at is null;
+    `,
+  };
+}
+
+export interface Outbox {
+  /** Writes an event in the caller's transaction. */
+  write<Desc extends DescMessage>(tx: TransactionSql, subject: string, schema: Desc, message: MessageShape<Desc>): Promise<void>;
+  /** Asks the relay to run soon (after a commit). */
+  poke(): void;
+}
+
+export interface OutboxRelay extends Outbox {
+  start(): void;
+  stop(): Promise<void>;
+  /** Publishes what is pending now; returns how many were published. */
+  drain(): Promise<number>;
+}
+
+export function createOutboxRelay(options: {
+  sql: Sql;
+  schema: string;
+  bus: EventBus;
+  logger: Logger;
+  intervalMs?: number;
+  batchSize?: number;
+  /** Test seam: runs after publishing and before marking the rows published. */
+  afterPublish?: (ids: string[]) => Promise<void>;
+}): OutboxRelay {
+  const { sql, schema, bus, logger } = options;
+  const table = `${schema}.outbox`;
+  const intervalMs = options.intervalMs ?? 250;
+  const batchSize = options.batchSize ?? 200;
+  let timer: NodeJS.Timeout | undefined;
+  let running: Promise<number> | undefined;
+  let stopped = true;
+  let again = false;
+  let lastCleanup = 0;
+
+  async function publishBatch(): Promise<number> {
+    return sql.begin(async (tx) => {
+      const rows = await tx.unsafe<{ id: string; subject: string; payload: Buffer }[]>(
+        `select id, subject, payload from ${table} where published_at is null order by created_at limit $1 for update skip locked`,
+        [batchSize],
+      );
+      if (rows.length === 0) return 0;
+      for (const row of rows) {
+        await bus.publish({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload) });
+      }
+      const ids = rows.map((r) => r.id);
+      await options.afterPublish?.(ids);
+      await tx.unsafe(`update ${table} set published_at = now() where id = any($1::uuid[])`, [ids]);
+      return rows.length;
+    });
+  }
+
+  async function drain(): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const n = await publishBatch();
+      total += n;
+      if (n < batchSize) break;
+    }
+    if (Date.now() - lastCleanup > 3600_000) {
+      lastCleanup = Date.now();
+      await sql.unsafe(`delete from ${table} where published_at < now() - interval '1 day'`);
+    }
+    return total;
+  }
+
+  function run(): void {
+    if (stopped) return;
+    if (running) {
+      again = true;
+      return;
+    }
+    running = drain()
+      .catch((err) => {
+        logger.warn({ err: String(err), schema }, "outbox relay could not publish; will retry");
+        return 0;
+      })
+      .finally(() => {
+        running = undefined;
+        if (again) {
+          again = false;
+          run();
+        }
+      });
+  }
+
+  return {
+    async write(tx, subject, desc, message) {
+      await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [subject, Buffer.from(toBinary(desc, message))]);
+    },
+    poke() {
+      if (!stopped) setImmediate(run);
+    },
+    start() {
+      stopped = false;
+      timer = setInterval(run, intervalMs);
+      timer.unref();
+      run();
+    },
+    async stop() {
+      stopped = true;
+      if (timer) clearInterval(timer);
+      await running;
+    },
+    drain,
+  };
+}

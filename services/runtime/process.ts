@@ -1,0 +1,189 @@
+import { createConnectRouter, type ConnectRouter, type Transport } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { DescService } from "@bufbuild/protobuf";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { buildRouteTable } from "../gateway/route-table.js";
+import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
+import { createClients, internalServices } from "./clients.js";
+import { loadConfig, type Config } from "./config.js";
+import { openDatabase, type Database } from "./database.js";
+import { errorInterceptor } from "./errors.js";
+import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
+import { registerForwarding } from "./forwarding.js";
+import { registerGrpcHealth } from "./grpc-health.js";
+import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
+import { createLogger, type Logger } from "./logger.js";
+import { migrate } from "./migrations.js";
+import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
+import { createOutboxRelay, type OutboxRelay } from "./outbox.js";
+import type { ServiceFactory, ServiceModule } from "./service-module.js";
+
+export interface ProcessOptions {
+  /** Names the process in logs and NATS. */
+  name: string;
+  services: ServiceFactory[];
+  /** Serve the public REST routes (and forward Connect/gRPC for services not in this process). */
+  gateway: boolean;
+  env?: NodeJS.ProcessEnv;
+  /** Extra HTTP handling before the REST routes (the web console). */
+  extraHttp?: (config: Config) => ((req: Parameters<HttpHandler>[0], res: Parameters<HttpHandler>[1], url: URL) => Promise<boolean>) | undefined;
+}
+
+export interface RunningProcess {
+  config: Config;
+  logger: Logger;
+  url: string;
+  port: number;
+  database: Database;
+  nats?: NatsConnection;
+  modules: ServiceModule[];
+  transport: Transport;
+  relays: OutboxRelay[];
+  stop(): Promise<void>;
+}
+
+/** A transport whose target is fixed once the process's router is complete. */
+function deferredTransport(): { transport: Transport; bind(target: Transport): void } {
+  let target: Transport | undefined;
+  const get = () => {
+    if (!target) throw new Error("transport used before the process finished starting");
+    return target;
+  };
+  return {
+    transport: {
+      unary: (...args) => get().unary(...args),
+      stream: (...args) => get().stream(...args),
+    },
+    bind(t) {
+      target = t;
+    },
+  };
+}
+
+export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
+  const config = loadConfig(options.env);
+  const logger = createLogger(config.LOG_LEVEL, options.name);
+  const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  let nats: NatsConnection | undefined;
+  if (config.NATS_URL) {
+    nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+  }
+  const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
+  const deferred = deferredTransport();
+  const clients = createClients(deferred.transport);
+
+  const modules: ServiceModule[] = [];
+  const relays: OutboxRelay[] = [];
+  for (const factory of options.services) {
+    // The module's name is its schema; the relay is created once the name is known.
+    let relay: OutboxRelay | undefined;
+    const outbox = {
+      write: (...args: Parameters<OutboxRelay["write"]>) => relay!.write(...args),
+      poke: () => relay?.poke(),
+    };
+    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events });
+    relay = createOutboxRelay({ sql: database.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
+    await migrate(database.sql, module.name, module.migrations);
+    modules.push(module);
+    relays.push(relay);
+  }
+
+  const interceptors = [errorInterceptor(logger)];
+  const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
+  const registerLocal = (router: ConnectRouter) => {
+    for (const module of modules) module.register(router);
+  };
+  const router = createConnectRouter({ interceptors });
+  registerLocal(router);
+  const transport = nats ? createNatsTransport(nats) : createInMemoryTransport(router);
+  deferred.bind(transport);
+  if (nats) serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+
+  let stopping = false;
+  const ready = async (): Promise<boolean> => {
+    if (stopping) return false;
+    try {
+      await database.sql`select 1`;
+    } catch {
+      return false;
+    }
+    if (nats && nats.isClosed()) return false;
+    for (const module of modules) if (module.ready && !(await module.ready())) return false;
+    return true;
+  };
+
+  const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
+  const connectHandler = connectNodeAdapter({
+    interceptors,
+    routes: (r) => {
+      registerLocal(r);
+      for (const service of remoteServices) registerForwarding(r, service, transport);
+      registerGrpcHealth(r, ready);
+    },
+    fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
+  });
+  const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
+  const extra = options.extraHttp?.(config);
+
+  const handler: HttpHandler = (req, res) => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    void (async () => {
+      if (req.method === "GET" && url.pathname === "/healthz") return sendJson(res, 200, { status: "ok" });
+      if (req.method === "GET" && url.pathname === "/readyz") {
+        const ok = await ready();
+        return sendJson(res, ok ? 200 : 503, { status: ok ? "ready" : "not ready" });
+      }
+      if (rest && (await rest(req, res, url))) return;
+      if (extra && (await extra(req, res, url))) return;
+      connectHandler(req as never, res as never);
+    })().catch((err) => {
+      logger.error({ err }, "request failed");
+      if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+      else res.end();
+    });
+  };
+  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler, logger });
+  const url = `http://127.0.0.1:${server.port}`;
+  if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
+
+  for (const relay of relays) relay.start();
+  for (const module of modules) await module.start?.();
+  logger.info({ port: server.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
+
+  let stopped: Promise<void> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      stopping = true;
+      await server.close(config.SHUTDOWN_GRACE_SECONDS * 1000);
+      for (const module of modules) await module.stop?.().catch((err) => logger.warn({ err }, "stop failed"));
+      for (const relay of relays) await relay.stop();
+      await events.close();
+      if (nats) await nats.drain().catch(() => {});
+      await database.close();
+      logger.info("stopped");
+    })());
+  return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
+}
+
+/** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
+export async function main(options: ProcessOptions): Promise<void> {
+  let running: RunningProcess;
+  try {
+    running = await runProcess(options);
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : err);
+    process.exit(1);
+  }
+  const onSignal = (signal: string) => {
+    running.logger.info({ signal }, "draining");
+    running.stop().then(
+      () => process.exit(0),
+      (err) => {
+        running.logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+}

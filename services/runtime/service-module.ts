@@ -1,0 +1,37 @@
+import type { DescService } from "@bufbuild/protobuf";
+import type { ConnectRouter } from "@connectrpc/connect";
+import type { Clients } from "./clients.js";
+import type { Config } from "./config.js";
+import type { Sql } from "./database.js";
+import type { EventBus } from "./event-bus.js";
+import type { Logger } from "./logger.js";
+import type { Migration } from "./migrations.js";
+import type { Outbox } from "./outbox.js";
+
+/** What a service gets from the process that runs it. */
+export interface ServiceContext {
+  config: Config;
+  sql: Sql;
+  logger: Logger;
+  /** Clients of every internal service, over this process's transport (in-memory or NATS). */
+  clients: Clients;
+  /** This service's outbox: write events in the transaction of the change. */
+  outbox: Outbox;
+  events: EventBus;
+}
+
+/** One service: the tables it owns, the RPCs it serves and its background work. */
+export interface ServiceModule {
+  /** Also its Postgres schema and the name of its process. */
+  name: string;
+  migrations: Migration[];
+  services: DescService[];
+  register(router: ConnectRouter): void;
+  /** Background work (sweeps, event consumers), started once the process serves. */
+  start?(): Promise<void>;
+  stop?(): Promise<void>;
+  /** Extra readiness condition beyond database and NATS. */
+  ready?(): Promise<boolean>;
+}
+
+export type ServiceFactory = (context: ServiceContext) => ServiceModule;

@@ -1,0 +1,108 @@
+import { randomBytes } from "node:crypto";
+import postgres from "postgres";
+import { allServices } from "../../services/all-services.js";
+import { runProcess, type RunningProcess } from "../../services/runtime/process.js";
+
+/** The Postgres server tests create their databases on. */
+export const ADMIN_DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
+export const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+
+export const OWNER = { org: "acme", email: "owner@acme.test", password: "correct horse battery" };
+
+/** A fresh database on the test server, dropped by the returned function. */
+export async function freshDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+  const name = `wr_test_${randomBytes(6).toString("hex")}`;
+  const admin = postgres(ADMIN_DATABASE_URL, { max: 1, onnotice: () => {} });
+  await admin.unsafe(`create database ${name}`);
+  await admin.end();
+  const url = new URL(ADMIN_DATABASE_URL);
+  url.pathname = `/${name}`;
+  return {
+    url: url.toString(),
+    async drop() {
+      const a = postgres(ADMIN_DATABASE_URL, { max: 1, onnotice: () => {} });
+      await a.unsafe(`drop database if exists ${name} with (force)`).catch(() => {});
+      await a.end();
+    },
+  };
+}
+
+export interface TestApp {
+  url: string;
+  process: RunningProcess;
+  databaseUrl: string;
+  stop(): Promise<void>;
+  /** A fetch against the app: JSON body in, parsed JSON (or null) out. */
+  call(method: string, path: string, options?: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Buffer }): Promise<{ status: number; body: any; headers: Headers }>;
+  /** Logs the bootstrap owner in and returns the session token. */
+  ownerToken(): Promise<string>;
+}
+
+/**
+ * Starts the whole service in this process (one-process mode) against a fresh database on the
+ * real Postgres server, with the bootstrap organization `acme`.
+ */
+export async function startApp(options: { env?: Record<string, string>; nats?: boolean; databaseUrl?: string } = {}): Promise<TestApp> {
+  const database = options.databaseUrl ? undefined : await freshDatabase();
+  const databaseUrl = options.databaseUrl ?? database!.url;
+  const running = await runProcess({
+    name: "test",
+    services: allServices,
+    gateway: true,
+    env: {
+      DATABASE_URL: databaseUrl,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+      NATS_URL: options.nats ? NATS_URL : "",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      ...options.env,
+    },
+  });
+  const app: TestApp = {
+    url: running.url,
+    process: running,
+    databaseUrl,
+    async stop() {
+      await running.stop();
+      await database?.drop();
+    },
+    call: (method, path, callOptions = {}) => callApi(running.url, method, path, callOptions),
+    async ownerToken() {
+      const res = await app.call("POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+      if (res.status !== 200) throw new Error(`login failed: ${res.status} ${JSON.stringify(res.body)}`);
+      return res.body.accessToken as string;
+    },
+  };
+  return app;
+}
+
+export async function callApi(
+  baseUrl: string,
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Buffer } = {},
+): Promise<{ status: number; body: any; headers: Headers }> {
+  const headers: Record<string, string> = { ...options.headers };
+  if (options.token) headers.authorization = `Bearer ${options.token}`;
+  let body: string | Buffer | undefined;
+  if (options.raw !== undefined) body = options.raw;
+  else if (options.body !== undefined) {
+    body = JSON.stringify(options.body);
+    headers["content-type"] ??= "application/json";
+  }
+  const res = await fetch(baseUrl + path, { method, headers, body });
+  const text = await res.text();
+  let parsed: unknown = null;
+  if (text) {
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = text;
+    }
+  }
+  return { status: res.status, body: parsed, headers: res.headers };
+}
