@@ -1,6 +1,7 @@
 import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import net, { type AddressInfo, type Socket } from "node:net";
+import { Duplex } from "node:stream";
 import type { Logger } from "./logger.js";
 
 export type HttpHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
@@ -17,6 +18,44 @@ const HTTP2_PREFACE = Buffer.from("PRI * HTTP/2.0");
  * One port for HTTP/1.1 and cleartext HTTP/2 (gRPC without TLS): the first bytes of a connection
  * tell the two apart, and the socket is handed to the matching server.
  */
+/**
+ * HTTP/2 reads a net.Socket's handle natively, past any bytes put back with unshift(); a plain
+ * stream that replays the sniffed bytes first is read through JavaScript instead.
+ */
+function replayingStream(socket: Socket, first: Buffer): Duplex {
+  const stream = new Duplex({
+    read() {
+      socket.resume();
+    },
+    write(chunk, encoding, callback) {
+      socket.write(chunk, encoding, callback);
+    },
+    final(callback) {
+      socket.end(callback);
+    },
+    destroy(err, callback) {
+      socket.destroy(err ?? undefined);
+      callback(err);
+    },
+  });
+  stream.push(first);
+  socket.on("data", (data) => {
+    if (!stream.push(data)) socket.pause();
+  });
+  socket.on("end", () => stream.push(null));
+  socket.on("close", () => stream.destroy());
+  socket.on("error", (err) => stream.destroy(err));
+  Object.defineProperties(stream, {
+    remoteAddress: { get: () => socket.remoteAddress },
+    remotePort: { get: () => socket.remotePort },
+    remoteFamily: { get: () => socket.remoteFamily },
+    localAddress: { get: () => socket.localAddress },
+    localPort: { get: () => socket.localPort },
+  });
+  socket.resume();
+  return stream;
+}
+
 export async function listenHttp(options: { host: string; port: number; handler: HttpHandler; logger: Logger }): Promise<HttpServer> {
   let inFlight = 0;
   let idle: (() => void) | undefined;
@@ -42,11 +81,14 @@ export async function listenHttp(options: { host: string; port: number; handler:
     socket.on("error", () => socket.destroy());
     socket.once("data", (chunk: Buffer) => {
       socket.pause();
-      socket.unshift(chunk);
       const prefix = chunk.subarray(0, Math.min(chunk.length, HTTP2_PREFACE.length));
-      const target = HTTP2_PREFACE.subarray(0, prefix.length).equals(prefix) ? h2 : h1;
-      target.emit("connection", socket);
-      socket.resume();
+      if (HTTP2_PREFACE.subarray(0, prefix.length).equals(prefix)) {
+        h2.emit("connection", replayingStream(socket, chunk));
+      } else {
+        socket.unshift(chunk);
+        h1.emit("connection", socket);
+        socket.resume();
+      }
     });
   });
   await new Promise<void>((resolve, reject) => {

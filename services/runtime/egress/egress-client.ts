@@ -1,0 +1,312 @@
+import { promises as dnsPromises } from 'node:dns';
+import type { LookupAddress, LookupOptions } from 'node:dns';
+import http from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import https from 'node:https';
+import net from 'node:net';
+import tls from 'node:tls';
+import { forbiddenAddressError, type AddressPolicy } from './address-policy.js';
+import { EgressError } from './egress-error.js';
+
+/** Every address a host name resolves to. Injectable so tests never touch real DNS. */
+export type HostResolver = (hostname: string) => Promise<string[]>;
+
+export const systemResolver: HostResolver = async (hostname) => {
+  const answers = await dnsPromises.lookup(hostname, { all: true, verbatim: true });
+  return answers.map((answer) => answer.address);
+};
+
+export interface EgressClientOptions {
+  policy: AddressPolicy;
+  resolver?: HostResolver;
+  /** Budget for the whole call: resolution, connect, TLS, request and the full response. */
+  timeoutMs: number;
+  /** Response bodies are cut here; nothing beyond it is ever kept in memory. */
+  maxResponseBytes: number;
+  /** An extra trusted CA (PEM), added to the system roots, e.g. for an on-premises chat server. */
+  ca?: string | Buffer;
+}
+
+export interface EgressRequest {
+  url: string;
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string | Buffer;
+  /** Client certificate and key (PEM) for mutual TLS. */
+  clientCert?: string | Buffer;
+  clientKey?: string | Buffer;
+  /** An extra trusted CA for this call only, added to the client's. */
+  ca?: string | Buffer;
+}
+
+export interface EgressResponse {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: Buffer;
+  /** True when the body was longer than maxResponseBytes and was cut. */
+  truncated: boolean;
+}
+
+/** A URL whose every resolved address passed the policy, and the one address to connect to. */
+export interface VettedTarget {
+  url: URL;
+  hostname: string;
+  port: number;
+  /** The address the connection is pinned to. */
+  address: string;
+  family: 4 | 6;
+  /** Every address the host resolved to, all of them allowed. */
+  addresses: string[];
+}
+
+export interface EgressClient {
+  /** Checks a URL as a send would, without connecting: for when a URL is saved. */
+  vet(url: string): Promise<VettedTarget>;
+  /**
+   * One request to a vetted address. Redirects are returned, never followed:
+   * a 3xx is an answer like any other, and its Location is not trusted.
+   */
+  request(request: EgressRequest): Promise<EgressResponse>;
+}
+
+const TLS_ERROR_CODES = new Set([
+  'DEPTH_ZERO_SELF_SIGNED_CERT',
+  'SELF_SIGNED_CERT_IN_CHAIN',
+  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+  'UNABLE_TO_GET_ISSUER_CERT',
+  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
+  'CERT_HAS_EXPIRED',
+  'CERT_NOT_YET_VALID',
+  'CERT_UNTRUSTED',
+  'CERT_REJECTED',
+  'ERR_TLS_CERT_ALTNAME_INVALID',
+  'ERR_TLS_HANDSHAKE_TIMEOUT',
+  'EPROTO',
+]);
+
+function errorCode(error: unknown): string | undefined {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Turns a low-level failure into an EgressError without copying its message, which may quote the URL. */
+function connectionError(error: unknown, hostname: string): EgressError {
+  if (error instanceof EgressError) return error;
+  const code = errorCode(error);
+  if (code !== undefined && (TLS_ERROR_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_'))) {
+    return new EgressError('tls', `TLS with ${hostname} failed (${code})`, { host: hostname, code });
+  }
+  const suffix = code === undefined ? '' : ` (${code})`;
+  return new EgressError('network', `The connection to ${hostname} failed${suffix}`, {
+    host: hostname,
+    ...(code === undefined ? {} : { code }),
+  });
+}
+
+function timeoutError(hostname: string | undefined, timeoutMs: number): EgressError {
+  const target = hostname === undefined ? 'The outbound call' : `The call to ${hostname}`;
+  return new EgressError('timeout', `${target} took longer than ${timeoutMs} ms`, {
+    ...(hostname === undefined ? {} : { host: hostname }),
+  });
+}
+
+/**
+ * A `lookup` for node:net that always answers with the vetted address. The
+ * socket is given the original host name (so SNI, certificate checks and the
+ * Host header stay right) but can only ever reach this address: a second DNS
+ * answer, as in DNS rebinding, is never asked for.
+ */
+function pinnedLookup(address: string, family: 4 | 6) {
+  return (
+    _hostname: string,
+    options: LookupOptions,
+    callback: (error: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) => void,
+  ): void => {
+    if (options.all) callback(null, [{ address, family }]);
+    else callback(null, address, family);
+  };
+}
+
+function trustedCas(...extra: Array<string | Buffer | undefined>): Array<string | Buffer> | undefined {
+  const added = extra.filter((ca): ca is string | Buffer => ca !== undefined);
+  // Node's `ca` replaces the system roots; an extra CA must add to them instead.
+  return added.length === 0 ? undefined : [...tls.rootCertificates, ...added];
+}
+
+function withoutHostHeader(headers: Record<string, string> | undefined): OutgoingHttpHeaders {
+  const kept: OutgoingHttpHeaders = {};
+  for (const [name, value] of Object.entries(headers ?? {})) {
+    // The Host header would also steer SNI and the certificate check; it always follows the URL.
+    if (name.toLowerCase() !== 'host') kept[name] = value;
+  }
+  return kept;
+}
+
+export function createEgressClient(options: EgressClientOptions): EgressClient {
+  const { policy, timeoutMs, maxResponseBytes } = options;
+  const resolve = options.resolver ?? systemResolver;
+
+  async function vet(spelledUrl: string): Promise<VettedTarget> {
+    const checked = policy.checkUrl(spelledUrl);
+    const { url, hostname, port } = checked;
+    let addresses: string[];
+    if (checked.literalAddress !== undefined) {
+      addresses = [checked.literalAddress];
+    } else {
+      try {
+        addresses = await resolve(hostname);
+      } catch (error) {
+        const code = errorCode(error);
+        throw new EgressError('resolution_failed', `Could not resolve ${hostname}${code ? ` (${code})` : ''}`, {
+          host: hostname,
+          ...(code === undefined ? {} : { code }),
+        });
+      }
+    }
+    if (addresses.length === 0) {
+      throw new EgressError('resolution_failed', `Could not resolve ${hostname} (no addresses)`, { host: hostname });
+    }
+    // Every answer must pass: a client library may pick any of them, and an
+    // attacker only needs one private address among public ones.
+    const verdicts = addresses.map((address) => policy.checkAddress(address));
+    const refused = verdicts.find((verdict) => !verdict.allowed);
+    if (refused) throw forbiddenAddressError(hostname, refused);
+    const first = verdicts[0]!;
+    const family = net.isIPv6(first.address) ? 6 : 4;
+    return { url, hostname, port, address: first.address, family, addresses: verdicts.map((verdict) => verdict.address) };
+  }
+
+  function send(target: VettedTarget, request: EgressRequest, signal: AbortSignal): Promise<EgressResponse> {
+    const { url, hostname, port, address, family } = target;
+    const isHttps = url.protocol === 'https:';
+    const body = request.body === undefined ? undefined : Buffer.from(request.body);
+    const headers = withoutHostHeader(request.headers);
+    if (body !== undefined) headers['content-length'] = String(body.length);
+
+    const requestOptions: https.RequestOptions = {
+      hostname,
+      port,
+      path: `${url.pathname}${url.search}`,
+      method: request.method ?? 'GET',
+      headers,
+      // A fresh connection per call: no pooled socket from another call, no shared TLS options.
+      agent: false,
+      lookup: pinnedLookup(address, family),
+    };
+    if (isHttps) {
+      // SNI is only for names; an IP literal is checked against the certificate's IP entries.
+      if (!net.isIP(hostname)) requestOptions.servername = hostname;
+      const ca = trustedCas(options.ca, request.ca);
+      if (ca) requestOptions.ca = ca;
+      if (request.clientCert !== undefined) requestOptions.cert = request.clientCert;
+      if (request.clientKey !== undefined) requestOptions.key = request.clientKey;
+    }
+
+    return new Promise<EgressResponse>((resolvePromise, rejectPromise) => {
+      let settled = false;
+      const finish = (outcome: () => void) => {
+        if (settled) return;
+        settled = true;
+        signal.removeEventListener('abort', onAbort);
+        outcome();
+      };
+      const fail = (error: unknown) => finish(() => rejectPromise(connectionError(error, hostname)));
+
+      let outgoing: http.ClientRequest;
+      try {
+        outgoing = (isHttps ? https : http).request(requestOptions, onResponse);
+      } catch (error) {
+        // Bad header values and the like throw before any connection exists.
+        const code = errorCode(error);
+        finish(() =>
+          rejectPromise(
+            new EgressError('invalid_request', `The request to ${hostname} could not be built${code ? ` (${code})` : ''}`, {
+              host: hostname,
+              ...(code === undefined ? {} : { code }),
+            }),
+          ),
+        );
+        return;
+      }
+      // Attached before anything can destroy the request, so no error goes unhandled.
+      outgoing.on('error', fail);
+
+      function onResponse(response: IncomingMessage) {
+        const chunks: Buffer[] = [];
+        let received = 0;
+        const done = (truncated: boolean) =>
+          finish(() =>
+            resolvePromise({
+              status: response.statusCode ?? 0,
+              headers: response.headers,
+              body: Buffer.concat(chunks, received),
+              truncated,
+            }),
+          );
+        response.on('data', (chunk: Buffer) => {
+          if (settled) return;
+          const room = maxResponseBytes - received;
+          if (chunk.length <= room) {
+            chunks.push(chunk);
+            received += chunk.length;
+            return;
+          }
+          if (room > 0) {
+            // A copy, so the oversized chunk itself is not kept alive by the slice.
+            chunks.push(Buffer.from(chunk.subarray(0, room)));
+            received += room;
+          }
+          done(true);
+          // Stop reading: the rest is never wanted, and a hostile server may send forever.
+          outgoing.destroy();
+        });
+        response.on('end', () => done(false));
+        response.on('error', fail);
+        response.on('close', () => {
+          if (!response.complete) fail(Object.assign(new Error('response cut short'), { code: 'ECONNRESET' }));
+        });
+      }
+
+      function onAbort() {
+        const reason: unknown = signal.reason;
+        fail(reason instanceof EgressError ? reason : timeoutError(hostname, timeoutMs));
+        outgoing.destroy();
+      }
+      if (signal.aborted) {
+        onAbort();
+        return;
+      }
+      signal.addEventListener('abort', onAbort);
+      outgoing.end(body);
+    });
+  }
+
+  return {
+    vet,
+    async request(request) {
+      const controller = new AbortController();
+      const hostname = hostnameForMessages(request.url);
+      const timer = setTimeout(() => controller.abort(timeoutError(hostname, timeoutMs)), timeoutMs);
+      const abandoned = new Promise<never>((_, reject) => {
+        controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
+      });
+      // Only the race below listens to this; once the race is over its rejection is moot.
+      abandoned.catch(() => undefined);
+      try {
+        // Resolution is inside the time budget too; a stalled resolver is abandoned, not awaited.
+        const target = await Promise.race([vet(request.url), abandoned]);
+        return await send(target, request, controller.signal);
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+  };
+}
+
+function hostnameForMessages(spelledUrl: string): string | undefined {
+  try {
+    return new URL(spelledUrl).hostname;
+  } catch {
+    return undefined;
+  }
+}

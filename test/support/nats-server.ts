@@ -1,0 +1,68 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import net, { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+/** A private nats-server with JetStream on a free loopback port, for tests that stop and start it. */
+export interface PrivateNats {
+  url: string;
+  port: number;
+  stop(): Promise<void>;
+  start(): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+export const NATS_SERVER_BINARY = process.env.NATS_SERVER_BIN ?? "nats-server";
+
+export async function startPrivateNats(): Promise<PrivateNats> {
+  const port = await freePort();
+  const storeDir = mkdtempSync(join(tmpdir(), "wr-nats-"));
+  let child: ChildProcess | undefined;
+  const start = async () => {
+    child = spawn(NATS_SERVER_BINARY, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], { stdio: "ignore" });
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      const ok = await new Promise<boolean>((resolve) => {
+        const socket = net.connect(port, "127.0.0.1");
+        socket.once("connect", () => {
+          socket.destroy();
+          resolve(true);
+        });
+        socket.once("error", () => resolve(false));
+      });
+      if (ok) return;
+      if (Date.now() > deadline) throw new Error("nats-server did not start");
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  };
+  const stop = async () => {
+    if (!child || child.exitCode !== null) return;
+    const exited = new Promise((resolve) => child!.once("exit", resolve));
+    child.kill("SIGKILL");
+    await exited;
+  };
+  await start();
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    port,
+    start,
+    stop,
+    async cleanup() {
+      await stop();
+      rmSync(storeDir, { recursive: true, force: true });
+    },
+  };
+}
+
