@@ -1,0 +1,58 @@
+import { parseArgs } from "node:util";
+import { createConnectRouter, createClient } from "@connectrpc/connect";
+import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { createClients } from "../runtime/clients.js";
+import { loadConfig } from "../runtime/config.js";
+import { openDatabase } from "../runtime/database.js";
+import { createInMemoryEventBus } from "../runtime/event-bus.js";
+import { createLogger } from "../runtime/logger.js";
+import { migrate } from "../runtime/migrations.js";
+import { createInMemoryTransport } from "../runtime/nats-transport.js";
+import { createIdentityService } from "./service.js";
+
+const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
+
+Creates the organization and its owner once, against DATABASE_URL (or the embedded database in
+DATA_DIR). Running it again for an existing organization changes nothing.`;
+
+async function run(): Promise<number> {
+  const { positionals, values } = parseArgs({
+    allowPositionals: true,
+    options: { org: { type: "string" }, email: { type: "string" }, password: { type: "string" }, help: { type: "boolean" } },
+  });
+  if (values.help || positionals[0] !== "bootstrap" || !values.org || !values.email || !values.password) {
+    console.error(USAGE);
+    return values.help ? 0 : 2;
+  }
+  const config = loadConfig();
+  const logger = createLogger(config.LOG_LEVEL === "info" ? "warn" : config.LOG_LEVEL, "admin");
+  const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: 1 }, logger);
+  try {
+    const router = createConnectRouter();
+    const transport = createInMemoryTransport(router);
+    const identity = createIdentityService({
+      config,
+      sql: database.sql,
+      logger,
+      clients: createClients(transport),
+      outbox: { write: async () => {}, poke: () => {} },
+      events: createInMemoryEventBus(logger),
+    });
+    await migrate(database.sql, identity.name, identity.migrations);
+    identity.register(router);
+    const result = await createClient(IdentityService, createInMemoryTransport(router)).bootstrap({
+      orgSlug: values.org,
+      ownerEmail: values.email,
+      ownerPassword: values.password,
+    });
+    console.log(result.created ? `created organization ${result.organization?.slug} with owner ${values.email}` : `organization ${values.org} already exists; nothing changed`);
+    return 0;
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : err);
+    return 1;
+  } finally {
+    await database.close();
+  }
+}
+
+process.exit(await run());

@@ -1,0 +1,20 @@
+/**
+ * `npm run bench -- <name>`: runs the named benchmark (or all) and prints its figures.
+ * Benchmarks compare against a floor measured in the same run where one applies, because
+ * absolute numbers on a shared machine mean little.
+ */
+const benches: Record<string, () => Promise<void>> = {
+  transport: async () => (await import("./transport.js")).benchTransport(),
+};
+
+const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));
+const names = wanted.length ? wanted : Object.keys(benches);
+for (const name of names) {
+  const bench = benches[name];
+  if (!bench) {
+    console.error(`unknown benchmark ${name}; known: ${Object.keys(benches).join(", ")}`);
+    process.exit(2);
+  }
+  await bench();
+}
+process.exit(0);

@@ -1,0 +1,40 @@
+import { createClient, createConnectRouter, type Transport } from "@connectrpc/connect";
+import { connect } from "@nats-io/transport-node";
+import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
+import { createLogger } from "../../services/runtime/logger.js";
+import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { registerContractService } from "../support/contract-service.js";
+import { fmt, printTable, summarize } from "./stats.js";
+
+/** The cost of one unary call over the in-memory and the NATS transport (10,000 calls each). */
+export async function benchTransport(calls = 10_000): Promise<void> {
+  const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+  const router = createConnectRouter();
+  registerContractService(router);
+  const nc = await connect({ servers: natsUrl });
+  serveRouterOverNats(nc, router, { logger: createLogger("silent", "bench") });
+  const callerConnection = await connect({ servers: natsUrl });
+  const transports: [string, Transport][] = [
+    ["in-memory", createInMemoryTransport(router)],
+    ["nats", createNatsTransport(callerConnection)],
+  ];
+  const payload = new TextEncoder().encode("x".repeat(256));
+  const rows = [];
+  for (const [name, transport] of transports) {
+    const client = createClient(ContractService, transport);
+    for (let i = 0; i < 500; i++) await client.echo({ payload }); // warm-up
+    const samples: number[] = [];
+    const started = performance.now();
+    for (let i = 0; i < calls; i++) {
+      const t0 = performance.now();
+      await client.echo({ payload });
+      samples.push(performance.now() - t0);
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const s = summarize(samples);
+    rows.push({ transport: name, calls: s.n, median: fmt(s.p50), p99: fmt(s.p99), "calls/s (sequential)": Math.round(s.n / seconds) });
+  }
+  printTable(`One unary call, 256-byte payload, ${calls} sequential calls`, rows);
+  await callerConnection.close();
+  await nc.close();
+}
