@@ -11,6 +11,7 @@ import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
+import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
 import { migrate } from "./migrations.js";
@@ -116,8 +117,9 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const connectHandler = connectNodeAdapter({
     interceptors,
     routes: (r) => {
-      registerLocal(r);
-      for (const service of remoteServices) registerForwarding(r, service, transport);
+      const exposed = publicOnly(r);
+      registerLocal(exposed);
+      for (const service of remoteServices) registerForwarding(exposed, service, transport);
       registerGrpcHealth(r, ready);
     },
     fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),

@@ -1,0 +1,114 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/**
+ * Starts every service as its own process against DATABASE_URL and NATS_URL, with `gateways`
+ * gateway replicas and `intakes` intake replicas: the production shape on one machine.
+ */
+export interface ClusterOptions {
+  env: NodeJS.ProcessEnv;
+  /** Port of the first gateway; the others follow. 0 picks free ports. */
+  port: number;
+  gateways: number;
+  intakes: number;
+  /** Prefix every line a process prints with its name. */
+  output?: "inherit" | "ignore";
+}
+
+export interface ClusterProcess {
+  name: string;
+  port: number;
+  child: ChildProcess;
+}
+
+export interface Cluster {
+  gatewayUrls: string[];
+  processes: ClusterProcess[];
+  stop(): Promise<void>;
+}
+
+const servicesDir = dirname(fileURLToPath(import.meta.url));
+
+/** The service folders that run as their own process (each has a main.ts). */
+export function serviceFolders(): string[] {
+  return readdirSync(servicesDir, { withFileTypes: true })
+    .filter((d) => d.isDirectory() && !["runtime", "all", "gateway", "console"].includes(d.name))
+    .filter((d) => existsSync(join(servicesDir, d.name, "main.ts")))
+    .map((d) => d.name);
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function entry(name: string): string[] {
+  const compiled = join(servicesDir, name, "main.js");
+  if (existsSync(compiled)) return [compiled];
+  return ["--import", "tsx", join(servicesDir, name, "main.ts")];
+}
+
+export async function startCluster(options: ClusterOptions): Promise<Cluster> {
+  if (!options.env.DATABASE_URL || !options.env.NATS_URL) throw new Error("the cluster needs DATABASE_URL and NATS_URL");
+  const plan: string[] = [];
+  for (const name of serviceFolders()) {
+    const replicas = name === "intake" ? options.intakes : 1;
+    for (let i = 0; i < replicas; i++) plan.push(name);
+  }
+  for (let i = 0; i < options.gateways; i++) plan.push("gateway");
+  const processes: ClusterProcess[] = [];
+  let gatewayIndex = 0;
+  for (const name of plan) {
+    const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
+    const instance = processes.filter((p) => p.name === name).length;
+    const child = spawn(process.execPath, entry(name), {
+      env: { ...options.env, PORT: String(port), SERVICE_INSTANCE: `${name}-${instance}` },
+      stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : "ignore",
+    });
+    processes.push({ name, port, child });
+  }
+  const cluster: Cluster = {
+    gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),
+    processes,
+    async stop() {
+      await Promise.all(
+        processes.map(
+          (p) =>
+            new Promise<void>((resolve) => {
+              if (p.child.exitCode !== null || p.child.signalCode !== null) return resolve();
+              p.child.once("exit", () => resolve());
+              p.child.kill("SIGTERM");
+              setTimeout(() => p.child.kill("SIGKILL"), 8000).unref();
+            }),
+        ),
+      );
+    },
+  };
+  // Ready when every process answers /readyz.
+  const deadline = Date.now() + 90_000;
+  for (const p of processes) {
+    for (;;) {
+      if (p.child.exitCode !== null) {
+        await cluster.stop();
+        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting`);
+      }
+      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then((r) => r.ok, () => false);
+      if (ok) break;
+      if (Date.now() > deadline) {
+        await cluster.stop();
+        throw new Error(`${p.name} did not become ready`);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return cluster;
+}

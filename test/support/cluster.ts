@@ -1,0 +1,51 @@
+import { startCluster, type Cluster } from "../../services/cluster.js";
+import { callApi, freshDatabase, NATS_URL, OWNER, type TestApp } from "./app.js";
+
+/**
+ * The whole service as separate processes over NATS (two gateways, two intakes) against a fresh
+ * database, presented like TestApp: calls go to the first gateway; `gatewayUrls` has them all.
+ */
+export async function startClusterApp(): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
+  const database = await freshDatabase();
+  const cluster = await startCluster({
+    env: {
+      ...process.env,
+      DATABASE_URL: database.url,
+      NATS_URL,
+      HOST: "127.0.0.1",
+      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      DATABASE_POOL_SIZE: "4",
+    },
+    port: 0,
+    gateways: 2,
+    intakes: 2,
+  });
+  const url = cluster.gatewayUrls[0]!;
+  const app = {
+    url,
+    cluster,
+    gatewayUrls: cluster.gatewayUrls,
+    databaseUrl: database.url,
+    process: undefined as never,
+    async stop() {
+      await cluster.stop();
+      await database.drop();
+    },
+    call: (method: string, path: string, options?: Parameters<TestApp["call"]>[2]) => callApi(url, method, path, options),
+    async ownerToken() {
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const res = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+        if (res.status === 200) return res.body.accessToken as string;
+        // The identity process bootstraps the organization just after it becomes ready.
+        if (Date.now() > deadline) throw new Error(`login failed: ${res.status} ${JSON.stringify(res.body)}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    },
+  };
+  return app;
+}
