@@ -1,0 +1,49 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { AppendTimelineRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Sql } from "../runtime/database.js";
+import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import type { Outbox } from "../runtime/outbox.js";
+import type { IncidentEvents } from "./domain-events.js";
+import { isUuid, storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
+import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
+
+const MAX_SUMMARY_CHARACTERS = 65536;
+const MAX_REFERENCE_CHARACTERS = 8192;
+
+/**
+ * AppendTimeline: entries that are not deliveries (an update sent to a channel, or recorded as
+ * simulated while real egress is off). Allowed in any state: an update may follow a resolve.
+ */
+export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox; events: IncidentEvents }): Pick<ServiceImpl<typeof IncidentsService>, "appendTimeline"> {
+  const { sql, outbox, events } = deps;
+  return {
+    async appendTimeline(req: AppendTimelineRequest) {
+      if (!isUuid(req.orgId)) throw new InvalidArgumentError("orgId must be an organization id");
+      const entry = req.entry;
+      if (!entry) throw new InvalidArgumentError("entry is required");
+      if (!isOneOf(APPENDABLE_ENTRY_KINDS, entry.kind)) {
+        throw new InvalidArgumentError(`entry.kind must be one of ${APPENDABLE_ENTRY_KINDS.join(", ")}`);
+      }
+      if ((entry.summary?.length ?? 0) > MAX_SUMMARY_CHARACTERS) throw new InvalidArgumentError(`entry.summary is longer than ${MAX_SUMMARY_CHARACTERS}`);
+      for (const [name, value] of [["link", entry.link], ["alertRef", entry.alertRef], ["eventId", entry.eventId]] as const) {
+        if ((value?.length ?? 0) > MAX_REFERENCE_CHARACTERS) throw new InvalidArgumentError(`entry.${name} is longer than ${MAX_REFERENCE_CHARACTERS}`);
+      }
+      if (!isUuid(req.incidentId)) throw new NotFoundError("no such incident");
+      const text = (value: string | undefined) => (value === undefined ? null : storableText(value));
+      const data = entry.data && Object.keys(entry.data).length > 0 ? sql.json(storableJson(entry.data) as never) : null;
+      const row = await sql.begin(async (tx) => {
+        const [written] = await tx<TimelineEntryRow[]>`
+          insert into incidents.timeline_entries (incident_id, kind, summary, link, alert_ref, event_id, data)
+          select id, ${entry.kind}::text, ${text(entry.summary)}::text, ${text(entry.link)}::text, ${text(entry.alertRef)}::text,
+                 ${text(entry.eventId)}::text, ${data}::jsonb
+          from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}
+          returning kind, at, summary, link, alert_ref, event_id, data`;
+        if (!written) throw new NotFoundError("no such incident");
+        await events.timelineRecorded(tx, { orgId: req.orgId, incidentId: req.incidentId, kind: written.kind, at: written.at });
+        return written;
+      });
+      outbox.poke();
+      return timelineEntryShape(row);
+    },
+  };
+}

@@ -1,0 +1,116 @@
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { IncidentSchema, MaintenanceWindowSchema, TimelineEntrySchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Config } from "../runtime/config.js";
+
+/** Rows as stored, and their API shapes. */
+
+export interface IncidentRow {
+  id: string;
+  org_id: string;
+  title: string;
+  severity: string;
+  state: string;
+  source: string;
+  entity_kind: string | null;
+  entity_id: string | null;
+  attach_identity: string | null;
+  runbook_url: string | null;
+  opened_at: Date;
+  resolved_at: Date | null;
+  archived_at: Date | null;
+}
+
+export interface TimelineEntryRow {
+  kind: string;
+  at: Date;
+  summary: string | null;
+  link: string | null;
+  alert_ref: string | null;
+  event_id: string | null;
+  data: JsonObject | null;
+}
+
+export interface MaintenanceWindowRow {
+  id: string;
+  starts_at: Date;
+  ends_at: Date;
+  reason: string;
+  sources: string[];
+  entities: { kind: string; id: string }[];
+}
+
+export type IncidentInit = MessageInitShape<typeof IncidentSchema>;
+export type TimelineEntryInit = MessageInitShape<typeof TimelineEntrySchema>;
+
+export function workspaceUrl(config: Config, orgSlug: string, incidentId: string): string {
+  return `${config.publicUrl}/o/${encodeURIComponent(orgSlug)}/incidents/${incidentId}`;
+}
+
+export function incidentShape(config: Config, orgSlug: string, row: IncidentRow, timeline: TimelineEntryRow[] = []): IncidentInit {
+  const incident: IncidentInit = {
+    id: row.id,
+    title: row.title,
+    severity: row.severity,
+    state: row.state,
+    source: row.source,
+    workspaceUrl: workspaceUrl(config, orgSlug, row.id),
+    openedAt: timestampFromDate(row.opened_at),
+    timeline: timeline.map(timelineEntryShape),
+  };
+  if (row.entity_kind !== null && row.entity_id !== null) incident.entity = { kind: row.entity_kind, id: row.entity_id };
+  if (row.resolved_at) incident.resolvedAt = timestampFromDate(row.resolved_at);
+  if (row.archived_at) incident.archivedAt = timestampFromDate(row.archived_at);
+  if (row.runbook_url !== null) incident.runbookUrl = row.runbook_url;
+  return incident;
+}
+
+export function timelineEntryShape(row: TimelineEntryRow): TimelineEntryInit {
+  const entry: TimelineEntryInit = { kind: row.kind, at: timestampFromDate(row.at) };
+  if (row.summary !== null) entry.summary = row.summary;
+  if (row.link !== null) entry.link = row.link;
+  if (row.alert_ref !== null) entry.alertRef = row.alert_ref;
+  if (row.event_id !== null) entry.eventId = row.event_id;
+  if (row.data !== null) entry.data = row.data;
+  return entry;
+}
+
+export function maintenanceWindowShape(row: MaintenanceWindowRow): MessageInitShape<typeof MaintenanceWindowSchema> {
+  return {
+    id: row.id,
+    startsAt: timestampFromDate(row.starts_at),
+    endsAt: timestampFromDate(row.ends_at),
+    reason: row.reason,
+    match: { sources: row.sources, entities: row.entities.map((e) => ({ kind: e.kind, id: e.id })) },
+  };
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** Whether an id from a path could name a row at all (anything else is simply not found). */
+export function isUuid(value: string): boolean {
+  return UUID.test(value);
+}
+
+/** Postgres text and jsonb cannot hold U+0000; a sender's stray NUL must not fail the delivery. */
+export function storableText(value: string): string {
+  return value.includes("\u0000") ? value.replaceAll("\u0000", "\uFFFD") : value;
+}
+
+export function storableJson(value: JsonObject): JsonObject {
+  return sanitize(value) as JsonObject;
+}
+
+function sanitize(value: unknown): unknown {
+  if (typeof value === "string") return storableText(value);
+  if (Array.isArray(value)) return value.map(sanitize);
+  if (value !== null && typeof value === "object") {
+    const copy: Record<string, unknown> = {};
+    for (const [key, entry] of Object.entries(value)) {
+      if (key === "__proto__") continue;
+      copy[storableText(key)] = sanitize(entry);
+    }
+    return copy;
+  }
+  return value;
+}

@@ -1,0 +1,146 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type {
+  CreateMaintenanceWindowRequest,
+  DeleteMaintenanceWindowRequest,
+  IncidentsService,
+  ListMaintenanceWindowsRequest,
+} from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Sql } from "../runtime/database.js";
+import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import type { Outbox } from "../runtime/outbox.js";
+import type { IncidentEvents } from "./domain-events.js";
+import { isUuid, maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
+import { AUDIT_KINDS, isOneOf, SOURCE_BADGES } from "./vocabulary.js";
+
+/**
+ * Maintenance windows. A window is active while starts_at <= now() < ends_at by the database
+ * clock, and matches a delivery when its sources are empty or name the delivery's badge AND its
+ * entities are empty or contain the delivery's entity exactly (the match itself runs in Record's
+ * first read, see record.ts). DELETE removes the window at once, whether it is upcoming, active
+ * or over: ending a window early is deleting it. Creating and deleting are audited, so the
+ * history survives the row.
+ */
+
+export const MAINTENANCE_LIMITS = {
+  reasonCharacters: 1000,
+  entities: 100,
+  entityPartCharacters: 200,
+  listed: 1000,
+};
+
+interface CheckedWindow {
+  startsAt: Date;
+  endsAt: Date;
+  reason: string;
+  sources: string[];
+  entities: { kind: string; id: string }[];
+}
+
+function requiredTime(field: string, value: Timestamp | undefined): Date {
+  if (!value) throw new InvalidArgumentError(`${field} is required (an RFC 3339 timestamp)`);
+  const date = timestampDate(value);
+  const year = date.getUTCFullYear();
+  if (!(year >= 1 && year <= 9999)) throw new InvalidArgumentError(`${field} must be a time between the years 1 and 9999`);
+  return date;
+}
+
+function checkWindow(req: CreateMaintenanceWindowRequest): CheckedWindow {
+  const startsAt = requiredTime("startsAt", req.startsAt);
+  const endsAt = requiredTime("endsAt", req.endsAt);
+  if (endsAt.getTime() <= startsAt.getTime()) throw new InvalidArgumentError("endsAt must be after startsAt");
+  const reason = storableText(req.reason.trim());
+  if (!reason) throw new InvalidArgumentError("reason is required");
+  if (reason.length > MAINTENANCE_LIMITS.reasonCharacters) {
+    throw new InvalidArgumentError(`reason must be at most ${MAINTENANCE_LIMITS.reasonCharacters} characters`);
+  }
+  const sources: string[] = [];
+  for (const source of req.match?.sources ?? []) {
+    if (!isOneOf(SOURCE_BADGES, source)) {
+      throw new InvalidArgumentError(`match.sources: "${source.slice(0, 50)}" is not a source; use ${SOURCE_BADGES.join(", ")}`);
+    }
+    if (!sources.includes(source)) sources.push(source);
+  }
+  const requested = req.match?.entities ?? [];
+  if (requested.length > MAINTENANCE_LIMITS.entities) {
+    throw new InvalidArgumentError(`match.entities may name at most ${MAINTENANCE_LIMITS.entities} entities`);
+  }
+  const entities: { kind: string; id: string }[] = [];
+  for (const entity of requested) {
+    const kind = storableText(entity.kind.trim());
+    const id = storableText(entity.id.trim());
+    if (!kind || !id) throw new InvalidArgumentError("match.entities: every entity needs a kind and an id");
+    if (kind.length > MAINTENANCE_LIMITS.entityPartCharacters || id.length > MAINTENANCE_LIMITS.entityPartCharacters) {
+      throw new InvalidArgumentError(`match.entities: kind and id must be at most ${MAINTENANCE_LIMITS.entityPartCharacters} characters`);
+    }
+    if (!entities.some((e) => e.kind === kind && e.id === id)) entities.push({ kind, id });
+  }
+  return { startsAt, endsAt, reason, sources, entities };
+}
+
+function auditData(row: MaintenanceWindowRow): JsonObject {
+  return {
+    maintenanceWindowId: row.id,
+    startsAt: row.starts_at.toISOString(),
+    endsAt: row.ends_at.toISOString(),
+    reason: row.reason,
+    sources: row.sources,
+    entities: row.entities,
+  };
+}
+
+export function createMaintenanceWindowHandlers(deps: {
+  sql: Sql;
+  clients: Clients;
+  outbox: Outbox;
+  events: IncidentEvents;
+}): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {
+  const { sql, clients, outbox, events } = deps;
+  const columns = sql`id, starts_at, ends_at, reason, sources, entities`;
+
+  return {
+    async createMaintenanceWindow(req: CreateMaintenanceWindowRequest, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const w = checkWindow(req);
+      const row = await sql.begin(async (tx) => {
+        // A window that is over before it exists suppresses nothing: almost surely a mistake
+        // (a time zone, a swapped date), so it is refused rather than stored.
+        const [created] = await tx<(MaintenanceWindowRow & { now: Date })[]>`
+          insert into incidents.maintenance_windows (org_id, starts_at, ends_at, reason, sources, entities, created_by)
+          select ${principal.orgId}, ${w.startsAt}, ${w.endsAt}, ${w.reason}, ${w.sources}::text[], ${sql.json(w.entities)}, ${principal.email}
+          where ${w.endsAt}::timestamptz > now()
+          returning ${columns}, now()`;
+        if (!created) throw new InvalidArgumentError("endsAt is in the past");
+        await events.audit(tx, { orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowCreated, actor: principal.email, at: created.now, data: auditData(created) });
+        return created;
+      });
+      outbox.poke();
+      return maintenanceWindowShape(row);
+    },
+
+    async listMaintenanceWindows(req: ListMaintenanceWindowsRequest, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const rows = await sql<MaintenanceWindowRow[]>`
+        select ${columns} from incidents.maintenance_windows where org_id = ${principal.orgId}
+        order by starts_at desc, id desc limit ${MAINTENANCE_LIMITS.listed}`;
+      return { maintenanceWindows: rows.map(maintenanceWindowShape) };
+    },
+
+    async deleteMaintenanceWindow(req: DeleteMaintenanceWindowRequest, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      if (!isUuid(req.id)) throw new NotFoundError("no such maintenance window");
+      await sql.begin(async (tx) => {
+        const [deleted] = await tx<(MaintenanceWindowRow & { now: Date })[]>`
+          delete from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}
+          returning ${columns}, now()`;
+        if (!deleted) throw new NotFoundError("no such maintenance window");
+        await events.audit(tx, { orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowDeleted, actor: principal.email, at: deleted.now, data: auditData(deleted) });
+      });
+      outbox.poke();
+      return {};
+    },
+  };
+}

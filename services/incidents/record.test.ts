@@ -1,0 +1,406 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { AlertSchema, IncidentsService, type Alert } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { freshDatabase, NATS_URL, OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { createIdentityService } from "../identity/service.js";
+import { createNatsTransport } from "../runtime/nats-transport.js";
+import { runProcess, type RunningProcess } from "../runtime/process.js";
+import { createIncidentsService } from "./service.js";
+
+/**
+ * Record's contract, run over the in-memory transport and over NATS, and exactly-once under
+ * concurrency in one process and across three processes sharing one database and one NATS.
+ *
+ * NATS: RPC subjects carry no deployment prefix, so two test runs on one NATS server would answer
+ * each other's calls (against each other's databases). These tests therefore start their own
+ * NATS server on a free loopback port when the `nats-server` binary is installed, and use the
+ * shared NATS_URL otherwise.
+ */
+
+let natsServer: { url: string; stop(): Promise<void> } | undefined;
+
+async function privateNatsServer(): Promise<{ url: string; stop(): Promise<void> }> {
+  const storeDir = mkdtempSync(join(tmpdir(), "incidents-nats-"));
+  let child: ChildProcess;
+  try {
+    child = spawn("nats-server", ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", storeDir], { stdio: ["ignore", "ignore", "pipe"] });
+  } catch {
+    rmSync(storeDir, { recursive: true, force: true });
+    return { url: NATS_URL, stop: async () => {} };
+  }
+  const stop = async () => {
+    if (child.exitCode === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGTERM");
+      await exited;
+    }
+    rmSync(storeDir, { recursive: true, force: true });
+  };
+  const url = await new Promise<string | undefined>((resolve) => {
+    let log = "";
+    let port: string | undefined;
+    const timer = setTimeout(() => resolve(undefined), 10_000);
+    child.once("error", () => {
+      clearTimeout(timer);
+      resolve(undefined);
+    });
+    child.stderr!.on("data", (chunk: Buffer) => {
+      log += chunk.toString();
+      port ??= /Listening for client connections on [\d.]+:(\d+)/.exec(log)?.[1];
+      if (port && log.includes("Server is ready")) {
+        clearTimeout(timer);
+        resolve(`nats://127.0.0.1:${port}`);
+      }
+    });
+  });
+  if (!url) {
+    await stop();
+    return { url: NATS_URL, stop: async () => {} };
+  }
+  return { url, stop };
+}
+
+function alert(init: Partial<Alert> & { attachIdentity: string }): Alert {
+  return create(AlertSchema, { source: "metrics-monitor", kind: "alert", title: "High CPU on checkout", severity: "sev2", eventId: "", ...init });
+}
+
+let sequence = 0;
+/** An attach identity no other test uses. */
+function identity(label: string): string {
+  return `metrics-monitor:test:${label}:${++sequence}:${Date.now()}`;
+}
+
+interface Harness {
+  app: TestApp;
+  client: Client<typeof IncidentsService>;
+  orgId: string;
+  token: string;
+}
+
+async function harness(nats: boolean): Promise<Harness> {
+  let env: Record<string, string> | undefined;
+  if (nats) {
+    natsServer ??= await privateNatsServer();
+    env = { NATS_URL: natsServer.url };
+  }
+  const app = await startApp({ nats, env });
+  const transport: Transport = app.process.transport;
+  const org = await createClient(IdentityService, transport).getOrganization({ slug: OWNER.org });
+  return { app, client: createClient(IncidentsService, transport), orgId: org.id, token: await app.ownerToken() };
+}
+
+afterAll(async () => {
+  await natsServer?.stop();
+});
+
+describe.each([
+  { mode: "in-memory transport", nats: false },
+  { mode: "NATS transport", nats: true },
+])("Record over the $mode", ({ nats }) => {
+  let h: Harness;
+  const record = (a: Alert) => h.client.record({ orgId: h.orgId, orgSlug: OWNER.org, alert: a });
+  const timelineOf = async (id: string) => {
+    const res = await h.app.call("GET", `/o/${OWNER.org}/incidents/${id}`, { token: h.token });
+    expect(res.status).toBe(200);
+    return res.body.timeline as { kind: string; eventId: string | null; summary: string | null }[];
+  };
+
+  beforeAll(async () => {
+    h = await harness(nats);
+  });
+  afterAll(async () => {
+    await h?.app.stop();
+  });
+
+  it("opens an incident for a new alert and answers its id, title, severity, state, source, entity, workspaceUrl, openedAt and runbook", async () => {
+    const occurredAt = new Date("2024-05-01T10:00:00Z");
+    const res = await record(
+      alert({
+        attachIdentity: identity("open"),
+        eventId: "evt-1",
+        entity: { kind: "service", id: "checkout" },
+        summary: "CPU above 90% for 5 minutes",
+        link: "https://monitor.example/alerts/1",
+        alertRef: "alert 81234567",
+        runbookUrl: "https://runbooks.example/cpu",
+        occurredAt: timestampFromDate(occurredAt),
+        data: { tags: ["service:checkout", "env:prod"] },
+      }),
+    );
+    expect(res.outcome).toBe("opened");
+    const incident = res.incident!;
+    expect(incident.id).toMatch(/^[0-9a-f-]{36}$/);
+    expect(incident.title).toBe("High CPU on checkout");
+    expect(incident.severity).toBe("sev2");
+    expect(incident.state).toBe("open");
+    expect(incident.source).toBe("metrics-monitor");
+    expect(incident.entity).toMatchObject({ kind: "service", id: "checkout" });
+    expect(incident.workspaceUrl).toBe(`${h.app.process.config.publicUrl}/o/${OWNER.org}/incidents/${incident.id}`);
+    expect(incident.openedAt).toBeDefined();
+    expect(incident.runbookUrl).toBe("https://runbooks.example/cpu");
+
+    const timeline = await timelineOf(incident.id);
+    expect(timeline).toEqual([
+      {
+        kind: "opened",
+        at: "2024-05-01T10:00:00Z",
+        summary: "CPU above 90% for 5 minutes",
+        link: "https://monitor.example/alerts/1",
+        alertRef: "alert 81234567",
+        eventId: "evt-1",
+        data: { tags: ["service:checkout", "env:prod"] },
+      },
+    ]);
+  });
+
+  it("attaches a repeat with a new event id and records it once; the same event again attaches without recording", async () => {
+    const id = identity("repeat");
+    const first = await record(alert({ attachIdentity: id, eventId: "e1" }));
+    const second = await record(alert({ attachIdentity: id, eventId: "e2", summary: "still hot" }));
+    const again = await record(alert({ attachIdentity: id, eventId: "e2" }));
+    const openingAgain = await record(alert({ attachIdentity: id, eventId: "e1" }));
+    expect(first.outcome).toBe("opened");
+    expect(second.outcome).toBe("attached");
+    expect(second.incident!.id).toBe(first.incident!.id);
+    expect(second.reason).toBeUndefined();
+    expect(again.outcome).toBe("attached");
+    expect(again.incident!.id).toBe(first.incident!.id);
+    expect(again.reason).toBe("this event identifier is already recorded on the open incident");
+    expect(openingAgain.outcome).toBe("attached");
+    const timeline = await timelineOf(first.incident!.id);
+    expect(timeline.map((e) => [e.kind, e.eventId])).toEqual([
+      ["opened", "e1"],
+      ["repeat", "e2"],
+    ]);
+    expect(timeline[1]!.summary).toBe("still hot");
+  });
+
+  it("records every repeat without an event id (nothing identifies a redelivery)", async () => {
+    const id = identity("no-event");
+    const first = await record(alert({ attachIdentity: id }));
+    await record(alert({ attachIdentity: id }));
+    await record(alert({ attachIdentity: id }));
+    expect((await timelineOf(first.incident!.id)).map((e) => e.kind)).toEqual(["opened", "repeat", "repeat"]);
+  });
+
+  it("opens a new incident for every alert without an attach identity", async () => {
+    const a = await record(alert({ attachIdentity: "", source: "error-tracker", eventId: "same" }));
+    const b = await record(alert({ attachIdentity: "", source: "error-tracker", eventId: "same" }));
+    expect([a.outcome, b.outcome]).toEqual(["opened", "opened"]);
+    expect(a.incident!.id).not.toBe(b.incident!.id);
+    expect(a.incident!.entity).toBeUndefined();
+  });
+
+  it("records a recovery and a no-data notice on the open incident, which stays open", async () => {
+    const id = identity("recovery");
+    const opened = await record(alert({ attachIdentity: id, eventId: "a1" }));
+    const recovered = await record(alert({ attachIdentity: id, eventId: "r1", kind: "recovery", summary: "back to normal" }));
+    const noData = await record(alert({ attachIdentity: id, eventId: "n1", kind: "no_data" }));
+    expect(recovered.outcome).toBe("recorded");
+    expect(recovered.incident!.id).toBe(opened.incident!.id);
+    expect(recovered.incident!.state).toBe("open");
+    expect(noData.outcome).toBe("recorded");
+    expect(noData.incident!.state).toBe("open");
+    const res = await h.app.call("GET", `/o/${OWNER.org}/incidents/${opened.incident!.id}`, { token: h.token });
+    expect(res.body.state).toBe("open");
+    expect(res.body.timeline.map((e: { kind: string }) => e.kind)).toEqual(["opened", "recovery", "no_data"]);
+  });
+
+  it("ignores a recovery or no-data notice whose event id the incident already holds", async () => {
+    const id = identity("held");
+    const opened = await record(alert({ attachIdentity: id, eventId: "a1" }));
+    await record(alert({ attachIdentity: id, eventId: "r1", kind: "recovery" }));
+    const again = await record(alert({ attachIdentity: id, eventId: "r1", kind: "recovery" }));
+    const noDataWithAlertEvent = await record(alert({ attachIdentity: id, eventId: "a1", kind: "no_data" }));
+    expect(again.outcome).toBe("ignored");
+    expect(again.incident).toBeUndefined();
+    expect(again.reason).toBe("this event identifier is already recorded on the open incident");
+    expect(noDataWithAlertEvent.outcome).toBe("ignored");
+    expect((await timelineOf(opened.incident!.id)).map((e) => e.kind)).toEqual(["opened", "recovery"]);
+  });
+
+  it("ignores a recovery, no-data notice or resume with no open incident, and opens nothing", async () => {
+    const id = identity("nothing-open");
+    for (const kind of ["recovery", "no_data", "resumed"]) {
+      const res = await record(alert({ attachIdentity: id, eventId: `x-${kind}`, kind }));
+      expect(res.outcome).toBe("ignored");
+      expect(res.reason).toBe("no open incident for this attach identity");
+      expect(res.incident).toBeUndefined();
+    }
+    const noIdentity = await record(alert({ attachIdentity: "", kind: "recovery" }));
+    expect(noIdentity.outcome).toBe("ignored");
+    // And an alert for the identity afterwards still opens: nothing was left behind.
+    expect((await record(alert({ attachIdentity: id, eventId: "x-alert" }))).outcome).toBe("opened");
+  });
+
+  it("records a heartbeat's resume on its open incident", async () => {
+    const id = `heartbeat:nightly-backup:${++sequence}`;
+    const opened = await record(alert({ attachIdentity: id, source: "heartbeat", title: "Heartbeat nightly-backup silent for 2h", severity: "sev2" }));
+    const resumed = await record(alert({ attachIdentity: id, source: "heartbeat", kind: "resumed", title: "", severity: "" }));
+    expect(resumed.outcome).toBe("recorded");
+    expect(resumed.incident!.id).toBe(opened.incident!.id);
+    expect((await timelineOf(opened.incident!.id)).map((e) => e.kind)).toEqual(["opened", "resumed"]);
+  });
+
+  it("opens a new incident for the next alert after a person resolves or archives the incident", async () => {
+    const id = identity("after-resolve");
+    const first = await record(alert({ attachIdentity: id, eventId: "1" }));
+    expect((await h.app.call("POST", `/o/${OWNER.org}/incidents/${first.incident!.id}/resolve`, { token: h.token })).status).toBe(200);
+    // A recovery after the resolve finds no open incident.
+    expect((await record(alert({ attachIdentity: id, eventId: "r", kind: "recovery" }))).outcome).toBe("ignored");
+    // The same event id as the resolved incident's: held by that incident, not by a new one.
+    const second = await record(alert({ attachIdentity: id, eventId: "1" }));
+    expect(second.outcome).toBe("opened");
+    expect(second.incident!.id).not.toBe(first.incident!.id);
+    expect((await h.app.call("POST", `/o/${OWNER.org}/incidents/${second.incident!.id}/archive`, { token: h.token })).status).toBe(200);
+    const third = await record(alert({ attachIdentity: id, eventId: "2" }));
+    expect(third.outcome).toBe("opened");
+    expect(new Set([first.incident!.id, second.incident!.id, third.incident!.id]).size).toBe(3);
+  });
+
+  it("keeps identities of different organizations apart", async () => {
+    const id = identity("orgs");
+    const mine = await record(alert({ attachIdentity: id }));
+    const otherOrgId = "00000000-0000-4000-8000-000000000001";
+    const theirs = await h.client.record({ orgId: otherOrgId, orgSlug: "other", alert: alert({ attachIdentity: id }) });
+    expect(mine.outcome).toBe("opened");
+    expect(theirs.outcome).toBe("opened");
+    expect(theirs.incident!.workspaceUrl).toContain("/o/other/incidents/");
+  });
+
+  it("refuses a malformed delivery with InvalidArgument and stores nothing", async () => {
+    const cases: [Partial<Alert>, string][] = [
+      [{ source: "pager" }, "alert.source must be one of"],
+      [{ kind: "resolve" }, "alert.kind must be one of"],
+      [{ severity: "critical" }, "alert.severity must be one of"],
+      [{ title: "   " }, "alert.title is required"],
+      [{ attachIdentity: "x".repeat(2000) }, "alert.attachIdentity is longer than"],
+    ];
+    for (const [init, message] of cases) {
+      const err = await record(alert({ attachIdentity: identity("bad"), ...init })).catch((e: unknown) => ConnectError.from(e));
+      expect(err).toBeInstanceOf(ConnectError);
+      expect((err as ConnectError).code).toBe(Code.InvalidArgument);
+      expect((err as ConnectError).rawMessage).toContain(message);
+    }
+    const noOrg = await h.client.record({ orgId: "acme", orgSlug: OWNER.org, alert: alert({ attachIdentity: "x" }) }).catch((e: unknown) => ConnectError.from(e));
+    expect((noOrg as ConnectError).code).toBe(Code.InvalidArgument);
+  });
+
+  it("keeps a NUL character from failing the delivery", async () => {
+    const res = await record(alert({ attachIdentity: identity("nul"), title: "bad\u0000title", data: { "k\u0000": "v\u0000" } }));
+    expect(res.outcome).toBe("opened");
+    expect(res.incident!.title).toBe("bad\uFFFDtitle");
+  });
+
+  it("200 concurrent identical deliveries: exactly 1 opened and 199 attached, one timeline entry", async () => {
+    const a = alert({ attachIdentity: identity("burst-same"), eventId: "same-event" });
+    const results = await Promise.all(Array.from({ length: 200 }, () => record(a)));
+    const outcomes = results.map((r) => r.outcome);
+    expect(outcomes.filter((o) => o === "opened")).toHaveLength(1);
+    expect(outcomes.filter((o) => o === "attached")).toHaveLength(199);
+    const ids = new Set(results.map((r) => r.incident!.id));
+    expect(ids.size).toBe(1);
+    expect(await timelineOf([...ids][0]!)).toHaveLength(1);
+  });
+
+  it("200 concurrent deliveries with distinct event ids: 1 opened, 199 attached, 200 timeline entries", async () => {
+    const attachIdentity = identity("burst-distinct");
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => record(alert({ attachIdentity, eventId: `evt-${i}` }))));
+    const outcomes = results.map((r) => r.outcome);
+    expect(outcomes.filter((o) => o === "opened")).toHaveLength(1);
+    expect(outcomes.filter((o) => o === "attached")).toHaveLength(199);
+    const ids = new Set(results.map((r) => r.incident!.id));
+    expect(ids.size).toBe(1);
+    const timeline = await timelineOf([...ids][0]!);
+    expect(timeline).toHaveLength(200);
+    expect(timeline[0]!.kind).toBe("opened");
+    expect(timeline.slice(1).every((e) => e.kind === "repeat")).toBe(true);
+    expect(new Set(timeline.map((e) => e.eventId)).size).toBe(200);
+  });
+});
+
+describe("Record across three processes over NATS", () => {
+  const processes: RunningProcess[] = [];
+  let database: Awaited<ReturnType<typeof freshDatabase>>;
+  let nc: NatsConnection;
+  let client: Client<typeof IncidentsService>;
+  let orgId: string;
+  let db: postgres.Sql;
+
+  beforeAll(async () => {
+    natsServer ??= await privateNatsServer();
+    database = await freshDatabase();
+    // One after another: the process under test is Record, not start-up.
+    for (let i = 0; i < 3; i++) {
+      processes.push(
+        await runProcess({
+          name: `incidents-${i}`,
+          services: [createIdentityService, createIncidentsService],
+          gateway: false,
+          env: {
+            DATABASE_URL: database.url,
+            DATABASE_POOL_SIZE: "4",
+            NATS_URL: natsServer.url,
+            PORT: "0",
+            HOST: "127.0.0.1",
+            LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+            BOOTSTRAP_ORG_SLUG: OWNER.org,
+            BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+            BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+            SHUTDOWN_GRACE_SECONDS: "1",
+          },
+        }),
+      );
+    }
+    // The caller is none of them: its calls go over NATS to the queue group the three share.
+    nc = await connect({ servers: natsServer.url, name: "incidents-test-caller" });
+    const transport = createNatsTransport(nc);
+    client = createClient(IncidentsService, transport);
+    orgId = (await createClient(IdentityService, transport).getOrganization({ slug: OWNER.org })).id;
+    db = postgres(database.url, { max: 1, onnotice: () => {} });
+  });
+
+  afterAll(async () => {
+    await db?.end();
+    await nc?.drain();
+    for (const p of processes) await p.stop();
+    await database?.drop();
+  });
+
+  const record = (a: Alert) => client.record({ orgId, orgSlug: OWNER.org, alert: a });
+  const entriesOf = async (incidentId: string) =>
+    (await db<{ n: number }[]>`select count(*)::int as n from incidents.timeline_entries where incident_id = ${incidentId}`)[0]!.n;
+
+  it("200 concurrent identical deliveries converge to 1 opened + 199 attached and one timeline entry", async () => {
+    const a = alert({ attachIdentity: identity("replicas-same"), eventId: "one-event" });
+    const results = await Promise.all(Array.from({ length: 200 }, () => record(a)));
+    expect(results.filter((r) => r.outcome === "opened")).toHaveLength(1);
+    expect(results.filter((r) => r.outcome === "attached")).toHaveLength(199);
+    const ids = new Set(results.map((r) => r.incident!.id));
+    expect(ids.size).toBe(1);
+    expect(await entriesOf([...ids][0]!)).toBe(1);
+    const [open] = await db<{ n: number }[]>`select count(*)::int as n from incidents.incidents where attach_identity = ${a.attachIdentity}`;
+    expect(open!.n).toBe(1);
+  });
+
+  it("200 concurrent deliveries with distinct event ids converge to 1 opened + 199 attached and 200 entries", async () => {
+    const attachIdentity = identity("replicas-distinct");
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => record(alert({ attachIdentity, eventId: `e-${i}` }))));
+    expect(results.filter((r) => r.outcome === "opened")).toHaveLength(1);
+    expect(results.filter((r) => r.outcome === "attached")).toHaveLength(199);
+    const ids = new Set(results.map((r) => r.incident!.id));
+    expect(ids.size).toBe(1);
+    expect(await entriesOf([...ids][0]!)).toBe(200);
+    const [held] = await db<{ n: number }[]>`select count(*)::int as n from incidents.held_event_ids where incident_id = ${[...ids][0]!}`;
+    expect(held!.n).toBe(200);
+  });
+});

@@ -1,0 +1,31 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Config } from "../runtime/config.js";
+import type { Sql } from "../runtime/database.js";
+import type { Outbox } from "../runtime/outbox.js";
+import { createAppendTimelineHandlers } from "./append-timeline.js";
+import type { IncidentEvents } from "./domain-events.js";
+import { createListAndGetHandlers } from "./list-and-get.js";
+import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
+import { createRecordHandlers } from "./record.js";
+import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
+
+export interface IncidentsDeps {
+  sql: Sql;
+  config: Config;
+  clients: Clients;
+  outbox: Outbox;
+  events: IncidentEvents;
+}
+
+/** Wires every handler group of IncidentsService into the router. */
+export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDeps): void {
+  router.service(IncidentsService, {
+    ...createRecordHandlers(deps),
+    ...createAppendTimelineHandlers(deps),
+    ...createListAndGetHandlers(deps),
+    ...createResolveAndArchiveHandlers(deps),
+    ...createMaintenanceWindowHandlers(deps),
+  });
+}

@@ -1,0 +1,58 @@
+/** The fixed words of the incident core: source badges, delivery kinds, states, timeline kinds. */
+
+export const SOURCE_BADGES = [
+  "metrics-monitor",
+  "cloud-monitor",
+  "log-analytics",
+  "error-tracker",
+  "remote",
+  "alert-router",
+  "chat",
+  "heartbeat",
+] as const;
+export type SourceBadge = (typeof SOURCE_BADGES)[number];
+
+export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
+
+/** What a delivery is: an alert opens or repeats; the others only record on an open incident. */
+export const ALERT_KINDS = ["alert", "recovery", "no_data", "resumed"] as const;
+export type AlertKind = (typeof ALERT_KINDS)[number];
+
+export const INCIDENT_STATES = ["open", "resolved", "archived"] as const;
+export type IncidentState = (typeof INCIDENT_STATES)[number];
+
+/** The timeline entry a delivery of each kind writes on an incident that is already open. */
+export const ENTRY_KIND_OF_DELIVERY: Record<AlertKind, string> = {
+  alert: "repeat",
+  recovery: "recovery",
+  no_data: "no_data",
+  resumed: "resumed",
+};
+
+/** Entries other services append through AppendTimeline (never a delivery, never a state change). */
+export const APPENDABLE_ENTRY_KINDS = ["update_sent", "update_simulated"] as const;
+
+export const OUTCOMES = {
+  opened: "opened",
+  attached: "attached",
+  recorded: "recorded",
+  ignored: "ignored",
+  suppressed: "suppressed",
+} as const;
+
+export const SUBJECTS = {
+  incidentOpened: "events.incident.opened",
+  timelineRecorded: "events.incident.timeline_recorded",
+  incidentResolved: "events.incident.resolved",
+  auditRecorded: "events.audit.recorded",
+} as const;
+
+export const AUDIT_KINDS = {
+  triggerSuppressed: "trigger.suppressed",
+  maintenanceWindowCreated: "maintenance_window.created",
+  maintenanceWindowDeleted: "maintenance_window.deleted",
+} as const;
+
+export function isOneOf<T extends string>(values: readonly T[], value: string): value is T {
+  return (values as readonly string[]).includes(value);
+}
