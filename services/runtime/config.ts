@@ -35,6 +35,8 @@ export const configSchema = z.object({
   HEARTBEAT_SWEEP_SECONDS: z.coerce.number().positive().max(86400).default(300),
   EGRESS_ALLOW_PRIVATE_CIDRS: cidrList,
   EGRESS_CA_FILE: optionalString,
+  // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
+  CHAT_WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().positive().max(12).default(10),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
   // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.

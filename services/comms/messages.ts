@@ -1,0 +1,228 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext } from "@connectrpc/connect";
+import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import type { TransactionSql } from "../runtime/database.js";
+import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { buildUpdateCard } from "./adaptive-card.js";
+import { parseChannel } from "./channel.js";
+import { loadWebhookUrl } from "./chat-webhook-connection.js";
+import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
+import { incidentAsCaller, SUBJECTS, type CommsDeps } from "./deps.js";
+import { egressEnabled } from "./egress-switch.js";
+import type { Handlers } from "./handlers.js";
+import { recordOnTimeline, type SendRecord } from "./timeline.js";
+
+/** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
+export const BODY_MAX_BYTES = 8 * 1024;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+interface MessageRow {
+  id: string;
+  org_id: string;
+  incident_id: string;
+  channel: string;
+  label: string | null;
+  body: string;
+  state: string;
+  version: number;
+  error: string | null;
+  approved_by: string | null;
+  sent_by: string | null;
+}
+
+const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
+
+export function checkBody(raw: string): string {
+  const body = raw.replace(/\s+$/u, "");
+  if (!body.trim()) throw new InvalidArgumentError("body required");
+  const bytes = Buffer.byteLength(body, "utf8");
+  if (bytes > BODY_MAX_BYTES) throw new InvalidArgumentError(`body must be at most ${BODY_MAX_BYTES} bytes of UTF-8 (it has ${bytes})`);
+  return body;
+}
+
+/** Why a message cannot be sent now, in words. */
+function notSendable(row: MessageRow): ConflictError {
+  switch (row.state) {
+    case "drafted":
+      return new ConflictError(
+        `message ${row.id} is not approved: a person approves it first (POST .../comms/messages/${row.id}/approve with its version); nothing is sent before approval`,
+      );
+    case "sending":
+      return new ConflictError(`message ${row.id} is already being sent; each message is sent at most once`);
+    case "failed":
+      return new ConflictError(`message ${row.id} already failed to send (${row.error ?? "unknown error"}); each message is sent at most once: draft a new update`);
+    default:
+      return new ConflictError(`message ${row.id} was already sent (state: ${row.state}); each message is sent at most once: draft a new update to post again`);
+  }
+}
+
+function toMessage(row: MessageRow) {
+  return {
+    messageId: row.id,
+    version: String(row.version),
+    channel: row.channel,
+    body: row.body,
+    state: row.state,
+    ...(row.error ? { error: row.error } : {}),
+  };
+}
+
+function sendRecord(row: MessageRow): SendRecord {
+  return {
+    messageId: row.id,
+    orgId: row.org_id,
+    incidentId: row.incident_id,
+    channel: row.channel,
+    label: row.label,
+    body: row.body,
+    state: row.state,
+    error: row.error,
+    approvedBy: row.approved_by,
+    sentBy: row.sent_by,
+  };
+}
+
+export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
+  const { sql, clients, outbox, logger, config } = deps.ctx;
+
+  async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
+    if (!UUID.test(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
+    const [row] = await sql.unsafe<MessageRow[]>(
+      `select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`,
+      [messageId, orgId, incidentId],
+    );
+    if (!row) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
+    return row;
+  }
+
+  async function updateSent(tx: TransactionSql, row: MessageRow, state: "sent" | "simulated"): Promise<void> {
+    await outbox.write(
+      tx,
+      SUBJECTS.updateSent,
+      UpdateSentSchema,
+      create(UpdateSentSchema, { orgId: row.org_id, incidentId: row.incident_id, messageId: row.id, state, at: timestampNow() }),
+    );
+  }
+
+  /** The timeline entry is written now; if the incident core cannot take it, a sweep writes it later. */
+  async function recordSoon(row: MessageRow): Promise<void> {
+    try {
+      await recordOnTimeline(deps, sendRecord(row));
+    } catch (err) {
+      logger.warn({ messageId: row.id, err: String(err) }, "timeline entry not written yet; the sweep retries");
+    }
+  }
+
+  async function deliver(row: MessageRow, incident: Incident, webhookUrl: string): Promise<DeliveryOutcome> {
+    const card = buildUpdateCard({
+      incidentTitle: incident.title,
+      severity: incident.severity,
+      incidentState: incident.state,
+      text: row.body,
+      workspaceUrl: incident.workspaceUrl,
+    });
+    try {
+      return await postCard(deps.egress, webhookUrl, card, config.CHAT_WEBHOOK_TIMEOUT_SECONDS);
+    } catch (err) {
+      // Not an egress outcome (a bug, not the channel): the message still leaves `sending`.
+      logger.error({ messageId: row.id, err: err instanceof Error ? err.name : "error" }, "chat-webhook post failed unexpectedly");
+      return { ok: false, error: "Chat webhook call failed" };
+    }
+  }
+
+  return {
+    async draftMessage(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const channel = parseChannel(req.channel);
+      const body = checkBody(req.body);
+      await incidentAsCaller(deps, context, req.org, req.incidentId);
+      const [row] = await sql<{ id: string; version: number }[]>`
+        insert into comms.messages (org_id, incident_id, channel, label, body, drafted_by)
+        values (${principal.orgId}, ${req.incidentId}, ${channel.value}, ${channel.label ?? null}, ${body}, ${principal.email})
+        returning id, version`;
+      return { messageId: row!.id, version: String(row!.version) };
+    },
+
+    async listMessages(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const rows = await sql.unsafe<MessageRow[]>(
+        `select ${COLUMNS} from comms.messages where org_id = $1 and incident_id = $2 order by drafted_at, id`,
+        [principal.orgId, req.incidentId],
+      );
+      return { messages: rows.map(toMessage) };
+    },
+
+    async approveMessage(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const version = req.version.trim();
+      if (!version) throw new InvalidArgumentError("version required: echo the version the draft returned");
+      const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      const [approved] = await sql<{ version: number }[]>`
+        update comms.messages set state = 'approved', version = version + 1, approved_by = ${principal.email}, approved_at = now()
+        where id = ${current.id} and state = 'drafted' and version::text = ${version}
+        returning version`;
+      if (approved) return { messageId: current.id, version: String(approved.version), state: "approved" };
+      const now = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      if (now.state !== "drafted") throw new ConflictError(`message ${now.id} is already ${now.state}; only a draft can be approved`);
+      throw new ConflictError(`stale version ${version}: message ${now.id} is at version ${now.version}; read it again and approve what you read`);
+    },
+
+    async sendMessage(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      if (current.state !== "approved") throw notSendable(current);
+      const incident = await incidentAsCaller(deps, context, req.org, req.incidentId);
+      const real = await egressEnabled(sql, principal.orgId);
+      let webhookUrl: string | undefined;
+      if (real) {
+        webhookUrl = await loadWebhookUrl(deps, principal.orgId);
+        if (webhookUrl === undefined) {
+          throw new ConflictError(
+            "real egress is on but no chat-webhook connection is saved: an admin saves one (PUT /o/{org}/integrations/chatwebhook/connections/default) or switches egress off; the message stays approved",
+          );
+        }
+      }
+
+      // The claim: one conditional update moves the message out of `approved`, so of two racing
+      // sends exactly one goes on; with egress off it is final at once.
+      const target = real ? "sending" : "simulated";
+      const claimed = await sql.begin(async (tx) => {
+        const [row] = await tx.unsafe<MessageRow[]>(
+          `update comms.messages
+             set state = $1, sent_by = $2, claimed_at = now(), finished_at = case when $1 = 'simulated' then now() end
+           where id = $3 and state = 'approved'
+           returning ${COLUMNS}`,
+          [target, principal.email, current.id],
+        );
+        if (row && target === "simulated") await updateSent(tx, row, "simulated");
+        return row;
+      });
+      if (!claimed) throw notSendable(await findMessage(principal.orgId, req.incidentId, req.messageId));
+      outbox.poke();
+
+      if (target === "simulated") {
+        await recordSoon(claimed);
+        return { messageId: claimed.id, state: "simulated" };
+      }
+
+      const outcome = await deliver(claimed, incident, webhookUrl!);
+      const finished = await sql.begin(async (tx) => {
+        const [row] = await tx.unsafe<MessageRow[]>(
+          `update comms.messages set state = $1, error = $2, finished_at = now()
+           where id = $3 and state = 'sending'
+           returning ${COLUMNS}`,
+          [outcome.ok ? "sent" : "failed", outcome.ok ? null : outcome.error, claimed.id],
+        );
+        if (row && outcome.ok) await updateSent(tx, row, "sent");
+        return row;
+      });
+      outbox.poke();
+      if (finished) await recordSoon(finished);
+      if (!outcome.ok) throw new UnavailableError(outcome.error);
+      return { messageId: claimed.id, state: "sent" };
+    },
+  };
+}
