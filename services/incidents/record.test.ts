@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -69,7 +69,9 @@ async function privateNatsServer(): Promise<{ url: string; stop(): Promise<void>
   return { url, stop };
 }
 
-function alert(init: Partial<Alert> & { attachIdentity: string }): Alert {
+type AlertInit = MessageInitShape<typeof AlertSchema>;
+
+function alert(init: AlertInit & { attachIdentity: string }): Alert {
   return create(AlertSchema, { source: "metrics-monitor", kind: "alert", title: "High CPU on checkout", severity: "sev2", eventId: "", ...init });
 }
 
@@ -278,7 +280,7 @@ describe.each([
   });
 
   it("refuses a malformed delivery with InvalidArgument and stores nothing", async () => {
-    const cases: [Partial<Alert>, string][] = [
+    const cases: [AlertInit, string][] = [
       [{ source: "pager" }, "alert.source must be one of"],
       [{ kind: "resolve" }, "alert.kind must be one of"],
       [{ severity: "critical" }, "alert.severity must be one of"],
