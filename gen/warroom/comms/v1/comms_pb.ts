@@ -152,13 +152,16 @@ export type Message = Message$1<"warroom.comms.v1.Message"> & {
   body: string;
 
   /**
-   * drafted, approved, sent, simulated or failed.
+   * drafted, approved, sending (claimed by one send, outcome not yet known), sent, simulated
+   * or failed.
    *
    * @generated from field: string state = 5;
    */
   state: string;
 
   /**
+   * Why a send failed, e.g. "Chat webhook HTTP 404"; set when state is failed.
+   *
    * @generated from field: optional string error = 6;
    */
   error?: string | undefined;
