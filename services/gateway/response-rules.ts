@@ -71,5 +71,6 @@ export function errorAnswer(method: DescMethod | undefined, err: ConnectError): 
     if (status >= 500) return { status: 503, body: { error: "unavailable" }, headers };
   }
   if (status === 500) message = "internal error";
-  return { status, body: { error: message }, headers };
+  const details = err.metadata.get("x-error-details");
+  return { status, body: details ? { error: message, details } : { error: message }, headers };
 }

@@ -23,10 +23,13 @@ export class InvalidArgumentError extends DomainError {
   }
 }
 
-/** A body the endpoint cannot act on (HTTP 422 on the trigger endpoints). */
+/**
+ * A body the endpoint cannot act on: HTTP 422. `details` says why, when the message is one the
+ * spec fixes (e.g. "Unrecognized trigger payload").
+ */
 export class UnprocessablePayloadError extends DomainError {
-  constructor(message: string) {
-    super(Code.InvalidArgument, message, { "x-unprocessable": "1" });
+  constructor(message: string, details?: string) {
+    super(Code.InvalidArgument, message, { "x-unprocessable": "1", ...(details ? { "x-error-details": details } : {}) });
   }
 }
 

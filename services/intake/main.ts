@@ -1,0 +1,4 @@
+import { main } from "../runtime/process.js";
+import { createIntakeService } from "./service.js";
+
+await main({ name: "intake", services: [createIntakeService], gateway: false });

@@ -1,0 +1,18 @@
+import type { Migration } from "../runtime/migrations.js";
+import { outboxMigration } from "../runtime/outbox.js";
+
+export const migrations: Migration[] = [
+  {
+    id: 1,
+    name: "chat receiver rate windows",
+    sql: `
+      create table intake.chat_rate_windows (
+        org_slug text not null,
+        window_start timestamptz not null,
+        calls integer not null,
+        primary key (org_slug, window_start)
+      );
+    `,
+  },
+  outboxMigration("intake", 2),
+];

@@ -1,0 +1,157 @@
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
+import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
+import { bearerToken } from "../runtime/auth.js";
+import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
+import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
+import { createChatRateLimit } from "./chat-rate-limit.js";
+import { migrations } from "./migrations.js";
+import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { alertRouterSource, chatSource, PayloadError, recognizeTrigger, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
+
+/** The spec's limit on the chat receiver: calls per minute per organization. */
+export const CHAT_CALLS_PER_MINUTE = 60;
+
+interface Organization {
+  id: string;
+  slug: string;
+}
+
+export function createIntakeService(ctx: ServiceContext): ServiceModule {
+  const { clients, sql, outbox, logger } = ctx;
+  const chatLimit = createChatRateLimit(sql, CHAT_CALLS_PER_MINUTE);
+
+  function mapOrRefuse(source: TriggerSource, body: unknown): MappedDelivery {
+    try {
+      return source.map(body, { receivedAt: new Date() });
+    } catch (err) {
+      if (err instanceof PayloadError) throw new UnprocessablePayloadError(err.message);
+      throw err;
+    }
+  }
+
+  /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
+  async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
+    try {
+      return await clients.incidents.record(
+        { orgId: org.id, orgSlug: org.slug, alert },
+        { signal: context.signal, headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
+      );
+    } catch (err) {
+      const code = ConnectError.from(err).code;
+      if (code === Code.InvalidArgument) throw err;
+      logger.warn({ err: String(err) }, "the incident core did not answer");
+      throw new UnavailableError("unavailable");
+    }
+  }
+
+  function answer(result: RecordResponse, alert: AlertInit) {
+    const incident = result.incident;
+    const withIncident = incident && (result.outcome === "opened" || result.outcome === "attached" || result.outcome === "recorded");
+    return {
+      outcome: result.outcome,
+      incidentId: withIncident ? incident.id : undefined,
+      entity: withIncident ? incident.entity : alert.entity,
+      proposedSeverity: withIncident ? incident.severity : (alert.severity as string | undefined),
+      workspaceUrl: withIncident ? incident.workspaceUrl : undefined,
+      reason: result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined,
+    };
+  }
+
+  function ignoredReason(alert: AlertInit): string {
+    return alert.kind === "no_data" ? "no open incident for this no-data notice, or already recorded" : "no open incident for this recovery, or already recorded";
+  }
+
+  async function audit(org: Organization, kind: string, data: JsonObject): Promise<void> {
+    await sql.begin((tx) =>
+      outbox.write(tx, "events.audit.recorded", AuditRecordedSchema, create(AuditRecordedSchema, { orgId: org.id, kind, actor: "trigger", at: timestampNow(), data })),
+    );
+    outbox.poke();
+  }
+
+  async function deliver(org: Organization, mapped: MappedDelivery, context: HandlerContext) {
+    if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
+    if (mapped.outcome === "subscription-notice") {
+      // Never fetched: an operator confirms with the token (see README).
+      await audit(org, "trigger.sns_subscription_notice", {
+        messageType: mapped.messageType,
+        topicArn: mapped.topicArn,
+        ...(mapped.subscribeUrl ? { subscribeUrl: mapped.subscribeUrl } : {}),
+        ...(mapped.token ? { token: mapped.token } : {}),
+      });
+      return { outcome: "ignored", reason: mapped.reason };
+    }
+    const result = await record(org, mapped.alert, context);
+    return answer(result, mapped.alert);
+  }
+
+  const impl = {
+    async deliver(req: DeliverRequest, context: HandlerContext) {
+      const authorization = context.requestHeader.get("authorization");
+      const token = bearerToken(authorization);
+      if (!token) throw new UnauthenticatedError("Missing trigger ingest token");
+      const org = await clients.identity.resolveIngestToken({ token }, { signal: context.signal });
+      const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
+      const source = recognizeTrigger(body);
+      if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);
+      const mapped = mapOrRefuse(source, body);
+      if (mapped.alert?.source === "remote") await requireConnection(org, mapped.alert, context);
+      return deliver(org, mapped, context);
+    },
+
+    async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
+      const org = await clients.identity.resolveReceiverSecret(
+        { kind: "alertrouter", secret: context.requestHeader.get("x-service-alertrouter-secret") ?? "", orgSlug: "" },
+        { signal: context.signal, headers: forwardedFor(context) },
+      );
+      const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
+      if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
+      return deliver(org, mapOrRefuse(alertRouterSource, body), context);
+    },
+
+    async deliverChat(req: DeliverChatRequest, context: HandlerContext) {
+      const limit = await chatLimit.take(req.orgSlug);
+      if (!limit.allowed) throw new RateLimitedError(`more than ${CHAT_CALLS_PER_MINUTE} calls a minute to this route`, limit.retryAfterSeconds);
+      const org = await clients.identity.resolveReceiverSecret(
+        { kind: "chat", secret: context.requestHeader.get("x-service-chat-secret") ?? "", orgSlug: req.orgSlug },
+        { signal: context.signal, headers: forwardedFor(context) },
+      );
+      let body: unknown;
+      try {
+        body = parseTriggerBody(req.body, req.contentType, { allowForm: true });
+      } catch {
+        return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
+      }
+      if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };
+      return deliver(org, mapOrRefuse(chatSource, body), context);
+    },
+  };
+
+  async function requireConnection(org: Organization, alert: AlertInit, context: HandlerContext): Promise<void> {
+    const connectionId = (alert.data as { connectionId?: string } | undefined)?.connectionId ?? "";
+    try {
+      await clients.remoteSources.resolveConnection({ orgId: org.id, connectionId }, { signal: context.signal });
+    } catch (err) {
+      if (ConnectError.from(err).code === Code.NotFound) {
+        throw new UnprocessablePayloadError(`connectionId ${JSON.stringify(connectionId)} is not a remote source of this organization`);
+      }
+      throw new UnavailableError("unavailable");
+    }
+  }
+
+  return {
+    name: "intake",
+    migrations,
+    services: [IntakeService],
+    register(router: ConnectRouter) {
+      router.service(IntakeService, impl as never);
+    },
+  };
+}
+
+function forwardedFor(context: HandlerContext): Record<string, string> {
+  return { "x-forwarded-for": context.requestHeader.get("x-forwarded-for") ?? "" };
+}
