@@ -1,0 +1,30 @@
+/**
+ * The hosting kit of the remote source protocol, version 1: give it what your source can read and
+ * it serves the protocol over HTTP-JSON and gRPC on one port. See README.md beside this file.
+ */
+export {
+  createSourceServer,
+  SourceError,
+  type CallContext,
+  type CanonicalRole,
+  type DescriptorKind,
+  type EntryInput,
+  type LogsHandlers,
+  type LogsRangeCall,
+  type LogsStreamsCall,
+  type MetricsHandlers,
+  type MetricsListCall,
+  type MetricsRangeCall,
+  type OperationDescriptorInput,
+  type ReadResult,
+  type RunningSourceServer,
+  type SeriesInput,
+  type SourceAuth,
+  type SourceKind,
+  type SourceOperation,
+  type SourceServer,
+  type SourceServerOptions,
+  type WindowFormat,
+} from "./source-server.js";
+export { formatWindowValue, parseWindowValue } from "../protocol/window-format.js";
+export { MAX_RESPONSE_BYTES, PROTOCOL_VERSION } from "../protocol/limits.js";
