@@ -1,0 +1,235 @@
+import { createPrivateKey, X509Certificate } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
+import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { RemoteSourceSchema, type RemoteSource, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
+import { ConfigError, type Config } from "../runtime/config.js";
+import type { TransactionSql } from "../runtime/database.js";
+import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
+import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
+import type { ServiceContext } from "../runtime/service-module.js";
+import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "./client/source-client.js";
+
+/** What the remote-source handlers share. */
+export interface RemoteSourceDeps {
+  ctx: ServiceContext;
+  /** Private networks allowed, REMOTE_SOURCE_DENY_CIDRS refused; every call goes through it. */
+  policy: AddressPolicy;
+  /** EGRESS_CA_FILE: an extra trusted CA for every source. */
+  ca?: Buffer;
+  /** Credentials at rest, created on first use. */
+  secretBox(): SecretBox;
+}
+
+export const SUBJECTS = { auditRecorded: "events.audit.recorded" } as const;
+
+export const AUDIT_KINDS = {
+  created: "remote_source.created",
+  updated: "remote_source.updated",
+  deleted: "remote_source.deleted",
+  tested: "remote_source.tested",
+} as const;
+
+export interface ConnectionRow {
+  id: string;
+  org_id: string;
+  name: string;
+  base_url: string;
+  transport: SourceTransport;
+  tenant_ref: string;
+  key_id: string;
+  credential_ciphertext: Buffer;
+  status: "untested" | "connected" | "failed";
+  last_error: string | null;
+  last_tested_at: Date | null;
+  revision: number;
+}
+
+const NAME_MAX = 100;
+const URL_MAX = 2048;
+const TENANT_MAX = 200;
+const TOKEN_MAX = 4096;
+const PEM_MAX = 64 * 1024;
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The remote-source address policy: in-cluster and on-premises sources are normal, so private
+ * networks are allowed; REMOTE_SOURCE_DENY_CIDRS refuses ranges outright, and loopback,
+ * link-local and metadata addresses stay refused unless EGRESS_ALLOW_PRIVATE_CIDRS names them.
+ */
+export function remoteSourcePolicy(config: Config): AddressPolicy {
+  try {
+    return createAddressPolicy({
+      allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS,
+      denyCidrs: config.REMOTE_SOURCE_DENY_CIDRS,
+      requireHttps: false,
+      allowPrivateByDefault: true,
+    });
+  } catch (err) {
+    throw new ConfigError(`invalid configuration:\n  REMOTE_SOURCE_DENY_CIDRS or EGRESS_ALLOW_PRIVATE_CIDRS: ${(err as Error).message}`);
+  }
+}
+
+export function readEgressCa(config: Config): Buffer | undefined {
+  if (!config.EGRESS_CA_FILE) return undefined;
+  try {
+    return readFileSync(config.EGRESS_CA_FILE);
+  } catch (err) {
+    throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
+  }
+}
+
+export function isUuid(value: string): boolean {
+  return UUID.test(value);
+}
+
+export function toRemoteSource(row: ConnectionRow): RemoteSource {
+  return create(RemoteSourceSchema, {
+    id: row.id,
+    name: row.name,
+    baseUrl: row.base_url,
+    transport: row.transport,
+    tenantRef: row.tenant_ref,
+    status: row.status,
+    ...(row.last_error === null ? {} : { lastError: row.last_error }),
+    ...(row.last_tested_at === null ? {} : { lastTestedAt: timestampFromDate(row.last_tested_at) }),
+  });
+}
+
+export function validateName(raw: string): string {
+  const name = raw.trim();
+  if (!name) throw new InvalidArgumentError("name required");
+  if (name.length > NAME_MAX) throw new InvalidArgumentError(`name must be at most ${NAME_MAX} characters`);
+  return name;
+}
+
+export function validateTransport(raw: string): SourceTransport {
+  const transport = raw.trim() || "http";
+  if (transport !== "http" && transport !== "grpc") throw new InvalidArgumentError("transport must be http or grpc");
+  return transport;
+}
+
+export function validateTenantRef(raw: string, orgId: string): string {
+  const tenantRef = raw.trim();
+  if (!tenantRef) throw new InvalidArgumentError("tenantRef required");
+  if (tenantRef.length > TENANT_MAX) throw new InvalidArgumentError(`tenantRef must be at most ${TENANT_MAX} characters`);
+  // Spec: the tenant is an opaque per-connection reference, never an organization id.
+  if (tenantRef === orgId) throw new InvalidArgumentError("tenantRef must not be the organization id");
+  return tenantRef;
+}
+
+/** An http(s) base URL without credentials, query or fragment, and not in a refused range. */
+export function validateBaseUrl(policy: AddressPolicy, raw: string): string {
+  const baseUrl = raw.trim().replace(/\/+$/, "");
+  if (!baseUrl) throw new InvalidArgumentError("baseUrl required");
+  if (baseUrl.length > URL_MAX) throw new InvalidArgumentError(`baseUrl must be at most ${URL_MAX} characters`);
+  try {
+    const checked = policy.checkUrl(baseUrl);
+    if (checked.url.search || checked.url.hash) throw new InvalidArgumentError("baseUrl must not have a query or a fragment");
+  } catch (err) {
+    if (isEgressError(err)) throw new InvalidArgumentError(`baseUrl refused: ${err.message}`);
+    throw err;
+  }
+  return baseUrl;
+}
+
+/**
+ * The credential a connection presents: a bearer token, a client certificate with its key, or
+ * both. A source's health fails closed, so a connection without one could never pass its test.
+ */
+export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl: string): SourceCredentials {
+  const bearerToken = auth?.bearerToken?.trim() || undefined;
+  const clientCertPem = auth?.clientCertPem?.trim() || undefined;
+  const clientKeyPem = auth?.clientKeyPem?.trim() || undefined;
+  const caPem = auth?.caPem?.trim() || undefined;
+  if (!bearerToken && !clientCertPem && !clientKeyPem) {
+    throw new InvalidArgumentError("auth required: a bearerToken, or a clientCertPem with its clientKeyPem");
+  }
+  if (bearerToken && (bearerToken.length > TOKEN_MAX || /[\s\u0000-\u001f\u007f]/.test(bearerToken))) {
+    throw new InvalidArgumentError(`auth.bearerToken must be at most ${TOKEN_MAX} characters without spaces or control characters`);
+  }
+  if (Boolean(clientCertPem) !== Boolean(clientKeyPem)) throw new InvalidArgumentError("auth.clientCertPem and auth.clientKeyPem go together");
+  const https = baseUrl.startsWith("https:");
+  if ((clientCertPem || caPem) && !https) throw new InvalidArgumentError("a client certificate or CA needs an https baseUrl");
+  for (const [field, pem] of [["clientCertPem", clientCertPem], ["clientKeyPem", clientKeyPem], ["caPem", caPem]] as const) {
+    if (pem && pem.length > PEM_MAX) throw new InvalidArgumentError(`auth.${field} must be at most ${PEM_MAX} characters`);
+  }
+  try {
+    if (clientCertPem) new X509Certificate(clientCertPem);
+  } catch {
+    throw new InvalidArgumentError("auth.clientCertPem is not a PEM certificate");
+  }
+  try {
+    if (clientKeyPem) createPrivateKey(clientKeyPem);
+  } catch {
+    throw new InvalidArgumentError("auth.clientKeyPem is not a PEM private key (an encrypted key is not supported)");
+  }
+  try {
+    if (caPem) new X509Certificate(caPem);
+  } catch {
+    throw new InvalidArgumentError("auth.caPem is not a PEM certificate");
+  }
+  return { bearerToken, clientCertPem, clientKeyPem, caPem };
+}
+
+/** Binds a ciphertext to its row: copied into another connection or organization, it does not open. */
+function associatedData(orgId: string, id: string): string {
+  return `remotesource.connections:${orgId}:${id}`;
+}
+
+export function sealCredentials(deps: RemoteSourceDeps, orgId: string, id: string, credentials: SourceCredentials): { keyId: string; ciphertext: Buffer } {
+  return deps.secretBox().seal(JSON.stringify(credentials), associatedData(orgId, id));
+}
+
+export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): SourceCredentials {
+  try {
+    return JSON.parse(deps.secretBox().open({ keyId: row.key_id, ciphertext: row.credential_ciphertext }, associatedData(row.org_id, row.id))) as SourceCredentials;
+  } catch (err) {
+    if (err instanceof SecretBoxError) {
+      deps.ctx.logger.error({ connectionId: row.id, keyId: row.key_id, reason: err.message }, "remote-source credential cannot be decrypted");
+      throw new UnavailableError(`the connection's credential cannot be decrypted (${err.message}); update its auth`);
+    }
+    throw err;
+  }
+}
+
+export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: string): Promise<ConnectionRow> {
+  if (!isUuid(id)) throw new NotFoundError("no such remote source");
+  const [row] = await deps.ctx.sql<ConnectionRow[]>`select * from remotesource.connections where org_id = ${orgId} and id = ${id}`;
+  if (!row) throw new NotFoundError("no such remote source");
+  return row;
+}
+
+export function clientFor(deps: RemoteSourceDeps, row: ConnectionRow): SourceClient {
+  return createSourceClient(
+    { baseUrl: row.base_url, transport: row.transport, tenantRef: row.tenant_ref, credentials: openCredentials(deps, row) },
+    { policy: deps.policy, ...(deps.ca ? { ca: deps.ca } : {}) },
+  );
+}
+
+/**
+ * Records a test's or a read's verdict, unless the connection changed since it was loaded: a
+ * verdict on an old credential must not stick to a new one.
+ */
+export async function recordStatus(
+  deps: RemoteSourceDeps,
+  row: ConnectionRow,
+  status: ConnectionRow["status"],
+  lastError: string | null,
+  options: { tested: boolean },
+): Promise<ConnectionRow> {
+  const [updated] = await deps.ctx.sql<ConnectionRow[]>`
+    update remotesource.connections
+    set status = ${status}, last_error = ${lastError},
+        last_tested_at = case when ${options.tested} then now() else last_tested_at end
+    where id = ${row.id} and org_id = ${row.org_id} and revision = ${row.revision}
+    returning *`;
+  return updated ?? row;
+}
+
+/** An audit record, written in the caller's transaction; identity stores it. Never a credential in `data`. */
+export async function recordAudit(deps: RemoteSourceDeps, tx: TransactionSql, orgId: string, kind: string, actor: string, data: JsonObject): Promise<void> {
+  await deps.ctx.outbox.write(tx, SUBJECTS.auditRecorded, AuditRecordedSchema, create(AuditRecordedSchema, { orgId, kind, actor, at: timestampNow(), data }));
+}
