@@ -13,7 +13,7 @@ export const CONNECTION_NAME = "default";
 const URL_MAX = 2048;
 
 /** Binds a ciphertext to its organization and purpose: copied into another row, it does not open. */
-function associatedData(orgId: string): string {
+export function associatedData(orgId: string): string {
   return `comms.chat_connections:${orgId}:${CONNECTION_NAME}`;
 }
 

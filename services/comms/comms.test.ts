@@ -2,9 +2,10 @@ import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createClients, type Clients } from "../runtime/clients.js";
-import { newSecretKeyEntry } from "../runtime/secret-box.js";
+import { createSecretBox, newSecretKeyEntry, parseSecretKeys } from "../runtime/secret-box.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
 import { CARD_BYTE_LIMIT } from "./adaptive-card.js";
+import { associatedData } from "./chat-webhook-connection.js";
 import { chatWebhookPayloadProblems } from "./testing/adaptive-card-validation.js";
 import {
   closedPort,
@@ -19,6 +20,8 @@ const PUBLIC_URL = "https://warroom.example.test";
 const CONNECTION = "/o/acme/integrations/chatwebhook/connections/default";
 const EGRESS = "/o/acme/oncall/egress";
 const KEY_ID = "k-test-1";
+/** A key that sealed values before the rotation to KEY_ID; still configured, second. */
+const OLD_KEY = newSecretKeyEntry("k-old");
 
 let app: TestApp;
 let certs: TestCertificates;
@@ -114,7 +117,7 @@ beforeAll(async () => {
   app = await startApp({
     env: {
       PUBLIC_URL,
-      SECRETS_KEYS: `${KEY_ID}:${newSecretKeyEntry("x").slice(2)}`,
+      SECRETS_KEYS: `${KEY_ID}:${newSecretKeyEntry("x").slice(2)},${OLD_KEY}`,
       EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
       EGRESS_CA_FILE: certs.caFile,
       CHAT_WEBHOOK_TIMEOUT_SECONDS: "1.5",
@@ -352,16 +355,29 @@ describe("egress switch and send", () => {
     expect(second.body.error).toMatch(/already sent \(state: simulated\)/);
   });
 
-  it("switching is audited as comms.egress.switched, with no webhook URL in it", async () => {
+  it("switching is audited as comms.egress.switched, actor and new state included", async () => {
+    const switched = async () => {
+      const res = await app.call("GET", "/o/acme/audit-events", { token: owner });
+      expect(res.status).toBe(200);
+      return (res.body.events as { kind: string; actor: string; data: { enabled: boolean; previous: boolean } }[]).filter((e) => e.kind === "comms.egress.switched");
+    };
+    // Published outbox rows have been handed to the in-process subscribers, identity's included.
+    const drained = () =>
+      waitFor("the comms outbox to be published", async () => {
+        const [pending] = await sql<{ n: number }[]>`select count(*)::int as n from comms.outbox where published_at is null`;
+        return pending!.n === 0;
+      });
+    await setEgress(false);
+    await drained();
+    const before = await switched();
     await setEgress(true);
     await setEgress(false);
-    const audited = await waitFor("the egress audit entries", async () => {
-      const res = await app.call("GET", "/o/acme/audit-events", { token: owner });
-      const switched = (res.body.events as { kind: string; actor: string; data: { enabled: boolean } }[]).filter((e) => e.kind === "comms.egress.switched");
-      return switched.length >= 2 && switched;
-    });
-    expect(audited[0]).toMatchObject({ actor: "owner@acme.test", data: { enabled: false } });
-    expect(audited[1]).toMatchObject({ data: { enabled: true } });
+    await drained();
+    const after = await switched();
+    expect(after).toHaveLength(before.length + 2);
+    // Newest first.
+    expect(after[0]).toMatchObject({ actor: "owner@acme.test", data: { enabled: false, previous: true } });
+    expect(after[1]).toMatchObject({ actor: "owner@acme.test", data: { enabled: true, previous: false } });
   });
 
   it("on: the update is posted as a new Adaptive Card with title, severity, text and room link; the timeline says update_sent", async () => {
@@ -553,5 +569,25 @@ describe("the webhook URL at rest", () => {
     expect(savedSecrets.length).toBeGreaterThan(10);
     for (const s of savedSecrets) expect(everything).not.toContain(s);
     expect(everything).not.toMatch(/https:\/\/127\.0\.0\.1:\d+\/hooks/);
+  });
+  it("a URL sealed under an older key still works and is sealed again under the first key on use", async () => {
+    const key = secret();
+    const sealed = createSecretBox(parseSecretKeys(OLD_KEY)).seal(receiver.url("ok", key), associatedData(orgId));
+    await sql`update comms.chat_connections set key_id = ${sealed.keyId}, url_ciphertext = ${sealed.ciphertext} where org_id = ${orgId}`;
+    const tested = await app.call("POST", `${CONNECTION}/test`, { token: owner });
+    expect(tested.body).toEqual({ ok: true, error: null });
+    expect(receiver.posts.at(-1)!.path).toContain(key);
+    const [row] = await sql<{ key_id: string; url_ciphertext: Buffer }[]>`select key_id, url_ciphertext from comms.chat_connections where org_id = ${orgId}`;
+    expect(row!.key_id).toBe(KEY_ID);
+    expect(row!.url_ciphertext.equals(sealed.ciphertext)).toBe(false);
+    // A value sealed for another organization does not open in this one's row.
+    const foreign = createSecretBox(parseSecretKeys(OLD_KEY)).seal(receiver.url("ok", secret()), associatedData("00000000-0000-4000-8000-000000000001"));
+    await sql`update comms.chat_connections set key_id = ${foreign.keyId}, url_ciphertext = ${foreign.ciphertext} where org_id = ${orgId}`;
+    const posts = receiver.posts.length;
+    const moved = await app.call("POST", `${CONNECTION}/test`, { token: owner });
+    expect(moved.status).toBe(503);
+    expect(moved.body.error).toMatch(/cannot be decrypted .*save the connection again/);
+    expect(receiver.posts.length).toBe(posts);
+    await saveConnection(receiver.url("ok", secret()));
   });
 });
