@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/heartbeats/v1/heartbeats.proto.
  */
 export const file_warroom_heartbeats_v1_heartbeats: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIocCCglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJQg8KDV9sYXN0X3NlZW5fYXQibwoYUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiEKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAUSFQoNZ3JhY2Vfc2Vjb25kcxgEIAEoBSIkChVMaXN0SGVhcnRiZWF0c1JlcXVlc3QSCwoDb3JnGAEgASgJIk4KFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSKnAQoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBQhwKGl9leHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzQhAKDl9ncmFjZV9zZWNvbmRzIjMKFkRlbGV0ZUhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiKAoLUGluZ1JlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiDgoMU3dlZXBSZXF1ZXN0Ii8KDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBTL3BgoRSGVhcnRiZWF0c1NlcnZpY2UShgEKEVJlZ2lzdGVySGVhcnRiZWF0Ei8ud2Fycm9vbS5oZWFydGJlYXRzLnYxLlJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiHoLT5JMCGDoBKiITL28ve29yZ30vaGVhcnRiZWF0cxKKAQoOTGlzdEhlYXJ0YmVhdHMSLC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0Gi0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RIZWFydGJlYXRzUmVzcG9uc2UiG4LT5JMCFRITL28ve29yZ30vaGVhcnRiZWF0cxKAAQoMR2V0SGVhcnRiZWF0Eioud2Fycm9vbS5oZWFydGJlYXRzLnYxLkdldEhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IiKC0+STAhwSGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EokBCg9VcGRhdGVIZWFydGJlYXQSLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiJYLT5JMCHzoBKjIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SfAoPRGVsZXRlSGVhcnRiZWF0Ei0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkRlbGV0ZUhlYXJ0YmVhdFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiIoLT5JMCHCoaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SawoEUGluZxIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIngtPkkwIhIh8vby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nElIKBVN3ZWVwEiMud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVxdWVzdBokLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlc3BvbnNlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIocCCglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJQg8KDV9sYXN0X3NlZW5fYXQibwoYUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiEKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAUSFQoNZ3JhY2Vfc2Vjb25kcxgEIAEoBSIkChVMaXN0SGVhcnRiZWF0c1JlcXVlc3QSCwoDb3JnGAEgASgJIk4KFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSK6AQoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhEKCWhlYXJ0YmVhdBgFIAEoCUIcChpfZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kc0IQCg5fZ3JhY2Vfc2Vjb25kcyIzChZEZWxldGVIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIigKC1BpbmdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIg4KDFN3ZWVwUmVxdWVzdCJ3Cg1Td2VlcFJlc3BvbnNlEg4KBnNpbGVudBgBIAEoBRIOCgZvcGVuZWQYAiABKAUSEQoJZGVsaXZlcmVkGAMgASgFEhIKCnN1cHByZXNzZWQYBCABKAUSDwoHcmVzdW1lZBgFIAEoBRIOCgZmYWlsZWQYBiABKAUy/AYKEUhlYXJ0YmVhdHNTZXJ2aWNlEoYBChFSZWdpc3RlckhlYXJ0YmVhdBIvLndhcnJvb20uaGVhcnRiZWF0cy52MS5SZWdpc3RlckhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0Ih6C0+STAhg6ASoiEy9vL3tvcmd9L2hlYXJ0YmVhdHMSigEKDkxpc3RIZWFydGJlYXRzEiwud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RIZWFydGJlYXRzUmVxdWVzdBotLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1Jlc3BvbnNlIhuC0+STAhUSEy9vL3tvcmd9L2hlYXJ0YmVhdHMSgAEKDEdldEhlYXJ0YmVhdBIqLndhcnJvb20uaGVhcnRiZWF0cy52MS5HZXRIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIigtPkkwIcEhovby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfRKOAQoPVXBkYXRlSGVhcnRiZWF0Ei0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLlVwZGF0ZUhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IiqC0+STAiQ6ASoyHy9vL3tvcmd9L2hlYXJ0YmVhdHMve2hlYXJ0YmVhdH0SfAoPRGVsZXRlSGVhcnRiZWF0Ei0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkRlbGV0ZUhlYXJ0YmVhdFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiIoLT5JMCHCoaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SawoEUGluZxIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIngtPkkwIhIh8vby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nElIKBVN3ZWVwEiMud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVxdWVzdBokLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlc3BvbnNlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.heartbeats.v1.Heartbeat
@@ -164,8 +164,8 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
   org: string;
 
   /**
-   * From the path; a `name` in the body that differs is refused (renaming is delete and
-   * re-register).
+   * The heartbeat to update when `heartbeat` is empty. Next to `heartbeat` (the path), a
+   * different `name` is refused: the name is fixed, renaming is delete and re-register.
    *
    * @generated from field: string name = 2;
    */
@@ -180,6 +180,13 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
    * @generated from field: optional int32 grace_seconds = 4;
    */
   graceSeconds?: number | undefined;
+
+  /**
+   * From the path: the heartbeat to update.
+   *
+   * @generated from field: string heartbeat = 5;
+   */
+  heartbeat: string;
 };
 
 /**
@@ -263,6 +270,34 @@ export type SweepResponse = Message<"warroom.heartbeats.v1.SweepResponse"> & {
    * @generated from field: int32 opened = 2;
    */
   opened: number;
+
+  /**
+   * Silences handed to the incident core in this sweep (this one's or left over by an earlier one).
+   *
+   * @generated from field: int32 delivered = 3;
+   */
+  delivered: number;
+
+  /**
+   * Of those, how many an active maintenance window suppressed.
+   *
+   * @generated from field: int32 suppressed = 4;
+   */
+  suppressed: number;
+
+  /**
+   * `resumed` entries handed to the incident core in this sweep (left over by a ping).
+   *
+   * @generated from field: int32 resumed = 5;
+   */
+  resumed: number;
+
+  /**
+   * Deliveries the incident core refused or did not answer; the next sweep retries them.
+   *
+   * @generated from field: int32 failed = 6;
+   */
+  failed: number;
 };
 
 /**

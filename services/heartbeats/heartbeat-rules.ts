@@ -1,0 +1,55 @@
+import { InvalidArgumentError } from "../runtime/errors.js";
+
+/**
+ * What a heartbeat may look like. The name is a path segment and appears in incident titles, so
+ * it is a lowercase URL-safe slug: no escaping anywhere, and "Backup" and "backup" cannot both
+ * exist.
+ */
+export const NAME_PATTERN = /^[a-z0-9][a-z0-9._-]{0,62}$/;
+export const MAX_INTERVAL_SECONDS = 31 * 86_400;
+export const MAX_GRACE_SECONDS = 7 * 86_400;
+
+export const NAME_RULE = "name must be 1-63 characters of lowercase letters, digits, '.', '_' or '-', starting with a letter or digit";
+
+export function checkName(name: string): void {
+  if (!name) throw new InvalidArgumentError("name is required");
+  if (!NAME_PATTERN.test(name)) throw new InvalidArgumentError(NAME_RULE);
+}
+
+export function checkInterval(value: number | undefined): number {
+  return checkSeconds("expectedIntervalSeconds", value, MAX_INTERVAL_SECONDS, "31 days");
+}
+
+export function checkGrace(value: number | undefined): number {
+  return checkSeconds("graceSeconds", value, MAX_GRACE_SECONDS, "7 days");
+}
+
+function checkSeconds(field: string, value: number | undefined, max: number, maxInWords: string): number {
+  if (value === undefined || value === 0) throw new InvalidArgumentError(`${field} is required: a positive whole number of seconds`);
+  if (!Number.isInteger(value) || value < 1 || value > max) {
+    throw new InvalidArgumentError(`${field} must be a whole number of seconds from 1 to ${max} (${maxInWords})`);
+  }
+  return value;
+}
+
+/** "3d 4h", "12m 5s", "45s": the two largest units, for incident titles. */
+export function formatDuration(totalSeconds: number): string {
+  const seconds = Math.max(0, Math.floor(totalSeconds));
+  const units: [string, number][] = [
+    ["d", 86_400],
+    ["h", 3_600],
+    ["m", 60],
+    ["s", 1],
+  ];
+  const parts: string[] = [];
+  let rest = seconds;
+  for (const [label, size] of units) {
+    const n = Math.floor(rest / size);
+    rest -= n * size;
+    if (n > 0 || (parts.length > 0 && parts.length < 2)) parts.push(`${n}${label}`);
+    if (parts.length === 2) break;
+  }
+  if (parts.length === 0) return "0s";
+  // "1h 0m" reads worse than "1h".
+  return parts.filter((p, i) => i === 0 || !p.startsWith("0")).join(" ");
+}

@@ -1,0 +1,27 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Sql } from "../runtime/database.js";
+import type { Outbox } from "../runtime/outbox.js";
+import { createPingHandler } from "./ping.js";
+import { createRegistryHandlers } from "./registry.js";
+import type { SilenceDelivery } from "./silence-delivery.js";
+import type { Sweeper } from "./sweep.js";
+
+/** Wires the handler groups into the service implementation. */
+export function createHeartbeatsRoutes(deps: {
+  sql: Sql;
+  clients: Clients;
+  outbox: Outbox;
+  delivery: SilenceDelivery;
+  sweeper: Sweeper;
+}): ServiceImpl<typeof HeartbeatsService> {
+  return {
+    ...createRegistryHandlers(deps),
+    ...createPingHandler(deps),
+    // Internal: the periodic timer runs the same sweep.
+    async sweep() {
+      return deps.sweeper.sweep();
+    },
+  };
+}

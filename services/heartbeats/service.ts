@@ -1,0 +1,32 @@
+import type { ConnectRouter } from "@connectrpc/connect";
+import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
+import { migrations } from "./migrations.js";
+import { createHeartbeatsRoutes } from "./routes.js";
+import { createSilenceDelivery } from "./silence-delivery.js";
+import { createSweeper } from "./sweep.js";
+
+/** Registered jobs that ping; a sweep opens an incident, through the incident core, for each silence. */
+export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
+  const { sql, clients, outbox, config } = ctx;
+  const logger = ctx.logger.child({ service: "heartbeats" });
+  const delivery = createSilenceDelivery({ sql, clients, logger });
+  const sweeper = createSweeper({ sql, outbox, delivery, logger });
+  const routes = createHeartbeatsRoutes({ sql, clients, outbox, delivery, sweeper });
+
+  return {
+    name: "heartbeats",
+    migrations,
+    services: [HeartbeatsService],
+    register(router: ConnectRouter) {
+      router.service(HeartbeatsService, routes);
+    },
+    async start() {
+      sweeper.start(config.HEARTBEAT_SWEEP_SECONDS);
+    },
+    async stop() {
+      await sweeper.stop();
+      await delivery.settle();
+    },
+  };
+}

@@ -1,0 +1,151 @@
+import { randomUUID } from "node:crypto";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Sql } from "../runtime/database.js";
+import type { Logger } from "../runtime/logger.js";
+import type { Outbox } from "../runtime/outbox.js";
+import type { SilenceDelivery } from "./silence-delivery.js";
+
+export const SILENT_SUBJECT = "events.heartbeat.silent";
+const DETECT_BATCH = 1000;
+const CLEANUP_EVERY_MS = 3600_000;
+const KEEP_FINISHED_SILENCES_DAYS = 30;
+
+export interface SweepResult {
+  silent: number;
+  opened: number;
+  delivered: number;
+  suppressed: number;
+  resumed: number;
+  failed: number;
+}
+
+export interface Sweeper {
+  /** One sweep now: detect, then deliver what is pending (this sweep's or left by another). */
+  sweep(): Promise<SweepResult>;
+  /** Sweeps every `intervalSeconds`, the first one at once. */
+  start(intervalSeconds: number): void;
+  stop(): Promise<void>;
+}
+
+interface DetectedRow {
+  org_id: string;
+  name: string;
+  now: Date;
+  silent_seconds: number;
+}
+
+export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: SilenceDelivery; logger: Logger }): Sweeper {
+  const { sql, outbox, delivery, logger } = deps;
+  let timer: NodeJS.Timeout | undefined;
+  let current: Promise<unknown> | undefined;
+  let stopped = true;
+  let lastCleanup = 0;
+
+  /**
+   * Declares silent every heartbeat past its deadline that is not silent already, in one
+   * statement per batch: rows are locked with SKIP LOCKED and `open_silence_id` is set in the same
+   * statement that creates the silence, so concurrent sweeps split the rows and a silence is
+   * detected once. The silence row is committed before anything is delivered; a crash after this
+   * point leaves it pending for the next sweep.
+   */
+  async function detectBatch(): Promise<number> {
+    return sql.begin(async (tx) => {
+      const rows = await tx<DetectedRow[]>`
+        with due as (
+          select id, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
+          from heartbeats.heartbeats
+          where open_silence_id is null and deadline < now()
+          order by deadline
+          limit ${DETECT_BATCH}
+          for update skip locked
+        ), opened as (
+          insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged)
+          select id, deadline, since, never_pinged from due
+          returning id, heartbeat_id, since
+        )
+        update heartbeats.heartbeats h set open_silence_id = opened.id
+        from opened where h.id = opened.heartbeat_id
+        returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
+      await Promise.all(
+        rows.map((row) =>
+          outbox.write(
+            tx,
+            SILENT_SUBJECT,
+            HeartbeatSilentSchema,
+            create(HeartbeatSilentSchema, {
+              orgId: row.org_id,
+              name: row.name,
+              silentSeconds: BigInt(Math.floor(row.silent_seconds)),
+              at: timestampFromDate(row.now),
+            }),
+          ),
+        ),
+      );
+      return rows.length;
+    });
+  }
+
+  async function cleanup(): Promise<void> {
+    if (Date.now() - lastCleanup < CLEANUP_EVERY_MS) return;
+    lastCleanup = Date.now();
+    await sql`
+      delete from heartbeats.silences
+      where resume_recorded_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})`;
+  }
+
+  async function sweep(): Promise<SweepResult> {
+    let silent = 0;
+    for (;;) {
+      const n = await detectBatch();
+      silent += n;
+      if (n < DETECT_BATCH) break;
+    }
+    if (silent > 0) outbox.poke();
+    // One token for this sweep: rows it failed to deliver keep it, so this sweep does not loop
+    // on them; the next sweep retries them.
+    const token = randomUUID();
+    const alerts = await delivery.deliverAlerts(token);
+    const resumes = await delivery.deliverResumes(token);
+    await cleanup();
+    const result = {
+      silent,
+      opened: alerts.opened,
+      delivered: alerts.delivered,
+      suppressed: alerts.suppressed,
+      resumed: resumes.resumed,
+      failed: alerts.failed + resumes.failed,
+    };
+    if (silent > 0 || result.delivered > 0 || result.resumed > 0 || result.failed > 0) logger.info(result, "heartbeat sweep");
+    return result;
+  }
+
+  function schedule(intervalSeconds: number, delayMs: number): void {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      const started = Date.now();
+      const run = sweep()
+        .catch((err) => logger.warn({ err: String(err) }, "heartbeat sweep failed; the next one retries"))
+        .finally(() => {
+          current = undefined;
+          schedule(intervalSeconds, Math.max(0, intervalSeconds * 1000 - (Date.now() - started)));
+        });
+      current = run;
+    }, delayMs);
+    timer.unref();
+  }
+
+  return {
+    sweep,
+    start(intervalSeconds) {
+      stopped = false;
+      schedule(intervalSeconds, 0);
+    },
+    async stop() {
+      stopped = true;
+      if (timer) clearTimeout(timer);
+      await current;
+    },
+  };
+}
