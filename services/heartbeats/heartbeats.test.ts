@@ -1,0 +1,267 @@
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startApp, type TestApp } from "../../test/support/app.js";
+import { castOf, ping, type Cast } from "./test-kit.js";
+
+// Management routes, roles and the ping, over real HTTP against a real Postgres.
+
+let app: TestApp;
+let cast: Cast;
+let db: postgres.Sql;
+
+beforeAll(async () => {
+  app = await startApp();
+  cast = await castOf(app);
+  db = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
+});
+
+afterAll(async () => {
+  await db?.end();
+  await app?.stop();
+});
+
+const register = (token: string | undefined, body: unknown, org = "acme") => app.call("POST", `/o/${org}/heartbeats`, { token, body });
+
+describe("register", () => {
+  it("answers 201 with the heartbeat, lastSeenAt null before the first ping", async () => {
+    const res = await register(cast.admin, { name: "nightly-backup", expectedIntervalSeconds: 86400, graceSeconds: 600 });
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ name: "nightly-backup", expectedIntervalSeconds: 86400, graceSeconds: 600, lastSeenAt: null, status: "ok" });
+    // Due at registration + interval + grace: a heartbeat never pinged counts from its registration.
+    const due = Date.parse(res.body.dueAt) - Date.parse(res.body.createdAt);
+    expect(due).toBe((86400 + 600) * 1000);
+  });
+
+  it("lets an owner register too (roles nest)", async () => {
+    const res = await register(cast.owner, { name: "owner-made", expectedIntervalSeconds: 60, graceSeconds: 30 });
+    expect(res.status).toBe(201);
+  });
+
+  it("refuses a member (403), another organization's admin (403) and no credential (401)", async () => {
+    const body = { name: "not-allowed", expectedIntervalSeconds: 60, graceSeconds: 30 };
+    expect((await register(cast.member, body)).status).toBe(403);
+    expect((await register(cast.otherAdmin, body)).status).toBe(403);
+    expect((await register(undefined, body)).status).toBe(401);
+    expect((await app.call("GET", "/o/acme/heartbeats/not-allowed", { token: cast.owner })).status).toBe(404);
+  });
+
+  it("answers 409 for a name already registered in the organization, and allows it in another", async () => {
+    const body = { name: "dup", expectedIntervalSeconds: 60, graceSeconds: 30 };
+    expect((await register(cast.admin, body)).status).toBe(201);
+    const again = await register(cast.admin, { ...body, expectedIntervalSeconds: 120 });
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ error: 'a heartbeat named "dup" already exists' });
+    expect((await register(cast.otherAdmin, body, "globex")).status).toBe(201);
+  });
+
+  it.each([
+    [{ expectedIntervalSeconds: 60, graceSeconds: 30 }, "name is required"],
+    [{ name: "Nightly", expectedIntervalSeconds: 60, graceSeconds: 30 }, "name must be 1-63 characters"],
+    [{ name: "-leading-dash", expectedIntervalSeconds: 60, graceSeconds: 30 }, "name must be 1-63 characters"],
+    [{ name: "a/b", expectedIntervalSeconds: 60, graceSeconds: 30 }, "name must be 1-63 characters"],
+    [{ name: "with space", expectedIntervalSeconds: 60, graceSeconds: 30 }, "name must be 1-63 characters"],
+    [{ name: "x".repeat(64), expectedIntervalSeconds: 60, graceSeconds: 30 }, "name must be 1-63 characters"],
+    [{ name: "ok-name" }, "expectedIntervalSeconds is required"],
+    [{ name: "ok-name", expectedIntervalSeconds: 0, graceSeconds: 30 }, "expectedIntervalSeconds is required"],
+    [{ name: "ok-name", expectedIntervalSeconds: -5, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
+    [{ name: "ok-name", expectedIntervalSeconds: 31 * 86400 + 1, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
+    [{ name: "ok-name", expectedIntervalSeconds: 1.5, graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
+    [{ name: "ok-name", expectedIntervalSeconds: "often", graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
+    [{ name: "ok-name", expectedIntervalSeconds: 60 }, "graceSeconds is required"],
+    [{ name: "ok-name", expectedIntervalSeconds: 60, graceSeconds: 7 * 86400 + 1 }, "graceSeconds must be a whole number of seconds from 1 to 604800"],
+  ])("answers 400 with a clear message for %j", async (body, message) => {
+    const res = await register(cast.admin, body);
+    expect(res.status).toBe(400);
+    expect(res.body.error).toContain(message);
+  });
+
+  it("accepts the bounds themselves and a 63-character name", async () => {
+    const res = await register(cast.admin, { name: "a" + "b.c_d-9".repeat(8) + "xxxxxx", expectedIntervalSeconds: 31 * 86400, graceSeconds: 7 * 86400 });
+    expect(res.status).toBe(201);
+    expect(res.body.name).toHaveLength(63);
+  });
+});
+
+describe("list and read", () => {
+  beforeAll(async () => {
+    await register(cast.admin, { name: "list-a", expectedIntervalSeconds: 300, graceSeconds: 60 });
+    await register(cast.admin, { name: "list-b", expectedIntervalSeconds: 600, graceSeconds: 120 });
+  });
+
+  it("lists the organization's heartbeats for any member, by name, with lastSeenAt", async () => {
+    const res = await app.call("GET", "/o/acme/heartbeats", { token: cast.member });
+    expect(res.status).toBe(200);
+    const names = res.body.heartbeats.map((h: { name: string }) => h.name);
+    expect(names).toContain("list-a");
+    expect(names).toEqual([...names].sort());
+    // Only acme's: globex's "dup" is not counted twice.
+    expect(names.filter((n: string) => n === "dup")).toHaveLength(1);
+    const a = res.body.heartbeats.find((h: { name: string }) => h.name === "list-a");
+    expect(Object.keys(a)).toEqual(expect.arrayContaining(["name", "expectedIntervalSeconds", "graceSeconds", "lastSeenAt"]));
+    expect(a.lastSeenAt).toBeNull();
+  });
+
+  it("reads one heartbeat for any member; 404 for an unknown name", async () => {
+    const res = await app.call("GET", "/o/acme/heartbeats/list-b", { token: cast.member });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ name: "list-b", expectedIntervalSeconds: 600, graceSeconds: 120, lastSeenAt: null });
+    const missing = await app.call("GET", "/o/acme/heartbeats/nope", { token: cast.member });
+    expect(missing.status).toBe(404);
+    expect(missing.body).toEqual({ error: 'no heartbeat named "nope"' });
+  });
+
+  it("refuses another organization's admin (403) and no credential (401)", async () => {
+    expect((await app.call("GET", "/o/acme/heartbeats", { token: cast.otherAdmin })).status).toBe(403);
+    expect((await app.call("GET", "/o/acme/heartbeats")).status).toBe(401);
+    expect((await app.call("GET", "/o/acme/heartbeats/list-a", { token: cast.otherAdmin })).status).toBe(403);
+    expect((await app.call("GET", "/o/acme/heartbeats/list-a")).status).toBe(401);
+  });
+});
+
+describe("update", () => {
+  beforeAll(async () => {
+    await register(cast.admin, { name: "upd", expectedIntervalSeconds: 300, graceSeconds: 60 });
+  });
+
+  it("changes interval and grace for an admin, and moves the deadline", async () => {
+    const res = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: { expectedIntervalSeconds: 900 } });
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ name: "upd", expectedIntervalSeconds: 900, graceSeconds: 60 });
+    expect(Date.parse(res.body.dueAt) - Date.parse(res.body.createdAt)).toBe((900 + 60) * 1000);
+    const grace = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.owner, body: { graceSeconds: 30, name: "upd" } });
+    expect(grace.status).toBe(200);
+    expect(grace.body).toMatchObject({ expectedIntervalSeconds: 900, graceSeconds: 30 });
+    const read = await app.call("GET", "/o/acme/heartbeats/upd", { token: cast.member });
+    expect(read.body).toMatchObject({ expectedIntervalSeconds: 900, graceSeconds: 30 });
+  });
+
+  it("refuses a rename with a message that says renaming is delete and re-register", async () => {
+    const res = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: { name: "renamed", graceSeconds: 10 } });
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe(
+      'a heartbeat cannot be renamed (its name is fixed once registered): to use the name "renamed", delete "upd" and register "renamed"',
+    );
+    expect((await app.call("GET", "/o/acme/heartbeats/renamed", { token: cast.admin })).status).toBe(404);
+    expect((await app.call("GET", "/o/acme/heartbeats/upd", { token: cast.admin })).body.graceSeconds).toBe(30);
+  });
+
+  it("answers 400 for bad values or nothing to update, 404 for an unknown name", async () => {
+    const bad = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: { expectedIntervalSeconds: 0 } });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toContain("expectedIntervalSeconds");
+    const tooMuchGrace = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: { graceSeconds: 999999999 } });
+    expect(tooMuchGrace.status).toBe(400);
+    const empty = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: {} });
+    expect(empty.status).toBe(400);
+    expect(empty.body.error).toBe("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
+    const missing = await app.call("PATCH", "/o/acme/heartbeats/nope", { token: cast.admin, body: { graceSeconds: 5 } });
+    expect(missing.status).toBe(404);
+  });
+
+  it("refuses a member (403), another organization's admin (403) and no credential (401)", async () => {
+    const body = { graceSeconds: 5 };
+    expect((await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.member, body })).status).toBe(403);
+    expect((await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.otherAdmin, body })).status).toBe(403);
+    expect((await app.call("PATCH", "/o/acme/heartbeats/upd", { body })).status).toBe(401);
+    expect((await app.call("GET", "/o/acme/heartbeats/upd", { token: cast.admin })).body.graceSeconds).toBe(30);
+  });
+});
+
+describe("delete", () => {
+  it("is admin only, answers 204, and the name is free again", async () => {
+    await register(cast.admin, { name: "del", expectedIntervalSeconds: 60, graceSeconds: 10 });
+    expect((await app.call("DELETE", "/o/acme/heartbeats/del", { token: cast.member })).status).toBe(403);
+    expect((await app.call("DELETE", "/o/acme/heartbeats/del", { token: cast.otherAdmin })).status).toBe(403);
+    expect((await app.call("DELETE", "/o/acme/heartbeats/del")).status).toBe(401);
+    const res = await app.call("DELETE", "/o/acme/heartbeats/del", { token: cast.admin });
+    expect(res.status).toBe(204);
+    expect(res.body).toBeNull();
+    expect((await app.call("GET", "/o/acme/heartbeats/del", { token: cast.admin })).status).toBe(404);
+    expect((await app.call("DELETE", "/o/acme/heartbeats/del", { token: cast.admin })).status).toBe(404);
+    expect((await register(cast.owner, { name: "del", expectedIntervalSeconds: 60, graceSeconds: 10 })).status).toBe(201);
+    expect((await app.call("DELETE", "/o/acme/heartbeats/del", { token: cast.owner })).status).toBe(204);
+  });
+
+  it("writes register, update and delete to the audit log", async () => {
+    const res = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
+    const kinds = res.body.events.map((e: { kind: string }) => e.kind);
+    for (const kind of ["heartbeat.registered", "heartbeat.updated", "heartbeat.deleted"]) expect(kinds).toContain(kind);
+  });
+});
+
+describe("ping", () => {
+  beforeAll(async () => {
+    await register(cast.admin, { name: "pinged", expectedIntervalSeconds: 60, graceSeconds: 30 });
+  });
+
+  it("answers 204 with no body and sets lastSeenAt to the database's now", async () => {
+    const before = (await db<{ now: Date }[]>`select now()`)[0]!.now;
+    const res = await ping(app, "pinged", cast.ingestToken);
+    expect(res.status).toBe(204);
+    expect(res.text).toBe("");
+    const after = (await db<{ now: Date }[]>`select now()`)[0]!.now;
+    const read = await app.call("GET", "/o/acme/heartbeats/pinged", { token: cast.member });
+    const seen = Date.parse(read.body.lastSeenAt);
+    expect(seen).toBeGreaterThanOrEqual(before.getTime());
+    expect(seen).toBeLessThanOrEqual(after.getTime());
+    expect(Date.parse(read.body.dueAt) - seen).toBe(90_000);
+  });
+
+  it("is safe to repeat: every ping answers 204 and only the latest is kept", async () => {
+    const first = (await app.call("GET", "/o/acme/heartbeats/pinged", { token: cast.member })).body.lastSeenAt;
+    const answers = await Promise.all(Array.from({ length: 10 }, () => ping(app, "pinged", cast.ingestToken)));
+    expect(answers.map((a) => a.status)).toEqual(Array(10).fill(204));
+    const latest = (await app.call("GET", "/o/acme/heartbeats/pinged", { token: cast.member })).body.lastSeenAt;
+    expect(Date.parse(latest)).toBeGreaterThan(Date.parse(first));
+    const rows = await db`select last_seen_at from heartbeats.heartbeats where name = 'pinged'`;
+    expect(rows).toHaveLength(1);
+  });
+
+  it("gives one identical rejection for a missing token, another organization's token, an unknown name and a wrong token", async () => {
+    const cases = {
+      missingToken: await ping(app, "pinged", undefined),
+      otherOrganizationsToken: await ping(app, "pinged", cast.otherIngestToken),
+      unknownName: await ping(app, "no-such-heartbeat", cast.ingestToken),
+      wrongToken: await ping(app, "pinged", "f".repeat(64)),
+      malformedToken: await ping(app, "pinged", "not-a-token"),
+      sessionInsteadOfIngestToken: await ping(app, "pinged", cast.owner),
+      unknownOrganization: await ping(app, "pinged", cast.ingestToken, "no-such-org"),
+    };
+    for (const [what, answer] of Object.entries(cases)) {
+      expect({ what, ...answer }).toEqual({ what, status: 404, text: '{"error":"not found"}', contentType: "application/json; charset=utf-8" });
+    }
+    // None of them touched the heartbeat.
+    const seen = (await app.call("GET", "/o/acme/heartbeats/pinged", { token: cast.member })).body.lastSeenAt;
+    await ping(app, "pinged", cast.otherIngestToken);
+    expect((await app.call("GET", "/o/acme/heartbeats/pinged", { token: cast.member })).body.lastSeenAt).toBe(seen);
+  });
+
+  it("takes the same time for every rejection (same work: one token lookup, one update)", async () => {
+    const kinds = {
+      missingToken: () => ping(app, "pinged", undefined),
+      otherOrganizationsToken: () => ping(app, "pinged", cast.otherIngestToken),
+      unknownName: () => ping(app, "no-such-heartbeat", cast.ingestToken),
+      wrongToken: () => ping(app, "pinged", "e".repeat(64)),
+    };
+    const samples: Record<string, number[]> = {};
+    for (let round = 0; round < 25; round++) {
+      for (const [name, call] of Object.entries(kinds)) {
+        const started = process.hrtime.bigint();
+        await call();
+        (samples[name] ??= []).push(Number(process.hrtime.bigint() - started) / 1e6);
+      }
+    }
+    const medians = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!]));
+    const values = Object.values(medians);
+    const spread = Math.max(...values) - Math.min(...values);
+    // A shortcut (skipping the lookup or the update) would show as a whole database round trip.
+    expect(spread, JSON.stringify(medians)).toBeLessThan(Math.max(1.5, 0.5 * Math.min(...values)));
+  });
+
+  it("is refused for a heartbeat of another organization with that organization's slug but this token", async () => {
+    await register(cast.otherAdmin, { name: "globex-job", expectedIntervalSeconds: 60, graceSeconds: 30 }, "globex");
+    const res = await ping(app, "globex-job", cast.ingestToken, "globex");
+    expect(res.status).toBe(404);
+    expect((await ping(app, "globex-job", cast.otherIngestToken, "globex")).status).toBe(204);
+  });
+});

@@ -1,0 +1,186 @@
+import { createClient, type Client } from "@connectrpc/connect";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { HeartbeatsService, SweepResponse } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { startApp, type TestApp } from "../../test/support/app.js";
+import { castOf, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+
+// Three processes share one database and sweep at the same moment; replicas that die mid-sweep
+// are stood in for by the state they leave behind. The periodic sweep is set far away so that
+// every sweep here is one the test asks for.
+
+let apps: TestApp[] = [];
+let sweepers: Client<typeof HeartbeatsService>[] = [];
+let cast: Cast;
+let db: postgres.Sql;
+
+beforeAll(async () => {
+  const env = { HEARTBEAT_SWEEP_SECONDS: "3600" };
+  const first = await startApp({ env });
+  apps = [first, await startApp({ env, databaseUrl: first.databaseUrl }), await startApp({ env, databaseUrl: first.databaseUrl })];
+  sweepers = apps.map((app) => heartbeatsClient(app.process.transport));
+  cast = await castOf(first);
+  db = postgres(first.databaseUrl, { max: 2, onnotice: () => {} });
+});
+
+afterAll(async () => {
+  await db?.end();
+  // The first app owns the database: stop it last.
+  for (const app of [...apps].reverse()) await app.stop();
+});
+
+/** One sweep on each of the three processes at the same moment, summed. */
+async function sweepEverywhere(): Promise<Omit<SweepResponse, "$typeName" | "$unknown">> {
+  const results = await Promise.all(sweepers.map((s) => s.sweep({})));
+  const sum = { silent: 0, opened: 0, delivered: 0, suppressed: 0, resumed: 0, failed: 0 };
+  for (const r of results) {
+    sum.silent += r.silent;
+    sum.opened += r.opened;
+    sum.delivered += r.delivered;
+    sum.suppressed += r.suppressed;
+    sum.resumed += r.resumed;
+    sum.failed += r.failed;
+  }
+  return sum;
+}
+
+async function heartbeatIncidents(names: string[]): Promise<{ id: string; entity: { id: string } }[]> {
+  const res = await apps[1]!.call("GET", "/o/acme/incidents?limit=1000", { token: cast.member });
+  expect(res.status).toBe(200);
+  return res.body.incidents.filter((i: { source: string; entity: { id: string } | null }) => i.source === "heartbeat" && names.includes(i.entity?.id ?? ""));
+}
+
+async function timelineKinds(id: string): Promise<string[]> {
+  const res = await apps[2]!.call("GET", `/o/acme/incidents/${id}`, { token: cast.member });
+  return res.body.timeline.map((e: { kind: string }) => e.kind);
+}
+
+/** Registers heartbeats due in two seconds and waits until they are overdue. */
+async function registerOverdue(names: string[]): Promise<void> {
+  let latestDue = 0;
+  for (const [i, name] of names.entries()) {
+    const app = apps[i % apps.length]!;
+    const res = await app.call("POST", "/o/acme/heartbeats", { token: cast.admin, body: { name, expectedIntervalSeconds: 1, graceSeconds: 1 } });
+    expect(res.status).toBe(201);
+    latestDue = Math.max(latestDue, Date.parse(res.body.dueAt));
+  }
+  const now = (await db<{ now: Date }[]>`select now()`)[0]!.now;
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, latestDue - now.getTime()) + 100));
+}
+
+/** What a sweep leaves behind when its process dies after detecting and claiming a silence. */
+async function deadReplicaClaim(name: string, leaseSeconds: number): Promise<string> {
+  const [row] = await db<{ id: string }[]>`
+    with due as (
+      select id, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
+      from heartbeats.heartbeats where name = ${name} and open_silence_id is null for update
+    ), s as (
+      insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, claim_token, claim_until)
+      select id, deadline, since, never_pinged, gen_random_uuid(), now() + make_interval(secs => ${leaseSeconds}) from due
+      returning id, heartbeat_id
+    )
+    update heartbeats.heartbeats h set open_silence_id = s.id from s where h.id = s.heartbeat_id returning s.id`;
+  return row!.id;
+}
+
+describe("sweeping from three processes", () => {
+  it("opens exactly one incident per silence when three processes sweep at the same moment, again and again", async () => {
+    const names = Array.from({ length: 24 }, (_, i) => `replicated-${i}`);
+    await registerOverdue(names);
+    const rounds = [];
+    for (let round = 0; round < 4; round++) rounds.push(await sweepEverywhere());
+    const total = rounds.reduce((a, r) => ({ silent: a.silent + r.silent, opened: a.opened + r.opened, failed: a.failed + r.failed }), { silent: 0, opened: 0, failed: 0 });
+    expect(total).toEqual({ silent: names.length, opened: names.length, failed: 0 });
+    const incidents = await heartbeatIncidents(names);
+    expect(incidents).toHaveLength(names.length);
+    expect(new Set(incidents.map((i) => i.entity.id)).size).toBe(names.length);
+    for (const incident of incidents.slice(0, 5)) expect(await timelineKinds(incident.id)).toEqual(["opened"]);
+    // One silence row and one domain event per silence.
+    const [{ silences }] = await db<[{ silences: number }]>`
+      select count(*)::int as silences from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id where h.name like 'replicated-%'`;
+    expect(silences).toBe(names.length);
+    const [counts] = await db<{ events: number; all_silences: number }[]>`
+      select (select count(*)::int from heartbeats.outbox where subject = 'events.heartbeat.silent') as events,
+             (select count(*)::int from heartbeats.silences) as all_silences`;
+    expect(counts!.events).toBe(counts!.all_silences);
+  });
+
+  it("records `resumed` once when the pinged heartbeat's silence is swept by three processes", async () => {
+    const names = ["replicated-resume"];
+    await registerOverdue(names);
+    expect((await sweepEverywhere()).opened).toBe(1);
+    expect((await ping(apps[1]!, "replicated-resume", cast.ingestToken)).status).toBe(204);
+    for (let round = 0; round < 3; round++) await sweepEverywhere();
+    const [incident] = await heartbeatIncidents(names);
+    expect(await timelineKinds(incident!.id)).toEqual(["opened", "resumed"]);
+    // It would fall silent again two seconds later and count in the next tests' sweeps.
+    expect((await apps[0]!.call("DELETE", "/o/acme/heartbeats/replicated-resume", { token: cast.admin })).status).toBe(204);
+  });
+});
+
+describe("a replica killed mid-sweep", () => {
+  it("loses nothing when it died after claiming a silence and before Record: the lease expires and another sweep delivers", async () => {
+    await registerOverdue(["crashed-before-record"]);
+    await deadReplicaClaim("crashed-before-record", 2);
+    // While the dead replica's lease holds, nobody else delivers and nobody detects it again.
+    expect(await sweepEverywhere()).toMatchObject({ silent: 0, delivered: 0 });
+    expect(await heartbeatIncidents(["crashed-before-record"])).toEqual([]);
+    await new Promise((resolve) => setTimeout(resolve, 2_100));
+    expect(await sweepEverywhere()).toMatchObject({ silent: 0, delivered: 1, opened: 1 });
+    expect(await heartbeatIncidents(["crashed-before-record"])).toHaveLength(1);
+  });
+
+  it("does not double when it died after Record and before marking the silence delivered", async () => {
+    await registerOverdue(["crashed-after-record"]);
+    const silenceId = await deadReplicaClaim("crashed-after-record", 1);
+    const [hb] = await db<{ org_id: string; org_slug: string }[]>`select org_id, org_slug from heartbeats.heartbeats where name = 'crashed-after-record'`;
+    // The dead replica's Record went through.
+    const incidents = createClient(IncidentsService, apps[0]!.process.transport);
+    const first = await incidents.record({
+      orgId: hb!.org_id,
+      orgSlug: hb!.org_slug,
+      alert: {
+        source: "heartbeat",
+        attachIdentity: "heartbeat:crashed-after-record",
+        eventId: `heartbeat-silence:${silenceId}`,
+        kind: "alert",
+        title: "Heartbeat crashed-after-record silent for 3s",
+        severity: "sev2",
+        entity: { kind: "heartbeat", id: "crashed-after-record" },
+      },
+    });
+    expect(first.outcome).toBe("opened");
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    // The next sweep repeats the delivery with the same event id: held once, no second incident.
+    expect(await sweepEverywhere()).toMatchObject({ delivered: 1, opened: 0 });
+    expect(await sweepEverywhere()).toMatchObject({ silent: 0, delivered: 0 });
+    const found = await heartbeatIncidents(["crashed-after-record"]);
+    expect(found.map((i) => i.id)).toEqual([first.incident!.id]);
+    expect(await timelineKinds(first.incident!.id)).toEqual(["opened"]);
+  });
+
+  it("delivers the `resumed` of a ping whose process died before recording it", async () => {
+    await registerOverdue(["crashed-after-ping"]);
+    expect((await sweepEverywhere()).opened).toBe(1);
+    // The ping's own write, committed; its process never got to Record.
+    await db`
+      update heartbeats.heartbeats set last_seen_at = now(), deadline = now() + interval '1 hour',
+        ended_silence_id = open_silence_id, silence_ended_at = now(), open_silence_id = null
+      where name = 'crashed-after-ping'`;
+    expect(await sweepEverywhere()).toMatchObject({ resumed: 1 });
+    expect(await sweepEverywhere()).toMatchObject({ resumed: 0 });
+    const [incident] = await heartbeatIncidents(["crashed-after-ping"]);
+    expect(await timelineKinds(incident!.id)).toEqual(["opened", "resumed"]);
+  });
+
+  it("retries on the next sweep a silence the incident core refused", async () => {
+    await registerOverdue(["refused-once"]);
+    // An organization slug the incident core refuses stands in for a failing core.
+    await db`update heartbeats.heartbeats set org_slug = '' where name = 'refused-once'`;
+    expect(await sweepEverywhere()).toMatchObject({ silent: 1, delivered: 0, failed: 1 });
+    await db`update heartbeats.heartbeats set org_slug = 'acme' where name = 'refused-once'`;
+    expect(await sweepEverywhere()).toMatchObject({ silent: 0, delivered: 1, opened: 1, failed: 0 });
+    expect(await heartbeatIncidents(["refused-once"])).toHaveLength(1);
+  });
+});

@@ -1,0 +1,159 @@
+import { afterAll, beforeAll, describe, it } from "vitest";
+import { startApp, type TestApp } from "../../test/support/app.js";
+import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+
+// Silence detection by the periodic sweep (every second here), the incident it opens through the
+// incident core, the `resumed` entry, and maintenance windows. Over real HTTP, real Postgres.
+
+const SWEEP_SECONDS = 1;
+let app: TestApp;
+let cast: Cast;
+
+beforeAll(async () => {
+  app = await startApp({ env: { HEARTBEAT_SWEEP_SECONDS: String(SWEEP_SECONDS) } });
+  cast = await castOf(app);
+});
+
+afterAll(async () => {
+  await app?.stop();
+});
+
+interface IncidentSummary {
+  id: string;
+  title: string;
+  severity: string;
+  state: string;
+  source: string;
+  entity: { kind: string; id: string } | null;
+  openedAt: string;
+}
+
+async function incidentsOf(name: string): Promise<IncidentSummary[]> {
+  const res = await app.call("GET", "/o/acme/incidents", { token: cast.member });
+  if (res.status !== 200) throw new Error(`listing incidents answered ${res.status}`);
+  return (res.body.incidents as IncidentSummary[]).filter((i) => i.entity?.kind === "heartbeat" && i.entity.id === name);
+}
+
+async function timelineOf(id: string): Promise<{ kind: string; summary: string | null; eventId: string | null }[]> {
+  const res = await app.call("GET", `/o/acme/incidents/${id}`, { token: cast.member });
+  if (res.status !== 200) throw new Error(`reading incident ${id} answered ${res.status}`);
+  return res.body.timeline;
+}
+
+async function registerFast(name: string): Promise<{ dueAt: string }> {
+  const res = await app.call("POST", "/o/acme/heartbeats", { token: cast.admin, body: { name, expectedIntervalSeconds: 1, graceSeconds: 1 } });
+  if (res.status !== 201) throw new Error(`registering ${name} answered ${res.status}`);
+  return res.body;
+}
+
+// Concurrent: each test waits on the clock for its own heartbeat.
+describe.concurrent("silence", () => {
+  it("opens an incident within one sweep interval after the deadline, naming the heartbeat and how long it was silent", async ({ expect }) => {
+    const registered = await registerFast("never-pinged");
+    const [incident] = await eventually("the silence incident", 10_000, async () => {
+      const found = await incidentsOf("never-pinged");
+      return found.length > 0 ? found : undefined;
+    });
+    expect(incident).toMatchObject({ source: "heartbeat", severity: "sev2", state: "open", entity: { kind: "heartbeat", id: "never-pinged" } });
+    expect(incident!.title).toMatch(/^Heartbeat never-pinged silent for \ds$/);
+    // Both times come from the database clock: caught within one sweep interval (plus the time
+    // the sweep itself takes) after crossing the deadline, and not before it.
+    const lag = Date.parse(incident!.openedAt) - Date.parse(registered.dueAt);
+    expect(lag).toBeGreaterThan(0);
+    expect(lag).toBeLessThan(SWEEP_SECONDS * 1000 + 750);
+    const timeline = await timelineOf(incident!.id);
+    expect(timeline[0]).toMatchObject({ kind: "opened" });
+    expect(timeline[0]!.summary).toContain("No ping from never-pinged since it was registered");
+    const read = await app.call("GET", "/o/acme/heartbeats/never-pinged", { token: cast.member });
+    expect(read.body).toMatchObject({ status: "silent", lastSeenAt: null });
+  });
+
+  it("counts from the last ping, and opens one incident per silence however many sweeps run", async ({ expect }) => {
+    await registerFast("steady");
+    expect((await ping(app, "steady", cast.ingestToken)).status).toBe(204);
+    const [incident] = await eventually("the silence incident", 10_000, async () => {
+      const found = await incidentsOf("steady");
+      return found.length > 0 ? found : undefined;
+    });
+    expect((await timelineOf(incident!.id))[0]!.summary).toContain("Last ping from steady at");
+    // Several timer sweeps and explicit ones later, still one incident and one entry.
+    const client = heartbeatsClient(app.process.transport);
+    for (let i = 0; i < 5; i++) await client.sweep({});
+    await new Promise((resolve) => setTimeout(resolve, 2.5 * SWEEP_SECONDS * 1000));
+    const after = await incidentsOf("steady");
+    expect(after.map((i) => i.id)).toEqual([incident!.id]);
+    expect((await timelineOf(incident!.id)).map((e) => e.kind)).toEqual(["opened"]);
+  });
+
+  it("records `resumed` on the open incident after a ping, without resolving it; a new silence attaches to it", async ({ expect }) => {
+    await registerFast("flaky");
+    const [incident] = await eventually("the silence incident", 10_000, async () => {
+      const found = await incidentsOf("flaky");
+      return found.length > 0 ? found : undefined;
+    });
+    expect((await ping(app, "flaky", cast.ingestToken)).status).toBe(204);
+    const timeline = await eventually("the resumed entry", 5_000, async () => {
+      const entries = await timelineOf(incident!.id);
+      return entries.some((e) => e.kind === "resumed") ? entries : undefined;
+    });
+    expect(timeline.map((e) => e.kind)).toEqual(["opened", "resumed"]);
+    expect(timeline[1]!.summary).toMatch(/^Ping received from flaky at .* after \d+s of silence\.$/);
+    const read = await app.call("GET", `/o/acme/incidents/${incident!.id}`, { token: cast.member });
+    expect(read.body.state).toBe("open");
+    expect((await app.call("GET", "/o/acme/heartbeats/flaky", { token: cast.member })).body.status).toBe("ok");
+    // Pinging again records nothing more.
+    expect((await ping(app, "flaky", cast.ingestToken)).status).toBe(204);
+    // Silent again: the incident is still open, so the new silence attaches to it (a repeat).
+    const again = await eventually("the second silence", 10_000, async () => {
+      const entries = await timelineOf(incident!.id);
+      return entries.some((e) => e.kind === "repeat") ? entries : undefined;
+    });
+    expect(again.map((e) => e.kind)).toEqual(["opened", "resumed", "repeat"]);
+    expect((await incidentsOf("flaky")).map((i) => i.id)).toEqual([incident!.id]);
+  });
+
+  it("opens a new incident for a later silence once a person resolved the previous one", async ({ expect }) => {
+    await registerFast("resolved-then-silent");
+    const [first] = await eventually("the first incident", 10_000, async () => {
+      const found = await incidentsOf("resolved-then-silent");
+      return found.length > 0 ? found : undefined;
+    });
+    expect((await ping(app, "resolved-then-silent", cast.ingestToken)).status).toBe(204);
+    await eventually("the resumed entry", 5_000, async () => ((await timelineOf(first!.id)).some((e) => e.kind === "resumed") ? true : undefined));
+    expect((await app.call("POST", `/o/acme/incidents/${first!.id}/resolve`, { token: cast.member })).status).toBe(200);
+    const second = await eventually("a second incident", 10_000, async () => {
+      const found = (await incidentsOf("resolved-then-silent")).filter((i) => i.id !== first!.id);
+      return found.length > 0 ? found : undefined;
+    });
+    expect(second).toHaveLength(1);
+    expect(second[0]!.state).toBe("open");
+  });
+
+  it("is suppressed by an active maintenance window that matches the heartbeat", async ({ expect }) => {
+    const now = Date.now();
+    const window = await app.call("POST", "/o/acme/maintenance-windows", {
+      token: cast.admin,
+      body: {
+        startsAt: new Date(now - 60_000).toISOString(),
+        endsAt: new Date(now + 3_600_000).toISOString(),
+        reason: "planned backup migration",
+        match: { sources: ["heartbeat"], entities: [{ kind: "heartbeat", id: "in-maintenance" }] },
+      },
+    });
+    expect(window.status).toBe(201);
+    await registerFast("in-maintenance");
+    // Another heartbeat silent at the same time is not covered by the window.
+    await registerFast("outside-maintenance");
+    await eventually("the uncovered heartbeat's incident", 10_000, async () => ((await incidentsOf("outside-maintenance")).length > 0 ? true : undefined));
+    const read = await app.call("GET", "/o/acme/heartbeats/in-maintenance", { token: cast.member });
+    expect(read.body.status).toBe("silent");
+    // Several sweeps later the covered one still has no incident; the suppression is audited.
+    await new Promise((resolve) => setTimeout(resolve, 2 * SWEEP_SECONDS * 1000));
+    expect(await incidentsOf("in-maintenance")).toEqual([]);
+    const audit = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
+    const suppressed = audit.body.events.filter(
+      (e: { kind: string; data: { entity?: { id?: string } } }) => e.kind === "trigger.suppressed" && e.data.entity?.id === "in-maintenance",
+    );
+    expect(suppressed).toHaveLength(1);
+  });
+});
