@@ -14,14 +14,16 @@ export interface ClusterOptions {
   port: number;
   gateways: number;
   intakes: number;
-  /** Prefix every line a process prints with its name. */
-  output?: "inherit" | "ignore";
+  /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
+  output?: "inherit" | "ignore" | "capture";
 }
 
 export interface ClusterProcess {
   name: string;
   port: number;
   child: ChildProcess;
+  /** The log lines printed so far, with output "capture". */
+  output: string[];
 }
 
 export interface Cluster {
@@ -72,9 +74,18 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     const instance = processes.filter((p) => p.name === name).length;
     const child = spawn(process.execPath, entry(name), {
       env: { ...options.env, PORT: String(port), SERVICE_INSTANCE: `${name}-${instance}` },
-      stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : "ignore",
+      stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
-    processes.push({ name, port, child });
+    const output: string[] = [];
+    for (const stream of [child.stdout, child.stderr]) {
+      let partial = "";
+      stream?.on("data", (chunk: Buffer) => {
+        const lines = (partial + chunk.toString("utf8")).split("\n");
+        partial = lines.pop() ?? "";
+        output.push(...lines);
+      });
+    }
+    processes.push({ name, port, child, output });
   }
   const cluster: Cluster = {
     gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),

@@ -4,6 +4,8 @@ import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import type { Logger } from "../runtime/logger.js";
+import { httpDuration, httpRequests } from "../runtime/metrics.js";
+import { runWithRequestId } from "../runtime/request-context.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -41,6 +43,11 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       return true;
     }
     const { route, params } = match;
+    const started = performance.now();
+    res.on("finish", () => {
+      httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
+      httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
+    });
     const limit = BODY_LIMITS[methodKey(route.method) as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
     const body = await readBody(req, limit);
     if (body === "too-large") {
@@ -75,7 +82,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     const abort = new AbortController();
     res.on("close", () => abort.abort());
     try {
-      const response = await transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never);
+      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never));
       const json = messageToHttpJson(route.method.output, response.message as never);
       const status = successStatus(route.method, json);
       if (status === 204) {
@@ -88,7 +95,8 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       const connectError = ConnectError.from(err);
       if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
       const answer = errorAnswer(route.method, connectError);
-      if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: connectError.code, msg: connectError.rawMessage }, "call failed");
+      if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], msg: connectError.rawMessage }, "call failed");
+      else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
       sendJson(res, answer.status, answer.body, answer.headers);
     }
     return true;

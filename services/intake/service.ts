@@ -5,6 +5,7 @@ import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { bearerToken } from "../runtime/auth.js";
+import { deliveries } from "../runtime/metrics.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
@@ -72,7 +73,13 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     outbox.poke();
   }
 
-  async function deliver(org: Organization, mapped: MappedDelivery, context: HandlerContext) {
+  async function deliver(org: Organization, source: string, mapped: MappedDelivery, context: HandlerContext) {
+    const answered = await deliverMapped(org, mapped, context);
+    deliveries.inc({ source, outcome: answered.outcome });
+    return answered;
+  }
+
+  async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext) {
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     if (mapped.outcome === "subscription-notice") {
       // Never fetched: an operator confirms with the token (see README).
@@ -99,7 +106,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);
       const mapped = mapOrRefuse(source, body);
       if (mapped.alert?.source === "remote") await requireConnection(org, mapped.alert, context);
-      return deliver(org, mapped, context);
+      return deliver(org, source.badge, mapped, context);
     },
 
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
@@ -109,7 +116,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       );
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
       if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
-      return deliver(org, mapOrRefuse(alertRouterSource, body), context);
+      return deliver(org, alertRouterSource.badge, mapOrRefuse(alertRouterSource, body), context);
     },
 
     async deliverChat(req: DeliverChatRequest, context: HandlerContext) {
@@ -126,7 +133,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
         return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
       }
       if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };
-      return deliver(org, mapOrRefuse(chatSource, body), context);
+      return deliver(org, chatSource.badge, mapOrRefuse(chatSource, body), context);
     },
   };
 
@@ -135,7 +142,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     try {
       await clients.remoteSources.resolveConnection({ orgId: org.id, connectionId }, { signal: context.signal });
     } catch (err) {
-      if (ConnectError.from(err).code === Code.NotFound) {
+      // The remote-source service refuses an unknown connection as an unprocessable payload
+      // (InvalidArgument); NotFound is accepted too. Either way the sender's field is at fault.
+      const code = ConnectError.from(err).code;
+      if (code === Code.NotFound || code === Code.InvalidArgument) {
         throw new UnprocessablePayloadError(`connectionId ${JSON.stringify(connectionId)} is not a remote source of this organization`);
       }
       throw new UnavailableError("unavailable");
@@ -147,9 +157,26 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     migrations,
     services: [IntakeService],
     register(router: ConnectRouter) {
-      router.service(IntakeService, impl as never);
+      router.service(IntakeService, countRefusals(impl) as never);
     },
   };
+}
+
+/** A delivery refused before it reached the incident core is counted as `refused`. */
+function countRefusals<T extends Record<string, (...args: never[]) => Promise<unknown>>>(handlers: T): T {
+  const counted: Record<string, unknown> = {};
+  for (const [name, handler] of Object.entries(handlers)) {
+    const source = name === "deliverChat" ? "chat" : name === "deliverAlertRouter" ? "alert-router" : "shared";
+    counted[name] = async (...args: never[]) => {
+      try {
+        return await handler(...args);
+      } catch (err) {
+        deliveries.inc({ source, outcome: "refused" });
+        throw err;
+      }
+    };
+  }
+  return counted as T;
 }
 
 function forwardedFor(context: HandlerContext): Record<string, string> {

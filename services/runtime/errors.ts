@@ -101,12 +101,19 @@ function isTransientFailure(err: unknown): boolean {
   );
 }
 
+/** Maps errors to Connect codes, and logs each call (debug) with its request id. */
 export function errorInterceptor(logger: Logger): Interceptor {
   return (next) => async (req) => {
+    const started = performance.now();
+    const method = `${req.service.typeName}/${req.method.name}`;
     try {
-      return await next(req);
+      const res = await next(req);
+      logger.debug({ method, ms: Math.round(performance.now() - started) }, "rpc served");
+      return res;
     } catch (err) {
-      throw toConnectError(err, logger, req.url);
+      const connectError = toConnectError(err, logger, method);
+      logger.debug({ method, ms: Math.round(performance.now() - started), code: Code[connectError.code] }, "rpc failed");
+      throw connectError;
     }
   };
 }

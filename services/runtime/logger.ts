@@ -1,4 +1,5 @@
 import { pino, type Logger } from "pino";
+import { currentRequestId } from "./request-context.js";
 
 export type { Logger };
 
@@ -6,6 +7,11 @@ export function createLogger(level: string, name: string): Logger {
   return pino({
     name,
     level,
+    // Every line written while serving a call names its request id, across processes.
+    mixin: () => {
+      const requestId = currentRequestId();
+      return requestId ? { requestId } : {};
+    },
     // Credentials never reach the logs, whatever a caller passes in.
     redact: {
       paths: ["authorization", "*.authorization", "token", "*.token", "secret", "*.secret", "password", "*.password", "webhookUrl", "*.webhookUrl"],

@@ -1,4 +1,4 @@
-import { Code, ConnectError, type ConnectRouter, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createUniversalHandlerClient, type UniversalClientFn, type UniversalHandler } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
@@ -117,18 +117,20 @@ const transportDefaults = {
 } as const;
 
 /** A Connect Transport whose calls travel as NATS requests. */
-export function createNatsTransport(nc: NatsConnection, options: { defaultTimeoutMs?: number } = {}): Transport {
+export function createNatsTransport(nc: NatsConnection, options: { defaultTimeoutMs?: number; interceptors?: Interceptor[] } = {}): Transport {
   return createTransport({
     ...transportDefaults,
+    interceptors: options.interceptors ?? [],
     httpClient: natsClient(nc, options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS),
     baseUrl: "nats://rpc",
   });
 }
 
 /** A Connect Transport that calls a router in this process (one-process mode and tests). */
-export function createInMemoryTransport(router: ConnectRouter): Transport {
+export function createInMemoryTransport(router: ConnectRouter, options: { interceptors?: Interceptor[] } = {}): Transport {
   return createTransport({
     ...transportDefaults,
+    interceptors: options.interceptors ?? [],
     httpClient: createUniversalHandlerClient(router.handlers),
     baseUrl: "https://in-memory",
   });

@@ -1,6 +1,7 @@
 import { toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import type { EventBus } from "./event-bus.js";
 import type { Logger } from "./logger.js";
+import { outboxPublished } from "./metrics.js";
 import type { Migration } from "./migrations.js";
 import type { Sql, TransactionSql } from "./database.js";
 
@@ -40,6 +41,8 @@ export interface OutboxRelay extends Outbox {
   stop(): Promise<void>;
   /** Publishes what is pending now; returns how many were published. */
   drain(): Promise<number>;
+  /** Age in seconds of the oldest event waiting to be published (0 when none waits). */
+  lagSeconds(): Promise<number>;
 }
 
 export function createOutboxRelay(options: {
@@ -75,6 +78,7 @@ export function createOutboxRelay(options: {
       const ids = rows.map((r) => r.id);
       await options.afterPublish?.(ids);
       await tx.unsafe(`update ${table} set published_at = now() where id = any($1::uuid[])`, [ids]);
+      outboxPublished.inc({ service: schema }, rows.length);
       return rows.length;
     });
   }
@@ -132,5 +136,11 @@ export function createOutboxRelay(options: {
       await running;
     },
     drain,
+    async lagSeconds() {
+      const [row] = await sql.unsafe<{ lag: number | null }[]>(
+        `select extract(epoch from now() - min(created_at))::float8 as lag from ${table} where published_at is null`,
+      );
+      return row?.lag ?? 0;
+    },
   };
 }

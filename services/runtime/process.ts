@@ -14,7 +14,9 @@ import { registerGrpcHealth } from "./grpc-health.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
+import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
 import { createOutboxRelay, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
@@ -89,14 +91,17 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     relays.push(relay);
   }
 
-  const interceptors = [errorInterceptor(logger)];
+  const interceptors = [requestIdServerInterceptor(), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [requestIdClientInterceptor(), rpcMetricsInterceptor(kind)];
   const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
   };
   const router = createConnectRouter({ interceptors });
   registerLocal(router);
-  const transport = nats ? createNatsTransport(nats) : createInMemoryTransport(router);
+  const transport = nats
+    ? createNatsTransport(nats, { interceptors: clientInterceptors("nats") })
+    : createInMemoryTransport(router, { interceptors: clientInterceptors("in-memory") });
   deferred.bind(transport);
   if (nats) serveRouterOverNats(nats, router, { logger, services: [...localServices] });
 
@@ -134,6 +139,13 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       if (req.method === "GET" && url.pathname === "/readyz") {
         const ok = await ready();
         return sendJson(res, ok ? 200 : 503, { status: ok ? "ready" : "not ready" });
+      }
+      if (req.method === "GET" && url.pathname === "/metrics") {
+        await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        const text = await registry.metrics();
+        res.writeHead(200, { "content-type": registry.contentType });
+        res.end(text);
+        return;
       }
       if (rest && (await rest(req, res, url))) return;
       if (extra && (await extra(req, res, url))) return;

@@ -5,7 +5,7 @@ import { callApi, freshDatabase, NATS_URL, OWNER, type TestApp } from "./app.js"
  * The whole service as separate processes over NATS (two gateways, two intakes) against a fresh
  * database, presented like TestApp: calls go to the first gateway; `gatewayUrls` has them all.
  */
-export async function startClusterApp(): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
+export async function startClusterApp(options: { env?: Record<string, string>; output?: "ignore" | "capture" } = {}): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
   const database = await freshDatabase();
   const cluster = await startCluster({
     env: {
@@ -19,7 +19,9 @@ export async function startClusterApp(): Promise<TestApp & { cluster: Cluster; g
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
       SHUTDOWN_GRACE_SECONDS: "1",
       DATABASE_POOL_SIZE: "4",
+      ...options.env,
     },
+    output: options.output ?? "ignore",
     port: 0,
     gateways: 2,
     intakes: 2,

@@ -1,0 +1,79 @@
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+
+/**
+ * The process's Prometheus metrics, served on GET /metrics. One registry per OS process: several
+ * services in one process share it, and each series names its service where that matters.
+ */
+export const registry = new Registry();
+collectDefaultMetrics({ register: registry });
+
+const latencyBuckets = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+export const httpRequests = new Counter({
+  name: "warroom_http_requests_total",
+  help: "Public HTTP requests by route template, method and status.",
+  labelNames: ["route", "method", "status"] as const,
+  registers: [registry],
+});
+
+export const httpDuration = new Histogram({
+  name: "warroom_http_request_duration_seconds",
+  help: "Public HTTP request duration by route template.",
+  labelNames: ["route"] as const,
+  buckets: latencyBuckets,
+  registers: [registry],
+});
+
+export const deliveries = new Counter({
+  name: "warroom_trigger_deliveries_total",
+  help: "Trigger deliveries by source badge and outcome (opened, attached, recorded, ignored, suppressed, refused).",
+  labelNames: ["source", "outcome"] as const,
+  registers: [registry],
+});
+
+export const rpcDuration = new Histogram({
+  name: "warroom_rpc_duration_seconds",
+  help: "Internal RPC latency seen by the caller, by method, transport and result code.",
+  labelNames: ["method", "transport", "code"] as const,
+  buckets: latencyBuckets,
+  registers: [registry],
+});
+
+export const outboxLag = new Gauge({
+  name: "warroom_outbox_lag_seconds",
+  help: "Age of the oldest unpublished outbox event, by service schema (0 when none waits).",
+  labelNames: ["service"] as const,
+  registers: [registry],
+});
+
+export const outboxPublished = new Counter({
+  name: "warroom_outbox_published_total",
+  help: "Outbox events published, by service schema.",
+  labelNames: ["service"] as const,
+  registers: [registry],
+});
+
+export const sweepDuration = new Histogram({
+  name: "warroom_heartbeat_sweep_duration_seconds",
+  help: "Duration of one heartbeat silence sweep.",
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  registers: [registry],
+});
+
+/** Times every call a transport makes. */
+export function rpcMetricsInterceptor(transport: "nats" | "in-memory"): Interceptor {
+  return (next) => async (req) => {
+    const started = performance.now();
+    const method = `${req.service.typeName}/${req.method.name}`;
+    try {
+      const res = await next(req);
+      rpcDuration.observe({ method, transport, code: "ok" }, (performance.now() - started) / 1000);
+      return res;
+    } catch (err) {
+      const code = err instanceof ConnectError ? Code[err.code] : "unknown";
+      rpcDuration.observe({ method, transport, code: code ?? "unknown" }, (performance.now() - started) / 1000);
+      throw err;
+    }
+  };
+}
