@@ -1,4 +1,4 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
+import { create, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AuditRecordedSchema, IncidentOpenedSchema, IncidentResolvedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { TransactionSql } from "../runtime/database.js";
@@ -13,6 +13,31 @@ export interface IncidentEvents {
   /** An audit record, stored by the identity service (which owns the audit log). */
   audit(tx: TransactionSql, e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): Promise<void>;
 }
+
+/**
+ * An outbox row built ahead of the statement that inserts it: the same (subject, payload) that
+ * Outbox.write inserts, for the single-statement writes of Record's fast paths, where the row is
+ * inserted by the statement's own CTE only if the change it describes happened.
+ */
+export interface OutboxRow {
+  subject: string;
+  payload: Buffer;
+}
+
+export const outboxRows = {
+  opened: (e: { orgId: string; incidentId: string; title: string; severity: string; source: string; at: Date }): OutboxRow => ({
+    subject: SUBJECTS.incidentOpened,
+    payload: Buffer.from(toBinary(IncidentOpenedSchema, create(IncidentOpenedSchema, { ...e, at: timestampFromDate(e.at) }))),
+  }),
+  timelineRecorded: (e: { orgId: string; incidentId: string; kind: string; at: Date }): OutboxRow => ({
+    subject: SUBJECTS.timelineRecorded,
+    payload: Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
+  }),
+  audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow => ({
+    subject: SUBJECTS.auditRecorded,
+    payload: Buffer.from(toBinary(AuditRecordedSchema, create(AuditRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
+  }),
+};
 
 export function createIncidentEvents(outbox: Outbox): IncidentEvents {
   return {

@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
@@ -6,7 +7,7 @@ import type { Config } from "../runtime/config.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import type { IncidentEvents } from "./domain-events.js";
+import { outboxRows, type IncidentEvents } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
 
@@ -16,11 +17,19 @@ import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SE
  * Exactly once comes from the database, never from this process: the partial unique index on
  * open incidents' attach identity decides which of many concurrent deliveries opens, and the
  * primary key of held_event_ids decides which records an event identifier. Everything a decision
- * writes (incident, held identifier, timeline entry, outbox events) commits in one transaction.
+ * writes (incident, held identifier, timeline entry, outbox events) commits atomically.
  *
- * Fast path: one read outside any transaction (active maintenance window, the open incident for
- * the identity, whether it holds the event identifier) settles suppressed, redelivered and
- * ignored deliveries without writing; everything it concluded is checked again by the writes.
+ * Round trips, because every delivery pays them:
+ * 1. One read (the probe): an active maintenance window, the open incident for the identity and
+ *    whether it holds the event identifier. Suppressed, redelivered and ignored deliveries end
+ *    here without a transaction (a suppression writes one audit row).
+ * 2. One statement that writes: open a new incident, or record on the open one, with its held
+ *    identifier, timeline entry and outbox rows in data-modifying CTEs (one statement is one
+ *    transaction). Times come from the probe's now(), the database clock, so the events can be
+ *    encoded before the statement runs.
+ * 3. Only when a concurrent writer changed the answer between the two (another delivery opened
+ *    the incident first, or a person resolved it): a transaction that looks again with fresh
+ *    statements until it decides.
  */
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
@@ -162,6 +171,73 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
     return row;
   }
 
+  /**
+   * Fast path for a delivery that should open: one statement inserts the incident, its held
+   * identifier, its `opened` entry and both events, or nothing at all when an incident for the
+   * identity is already open (then undefined: a concurrent delivery won, attach to it).
+   */
+  async function openInOneStatement(d: Delivery, now: Date): Promise<Written | undefined> {
+    const id = randomUUID();
+    const entryAt = d.occurredAt ?? now;
+    const opened = outboxRows.opened({ orgId: d.orgId, incidentId: id, title: d.title, severity: d.severity, source: d.source, at: now });
+    const recorded = outboxRows.timelineRecorded({ orgId: d.orgId, incidentId: id, kind: "opened", at: entryAt });
+    const [row] = await sql<Written[]>`
+      with opened as (
+        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
+        values (${id}, ${d.orgId}, ${d.title}, ${d.severity}, ${d.source}, ${d.entity?.kind ?? null}, ${d.entity?.id ?? null},
+                ${d.attachIdentity}, ${d.runbookUrl}, ${now})
+        on conflict (org_id, attach_identity) where state = 'open' do nothing
+        returning *
+      ), held as (
+        insert into incidents.held_event_ids (incident_id, event_id)
+        select id, ${d.eventId}::text from opened where ${d.eventId}::text <> ''
+      ), entry as (
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        select id, 'opened', ${entryAt}::timestamptz, ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
+        from opened
+        returning at
+      ), events as (
+        insert into incidents.outbox (subject, payload)
+        select subject, payload from (values (${opened.subject}::text, ${opened.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
+        where exists (select 1 from opened)
+      )
+      select o.*, (select at from entry) as entry_at from opened o`;
+    return row;
+  }
+
+  /**
+   * Fast path for a delivery on the incident the probe saw open: one statement records it
+   * unless the identifier is held (entry_at null), or finds the incident no longer open
+   * (undefined). The share lock orders it against a person resolving the incident.
+   */
+  async function recordInOneStatement(d: Delivery, incidentId: string, now: Date): Promise<Written | undefined> {
+    const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
+    const entryAt = d.occurredAt ?? now;
+    const recorded = outboxRows.timelineRecorded({ orgId: d.orgId, incidentId, kind, at: entryAt });
+    const [row] = await sql<Written[]>`
+      with target as (
+        select * from incidents.incidents where id = ${incidentId} and state = 'open' for share
+      ), held as (
+        insert into incidents.held_event_ids (incident_id, event_id)
+        select id, ${d.eventId}::text from target where ${d.eventId}::text <> ''
+        on conflict do nothing
+        returning incident_id
+      ), entry as (
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        select id, ${kind}::text, ${entryAt}::timestamptz, ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
+        from target
+        where ${d.eventId}::text = '' or exists (select 1 from held)
+        returning at
+      ), events as (
+        insert into incidents.outbox (subject, payload)
+        select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
+      )
+      select t.*, (select at from entry) as entry_at from target t`;
+    return row;
+  }
+
   async function findOpenId(tx: TransactionSql, d: Delivery): Promise<string | undefined> {
     const [row] = await tx<{ id: string }[]>`
       select id from incidents.incidents where org_id = ${d.orgId} and attach_identity = ${d.attachIdentity}::text and state = 'open'`;
@@ -169,12 +245,13 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
   }
 
   /**
-   * The writing path. `candidate` is the open incident the probe saw, if any. Each turn of the
-   * loop either decides or learns that a concurrent writer changed the answer (opened the
-   * incident first, or a person resolved it), which a fresh statement then sees.
+   * The slow path, after a concurrent writer changed what the probe saw. Each statement in this
+   * transaction takes a fresh snapshot, so each turn of the loop sees what has committed since:
+   * it either decides, or learns that the answer changed again and looks once more.
    */
-  async function decideAndWrite(d: Delivery, candidate: string | undefined): Promise<Decision> {
+  async function decideInTransaction(d: Delivery): Promise<Decision> {
     return sql.begin(async (tx) => {
+      let candidate = d.attachIdentity === null ? undefined : await findOpenId(tx, d);
       for (let turn = 0; turn < 8; turn++) {
         if (candidate === undefined) {
           if (d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
@@ -189,13 +266,17 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
           candidate = d.attachIdentity === null ? undefined : await findOpenId(tx, d);
           continue;
         }
-        if (written.entry_at) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident: written };
-        return d.kind === "alert"
-          ? { outcome: OUTCOMES.attached, incident: written, reason: REASONS.eventHeld }
-          : { outcome: OUTCOMES.ignored, reason: REASONS.eventHeld };
+        return afterRecording(d, written);
       }
       throw new UnavailableError("the incident changed under this delivery too many times; retry it");
     });
+  }
+
+  function afterRecording(d: Delivery, written: Written): Decision {
+    if (written.entry_at) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident: written };
+    return d.kind === "alert"
+      ? { outcome: OUTCOMES.attached, incident: written, reason: REASONS.eventHeld }
+      : { outcome: OUTCOMES.ignored, reason: REASONS.eventHeld };
   }
 
   function respond(d: Delivery, decision: Decision): RecordResponseInit {
@@ -216,7 +297,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       eventId: d.eventId,
       entity: d.entity ? { kind: d.entity.kind, id: d.entity.id } : null,
     };
-    await sql.begin((tx) => events.audit(tx, { orgId: d.orgId, kind: AUDIT_KINDS.triggerSuppressed, actor: `trigger:${d.source}`, at, data }));
+    const audit = outboxRows.audit({ orgId: d.orgId, kind: AUDIT_KINDS.triggerSuppressed, actor: `trigger:${d.source}`, at, data });
+    await sql`insert into incidents.outbox (subject, payload) values (${audit.subject}, ${audit.payload})`;
     outbox.poke();
     return { outcome: OUTCOMES.suppressed, maintenanceWindowId: windowId, reason: REASONS.suppressed };
   }
@@ -240,7 +322,16 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       }
       if (openId === undefined && d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
 
-      const decision = await decideAndWrite(d, openId);
+      let decision: Decision | undefined;
+      if (openId === undefined) {
+        const opened = await openInOneStatement(d, seen.db_now);
+        if (opened) decision = { outcome: OUTCOMES.opened, incident: opened };
+      } else {
+        const written = await recordInOneStatement(d, openId, seen.db_now);
+        if (written) decision = afterRecording(d, written);
+      }
+      // A concurrent writer changed the answer since the probe: settle it in a transaction.
+      decision ??= await decideInTransaction(d);
       if (decision.outcome !== "ignored") outbox.poke();
       return respond(d, decision);
     },
