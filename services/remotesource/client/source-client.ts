@@ -82,7 +82,7 @@ export class ReadRequestError extends Error {
 
 export interface SourceClient {
   readonly connection: SourceConnection;
-  /** One protocol call with a schema message (tenant already set); what happened, never a throw. */
+  /** One protocol call with a schema message (tenant already set; none for capabilities and health); what happened, never a throw. */
   call(call: ProtocolCall, request: unknown, options?: { present?: Presenting; budgetMs?: number }): Promise<CallOutcome>;
   /**
    * A read: the protocol request without `tenant` as JSON (the client adds it). Throws
@@ -239,7 +239,8 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const route = routeOf(name);
     const timeoutMs = Math.max(1, callOptions.budgetMs ?? budget);
     const present = callOptions.present ?? "connection";
-    return connection.transport === "grpc" ? callGrpc(route, request, present, timeoutMs) : callHttp(route, request, present, timeoutMs);
+    const message = request ?? create(route.method.input);
+    return connection.transport === "grpc" ? callGrpc(route, message, present, timeoutMs) : callHttp(route, message, present, timeoutMs);
   }
 
   async function read(name: ReadCall, request: JsonObject, readOptions: { budgetMs?: number } = {}): Promise<ReadOutcome> {
