@@ -1,0 +1,253 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startCluster, type Cluster } from "../../services/cluster.js";
+import { callApi, freshDatabase, OWNER, startApp, type TestApp } from "../support/app.js";
+import { freePort, startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+
+/**
+ * What the trigger and receiver end-to-end tests share: the two ways of running the service,
+ * the organization's credentials, the fixtures and a few calls.
+ */
+
+export type Mode = "one process" | "separate processes over NATS";
+export const MODES: Mode[] = ["one process", "separate processes over NATS"];
+
+/** workspaceUrl is `${PUBLIC_URL}/o/{org}/incidents/{id}`; fixed so the tests can say it exactly. */
+export const PUBLIC_URL = "https://warroom.example.test";
+
+const repoRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
+
+export interface IntakeApp extends TestApp {
+  mode: Mode;
+  /** Every gateway: one in one-process mode, two in the cluster. */
+  gatewayUrls: string[];
+  cluster?: Cluster;
+  nats?: PrivateNats;
+  /** The environment the cluster's processes run with (to start one of them again). */
+  clusterEnv?: NodeJS.ProcessEnv;
+}
+
+function secretsKey(): string {
+  return `test:${randomBytes(32).toString("base64")}`;
+}
+
+/**
+ * One process (in-memory transport), or every service as its own process over a private NATS
+ * server: two gateways and `intakes` intake replicas. The private server keeps these processes
+ * from answering (or being answered by) another test file's cluster on a shared NATS server.
+ */
+export async function startIntakeApp(mode: Mode, options: { intakes?: number } = {}): Promise<IntakeApp> {
+  const env = { PUBLIC_URL, SECRETS_KEYS: secretsKey() };
+  if (mode === "one process") {
+    const app = await startApp({ env });
+    return { ...app, mode, gatewayUrls: [app.url] };
+  }
+  const database = await freshDatabase();
+  const nats = await startPrivateNats();
+  const clusterEnv: NodeJS.ProcessEnv = {
+    ...process.env,
+    ...env,
+    DATABASE_URL: database.url,
+    NATS_URL: nats.url,
+    HOST: "127.0.0.1",
+    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn",
+    BOOTSTRAP_ORG_SLUG: OWNER.org,
+    BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+    BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+    SHUTDOWN_GRACE_SECONDS: "1",
+    DATABASE_POOL_SIZE: "4",
+  };
+  let cluster: Cluster;
+  try {
+    cluster = await startCluster({ env: clusterEnv, port: 0, gateways: 2, intakes: options.intakes ?? 2 });
+  } catch (err) {
+    await nats.cleanup();
+    await database.drop();
+    throw err;
+  }
+  const url = cluster.gatewayUrls[0]!;
+  const app: IntakeApp = {
+    mode,
+    url,
+    gatewayUrls: cluster.gatewayUrls,
+    cluster,
+    nats,
+    clusterEnv,
+    databaseUrl: database.url,
+    process: undefined as never,
+    async stop() {
+      await cluster.stop();
+      await nats.cleanup();
+      await database.drop();
+    },
+    call: (method, path, callOptions) => callApi(url, method, path, callOptions),
+    async ownerToken() {
+      const deadline = Date.now() + 30_000;
+      for (;;) {
+        const res = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+        if (res.status === 200) return res.body.accessToken as string;
+        // The identity process creates the organization just after it answers ready.
+        if (Date.now() > deadline) throw new Error(`login failed: ${res.status} ${JSON.stringify(res.body)}`);
+        await new Promise((r) => setTimeout(r, 200));
+      }
+    },
+  };
+  return app;
+}
+
+/** Starts one service of a running cluster again as its own process; resolves when it is ready. */
+export async function startClusterProcess(app: IntakeApp, name: string): Promise<ChildProcess> {
+  const port = await freePort();
+  const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, "services", name, "main.ts")], {
+    env: { ...app.clusterEnv, PORT: String(port), SERVICE_INSTANCE: `${name}-again` },
+    stdio: "ignore",
+  });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} while starting`);
+    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+    if (ok) return child;
+    if (Date.now() > deadline) {
+      child.kill("SIGKILL");
+      throw new Error(`${name} did not become ready`);
+    }
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
+/** Stops a child process and waits for it to exit. */
+export async function stopChild(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  child.kill("SIGTERM");
+  const timer = setTimeout(() => child.kill("SIGKILL"), 8000);
+  await exited;
+  clearTimeout(timer);
+}
+
+export interface Credentials {
+  owner: string;
+  ingestToken: string;
+  alertRouterSecret: string;
+  chatSecret: string;
+}
+
+/** Logs the owner in and issues the organization's ingest token and receiver secrets. */
+export async function issueCredentials(app: TestApp, org = OWNER.org, owner?: string): Promise<Credentials> {
+  const token = owner ?? (await app.ownerToken());
+  const issue = async (path: string, field: "token" | "secret") => {
+    const res = await app.call("POST", `/o/${org}/triggers/${path}`, { token });
+    if (res.status !== 200 && res.status !== 201) throw new Error(`issuing ${path} failed: ${res.status} ${JSON.stringify(res.body)}`);
+    return res.body[field] as string;
+  };
+  return {
+    owner: token,
+    ingestToken: await issue("ingest-token", "token"),
+    alertRouterSecret: await issue("alertrouter-secret", "secret"),
+    chatSecret: await issue("chat-secret", "secret"),
+  };
+}
+
+/** A fixture from test/fixtures, parsed, as a fresh copy each time. */
+export function fixture(path: string): any {
+  return JSON.parse(readFileSync(join(repoRoot, "test", "fixtures", path), "utf8"));
+}
+
+export function fixtureText(path: string): string {
+  return readFileSync(join(repoRoot, "test", "fixtures", path), "utf8");
+}
+
+let counter = 0;
+/** A value no other test in the run uses. */
+export function unique(prefix: string): string {
+  return `${prefix}-${Date.now().toString(36)}-${(++counter).toString(36)}-${randomBytes(3).toString("hex")}`;
+}
+
+export interface Answer {
+  status: number;
+  body: any;
+  headers: Headers;
+}
+
+/** POST /triggers with the ingest token (or none), JSON unless `raw` is given. */
+export function postTrigger(
+  app: TestApp,
+  token: string | undefined,
+  body: unknown,
+  options: { raw?: string | Buffer; contentType?: string; url?: string } = {},
+): Promise<Answer> {
+  const headers: Record<string, string> = {};
+  if (options.contentType) headers["content-type"] = options.contentType;
+  const raw = options.raw ?? (body === undefined ? undefined : JSON.stringify(body));
+  if (raw !== undefined && !options.contentType) headers["content-type"] = "application/json";
+  return callApi(options.url ?? app.url, "POST", "/triggers", { token, headers, raw });
+}
+
+export async function getIncident(app: TestApp, token: string, id: string): Promise<any> {
+  const res = await app.call("GET", `/o/${OWNER.org}/incidents/${id}`, { token });
+  if (res.status !== 200) throw new Error(`GET incident ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+export async function listIncidents(app: TestApp, token: string, state?: string): Promise<any[]> {
+  const query = state ? `?state=${state}&limit=1000` : "?limit=1000";
+  const res = await app.call("GET", `/o/${OWNER.org}/incidents${query}`, { token });
+  if (res.status !== 200) throw new Error(`GET incidents: ${res.status} ${JSON.stringify(res.body)}`);
+  return res.body.incidents as any[];
+}
+
+export async function resolveIncident(app: TestApp, token: string, id: string, action: "resolve" | "archive" = "resolve"): Promise<void> {
+  const res = await app.call("POST", `/o/${OWNER.org}/incidents/${id}/${action}`, { token });
+  if (res.status !== 200) throw new Error(`${action} ${id}: ${res.status} ${JSON.stringify(res.body)}`);
+}
+
+/** Runs `body` while a maintenance window with `match` is active, and deletes it afterwards. */
+export async function duringMaintenance<T>(
+  app: TestApp,
+  token: string,
+  match: { sources?: string[]; entities?: { kind: string; id: string }[] } | undefined,
+  body: (windowId: string) => Promise<T>,
+): Promise<T> {
+  const now = Date.now();
+  const created = await app.call("POST", `/o/${OWNER.org}/maintenance-windows`, {
+    token,
+    body: { startsAt: new Date(now - 60_000).toISOString(), endsAt: new Date(now + 3_600_000).toISOString(), reason: "planned work", ...(match ? { match } : {}) },
+  });
+  if (created.status !== 201 && created.status !== 200) throw new Error(`maintenance window: ${created.status} ${JSON.stringify(created.body)}`);
+  try {
+    return await body(created.body.id as string);
+  } finally {
+    const deleted = await app.call("DELETE", `/o/${OWNER.org}/maintenance-windows/${created.body.id}`, { token });
+    if (deleted.status !== 204) throw new Error(`deleting the maintenance window: ${deleted.status}`);
+  }
+}
+
+/** The organization's audit events of `kind`, waiting up to `timeoutMs` for `until` to hold. */
+export async function auditEvents(
+  app: TestApp,
+  token: string,
+  kind: string,
+  until: (events: any[]) => boolean = (events) => events.length > 0,
+  timeoutMs = 10_000,
+): Promise<any[]> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const res = await app.call("GET", `/o/${OWNER.org}/audit-events?limit=1000`, { token });
+    if (res.status !== 200) throw new Error(`GET audit-events: ${res.status} ${JSON.stringify(res.body)}`);
+    const events = (res.body.events as any[]).filter((event) => event.kind === kind);
+    // Audit records written by other services arrive through their outbox, a moment later.
+    if (until(events) || Date.now() > deadline) return events;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+
+/** What a suite reads once its file's beforeAll has started the app. */
+export interface SuiteContext {
+  app: IntakeApp;
+  creds: Credentials;
+}
