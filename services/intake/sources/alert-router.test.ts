@@ -57,7 +57,8 @@ describe("alert-router fixtures", () => {
     expect(alert).toMatchObject({
       source: "alert-router",
       attachIdentity: `alert-router:${GROUP_KEY}`,
-      eventId: expect.stringMatching(/^[0-9a-f]{64}$/),
+      // Every firing notification of the group records a repeat: no event identifier.
+      eventId: "",
       kind: "alert",
       title: "HighErrorRate",
       severity: "sev1",
@@ -77,22 +78,28 @@ describe("alert-router fixtures", () => {
     const resolved = alertOf(fixture("alertmanager/webhook-v4-resolved.json"));
     expect(resolved.kind).toBe("recovery");
     expect(resolved.attachIdentity).toBe(firing.attachIdentity);
-    expect(resolved.eventId).not.toBe(firing.eventId);
+    expect(resolved.eventId).toMatch(/^[0-9a-f]{64}$/);
     expect(resolved.occurredAt).toMatchObject({ seconds: 1718187887n, nanos: 513_000_000 });
   });
 
-  it("an exact redelivery has the same event id, whatever the order of its alerts", () => {
+  it("a firing notification sent again (repeat interval or retry) carries no event id, so it records a repeat", () => {
     const body = fixture("alertmanager/webhook-v4-firing.json");
-    const reordered = fixture("alertmanager/webhook-v4-firing.json");
+    expect(alertOf(body).eventId).toBe("");
+    expect(alertOf(fixture("alertmanager/webhook-v4-firing.json")).eventId).toBe("");
+  });
+
+  it("a retried resolved notification has the same event id, whatever the order of its alerts", () => {
+    const body = fixture("alertmanager/webhook-v4-resolved.json");
+    const reordered = fixture("alertmanager/webhook-v4-resolved.json");
     reordered.alerts.reverse();
     expect(alertOf(reordered).eventId).toBe(alertOf(body).eventId);
   });
 
-  it("a changed group (alert added, restarted or resolved) is a new notification", () => {
-    const body = fixture("alertmanager/webhook-v4-firing.json");
-    const restarted = fixture("alertmanager/webhook-v4-firing.json");
+  it("a changed resolved group (alert added, restarted or ended later) is a new notification", () => {
+    const body = fixture("alertmanager/webhook-v4-resolved.json");
+    const restarted = fixture("alertmanager/webhook-v4-resolved.json");
     restarted.alerts[1].startsAt = "2024-06-12T11:00:00Z";
-    const shrunk = fixture("alertmanager/webhook-v4-firing.json");
+    const shrunk = fixture("alertmanager/webhook-v4-resolved.json");
     shrunk.alerts.pop();
     expect(alertOf(restarted).eventId).not.toBe(alertOf(body).eventId);
     expect(alertOf(shrunk).eventId).not.toBe(alertOf(body).eventId);

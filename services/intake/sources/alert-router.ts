@@ -69,7 +69,10 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
   return toAlertDelivery({
     source: badge,
     attachIdentity: `${badge}:${notification.groupKey}`,
-    eventId: notificationDigest(notification.groupKey, notification.status, alerts),
+    // Spec: a delivery with the same group key records a repeat whatever it carries, and the
+    // router's repeat_interval re-sends an unchanged group, so a firing notification has no event
+    // identifier. A resolved one is recorded once: a retried post of it is not a second recovery.
+    eventId: resolved ? notificationDigest(notification.groupKey, notification.status, alerts) : "",
     kind: resolved ? "recovery" : "alert",
     title: label("alertname") ?? DEFAULT_TITLE,
     severity: severityForLabel(label("severity")),
@@ -121,10 +124,10 @@ function serviceEntity(service: string | undefined, job: string | undefined): En
 }
 
 /**
- * The router re-sends a group on its repeat interval and retries failed posts with the same
- * body. The digest of the group key, the status and each alert's fingerprint, start and end is
- * the same for an exact redelivery, so it is not recorded twice, and changes as soon as an alert
- * joins, leaves, starts again or resolves. Alert order does not matter.
+ * The event identifier of a resolved notification: the digest of the group key, the status and
+ * each alert's fingerprint, start and end is the same for a retried post, so it is not recorded
+ * twice, and changes as soon as an alert joins, leaves, starts again or resolves. Alert order
+ * does not matter.
  */
 function notificationDigest(groupKey: string, status: string | undefined, alerts: readonly RoutedAlert[]): string {
   const alertKeys = alerts
