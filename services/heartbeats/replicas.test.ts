@@ -178,7 +178,11 @@ describe("a replica killed mid-sweep", () => {
     await registerOverdue(["refused-once"]);
     // An organization slug the incident core refuses stands in for a failing core.
     await db`update heartbeats.heartbeats set org_slug = '' where name = 'refused-once'`;
-    expect(await sweepEverywhere()).toMatchObject({ silent: 1, delivered: 0, failed: 1 });
+    const refused = await sweepEverywhere();
+    expect(refused).toMatchObject({ silent: 1, delivered: 0 });
+    // Each of the three sweeps may try it once (a refused delivery is released at once).
+    expect(refused.failed).toBeGreaterThanOrEqual(1);
+    expect(refused.failed).toBeLessThanOrEqual(3);
     await db`update heartbeats.heartbeats set org_slug = 'acme' where name = 'refused-once'`;
     expect(await sweepEverywhere()).toMatchObject({ silent: 0, delivered: 1, opened: 1, failed: 0 });
     expect(await heartbeatIncidents(["refused-once"])).toHaveLength(1);

@@ -52,6 +52,12 @@ interface ClaimedAlert {
   silent_seconds: number;
 }
 
+interface Recorded {
+  id: string;
+  outcome: string;
+  incidentId: string;
+}
+
 interface ClaimedResume {
   id: string;
   since: Date;
@@ -95,7 +101,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         extract(epoch from (case when h.ended_silence_id = s.id then h.silence_ended_at else now() end) - s.since)::float8 as silent_seconds`;
   }
 
-  async function deliverAlert(token: string, row: ClaimedAlert): Promise<string | undefined> {
+  async function recordAlert(token: string, row: ClaimedAlert): Promise<Recorded | undefined> {
     const silentFor = formatDuration(row.silent_seconds);
     const every = formatDuration(row.expected_interval_seconds);
     const grace = formatDuration(row.grace_seconds);
@@ -129,17 +135,27 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         },
         { timeoutMs: RECORD_TIMEOUT_MS },
       );
-      await sql`
-        update heartbeats.silences
-        set alert_recorded_at = now(), alert_outcome = ${response.outcome}, incident_id = ${response.incident?.id ?? null},
-            claim_token = null, claim_until = null
-        where id = ${row.id} and claim_token = ${token}`;
-      return response.outcome;
+      return { id: row.id, outcome: response.outcome, incidentId: response.incident?.id ?? "" };
     } catch (err) {
       await release(token, row.id);
       logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not hand a silence to the incident core; the next sweep retries");
       return undefined;
     }
+  }
+
+  /**
+   * Marks a batch delivered in one statement. Until it commits the silences stay claimed; if it
+   * never does, the lease expires and they are handed over again under the same event ids.
+   */
+  async function markAlertsRecorded(token: string, recorded: Recorded[]): Promise<void> {
+    if (recorded.length === 0) return;
+    await sql`
+      update heartbeats.silences s
+      set alert_recorded_at = now(), alert_outcome = d.outcome, incident_id = nullif(d.incident_id, ''),
+          claim_token = null, claim_until = null
+      from unnest(${recorded.map((r) => r.id)}::uuid[], ${recorded.map((r) => r.outcome)}::text[], ${recorded.map((r) => r.incidentId)}::text[])
+        as d(id, outcome, incident_id)
+      where s.id = d.id and s.claim_token = ${token}`;
   }
 
   async function claimResumes(token: string, onlySilenceId: string | undefined): Promise<ClaimedResume[]> {
@@ -218,16 +234,13 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
       for (;;) {
         const rows = await claimAlerts(token);
         if (rows.length === 0) break;
-        const outcomes = await mapConcurrent(rows, CONCURRENCY, (row) => deliverAlert(token, row));
-        let failedHere = 0;
-        for (const outcome of outcomes) {
-          if (outcome === undefined) failedHere++;
-          else {
-            counts.delivered++;
-            if (outcome === "opened") counts.opened++;
-            if (outcome === "suppressed") counts.suppressed++;
-          }
-        }
+        const results = await mapConcurrent(rows, CONCURRENCY, (row) => recordAlert(token, row));
+        const recorded = results.filter((r): r is Recorded => r !== undefined);
+        await markAlertsRecorded(token, recorded);
+        const failedHere = rows.length - recorded.length;
+        counts.delivered += recorded.length;
+        counts.opened += recorded.filter((r) => r.outcome === "opened").length;
+        counts.suppressed += recorded.filter((r) => r.outcome === "suppressed").length;
         counts.failed += failedHere;
         // The incident core is not answering: leave the rest to the next sweep.
         if (failedHere === rows.length || rows.length < BATCH) break;
