@@ -3,7 +3,11 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { connect } from "@nats-io/transport-node";
+import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { startCluster, type Cluster } from "../../services/cluster.js";
+import { createNatsTransport } from "../../services/runtime/nats-transport.js";
 import { callApi, freshDatabase, OWNER, startApp, type TestApp } from "../support/app.js";
 import { freePort, startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
@@ -232,10 +236,11 @@ export async function auditEvents(
   kind: string,
   until: (events: any[]) => boolean = (events) => events.length > 0,
   timeoutMs = 10_000,
+  org = OWNER.org,
 ): Promise<any[]> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const res = await app.call("GET", `/o/${OWNER.org}/audit-events?limit=1000`, { token });
+    const res = await app.call("GET", `/o/${org}/audit-events?limit=1000`, { token });
     if (res.status !== 200) throw new Error(`GET audit-events: ${res.status} ${JSON.stringify(res.body)}`);
     const events = (res.body.events as any[]).filter((event) => event.kind === kind);
     // Audit records written by other services arrive through their outbox, a moment later.
@@ -250,4 +255,27 @@ export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{1
 export interface SuiteContext {
   app: IntakeApp;
   creds: Credentials;
+}
+
+/**
+ * A second organization with its own owner and credentials, created the way an operator does
+ * (the identity service's Bootstrap), over the app's own transport.
+ */
+export async function bootstrapOrg(app: IntakeApp, slug: string): Promise<Credentials> {
+  const owner = { email: `owner@${slug}.test`, password: "another horse battery" };
+  const call = async (transport: Parameters<typeof createClient>[1]) =>
+    createClient(IdentityService, transport).bootstrap({ orgSlug: slug, ownerEmail: owner.email, ownerPassword: owner.password });
+  if (app.nats) {
+    const nc = await connect({ servers: app.nats.url });
+    try {
+      await call(createNatsTransport(nc));
+    } finally {
+      await nc.close();
+    }
+  } else {
+    await call(app.process.transport);
+  }
+  const login = await app.call("POST", "/auth/login", { body: { ...owner, orgSlug: slug } });
+  if (login.status !== 200) throw new Error(`login to ${slug} failed: ${login.status}`);
+  return issueCredentials(app, slug, login.body.accessToken as string);
 }
