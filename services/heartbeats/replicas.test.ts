@@ -1,6 +1,8 @@
+import { fromBinary } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { HeartbeatsService, SweepResponse } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
@@ -31,7 +33,7 @@ afterAll(async () => {
 });
 
 /** One sweep on each of the three processes at the same moment, summed. */
-async function sweepEverywhere(): Promise<Omit<SweepResponse, "$typeName" | "$unknown">> {
+async function sweepEverywhere(): Promise<Pick<SweepResponse, "silent" | "opened" | "delivered" | "suppressed" | "resumed" | "failed">> {
   const results = await Promise.all(sweepers.map((s) => s.sweep({})));
   const sum = { silent: 0, opened: 0, delivered: 0, suppressed: 0, resumed: 0, failed: 0 };
   for (const r of results) {
@@ -104,6 +106,10 @@ describe("sweeping from three processes", () => {
       select (select count(*)::int from heartbeats.outbox where subject = 'events.heartbeat.silent') as events,
              (select count(*)::int from heartbeats.silences) as all_silences`;
     expect(counts!.events).toBe(counts!.all_silences);
+    const [event] = await db<{ payload: Buffer }[]>`select payload from heartbeats.outbox where subject = 'events.heartbeat.silent' limit 1`;
+    const silent = fromBinary(HeartbeatSilentSchema, new Uint8Array(event!.payload));
+    expect(silent.name).toMatch(/^replicated-\d+$/);
+    expect(silent.silentSeconds).toBeGreaterThanOrEqual(2n);
   });
 
   it("records `resumed` once when the pinged heartbeat's silence is swept by three processes", async () => {

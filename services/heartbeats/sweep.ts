@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
-import { create } from "@bufbuild/protobuf";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { Sql } from "../runtime/database.js";
+import { HeartbeatSilentSchema, type HeartbeatSilent } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Sql, TransactionSql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import type { Outbox } from "../runtime/outbox.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
@@ -19,6 +19,8 @@ export interface SweepResult {
   suppressed: number;
   resumed: number;
   failed: number;
+  detectMilliseconds: number;
+  deliverMilliseconds: number;
 }
 
 export interface Sweeper {
@@ -68,23 +70,31 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
         update heartbeats.heartbeats h set open_silence_id = opened.id
         from opened where h.id = opened.heartbeat_id
         returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
-      await Promise.all(
+      await writeSilentEvents(
+        tx,
         rows.map((row) =>
-          outbox.write(
-            tx,
-            SILENT_SUBJECT,
-            HeartbeatSilentSchema,
-            create(HeartbeatSilentSchema, {
-              orgId: row.org_id,
-              name: row.name,
-              silentSeconds: BigInt(Math.floor(row.silent_seconds)),
-              at: timestampFromDate(row.now),
-            }),
-          ),
+          create(HeartbeatSilentSchema, {
+            orgId: row.org_id,
+            name: row.name,
+            silentSeconds: BigInt(Math.floor(row.silent_seconds)),
+            at: timestampFromDate(row.now),
+          }),
         ),
       );
       return rows.length;
     });
+  }
+
+  /**
+   * The outbox rows of one detection batch in one INSERT: a thousand silences cost one round trip
+   * instead of a thousand. Same table and columns as the outbox's own write, same transaction.
+   */
+  async function writeSilentEvents(tx: TransactionSql, events: HeartbeatSilent[]): Promise<void> {
+    if (events.length === 0) return;
+    const payloads = events.map((event) => Buffer.from(toBinary(HeartbeatSilentSchema, event)).toString("base64"));
+    await tx`
+      insert into heartbeats.outbox (subject, payload)
+      select ${SILENT_SUBJECT}, decode(payload, 'base64') from unnest(${payloads}::text[]) as payload`;
   }
 
   async function cleanup(): Promise<void> {
@@ -96,6 +106,7 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
   }
 
   async function sweep(): Promise<SweepResult> {
+    const started = performance.now();
     let silent = 0;
     for (;;) {
       const n = await detectBatch();
@@ -106,8 +117,10 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     // One token for this sweep: rows it failed to deliver keep it, so this sweep does not loop
     // on them; the next sweep retries them.
     const token = randomUUID();
+    const detected = performance.now();
     const alerts = await delivery.deliverAlerts(token);
     const resumes = await delivery.deliverResumes(token);
+    const delivered = performance.now();
     await cleanup();
     const result = {
       silent,
@@ -116,6 +129,8 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
       suppressed: alerts.suppressed,
       resumed: resumes.resumed,
       failed: alerts.failed + resumes.failed,
+      detectMilliseconds: Math.round(detected - started),
+      deliverMilliseconds: Math.round(delivered - detected),
     };
     if (silent > 0 || result.delivered > 0 || result.resumed > 0 || result.failed > 0) logger.info(result, "heartbeat sweep");
     return result;
