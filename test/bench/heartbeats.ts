@@ -1,0 +1,290 @@
+import { fork, type ChildProcess } from "node:child_process";
+import http from "node:http";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import postgres from "postgres";
+import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { allServices } from "../../services/all-services.js";
+import { runProcess } from "../../services/runtime/process.js";
+import { callApi, freshDatabase, OWNER } from "../support/app.js";
+import { printTable } from "./stats.js";
+
+/**
+ * Heartbeats under load: pings per second at 50 concurrent connections against a real Postgres,
+ * and the time of one sweep with 100,000 registered heartbeats of which 1,000 are overdue.
+ *
+ * The service runs in a child process (the whole one-process app, as `npm start` runs it); this
+ * process only generates load. Floors measured in the same run: a bare HTTP server answering 204
+ * from a child process, and bare single-row UPDATEs by primary key at the same concurrency.
+ */
+
+const CONNECTIONS = 50;
+const WARMUP_MS = 2_000;
+const MEASURE_MS = 10_000;
+const PING_HEARTBEATS = 1_000;
+const REGISTERED = 100_000;
+const OVERDUE = 1_000;
+
+interface SweepFigures {
+  ms: number;
+  detectMs: number;
+  deliverMs: number;
+  silent: number;
+  opened: number;
+  delivered: number;
+  failed: number;
+}
+
+type ChildMessage = { url: string } | { sweep: SweepFigures } | { cpuMs: number };
+
+/** Child side: `--serve <databaseUrl>` runs the app; `--bare-http` a server that only answers 204. */
+async function serveChild(): Promise<void> {
+  const mode = process.argv[2];
+  if (mode === "--bare-http") {
+    const server = http.createServer((_req, res) => {
+      res.writeHead(204);
+      res.end();
+    });
+    server.keepAliveTimeout = 60_000;
+    process.on("message", (message: string) => {
+      if (message === "cpu") process.send!({ cpuMs: cpuMs() });
+    });
+    server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
+    return;
+  }
+  const running = await runProcess({
+    name: "bench",
+    services: allServices,
+    gateway: true,
+    env: {
+      DATABASE_URL: process.argv[3]!,
+      DATABASE_POOL_SIZE: "20",
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      // Only the sweeps this benchmark asks for.
+      HEARTBEAT_SWEEP_SECONDS: "86400",
+    },
+  });
+  const heartbeats = createClient(HeartbeatsService, running.transport);
+  process.on("message", async (message: string) => {
+    if (message === "sweep") {
+      const started = performance.now();
+      const result = await heartbeats.sweep({});
+      const ms = performance.now() - started;
+      const figures: SweepFigures = {
+        ms,
+        detectMs: result.detectMilliseconds,
+        deliverMs: result.deliverMilliseconds,
+        silent: result.silent,
+        opened: result.opened,
+        delivered: result.delivered,
+        failed: result.failed,
+      };
+      process.send!({ sweep: figures });
+    } else if (message === "cpu") {
+      process.send!({ cpuMs: cpuMs() });
+    } else if (message === "stop") {
+      await running.stop();
+      process.exit(0);
+    }
+  });
+  process.send!({ url: running.url });
+}
+
+function cpuMs(): number {
+  const usage = process.cpuUsage();
+  return (usage.user + usage.system) / 1000;
+}
+
+function startChild(args: string[]): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(fileURLToPath(import.meta.url), args, { stdio: "inherit" });
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
+    child.once("message", (m: ChildMessage) => {
+      if ("url" in m) resolve({ child, url: m.url });
+    });
+  });
+}
+
+function askChild<T>(child: ChildProcess, message: string, pick: (m: ChildMessage) => T | undefined): Promise<T> {
+  return new Promise((resolve) => {
+    const onMessage = (m: ChildMessage) => {
+      const value = pick(m);
+      if (value === undefined) return;
+      child.off("message", onMessage);
+      resolve(value);
+    };
+    child.on("message", onMessage);
+    child.send(message);
+  });
+}
+
+/** `CONNECTIONS` keep-alive connections, each sending requests back to back; counts answers in the window. */
+/** `load` plus the server's CPU time per answered request over the whole run (warm-up included). */
+async function loadServer(child: ChildProcess, url: string, request: (i: number) => { path: string; headers: Record<string, string> }, expectStatus: number) {
+  const pickCpu = (m: ChildMessage) => ("cpuMs" in m ? m.cpuMs : undefined);
+  const before = await askChild(child, "cpu", pickCpu);
+  const result = await load(url, request, expectStatus);
+  const after = await askChild(child, "cpu", pickCpu);
+  return { ...result, serverCpuMsPerRequest: (after - before) / result.total };
+}
+
+async function load(url: string, request: (i: number) => { path: string; headers: Record<string, string> }, expectStatus: number): Promise<{ perSecond: number; unexpected: number; total: number }> {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
+  const target = new URL(url);
+  let counting = false;
+  let stop = false;
+  let done = 0;
+  let total = 0;
+  let unexpected = 0;
+  let sequence = 0;
+  const one = (): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const { path, headers } = request(sequence++);
+      const req = http.request({ host: target.hostname, port: target.port, path, method: "POST", agent, headers }, (res) => {
+        res.resume();
+        res.on("end", () => resolve(res.statusCode ?? 0));
+      });
+      req.on("error", reject);
+      req.end();
+    });
+  const workers = Array.from({ length: CONNECTIONS }, async () => {
+    while (!stop) {
+      const status = await one();
+      total++;
+      if (!counting) continue;
+      done++;
+      if (status !== expectStatus) unexpected++;
+    }
+  });
+  await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
+  counting = true;
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, MEASURE_MS));
+  counting = false;
+  const seconds = (performance.now() - started) / 1000;
+  const counted = done;
+  stop = true;
+  await Promise.all(workers);
+  agent.destroy();
+  return { perSecond: Math.round(counted / seconds), unexpected, total };
+}
+
+/** Bare Postgres: single-row UPDATEs by primary key at the same concurrency. */
+async function bareUpdates(databaseUrl: string): Promise<number> {
+  const sql = postgres(databaseUrl, { max: CONNECTIONS, onnotice: () => {} });
+  await sql`create table bench_floor (id int primary key, touched_at timestamptz)`;
+  await sql`insert into bench_floor select g, now() from generate_series(1, ${PING_HEARTBEATS}) g`;
+  let counting = false;
+  let stop = false;
+  let done = 0;
+  let sequence = 0;
+  const workers = Array.from({ length: CONNECTIONS }, async () => {
+    while (!stop) {
+      await sql`update bench_floor set touched_at = now() where id = ${(sequence++ % PING_HEARTBEATS) + 1}`;
+      if (counting) done++;
+    }
+  });
+  await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
+  counting = true;
+  const started = performance.now();
+  await new Promise((resolve) => setTimeout(resolve, MEASURE_MS));
+  counting = false;
+  const seconds = (performance.now() - started) / 1000;
+  const counted = done;
+  stop = true;
+  await Promise.all(workers);
+  await sql`drop table bench_floor`;
+  await sql.end();
+  return Math.round(counted / seconds);
+}
+
+function sweepRow(label: string, f: SweepFigures): Record<string, string | number> {
+  return {
+    sweep: label,
+    "total (ms)": Math.round(f.ms),
+    "detect (ms)": f.detectMs,
+    "hand to incident core (ms)": f.deliverMs,
+    silent: f.silent,
+    opened: f.opened,
+    failed: f.failed,
+  };
+}
+
+export async function benchHeartbeats(): Promise<void> {
+  const database = await freshDatabase();
+  const { child, url } = await startChild(["--serve", database.url]);
+  const sql = postgres(database.url, { max: 2, onnotice: () => {} });
+  try {
+    const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+    const issued = await callApi(url, "POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: login.body.accessToken });
+    const ingestToken = issued.body.token as string;
+    const [org] = await sql<{ id: string }[]>`select id from identity.organizations where slug = ${OWNER.org}`;
+    const orgId = org!.id;
+
+    // Pings: many heartbeats, as many jobs would send them.
+    await sql`
+      insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, deadline)
+      select ${orgId}, ${OWNER.org}, 'ping-' || g, 3600, 600, now() + interval '70 minutes' from generate_series(0, ${PING_HEARTBEATS - 1}) g`;
+    await sql`analyze heartbeats.heartbeats`;
+    const pingRequest = (i: number) => ({
+      path: `/o/${OWNER.org}/heartbeats/ping-${i % PING_HEARTBEATS}/ping`,
+      headers: { authorization: `Bearer ${ingestToken}` },
+    });
+    const pings = await loadServer(child, url, pingRequest, 204);
+    const rejected = await loadServer(child, url, (i) => ({ path: `/o/${OWNER.org}/heartbeats/unknown-${i % PING_HEARTBEATS}/ping`, headers: { authorization: `Bearer ${ingestToken}` } }), 404);
+
+    const bare = await startChild(["--bare-http"]);
+    const bareHttp = await loadServer(bare.child, bare.url, () => ({ path: "/", headers: {} }), 204);
+    bare.child.kill();
+    const bareSql = await bareUpdates(database.url);
+
+    const cpu = (r: { serverCpuMsPerRequest: number }) => r.serverCpuMsPerRequest.toFixed(3);
+    printTable(`Pings at ${CONNECTIONS} concurrent connections (${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up), ${PING_HEARTBEATS} heartbeats`, [
+      { what: "ping, accepted (204)", "requests/s": pings.perSecond, "server CPU ms/request": cpu(pings), "unexpected answers": pings.unexpected },
+      { what: "ping, refused (404, unknown name)", "requests/s": rejected.perSecond, "server CPU ms/request": cpu(rejected), "unexpected answers": rejected.unexpected },
+      { what: "floor: bare HTTP server answering 204", "requests/s": bareHttp.perSecond, "server CPU ms/request": cpu(bareHttp), "unexpected answers": bareHttp.unexpected },
+      { what: "floor: bare Postgres single-row UPDATE", "requests/s": bareSql, "server CPU ms/request": "-", "unexpected answers": 0 },
+    ]);
+
+    // Sweep: 100,000 registered, 1,000 of them overdue.
+    const fill = REGISTERED - PING_HEARTBEATS;
+    await sql`
+      insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, created_at, last_seen_at, deadline)
+      select ${orgId}, ${OWNER.org}, 'job-' || g, 300, 60, now() - interval '2 hours',
+             now() - case when g < ${OVERDUE} then interval '1 hour' else interval '10 seconds' end,
+             now() - case when g < ${OVERDUE} then interval '1 hour' else interval '10 seconds' end + interval '360 seconds'
+      from generate_series(0, ${fill - 1}) g`;
+    await sql`vacuum analyze heartbeats.heartbeats`;
+    const [{ registered }] = await sql<[{ registered: number }]>`select count(*)::int as registered from heartbeats.heartbeats`;
+    const plan = await sql<{ "QUERY PLAN": string }[]>`
+      explain analyze select id from heartbeats.heartbeats where open_silence_id is null and deadline < now() order by deadline limit 1000`;
+    const pick = (m: ChildMessage) => ("sweep" in m ? m.sweep : undefined);
+    const first = await askChild(child, "sweep", pick);
+    const second = await askChild(child, "sweep", pick);
+    printTable(`One sweep with ${registered} registered heartbeats, ${OVERDUE} overdue (each opens an incident through the incident core)`, [
+      sweepRow("first: detects and opens", first),
+      sweepRow("second: nothing new", second),
+    ]);
+    console.log("\nOverdue lookup plan:\n" + plan.map((r) => "  " + r["QUERY PLAN"]).join("\n"));
+    const pass = pings.perSecond >= 5000 && first.ms < 1000;
+    console.log(`\nTargets: >= 5000 pings/s (${pings.perSecond}), sweep < 1000 ms (${Math.round(first.ms)}): ${pass ? "met" : "NOT met"}`);
+  } finally {
+    await sql.end();
+    child.send("stop");
+    await new Promise((resolve) => child.once("exit", resolve));
+    await database.drop();
+  }
+}
+
+if (process.argv[2] === "--serve" || process.argv[2] === "--bare-http") {
+  await serveChild();
+} else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  await benchHeartbeats();
+  process.exit(0);
+}
