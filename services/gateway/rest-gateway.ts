@@ -79,8 +79,12 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     }
     const forwardedFor = req.socket?.remoteAddress;
     if (forwardedFor) header.set("x-forwarded-for", forwardedFor);
+    // Cancels the call when the client goes away before its answer. Only then: aborting after a
+    // finished response would build an AbortError and wake every linked signal on every request.
     const abort = new AbortController();
-    res.on("close", () => abort.abort());
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+    });
     try {
       const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never));
       const json = messageToHttpJson(route.method.output, response.message as never);
