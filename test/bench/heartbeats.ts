@@ -27,6 +27,8 @@ const OVERDUE = 1_000;
 
 interface SweepFigures {
   ms: number;
+  /** CPU time of the whole process (this service and the incident core it calls) during the sweep. */
+  cpu: number;
   detectMs: number;
   deliverMs: number;
   silent: number;
@@ -73,10 +75,13 @@ async function serveChild(): Promise<void> {
   process.on("message", async (message: string) => {
     if (message === "sweep") {
       const started = performance.now();
+      const cpuBefore = cpuMs();
       const result = await heartbeats.sweep({});
       const ms = performance.now() - started;
+      const cpu = cpuMs() - cpuBefore;
       const figures: SweepFigures = {
         ms,
+        cpu,
         detectMs: result.detectMilliseconds,
         deliverMs: result.deliverMilliseconds,
         silent: result.silent,
@@ -210,6 +215,7 @@ function sweepRow(label: string, f: SweepFigures): Record<string, string | numbe
     "total (ms)": Math.round(f.ms),
     "detect (ms)": f.detectMs,
     "hand to incident core (ms)": f.deliverMs,
+    "process CPU (ms)": Math.round(f.cpu),
     silent: f.silent,
     opened: f.opened,
     failed: f.failed,
