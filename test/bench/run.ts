@@ -5,6 +5,7 @@
  */
 const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
+  intake: async () => (await import("./intake.js")).benchIntake(),
 };
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));
