@@ -1,3 +1,4 @@
+import postgres from "postgres";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
 import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-kit.js";
@@ -8,13 +9,16 @@ import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-ki
 const SWEEP_SECONDS = 1;
 let app: TestApp;
 let cast: Cast;
+let db: postgres.Sql;
 
 beforeAll(async () => {
   app = await startApp({ env: { HEARTBEAT_SWEEP_SECONDS: String(SWEEP_SECONDS) } });
   cast = await castOf(app);
+  db = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
 });
 
 afterAll(async () => {
+  await db?.end();
   await app?.stop();
 });
 
@@ -56,11 +60,18 @@ describe.concurrent("silence", () => {
     });
     expect(incident).toMatchObject({ source: "heartbeat", severity: "sev2", state: "open", entity: { kind: "heartbeat", id: "never-pinged" } });
     expect(incident!.title).toMatch(/^Heartbeat never-pinged silent for \ds$/);
-    // Both times come from the database clock: caught within one sweep interval (plus the time
-    // the sweep itself takes) after crossing the deadline, and not before it.
-    const lag = Date.parse(incident!.openedAt) - Date.parse(registered.dueAt);
-    expect(lag).toBeGreaterThan(0);
-    expect(lag).toBeLessThan(SWEEP_SECONDS * 1000 + 750);
+    // Both times come from the database clock: detected within one sweep interval after crossing
+    // the deadline, and not before it; opened once the incident core answered.
+    const [silence] = await db<{ deadline: Date; detected_at: Date }[]>`
+      select s.deadline, s.detected_at from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id
+      where h.name = 'never-pinged'`;
+    expect(silence!.deadline.getTime()).toBe(Date.parse(registered.dueAt));
+    const detectedAfter = silence!.detected_at.getTime() - silence!.deadline.getTime();
+    expect(detectedAfter).toBeGreaterThan(0);
+    expect(detectedAfter).toBeLessThanOrEqual(SWEEP_SECONDS * 1000 + 250);
+    const openedAfter = Date.parse(incident!.openedAt) - Date.parse(registered.dueAt);
+    expect(openedAfter).toBeGreaterThan(0);
+    expect(openedAfter).toBeLessThan(SWEEP_SECONDS * 1000 + 2000);
     const timeline = await timelineOf(incident!.id);
     expect(timeline[0]).toMatchObject({ kind: "opened" });
     expect(timeline[0]!.summary).toContain("No ping from never-pinged since it was registered");
