@@ -306,7 +306,7 @@ describe("domain events through the outbox", () => {
 
   it("publishes what it wrote (the relay marks the rows published)", async () => {
     const incident = await open();
-    const deadline = Date.now() + 5000;
+    const deadline = Date.now() + 15_000;
     for (;;) {
       const [row] = await db<{ pending: number }[]>`
         select count(*)::int as pending from incidents.outbox where published_at is null`;
