@@ -68,29 +68,43 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   }
   for (let i = 0; i < options.gateways; i++) plan.push("gateway");
   const processes: ClusterProcess[] = [];
-  let gatewayIndex = 0;
-  for (const name of plan) {
-    const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
-    const instance = processes.filter((p) => p.name === name).length;
-    const child = spawn(process.execPath, entry(name), {
-      env: { ...options.env, PORT: String(port), SERVICE_INSTANCE: `${name}-${instance}` },
+  let stopping = false;
+  const launch = (proc: ClusterProcess, instance: number) => {
+    const child = spawn(process.execPath, entry(proc.name), {
+      env: { ...options.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
-    const output: string[] = [];
     for (const stream of [child.stdout, child.stderr]) {
       let partial = "";
       stream?.on("data", (chunk: Buffer) => {
         const lines = (partial + chunk.toString("utf8")).split("\n");
         partial = lines.pop() ?? "";
-        output.push(...lines);
+        proc.output.push(...lines);
       });
     }
-    processes.push({ name, port, child, output });
+    // Like a Kubernetes restart policy: a process that ends on its own is started again.
+    // One killed with SIGKILL stays down, so tests can take a replica away.
+    child.once("exit", (_code, signal) => {
+      if (stopping || signal === "SIGKILL") return;
+      setTimeout(() => {
+        if (!stopping) proc.child = launch(proc, instance);
+      }, 500).unref();
+    });
+    return child;
+  };
+  let gatewayIndex = 0;
+  for (const name of plan) {
+    const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
+    const instance = processes.filter((p) => p.name === name).length;
+    const proc: ClusterProcess = { name, port, child: undefined as never, output: [] };
+    proc.child = launch(proc, instance);
+    processes.push(proc);
   }
   const cluster: Cluster = {
     gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),
     processes,
     async stop() {
+      stopping = true;
       await Promise.all(
         processes.map(
           (p) =>

@@ -1,5 +1,5 @@
 import { parseArgs } from "node:util";
-import { createConnectRouter, createClient } from "@connectrpc/connect";
+import { createClient } from "@connectrpc/connect";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { createClients } from "../runtime/clients.js";
 import { loadConfig } from "../runtime/config.js";
@@ -7,7 +7,7 @@ import { openDatabase } from "../runtime/database.js";
 import { createInMemoryEventBus } from "../runtime/event-bus.js";
 import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
-import { createInMemoryTransport } from "../runtime/nats-transport.js";
+import { createDirectRegistry, createDirectTransport } from "../runtime/direct-transport.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
@@ -28,8 +28,8 @@ async function run(): Promise<number> {
   const logger = createLogger(config.LOG_LEVEL === "info" ? "warn" : config.LOG_LEVEL, "admin");
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: 1 }, logger);
   try {
-    const router = createConnectRouter();
-    const transport = createInMemoryTransport(router);
+    const registry = createDirectRegistry();
+    const transport = createDirectTransport(registry);
     const identity = createIdentityService({
       config,
       sql: database.sql,
@@ -39,8 +39,8 @@ async function run(): Promise<number> {
       events: createInMemoryEventBus(logger),
     });
     await migrate(database.sql, identity.name, identity.migrations);
-    identity.register(router);
-    const result = await createClient(IdentityService, createInMemoryTransport(router)).bootstrap({
+    identity.register(registry.router);
+    const result = await createClient(IdentityService, transport).bootstrap({
       orgSlug: values.org,
       ownerEmail: values.email,
       ownerPassword: values.password,

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
-import { createUniversalHandlerClient, type UniversalClientFn, type UniversalHandler } from "@connectrpc/connect/protocol";
+import type { UniversalClientFn, UniversalHandler } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
@@ -59,13 +59,41 @@ function fromNatsHeaders(source: MsgHdrs | undefined, skip?: string): Headers {
   return h;
 }
 
+/**
+ * Whether the connection is up. While NATS reconnects, a request would only wait out its
+ * deadline; callers are better served by an immediate Unavailable they can retry.
+ */
+export function watchConnection(nc: NatsConnection): { connected(): boolean } {
+  let connected = true;
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect" || status.type === "reconnecting") connected = false;
+      else if (status.type === "reconnect") connected = true;
+    }
+  })();
+  return { connected: () => connected && !nc.isClosed() };
+}
+
+const watched = new WeakMap<NatsConnection, { connected(): boolean }>();
+
+export function connectionState(nc: NatsConnection): { connected(): boolean } {
+  let state = watched.get(nc);
+  if (!state) {
+    state = watchConnection(nc);
+    watched.set(nc, state);
+  }
+  return state;
+}
+
 function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClientFn {
+  const state = connectionState(nc);
   return async (request) => {
     const contentType = request.header.get("content-type") ?? "";
     if (contentType.startsWith("application/connect+")) {
       throw new ConnectError("streaming RPCs are not carried over the NATS transport", Code.Unimplemented);
     }
     const path = new URL(request.url).pathname;
+    if (!state.connected()) throw new ConnectError(`NATS is unreachable calling ${path}`, Code.Unavailable);
     const timeoutHeader = Number(request.header.get("connect-timeout-ms"));
     const timeout = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
     const body = await readAll(request.body);
@@ -123,16 +151,6 @@ export function createNatsTransport(nc: NatsConnection, options: { defaultTimeou
     interceptors: options.interceptors ?? [],
     httpClient: natsClient(nc, options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS),
     baseUrl: "nats://rpc",
-  });
-}
-
-/** A Connect Transport that calls a router in this process (one-process mode and tests). */
-export function createInMemoryTransport(router: ConnectRouter, options: { interceptors?: Interceptor[] } = {}): Transport {
-  return createTransport({
-    ...transportDefaults,
-    interceptors: options.interceptors ?? [],
-    httpClient: createUniversalHandlerClient(router.handlers),
-    baseUrl: "https://in-memory",
   });
 }
 

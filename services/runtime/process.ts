@@ -4,7 +4,7 @@ import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
-import { createClients, internalServices } from "./clients.js";
+import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
 import { openDatabase, type Database } from "./database.js";
 import { errorInterceptor } from "./errors.js";
@@ -17,7 +17,8 @@ import { createLogger, type Logger } from "./logger.js";
 import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
-import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
+import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
 import { createOutboxRelay, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
 
@@ -29,7 +30,21 @@ export interface ProcessOptions {
   gateway: boolean;
   env?: NodeJS.ProcessEnv;
   /** Extra HTTP handling before the REST routes (the web console). */
-  extraHttp?: (config: Config) => ((req: Parameters<HttpHandler>[0], res: Parameters<HttpHandler>[1], url: URL) => Promise<boolean>) | undefined;
+  extraHttp?: (config: Config, runtime: ExtraHttpRuntime) => ExtraHttp | undefined;
+}
+
+/** What the extra HTTP handling may use of the process. */
+export interface ExtraHttpRuntime {
+  events: EventBus;
+  clients: Clients;
+  logger: Logger;
+}
+
+export interface ExtraHttp {
+  /** Answers the request and returns true, or returns false to leave it to the REST routes and Connect. */
+  handle(req: Parameters<HttpHandler>[0], res: Parameters<HttpHandler>[1], url: URL): Promise<boolean>;
+  /** Called first on stop: ends long-lived responses (live streams) so draining does not wait for them. */
+  close?(): void;
 }
 
 export interface RunningProcess {
@@ -97,13 +112,18 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
   };
-  const router = createConnectRouter({ interceptors });
-  registerLocal(router);
-  const transport = nats
-    ? createNatsTransport(nats, { interceptors: clientInterceptors("nats") })
-    : createInMemoryTransport(router, { interceptors: clientInterceptors("in-memory") });
+  let transport: Transport;
+  if (nats) {
+    const router = createConnectRouter({ interceptors });
+    registerLocal(router);
+    serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+    transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
+  } else {
+    const registry = createDirectRegistry();
+    registerLocal(registry.router);
+    transport = createDirectTransport(registry, { serverInterceptors: interceptors, clientInterceptors: clientInterceptors("in-memory") });
+  }
   deferred.bind(transport);
-  if (nats) serveRouterOverNats(nats, router, { logger, services: [...localServices] });
 
   let stopping = false;
   const ready = async (): Promise<boolean> => {
@@ -113,7 +133,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     } catch {
       return false;
     }
-    if (nats && nats.isClosed()) return false;
+    if (nats && !connectionState(nats).connected()) return false;
     for (const module of modules) if (module.ready && !(await module.ready())) return false;
     return true;
   };
@@ -130,7 +150,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
   });
   const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
-  const extra = options.extraHttp?.(config);
+  const extra = options.extraHttp?.(config, { events, clients, logger });
 
   const handler: HttpHandler = (req, res) => {
     const url = new URL(req.url ?? "/", "http://localhost");
@@ -147,8 +167,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
         res.end(text);
         return;
       }
+      if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
-      if (extra && (await extra(req, res, url))) return;
       connectHandler(req as never, res as never);
     })().catch((err) => {
       logger.error({ err }, "request failed");
@@ -168,6 +188,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const stop = () =>
     (stopped ??= (async () => {
       stopping = true;
+      extra?.close?.();
       await server.close(config.SHUTDOWN_GRACE_SECONDS * 1000);
       for (const module of modules) await module.stop?.().catch((err) => logger.warn({ err }, "stop failed"));
       for (const relay of relays) await relay.stop();
@@ -179,8 +200,30 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
 }
 
+/**
+ * postgres.js 3.4 can write to a connection it has just closed from a setImmediate callback
+ * (porsager/postgres#1154, #1208): the query was already rejected with CONNECTION_CLOSED and the
+ * pool reconnects, but the TypeError escapes every try/catch and would end the process. Exactly
+ * that error is logged and survived; any other uncaught error still ends the process.
+ */
+export function isPostgresWriteAfterClose(err: unknown): boolean {
+  return (
+    err instanceof TypeError &&
+    /reading 'write'|evaluating 'socket\.write'/.test(err.message) &&
+    /[\\/]postgres[\\/]src[\\/]connection\.js/.test(err.stack ?? "")
+  );
+}
+
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
 export async function main(options: ProcessOptions): Promise<void> {
+  process.on("uncaughtException", (err) => {
+    if (isPostgresWriteAfterClose(err)) {
+      console.error(JSON.stringify({ level: 40, msg: "database connection closed under a pending write; the pool reconnects", err: err.message }));
+      return;
+    }
+    console.error(err);
+    process.exit(1);
+  });
   let running: RunningProcess;
   try {
     running = await runProcess(options);

@@ -6,6 +6,7 @@
 const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
   intake: async () => (await import("./intake.js")).benchIntake(),
+  heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
 };
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));

@@ -2,20 +2,23 @@ import { createClient, createConnectRouter, type Transport } from "@connectrpc/c
 import { connect } from "@nats-io/transport-node";
 import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { createDirectRegistry, createDirectTransport } from "../../services/runtime/direct-transport.js";
+import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
 import { registerContractService } from "../support/contract-service.js";
 import { fmt, printTable, summarize } from "./stats.js";
 
-/** The cost of one unary call over the in-memory and the NATS transport (10,000 calls each). */
+/** The cost of one unary call over the one-process (direct) and the NATS transport (10,000 calls each). */
 export async function benchTransport(calls = 10_000): Promise<void> {
   const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
   const router = createConnectRouter();
   registerContractService(router);
+  const registry = createDirectRegistry();
+  registerContractService(registry.router);
   const nc = await connect({ servers: natsUrl });
   serveRouterOverNats(nc, router, { logger: createLogger("silent", "bench") });
   const callerConnection = await connect({ servers: natsUrl });
   const transports: [string, Transport][] = [
-    ["in-memory", createInMemoryTransport(router)],
+    ["direct (one process)", createDirectTransport(registry)],
     ["nats", createNatsTransport(callerConnection)],
   ];
   const payload = new TextEncoder().encode("x".repeat(256));

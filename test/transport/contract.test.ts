@@ -6,9 +6,10 @@ import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from 
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContractService, EchoRequestSchema } from "../../gen/warroom/contract/v1/contract_pb.js";
+import { createDirectRegistry, createDirectTransport } from "../../services/runtime/direct-transport.js";
 import { listenHttp, type HttpServer } from "../../services/runtime/http-server.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { createInMemoryTransport, createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
 import { registerContractService } from "../support/contract-service.js";
 import { NATS_URL } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
@@ -23,7 +24,9 @@ const transports: Record<string, Transport> = {};
 beforeAll(async () => {
   const router = createConnectRouter();
   registerContractService(router);
-  transports["in-memory"] = createInMemoryTransport(router);
+  const registry = createDirectRegistry();
+  registerContractService(registry.router);
+  transports.direct = createDirectTransport(registry);
 
   nc = await connect({ servers: NATS_URL });
   serveRouterOverNats(nc, router, { logger });
@@ -41,7 +44,7 @@ afterAll(async () => {
   await server?.close(100);
 });
 
-describe.each(["in-memory", "nats", "http connect-json", "http2 grpc"])("the transport contract over %s", (name) => {
+describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transport contract over %s", (name) => {
   const client = () => createClient(ContractService, transports[name]!);
 
   it("carries a unary call, its payload and its headers", async () => {
