@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { HeartbeatSilentSchema, type HeartbeatSilent } from "../../gen/warroom/events/v1/events_pb.js";
+import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import type { Outbox } from "../runtime/outbox.js";
@@ -70,8 +70,11 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
         update heartbeats.heartbeats h set open_silence_id = opened.id
         from opened where h.id = opened.heartbeat_id
         returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
-      await writeSilentEvents(
+      // One statement for the whole batch: a thousand silences cost one round trip, not a thousand.
+      await outbox.writeMany(
         tx,
+        SILENT_SUBJECT,
+        HeartbeatSilentSchema,
         rows.map((row) =>
           create(HeartbeatSilentSchema, {
             orgId: row.org_id,
@@ -83,18 +86,6 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
       );
       return rows.length;
     });
-  }
-
-  /**
-   * The outbox rows of one detection batch in one INSERT: a thousand silences cost one round trip
-   * instead of a thousand. Same table and columns as the outbox's own write, same transaction.
-   */
-  async function writeSilentEvents(tx: TransactionSql, events: HeartbeatSilent[]): Promise<void> {
-    if (events.length === 0) return;
-    const payloads = events.map((event) => Buffer.from(toBinary(HeartbeatSilentSchema, event)).toString("base64"));
-    await tx`
-      insert into heartbeats.outbox (subject, payload)
-      select ${SILENT_SUBJECT}, decode(payload, 'base64') from unnest(${payloads}::text[]) as payload`;
   }
 
   async function cleanup(): Promise<void> {

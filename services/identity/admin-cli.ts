@@ -35,7 +35,8 @@ async function run(): Promise<number> {
       sql: database.sql,
       logger,
       clients: createClients(transport),
-      outbox: { write: async () => {}, poke: () => {} },
+      // Bootstrap writes no events; the CLI runs no relay.
+      outbox: { write: async () => {}, writeMany: async () => {}, poke: () => {} },
       events: createInMemoryEventBus(logger),
     });
     await migrate(database.sql, identity.name, identity.migrations);

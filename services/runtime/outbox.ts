@@ -32,6 +32,8 @@ export function outboxMigration(schema: string, id: number): Migration {
 export interface Outbox {
   /** Writes an event in the caller's transaction. */
   write<Desc extends DescMessage>(tx: TransactionSql, subject: string, schema: Desc, message: MessageShape<Desc>): Promise<void>;
+  /** Writes many events of one subject in the caller's transaction, in one statement. */
+  writeMany<Desc extends DescMessage>(tx: TransactionSql, subject: string, schema: Desc, messages: MessageShape<Desc>[]): Promise<void>;
   /** Asks the relay to run soon (after a commit). */
   poke(): void;
 }
@@ -120,6 +122,11 @@ export function createOutboxRelay(options: {
   return {
     async write(tx, subject, desc, message) {
       await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [subject, Buffer.from(toBinary(desc, message))]);
+    },
+    async writeMany(tx, subject, desc, messages) {
+      if (messages.length === 0) return;
+      const payloads = messages.map((message) => Buffer.from(toBinary(desc, message)).toString("base64"));
+      await tx.unsafe(`insert into ${table} (subject, payload) select $1, decode(p, 'base64') from unnest($2::text[]) as p`, [subject, payloads]);
     },
     poke() {
       if (!stopped) setImmediate(run);

@@ -19,7 +19,7 @@ import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
 import { connectionState, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
-import { createOutboxRelay, type OutboxRelay } from "./outbox.js";
+import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
 
 export interface ProcessOptions {
@@ -95,8 +95,9 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   for (const factory of options.services) {
     // The module's name is its schema; the relay is created once the name is known.
     let relay: OutboxRelay | undefined;
-    const outbox = {
-      write: (...args: Parameters<OutboxRelay["write"]>) => relay!.write(...args),
+    const outbox: Outbox = {
+      write: (...args) => relay!.write(...args),
+      writeMany: (...args) => relay!.writeMany(...args),
       poke: () => relay?.poke(),
     };
     const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events });
