@@ -1,0 +1,164 @@
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startCluster, type Cluster } from "../../services/cluster.js";
+import { callApi, OWNER } from "../support/app.js";
+import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
+import { makeDeliveries, runLoad, type LoadResult } from "./load.js";
+
+/**
+ * Faults under load against the production shape (every service its own process, two gateways,
+ * two intakes) on a private Postgres and a private NATS that the tests may kill and restart.
+ * Each asserts that no delivery acknowledged with a 2xx is lost and none is doubled.
+ */
+
+let pg: PrivatePostgres;
+let nats: PrivateNats;
+let cluster: Cluster;
+let sql: postgres.Sql;
+let ingest: string;
+const report: Record<string, string | number>[] = [];
+
+beforeAll(async () => {
+  pg = await startPrivatePostgres();
+  nats = await startPrivateNats();
+  cluster = await startCluster({
+    env: {
+      ...process.env,
+      DATABASE_URL: pg.url,
+      NATS_URL: nats.url,
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "silent",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      DATABASE_POOL_SIZE: "4",
+    },
+    port: 0,
+    gateways: 2,
+    intakes: 2,
+  });
+  sql = postgres(pg.url, { max: 2, onnotice: () => {} });
+  const deadline = Date.now() + 30_000;
+  let owner: string | undefined;
+  while (!owner) {
+    const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+    if (res.status === 200) owner = res.body.accessToken;
+    else if (Date.now() > deadline) throw new Error("login never succeeded");
+    else await new Promise((r) => setTimeout(r, 200));
+  }
+  ingest = (await callApi(cluster.gatewayUrls[0]!, "POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
+}, 180_000);
+
+afterAll(async () => {
+  console.log("\nFault tests: deliveries sent, acknowledged (2xx) and found in the database");
+  console.table(report);
+  await sql?.end({ timeout: 2 });
+  await cluster?.stop();
+  await nats?.cleanup();
+  await pg?.cleanup();
+});
+
+/** Every acknowledged delivery is held exactly once; nothing else is doubled. */
+async function verify(name: string, result: LoadResult): Promise<void> {
+  const acked = result.acknowledged.map((d) => d.eventId);
+  const held = await sql<{ event_id: string; n: number }[]>`
+    select event_id, count(*)::int as n from incidents.timeline_entries where event_id = any(${acked}) group by event_id`;
+  const found = held.filter((h) => h.n === 1).length;
+  const doubled = held.filter((h) => h.n > 1).length;
+  const [openPerAlert] = await sql<{ worst: number | null }[]>`
+    select max(n)::int as worst from (select count(*) as n from incidents.incidents where state = 'open' group by org_id, attach_identity) t`;
+  report.push({
+    fault: name,
+    sent: result.sent,
+    acknowledged: acked.length,
+    "found once": found,
+    doubled,
+    lost: acked.length - found - doubled,
+    "retried attempts": result.attempts - result.sent,
+    failures: JSON.stringify(result.failures),
+  });
+  expect(doubled).toBe(0);
+  expect(found).toBe(acked.length);
+  expect(openPerAlert!.worst).toBe(1);
+  expect(result.unacknowledged).toEqual([]);
+}
+
+describe("faults under load", () => {
+  it("kill -9 of one intake replica loses and doubles nothing", async () => {
+    const victim = cluster.processes.find((p) => p.name === "intake")!;
+    const result = await runLoad({
+      urls: cluster.gatewayUrls,
+      token: ingest,
+      deliveries: makeDeliveries("kill", 400, 40),
+      concurrency: 16,
+      deadlineMs: 60_000,
+      at: { fraction: 0.3, action: async () => void victim.child.kill("SIGKILL") },
+    });
+    expect(victim.child.signalCode).toBe("SIGKILL");
+    await verify("kill -9 one intake replica", result);
+  }, 180_000);
+
+  it("NATS stopped and restarted: the gateway answers 503, recovers without a restart, and the events arrive", async () => {
+    let sawUnavailable = false;
+    const result = await runLoad({
+      urls: cluster.gatewayUrls,
+      token: ingest,
+      deliveries: makeDeliveries("nats", 400, 40),
+      concurrency: 16,
+      deadlineMs: 90_000,
+      at: {
+        fraction: 0.3,
+        action: async () => {
+          await nats.stop();
+          const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/triggers", { token: ingest, body: { alert_type: "error", alert_id: "probe-during-outage" } });
+          sawUnavailable = res.status === 503;
+          await new Promise((r) => setTimeout(r, 3000));
+          await nats.start();
+        },
+      },
+    });
+    expect(sawUnavailable).toBe(true);
+    await verify("NATS stop and restart", result);
+    // Every incident opened so far has its incident.opened event in the stream, once.
+    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from incidents.incidents`;
+    const opened = row!.n;
+    const nc = await connect({ servers: nats.url });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const deadline = Date.now() + 30_000;
+      let inStream = 0;
+      for (;;) {
+        const info = await jsm.streams.info("EVENTS", { subjects_filter: "events.incident.opened" });
+        inStream = info.state.subjects?.["events.incident.opened"] ?? 0;
+        if (inStream >= opened || Date.now() > deadline) break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+      expect(inStream).toBe(opened);
+    } finally {
+      await nc.close();
+    }
+  }, 240_000);
+
+  it("Postgres restarted during load loses and doubles nothing", async () => {
+    const result = await runLoad({
+      urls: cluster.gatewayUrls,
+      token: ingest,
+      deliveries: makeDeliveries("postgres", 400, 40),
+      concurrency: 16,
+      deadlineMs: 90_000,
+      at: {
+        fraction: 0.3,
+        action: async () => {
+          await pg.stop("immediate");
+          await new Promise((r) => setTimeout(r, 2000));
+          await pg.start();
+        },
+      },
+    });
+    await verify("Postgres restart (immediate stop)", result);
+  }, 240_000);
+});

@@ -1,0 +1,80 @@
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import postgres from "postgres";
+import { freePort } from "./nats-server.js";
+
+/**
+ * A private Postgres server on a free loopback port, for fault tests that stop and restart the
+ * database without disturbing the shared server other tests use. Runs as the `postgres` user
+ * when the tests run as root (Postgres refuses to run as root).
+ */
+export interface PrivatePostgres {
+  url: string;
+  stop(mode?: "fast" | "immediate"): Promise<void>;
+  start(): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+function binDir(): string {
+  const root = "/usr/lib/postgresql";
+  if (!existsSync(root)) throw new Error("Postgres server binaries not found under /usr/lib/postgresql");
+  const version = readdirSync(root).sort((a, b) => Number(b) - Number(a))[0]!;
+  return join(root, version, "bin");
+}
+
+function asPostgresUser(command: string, args: string[]): [string, string[]] {
+  return process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", command, ...args]] : [command, args];
+}
+
+export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+  const bin = binDir();
+  const dir = mkdtempSync(join(tmpdir(), "wr-pg-"));
+  chmodSync(dir, 0o777);
+  const dataDir = join(dir, "data");
+  const port = await freePort();
+  const [initCmd, initArgs] = asPostgresUser(join(bin, "initdb"), ["-D", dataDir, "-A", "trust", "-U", "postgres", "--no-sync"]);
+  execFileSync(initCmd, initArgs, { stdio: "ignore" });
+  let child: ChildProcess | undefined;
+  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+
+  const start = async () => {
+    const [cmd, args] = asPostgresUser(join(bin, "postgres"), [
+      "-D", dataDir, "-p", String(port), "-h", "127.0.0.1", "-k", dir,
+      // fsync off is safe here: the tests stop the server, never the machine. Commits stay
+      // synchronous, so an acknowledged commit survives an immediate stop.
+      "-c", "fsync=off", "-c", "max_connections=200",
+    ]);
+    child = spawn(cmd, args, { stdio: "ignore" });
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const sql = postgres(url, { max: 1, connect_timeout: 1, onnotice: () => {} });
+      const ok = await sql`select 1`.then(() => true, () => false);
+      await sql.end({ timeout: 1 });
+      if (ok) return;
+      if (Date.now() > deadline) throw new Error("the private Postgres did not start");
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+
+  const stop = async (mode: "fast" | "immediate" = "fast") => {
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise((resolve) => child!.once("exit", resolve));
+    // "immediate" stops the server as a crash would: no checkpoint, clients cut off.
+    const [cmd, args] = asPostgresUser(join(bin, "pg_ctl"), ["-D", dataDir, "stop", "-m", mode, "-w"]);
+    execFileSync(cmd, args, { stdio: "ignore" });
+    await exited;
+  };
+
+  await start();
+  return {
+    url,
+    start,
+    stop,
+    async cleanup() {
+      await stop("immediate");
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
