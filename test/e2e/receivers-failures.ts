@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { callApi } from "../support/app.js";
-import { getIncident, listIncidents, startClusterProcess, stopChild, unique, type Answer, type Credentials, type SuiteContext } from "./triggers-kit.js";
+import { getIncident, killChild, listIncidents, startClusterProcess, unique, type Answer, type Credentials, type SuiteContext } from "./triggers-kit.js";
 
 /**
  * The chat receiver's failure answers that need more than one call: the per-minute limit across
@@ -117,7 +117,8 @@ async function breakTheIncidentCore(ctx: FailureContext, db: postgres.Sql): Prom
   const processes = ctx.app.cluster.processes;
   const incidents = processes.filter((p) => p.name === "incidents");
   expect(incidents.length).toBeGreaterThan(0);
-  for (const p of incidents) await stopChild(p.child);
+  // SIGKILL: the local cluster restarts a process that ends any other way, as Kubernetes would.
+  for (const p of incidents) await killChild(p.child);
   return async () => {
     const child = await startClusterProcess(ctx.app, "incidents");
     // Stopped with the rest of the cluster.

@@ -122,14 +122,12 @@ export async function startClusterProcess(app: IntakeApp, name: string): Promise
   }
 }
 
-/** Stops a child process and waits for it to exit. */
-export async function stopChild(child: ChildProcess): Promise<void> {
+/** Kills a child process at once (no drain) and waits for it to be gone. */
+export async function killChild(child: ChildProcess): Promise<void> {
   if (child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  child.kill("SIGTERM");
-  const timer = setTimeout(() => child.kill("SIGKILL"), 8000);
+  child.kill("SIGKILL");
   await exited;
-  clearTimeout(timer);
 }
 
 export interface Credentials {
