@@ -14,6 +14,8 @@ export interface ClusterOptions {
   port: number;
   gateways: number;
   intakes: number;
+  /** More processes beside the plan, each with its own extra environment (e.g. a third sweeper). */
+  extra?: { name: string; env: NodeJS.ProcessEnv }[];
   /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
   output?: "inherit" | "ignore" | "capture";
 }
@@ -21,6 +23,7 @@ export interface ClusterOptions {
 export interface ClusterProcess {
   name: string;
   port: number;
+  env?: NodeJS.ProcessEnv;
   child: ChildProcess;
   /** The log lines printed so far, with output "capture". */
   output: string[];
@@ -71,7 +74,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   let stopping = false;
   const launch = (proc: ClusterProcess, instance: number) => {
     const child = spawn(process.execPath, entry(proc.name), {
-      env: { ...options.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
+      env: { ...options.env, ...proc.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
     for (const stream of [child.stdout, child.stderr]) {
@@ -97,6 +100,12 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
     const instance = processes.filter((p) => p.name === name).length;
     const proc: ClusterProcess = { name, port, child: undefined as never, output: [] };
+    proc.child = launch(proc, instance);
+    processes.push(proc);
+  }
+  for (const extra of options.extra ?? []) {
+    const instance = processes.filter((p) => p.name === extra.name).length;
+    const proc: ClusterProcess = { name: extra.name, port: await freePort(), env: extra.env, child: undefined as never, output: [] };
     proc.child = launch(proc, instance);
     processes.push(proc);
   }
