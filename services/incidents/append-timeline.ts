@@ -3,7 +3,7 @@ import type { AppendTimelineRequest, IncidentsService } from "../../gen/warroom/
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import type { IncidentEvents } from "./domain-events.js";
+import { outboxRows } from "./domain-events.js";
 import { isUuid, storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
 import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
 
@@ -14,8 +14,8 @@ const MAX_REFERENCE_CHARACTERS = 8192;
  * AppendTimeline: entries that are not deliveries (an update sent to a channel, or recorded as
  * simulated while real egress is off). Allowed in any state: an update may follow a resolve.
  */
-export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox; events: IncidentEvents }): Pick<ServiceImpl<typeof IncidentsService>, "appendTimeline"> {
-  const { sql, outbox, events } = deps;
+export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox }): Pick<ServiceImpl<typeof IncidentsService>, "appendTimeline"> {
+  const { sql, outbox } = deps;
   return {
     async appendTimeline(req: AppendTimelineRequest) {
       if (!isUuid(req.orgId)) throw new InvalidArgumentError("orgId must be an organization id");
@@ -31,17 +31,22 @@ export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox; e
       if (!isUuid(req.incidentId)) throw new NotFoundError("no such incident");
       const text = (value: string | undefined) => (value === undefined ? null : storableText(value));
       const data = entry.data && Object.keys(entry.data).length > 0 ? sql.json(storableJson(entry.data) as never) : null;
-      const row = await sql.begin(async (tx) => {
-        const [written] = await tx<TimelineEntryRow[]>`
-          insert into incidents.timeline_entries (incident_id, kind, summary, link, alert_ref, event_id, data)
-          select id, ${entry.kind}::text, ${text(entry.summary)}::text, ${text(entry.link)}::text, ${text(entry.alertRef)}::text,
-                 ${text(entry.eventId)}::text, ${data}::jsonb
+      const [clock] = await sql<{ now: Date }[]>`select now() as now`;
+      const at = clock!.now;
+      const recorded = outboxRows.timelineRecorded({ orgId: req.orgId, incidentId: req.incidentId, kind: entry.kind, at });
+      const [row] = await sql<TimelineEntryRow[]>`
+        with entry as (
+          insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+          select id, ${entry.kind}::text, ${at}::timestamptz, ${text(entry.summary)}::text, ${text(entry.link)}::text,
+                 ${text(entry.alertRef)}::text, ${text(entry.eventId)}::text, ${data}::jsonb
           from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}
-          returning kind, at, summary, link, alert_ref, event_id, data`;
-        if (!written) throw new NotFoundError("no such incident");
-        await events.timelineRecorded(tx, { orgId: req.orgId, incidentId: req.incidentId, kind: written.kind, at: written.at });
-        return written;
-      });
+          returning kind, at, summary, link, alert_ref, event_id, data
+        ), events as (
+          insert into incidents.outbox (subject, payload)
+          select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
+        )
+        select * from entry`;
+      if (!row) throw new NotFoundError("no such incident");
       outbox.poke();
       return timelineEntryShape(row);
     },

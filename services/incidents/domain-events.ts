@@ -1,23 +1,15 @@
 import { create, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { AuditRecordedSchema, IncidentOpenedSchema, IncidentResolvedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { TransactionSql } from "../runtime/database.js";
-import type { Outbox } from "../runtime/outbox.js";
 import { SUBJECTS } from "./vocabulary.js";
 
-/** The incident core's domain events, each written to the outbox in the transaction of its change. */
-export interface IncidentEvents {
-  opened(tx: TransactionSql, e: { orgId: string; incidentId: string; title: string; severity: string; source: string; at: Date }): Promise<void>;
-  timelineRecorded(tx: TransactionSql, e: { orgId: string; incidentId: string; kind: string; at: Date }): Promise<void>;
-  resolved(tx: TransactionSql, e: { orgId: string; incidentId: string; state: string; actor: string; at: Date }): Promise<void>;
-  /** An audit record, stored by the identity service (which owns the audit log). */
-  audit(tx: TransactionSql, e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): Promise<void>;
-}
-
 /**
- * An outbox row built ahead of the statement that inserts it: the same (subject, payload) that
- * Outbox.write inserts, for the single-statement writes of Record's fast paths, where the row is
- * inserted by the statement's own CTE only if the change it describes happened.
+ * The incident core's domain events, as outbox rows built before the statement that makes the
+ * change: each write of this service is one SQL statement whose CTEs make the change and insert
+ * these rows (the same `subject, payload` Outbox.write inserts) only if the change happened. One
+ * statement is one transaction, so the event commits with its change, and no write of this
+ * service needs a multi-statement transaction. Times are the database clock, read by an earlier
+ * statement of the same call, so that the payloads can be encoded here.
  */
 export interface OutboxRow {
   subject: string;
@@ -33,21 +25,13 @@ export const outboxRows = {
     subject: SUBJECTS.timelineRecorded,
     payload: Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
   }),
+  resolved: (e: { orgId: string; incidentId: string; state: string; actor: string; at: Date }): OutboxRow => ({
+    subject: SUBJECTS.incidentResolved,
+    payload: Buffer.from(toBinary(IncidentResolvedSchema, create(IncidentResolvedSchema, { ...e, at: timestampFromDate(e.at) }))),
+  }),
+  /** An audit record, stored by the identity service (which owns the audit log). */
   audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow => ({
     subject: SUBJECTS.auditRecorded,
     payload: Buffer.from(toBinary(AuditRecordedSchema, create(AuditRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
   }),
 };
-
-export function createIncidentEvents(outbox: Outbox): IncidentEvents {
-  return {
-    opened: (tx, e) =>
-      outbox.write(tx, SUBJECTS.incidentOpened, IncidentOpenedSchema, create(IncidentOpenedSchema, { ...e, at: timestampFromDate(e.at) })),
-    timelineRecorded: (tx, e) =>
-      outbox.write(tx, SUBJECTS.timelineRecorded, TimelineRecordedSchema, create(TimelineRecordedSchema, { ...e, at: timestampFromDate(e.at) })),
-    resolved: (tx, e) =>
-      outbox.write(tx, SUBJECTS.incidentResolved, IncidentResolvedSchema, create(IncidentResolvedSchema, { ...e, at: timestampFromDate(e.at) })),
-    audit: (tx, e) =>
-      outbox.write(tx, SUBJECTS.auditRecorded, AuditRecordedSchema, create(AuditRecordedSchema, { ...e, at: timestampFromDate(e.at) })),
-  };
-}

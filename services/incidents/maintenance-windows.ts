@@ -1,3 +1,4 @@
+import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
@@ -12,7 +13,7 @@ import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import type { IncidentEvents } from "./domain-events.js";
+import { outboxRows } from "./domain-events.js";
 import { isUuid, maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
 import { AUDIT_KINDS, isOneOf, SOURCE_BADGES } from "./vocabulary.js";
 
@@ -96,27 +97,28 @@ export function createMaintenanceWindowHandlers(deps: {
   sql: Sql;
   clients: Clients;
   outbox: Outbox;
-  events: IncidentEvents;
 }): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {
-  const { sql, clients, outbox, events } = deps;
+  const { sql, clients, outbox } = deps;
   const columns = sql`id, starts_at, ends_at, reason, sources, entities`;
 
   return {
     async createMaintenanceWindow(req: CreateMaintenanceWindowRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const w = checkWindow(req);
-      const row = await sql.begin(async (tx) => {
-        // A window that is over before it exists suppresses nothing: almost surely a mistake
-        // (a time zone, a swapped date), so it is refused rather than stored.
-        const [created] = await tx<(MaintenanceWindowRow & { now: Date })[]>`
-          insert into incidents.maintenance_windows (org_id, starts_at, ends_at, reason, sources, entities, created_by)
-          select ${principal.orgId}, ${w.startsAt}, ${w.endsAt}, ${w.reason}, ${w.sources}::text[], ${sql.json(w.entities)}, ${principal.email}
-          where ${w.endsAt}::timestamptz > now()
-          returning ${columns}, now()`;
-        if (!created) throw new InvalidArgumentError("endsAt is in the past");
-        await events.audit(tx, { orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowCreated, actor: principal.email, at: created.now, data: auditData(created) });
-        return created;
-      });
+      const [clock] = await sql<{ now: Date }[]>`select now() as now`;
+      const now = clock!.now;
+      // A window that is over before it exists suppresses nothing: almost surely a mistake
+      // (a time zone, a swapped date), so it is refused rather than stored.
+      if (w.endsAt.getTime() <= now.getTime()) throw new InvalidArgumentError("endsAt is in the past");
+      const row: MaintenanceWindowRow = { id: randomUUID(), starts_at: w.startsAt, ends_at: w.endsAt, reason: w.reason, sources: w.sources, entities: w.entities };
+      const audit = outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowCreated, actor: principal.email, at: now, data: auditData(row) });
+      await sql`
+        with created as (
+          insert into incidents.maintenance_windows (id, org_id, starts_at, ends_at, reason, sources, entities, created_by)
+          values (${row.id}, ${principal.orgId}, ${w.startsAt}, ${w.endsAt}, ${w.reason}, ${w.sources}::text[], ${sql.json(w.entities)}, ${principal.email})
+          returning id
+        )
+        insert into incidents.outbox (subject, payload) select ${audit.subject}::text, ${audit.payload}::bytea from created`;
       outbox.poke();
       return maintenanceWindowShape(row);
     },
@@ -132,13 +134,20 @@ export function createMaintenanceWindowHandlers(deps: {
     async deleteMaintenanceWindow(req: DeleteMaintenanceWindowRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       if (!isUuid(req.id)) throw new NotFoundError("no such maintenance window");
-      await sql.begin(async (tx) => {
-        const [deleted] = await tx<(MaintenanceWindowRow & { now: Date })[]>`
-          delete from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}
-          returning ${columns}, now()`;
-        if (!deleted) throw new NotFoundError("no such maintenance window");
-        await events.audit(tx, { orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowDeleted, actor: principal.email, at: deleted.now, data: auditData(deleted) });
-      });
+      // Windows never change, so the row read here is the row deleted below, and its fields
+      // go into the audit record written by the deleting statement itself.
+      const [found] = await sql<(MaintenanceWindowRow & { now: Date })[]>`
+        select ${columns}, now() as now from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}`;
+      if (!found) throw new NotFoundError("no such maintenance window");
+      const audit = outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowDeleted, actor: principal.email, at: found.now, data: auditData(found) });
+      const deleted = await sql`
+        with deleted as (
+          delete from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId} returning id
+        ), events as (
+          insert into incidents.outbox (subject, payload) select ${audit.subject}::text, ${audit.payload}::bytea from deleted
+        )
+        select id from deleted`;
+      if (deleted.length === 0) throw new NotFoundError("no such maintenance window");
       outbox.poke();
       return {};
     },

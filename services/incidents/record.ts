@@ -4,10 +4,10 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Alert, IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
+import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import { outboxRows, type IncidentEvents } from "./domain-events.js";
+import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
 
@@ -28,8 +28,11 @@ import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SE
  *    transaction). Times come from the probe's now(), the database clock, so the events can be
  *    encoded before the statement runs.
  * 3. Only when a concurrent writer changed the answer between the two (another delivery opened
- *    the incident first, or a person resolved it): a transaction that looks again with fresh
- *    statements until it decides.
+ *    the incident first, or a person resolved it): read again and write again, each statement
+ *    seeing what has committed since, until it decides.
+ *
+ * No multi-statement transaction is needed anywhere: every write is one atomic statement whose
+ * outcome the unique indexes decide.
  */
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
@@ -38,7 +41,6 @@ interface RecordDeps {
   sql: Sql;
   config: Config;
   outbox: Outbox;
-  events: IncidentEvents;
 }
 
 // Generous bounds: the intake already cuts what senders send; these only stop a caller's bug
@@ -78,7 +80,7 @@ interface ProbeRow extends Partial<IncidentRow> {
 
 type Written = IncidentRow & { entry_at: Date | null };
 
-/** What a transaction concluded; the response is built from it after the commit. */
+/** What the writes concluded; the response is built from it. */
 type Decision =
   | { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string }
   | { outcome: "ignored"; reason: string };
@@ -91,7 +93,7 @@ const REASONS = {
 };
 
 export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof IncidentsService>, "record"> {
-  const { sql, config, outbox, events } = deps;
+  const { sql, config, outbox } = deps;
 
   async function probe(d: Delivery): Promise<ProbeRow> {
     const entityMatch = d.entity ? sql.json([{ kind: d.entity.kind, id: d.entity.id }]) : null;
@@ -109,66 +111,6 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       left join incidents.incidents i
         on i.org_id = ${d.orgId} and i.attach_identity = ${d.attachIdentity}::text and i.state = 'open'`;
     return row!;
-  }
-
-  /** Inserts a new open incident with its `opened` entry, unless one is open for the identity. */
-  async function tryOpen(tx: TransactionSql, d: Delivery): Promise<Written | undefined> {
-    const [row] = await tx<Written[]>`
-      with opened as (
-        insert into incidents.incidents (org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url)
-        values (${d.orgId}, ${d.title}, ${d.severity}, ${d.source}, ${d.entity?.kind ?? null}, ${d.entity?.id ?? null},
-                ${d.attachIdentity}, ${d.runbookUrl})
-        on conflict (org_id, attach_identity) where state = 'open' do nothing
-        returning *
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select id, ${d.eventId}::text from opened where ${d.eventId}::text <> ''
-      ), entry as (
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, 'opened', coalesce(${d.occurredAt}::timestamptz, opened_at), ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
-        from opened
-        returning at
-      )
-      select o.*, (select at from entry) as entry_at from opened o`;
-    if (!row) return undefined;
-    await Promise.all([
-      events.opened(tx, { orgId: d.orgId, incidentId: row.id, title: row.title, severity: row.severity, source: row.source, at: row.opened_at }),
-      events.timelineRecorded(tx, { orgId: d.orgId, incidentId: row.id, kind: "opened", at: row.entry_at! }),
-    ]);
-    return row;
-  }
-
-  /**
-   * Records the delivery on an incident if it is still open and does not hold the event
-   * identifier. The share lock orders this against a person resolving it: a delivery recorded
-   * here is on the timeline before `resolved`, or sees the incident gone and looks again.
-   * Answers undefined when the incident is no longer open; entry_at null when the identifier
-   * was already held.
-   */
-  async function tryRecordOn(tx: TransactionSql, incidentId: string, d: Delivery): Promise<Written | undefined> {
-    const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
-    const [row] = await tx<Written[]>`
-      with target as (
-        select * from incidents.incidents where id = ${incidentId} and state = 'open' for share
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select id, ${d.eventId}::text from target where ${d.eventId}::text <> ''
-        on conflict do nothing
-        returning incident_id
-      ), entry as (
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, ${kind}::text, coalesce(${d.occurredAt}::timestamptz, clock_timestamp()), ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
-        from target
-        where ${d.eventId}::text = '' or exists (select 1 from held)
-        returning at
-      )
-      select t.*, (select at from entry) as entry_at from target t`;
-    if (row?.entry_at) {
-      await events.timelineRecorded(tx, { orgId: d.orgId, incidentId: row.id, kind, at: row.entry_at });
-    }
-    return row;
   }
 
   /**
@@ -238,38 +180,32 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
     return row;
   }
 
-  async function findOpenId(tx: TransactionSql, d: Delivery): Promise<string | undefined> {
-    const [row] = await tx<{ id: string }[]>`
-      select id from incidents.incidents where org_id = ${d.orgId} and attach_identity = ${d.attachIdentity}::text and state = 'open'`;
-    return row?.id;
+  /** The open incident for the identity as committed now, and the database clock. */
+  async function lookAgain(d: Delivery): Promise<{ id: string | undefined; now: Date }> {
+    const [row] = await sql<{ id: string | null; now: Date }[]>`
+      select now() as now, (select id from incidents.incidents
+        where org_id = ${d.orgId} and attach_identity = ${d.attachIdentity}::text and state = 'open') as id`;
+    return { id: row!.id ?? undefined, now: row!.now };
   }
 
   /**
-   * The slow path, after a concurrent writer changed what the probe saw. Each statement in this
-   * transaction takes a fresh snapshot, so each turn of the loop sees what has committed since:
-   * it either decides, or learns that the answer changed again and looks once more.
+   * After a concurrent writer changed what the probe saw (another delivery opened the incident
+   * first, or a person resolved it): each statement sees what has committed since, so each turn
+   * either decides or learns that the answer changed again and looks once more.
    */
-  async function decideInTransaction(d: Delivery): Promise<Decision> {
-    return sql.begin(async (tx) => {
-      let candidate = d.attachIdentity === null ? undefined : await findOpenId(tx, d);
-      for (let turn = 0; turn < 8; turn++) {
-        if (candidate === undefined) {
-          if (d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
-          const opened = await tryOpen(tx, d);
-          if (opened) return { outcome: OUTCOMES.opened, incident: opened };
-          // Another delivery opened it first and has committed: attach to that one.
-          candidate = await findOpenId(tx, d);
-          if (candidate === undefined) continue;
-        }
-        const written = await tryRecordOn(tx, candidate, d);
-        if (!written) {
-          candidate = d.attachIdentity === null ? undefined : await findOpenId(tx, d);
-          continue;
-        }
-        return afterRecording(d, written);
+  async function decideAgain(d: Delivery): Promise<Decision> {
+    for (let turn = 0; turn < 8; turn++) {
+      const { id, now } = await lookAgain(d);
+      if (id === undefined) {
+        if (d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
+        const opened = await openInOneStatement(d, now);
+        if (opened) return { outcome: OUTCOMES.opened, incident: opened };
+        continue;
       }
-      throw new UnavailableError("the incident changed under this delivery too many times; retry it");
-    });
+      const written = await recordInOneStatement(d, id, now);
+      if (written) return afterRecording(d, written);
+    }
+    throw new UnavailableError("the incident changed under this delivery too many times; retry it");
   }
 
   function afterRecording(d: Delivery, written: Written): Decision {
@@ -331,7 +267,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         if (written) decision = afterRecording(d, written);
       }
       // A concurrent writer changed the answer since the probe: settle it in a transaction.
-      decision ??= await decideInTransaction(d);
+      decision ??= await decideAgain(d);
       if (decision.outcome !== "ignored") outbox.poke();
       return respond(d, decision);
     },

@@ -3,12 +3,17 @@ import type { ArchiveIncidentRequest, IncidentsService, ResolveIncidentRequest }
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
-import { ConflictError, NotFoundError } from "../runtime/errors.js";
+import type { Sql } from "../runtime/database.js";
+import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import type { IncidentEvents } from "./domain-events.js";
-import { incidentShape, isUuid, type IncidentRow } from "./incident-shape.js";
+import { outboxRows } from "./domain-events.js";
+import { incidentShape, isUuid } from "./incident-shape.js";
 import { loadIncident } from "./list-and-get.js";
+
+type Target = "resolved" | "archived";
+
+/** The states each target may be reached from. */
+const FROM: Record<Target, string[]> = { resolved: ["open"], archived: ["open", "resolved"] };
 
 /**
  * Only a person resolves or archives. Open -> resolved, open -> archived, resolved -> archived.
@@ -21,48 +26,54 @@ export function createResolveAndArchiveHandlers(deps: {
   config: Config;
   clients: Clients;
   outbox: Outbox;
-  events: IncidentEvents;
 }): Pick<ServiceImpl<typeof IncidentsService>, "resolveIncident" | "archiveIncident"> {
-  const { sql, config, clients, outbox, events } = deps;
+  const { sql, config, clients, outbox } = deps;
 
-  async function moveTo(target: "resolved" | "archived", req: ResolveIncidentRequest | ArchiveIncidentRequest, context: HandlerContext) {
+  async function moveTo(target: Target, req: ResolveIncidentRequest | ArchiveIncidentRequest, context: HandlerContext) {
     const principal = await authorize(clients, context, req.org, ANY_MEMBER);
     if (!isUuid(req.id)) throw new NotFoundError("no such incident");
-    const changed = await sql.begin(async (tx) => {
-      const row = await transition(tx, target, principal.orgId, req.id, principal.email);
-      if (!row) {
-        const [current] = await tx<{ state: string }[]>`select state from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
-        if (!current) throw new NotFoundError("no such incident");
-        if (current.state === target) return false;
-        throw new ConflictError("the incident is archived; an archived incident cannot be resolved");
+    const actor = principal.email;
+    for (let turn = 0; ; turn++) {
+      if (turn === 4) throw new UnavailableError("the incident kept changing; retry");
+      const [current] = await sql<{ state: string; now: Date }[]>`
+        select state, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+      if (!current) throw new NotFoundError("no such incident");
+      if (current.state === target) break;
+      if (!FROM[target].includes(current.state)) throw new ConflictError("the incident is archived; an archived incident cannot be resolved");
+
+      // A compare-and-set on the state just read: if a concurrent resolve or archive got there
+      // first, nothing is written and the state is read again. The update waits for deliveries
+      // holding a share lock on the incident, so their entries come before this one.
+      const at = current.now;
+      const resolved = outboxRows.resolved({ orgId: principal.orgId, incidentId: req.id, state: target, actor, at });
+      const recorded = outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: target, at });
+      const summary = `${target === "resolved" ? "Resolved" : "Archived"} by ${actor}`;
+      const moved = await sql<{ id: string }[]>`
+        with moved as (
+          update incidents.incidents set
+            state = ${target}::text,
+            resolved_at = case when ${target}::text = 'resolved' then ${at}::timestamptz else resolved_at end,
+            resolved_by = case when ${target}::text = 'resolved' then ${actor}::text else resolved_by end,
+            archived_at = case when ${target}::text = 'archived' then ${at}::timestamptz else archived_at end,
+            archived_by = case when ${target}::text = 'archived' then ${actor}::text else archived_by end
+          where id = ${req.id} and org_id = ${principal.orgId} and state = ${current.state}
+          returning id
+        ), entry as (
+          insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
+          select id, ${target}::text, ${at}::timestamptz, ${summary}::text, ${sql.json({ actor })}::jsonb from moved
+        ), events as (
+          insert into incidents.outbox (subject, payload)
+          select subject, payload from (values (${resolved.subject}::text, ${resolved.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
+          where exists (select 1 from moved)
+        )
+        select id from moved`;
+      if (moved.length > 0) {
+        outbox.poke();
+        break;
       }
-      const at = target === "resolved" ? row.resolved_at! : row.archived_at!;
-      const verb = target === "resolved" ? "Resolved" : "Archived";
-      await tx`
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
-        values (${row.id}, ${target}, ${at}, ${`${verb} by ${principal.email}`}, ${sql.json({ actor: principal.email })})`;
-      await Promise.all([
-        events.resolved(tx, { orgId: principal.orgId, incidentId: row.id, state: target, actor: principal.email, at }),
-        events.timelineRecorded(tx, { orgId: principal.orgId, incidentId: row.id, kind: target, at }),
-      ]);
-      return true;
-    });
-    if (changed) outbox.poke();
+    }
     const { row, timeline } = await loadIncident(sql, principal.orgId, req.id);
     return incidentShape(config, principal.orgSlug, row, timeline);
-  }
-
-  /** The conditional update: it takes effect only from an allowed state, whoever races it. */
-  async function transition(tx: TransactionSql, target: "resolved" | "archived", orgId: string, id: string, actor: string): Promise<IncidentRow | undefined> {
-    const [row] =
-      target === "resolved"
-        ? await tx<IncidentRow[]>`
-            update incidents.incidents set state = 'resolved', resolved_at = clock_timestamp(), resolved_by = ${actor}
-            where id = ${id} and org_id = ${orgId} and state = 'open' returning *`
-        : await tx<IncidentRow[]>`
-            update incidents.incidents set state = 'archived', archived_at = clock_timestamp(), archived_by = ${actor}
-            where id = ${id} and org_id = ${orgId} and state in ('open', 'resolved') returning *`;
-    return row;
   }
 
   return {

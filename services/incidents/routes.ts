@@ -5,7 +5,6 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
-import type { IncidentEvents } from "./domain-events.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
 import { createRecordHandlers } from "./record.js";
@@ -16,7 +15,6 @@ export interface IncidentsDeps {
   config: Config;
   clients: Clients;
   outbox: Outbox;
-  events: IncidentEvents;
 }
 
 /** Wires every handler group of IncidentsService into the router. */

@@ -1,13 +1,12 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
-import { createIncidentEvents } from "./domain-events.js";
 import { migrations } from "./migrations.js";
 import { registerIncidentRoutes } from "./routes.js";
 
 /** The incident core: incidents, timelines, attach identities, event identifiers, maintenance windows. */
 export function createIncidentsService(ctx: ServiceContext): ServiceModule {
-  const deps = { sql: ctx.sql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox, events: createIncidentEvents(ctx.outbox) };
+  const deps = { sql: ctx.sql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox };
   return {
     name: "incidents",
     migrations,
