@@ -14,7 +14,8 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --ignore-scripts --no-audit --no-fund
 COPY . .
-RUN npm run build
+# The TypeScript services into dist/, and the web console's static files into dist/console.
+RUN npm run build && npm run build:console
 
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app

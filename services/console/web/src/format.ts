@@ -1,0 +1,51 @@
+// Times as people on call read them: "4 min ago", "in 2 h 5 min", with the exact time on hover.
+
+function span(ms: number): string {
+  const seconds = Math.round(Math.abs(ms) / 1000);
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min`;
+  const hours = Math.floor(minutes / 60);
+  if (hours < 24) return minutes % 60 ? `${hours} h ${minutes % 60} min` : `${hours} h`;
+  const days = Math.floor(hours / 24);
+  return hours % 24 ? `${days} d ${hours % 24} h` : `${days} d`;
+}
+
+export function ago(at: string, now: number): string {
+  const ms = now - Date.parse(at);
+  if (ms < 10_000) return "just now";
+  return `${span(ms)} ago`;
+}
+
+export function until(at: string, now: number): string {
+  const ms = Date.parse(at) - now;
+  return ms >= 0 ? `in ${span(ms)}` : `overdue by ${span(ms)}`;
+}
+
+export function exact(at: string): string {
+  const date = new Date(at);
+  return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+}
+
+export function seconds(value: number): string {
+  if (value % 3600 === 0 && value >= 3600) return `${value / 3600} h`;
+  if (value % 60 === 0 && value >= 60) return `${value / 60} min`;
+  return `${value} s`;
+}
+
+/** A value for <input type="datetime-local"> in the browser's time zone. */
+export function toLocalInput(date: Date): string {
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())}T${pad(date.getHours())}:${pad(date.getMinutes())}`;
+}
+
+/** Only http(s) links are rendered as links; anything else is shown as text. */
+export function safeHref(url: string | null | undefined): string | undefined {
+  if (!url) return undefined;
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed.toString() : undefined;
+  } catch {
+    return undefined;
+  }
+}

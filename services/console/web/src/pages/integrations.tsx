@@ -1,0 +1,391 @@
+import { useState } from "preact/hooks";
+import { api, orgPath, type ConformanceReport, type RemoteSource } from "../api";
+import { Ago, ErrorNotice, OnceSecret, PageHeading, Snippet, useAction, useLoad, useNow } from "../ui";
+
+// Ready-to-paste configuration for each sender. The base address is the one this console is
+// served from, which is the address people and monitors reach the service at.
+
+export function datadogPayload(): string {
+  return JSON.stringify(
+    {
+      title: "$EVENT_TITLE",
+      body: "$EVENT_MSG",
+      alert_id: "$ALERT_ID",
+      event_id: "$ID",
+      alert_type: "$ALERT_TYPE",
+      alert_transition: "$ALERT_TRANSITION",
+      alert_priority: "$ALERT_PRIORITY",
+      alert_scope: "$ALERT_SCOPE",
+      tags: ["service:$TAGS[service]", "env:$TAGS[env]"],
+      link: "$LINK",
+      date: "$DATE",
+    },
+    null,
+    2,
+  );
+}
+
+export function alertmanagerBlock(origin: string, secret: string): string {
+  return [
+    "receivers:",
+    "  - name: warroom",
+    "    webhook_configs:",
+    `      - url: ${origin}/triggers/alertrouter`,
+    "        send_resolved: true",
+    "        http_config:",
+    "          http_headers:",
+    "            X-Service-Alertrouter-Secret:",
+    "              secrets:",
+    `                - ${secret}`,
+  ].join("\n");
+}
+
+export function heartbeatCurl(origin: string, org: string, token: string, name = "<heartbeat-name>"): string {
+  return `curl -fsS -X POST -H "Authorization: Bearer ${token}" \\\n  ${origin}/o/${org}/heartbeats/${name}/ping`;
+}
+
+function chatCurl(origin: string, org: string, secret: string): string {
+  return [
+    `curl -fsS -X POST ${origin}/triggers/chat/${org} \\`,
+    `  -H "x-service-chat-secret: ${secret}" \\`,
+    `  -H "content-type: application/json" \\`,
+    `  -d '{"channel_id": "C012AB3CD", "message_id": "1718186712.000100", "author": "alice", "text": "checkout is down"}'`,
+  ].join("\n");
+}
+
+type Issued = { kind: "ingest"; value: string } | { kind: "alertrouter"; value: string } | { kind: "chat"; value: string };
+
+function Credentials(props: { org: string }) {
+  const origin = location.origin;
+  const [issued, setIssued] = useState<Issued | undefined>(undefined);
+  const action = useAction();
+
+  async function issue(kind: Issued["kind"]) {
+    const names = { ingest: "ingest token", alertrouter: "alert-router secret", chat: "chat secret" };
+    if (!window.confirm(`Issue a new ${names[kind]}? It replaces the current one at once; senders still using the old one are refused.`)) return;
+    await action.run(async () => {
+      if (kind === "ingest") {
+        const res = await api<{ token: string }>("POST", orgPath("/triggers/ingest-token"));
+        setIssued({ kind, value: res.token });
+      } else {
+        const res = await api<{ secret: string }>("POST", orgPath(kind === "chat" ? "/triggers/chat-secret" : "/triggers/alertrouter-secret"));
+        setIssued({ kind, value: res.secret });
+      }
+    });
+  }
+
+  return (
+    <section aria-labelledby="credentials-heading" class="card">
+      <h2 id="credentials-heading">Trigger credentials</h2>
+      <p class="muted">
+        Each is 64 hexadecimal characters, shown once, and replaces the previous one at once. The ingest token serves every monitor on{" "}
+        <code>POST /triggers</code> and every heartbeat ping.
+      </p>
+      <div class="actions">
+        <button type="button" onClick={() => issue("ingest")} disabled={action.busy}>
+          Issue ingest token
+        </button>
+        <button type="button" onClick={() => issue("alertrouter")} disabled={action.busy}>
+          Issue alert-router secret
+        </button>
+        <button type="button" onClick={() => issue("chat")} disabled={action.busy}>
+          Issue chat secret
+        </button>
+      </div>
+      <ErrorNotice error={action.error} />
+      {issued?.kind === "ingest" ? (
+        <div class="issued" aria-live="polite">
+          <OnceSecret id="issued-ingest" label="Ingest token" value={issued.value} />
+          <p>
+            Metrics monitor (Datadog webhooks integration): URL <code>{`${origin}/triggers`}</code>, custom headers and payload below. A{" "}
+            <code>service:</code> tag names the affected service.
+          </p>
+          <Snippet id="snippet-datadog-headers" title="Datadog webhook: custom headers" text={JSON.stringify({ Authorization: `Bearer ${issued.value}` }, null, 2)} />
+          <Snippet id="snippet-datadog-body" title="Datadog webhook: payload" text={datadogPayload()} />
+          <Snippet id="snippet-heartbeat" title="Heartbeat ping (end of your job)" text={heartbeatCurl(origin, props.org, issued.value)} />
+        </div>
+      ) : null}
+      {issued?.kind === "alertrouter" ? (
+        <div class="issued" aria-live="polite">
+          <OnceSecret id="issued-alertrouter" label="Alert-router secret" value={issued.value} />
+          <Snippet id="snippet-alertmanager" title="Alertmanager (0.28.0 or later): receiver with webhook_configs" text={alertmanagerBlock(origin, issued.value)} />
+        </div>
+      ) : null}
+      {issued?.kind === "chat" ? (
+        <div class="issued" aria-live="polite">
+          <OnceSecret id="issued-chat" label="Chat secret" value={issued.value} />
+          <Snippet id="snippet-chat" title="Chat workflow: the call it makes" text={chatCurl(origin, props.org, issued.value)} />
+        </div>
+      ) : null}
+    </section>
+  );
+}
+
+function ChatWebhook() {
+  const connection = useLoad(() => api<{ name: string; connected: boolean }>("GET", orgPath("/integrations/chatwebhook/connections/default")), []);
+  const [url, setUrl] = useState("");
+  const [test, setTest] = useState<{ ok: boolean; error: string | null } | undefined>(undefined);
+  const action = useAction();
+  const path = orgPath("/integrations/chatwebhook/connections/default");
+
+  async function save(event: Event) {
+    event.preventDefault();
+    await action.run(async () => {
+      await api("PUT", path, { webhookUrl: url.trim() });
+      setUrl("");
+      setTest(undefined);
+      connection.reload();
+    });
+  }
+
+  async function runTest() {
+    setTest(undefined);
+    await action.run(async () => setTest(await api<{ ok: boolean; error: string | null }>("POST", `${path}/test`)));
+  }
+
+  async function remove() {
+    if (!window.confirm("Remove the chat-webhook connection? Approved updates then have nowhere to go until a new one is saved.")) return;
+    await action.run(async () => {
+      await api("DELETE", path);
+      setTest(undefined);
+      connection.reload();
+    });
+  }
+
+  const connected = connection.data?.connected ?? false;
+  return (
+    <section aria-labelledby="chatwebhook-heading" class="card">
+      <h2 id="chatwebhook-heading">Chat webhook</h2>
+      <p>
+        Status:{" "}
+        <strong class={connected ? "ok-text" : "muted"} id="chatwebhook-status">
+          {connection.loading ? "checking…" : connected ? "connected" : "not connected"}
+        </strong>
+      </p>
+      <p class="muted">The incoming-webhook URL of your team-chat channel. It is a secret: it is stored encrypted and never shown again.</p>
+      <form onSubmit={save} class="inline-form">
+        <label for="chatwebhook-url">{connected ? "Replace the webhook URL" : "Webhook URL"}</label>
+        <div class="secret-row">
+          <input
+            id="chatwebhook-url"
+            type="password"
+            inputMode="url"
+            autoComplete="off"
+            spellcheck={false}
+            placeholder="https://…"
+            required
+            value={url}
+            onInput={(e) => setUrl(e.currentTarget.value)}
+          />
+          <button type="submit" disabled={action.busy || !url.trim()}>
+            Save
+          </button>
+        </div>
+      </form>
+      <div class="actions">
+        <button type="button" class="secondary" onClick={runTest} disabled={action.busy || !connected}>
+          Test connection
+        </button>
+        <button type="button" class="danger" onClick={remove} disabled={action.busy || !connected}>
+          Remove
+        </button>
+      </div>
+      <ErrorNotice error={action.error || connection.error} />
+      {test ? (
+        <p class={`notice ${test.ok ? "notice-ok" : "notice-error"}`} role="status" id="chatwebhook-test-result">
+          {test.ok ? "Test message posted: check the channel." : `Test failed: ${test.error ?? "the channel refused the post"}`}
+        </p>
+      ) : null}
+    </section>
+  );
+}
+
+function EgressSwitch() {
+  const egress = useLoad(() => api<{ enabled: boolean }>("GET", orgPath("/oncall/egress")), []);
+  const action = useAction();
+  const enabled = egress.data?.enabled ?? false;
+
+  async function toggle(next: boolean) {
+    if (next && !window.confirm("Switch real egress on? From now on every approved update you send is posted to the real chat channel.")) return;
+    await action.run(async () => {
+      await api("PUT", orgPath("/oncall/egress"), { enabled: next });
+      egress.reload();
+    });
+  }
+
+  return (
+    <section aria-labelledby="egress-heading" class="card">
+      <h2 id="egress-heading">Real egress</h2>
+      <p class="notice notice-warning" id="egress-warning">
+        <strong>Warning:</strong> while real egress is on, every approved update that is sent is posted to the real chat channel, for everyone in it
+        to read; a post cannot be edited or taken back. While it is off (the default), sent updates are recorded in the room as simulated and
+        delivered nowhere. Test connection posts in both cases.
+      </p>
+      <div class="switch-row">
+        <input
+          id="egress-switch"
+          type="checkbox"
+          role="switch"
+          checked={enabled}
+          disabled={egress.loading || action.busy}
+          aria-describedby="egress-warning"
+          onChange={(e) => toggle(e.currentTarget.checked)}
+        />
+        <label for="egress-switch">{enabled ? "Real egress is on" : "Real egress is off"}</label>
+      </div>
+      <ErrorNotice error={action.error || egress.error} />
+    </section>
+  );
+}
+
+function Report(props: { report: ConformanceReport; name: string }) {
+  return (
+    <div class="report">
+      <p class={`notice ${props.report.ok ? "notice-ok" : "notice-error"}`} role="status">
+        {props.report.ok
+          ? `Connected: every check passed (protocol version ${props.report.protocolVersion}).`
+          : `Not connected: ${props.report.checks.filter((c) => !c.ok).length} of ${props.report.checks.length} checks failed.`}
+      </p>
+      <table class="list checks">
+        <caption class="sr-only">{`Conformance report of ${props.name}`}</caption>
+        <thead>
+          <tr>
+            <th scope="col">Check</th>
+            <th scope="col">Result</th>
+            <th scope="col">Detail</th>
+          </tr>
+        </thead>
+        <tbody>
+          {props.report.checks.map((check, i) => (
+            <tr key={`${check.name}-${i}`}>
+              <td data-label="Check">{check.name}</td>
+              <td data-label="Result">
+                <span class={`badge ${check.ok ? "pass" : "fail"}`}>{check.ok ? "pass" : "fail"}</span>
+              </td>
+              <td data-label="Detail">{check.detail || "—"}</td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function RemoteSources() {
+  const now = useNow();
+  const sources = useLoad(() => api<{ remoteSources: RemoteSource[] }>("GET", orgPath("/remote-sources")).then((r) => r.remoteSources), []);
+  const [reports, setReports] = useState<Record<string, ConformanceReport>>({});
+  const [testing, setTesting] = useState("");
+  const [form, setForm] = useState({ name: "", baseUrl: "", transport: "http", tenantRef: "", bearerToken: "" });
+  const create = useAction();
+  const test = useAction();
+
+  async function submit(event: Event) {
+    event.preventDefault();
+    const done = await create.run(() =>
+      api<RemoteSource>("POST", orgPath("/remote-sources"), {
+        name: form.name.trim(),
+        baseUrl: form.baseUrl.trim(),
+        transport: form.transport,
+        tenantRef: form.tenantRef.trim(),
+        auth: form.bearerToken ? { bearerToken: form.bearerToken } : null,
+      }),
+    );
+    if (done) {
+      setForm({ name: "", baseUrl: "", transport: "http", tenantRef: "", bearerToken: "" });
+      sources.reload();
+    }
+  }
+
+  async function runTest(source: RemoteSource) {
+    setTesting(source.id);
+    const report = await test.run(() => api<ConformanceReport>("POST", orgPath(`/remote-sources/${encodeURIComponent(source.id)}/test`)));
+    setTesting("");
+    if (report) setReports((r) => ({ ...r, [source.id]: report }));
+    sources.reload();
+  }
+
+  const field = (key: keyof typeof form) => ({
+    value: form[key],
+    onInput: (e: { currentTarget: { value: string } }) => setForm((f) => ({ ...f, [key]: e.currentTarget.value })),
+  });
+
+  const list = sources.data ?? [];
+  return (
+    <section aria-labelledby="remote-heading" class="card">
+      <h2 id="remote-heading">Remote sources</h2>
+      <p class="muted">Telemetry sources hosted by third parties. Test connection runs the conformance check; a source is marked connected only when every check passes.</p>
+      <ErrorNotice error={sources.error || test.error} />
+      {list.length === 0 ? (
+        <p class="empty">No remote sources yet.</p>
+      ) : (
+        <ul class="sources">
+          {list.map((source) => (
+            <li key={source.id}>
+              <div class="source-row">
+                <div>
+                  <strong>{source.name}</strong> <span class={`badge status-${source.status}`}>{source.status}</span>
+                  <div class="muted mono">{`${source.transport} · ${source.baseUrl}`}</div>
+                  <div class="muted">
+                    Last tested <Ago at={source.lastTestedAt} now={now} />
+                    {source.lastError ? <span class="error-text">{` · ${source.lastError}`}</span> : null}
+                  </div>
+                </div>
+                <button type="button" class="secondary" onClick={() => runTest(source)} disabled={testing !== ""}>
+                  {testing === source.id ? "Testing…" : "Test connection"}
+                </button>
+              </div>
+              {reports[source.id] ? <Report report={reports[source.id]!} name={source.name} /> : null}
+            </li>
+          ))}
+        </ul>
+      )}
+      <details class="add">
+        <summary>Add a remote source</summary>
+        <form onSubmit={submit} class="grid-2">
+          <div>
+            <label for="rs-name">Name</label>
+            <input id="rs-name" required {...field("name")} />
+          </div>
+          <div>
+            <label for="rs-url">Base URL</label>
+            <input id="rs-url" type="url" required placeholder="https://source.example.com" {...field("baseUrl")} />
+          </div>
+          <div>
+            <label for="rs-transport">Transport</label>
+            <select id="rs-transport" value={form.transport} onChange={(e) => setForm((f) => ({ ...f, transport: e.currentTarget.value }))}>
+              <option value="http">HTTP with JSON</option>
+              <option value="grpc">gRPC</option>
+            </select>
+          </div>
+          <div>
+            <label for="rs-tenant">Tenant reference</label>
+            <input id="rs-tenant" required {...field("tenantRef")} />
+          </div>
+          <div>
+            <label for="rs-token">Bearer token</label>
+            <input id="rs-token" type="password" autoComplete="off" {...field("bearerToken")} />
+          </div>
+          <div class="form-end">
+            <ErrorNotice error={create.error} />
+            <button type="submit" disabled={create.busy}>
+              Add source
+            </button>
+          </div>
+        </form>
+      </details>
+    </section>
+  );
+}
+
+export function IntegrationsPage(props: { org: string }) {
+  return (
+    <>
+      <PageHeading title="Integrations">Integrations</PageHeading>
+      <Credentials org={props.org} />
+      <ChatWebhook />
+      <EgressSwitch />
+      <RemoteSources />
+    </>
+  );
+}

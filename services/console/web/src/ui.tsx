@@ -1,0 +1,267 @@
+import type { ComponentChildren } from "preact";
+import { useCallback, useEffect, useRef, useState } from "preact/hooks";
+import { errorText } from "./api";
+import { ago, exact, until } from "./format";
+import { hasNavigated } from "./router";
+
+/** Re-renders every `ms` so relative times stay true. */
+export function useNow(ms = 15_000): number {
+  const [now, setNow] = useState(Date.now);
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), ms);
+    return () => clearInterval(timer);
+  }, [ms]);
+  return now;
+}
+
+export interface Loaded<T> {
+  data: T | undefined;
+  error: string;
+  loading: boolean;
+  reload(): void;
+}
+
+/**
+ * Reads once on mount and again on reload(); a reload while one is in flight is queued, so a
+ * burst of live events costs at most two reads.
+ */
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): Loaded<T> {
+  const [data, setData] = useState<T | undefined>(undefined);
+  const [error, setError] = useState("");
+  const [loading, setLoading] = useState(true);
+  const state = useRef({ running: false, again: false, alive: true, generation: 0 });
+  const loadRef = useRef(load);
+  loadRef.current = load;
+
+  const run = useCallback(async () => {
+    const s = state.current;
+    if (s.running) {
+      s.again = true;
+      return;
+    }
+    s.running = true;
+    const generation = s.generation;
+    try {
+      do {
+        s.again = false;
+        try {
+          const value = await loadRef.current();
+          if (!s.alive || generation !== s.generation) return;
+          setData(value);
+          setError("");
+        } catch (err) {
+          if (!s.alive || generation !== s.generation) return;
+          setError(errorText(err));
+        }
+      } while (s.again);
+    } finally {
+      if (generation === s.generation) {
+        s.running = false;
+        setLoading(false);
+      }
+    }
+  }, []);
+
+  useEffect(() => {
+    const s = state.current;
+    s.alive = true;
+    s.generation++;
+    s.running = false;
+    s.again = false;
+    setLoading(true);
+    setData(undefined);
+    void run();
+    return () => {
+      s.alive = false;
+    };
+  }, deps);
+
+  return { data, error, loading, reload: run };
+}
+
+/** The page's main heading; it takes focus after an in-app navigation (for screen readers). */
+export function PageHeading(props: { children: ComponentChildren; title: string }) {
+  const ref = useRef<HTMLHeadingElement>(null);
+  useEffect(() => {
+    document.title = `${props.title} · warroom`;
+    if (hasNavigated()) ref.current?.focus();
+  }, [props.title]);
+  return (
+    <h1 ref={ref} tabIndex={-1}>
+      {props.children}
+    </h1>
+  );
+}
+
+export function ErrorNotice(props: { error: string }) {
+  if (!props.error) return null;
+  return (
+    <p class="notice notice-error" role="alert">
+      {props.error}
+    </p>
+  );
+}
+
+export function SourceBadge(props: { source: string }) {
+  return <span class={`badge source source-${props.source.replace(/[^a-z-]/g, "")}`}>{props.source || "unknown"}</span>;
+}
+
+export function Severity(props: { severity: string }) {
+  const sev = /^sev[1-4]$/.test(props.severity) ? props.severity : "unknown";
+  return (
+    <span class={`badge sev sev-${sev}`} title="Proposed severity">
+      {props.severity ? props.severity.toUpperCase() : "—"}
+    </span>
+  );
+}
+
+export function StateBadge(props: { state: string }) {
+  return <span class={`badge state state-${props.state.replace(/[^a-z_]/g, "")}`}>{props.state.replace("_", " ")}</span>;
+}
+
+export function Ago(props: { at: string | null; now: number; empty?: string }) {
+  if (!props.at) return <span class="muted">{props.empty ?? "never"}</span>;
+  return (
+    <time dateTime={props.at} title={exact(props.at)}>
+      {ago(props.at, props.now)}
+    </time>
+  );
+}
+
+export function Until(props: { at: string; now: number }) {
+  const overdue = Date.parse(props.at) < props.now;
+  return (
+    <time dateTime={props.at} title={exact(props.at)} class={overdue ? "overdue" : undefined}>
+      {until(props.at, props.now)}
+    </time>
+  );
+}
+
+async function copyText(text: string, fallbackFrom?: HTMLElement | null): Promise<boolean> {
+  try {
+    await navigator.clipboard.writeText(text);
+    return true;
+  } catch {
+    // Without a secure context the clipboard API is missing: select the text for Ctrl+C instead.
+    if (fallbackFrom instanceof HTMLInputElement || fallbackFrom instanceof HTMLTextAreaElement) {
+      fallbackFrom.select();
+      return document.execCommand("copy");
+    }
+    return false;
+  }
+}
+
+export function CopyButton(props: { text: string; label: string; target?: () => HTMLElement | null }) {
+  const [status, setStatus] = useState("");
+  return (
+    <span class="copy">
+      <button
+        type="button"
+        class="secondary"
+        onClick={async () => {
+          const ok = await copyText(props.text, props.target?.());
+          setStatus(ok ? "Copied" : "Select the text and copy it");
+          setTimeout(() => setStatus(""), 2500);
+        }}
+      >
+        {props.label}
+      </button>
+      <span class="copy-status" role="status" aria-live="polite">
+        {status}
+      </span>
+    </span>
+  );
+}
+
+/** A credential shown once: read-only, selectable, with a copy button. */
+export function OnceSecret(props: { label: string; value: string; id: string }) {
+  const ref = useRef<HTMLInputElement>(null);
+  return (
+    <div class="secret">
+      <label for={props.id}>{props.label}</label>
+      <div class="secret-row">
+        <input id={props.id} ref={ref} class="mono" readOnly value={props.value} spellcheck={false} autoComplete="off" onFocus={(e) => e.currentTarget.select()} />
+        <CopyButton text={props.value} label="Copy" target={() => ref.current} />
+      </div>
+      <p class="hint">Shown once. Store it in your secret manager now: the service keeps only a hash and cannot show it again.</p>
+    </div>
+  );
+}
+
+export function Snippet(props: { title: string; text: string; id: string }) {
+  const ref = useRef<HTMLTextAreaElement>(null);
+  return (
+    <div class="snippet">
+      <div class="snippet-head">
+        <label for={props.id}>{props.title}</label>
+        <CopyButton text={props.text} label="Copy snippet" target={() => ref.current} />
+      </div>
+      <textarea id={props.id} ref={ref} class="mono" readOnly rows={Math.min(18, props.text.split("\n").length + 1)} spellcheck={false} value={props.text} />
+    </div>
+  );
+}
+
+/** Runs an action, tracking busy and error state for its button. */
+export function useAction() {
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState("");
+  const run = useCallback(async <T,>(action: () => Promise<T>): Promise<T | undefined> => {
+    setBusy(true);
+    setError("");
+    try {
+      return await action();
+    } catch (err) {
+      setError(errorText(err));
+      return undefined;
+    } finally {
+      setBusy(false);
+    }
+  }, []);
+  return { busy, error, setError, run };
+}
+
+/** Accessible tabs: arrow keys move between tabs, the panel is labelled by its tab. */
+export function Tabs(props: { label: string; tabs: { id: string; label: string }[]; selected: string; onSelect(id: string): void; children: ComponentChildren }) {
+  const refs = useRef<Record<string, HTMLButtonElement | null>>({});
+  const ids = props.tabs.map((t) => t.id);
+  const move = (delta: number) => {
+    const index = (ids.indexOf(props.selected) + delta + ids.length) % ids.length;
+    const id = ids[index]!;
+    props.onSelect(id);
+    refs.current[id]?.focus();
+  };
+  return (
+    <div class="tabs">
+      <div role="tablist" aria-label={props.label}>
+        {props.tabs.map((tab) => (
+          <button
+            key={tab.id}
+            type="button"
+            role="tab"
+            id={`tab-${tab.id}`}
+            aria-selected={tab.id === props.selected}
+            aria-controls={`panel-${tab.id}`}
+            tabIndex={tab.id === props.selected ? 0 : -1}
+            ref={(el) => {
+              refs.current[tab.id] = el;
+            }}
+            onClick={() => props.onSelect(tab.id)}
+            onKeyDown={(e) => {
+              if (e.key === "ArrowRight") move(1);
+              else if (e.key === "ArrowLeft") move(-1);
+              else if (e.key === "Home") move(-ids.indexOf(props.selected));
+              else if (e.key === "End") move(ids.length - 1 - ids.indexOf(props.selected));
+              else return;
+              e.preventDefault();
+            }}
+          >
+            {tab.label}
+          </button>
+        ))}
+      </div>
+      <div role="tabpanel" id={`panel-${props.selected}`} aria-labelledby={`tab-${props.selected}`} tabIndex={0}>
+        {props.children}
+      </div>
+    </div>
+  );
+}
