@@ -1,0 +1,404 @@
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { chromium, type BrowserContext, type Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
+import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { startBareSource, type BareSource } from "../../services/remotesource/test-support/bare-source.js";
+import { OWNER, type TestApp } from "../support/app.js";
+
+// The web console in Debian's Chromium, driven by playwright-core, against the whole service on
+// loopback: sign-in, a trigger appearing live, the room's timeline, Test connection for the chat
+// webhook (a real HTTPS receiver on loopback) and for a remote source, the approve-and-send flow,
+// heartbeats and maintenance windows. Each screen is saved under test/artifacts/.
+
+const CHROMIUM = "/usr/bin/chromium";
+const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
+const WAIT = 10_000;
+
+let app: TestApp;
+let certs: TestCertificates;
+let receiver: ChatWebhookReceiver;
+let source: BareSource;
+let context: BrowserContext;
+let page: Page;
+let profile: string;
+let owner: string;
+let ingest: string;
+let firstIncident: string;
+
+async function shot(name: string): Promise<void> {
+  await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
+}
+
+/**
+ * Evaluates a JavaScript expression in the page. Written as text: the project's type check has no
+ * DOM library, and the expression runs in the browser, not here.
+ */
+function inPage<T>(expression: string): Promise<T> {
+  return page.evaluate(expression) as Promise<T>;
+}
+
+/** Every visible form control has a label (a <label>, aria-label or aria-labelledby), every button and link a name. */
+async function expectLabelled(): Promise<void> {
+  const unlabelled = await inPage<string[]>(`[...document.querySelectorAll("input, select, textarea")]
+    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
+    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
+    .map((el) => el.outerHTML)`);
+  expect(unlabelled).toEqual([]);
+  const nameless = await inPage<string[]>(`[...document.querySelectorAll("button, a[href]")]
+    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
+    .map((el) => el.outerHTML)`);
+  expect(nameless).toEqual([]);
+}
+
+function nav(name: string) {
+  return page.getByRole("navigation", { name: "Main" }).getByRole("link", { name });
+}
+
+async function trigger(body: Record<string, unknown>): Promise<{ status: number; body: any }> {
+  return app.call("POST", "/triggers", { token: ingest, body });
+}
+
+beforeAll(async () => {
+  ensureConsoleBuilt({ quiet: true });
+  mkdirSync(ARTIFACTS, { recursive: true });
+  certs = makeTestCertificates();
+  receiver = await startChatWebhookReceiver(certs);
+  source = await startBareSource({});
+  app = await startConsoleApp({
+    env: { EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile, CHAT_WEBHOOK_TIMEOUT_SECONDS: "3" },
+  });
+  owner = await app.ownerToken();
+  ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
+  profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
+  context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: [
+      "--headless",
+      "--no-sandbox",
+      "--disable-gpu",
+      "--disable-quic",
+      "--no-first-run",
+      "--disable-background-networking",
+      "--disable-component-update",
+      "--disable-sync",
+    ],
+    viewport: { width: 1280, height: 800 },
+    timeout: 30_000,
+  });
+  context.setDefaultTimeout(WAIT);
+  page = context.pages()[0] ?? (await context.newPage());
+  // Confirmations (issue a credential, switch egress on, delete) are accepted.
+  page.on("dialog", (dialog) => void dialog.accept());
+}, 240_000);
+
+afterAll(async () => {
+  await context?.close();
+  await source?.close();
+  await receiver?.close();
+  await app?.stop();
+  certs?.remove();
+  if (profile) rmSync(profile, { recursive: true, force: true });
+}, 60_000);
+
+describe("web console in a browser", () => {
+  it("signs in with email, password and organization, keeping the token in sessionStorage", async () => {
+    await page.goto(app.url + "/");
+    await page.getByRole("heading", { name: "warroom" }).waitFor();
+    await expectLabelled();
+    await page.getByLabel("Email").fill(OWNER.email);
+    await page.getByLabel("Password").fill("not the password");
+    await page.getByLabel("Organization").fill(OWNER.org);
+    await shot("login");
+    await page.getByRole("button", { name: "Sign in" }).click();
+    await expect.poll(() => page.getByRole("alert").textContent()).toContain("invalid email, password or organization");
+
+    await page.getByLabel("Password").fill(OWNER.password);
+    await page.getByLabel("Password").press("Enter");
+    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    expect(new URL(page.url()).pathname).toBe("/incidents");
+    const stored = await inPage(`JSON.parse(sessionStorage.getItem("warroom.session") ?? "null")`);
+    expect(stored).toMatchObject({ org: "acme", email: OWNER.email, token: expect.any(String) });
+    expect(await inPage("localStorage.length")).toBe(0);
+    // A page load keeps the session; the keyboard's first stop is the skip link.
+    await page.reload();
+    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    await page.keyboard.press("Tab");
+    expect(await inPage("document.activeElement?.textContent")).toBe("Skip to content");
+  });
+
+  it("shows a trigger in the open list as it arrives, without a reload", async () => {
+    await page.getByText("Live", { exact: true }).waitFor();
+    await inPage("window.loadedOnce = true");
+    const res = await trigger({
+      title: "CPU high on checkout",
+      body: "CPU above 90% on web-01 for 5 minutes",
+      alert_type: "error",
+      alert_transition: "Triggered",
+      alert_id: "cpu-checkout",
+      event_id: "cpu-1",
+      priority: "P1",
+      tags: ["service:checkout", "env:prod"],
+      link: "https://metrics.example.test/monitors/cpu-checkout",
+    });
+    expect(res.status).toBe(201);
+    firstIncident = res.body.incidentId;
+    const row = page.locator(`tr[data-incident-id="${firstIncident}"]`);
+    await row.waitFor();
+    expect(await row.getByRole("link").textContent()).toBe("CPU high on checkout");
+    expect(await row.locator('td[data-label="Source"]').textContent()).toBe("metrics-monitor");
+    expect(await row.locator('td[data-label="Severity"]').textContent()).toBe("SEV1");
+    expect(await row.locator('td[data-label="Entity"]').textContent()).toBe("service:checkout");
+    expect(await row.locator('td[data-label="Age"]').textContent()).toMatch(/just now|\d+ s ago/);
+    expect(await inPage("window.loadedOnce")).toBe(true);
+
+    const second = await trigger({ title: "Disk almost full on db-2", alert_type: "warning", alert_id: "disk-db", event_id: "disk-1", tags: ["service:orders-db"] });
+    expect(second.status).toBe(201);
+    await page.locator(`tr[data-incident-id="${second.body.incidentId}"]`).waitFor();
+    expect(await page.locator("tbody tr").count()).toBe(2);
+    await expectLabelled();
+    await shot("incidents");
+  });
+
+  it("opens the room with the full timeline, which grows live", async () => {
+    await page.getByRole("link", { name: "CPU high on checkout" }).click();
+    await page.getByRole("heading", { level: 1, name: "CPU high on checkout" }).waitFor();
+    expect(new URL(page.url()).pathname).toBe(`/o/acme/incidents/${firstIncident}`);
+    const first = page.locator(".timeline > li").first();
+    expect(await first.locator(".kind").textContent()).toBe("Opened");
+    expect(await first.locator(".entry-summary").textContent()).toBe("CPU above 90% on web-01 for 5 minutes");
+    expect(await first.getByRole("link", { name: "Open in the source" }).getAttribute("href")).toBe("https://metrics.example.test/monitors/cpu-checkout");
+    expect(await first.textContent()).toContain("Alert cpu-checkout");
+
+    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Re-Triggered", alert_id: "cpu-checkout", event_id: "cpu-2" })).body.outcome).toBe("attached");
+    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "No Data", alert_id: "cpu-checkout", event_id: "cpu-3" })).body.outcome).toBe("recorded");
+    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Recovered", alert_id: "cpu-checkout", event_id: "cpu-4" })).body.outcome).toBe("recorded");
+    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT }).toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
+    expect(await page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
+    await expectLabelled();
+    await shot("room");
+
+    // The workspace URL is the room's address: a page load of it opens the room.
+    await page.goto(`${app.url}/o/acme/incidents/${firstIncident}`);
+    await page.getByRole("heading", { level: 1, name: "CPU high on checkout" }).waitFor();
+    expect(await page.locator(".timeline > li").count()).toBe(4);
+  });
+
+  it("tests the chat-webhook connection against a loopback HTTPS receiver", async () => {
+    await nav("Integrations").click();
+    await page.getByRole("heading", { name: "Integrations" }).waitFor();
+    expect(await page.locator("#chatwebhook-status").textContent()).toBe("not connected");
+    await page.getByLabel("Webhook URL").fill(receiver.url("gone", "console-gone"));
+    await page.getByRole("button", { name: "Save", exact: true }).click();
+    await expect.poll(() => page.locator("#chatwebhook-status").textContent()).toBe("connected");
+    await page.getByRole("button", { name: "Test connection" }).click();
+    await expect.poll(() => page.locator("#chatwebhook-test-result").textContent()).toBe("Test failed: Chat webhook HTTP 404");
+
+    await page.getByLabel("Replace the webhook URL").fill(receiver.url("ok", "console-ok"));
+    await page.getByRole("button", { name: "Save", exact: true }).click();
+    await expect.poll(() => page.locator("#chatwebhook-test-result").count()).toBe(0);
+    const before = receiver.posts.length;
+    await page.getByRole("button", { name: "Test connection" }).click();
+    await expect.poll(() => page.locator("#chatwebhook-test-result").textContent()).toBe("Test message posted: check the channel.");
+    const posted = receiver.posts.slice(before);
+    expect(posted).toHaveLength(1);
+    expect(posted[0]!.path).toContain("/hooks/ok/");
+    expect(JSON.stringify(posted[0]!.body)).toContain("Test message from warroom");
+    // The saved URL is a secret: the page never shows it again.
+    expect(await page.content()).not.toContain("console-ok");
+  });
+
+  it("issues the ingest token once, with snippets that work as pasted", async () => {
+    await page.getByRole("button", { name: "Issue ingest token" }).click();
+    const token = await page.getByLabel("Ingest token").inputValue();
+    expect(token).toMatch(/^[0-9a-f]{64}$/);
+    expect(await page.getByLabel("Datadog webhook: custom headers").inputValue()).toBe(JSON.stringify({ Authorization: `Bearer ${token}` }, null, 2));
+    const payload = JSON.parse(await page.getByLabel("Datadog webhook: payload").inputValue());
+    expect(payload).toMatchObject({ alert_id: "$ALERT_ID", event_id: "$ID", alert_transition: "$ALERT_TRANSITION", tags: expect.arrayContaining(["service:$TAGS[service]"]) });
+    expect(await page.getByLabel("Heartbeat ping (end of your job)").inputValue()).toContain(`Authorization: Bearer ${token}`);
+    // The token on screen is the organization's token now; the one issued before stopped working.
+    const filled = { ...payload, title: "Pasted Datadog body", alert_id: "4242", event_id: "77", alert_type: "error", alert_transition: "Triggered", tags: ["service:payments"], link: "https://app.datadoghq.com/event/jump_to?event_id=77", date: "1718186712000" };
+    expect((await app.call("POST", "/triggers", { token, body: filled })).status).toBe(201);
+    expect((await app.call("POST", "/triggers", { token: ingest, body: filled })).status).toBe(401);
+    ingest = token;
+
+    await page.getByRole("button", { name: "Issue alert-router secret" }).click();
+    const secret = await page.getByLabel("Alert-router secret").inputValue();
+    expect(secret).toMatch(/^[0-9a-f]{64}$/);
+    const block = await page.getByLabel("Alertmanager (0.28.0 or later): receiver with webhook_configs").inputValue();
+    expect(block).toContain(`url: ${app.url}/triggers/alertrouter`);
+    expect(block).toContain("http_headers:");
+    expect(block).toContain("X-Service-Alertrouter-Secret:");
+    expect(block).toContain(`- ${secret}`);
+    await expectLabelled();
+    await shot("integrations");
+  });
+
+  it("runs Test connection on a remote source and shows the conformance report check by check", async () => {
+    await page.getByText("Add a remote source").click();
+    await page.getByLabel("Name").fill("bare-metrics");
+    await page.getByLabel("Base URL").fill(source.httpUrl);
+    await page.getByLabel("Tenant reference").fill("tenant-console");
+    await page.getByLabel("Bearer token").fill(source.token);
+    await page.getByRole("button", { name: "Add source" }).click();
+    const item = page.locator(".sources > li", { hasText: "bare-metrics" });
+    await item.waitFor();
+    expect(await item.locator(".badge").first().textContent()).toBe("untested");
+    await item.getByRole("button", { name: "Test connection" }).click();
+    const rows = item.locator("table.checks tbody tr");
+    await rows.first().waitFor({ timeout: 20_000 });
+    expect(await rows.count()).toBeGreaterThan(3);
+    expect(await rows.locator('td[data-label="Result"]').allTextContents()).toEqual(Array(await rows.count()).fill("pass"));
+    expect(await item.getByRole("status").textContent()).toMatch(/^Connected: every check passed \(protocol version 1\)/);
+    await expect.poll(() => item.locator(".badge").first().textContent()).toBe("connected");
+    await shot("integrations-remote-source");
+  });
+
+  it("drafts, previews, approves and sends an update: simulated while egress is off, sent once it is on", async () => {
+    await page.goto(`${app.url}/o/acme/incidents/${firstIncident}?tab=comms`);
+    await page.getByRole("tab", { name: "Comms", selected: true }).waitFor();
+    await page.getByText("Real egress is off").first().waitFor();
+    await page.getByLabel("Update text").fill("Rolling back the 14:02 deploy of checkout.");
+    const preview = page.locator("form.draft .card-preview");
+    expect(await preview.locator(".card-title").textContent()).toBe("CPU high on checkout");
+    expect(await preview.locator(".card-text").textContent()).toBe("Rolling back the 14:02 deploy of checkout.");
+    expect(await preview.textContent()).toContain(`/o/acme/incidents/${firstIncident}`);
+    await expectLabelled();
+    await page.getByRole("button", { name: "Save draft" }).click();
+    const message = page.locator(".messages > li").first();
+    await message.getByText("Draft: waiting for approval").waitFor();
+    await message.getByRole("button", { name: "Approve" }).click();
+    await message.getByText("Approved: ready to send").waitFor();
+    const before = receiver.posts.length;
+    await message.getByRole("button", { name: "Send" }).click();
+    await message.getByText("Simulated: recorded in the room, not delivered (real egress is off).").waitFor();
+    await message.locator(".msg-simulated").waitFor();
+    expect(receiver.posts.length).toBe(before);
+    await shot("comms");
+
+    await nav("Integrations").click();
+    await page.getByRole("switch").click();
+    await page.getByText("Real egress is on").waitFor();
+    expect((await app.call("GET", "/o/acme/oncall/egress", { token: owner })).body).toEqual({ enabled: true });
+
+    await page.goto(`${app.url}/o/acme/incidents/${firstIncident}?tab=comms`);
+    await page.getByText("Real egress is on: an approved update is posted").waitFor();
+    await page.getByLabel("Label on the timeline (optional)").fill("status");
+    await page.getByLabel("Update text").fill("Rollback done; error rate back to normal.");
+    await page.getByRole("button", { name: "Save draft" }).click();
+    const drafted = page.locator(".messages > li", { hasText: "Rollback done" });
+    await drafted.getByRole("button", { name: "Approve" }).click();
+    await drafted.getByRole("button", { name: "Send" }).click();
+    await drafted.getByText("Sent: posted to the chat channel.").waitFor();
+    expect(await drafted.locator(".msg-state").textContent()).toBe("Sent to the chat channel");
+    const posts = receiver.posts.slice(before);
+    expect(posts).toHaveLength(1);
+    expect(JSON.stringify(posts[0]!.body)).toContain("Rollback done; error rate back to normal.");
+    await shot("comms-sent");
+
+    await page.getByRole("tab", { name: "Timeline" }).click();
+    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents()).toEqual([
+      "Opened",
+      "Repeat",
+      "No-data repeat",
+      "Recovery",
+      "Update simulated",
+      "Update sent",
+    ]);
+    expect(await page.locator(".entry-update_simulated .delivery").textContent()).toBe("Simulated: recorded here, not delivered");
+    expect(await page.locator(".entry-update_sent .delivery").textContent()).toBe("Sent to the chat channel");
+    expect(await page.locator(".entry-update_sent").textContent()).toContain("Channel chatwebhook:status");
+    await shot("room-updates");
+  });
+
+  it("resolves and archives from the room", async () => {
+    await page.getByRole("button", { name: "Resolve" }).click();
+    await page.locator(".room-badges .state-resolved").waitFor();
+    await expect.poll(async () => (await app.call("GET", `/o/acme/incidents/${firstIncident}`, { token: owner })).body.state).toBe("resolved");
+    await page.getByRole("link", { name: "Resolved incidents" }).click();
+    await page.locator(`tr[data-incident-id="${firstIncident}"]`).waitFor();
+    await page.getByRole("link", { name: "CPU high on checkout" }).click();
+    await page.getByRole("button", { name: "Archive" }).click();
+    await page.locator(".room-badges .state-archived").waitFor();
+    expect(await page.getByRole("button", { name: "Resolve" }).count()).toBe(0);
+    await nav("Incidents").click();
+    await page.getByRole("link", { name: "Archived" }).click();
+    await page.locator(`tr[data-incident-id="${firstIncident}"]`).waitFor();
+  });
+
+  it("registers, edits and deletes a heartbeat, showing last seen, due in and status", async () => {
+    await nav("Heartbeats").click();
+    await page.getByRole("heading", { name: "Heartbeats" }).waitFor();
+    await page.getByLabel("Name").fill("nightly-backup");
+    await page.getByLabel("Expected interval").fill("3600");
+    await page.getByLabel("Grace").fill("300");
+    await page.getByRole("button", { name: "Register" }).click();
+    const row = page.locator('tr[data-heartbeat="nightly-backup"]');
+    await row.waitFor();
+    expect(await row.locator('td[data-label="Interval + grace"]').textContent()).toBe("1 h + 5 min");
+    expect(await row.locator('td[data-label="Last seen"]').textContent()).toBe("never");
+    expect(await row.locator('td[data-label="Due"]').textContent()).toMatch(/^in 1 h (4|5) min$/);
+    expect(await row.locator('td[data-label="Status"]').textContent()).toBe("ok");
+    expect(await page.getByLabel("Ping").inputValue()).toContain(`${app.url}/o/acme/heartbeats/nightly-backup/ping`);
+    const registered = await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner });
+    expect(registered.body).toMatchObject({ name: "nightly-backup", expectedIntervalSeconds: 3600, graceSeconds: 300, lastSeenAt: null });
+    await expectLabelled();
+    await shot("heartbeats");
+
+    expect((await app.call("POST", "/o/acme/heartbeats/nightly-backup/ping", { token: ingest })).status).toBe(204);
+    await page.reload();
+    await expect.poll(() => row.locator('td[data-label="Last seen"]').textContent()).toMatch(/just now|\d+ s ago/);
+
+    await row.getByRole("button", { name: "Edit nightly-backup" }).click();
+    await page.getByLabel("Expected interval").first().fill("7200");
+    await page.getByRole("form", { name: "Edit nightly-backup" }).getByRole("button", { name: "Save" }).click();
+    await expect.poll(() => row.locator('td[data-label="Interval + grace"]').textContent()).toBe("2 h + 5 min");
+    expect((await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner })).body.expectedIntervalSeconds).toBe(7200);
+
+    await row.getByRole("button", { name: "Delete nightly-backup" }).click();
+    await expect.poll(() => row.count()).toBe(0);
+    expect((await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner })).status).toBe(404);
+  });
+
+  it("creates a maintenance window that suppresses, and ends it now", async () => {
+    await nav("Maintenance").click();
+    await page.getByLabel("Reason").fill("Database upgrade");
+    await page.getByLabel("metrics-monitor").check();
+    await page.getByLabel("Entities (optional)").fill("service:orders-db");
+    await page.getByRole("button", { name: "Create window" }).click();
+    const row = page.locator("tr", { hasText: "Database upgrade" });
+    await row.waitFor();
+    expect(await row.locator('td[data-label="Covers"]').textContent()).toBe("sources metrics-monitor; entities service:orders-db");
+    expect(await row.locator('td[data-label="Status"]').textContent()).toMatch(/^active, ends in /);
+    const suppressed = await trigger({ title: "DB lag", alert_type: "error", alert_id: "db-lag", event_id: "lag-1", tags: ["service:orders-db"] });
+    expect(suppressed.body.outcome).toBe("suppressed");
+    await expectLabelled();
+    await shot("maintenance");
+
+    await row.getByRole("button", { name: "End now: Database upgrade" }).click();
+    await expect.poll(() => row.count()).toBe(0);
+    const opened = await trigger({ title: "DB lag", alert_type: "error", alert_id: "db-lag", event_id: "lag-2", tags: ["service:orders-db"] });
+    expect(opened.body.outcome).toBe("opened");
+  });
+
+  it("is readable on a phone", async () => {
+    await page.setViewportSize({ width: 390, height: 844 });
+    await nav("Incidents").click();
+    await page.getByRole("link", { name: "Open", exact: true }).click();
+    const row = page.locator("tbody tr").first();
+    await row.waitFor();
+    // Rows become cards: no horizontal scrolling, each cell labelled with its column.
+    expect(await inPage<number>("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+    expect(await inPage(`getComputedStyle(document.querySelector("tbody tr td"), "::before").content`)).toBe('"Incident"');
+    await shot("phone-incidents");
+    await row.getByRole("link").click();
+    await page.locator(".timeline").waitFor();
+    expect(await inPage<number>("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+    await shot("phone-room");
+    await page.setViewportSize({ width: 1280, height: 800 });
+  });
+});
