@@ -4,7 +4,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { createNatsTransport } from "../../services/runtime/nats-transport.js";
-import { NATS_URL, OWNER, startApp, type TestApp } from "../support/app.js";
+import { OWNER, startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
 
 type Mode = "one process" | "separate processes over NATS";
@@ -25,7 +25,7 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       internal = app.process.transport;
     } else {
       app = await startClusterApp();
-      nc = await connect({ servers: NATS_URL });
+      nc = await connect({ servers: app.natsUrl! });
       internal = createNatsTransport(nc);
     }
     owner = await app.ownerToken();

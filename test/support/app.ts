@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { allServices } from "../../services/all-services.js";
-import { runProcess, type RunningProcess } from "../../services/runtime/process.js";
+import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/runtime/process.js";
+import { startPrivateNats } from "./nats-server.js";
 
 /** The Postgres server tests create their databases on. */
 export const ADMIN_DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
@@ -29,6 +30,8 @@ export async function freshDatabase(): Promise<{ url: string; drop(): Promise<vo
 
 export interface TestApp {
   url: string;
+  /** The private NATS server this app's processes talk over, when it runs over NATS. */
+  natsUrl?: string;
   process: RunningProcess;
   databaseUrl: string;
   stop(): Promise<void>;
@@ -42,19 +45,26 @@ export interface TestApp {
  * Starts the whole service in this process (one-process mode) against a fresh database on the
  * real Postgres server, with the bootstrap organization `acme`.
  */
-export async function startApp(options: { env?: Record<string, string>; nats?: boolean; databaseUrl?: string } = {}): Promise<TestApp> {
+export async function startApp(
+  options: { env?: Record<string, string>; nats?: boolean | string; databaseUrl?: string; extraHttp?: ProcessOptions["extraHttp"] } = {},
+): Promise<TestApp> {
   const database = options.databaseUrl ? undefined : await freshDatabase();
   const databaseUrl = options.databaseUrl ?? database!.url;
+  // Each app gets its own NATS server (or the one it is given): subjects are global, so two apps
+  // on one server would answer each other's calls against different databases.
+  const privateNats = options.nats === true ? await startPrivateNats() : undefined;
+  const natsUrl = typeof options.nats === "string" ? options.nats : privateNats?.url;
   const running = await runProcess({
     name: "test",
     services: allServices,
     gateway: true,
+    extraHttp: options.extraHttp,
     env: {
       DATABASE_URL: databaseUrl,
       PORT: "0",
       HOST: "127.0.0.1",
       LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
-      NATS_URL: options.nats ? NATS_URL : "",
+      NATS_URL: natsUrl ?? "",
       BOOTSTRAP_ORG_SLUG: OWNER.org,
       BOOTSTRAP_OWNER_EMAIL: OWNER.email,
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
@@ -64,10 +74,12 @@ export async function startApp(options: { env?: Record<string, string>; nats?: b
   });
   const app: TestApp = {
     url: running.url,
+    natsUrl,
     process: running,
     databaseUrl,
     async stop() {
       await running.stop();
+      await privateNats?.cleanup();
       await database?.drop();
     },
     call: (method, path, callOptions = {}) => callApi(running.url, method, path, callOptions),

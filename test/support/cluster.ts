@@ -1,5 +1,6 @@
 import { startCluster, type Cluster } from "../../services/cluster.js";
-import { callApi, freshDatabase, NATS_URL, OWNER, type TestApp } from "./app.js";
+import { callApi, freshDatabase, OWNER, type TestApp } from "./app.js";
+import { startPrivateNats } from "./nats-server.js";
 
 /**
  * The whole service as separate processes over NATS (two gateways, two intakes) against a fresh
@@ -7,11 +8,14 @@ import { callApi, freshDatabase, NATS_URL, OWNER, type TestApp } from "./app.js"
  */
 export async function startClusterApp(options: { env?: Record<string, string>; output?: "ignore" | "capture" } = {}): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
   const database = await freshDatabase();
+  // A NATS server of its own: subjects are global, and another cluster on the same server would
+  // answer this one's calls against a different database.
+  const nats = await startPrivateNats();
   const cluster = await startCluster({
     env: {
       ...process.env,
       DATABASE_URL: database.url,
-      NATS_URL,
+      NATS_URL: nats.url,
       HOST: "127.0.0.1",
       LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn",
       BOOTSTRAP_ORG_SLUG: OWNER.org,
@@ -29,12 +33,14 @@ export async function startClusterApp(options: { env?: Record<string, string>; o
   const url = cluster.gatewayUrls[0]!;
   const app = {
     url,
+    natsUrl: nats.url,
     cluster,
     gatewayUrls: cluster.gatewayUrls,
     databaseUrl: database.url,
     process: undefined as never,
     async stop() {
       await cluster.stop();
+      await nats.cleanup();
       await database.drop();
     },
     call: (method: string, path: string, options?: Parameters<TestApp["call"]>[2]) => callApi(url, method, path, options),

@@ -11,13 +11,13 @@ import { listenHttp, type HttpServer } from "../../services/runtime/http-server.
 import { createLogger } from "../../services/runtime/logger.js";
 import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
 import { registerContractService } from "../support/contract-service.js";
-import { NATS_URL } from "../support/app.js";
-import { startPrivateNats } from "../support/nats-server.js";
+import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
 const logger = createLogger("silent", "contract");
 const LARGE = new Uint8Array(700 * 1024).map((_, i) => i % 251);
 
 let nc: NatsConnection;
+let sharedNats: PrivateNats;
 let server: HttpServer;
 const transports: Record<string, Transport> = {};
 
@@ -28,7 +28,8 @@ beforeAll(async () => {
   registerContractService(registry.router);
   transports.direct = createDirectTransport(registry);
 
-  nc = await connect({ servers: NATS_URL });
+  sharedNats = await startPrivateNats();
+  nc = await connect({ servers: sharedNats.url });
   serveRouterOverNats(nc, router, { logger });
   transports.nats = createNatsTransport(nc);
 
@@ -41,6 +42,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await nc?.drain();
+  await sharedNats?.cleanup();
   await server?.close(100);
 });
 
