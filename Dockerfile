@@ -20,7 +20,9 @@ RUN npm run build && npm run build:console
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npm cache clean --force
+COPY patches ./patches
+# Install scripts stay off; the one the project needs (fixes to the Postgres driver) runs here.
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npx patch-package && npm cache clean --force
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \

@@ -4,6 +4,7 @@ import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
+import { createInProcessBroadcast, createNatsBroadcast } from "./broadcast.js";
 import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
 import { openDatabase, type Database } from "./database.js";
@@ -87,6 +88,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
+  const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
   const clients = createClients(deferred.transport);
 
@@ -100,7 +102,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       writeMany: (...args) => relay!.writeMany(...args),
       poke: () => relay?.poke(),
     };
-    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events });
+    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
     relay = createOutboxRelay({ sql: database.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
     await migrate(database.sql, module.name, module.migrations);
     modules.push(module);
@@ -201,30 +203,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
 }
 
-/**
- * postgres.js 3.4 can write to a connection it has just closed from a setImmediate callback
- * (porsager/postgres#1154, #1208): the query was already rejected with CONNECTION_CLOSED and the
- * pool reconnects, but the TypeError escapes every try/catch and would end the process. Exactly
- * that error is logged and survived; any other uncaught error still ends the process.
- */
-export function isPostgresWriteAfterClose(err: unknown): boolean {
-  return (
-    err instanceof TypeError &&
-    /reading 'write'|evaluating 'socket\.write'/.test(err.message) &&
-    /[\\/]postgres[\\/]src[\\/]connection\.js/.test(err.stack ?? "")
-  );
-}
-
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
 export async function main(options: ProcessOptions): Promise<void> {
-  process.on("uncaughtException", (err) => {
-    if (isPostgresWriteAfterClose(err)) {
-      console.error(JSON.stringify({ level: 40, msg: "database connection closed under a pending write; the pool reconnects", err: err.message }));
-      return;
-    }
-    console.error(err);
-    process.exit(1);
-  });
   let running: RunningProcess;
   try {
     running = await runProcess(options);
