@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { createClient } from "@connectrpc/connect";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { createInProcessBroadcast } from "../runtime/broadcast.js";
 import { createClients } from "../runtime/clients.js";
 import { loadConfig } from "../runtime/config.js";
 import { openDatabase } from "../runtime/database.js";
@@ -38,6 +39,7 @@ async function run(): Promise<number> {
       // Bootstrap writes no events; the CLI runs no relay.
       outbox: { write: async () => {}, writeMany: async () => {}, poke: () => {} },
       events: createInMemoryEventBus(logger),
+      broadcast: createInProcessBroadcast(),
     });
     await migrate(database.sql, identity.name, identity.migrations);
     identity.register(registry.router);

@@ -7,6 +7,7 @@ import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/i
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
+import { INGEST_TOKEN_REVOKED } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
@@ -73,15 +74,18 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     const principal = await authorize(clients, context, org, allowed);
     const value = newHexSecret();
     const hash = sha256(value);
-    await sql.begin(async (tx) => {
-      const [previous] = await tx<{ hash: Buffer }[]>`select hash from identity.org_credentials where org_id = ${principal.orgId} and kind = ${kind} for update`;
+    const previous = await sql.begin(async (tx) => {
+      const [row] = await tx<{ hash: Buffer }[]>`select hash from identity.org_credentials where org_id = ${principal.orgId} and kind = ${kind} for update`;
       await tx`
         insert into identity.org_credentials (org_id, kind, hash, issued_by) values (${principal.orgId}, ${kind}, ${hash}, ${principal.userId})
         on conflict (org_id, kind) do update set hash = excluded.hash, issued_at = now(), issued_by = excluded.issued_by`;
-      await audit(tx, principal.orgId, auditKind, actorOf(principal), { replaced: previous !== undefined });
-      await credentialChanged(tx, principal.orgId, kind, previous?.hash);
+      await audit(tx, principal.orgId, auditKind, actorOf(principal), { replaced: row !== undefined });
+      await credentialChanged(tx, principal.orgId, kind, row?.hash);
+      return row?.hash;
     });
     outbox.poke();
+    // Before the new value is handed out, every process that cached the old one drops it.
+    if (previous && kind === CREDENTIAL_KINDS.ingest) await ctx.broadcast.publish(INGEST_TOKEN_REVOKED, previous.toString("hex"));
     return value;
   }
 

@@ -5,6 +5,7 @@ import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { bearerToken } from "../runtime/auth.js";
+import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
@@ -24,6 +25,7 @@ interface Organization {
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, sql, outbox, logger } = ctx;
   const chatLimit = createChatRateLimit(sql, CHAT_CALLS_PER_MINUTE);
+  const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
 
   function mapOrRefuse(source: TriggerSource, body: unknown): MappedDelivery {
     try {
@@ -100,7 +102,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       const authorization = context.requestHeader.get("authorization");
       const token = bearerToken(authorization);
       if (!token) throw new UnauthenticatedError("Missing trigger ingest token");
-      const org = await clients.identity.resolveIngestToken({ token }, { signal: context.signal });
+      const org = await ingestTokens.resolve(token, context.signal);
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
       const source = recognizeTrigger(body);
       if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);

@@ -1,5 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
+import type { Broadcast } from "./broadcast.js";
 import type { Clients } from "./clients.js";
 import type { Config } from "./config.js";
 import type { Sql } from "./database.js";
@@ -18,6 +19,8 @@ export interface ServiceContext {
   /** This service's outbox: write events in the transaction of the change. */
   outbox: Outbox;
   events: EventBus;
+  /** Notices every process must see at once (a replaced credential). */
+  broadcast: Broadcast;
 }
 
 /** One service: the tables it owns, the RPCs it serves and its background work. */

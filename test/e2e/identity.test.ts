@@ -4,7 +4,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { createNatsTransport } from "../../services/runtime/nats-transport.js";
-import { OWNER, startApp, type TestApp } from "../support/app.js";
+import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
 
 type Mode = "one process" | "separate processes over NATS";
@@ -144,6 +144,27 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       expect(second.body.token).not.toBe(first.body.token);
       expect(await refused(identity().resolveIngestToken({ token: first.body.token }))).toBe(Code.Unauthenticated);
       expect((await identity().resolveIngestToken({ token: second.body.token })).slug).toBe("acme");
+    });
+
+    it("refuses a replaced ingest token on POST /triggers at once, on every replica, though intake caches the lookup", async () => {
+      const urls = "gatewayUrls" in app ? (app as { gatewayUrls: string[] }).gatewayUrls : [app.url];
+      const alert = (n: number) => ({ alert_type: "error", title: "rotation probe", alert_id: `rotation-${mode.length}`, event_id: `rotation-${n}` });
+      let n = 0;
+      let token = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
+      for (let round = 0; round < 5; round++) {
+        // Warm every intake replica's cache through every gateway.
+        for (let i = 0; i < 8; i++) {
+          const res = await callApi(urls[i % urls.length]!, "POST", "/triggers", { token, body: alert(n++) });
+          expect([200, 201]).toContain(res.status);
+        }
+        const replaced = token;
+        token = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: admin })).body.token;
+        const answers = await Promise.all(
+          Array.from({ length: 8 }, (_, i) => callApi(urls[i % urls.length]!, "POST", "/triggers", { token: replaced, body: alert(n++) })),
+        );
+        for (const res of answers) expect({ status: res.status, body: res.body }).toEqual({ status: 401, body: { error: "Invalid trigger ingest token" } });
+        expect((await callApi(urls[0]!, "POST", "/triggers", { token, body: alert(n++) })).status).toBe(200);
+      }
     });
 
     for (const [kind, path] of [["chat", "chat-secret"], ["alertrouter", "alertrouter-secret"]] as const) {

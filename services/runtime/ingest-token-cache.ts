@@ -1,0 +1,36 @@
+import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
+import type { Broadcast } from "./broadcast.js";
+import type { Clients } from "./clients.js";
+import { sha256Hex } from "./secrets.js";
+
+/** Subject identity broadcasts the hash of a replaced ingest token on. */
+export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
+
+/**
+ * The ingest-token lookup of the trigger endpoint, cached per process: under an alert storm the
+ * same token arrives thousands of times a second. A replaced token must be refused on the very
+ * next request on every replica, so identity broadcasts the old token's hash before it answers
+ * the issue call, and every process drops it on receipt. While the broadcast is unavailable
+ * (NATS down) nothing is served from the cache; entries also expire after `ttlMs`.
+ */
+export function createIngestTokenResolver(options: { clients: Clients; broadcast: Broadcast; ttlMs?: number; maxEntries?: number }) {
+  const { clients, broadcast } = options;
+  const ttlMs = options.ttlMs ?? 30_000;
+  const maxEntries = options.maxEntries ?? 10_000;
+  const entries = new Map<string, { org: Organization; until: number }>();
+  broadcast.subscribe(INGEST_TOKEN_REVOKED, (hash) => {
+    if (hash) entries.delete(hash);
+    else entries.clear();
+  });
+  return {
+    async resolve(token: string, signal?: AbortSignal): Promise<Organization> {
+      const hash = sha256Hex(token);
+      const hit = entries.get(hash);
+      if (hit && hit.until > Date.now() && broadcast.available()) return hit.org;
+      const org = await clients.identity.resolveIngestToken({ token }, { signal });
+      if (entries.size >= maxEntries) entries.delete(entries.keys().next().value!);
+      entries.set(hash, { org, until: Date.now() + ttlMs });
+      return org;
+    },
+  };
+}
