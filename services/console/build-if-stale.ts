@@ -4,8 +4,9 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 // Builds the web console (npm run build:console) when its output is missing or older than any
-// of its sources. `npm start` runs this first (prestart), so a fresh clone serves the console
-// after `npm install` alone; the browser tests run it before they start.
+// of its sources. `npm install` runs it (postinstall), so `npm start` on a fresh clone serves at
+// once; `npm start` runs it again (prestart), which costs nothing when nothing changed; the
+// browser tests run it before they start.
 
 const repository = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const sources = join(repository, "services/console/web");
