@@ -17,7 +17,8 @@ afterAll(async () => {
 
 describe("the patched Postgres driver", () => {
   it("reserves the connection for a transaction even when BEGIN fills the pipeline (porsager/postgres#1189)", async () => {
-    const sql = postgres(database.url, { max: 2, max_pipeline: 0, onnotice: () => {} });
+    // max_pipeline 0 makes every BEGIN the one that fills the pipeline (not in the driver's types).
+    const sql = postgres(database.url, { max: 2, onnotice: () => {}, ...({ max_pipeline: 0 } as object) });
     try {
       const [row] = await sql.begin((tx) => tx`select txid_current() as txid, 1 as ok`);
       expect(row?.ok).toBe(1);
