@@ -30,6 +30,8 @@ export interface ClusterProcess {
 }
 
 export interface Cluster {
+  /** The environment every process started with. */
+  env: NodeJS.ProcessEnv;
   gatewayUrls: string[];
   processes: ClusterProcess[];
   stop(): Promise<void>;
@@ -45,7 +47,7 @@ export function serviceFolders(): string[] {
     .map((d) => d.name);
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once("error", reject);
@@ -110,6 +112,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     processes.push(proc);
   }
   const cluster: Cluster = {
+    env: options.env,
     gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),
     processes,
     async stop() {

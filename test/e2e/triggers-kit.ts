@@ -6,10 +6,10 @@ import { fileURLToPath } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import { connect } from "@nats-io/transport-node";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { startCluster, type Cluster } from "../../services/cluster.js";
+import { freePort, type Cluster } from "../../services/cluster.js";
 import { createNatsTransport } from "../../services/runtime/nats-transport.js";
-import { callApi, freshDatabase, OWNER, startApp, type TestApp } from "../support/app.js";
-import { freePort, startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
+import { startClusterApp } from "../support/cluster.js";
 
 /**
  * What the trigger and receiver end-to-end tests share: the two ways of running the service,
@@ -29,9 +29,6 @@ export interface IntakeApp extends TestApp {
   /** Every gateway: one in one-process mode, two in the cluster. */
   gatewayUrls: string[];
   cluster?: Cluster;
-  nats?: PrivateNats;
-  /** The environment the cluster's processes run with (to start one of them again). */
-  clusterEnv?: NodeJS.ProcessEnv;
 }
 
 function secretsKey(): string {
@@ -49,64 +46,15 @@ export async function startIntakeApp(mode: Mode, options: { intakes?: number } =
     const app = await startApp({ env });
     return { ...app, mode, gatewayUrls: [app.url] };
   }
-  const database = await freshDatabase();
-  const nats = await startPrivateNats();
-  const clusterEnv: NodeJS.ProcessEnv = {
-    ...process.env,
-    ...env,
-    DATABASE_URL: database.url,
-    NATS_URL: nats.url,
-    HOST: "127.0.0.1",
-    LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "warn",
-    BOOTSTRAP_ORG_SLUG: OWNER.org,
-    BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-    BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-    SHUTDOWN_GRACE_SECONDS: "1",
-    DATABASE_POOL_SIZE: "4",
-  };
-  let cluster: Cluster;
-  try {
-    cluster = await startCluster({ env: clusterEnv, port: 0, gateways: 2, intakes: options.intakes ?? 2 });
-  } catch (err) {
-    await nats.cleanup();
-    await database.drop();
-    throw err;
-  }
-  const url = cluster.gatewayUrls[0]!;
-  const app: IntakeApp = {
-    mode,
-    url,
-    gatewayUrls: cluster.gatewayUrls,
-    cluster,
-    nats,
-    clusterEnv,
-    databaseUrl: database.url,
-    process: undefined as never,
-    async stop() {
-      await cluster.stop();
-      await nats.cleanup();
-      await database.drop();
-    },
-    call: (method, path, callOptions) => callApi(url, method, path, callOptions),
-    async ownerToken() {
-      const deadline = Date.now() + 30_000;
-      for (;;) {
-        const res = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-        if (res.status === 200) return res.body.accessToken as string;
-        // The identity process creates the organization just after it answers ready.
-        if (Date.now() > deadline) throw new Error(`login failed: ${res.status} ${JSON.stringify(res.body)}`);
-        await new Promise((r) => setTimeout(r, 200));
-      }
-    },
-  };
-  return app;
+  const app = await startClusterApp({ env, intakes: options.intakes ?? 2 });
+  return { ...app, mode };
 }
 
 /** Starts one service of a running cluster again as its own process; resolves when it is ready. */
 export async function startClusterProcess(app: IntakeApp, name: string): Promise<ChildProcess> {
   const port = await freePort();
   const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, "services", name, "main.ts")], {
-    env: { ...app.clusterEnv, PORT: String(port), SERVICE_INSTANCE: `${name}-again` },
+    env: { ...app.cluster!.env, PORT: String(port), SERVICE_INSTANCE: `${name}-again` },
     stdio: "ignore",
   });
   const deadline = Date.now() + 60_000;
@@ -263,8 +211,8 @@ export async function bootstrapOrg(app: IntakeApp, slug: string): Promise<Creden
   const owner = { email: `owner@${slug}.test`, password: "another horse battery" };
   const call = async (transport: Parameters<typeof createClient>[1]) =>
     createClient(IdentityService, transport).bootstrap({ orgSlug: slug, ownerEmail: owner.email, ownerPassword: owner.password });
-  if (app.nats) {
-    const nc = await connect({ servers: app.nats.url });
+  if (app.natsUrl) {
+    const nc = await connect({ servers: app.natsUrl });
     try {
       await call(createNatsTransport(nc));
     } finally {

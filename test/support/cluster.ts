@@ -6,7 +6,9 @@ import { startPrivateNats } from "./nats-server.js";
  * The whole service as separate processes over NATS (two gateways, two intakes) against a fresh
  * database, presented like TestApp: calls go to the first gateway; `gatewayUrls` has them all.
  */
-export async function startClusterApp(options: { env?: Record<string, string>; output?: "ignore" | "capture" } = {}): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
+export async function startClusterApp(
+  options: { env?: Record<string, string>; output?: "ignore" | "capture"; intakes?: number } = {},
+): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
   const database = await freshDatabase();
   // A NATS server of its own: subjects are global, and another cluster on the same server would
   // answer this one's calls against a different database.
@@ -28,7 +30,7 @@ export async function startClusterApp(options: { env?: Record<string, string>; o
     output: options.output ?? "ignore",
     port: 0,
     gateways: 2,
-    intakes: 2,
+    intakes: options.intakes ?? 2,
   });
   const url = cluster.gatewayUrls[0]!;
   const app = {

@@ -1,27 +1,19 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import net, { createServer } from "node:net";
+import net from "node:net";
+import { freePort } from "../../services/cluster.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
 /** A private nats-server with JetStream on a free loopback port, for tests that stop and start it. */
+export { freePort };
+
 export interface PrivateNats {
   url: string;
   port: number;
   stop(): Promise<void>;
   start(): Promise<void>;
   cleanup(): Promise<void>;
-}
-
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => resolve(port));
-    });
-  });
 }
 
 export const NATS_SERVER_BINARY = process.env.NATS_SERVER_BIN ?? "nats-server";
