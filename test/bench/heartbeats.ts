@@ -1,4 +1,4 @@
-import { fork, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import http from "node:http";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { createClient } from "@connectrpc/connect";
@@ -8,6 +8,7 @@ import { allServices } from "../../services/all-services.js";
 import { runProcess } from "../../services/runtime/process.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { printTable } from "./stats.js";
+import { startChild, stopChild } from "./child-process.js";
 
 /**
  * Heartbeats under load: pings per second at 50 concurrent connections against a real Postgres,
@@ -105,16 +106,6 @@ function cpuMs(): number {
   return (usage.user + usage.system) / 1000;
 }
 
-function startChild(args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(fileURLToPath(import.meta.url), args, { stdio: "inherit" });
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
-    child.once("message", (m: ChildMessage) => {
-      if ("url" in m) resolve({ child, url: m.url });
-    });
-  });
-}
 
 function askChild<T>(child: ChildProcess, message: string, pick: (m: ChildMessage) => T | undefined): Promise<T> {
   return new Promise((resolve) => {
@@ -224,7 +215,7 @@ function sweepRow(label: string, f: SweepFigures): Record<string, string | numbe
 
 export async function benchHeartbeats(): Promise<void> {
   const database = await freshDatabase();
-  const { child, url } = await startChild(["--serve", database.url]);
+  const { child, url } = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url]);
   const sql = postgres(database.url, { max: 2, onnotice: () => {} });
   try {
     const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
@@ -245,7 +236,7 @@ export async function benchHeartbeats(): Promise<void> {
     const pings = await loadServer(child, url, pingRequest, 204);
     const rejected = await loadServer(child, url, (i) => ({ path: `/o/${OWNER.org}/heartbeats/unknown-${i % PING_HEARTBEATS}/ping`, headers: { authorization: `Bearer ${ingestToken}` } }), 404);
 
-    const bare = await startChild(["--bare-http"]);
+    const bare = await startChild(fileURLToPath(import.meta.url), ["--bare-http"]);
     const bareHttp = await loadServer(bare.child, bare.url, () => ({ path: "/", headers: {} }), 204);
     bare.child.kill();
     const bareSql = await bareUpdates(database.url);
@@ -282,8 +273,7 @@ export async function benchHeartbeats(): Promise<void> {
     console.log(`\nTargets: >= 5000 pings/s (${pings.perSecond}), sweep < 1000 ms (${Math.round(first.ms)}): ${pass ? "met" : "NOT met"}`);
   } finally {
     await sql.end();
-    child.send("stop");
-    await new Promise((resolve) => child.once("exit", resolve));
+    await stopChild(child);
     await database.drop();
   }
 }

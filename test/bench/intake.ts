@@ -1,4 +1,4 @@
-import { fork, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
 import http from "node:http";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
@@ -8,6 +8,7 @@ import { runProcess } from "../../services/runtime/process.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { printTable, summarize } from "./stats.js";
+import { startChild, stopChild } from "./child-process.js";
 
 /**
  * Trigger intake under load: sustained deliveries per second and latency through `POST /triggers`
@@ -91,20 +92,7 @@ async function serveChild(): Promise<void> {
   process.send!({ url: running.url });
 }
 
-function startChild(args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(fileURLToPath(import.meta.url), args, { stdio: "inherit" });
-  return new Promise((resolve, reject) => {
-    child.once("error", reject);
-    child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
-    child.once("message", (m: ChildMessage) => resolve({ child, url: m.url }));
-  });
-}
 
-async function stopChild(child: ChildProcess): Promise<void> {
-  const exited = new Promise((resolve) => child.once("exit", resolve));
-  child.send("stop");
-  await exited;
-}
 
 // --- the delivery mix ------------------------------------------------------------------------
 
@@ -243,7 +231,7 @@ async function countRows(databaseUrl: string): Promise<{ incidents: number; entr
 }
 
 async function floor(databaseUrl: string): Promise<LoadResult> {
-  const server = await startChild(["--floor", databaseUrl]);
+  const server = await startChild(fileURLToPath(import.meta.url), ["--floor", databaseUrl]);
   try {
     const next = deliveryMix("floor");
     return await load([server.url], "/", {}, next);
@@ -255,7 +243,7 @@ async function floor(databaseUrl: string): Promise<LoadResult> {
 async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResult; rows: { incidents: number; entries: number } }> {
   const database = await freshDatabase();
   try {
-    const app = await startChild(["--serve", database.url]);
+    const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url]);
     let ours: LoadResult;
     try {
       const token = await ingestToken(app.url);
