@@ -1,16 +1,11 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { bearerToken } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
+import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Sql } from "../runtime/database.js";
 import { NotFoundError } from "../runtime/errors.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
-/**
- * A well-formed token no organization holds. A missing or malformed token is looked up as this
- * one, so that identity does the same database lookup as for a real but wrong token.
- */
-const UNMATCHABLE_TOKEN = "0".repeat(64);
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
 /** Matches no heartbeat: the update still runs when the token is not this organization's. */
 const NO_ORGANIZATION = "00000000-0000-0000-0000-000000000000";
@@ -19,26 +14,25 @@ const NO_ORGANIZATION = "00000000-0000-0000-0000-000000000000";
 export const PING_REJECTION = "not found";
 
 /**
- * The hot path. One identity call resolves the ingest token, one UPDATE records the ping. The
- * refusals (no token, wrong token, another organization's token, unknown name) do the same two
- * steps as a success and end in the same NotFound, so neither the answer nor its timing says
- * which one it was.
+ * The hot path: one database round trip. The ingest token resolves through the process's token
+ * cache (identity is asked once per token, known or not), and one UPDATE records the ping. The
+ * refusals (no token, wrong token, another organization's token, unknown name) run the same
+ * UPDATE against no organization and end in the same NotFound, so neither the answer nor its
+ * timing says which one it was.
  */
-export function createPingHandler(deps: { sql: Sql; clients: Clients; delivery: SilenceDelivery }): Pick<ServiceImpl<typeof HeartbeatsService>, "ping"> {
-  const { sql, clients, delivery } = deps;
+export function createPingHandler(deps: { sql: Sql; ingestTokens: IngestTokenResolver; delivery: SilenceDelivery }): Pick<ServiceImpl<typeof HeartbeatsService>, "ping"> {
+  const { sql, ingestTokens, delivery } = deps;
   return {
     async ping(req, context: HandlerContext) {
       const token = bearerToken(context.requestHeader.get("authorization"));
-      const lookup = token && INGEST_TOKEN_FORMAT.test(token) ? token : UNMATCHABLE_TOKEN;
       let orgId = NO_ORGANIZATION;
-      try {
-        const org = await clients.identity.resolveIngestToken(
-          { token: lookup },
-          { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" }, signal: context.signal },
-        );
-        if (org.slug === req.org) orgId = org.id;
-      } catch (err) {
-        if (!(err instanceof ConnectError && err.code === Code.Unauthenticated)) throw err;
+      if (token && INGEST_TOKEN_FORMAT.test(token)) {
+        try {
+          const org = await ingestTokens.resolve(token, context.signal);
+          if (org.slug === req.org) orgId = org.id;
+        } catch (err) {
+          if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
+        }
       }
       // Sets last-seen and the next deadline, and ends a silence in progress by moving it to
       // `ended_silence_id`: the pending `resumed` is durable in the same write. Repeating the

@@ -2,6 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
+import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { createPingHandler } from "./ping.js";
 import { createRegistryHandlers } from "./registry.js";
@@ -13,6 +14,7 @@ export function createHeartbeatsRoutes(deps: {
   sql: Sql;
   clients: Clients;
   outbox: Outbox;
+  ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   sweeper: Sweeper;
 }): ServiceImpl<typeof HeartbeatsService> {

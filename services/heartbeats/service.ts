@@ -2,6 +2,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
+import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { createHeartbeatsRoutes } from "./routes.js";
 import { createSilenceDelivery } from "./silence-delivery.js";
 import { createSweeper } from "./sweep.js";
@@ -12,7 +13,8 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "heartbeats" });
   const delivery = createSilenceDelivery({ sql, clients, logger });
   const sweeper = createSweeper({ sql, outbox, delivery, logger });
-  const routes = createHeartbeatsRoutes({ sql, clients, outbox, delivery, sweeper });
+  const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
+  const routes = createHeartbeatsRoutes({ sql, clients, outbox, ingestTokens, delivery, sweeper });
 
   return {
     name: "heartbeats",

@@ -7,7 +7,7 @@ import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/i
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
-import { INGEST_TOKEN_REVOKED } from "../runtime/ingest-token-cache.js";
+import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
@@ -229,7 +229,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
 
     async resolveIngestToken(req: { token: string }) {
       const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, req.token);
-      if (!org) throw new UnauthenticatedError("Invalid trigger ingest token");
+      if (!org) throw new UnauthenticatedError(INVALID_INGEST_TOKEN);
       return org;
     },
 

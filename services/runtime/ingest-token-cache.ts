@@ -1,7 +1,15 @@
+import { Code, ConnectError } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { Broadcast } from "./broadcast.js";
 import type { Clients } from "./clients.js";
 import { sha256Hex } from "./secrets.js";
+
+export const INVALID_INGEST_TOKEN = "Invalid trigger ingest token";
+
+/** The refusal a cached unknown token gets: the one identity gives. */
+function invalidToken(): ConnectError {
+  return new ConnectError(INVALID_INGEST_TOKEN, Code.Unauthenticated);
+}
 
 /** Subject identity broadcasts the hash of a replaced ingest token on. */
 export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
@@ -12,12 +20,17 @@ export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
  * next request on every replica, so identity broadcasts the old token's hash before it answers
  * the issue call, and every process drops it on receipt. While the broadcast is unavailable
  * (NATS down) nothing is served from the cache; entries also expire after `ttlMs`.
+ *
+ * Unknown tokens are remembered too: a 256-bit value nobody holds now is never issued later, and a
+ * flood of wrong tokens then costs identity nothing.
  */
+export type IngestTokenResolver = ReturnType<typeof createIngestTokenResolver>;
+
 export function createIngestTokenResolver(options: { clients: Clients; broadcast: Broadcast; ttlMs?: number; maxEntries?: number }) {
   const { clients, broadcast } = options;
   const ttlMs = options.ttlMs ?? 30_000;
   const maxEntries = options.maxEntries ?? 10_000;
-  const entries = new Map<string, { org: Organization; until: number }>();
+  const entries = new Map<string, { org: Organization | undefined; until: number }>();
   broadcast.subscribe(INGEST_TOKEN_REVOKED, (hash) => {
     if (hash) entries.delete(hash);
     else entries.clear();
@@ -26,10 +39,19 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
     async resolve(token: string, signal?: AbortSignal): Promise<Organization> {
       const hash = sha256Hex(token);
       const hit = entries.get(hash);
-      if (hit && hit.until > Date.now() && broadcast.available()) return hit.org;
-      const org = await clients.identity.resolveIngestToken({ token }, { signal });
+      if (hit && hit.until > Date.now() && broadcast.available()) {
+        if (!hit.org) throw invalidToken();
+        return hit.org;
+      }
+      let org: Organization | undefined;
+      try {
+        org = await clients.identity.resolveIngestToken({ token }, { signal });
+      } catch (err) {
+        if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
+      }
       if (entries.size >= maxEntries) entries.delete(entries.keys().next().value!);
       entries.set(hash, { org, until: Date.now() + ttlMs });
+      if (!org) throw invalidToken();
       return org;
     },
   };
