@@ -2,7 +2,6 @@ import http, { type IncomingMessage, type ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import net, { type AddressInfo, type Socket } from "node:net";
 import { Duplex } from "node:stream";
-import type { Logger } from "./logger.js";
 
 export type HttpHandler = (req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse) => void;
 
@@ -56,7 +55,7 @@ function replayingStream(socket: Socket, first: Buffer): Duplex {
   return stream;
 }
 
-export async function listenHttp(options: { host: string; port: number; handler: HttpHandler; logger: Logger }): Promise<HttpServer> {
+export async function listenHttp(options: { host: string; port: number; handler: HttpHandler }): Promise<HttpServer> {
   let inFlight = 0;
   let idle: (() => void) | undefined;
   const tracked: HttpHandler = (req, res) => {

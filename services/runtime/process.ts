@@ -179,7 +179,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       else res.end();
     });
   };
-  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler, logger });
+  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
   const url = `http://127.0.0.1:${server.port}`;
   if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
 

@@ -34,7 +34,7 @@ beforeAll(async () => {
   transports.nats = createNatsTransport(nc);
 
   const adapter = connectNodeAdapter({ routes: registerContractService });
-  server = await listenHttp({ host: "127.0.0.1", port: 0, handler: adapter as never, logger });
+  server = await listenHttp({ host: "127.0.0.1", port: 0, handler: adapter as never });
   const baseUrl = `http://127.0.0.1:${server.port}`;
   transports["http connect-json"] = createConnectTransport({ baseUrl, httpVersion: "1.1", useBinaryFormat: false });
   transports["http2 grpc"] = createGrpcTransport({ baseUrl });

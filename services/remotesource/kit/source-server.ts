@@ -1,8 +1,7 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import net, { type AddressInfo, type Socket } from "node:net";
-import { Duplex } from "node:stream";
 import type { TLSSocket } from "node:tls";
 import { create, toBinary, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
@@ -34,6 +33,7 @@ import {
 } from "../protocol/limits.js";
 import { encodeProtocolJson, fromProtocolJson, ProtocolJsonError, rawText, toProtocolJson } from "../protocol/protocol-json.js";
 import { PROTOCOL_ROUTES, type ProtocolCall } from "../protocol/protocol-routes.js";
+import { listenHttp } from "../../runtime/http-server.js";
 import { sortByTime, toIsoTime, type TimeInput } from "../protocol/shaped-data.js";
 
 // ---------------------------------------------------------------------------------------------
@@ -507,39 +507,11 @@ export function createSourceServer(options: SourceServerOptions): SourceServer {
       };
     }
     // Cleartext: the first bytes tell HTTP/2 prior knowledge (gRPC) from HTTP/1.1.
-    const h1 = http.createServer(handler);
-    const h2 = http2.createServer({}, handler);
-    const sessions = new Set<http2.ServerHttp2Session>();
-    h2.on("session", (session) => {
-      sessions.add(session);
-      session.on("close", () => sessions.delete(session));
-    });
-    const preface = Buffer.from("PRI * HTTP/2.0");
-    const server = net.createServer((socket) => {
-      socket.on("error", () => socket.destroy());
-      socket.once("data", (chunk: Buffer) => {
-        socket.pause();
-        const prefix = chunk.subarray(0, Math.min(chunk.length, preface.length));
-        if (preface.subarray(0, prefix.length).equals(prefix)) {
-          h2.emit("connection", replayingStream(socket, chunk));
-        } else {
-          socket.unshift(chunk);
-          h1.emit("connection", socket);
-          socket.resume();
-        }
-      });
-    });
-    const sockets = trackSockets(server, "connection");
-    await listenOn(server, port, host);
-    const bound = (server.address() as AddressInfo).port;
+    const server = await listenHttp({ host, port, handler });
     return {
-      port: bound,
-      url: `http://${formatHost(host)}:${bound}`,
-      async close() {
-        await closeAll(server, sessions, sockets);
-        h1.close();
-        h2.close();
-      },
+      port: server.port,
+      url: `http://${formatHost(host)}:${server.port}`,
+      close: () => server.close(0),
     };
   }
 
@@ -662,42 +634,6 @@ async function closeAll(server: net.Server, sessions: Set<http2.ServerHttp2Sessi
   await closed;
 }
 
-/**
- * The socket as a stream that first gives back the bytes read to tell the protocols apart. HTTP/2
- * reads a net.Socket's handle directly, past anything unshifted, so it gets a plain stream.
- */
-function replayingStream(socket: Socket, first: Buffer): Duplex {
-  const stream = new Duplex({
-    read() {
-      socket.resume();
-    },
-    write(chunk, encoding, callback) {
-      socket.write(chunk, encoding, callback);
-    },
-    final(callback) {
-      socket.end(callback);
-    },
-    destroy(err, callback) {
-      socket.destroy(err ?? undefined);
-      callback(err);
-    },
-  });
-  stream.push(first);
-  socket.on("data", (data) => {
-    if (!stream.push(data)) socket.pause();
-  });
-  socket.on("end", () => stream.push(null));
-  socket.on("close", () => stream.destroy());
-  socket.on("error", (err) => stream.destroy(err));
-  Object.defineProperties(stream, {
-    remoteAddress: { get: () => socket.remoteAddress },
-    remotePort: { get: () => socket.remotePort },
-    localAddress: { get: () => socket.localAddress },
-    localPort: { get: () => socket.localPort },
-  });
-  socket.resume();
-  return stream;
-}
 
 function formatHost(host: string): string {
   return host.includes(":") ? `[${host}]` : host;
