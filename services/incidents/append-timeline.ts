@@ -34,21 +34,47 @@ export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox })
       const [clock] = await sql<{ now: Date }[]>`select now() as now`;
       const at = clock!.now;
       const recorded = outboxRows.timelineRecorded({ orgId: req.orgId, incidentId: req.incidentId, kind: entry.kind, at });
+      const eventId = text(entry.eventId);
+      // An entry with an event id is recorded once: a caller's retry (comms re-writes an update
+      // whose first write it could not confirm) gets the entry that is already there.
       const [row] = await sql<TimelineEntryRow[]>`
-        with entry as (
+        with incident as (
+          select id from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}
+        ), held as (
+          insert into incidents.held_event_ids (incident_id, event_id)
+          select id, ${eventId}::text from incident where ${eventId}::text is not null
+          on conflict do nothing
+          returning incident_id
+        ), entry as (
           insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
           select id, ${entry.kind}::text, ${at}::timestamptz, ${text(entry.summary)}::text, ${text(entry.link)}::text,
-                 ${text(entry.alertRef)}::text, ${text(entry.eventId)}::text, ${data}::jsonb
-          from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}
+                 ${text(entry.alertRef)}::text, ${eventId}::text, ${data}::jsonb
+          from incident where ${eventId}::text is null or exists (select 1 from held)
           returning kind, at, summary, link, alert_ref, event_id, data
         ), events as (
           insert into incidents.outbox (subject, payload)
           select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
         )
-        select * from entry`;
-      if (!row) throw new NotFoundError("no such incident");
-      outbox.poke();
-      return timelineEntryShape(row);
+        select * from entry
+        union all
+        select t.kind, t.at, t.summary, t.link, t.alert_ref, t.event_id, t.data
+        from incidents.timeline_entries t join incident i on i.id = t.incident_id
+        where ${eventId}::text is not null and t.event_id = ${eventId}::text and not exists (select 1 from entry)
+        limit 1`;
+      if (row) {
+        outbox.poke();
+        return timelineEntryShape(row);
+      }
+      // A concurrent append of the same event id committed after this statement's snapshot.
+      const [existing] = eventId
+        ? await sql<TimelineEntryRow[]>`
+            select t.kind, t.at, t.summary, t.link, t.alert_ref, t.event_id, t.data
+            from incidents.timeline_entries t join incidents.incidents i on i.id = t.incident_id
+            where i.id = ${req.incidentId} and i.org_id = ${req.orgId} and t.event_id = ${eventId}
+            limit 1`
+        : [];
+      if (!existing) throw new NotFoundError("no such incident");
+      return timelineEntryShape(existing);
     },
   };
 }

@@ -318,6 +318,16 @@ describe("domain events through the outbox", () => {
 });
 
 describe("AppendTimeline", () => {
+  it("records an entry with an event id once, however often and however concurrently it is appended", async () => {
+    const incident = await open();
+    const entry = { kind: "update_sent", summary: "Posted once", eventId: "comms-message:retried" };
+    const answers = await Promise.all(Array.from({ length: 10 }, () => client.appendTimeline({ orgId, incidentId: incident.id, entry })));
+    for (const answer of answers) expect(answer).toMatchObject({ kind: "update_sent", summary: "Posted once", eventId: "comms-message:retried" });
+    await client.appendTimeline({ orgId, incidentId: incident.id, entry });
+    const timeline = (await app.call("GET", path(incident.id), { token: memberToken })).body.timeline;
+    expect(timeline.map((e: { kind: string }) => e.kind)).toEqual(["opened", "update_sent"]);
+  });
+
   it("appends an update_sent or update_simulated entry, also after a resolve", async () => {
     const incident = await open();
     const sent = await client.appendTimeline({ orgId, incidentId: incident.id, entry: { kind: "update_sent", summary: "Posted to chatwebhook", data: { messageId: "m1" } } });
