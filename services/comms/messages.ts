@@ -13,24 +13,14 @@ import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
 import { incidentAsCaller, SUBJECTS, type CommsDeps } from "./deps.js";
 import { egressEnabled } from "./egress-switch.js";
 import type { Handlers } from "./handlers.js";
-import { recordOnTimeline, type SendRecord } from "./timeline.js";
+import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.js";
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-interface MessageRow {
-  id: string;
-  org_id: string;
-  incident_id: string;
-  channel: string;
-  label: string | null;
-  body: string;
-  state: string;
+interface MessageRow extends SentMessageRow {
   version: number;
-  error: string | null;
-  approved_by: string | null;
-  sent_by: string | null;
 }
 
 const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
@@ -70,21 +60,6 @@ function toMessage(row: MessageRow) {
   };
 }
 
-function sendRecord(row: MessageRow): SendRecord {
-  return {
-    messageId: row.id,
-    orgId: row.org_id,
-    incidentId: row.incident_id,
-    channel: row.channel,
-    label: row.label,
-    body: row.body,
-    state: row.state,
-    error: row.error,
-    approvedBy: row.approved_by,
-    sentBy: row.sent_by,
-  };
-}
-
 export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
   const { sql, clients, outbox, logger, config } = deps.ctx;
 
@@ -110,7 +85,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
   /** The timeline entry is written now; if the incident core cannot take it, a sweep writes it later. */
   async function recordSoon(row: MessageRow): Promise<void> {
     try {
-      await recordOnTimeline(deps, sendRecord(row));
+      await recordOnTimeline(deps, sendRecordOf(row));
     } catch (err) {
       logger.warn({ messageId: row.id, err: String(err) }, "timeline entry not written yet; the sweep retries");
     }

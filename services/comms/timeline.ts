@@ -64,7 +64,8 @@ export async function recordOnTimeline(deps: CommsDeps, record: SendRecord): Pro
   await deps.ctx.sql`update comms.messages set timeline_recorded = true where id = ${record.messageId}`;
 }
 
-interface PendingRow {
+/** The columns of a message row the timeline needs. */
+export interface SentMessageRow {
   id: string;
   org_id: string;
   incident_id: string;
@@ -77,6 +78,21 @@ interface PendingRow {
   sent_by: string | null;
 }
 
+export function sendRecordOf(row: SentMessageRow): SendRecord {
+  return {
+    messageId: row.id,
+    orgId: row.org_id,
+    incidentId: row.incident_id,
+    channel: row.channel,
+    label: row.label,
+    body: row.body,
+    state: row.state,
+    error: row.error,
+    approvedBy: row.approved_by,
+    sentBy: row.sent_by,
+  };
+}
+
 /**
  * Finished sends whose timeline entry did not get written (the incident core was unreachable at
  * the time): written now. Rows are locked while they are handled, so replicas never share one.
@@ -85,7 +101,7 @@ export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSec
   const { sql, logger } = deps.ctx;
   let done = 0;
   await sql.begin(async (tx) => {
-    const rows = await tx<PendingRow[]>`
+    const rows = await tx<SentMessageRow[]>`
       select id, org_id, incident_id, channel, label, body, state, error, approved_by, sent_by
       from comms.messages
       where timeline_recorded = false and state in ('sent', 'simulated', 'failed')
@@ -93,18 +109,7 @@ export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSec
       order by finished_at limit 50
       for update skip locked`;
     for (const row of rows) {
-      const entry = timelineEntryOf({
-        messageId: row.id,
-        orgId: row.org_id,
-        incidentId: row.incident_id,
-        channel: row.channel,
-        label: row.label,
-        body: row.body,
-        state: row.state,
-        error: row.error,
-        approvedBy: row.approved_by,
-        sentBy: row.sent_by,
-      });
+      const entry = timelineEntryOf(sendRecordOf(row));
       try {
         await deps.ctx.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
       } catch (err) {
