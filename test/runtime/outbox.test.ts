@@ -7,7 +7,7 @@ import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type DomainEvent } from "../../services/runtime/event-bus.js";
 import { createLogger } from "../../services/runtime/logger.js";
 import { migrate } from "../../services/runtime/migrations.js";
-import { createOutboxRelay, outboxMigration } from "../../services/runtime/outbox.js";
+import { createOutboxRelay, outboxMigration, outboxUpgrades } from "../../services/runtime/outbox.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
@@ -20,7 +20,7 @@ let sql: postgres.Sql;
 beforeAll(async () => {
   database = await freshDatabase();
   sql = postgres(database.url, { max: 4, onnotice: () => {} });
-  await migrate(sql, "probe", [outboxMigration("probe", 1)]);
+  await migrate(sql, "probe", [outboxMigration("probe", 1), ...outboxUpgrades("probe")]);
 });
 
 afterAll(async () => {
@@ -41,6 +41,7 @@ describe("the outbox", () => {
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger });
     await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("in-process")));
     await relay.drain();
+    await relay.stop();
     expect(seen.map((e) => fromBinary(IncidentOpenedSchema, e.payload).title)).toEqual(["in-process"]);
   });
 
@@ -80,6 +81,7 @@ describe("the outbox", () => {
       expect(await streamMessages(nc)).toBe(before + 1);
       const [left] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
       expect(left!.n).toBe(0);
+      await relay.stop();
       await nc.close();
     }, 40_000);
 
@@ -109,6 +111,7 @@ describe("the outbox", () => {
       expect(await relay.drain()).toBe(2);
       // ...and the stream keeps one copy of each, by Nats-Msg-Id.
       expect(await streamMessages(nc)).toBe(before + 2);
+      await relay.stop();
       await nc.close();
     }, 30_000);
   });
