@@ -108,6 +108,22 @@ export interface OutboxRetryOptions {
   retryMaxMs?: number;
 }
 
+/**
+ * The relays of one process (one per schema) share the process's pool with the requests. Their
+ * statements run one at a time per pool, so background relaying takes at most one connection
+ * whatever the number of schemas, and deliveries are never queued behind six relays at once.
+ * Only statements pass through it, never a publish.
+ */
+const relayGates = new WeakMap<Sql, { tail: Promise<unknown> }>();
+
+function relayStatement<T>(sql: Sql, statement: () => Promise<T>): Promise<T> {
+  let gate = relayGates.get(sql);
+  if (!gate) relayGates.set(sql, (gate = { tail: Promise.resolve() }));
+  const result = gate.tail.then(statement, statement);
+  gate.tail = result.catch(() => undefined);
+  return result;
+}
+
 interface PendingRow {
   id: string;
   subject: string;
@@ -148,43 +164,47 @@ export function createOutboxRelay(
    * rows in sequence order. Without the lease, another replica's relay is publishing: nothing to do.
    */
   async function claim(): Promise<PendingRow[]> {
-    return sql.unsafe<PendingRow[]>(
-      `with lease as (
-         insert into ${schema}.outbox_relay_lease as l (id, holder, until) values (true, $1, now() + make_interval(secs => $2::float8))
-         on conflict (id) do update set holder = excluded.holder, until = excluded.until
-           -- Renewed once half of it has run, not on every run: an idle relay writes little.
-           where (l.holder = excluded.holder and l.until < now() + make_interval(secs => $2::float8 / 2)) or l.until < now()
-         returning holder)
-       select id, subject, payload from ${table}
-       where published_at is null and (next_attempt_at is null or next_attempt_at <= now())
-         and (exists (select 1 from lease)
-           or exists (select 1 from ${schema}.outbox_relay_lease where holder = $1 and until > now()))
-       order by seq limit $3`,
-      [holder, leaseSeconds, batchSize],
+    return relayStatement(sql, () =>
+      sql.unsafe<PendingRow[]>(
+        `with lease as (
+           insert into ${schema}.outbox_relay_lease as l (id, holder, until) values (true, $1, now() + make_interval(secs => $2::float8))
+           on conflict (id) do update set holder = excluded.holder, until = excluded.until
+             -- Renewed once half of it has run, not on every run: an idle relay writes little.
+             where (l.holder = excluded.holder and l.until < now() + make_interval(secs => $2::float8 / 2)) or l.until < now()
+           returning holder)
+         select id, subject, payload from ${table}
+         where published_at is null and (next_attempt_at is null or next_attempt_at <= now())
+           and (exists (select 1 from lease)
+             or exists (select 1 from ${schema}.outbox_relay_lease where holder = $1 and until > now()))
+         order by seq limit $3`,
+        [holder, leaseSeconds, batchSize],
+      ),
     );
   }
 
   /** Counts a failed try against each row; a row out of tries moves to the dead letters, in the same statement. */
   async function recordFailures(failed: { id: string; error: string }[]): Promise<number> {
-    const [row] = await sql.unsafe<{ dead: number }[]>(
-      `with failed as (select * from unnest($1::uuid[], $2::text[]) as f(id, error)),
-       dead as (
-         delete from ${table} o using failed f
-         where o.id = f.id and o.published_at is null and o.attempts + 1 >= $3
-         returning o.id, o.seq, o.subject, o.payload, o.created_at, o.attempts + 1 as attempts, f.error),
-       buried as (
-         insert into ${schema}.outbox_dead_letters (id, seq, subject, payload, created_at, attempts, error)
-         select id, seq, subject, payload, created_at, attempts, error from dead
-         on conflict (id) do update set seq = excluded.seq, attempts = excluded.attempts, error = excluded.error, dead_at = now()
-         returning id),
-       retried as (
-         update ${table} o set attempts = o.attempts + 1, last_error = f.error,
-           next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, o.attempts)))
-         from failed f
-         where o.id = f.id and o.published_at is null and o.attempts + 1 < $3
-         returning o.id)
-       select (select count(*) from buried)::int as dead, (select count(*) from retried)::int as retried`,
-      [failed.map((f) => f.id), failed.map((f) => f.error.slice(0, 2000)), maxAttempts, retryBaseSeconds, retryMaxSeconds],
+    const [row] = await relayStatement(sql, () =>
+      sql.unsafe<{ dead: number }[]>(
+        `with failed as (select * from unnest($1::uuid[], $2::text[]) as f(id, error)),
+         dead as (
+           delete from ${table} o using failed f
+           where o.id = f.id and o.published_at is null and o.attempts + 1 >= $3
+           returning o.id, o.seq, o.subject, o.payload, o.created_at, o.attempts + 1 as attempts, f.error),
+         buried as (
+           insert into ${schema}.outbox_dead_letters (id, seq, subject, payload, created_at, attempts, error)
+           select id, seq, subject, payload, created_at, attempts, error from dead
+           on conflict (id) do update set seq = excluded.seq, attempts = excluded.attempts, error = excluded.error, dead_at = now()
+           returning id),
+         retried as (
+           update ${table} o set attempts = o.attempts + 1, last_error = f.error,
+             next_attempt_at = now() + make_interval(secs => least($5::float8, $4::float8 * power(2, o.attempts)))
+           from failed f
+           where o.id = f.id and o.published_at is null and o.attempts + 1 < $3
+           returning o.id)
+         select (select count(*) from buried)::int as dead, (select count(*) from retried)::int as retried`,
+        [failed.map((f) => f.id), failed.map((f) => f.error.slice(0, 2000)), maxAttempts, retryBaseSeconds, retryMaxSeconds],
+      ),
     );
     return row?.dead ?? 0;
   }
@@ -198,7 +218,7 @@ export function createOutboxRelay(
     const failed = rows.flatMap((row, i) => (outcomes[i] === undefined ? [] : [{ id: row.id, subject: row.subject, error: String(outcomes[i]) }]));
     await options.afterPublish?.(published);
     if (published.length > 0) {
-      await sql.unsafe(`update ${table} set published_at = now(), last_error = null where id = any($1::uuid[])`, [published]);
+      await relayStatement(sql, () => sql.unsafe(`update ${table} set published_at = now(), last_error = null where id = any($1::uuid[])`, [published]));
       outboxPublished.inc({ service: schema }, published.length);
     }
     if (failed.length > 0) {
@@ -228,7 +248,7 @@ export function createOutboxRelay(
     }
     if (Date.now() - lastCleanup > 3600_000) {
       lastCleanup = Date.now();
-      await sql.unsafe(`delete from ${table} where published_at < now() - interval '1 day'`);
+      await relayStatement(sql, () => sql.unsafe(`delete from ${table} where published_at < now() - interval '1 day'`));
     }
     return total;
   }

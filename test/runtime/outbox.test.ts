@@ -220,6 +220,43 @@ describe("the relay holds nothing and orders by sequence", () => {
   });
 });
 
+describe("the relays of one process", () => {
+  it("run their statements one at a time on the shared pool, whatever the number of schemas", async () => {
+    const schemas = ["gate_a", "gate_b", "gate_c", "gate_d"];
+    for (const schema of schemas) await migrate(sql, schema, [outboxMigration(schema, 1), ...outboxUpgrades(schema)]);
+    let inFlight = 0;
+    let most = 0;
+    // The pool as the relays see it, counting their statements in flight.
+    const counted = new Proxy(sql, {
+      get(target, prop, receiver) {
+        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
+        return async (...args: Parameters<typeof sql.unsafe>) => {
+          inFlight++;
+          most = Math.max(most, inFlight);
+          try {
+            return await target.unsafe(...args);
+          } finally {
+            inFlight--;
+          }
+        };
+      },
+    });
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const relays = schemas.map((schema) => createOutboxRelay({ sql: counted, schema, bus, logger, batchSize: 5 }));
+    for (const [i, relay] of relays.entries()) {
+      await sql.begin(async (tx) => {
+        for (let n = 0; n < 12; n++) await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event(`${schemas[i]}-${n}`));
+      });
+    }
+    expect(await Promise.all(relays.map((relay) => relay.drain()))).toEqual([12, 12, 12, 12]);
+    for (const relay of relays) await relay.stop();
+    expect(seen).toHaveLength(48);
+    expect(most).toBe(1);
+  });
+});
+
 describe("a failing subscriber in one process", () => {
   it("is retried with backoff until it succeeds; the others are not called again", async () => {
     const bus = createInMemoryEventBus(logger);
