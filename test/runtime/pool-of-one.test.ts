@@ -65,8 +65,10 @@ function expectStatus(res: { status: number; body: unknown }, status: number, wh
   expect({ what, status: res.status, body: res.status === status ? undefined : res.body }).toEqual({ what, status, body: undefined });
 }
 
+let certs: ReturnType<typeof makeTestCertificates>;
+
 beforeAll(async () => {
-  const certs = makeTestCertificates();
+  certs = makeTestCertificates();
   receiver = await startChatWebhookReceiver(certs);
   source = await createSourceServer({
     source: "pool-of-one",
@@ -77,24 +79,32 @@ beforeAll(async () => {
       range: async (c) => ({ raw: { expr: c.expr }, series: [{ label: "up", points: [{ t: Date.now(), v: 1 }] }] }),
     },
   }).listen();
-  app = await startApp({
-    env: {
-      DATABASE_POOL_SIZE: "1",
-      HEARTBEAT_SWEEP_SECONDS: "1",
-      SECRETS_KEYS: newSecretKeyEntry("pool-one"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
-    },
-  });
 }, 60_000);
 
 afterAll(async () => {
-  await app?.stop();
   await receiver?.close();
   await source?.close();
 });
 
-describe("a service with a pool of one database connection", () => {
+describe.each(["one process", "over NATS"] as const)("a service with a pool of one database connection (%s)", (mode) => {
+  beforeAll(async () => {
+    covered.clear();
+    app = await startApp({
+      nats: mode === "over NATS",
+      env: {
+        DATABASE_POOL_SIZE: "1",
+        HEARTBEAT_SWEEP_SECONDS: "1",
+        SECRETS_KEYS: newSecretKeyEntry("pool-one"),
+        EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+        EGRESS_CA_FILE: certs.caFile,
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await app?.stop();
+  });
+
   it("answers every public route and finishes its background work without ever waiting on itself", async () => {
     const login = await call("POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
     expectStatus(login, 200, "login");
