@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { jetstreamManager } from "@nats-io/jetstream";
+import { AckPolicy, DeliverPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -72,6 +72,31 @@ describe("durable consumers", () => {
     await new Promise((r) => setTimeout(r, 300));
     expect(tally(sent, handled)).toEqual({ sent: 25, foundOnce: 25, doubled: 0, lost: 0 });
     await late.close();
+  }, 30_000);
+
+  it("a durable consumer created by an older release loses its delivery limit", async () => {
+    const nc = await natsConnection();
+    await createJetStreamEventBus(nc, logger);
+    const jsm = await jetstreamManager(nc);
+    // As the previous release created its consumers.
+    await jsm.consumers.add("EVENTS", {
+      durable_name: "older-release",
+      filter_subject: "events.probe.older",
+      ack_policy: AckPolicy.Explicit,
+      deliver_policy: DeliverPolicy.New,
+      max_deliver: 20,
+      ack_wait: 30_000_000_000,
+    });
+    const bus = await createJetStreamEventBus(nc, logger);
+    const handled: string[] = [];
+    await bus.subscribe("events.probe.older", async (e) => void handled.push(e.id), { durableName: "older-release" });
+    const info = await jsm.consumers.info("EVENTS", "older-release");
+    expect(info.config.max_deliver).toBe(-1);
+    const sent = events(randomUUID(), "events.probe.older", 3);
+    await bus.publishMany(sent);
+    await until("the events on the upgraded consumer", async () => handled.length >= 3, 10_000);
+    expect(tally(sent, handled)).toEqual({ sent: 3, foundOnce: 3, doubled: 0, lost: 0 });
+    await bus.close();
   }, 30_000);
 
   it("a consumer failing through a database outage longer than 20 s does not lose the event", async () => {
