@@ -156,20 +156,32 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
   await ensureStream(jsm, { name: DEAD_LETTER_STREAM, subjects: ["deadletter.>"], duplicate_window: 600 * SECOND_NS, max_age: 30 * 24 * 3600 * SECOND_NS });
   const js: JetStreamClient = jetstream(nc);
   const stops: (() => void)[] = [];
+  /**
+   * Acks, naks and progress notes go out on a connection that may have just closed: the message
+   * is then redelivered after its ack wait, and the loop must go on rather than end.
+   */
+  const settle = (reply: () => void) => {
+    try {
+      reply();
+    } catch (err) {
+      logger.warn({ err }, "could not answer the stream about a message; it will be redelivered");
+    }
+  };
   /** Dead-letter copies made by this process (the stream also drops a repeated copy by id). */
   const copied = new Set<string>();
 
   async function copyToDeadLetters(m: JsMsg, consumer: string, id: string, err: unknown): Promise<void> {
     const key = `${consumer}:${id}`;
     if (copied.has(key)) return;
-    const h = natsHeaders();
-    h.set("Warroom-Original-Subject", m.subject);
-    h.set("Warroom-Original-Id", id);
-    h.set("Warroom-Original-Sequence", String(m.seq));
-    h.set("Warroom-Consumer", consumer);
-    h.set("Warroom-Deliveries", String(m.info.deliveryCount));
-    h.set("Warroom-Error", errorOf(err).message.slice(0, 1000));
     try {
+      const h = natsHeaders();
+      h.set("Warroom-Original-Subject", m.subject);
+      h.set("Warroom-Original-Id", id);
+      h.set("Warroom-Original-Sequence", String(m.seq));
+      h.set("Warroom-Consumer", consumer);
+      h.set("Warroom-Deliveries", String(m.info.deliveryCount));
+      // A header value is one line.
+      h.set("Warroom-Error", errorOf(err).message.replace(/[\r\n]+/g, " ").slice(0, 1000));
       await js.publish(`deadletter.${consumer}.${m.subject}`, m.data, { msgID: key, headers: h });
       copied.add(key);
       if (copied.size > 10_000) copied.delete(copied.values().next().value!);
@@ -247,15 +259,15 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         for await (const m of messages) {
           const id = m.headers?.get("Nats-Msg-Id") || `${m.seq}`;
           // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
-          const working = setInterval(() => m.working(), 10_000);
+          const working = setInterval(() => settle(() => m.working()), 10_000);
           try {
             await handler({ id, subject: m.subject, payload: m.data });
-            m.ack();
+            settle(() => m.ack());
           } catch (err) {
             const failures = m.info.deliveryCount;
             if (options.durableName && failures >= retry.deadLetterAfter) await copyToDeadLetters(m, consumerName, id, err);
             else logger.warn({ err, subject: m.subject, id, failures }, "event handler failed; will be redelivered");
-            m.nak(retryDelayMs(retry, failures));
+            settle(() => m.nak(retryDelayMs(retry, failures)));
           } finally {
             clearInterval(working);
           }

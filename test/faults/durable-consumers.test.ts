@@ -158,7 +158,7 @@ describe("durable consumers", () => {
       "events.probe.poison",
       async (e) => {
         deliveries++;
-        if (!healed) throw new Error("handler bug");
+        if (!healed) throw new Error("handler bug\nat line 2");
         handled.push(e.id);
       },
       { durableName: "poison-consumer" },
@@ -175,7 +175,7 @@ describe("durable consumers", () => {
     );
     expect(copy!.header.get("Warroom-Original-Id")).toBe(poison!.id);
     expect(copy!.header.get("Warroom-Original-Subject")).toBe("events.probe.poison");
-    expect(copy!.header.get("Warroom-Error")).toBe("handler bug");
+    expect(copy!.header.get("Warroom-Error")).toBe("handler bug at line 2");
     expect(new TextDecoder().decode(copy!.data)).toBe(poison!.id);
     expect(await registry.getSingleMetricAsString("warroom_event_dead_letters_total")).toContain('warroom_event_dead_letters_total{consumer="poison-consumer"} 1');
 
