@@ -253,23 +253,42 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         consumerName = info.name;
       }
       const consumer = await js.consumers.get(EVENTS_STREAM, consumerName);
-      const messages = await consumer.consume();
-      stops.push(() => void messages.stop());
+      let messages = await consumer.consume();
+      let closed = false;
+      stops.push(() => {
+        closed = true;
+        void messages.stop();
+      });
+      const handle = async (m: JsMsg) => {
+        const id = m.headers?.get("Nats-Msg-Id") || `${m.seq}`;
+        // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
+        const working = setInterval(() => settle(() => m.working()), 10_000);
+        try {
+          await handler({ id, subject: m.subject, payload: m.data });
+          settle(() => m.ack());
+        } catch (err) {
+          const failures = m.info.deliveryCount;
+          if (options.durableName && failures >= retry.deadLetterAfter) await copyToDeadLetters(m, consumerName, id, err);
+          else logger.warn({ err, subject: m.subject, id, failures }, "event handler failed; will be redelivered");
+          settle(() => m.nak(retryDelayMs(retry, failures)));
+        } finally {
+          clearInterval(working);
+        }
+      };
       void (async () => {
-        for await (const m of messages) {
-          const id = m.headers?.get("Nats-Msg-Id") || `${m.seq}`;
-          // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
-          const working = setInterval(() => settle(() => m.working()), 10_000);
+        for (;;) {
           try {
-            await handler({ id, subject: m.subject, payload: m.data });
-            settle(() => m.ack());
+            for await (const m of messages) await handle(m);
           } catch (err) {
-            const failures = m.info.deliveryCount;
-            if (options.durableName && failures >= retry.deadLetterAfter) await copyToDeadLetters(m, consumerName, id, err);
-            else logger.warn({ err, subject: m.subject, id, failures }, "event handler failed; will be redelivered");
-            settle(() => m.nak(retryDelayMs(retry, failures)));
-          } finally {
-            clearInterval(working);
+            logger.error({ err, consumer: consumerName }, "event consumer stopped reading");
+          }
+          // A durable consumer outlives this loop: read it again rather than stop handling events.
+          if (closed || nc.isClosed() || !options.durableName) return;
+          await new Promise((r) => setTimeout(r, 1000));
+          try {
+            messages = await consumer.consume();
+          } catch (err) {
+            logger.error({ err, consumer: consumerName }, "event consumer could not resume; will try again");
           }
         }
       })();
