@@ -5,12 +5,13 @@ import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
+import { EVENTS } from "../runtime/events.js";
 import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { buildUpdateCard } from "./adaptive-card.js";
 import { parseChannel } from "./channel.js";
 import { loadWebhookUrl } from "./chat-webhook-connection.js";
 import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
-import { incidentAsCaller, SUBJECTS, type CommsDeps } from "./deps.js";
+import { incidentAsCaller, type CommsDeps } from "./deps.js";
 import { egressEnabled } from "./egress-switch.js";
 import type { Handlers } from "./handlers.js";
 import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.js";
@@ -76,8 +77,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
   async function updateSent(tx: TransactionSql, row: MessageRow, state: "sent" | "simulated"): Promise<void> {
     await outbox.write(
       tx,
-      SUBJECTS.updateSent,
-      UpdateSentSchema,
+      EVENTS.updateSent,
       create(UpdateSentSchema, { orgId: row.org_id, incidentId: row.incident_id, messageId: row.id, state, at: timestampNow() }),
     );
   }

@@ -1,9 +1,10 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
+import { EVENTS, onEvent } from "../runtime/events.js";
 import { secretBoxFromConfig } from "../runtime/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
-import { SUBJECTS, type CommsDeps } from "./deps.js";
+import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { registerRoutes } from "./routes.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
@@ -35,7 +36,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
       registerRoutes(router, deps);
     },
     async start() {
-      await ctx.events.subscribe(SUBJECTS.incidentOpened, (event) => offerWarRoomLink(deps, event), { durableName: "comms-war-room-link" });
+      await onEvent(ctx.events, EVENTS.incidentOpened, (opened) => offerWarRoomLink(deps, opened), { durableName: "comms-war-room-link" });
       sweep = setInterval(() => {
         if (sweeping) return;
         sweeping = recordPendingTimelineEntries(deps, TIMELINE_SWEEP_AGE_SECONDS)

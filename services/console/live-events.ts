@@ -1,32 +1,20 @@
-import { fromBinary, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import { fromBinary, type JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
-import {
-  IncidentOpenedSchema,
-  IncidentResolvedSchema,
-  TimelineRecordedSchema,
-  UpdateSentSchema,
-} from "../../gen/warroom/events/v1/events_pb.js";
 import { messageToHttpJson } from "../gateway/http-json.js";
 import { errorAnswer } from "../gateway/response-rules.js";
 import { sendJson } from "../gateway/rest-gateway.js";
 import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
+import { EVENTS, eventTypeOf, type EventType } from "../runtime/events.js";
 import type { Logger } from "../runtime/logger.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
-/** The domain events a console watches, and the name each has on the stream. */
-export const LIVE_SUBJECTS = ["events.incident.>", "events.update.>"] as const;
-
-const EVENT_SCHEMAS: Record<string, { name: string; schema: DescMessage }> = {
-  "events.incident.opened": { name: "incident.opened", schema: IncidentOpenedSchema },
-  "events.incident.timeline_recorded": { name: "incident.timeline_recorded", schema: TimelineRecordedSchema },
-  "events.incident.resolved": { name: "incident.resolved", schema: IncidentResolvedSchema },
-  "events.update.sent": { name: "update.sent", schema: UpdateSentSchema },
-};
+/** The domain events a console watches; each is sent on the stream under its catalog name. */
+export const LIVE_EVENTS: readonly EventType[] = [EVENTS.incidentOpened, EVENTS.timelineRecorded, EVENTS.incidentResolved, EVENTS.updateSent];
 
 export interface LiveEventsOptions {
   events: EventBus;
@@ -72,8 +60,8 @@ export function createLiveEvents(options: LiveEventsOptions) {
   let ticker: NodeJS.Timeout | undefined;
 
   function dispatch(event: DomainEvent): void {
-    const known = EVENT_SCHEMAS[event.subject];
-    if (!known || streams.size === 0) return;
+    const known = eventTypeOf(event.subject);
+    if (!known || !LIVE_EVENTS.includes(known) || streams.size === 0) return;
     let json: JsonObject;
     try {
       const message = fromBinary(known.schema, event.payload);
@@ -106,8 +94,8 @@ export function createLiveEvents(options: LiveEventsOptions) {
 
   function subscribe(): Promise<void> {
     subscribed ??= (async () => {
-      for (const subject of LIVE_SUBJECTS) {
-        await events.subscribe(subject, async (event) => dispatch(event));
+      for (const type of LIVE_EVENTS) {
+        await events.subscribe(type.subject, async (event) => dispatch(event));
       }
     })().catch((err) => {
       subscribed = undefined;

@@ -1,12 +1,12 @@
-import { create, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { HeartbeatSchema, HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
+import { recordAudit } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { checkGrace, checkInterval, checkName } from "./heartbeat-rules.js";
@@ -57,12 +57,7 @@ export function createRegistryHandlers(deps: {
     (open_silence_id is not null or deadline < now()) as silent`;
 
   async function audit(tx: TransactionSql, principal: Principal, kind: string, data: JsonObject): Promise<void> {
-    await outbox.write(
-      tx,
-      "events.audit.recorded",
-      AuditRecordedSchema,
-      create(AuditRecordedSchema, { orgId: principal.orgId, kind, actor: principal.email, at: timestampNow(), data }),
-    );
+    await recordAudit(outbox, tx, { orgId: principal.orgId, kind, actor: principal.email, data });
   }
 
   return {

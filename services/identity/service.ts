@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
-import { create, fromBinary, type JsonObject } from "@bufbuild/protobuf";
+import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
-import { AuditRecordedSchema, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
+import { EVENTS, onEvent } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
 import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
@@ -37,7 +38,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
   }
 
   async function credentialChanged(tx: TransactionSql, orgId: string, kind: string, revokedHash?: Buffer): Promise<void> {
-    await outbox.write(tx, "events.credential.changed", CredentialChangedSchema, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
+    await outbox.write(tx, EVENTS.credentialChanged, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
   }
 
   function actorOf(p: Principal): string {
@@ -288,10 +289,10 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
         ctx.logger.info({ org: org.slug, created: org.created }, "bootstrap organization");
       }
       // Audit records other services write to their outboxes, stored once each.
-      await ctx.events.subscribe(
-        "events.audit.recorded",
-        async (event) => {
-          const record = fromBinary(AuditRecordedSchema, event.payload);
+      await onEvent(
+        ctx.events,
+        EVENTS.auditRecorded,
+        async (record, event) => {
           await sql`
             insert into identity.audit_events (org_id, kind, actor, at, data, source_event_id)
             values (${record.orgId || null}, ${record.kind}, ${record.actor}, ${record.at ? new Date(Number(record.at.seconds) * 1000) : new Date()},

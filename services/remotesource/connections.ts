@@ -1,11 +1,9 @@
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RemoteSourceSchema, type RemoteSource, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { ConfigError, type Config } from "../runtime/config.js";
-import type { TransactionSql } from "../runtime/database.js";
 import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
@@ -22,8 +20,6 @@ export interface RemoteSourceDeps {
   /** Credentials at rest, created on first use. */
   secretBox(): SecretBox;
 }
-
-export const SUBJECTS = { auditRecorded: "events.audit.recorded" } as const;
 
 export const AUDIT_KINDS = {
   created: "remote_source.created",
@@ -229,7 +225,3 @@ export async function recordStatus(
   return updated ?? row;
 }
 
-/** An audit record, written in the caller's transaction; identity stores it. Never a credential in `data`. */
-export async function recordAudit(deps: RemoteSourceDeps, tx: TransactionSql, orgId: string, kind: string, actor: string, data: JsonObject): Promise<void> {
-  await deps.ctx.outbox.write(tx, SUBJECTS.auditRecorded, AuditRecordedSchema, create(AuditRecordedSchema, { orgId, kind, actor, at: timestampNow(), data }));
-}
