@@ -6,6 +6,7 @@ import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
 import { EVENTS } from "../runtime/events.js";
+import { isUuid } from "../runtime/ids.js";
 import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { buildUpdateCard } from "./adaptive-card.js";
 import { parseChannel } from "./channel.js";
@@ -18,7 +19,6 @@ import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 interface MessageRow extends SentMessageRow {
   version: number;
@@ -65,7 +65,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
   const { sql, clients, outbox, logger, config } = deps.ctx;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
-    if (!UUID.test(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
+    if (!isUuid(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
     const [row] = await sql.unsafe<MessageRow[]>(
       `select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`,
       [messageId, orgId, incidentId],

@@ -1,7 +1,7 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
-import { secretBoxFromConfig } from "../runtime/secret-box.js";
+import { serviceSecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";
@@ -19,11 +19,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
   const deps: CommsDeps = {
     ctx: { ...ctx, logger },
     egress: createChatWebhookEgress(ctx.config),
-    secretBox: secretBoxFromConfig(ctx.config, (file) => {
-      if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");
-      if (file.loosePermissions) logger.warn({ path: file.path }, "the secrets key file is readable by others than its owner; chmod 600 it");
-      if (ctx.config.NATS_URL) logger.warn("SECRETS_KEYS is not set while services run as separate processes: every process needs the same keys");
-    }),
+    secretBox: serviceSecretBox(ctx.config, logger),
   };
   let sweep: NodeJS.Timeout | undefined;
   let sweeping: Promise<unknown> | undefined;

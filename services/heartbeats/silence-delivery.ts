@@ -3,6 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
+import { mapBounded } from "../runtime/map-bounded.js";
 import { formatDuration } from "./heartbeat-rules.js";
 
 /**
@@ -234,7 +235,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
       for (;;) {
         const rows = await claimAlerts(token);
         if (rows.length === 0) break;
-        const results = await mapConcurrent(rows, CONCURRENCY, (row) => recordAlert(token, row));
+        const results = await mapBounded(rows, CONCURRENCY, (row) => recordAlert(token, row));
         const recorded = results.filter((r): r is Recorded => r !== undefined);
         await markAlertsRecorded(token, recorded);
         const failedHere = rows.length - recorded.length;
@@ -253,7 +254,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
       for (;;) {
         const rows = await claimResumes(token, onlySilenceId);
         if (rows.length === 0) break;
-        const results = await mapConcurrent(rows, CONCURRENCY, (row) => deliverResume(token, row));
+        const results = await mapBounded(rows, CONCURRENCY, (row) => deliverResume(token, row));
         const failedHere = results.filter((ok) => !ok).length;
         counts.resumed += results.length - failedHere;
         counts.failed += failedHere;
@@ -275,17 +276,4 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     },
   };
   return delivery;
-}
-
-async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i]!);
-    }
-  });
-  await Promise.all(workers);
-  return results;
 }

@@ -8,7 +8,8 @@ import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
 
 /**

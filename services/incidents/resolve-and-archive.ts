@@ -7,7 +7,8 @@ import type { Sql } from "../runtime/database.js";
 import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, isUuid } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { incidentShape } from "./incident-shape.js";
 import { loadIncident } from "./list-and-get.js";
 
 type Target = "resolved" | "archived";

@@ -5,6 +5,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RemoteSourceSchema, type RemoteSource, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { ConfigError, type Config } from "../runtime/config.js";
 import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
+import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
@@ -48,7 +49,6 @@ const URL_MAX = 2048;
 const TENANT_MAX = 200;
 const TOKEN_MAX = 4096;
 const PEM_MAX = 64 * 1024;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * The remote-source address policy: in-cluster and on-premises sources are normal, so private
@@ -75,10 +75,6 @@ export function readEgressCa(config: Config): Buffer | undefined {
   } catch (err) {
     throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
   }
-}
-
-export function isUuid(value: string): boolean {
-  return UUID.test(value);
 }
 
 export function toRemoteSource(row: ConnectionRow): RemoteSource {

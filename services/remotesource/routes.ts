@@ -11,13 +11,13 @@ import {
 import { RawResultSchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
+import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
 import { ReadRequestError } from "./client/source-client.js";
 import { runConformanceCheck } from "./conformance.js";
 import {
   AUDIT_KINDS,
   clientFor,
-  isUuid,
   loadConnection,
   openCredentials,
   recordStatus,
