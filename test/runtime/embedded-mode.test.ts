@@ -43,14 +43,17 @@ describe("one-process mode with the embedded database", () => {
     try {
       expect(first.database.embedded).toBe(true);
       const server = first.database.server!;
-      const [{ version }] = await first.database.sql<{ version: string }[]>`select current_setting('server_version') as version`;
+      const [row] = await first.database.sql<{ version: string }[]>`select current_setting('server_version') as version`;
+      const version = row!.version;
       expect(Number.parseInt(version, 10)).toBeGreaterThanOrEqual(18);
       expect(server.host).toBe("127.0.0.1");
       // Same pool shape as server mode: DATABASE_POOL_SIZE connections, not one.
-      const [{ backends }] = await first.database.sql<{ backends: number }[]>`select count(*)::int as backends from pg_stat_activity where application_name = 'warroom'`;
+      const [count] = await first.database.sql<{ backends: number }[]>`select count(*)::int as backends from pg_stat_activity where application_name = 'warroom'`;
+      const backends = count!.backends;
       expect(backends).toBeGreaterThanOrEqual(1);
       await Promise.all(Array.from({ length: 5 }, () => first.database.sql`select pg_sleep(0.2)`));
-      const [{ busy }] = await first.database.sql<{ busy: number }[]>`select count(*)::int as busy from pg_stat_activity where application_name = 'warroom'`;
+      const [after] = await first.database.sql<{ busy: number }[]>`select count(*)::int as busy from pg_stat_activity where application_name = 'warroom'`;
+      const busy = after!.busy;
       expect(busy).toBeGreaterThanOrEqual(5);
       const passwordFile = join(data.dir, "pg-password");
       expect(statSync(passwordFile).mode & 0o777).toBe(0o600);

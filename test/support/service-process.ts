@@ -64,12 +64,12 @@ export function startServiceProcess(env: Record<string, string>, entry = "servic
 }
 
 /** Polls until the path answers `status`, or throws after `timeoutMs`. */
-export async function waitFor(url: string, status = 200, timeoutMs = 30_000): Promise<void> {
+export async function waitFor(url: string, status = 200, timeoutMs = 30_000, intervalMs = 25): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const got = await fetch(url, { signal: AbortSignal.timeout(2000) }).then((r) => r.status, () => 0);
     if (got === status) return;
     if (Date.now() > deadline) throw new Error(`${url} did not answer ${status} within ${timeoutMs} ms (last ${got})`);
-    await new Promise((r) => setTimeout(r, 25));
+    await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
