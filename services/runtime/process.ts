@@ -84,6 +84,16 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const config = loadConfig(options.env);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  try {
+    return await startServices(options, config, logger, database);
+  } catch (err) {
+    // A start that fails half way releases the database (and with it the DATA_DIR lock).
+    await database.close().catch(() => {});
+    throw err;
+  }
+}
+
+async function startServices(options: ProcessOptions, config: Config, logger: Logger, database: Database): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
     nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
