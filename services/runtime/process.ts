@@ -225,8 +225,11 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
       extra?.close?.();
       // First the public port: in-flight requests are answered (they may still call services of
       // this process over NATS), then the NATS side, then background work and the connections.
+      // One grace for both: what the HTTP drain used, the NATS drain does not get again.
+      const graceEnds = Date.now() + graceMs;
       await bounded("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
-      if (natsServer) await bounded("draining NATS calls", graceMs + 500, () => natsServer.drain(graceMs));
+      const left = Math.max(500, graceEnds - Date.now());
+      if (natsServer) await bounded("draining NATS calls", left + 500, () => natsServer.drain(left));
       for (const module of modules) await bounded(`stopping ${module.name}`, 1000, async () => module.stop?.());
       for (const relay of relays) await bounded("stopping an outbox relay", 1000, () => relay.stop());
       await bounded("closing the event bus", 1000, () => events.close());
