@@ -1,4 +1,4 @@
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -136,5 +136,37 @@ describe("one-process mode with the embedded database", () => {
       expect(code).toBe(0);
     }
     expect(existsSync(join(data.dir, "warroom.lock"))).toBe(false);
+  }, 120_000);
+  it("stops a server of the folder left running without its watchdog before starting a new one", async () => {
+    const first = startServiceProcess(embeddedEnv(data.dir));
+    const { url } = await first.serving;
+    await waitFor(`${url}/readyz`);
+    const postmaster = Number.parseInt(readFileSync(join(data.dir, "pg", "postmaster.pid"), "utf8"), 10);
+    const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
+    // The worst case: the watchdog shells die with the service, so nothing stops the server.
+    const shells = execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/))
+      .filter(([, comm]) => comm === "sh")
+      .map(([pid]) => Number(pid));
+    expect(shells.length).toBeGreaterThan(0);
+    for (const pid of shells) process.kill(pid, "SIGKILL");
+    first.child.kill("SIGKILL");
+    await first.exited;
+    await new Promise((r) => setTimeout(r, 500));
+    expect(processAlive(postmaster)).toBe(true);
+
+    const again = startServiceProcess(embeddedEnv(data.dir));
+    try {
+      const { url: url2 } = await again.serving;
+      await waitFor(`${url2}/readyz`);
+      expect(processAlive(postmaster)).toBe(false);
+      expect(again.output()).toContain("stopping an embedded Postgres left running by an earlier process");
+      expect((await login(url2)).status).toBe(200);
+    } finally {
+      again.child.kill("SIGTERM");
+      expect((await again.exited).code).toBe(0);
+    }
   }, 120_000);
 });
