@@ -24,10 +24,24 @@ const dataDir = () => {
 };
 const credentials = { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org };
 
-/** The process group of the embedded Postgres of DATA_DIR (its watchdog shell and the server). */
-function postgresGroup(dir: string): number {
+/**
+ * Signals every process of the embedded Postgres of DATA_DIR: the server and its children (each
+ * backend is a session of its own, so the server's process group does not reach them). SIGSTOP
+ * makes the database hang with every connection open; SIGCONT resumes it.
+ */
+function signalPostgres(dir: string, signal: NodeJS.Signals): void {
   const postmaster = Number.parseInt(readFileSync(join(dir, "pg", "postmaster.pid"), "utf8"), 10);
-  return Number(execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim());
+  const children = execFileSync("ps", ["-o", "pid=", "--ppid", String(postmaster)], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => Number(line.trim()))
+    .filter((pid) => pid > 0);
+  for (const pid of [postmaster, ...children]) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // exited meanwhile
+    }
+  }
 }
 
 async function timed<T>(work: Promise<T>): Promise<{ value: T; ms: number }> {
@@ -66,11 +80,10 @@ describe("probes", () => {
       gateway: true,
       env: { ...embeddedEnv(dir), LOG_LEVEL: "silent", LIVENESS_STUCK_SECONDS: "2", SHUTDOWN_GRACE_SECONDS: "1" },
     });
-    const group = postgresGroup(dir);
     try {
       expect((await callApi(running.url, "GET", "/readyz")).status).toBe(200);
       expect(await grpcHealth(running.url)).toBe("SERVING");
-      process.kill(-group, "SIGSTOP");
+      signalPostgres(dir, "SIGSTOP");
       const { value: ready, ms } = await timed(callApi(running.url, "GET", "/readyz"));
       expect(ready.status).toBe(503);
       expect(ready.body.failing).toContain("database");
@@ -83,7 +96,7 @@ describe("probes", () => {
       expect(await grpcHealth(running.url, "liveness")).toBe("NOT_SERVING");
       expect(await grpcHealth(running.url)).toBe("NOT_SERVING");
     } finally {
-      process.kill(-group, "SIGCONT");
+      signalPostgres(dir, "SIGCONT");
     }
     try {
       await waitFor(`${running.url}/healthz`, 200, 10_000);
@@ -132,22 +145,21 @@ describe("shutdown", () => {
     const { url } = await service.serving;
     await waitFor(`${url}/readyz`);
     const token = (await callApi(url, "POST", "/auth/login", { body: credentials })).body.accessToken as string;
-    const group = postgresGroup(dir);
-    process.kill(-group, "SIGSTOP");
+    signalPostgres(dir, "SIGSTOP");
     let resumed = false;
     try {
       const inFlight = callApi(url, "GET", "/o/acme/incidents", { token });
       await new Promise((r) => setTimeout(r, 300));
       service.child.kill("SIGTERM");
       await new Promise((r) => setTimeout(r, 500));
-      process.kill(-group, "SIGCONT");
+      signalPostgres(dir, "SIGCONT");
       resumed = true;
       const answered = await inFlight;
       expect(answered.status).toBe(200);
       const { code } = await service.exited;
       expect(code).toBe(0);
     } finally {
-      if (!resumed) process.kill(-group, "SIGCONT");
+      if (!resumed) signalPostgres(dir, "SIGCONT");
       service.child.kill("SIGKILL");
     }
   }, 60_000);
@@ -158,8 +170,7 @@ describe("shutdown", () => {
     const { url } = await service.serving;
     await waitFor(`${url}/readyz`);
     const postmaster = Number.parseInt(readFileSync(join(dir, "pg", "postmaster.pid"), "utf8"), 10);
-    const group = postgresGroup(dir);
-    process.kill(-group, "SIGSTOP");
+    signalPostgres(dir, "SIGSTOP");
     try {
       const hanging = callApi(url, "POST", "/auth/login", { body: credentials }).catch(() => undefined);
       await new Promise((r) => setTimeout(r, 300));
@@ -170,7 +181,7 @@ describe("shutdown", () => {
       expect(ms).toBeLessThan(7000);
       await hanging;
     } finally {
-      process.kill(-group, "SIGCONT");
+      signalPostgres(dir, "SIGCONT");
     }
     // Resumed, the server finds its service gone and stops.
     const deadline = Date.now() + 15_000;
