@@ -6,6 +6,7 @@ import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
+import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
 import { createRecordHandlers } from "./record.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
@@ -25,5 +26,6 @@ export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDep
     ...createListAndGetHandlers(deps),
     ...createResolveAndArchiveHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
+    ...createMaintenanceWindowEndHandlers(deps),
   });
 }
