@@ -4,6 +4,8 @@ import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { createHistoryHandlers } from "./history.js";
+import type { Logger } from "../runtime/logger.js";
 import { createPingHandler } from "./ping.js";
 import { createRegistryHandlers } from "./registry.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
@@ -17,10 +19,12 @@ export function createHeartbeatsRoutes(deps: {
   ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   sweeper: Sweeper;
+  logger: Logger;
 }): ServiceImpl<typeof HeartbeatsService> {
   return {
     ...createRegistryHandlers(deps),
     ...createPingHandler(deps),
+    ...createHistoryHandlers(deps),
     // Internal: the periodic timer runs the same sweep.
     async sweep() {
       return deps.sweeper.sweep();

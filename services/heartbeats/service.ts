@@ -14,7 +14,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const delivery = createSilenceDelivery({ sql, clients, logger });
   const sweeper = createSweeper({ sql, outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
-  const routes = createHeartbeatsRoutes({ sql, clients, outbox, ingestTokens, delivery, sweeper });
+  const routes = createHeartbeatsRoutes({ sql, clients, outbox, ingestTokens, delivery, sweeper, logger });
 
   return {
     name: "heartbeats",
