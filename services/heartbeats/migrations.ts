@@ -98,11 +98,13 @@ export const migrations: Migration[] = [
         add column exit_status integer,
         add column body text,
         add column body_cut boolean,
+        add column body_bytes integer,
         add column run_id uuid,
         add column suppressed_by text,
         -- What the ping that ended it said, for the 'resumed' entry.
         add column ended_body text,
         add column ended_body_cut boolean,
+        add column ended_body_bytes integer,
         add column ended_run_seconds float8;
       update heartbeats.silences s set ended_at = h.silence_ended_at
         from heartbeats.heartbeats h where h.ended_silence_id = s.id;

@@ -122,8 +122,8 @@ export function createPingHandler(deps: {
         on conflict (heartbeat_id, run_key) do update
           set started_at = excluded.started_at, overrun_at = excluded.overrun_at, overrun_silence_id = null
       ), failure as (
-        insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, exit_status, body, body_cut, run_id)
-        select hb.id, now(), now(), false, 'fail', ${exitStatus}::integer, ${body.text}, ${body.cut}, ${runId}::uuid
+        insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, exit_status, body, body_cut, body_bytes, run_id)
+        select hb.id, now(), now(), false, 'fail', ${exitStatus}::integer, ${body.text}, ${body.cut}, ${body.bytes}, ${runId}::uuid
         from hb where ${kind}::text = 'fail'
         returning id
       ), upd as (
@@ -143,7 +143,7 @@ export function createPingHandler(deps: {
           (select id from failure) as failure_id
       ), ended as (
         update heartbeats.silences s
-        set ended_at = now(), ended_body = ${body.text}, ended_body_cut = ${body.cut}, ended_run_seconds = upd.last_ping_run_seconds
+        set ended_at = now(), ended_body = ${body.text}, ended_body_cut = ${body.cut}, ended_body_bytes = ${body.bytes}, ended_run_seconds = upd.last_ping_run_seconds
         from upd where s.id = upd.ended_silence_id
       ), history as (
         insert into heartbeats.pings (heartbeat_id, slot, seq, at, kind, run_id, run_seconds, exit_status, client_address, body_bytes)

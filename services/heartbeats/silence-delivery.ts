@@ -67,6 +67,7 @@ interface ClaimedAlert {
   exit_status: number | null;
   body: string | null;
   body_cut: boolean | null;
+  body_bytes: number | null;
   run_id: string | null;
   suppressed_by: string | null;
   db_now: Date;
@@ -92,6 +93,7 @@ interface ClaimedResume {
   silent_seconds: number;
   ended_body: string | null;
   ended_body_cut: boolean | null;
+  ended_body_bytes: number | null;
   ended_run_seconds: number | null;
 }
 
@@ -148,7 +150,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         and s.id in (select id from never_recorded union all select id from held_back)
       returning s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
         h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
-        s.exit_status, s.body, s.body_cut, s.run_id, s.suppressed_by, now() as db_now,
+        s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
         extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds`;
   }
 
@@ -177,7 +179,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     const heldNote = row.suppressed_by
       ? ` It went silent while a maintenance window (${row.suppressed_by}) covered it; the alert was held until the window ended and it was still silent.`
       : "";
-    const said = describeBody({ text: row.body ?? "", cut: row.body_cut ?? false, bytes: row.body ? Buffer.byteLength(row.body) : 0 });
+    const said = describeBody({ text: row.body ?? "", cut: row.body_cut ?? false, bytes: row.body_bytes ?? 0 });
     if (row.cause === "fail") {
       const status = row.exit_status === null ? "" : ` with exit status ${row.exit_status}`;
       data.exitStatus = row.exit_status;
@@ -291,13 +293,13 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
           order by ended_at
           limit ${BATCH}
           for update skip locked)
-      returning s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_run_seconds,
+      returning s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
         extract(epoch from s.ended_at - s.since)::float8 as silent_seconds`;
   }
 
   async function deliverResume(token: string, row: ClaimedResume): Promise<boolean> {
     const silentFor = formatDuration(row.silent_seconds);
-    const said = describeBody({ text: row.ended_body ?? "", cut: row.ended_body_cut ?? false, bytes: row.ended_body ? Buffer.byteLength(row.ended_body) : 0 });
+    const said = describeBody({ text: row.ended_body ?? "", cut: row.ended_body_cut ?? false, bytes: row.ended_body_bytes ?? 0 });
     const ranFor = row.ended_run_seconds === null ? "" : ` The run took ${formatDuration(row.ended_run_seconds)}.`;
     const data: JsonObject = { heartbeat: row.name, cause: row.cause, resumedAt: row.ended_at.toISOString(), silentSeconds: Math.floor(row.silent_seconds) };
     if (row.ended_run_seconds !== null) data.runSeconds = row.ended_run_seconds;
