@@ -46,7 +46,10 @@ interface PingRow {
   schedule: string | null;
   timezone: string | null;
   grace_seconds: number;
-  /** now() of the ping, as text (to the microsecond) and as a Date. */
+  /**
+   * now() of the ping, as text (to the microsecond; a Date keeps milliseconds only) and as a Date.
+   * Passed back as text: a timestamptz parameter would go through a Date and lose the microseconds.
+   */
   seen_at: string;
   seen: Date;
 }
@@ -78,7 +81,7 @@ export function createPingHandler(deps: {
     delivery.track(
       sql`
         update heartbeats.heartbeats set deadline = ${deadline}
-        where id = ${row.id} and last_seen_at = ${row.seen_at}::timestamptz and open_silence_id is null`.catch((err) =>
+        where id = ${row.id} and last_seen_at = (${row.seen_at}::text)::timestamptz and open_silence_id is null`.catch((err) =>
         logger.warn({ err: String(err), heartbeat: row.id }, "could not write the exact deadline; the safe one stays"),
       ),
     );
