@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
-import type { JsonObject } from "@bufbuild/protobuf";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { RecordRequestSchema, RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
@@ -22,7 +23,7 @@ import { describeBody } from "./ping-body.js";
 /** How long a claim holds; longer than a batch can take with every Record at its timeout. */
 export const LEASE_SECONDS = 120;
 const RECORD_TIMEOUT_MS = 10_000;
-const BATCH = 200;
+const BATCH = 500;
 const CONCURRENCY = 16;
 /**
  * A silence whose alert a maintenance window suppressed is offered again when the window ends, and
@@ -31,6 +32,8 @@ const CONCURRENCY = 16;
  * window, however long it lasts.
  */
 export const SUPPRESSED_RECHECK_SECONDS = 300;
+/** The most one RecordMany call carries, well inside a bus message (1 MiB). */
+const RECORD_MANY_BYTES = 256 * 1024;
 
 export const SOURCE_BADGE = "heartbeat";
 export const attachIdentity = (name: string) => `heartbeat:${name}`;
@@ -219,44 +222,84 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     return { until: ends.getTime() < recheck.getTime() ? ends : recheck, active: true };
   }
 
-  async function recordAlert(token: string, row: ClaimedAlert): Promise<Recorded | undefined> {
-    try {
+  function requestOf(row: ClaimedAlert): MessageInitShape<typeof RecordRequestSchema> {
+    const { title, summary, data } = alertOf(row);
+    return {
+      orgId: row.org_id,
+      orgSlug: row.org_slug,
+      alert: {
+        source: SOURCE_BADGE,
+        attachIdentity: attachIdentity(row.name),
+        eventId: silenceEventId(row.id),
+        kind: "alert",
+        title,
+        severity: "sev2",
+        entity: { kind: "heartbeat", id: row.name },
+        summary,
+        occurredAt: timestampFromDate(row.deadline),
+        data,
+      },
+    };
+  }
+
+  async function interpret(row: ClaimedAlert, response: RecordResponse): Promise<Recorded> {
+    if (response.outcome === "suppressed" && response.maintenanceWindowId) {
+      const window = await suppressedUntil(row.org_id, response.maintenanceWindowId);
+      return { id: row.id, outcome: response.outcome, incidentId: "", suppressedUntil: window.until, suppressedBy: response.maintenanceWindowId };
+    }
+    return { id: row.id, outcome: response.outcome, incidentId: response.incident?.id ?? "", suppressedUntil: null, suppressedBy: null };
+  }
+
+  /**
+   * Hands a claimed batch to the incident core: RecordMany calls of at most RECORD_MANY_BYTES
+   * each (so a call fits in one bus message), which open the batch's new incidents in one
+   * statement. A call that fails releases its silences at once; the next sweep retries them under
+   * the same event ids.
+   */
+  async function recordAlerts(token: string, rows: ClaimedAlert[]): Promise<(Recorded | undefined)[]> {
+    const results: (Recorded | undefined)[] = new Array(rows.length);
+    const pending: number[] = [];
+    for (let k = 0; k < rows.length; k++) {
+      const row = rows[k]!;
       // A window that suppressed this alert and still runs: wait for it without asking Record
       // (which would suppress and audit it again).
-      if (row.suppressed_by) {
+      if (!row.suppressed_by) {
+        pending.push(k);
+        continue;
+      }
+      try {
         const window = await suppressedUntil(row.org_id, row.suppressed_by);
-        if (window.active) return { id: row.id, outcome: "suppressed", incidentId: "", suppressedUntil: window.until, suppressedBy: row.suppressed_by };
+        if (window.active) results[k] = { id: row.id, outcome: "suppressed", incidentId: "", suppressedUntil: window.until, suppressedBy: row.suppressed_by };
+        else pending.push(k);
+      } catch (err) {
+        await release(token, [row.id]);
+        logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not ask when a maintenance window ends; the next sweep retries");
       }
-      const { title, summary, data } = alertOf(row);
-      const response = await clients.incidents.record(
-        {
-          orgId: row.org_id,
-          orgSlug: row.org_slug,
-          alert: {
-            source: SOURCE_BADGE,
-            attachIdentity: attachIdentity(row.name),
-            eventId: silenceEventId(row.id),
-            kind: "alert",
-            title,
-            severity: "sev2",
-            entity: { kind: "heartbeat", id: row.name },
-            summary,
-            occurredAt: timestampFromDate(row.deadline),
-            data,
-          },
-        },
-        { timeoutMs: RECORD_TIMEOUT_MS },
-      );
-      if (response.outcome === "suppressed" && response.maintenanceWindowId) {
-        const window = await suppressedUntil(row.org_id, response.maintenanceWindowId);
-        return { id: row.id, outcome: response.outcome, incidentId: "", suppressedUntil: window.until, suppressedBy: response.maintenanceWindowId };
-      }
-      return { id: row.id, outcome: response.outcome, incidentId: response.incident?.id ?? "", suppressedUntil: null, suppressedBy: null };
-    } catch (err) {
-      await release(token, row.id);
-      logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not hand a silence to the incident core; the next sweep retries");
-      return undefined;
     }
+    for (const chunk of chunksBySize(pending, (k) => 1024 + (rows[k]!.body?.length ?? 0) * 2)) {
+      const chunkRows = chunk.map((k) => rows[k]!);
+      try {
+        const response = await clients.incidents.recordMany({ deliveries: chunkRows.map(requestOf) }, { timeoutMs: RECORD_TIMEOUT_MS });
+        const refused: string[] = [];
+        for (let j = 0; j < chunk.length; j++) {
+          const error = response.errors[j];
+          if (error !== undefined) {
+            refused.push(chunkRows[j]!.id);
+            logger.warn({ err: error, heartbeat: chunkRows[j]!.name, silence: chunkRows[j]!.id }, "the incident core refused a silence; the next sweep retries");
+            continue;
+          }
+          results[chunk[j]!] = await interpret(chunkRows[j]!, response.results[j]!);
+        }
+        await release(token, refused);
+      } catch (err) {
+        await release(
+          token,
+          chunkRows.filter((_, j) => results[chunk[j]!] === undefined).map((r) => r.id),
+        );
+        logger.warn({ err: String(err), silences: chunkRows.length }, "could not hand silences to the incident core; the next sweep retries");
+      }
+    }
+    return results;
   }
 
   /**
@@ -339,7 +382,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         where id = ${row.id} and claim_token = ${token}`;
       return true;
     } catch (err) {
-      await release(token, row.id);
+      await release(token, [row.id]);
       logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not record that a heartbeat resumed; the next sweep retries");
       return false;
     }
@@ -349,9 +392,10 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
    * Ends the lease now but keeps this pass's token on the row, so the same pass does not pick the
    * row again; the next pass (another token) retries it.
    */
-  async function release(token: string, silenceId: string): Promise<void> {
-    await sql`update heartbeats.silences set claim_until = now() where id = ${silenceId} and claim_token = ${token}`.catch((err) =>
-      logger.warn({ err: String(err), silence: silenceId }, "could not release a claim; it expires by itself"),
+  async function release(token: string, silenceIds: string[]): Promise<void> {
+    if (silenceIds.length === 0) return;
+    await sql`update heartbeats.silences set claim_until = now() where id = any(${silenceIds}::uuid[]) and claim_token = ${token}`.catch((err) =>
+      logger.warn({ err: String(err), silences: silenceIds.length }, "could not release a claim; it expires by itself"),
     );
   }
 
@@ -361,7 +405,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
       for (;;) {
         const rows = await claimAlerts(token, onlySilenceId);
         if (rows.length === 0) break;
-        const results = await mapConcurrent(rows, CONCURRENCY, (row) => recordAlert(token, row));
+        const results = await recordAlerts(token, rows);
         const recorded = results.filter((r): r is Recorded => r !== undefined);
         await markAlertsRecorded(token, recorded);
         const failedHere = rows.length - recorded.length;
@@ -415,6 +459,25 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     },
   };
   return delivery;
+}
+
+/** Groups indexes into runs whose estimated sizes add up to at most RECORD_MANY_BYTES. */
+function chunksBySize(items: number[], sizeOf: (k: number) => number): number[][] {
+  const chunks: number[][] = [];
+  let current: number[] = [];
+  let size = 0;
+  for (const k of items) {
+    const s = sizeOf(k);
+    if (current.length > 0 && size + s > RECORD_MANY_BYTES) {
+      chunks.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(k);
+    size += s;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
 }
 
 async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
