@@ -14,6 +14,8 @@ import type { Sweeper } from "./sweep.js";
 /** Wires the handler groups into the service implementation. */
 export function createHeartbeatsRoutes(deps: {
   sql: Sql;
+  /** The pool pings use, apart from background work. */
+  pingSql: Sql;
   clients: Clients;
   outbox: Outbox;
   ingestTokens: IngestTokenResolver;
@@ -23,7 +25,7 @@ export function createHeartbeatsRoutes(deps: {
 }): ServiceImpl<typeof HeartbeatsService> {
   return {
     ...createRegistryHandlers(deps),
-    ...createPingHandler(deps),
+    ...createPingHandler({ ...deps, sql: deps.pingSql }),
     ...createHistoryHandlers(deps),
     // Internal: the periodic timer runs the same sweep.
     async sweep() {
