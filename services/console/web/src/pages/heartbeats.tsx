@@ -2,7 +2,14 @@ import { useState } from "preact/hooks";
 import { api, orgPath, type Heartbeat } from "../api";
 import { seconds } from "../format";
 import { Ago, ErrorNotice, PageHeading, Snippet, Until, useAction, useLoad, useNow } from "../ui";
+import { HeartbeatHistory, ScheduleSnippets } from "./heartbeat-history";
 import { heartbeatCurl } from "./integrations";
+
+/** "1 h + 5 min", or for a schedule "30 2 * * * (Europe/Berlin) + 5 min". */
+function expectation(heartbeat: Heartbeat): string {
+  const expected = heartbeat.schedule ? `${heartbeat.schedule} (${heartbeat.timezone ?? "UTC"})` : seconds(heartbeat.expectedIntervalSeconds);
+  return `${expected} + ${seconds(heartbeat.graceSeconds)}`;
+}
 
 const NAME_PATTERN = "[a-z0-9][a-z0-9._\\-]{0,62}";
 
@@ -69,6 +76,7 @@ export function HeartbeatsPage(props: { org: string }) {
   const [every, setEvery] = useState("3600");
   const [grace, setGrace] = useState("300");
   const [editing, setEditing] = useState("");
+  const [showing, setShowing] = useState("");
   const [registered, setRegistered] = useState("");
   const register = useAction();
   const rowAction = useAction();
@@ -138,11 +146,12 @@ export function HeartbeatsPage(props: { org: string }) {
                   </td>
                 </tr>
               ) : (
+                [
                 <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
                   <td data-label="Name" class="mono">
                     {heartbeat.name}
                   </td>
-                  <td data-label="Interval + grace">{`${seconds(heartbeat.expectedIntervalSeconds)} + ${seconds(heartbeat.graceSeconds)}`}</td>
+                  <td data-label="Interval + grace">{expectation(heartbeat)}</td>
                   <td data-label="Last seen">
                     <Ago at={heartbeat.lastSeenAt} now={now} />
                   </td>
@@ -153,6 +162,15 @@ export function HeartbeatsPage(props: { org: string }) {
                     <span class={`badge hb-${heartbeat.status}`}>{heartbeat.status}</span>
                   </td>
                   <td data-label="Actions" class="row-actions">
+                    <button
+                      type="button"
+                      class="secondary"
+                      onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
+                      aria-expanded={showing === heartbeat.name}
+                      aria-label={`History of ${heartbeat.name}`}
+                    >
+                      History
+                    </button>
                     <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
                       Edit
                     </button>
@@ -160,7 +178,15 @@ export function HeartbeatsPage(props: { org: string }) {
                       Delete
                     </button>
                   </td>
-                </tr>
+                </tr>,
+                showing === heartbeat.name ? (
+                  <tr key={`${heartbeat.name}-history`} class="history-row">
+                    <td colSpan={6}>
+                      <HeartbeatHistory heartbeat={heartbeat} />
+                    </td>
+                  </tr>
+                ) : null,
+                ]
               ),
             )}
           </tbody>
@@ -196,6 +222,8 @@ export function HeartbeatsPage(props: { org: string }) {
           <div class="issued" role="status">
             <p>{`Registered ${registered}. Add the ping to the end of the job, with the organization's ingest token:`}</p>
             <Snippet id="snippet-registered-ping" title="Ping" text={heartbeatCurl(location.origin, props.org, "$WARROOM_INGEST_TOKEN", registered)} />
+            <p>Or report the start, the exit status and the output of each run (a schedule and a run limit are set through the API):</p>
+            <ScheduleSnippets org={props.org} name={registered} />
           </div>
         ) : null}
       </form>
