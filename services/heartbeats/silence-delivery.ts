@@ -137,24 +137,28 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         limit ${BATCH}
         for update skip locked
       ), held_back as (
-        select s2.id from heartbeats.silences s2 join heartbeats.heartbeats h2 on h2.open_silence_id = s2.id
+        select s2.id from heartbeats.silences s2
         where s2.suppressed_until <= now()
+          -- Still silent: the heartbeat still points at this silence.
+          and exists (select 1 from heartbeats.heartbeats h2 where h2.id = s2.heartbeat_id and h2.open_silence_id = s2.id)
           ${onlySilenceId ? sql`and s2.id = ${onlySilenceId}` : sql``}
           and (s2.claim_until is null or s2.claim_until < now())
           and s2.claim_token is distinct from ${token}
         order by s2.suppressed_until
         limit ${BATCH}
-        for update of s2 skip locked
+        for update skip locked
+      ), claimed as (
+        update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS}),
+          alert_recorded_at = case when s.suppressed_until is not null then null else s.alert_recorded_at end
+        where s.id in (select id from never_recorded union all select id from held_back)
+        returning s.*
       )
-      update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS}),
-        alert_recorded_at = case when s.suppressed_until is not null then null else s.alert_recorded_at end
-      from heartbeats.heartbeats h
-      where h.id = s.heartbeat_id
-        and s.id in (select id from never_recorded union all select id from held_back)
-      returning s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
+      -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
+      select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
         h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
         s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
-        extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds`;
+        extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds
+      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
   }
 
   /** Words for what the heartbeat expects: "one every 5m with 1m of grace". */
@@ -322,10 +326,9 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
   /** Silences a ping ended whose `resumed` is not recorded yet; the alert goes first. */
   async function claimResumes(token: string, onlySilenceId: string | undefined): Promise<ClaimedResume[]> {
     return sql<ClaimedResume[]>`
+      with claimed as (
       update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS})
-      from heartbeats.heartbeats h
-      where h.id = s.heartbeat_id
-        and s.id in (
+      where s.id in (
           select id from heartbeats.silences
           where ended_at is not null and resume_recorded_at is null
             ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
@@ -336,8 +339,11 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
           order by ended_at
           limit ${BATCH}
           for update skip locked)
-      returning s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
-        extract(epoch from s.ended_at - s.since)::float8 as silent_seconds`;
+      returning s.*
+      )
+      select s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
+        extract(epoch from s.ended_at - s.since)::float8 as silent_seconds
+      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
   }
 
   async function deliverResume(token: string, row: ClaimedResume): Promise<boolean> {
