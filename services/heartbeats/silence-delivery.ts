@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import type { RecordRequestSchema, RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { RecordRequestSchema, type RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
@@ -23,7 +23,7 @@ import { describeBody } from "./ping-body.js";
 /** How long a claim holds; longer than a batch can take with every Record at its timeout. */
 export const LEASE_SECONDS = 120;
 const RECORD_TIMEOUT_MS = 10_000;
-const BATCH = 500;
+const BATCH = 1000;
 const CONCURRENCY = 16;
 /**
  * A silence whose alert a maintenance window suppressed is offered again when the window ends, and
@@ -32,8 +32,10 @@ const CONCURRENCY = 16;
  * window, however long it lasts.
  */
 export const SUPPRESSED_RECHECK_SECONDS = 300;
-/** The most one RecordMany call carries, well inside a bus message (1 MiB). */
-const RECORD_MANY_BYTES = 256 * 1024;
+/** The most one RecordMany call carries (encoded), well inside a bus message (1 MiB). */
+const RECORD_MANY_BYTES = 768 * 1024;
+/** And at most this many deliveries, the incident core's limit per call. */
+const RECORD_MANY_DELIVERIES = 1000;
 
 export const SOURCE_BADGE = "heartbeat";
 export const attachIdentity = (name: string) => `heartbeat:${name}`;
@@ -255,8 +257,8 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
   }
 
   /**
-   * Hands a claimed batch to the incident core: RecordMany calls of at most RECORD_MANY_BYTES
-   * each (so a call fits in one bus message), which open the batch's new incidents in one
+   * Hands a claimed batch to the incident core: RecordMany calls of at most 768 KiB encoded and
+   * 1,000 deliveries each (so a call fits in one bus message), which open the batch's new incidents in one
    * statement. A call that fails releases its silences at once; the next sweep retries them under
    * the same event ids.
    */
@@ -280,10 +282,12 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not ask when a maintenance window ends; the next sweep retries");
       }
     }
-    for (const chunk of chunksBySize(pending, (k) => 1024 + (rows[k]!.body?.length ?? 0) * 2)) {
+    const requests = new Map(pending.map((k) => [k, create(RecordRequestSchema, requestOf(rows[k]!))]));
+    // Sized by the encoded request, plus room for the repeated field's tag and length.
+    for (const chunk of chunksBySize(pending, (k) => toBinary(RecordRequestSchema, requests.get(k)!).byteLength + 8)) {
       const chunkRows = chunk.map((k) => rows[k]!);
       try {
-        const response = await clients.incidents.recordMany({ deliveries: chunkRows.map(requestOf) }, { timeoutMs: RECORD_TIMEOUT_MS });
+        const response = await clients.incidents.recordMany({ deliveries: chunk.map((k) => requests.get(k)!) }, { timeoutMs: RECORD_TIMEOUT_MS });
         const refused: string[] = [];
         for (let j = 0; j < chunk.length; j++) {
           const error = response.errors[j];
@@ -467,14 +471,14 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
   return delivery;
 }
 
-/** Groups indexes into runs whose estimated sizes add up to at most RECORD_MANY_BYTES. */
+/** Groups indexes into runs of at most RECORD_MANY_DELIVERIES whose sizes add up to at most RECORD_MANY_BYTES. */
 function chunksBySize(items: number[], sizeOf: (k: number) => number): number[][] {
   const chunks: number[][] = [];
   let current: number[] = [];
   let size = 0;
   for (const k of items) {
     const s = sizeOf(k);
-    if (current.length > 0 && size + s > RECORD_MANY_BYTES) {
+    if (current.length > 0 && (size + s > RECORD_MANY_BYTES || current.length >= RECORD_MANY_DELIVERIES)) {
       chunks.push(current);
       current = [];
       size = 0;
