@@ -43,16 +43,22 @@ function EditRow(props: { heartbeat: Heartbeat; onDone(changed: boolean): void }
   async function submit(event: Event) {
     event.preventDefault();
     const ok = await action.run(() =>
-      api<Heartbeat>("PATCH", orgPath(`/heartbeats/${encodeURIComponent(props.heartbeat.name)}`), {
-        expectedIntervalSeconds: Number(every),
-        graceSeconds: Number(grace),
-      }),
+      api<Heartbeat>(
+        "PATCH",
+        orgPath(`/heartbeats/${encodeURIComponent(props.heartbeat.name)}`),
+        // A scheduled heartbeat keeps its schedule (changed through the API); only grace is edited here.
+        props.heartbeat.schedule ? { graceSeconds: Number(grace) } : { expectedIntervalSeconds: Number(every), graceSeconds: Number(grace) },
+      ),
     );
     if (ok) props.onDone(true);
   }
   return (
     <form class="edit grid-3" onSubmit={submit} aria-label={`Edit ${props.heartbeat.name}`}>
-      <SecondsField id={`edit-interval-${props.heartbeat.name}`} label="Expected interval" value={every} onInput={setEvery} />
+      {props.heartbeat.schedule ? (
+        <p class="hint">{`Schedule ${props.heartbeat.schedule} (${props.heartbeat.timezone ?? "UTC"})`}</p>
+      ) : (
+        <SecondsField id={`edit-interval-${props.heartbeat.name}`} label="Expected interval" value={every} onInput={setEvery} />
+      )}
       <SecondsField id={`edit-grace-${props.heartbeat.name}`} label="Grace" value={grace} onInput={setGrace} />
       <div class="form-end">
         <ErrorNotice error={action.error} />
