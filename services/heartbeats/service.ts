@@ -16,8 +16,8 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const sweeper = createSweeper({ sql, outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
   // Pings get a pool of their own (as large as the shared one) on a database server, so that a
-  // sweep, its deliveries and the outbox relay never make a ping wait for a connection. The
-  // embedded database has one connection: everything shares it.
+  // sweep, its deliveries and the outbox relay never make a ping wait for a connection. With the
+  // embedded database (no DATABASE_URL) pings share the process's pool.
   const pingSql = config.DATABASE_URL
     ? postgres(config.DATABASE_URL, { max: config.DATABASE_POOL_SIZE, prepare: true, onnotice: () => {}, connection: { application_name: "warroom-pings" } })
     : sql;
