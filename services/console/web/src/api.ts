@@ -1,6 +1,11 @@
 import type { Message as ProtoMessage } from "@bufbuild/protobuf";
 import type { Message as MessageShape, MessageJson } from "../../../../gen/warroom/comms/v1/comms_pb";
-import type { Heartbeat as HeartbeatShape, HeartbeatJson } from "../../../../gen/warroom/heartbeats/v1/heartbeats_pb";
+import type {
+  Heartbeat as HeartbeatShape,
+  HeartbeatJson,
+  PingRecord as PingRecordShape,
+  PingRecordJson,
+} from "../../../../gen/warroom/heartbeats/v1/heartbeats_pb";
 import type {
   Entity as EntityShape,
   EntityJson,
@@ -139,13 +144,16 @@ type RestValue<S, J> = S extends readonly (infer SItem)[]
     ? J extends string // a well-known type written as a string, e.g. a Timestamp
       ? J
       : Rest<S, J>
-    : J;
+    : S extends number // a double is written as a number: the service sends finite values only
+      ? Exclude<J, "NaN" | "Infinity" | "-Infinity">
+      : J;
 
 export type Entity = Rest<EntityShape, EntityJson>;
 export type TimelineEntry = Rest<TimelineEntryShape, TimelineEntryJson>;
 export type Incident = Rest<IncidentShape, IncidentJson>;
 export type CommsMessage = Rest<MessageShape, MessageJson>;
 export type Heartbeat = Rest<HeartbeatShape, HeartbeatJson>;
+export type PingRecord = Rest<PingRecordShape, PingRecordJson>;
 export type RemoteSource = Rest<RemoteSourceShape, RemoteSourceJson>;
 export type ConformanceReport = Rest<ConformanceReportShape, ConformanceReportJson>;
 export type MaintenanceWindow = Rest<MaintenanceWindowShape, MaintenanceWindowJson>;
