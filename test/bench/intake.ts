@@ -4,7 +4,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
 import { allServices } from "../../services/all-services.js";
 import { startCluster } from "../../services/cluster.js";
-import { runProcess } from "../../services/runtime/process.js";
+import { runProcess, type RunningProcess } from "../../services/runtime/process.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { printTable, summarize } from "./stats.js";
@@ -23,7 +23,7 @@ import { startChild, stopChild } from "./child-process.js";
  * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
  */
 
-const CONNECTIONS = 50;
+export const CONNECTIONS = 50;
 const WARMUP_MS = 3_000;
 const MEASURE_MS = Number(process.env.INTAKE_BENCH_SECONDS ?? 15) * 1000;
 const TARGETS = { onePerSecond: 4000, clusterPerSecond: 2500, p99Ms: 50 };
@@ -66,23 +66,7 @@ async function serveChild(): Promise<void> {
     });
     return;
   }
-  const running = await runProcess({
-    name: "bench",
-    services: allServices,
-    gateway: true,
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl!,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "warn",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      NATS_URL: "",
-      HEARTBEAT_SWEEP_SECONDS: "86400",
-    },
-  });
+  const running = await startBenchApp(databaseUrl!);
   process.on("message", async (message: string) => {
     if (message === "stop") {
       await running.stop();
@@ -94,6 +78,27 @@ async function serveChild(): Promise<void> {
 
 
 
+/** The whole app in this process, as `npm start` runs it, on the given database. */
+export function startBenchApp(databaseUrl: string): Promise<RunningProcess> {
+  return runProcess({
+    name: "bench",
+    services: allServices,
+    gateway: true,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      NATS_URL: "",
+      HEARTBEAT_SWEEP_SECONDS: "86400",
+    },
+  });
+}
+
 // --- the delivery mix ------------------------------------------------------------------------
 
 /**
@@ -101,7 +106,7 @@ async function serveChild(): Promise<void> {
  * alerts already seen with a new event id (attached, recorded), exact redeliveries of an earlier
  * notification (attached, not recorded), and recoveries of seen alerts (recorded).
  */
-function deliveryMix(run: string) {
+export function deliveryMix(run: string) {
   const seen: string[] = [];
   const sent: string[] = [];
   let sequence = 0;
@@ -140,7 +145,7 @@ function deliveryMix(run: string) {
 
 // --- the client --------------------------------------------------------------------------------
 
-interface LoadResult {
+export interface LoadResult {
   perSecond: number;
   p50: number;
   p99: number;
@@ -149,7 +154,13 @@ interface LoadResult {
 }
 
 /** `CONNECTIONS` keep-alive connections, each posting back to back; only the measured window counts. */
-async function load(urls: string[], path: string, headers: Record<string, string>, next: () => { body: string }): Promise<LoadResult> {
+export async function load(
+  urls: string[],
+  path: string,
+  headers: Record<string, string>,
+  next: () => { body: string },
+  window: { onStart?(): Promise<void>; onEnd?(): Promise<void> } = {},
+): Promise<LoadResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   let counting = false;
   let stop = false;
@@ -194,11 +205,13 @@ async function load(urls: string[], path: string, headers: Record<string, string
     }
   });
   await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
+  await window.onStart?.();
   counting = true;
   const started = performance.now();
   await new Promise((resolve) => setTimeout(resolve, MEASURE_MS));
   counting = false;
   const seconds = (performance.now() - started) / 1000;
+  await window.onEnd?.();
   stop = true;
   await Promise.all(workers);
   agent.destroy();
@@ -206,7 +219,7 @@ async function load(urls: string[], path: string, headers: Record<string, string
   return { perSecond: Math.round(s.n / seconds), p50: s.p50, p99: s.p99, statuses, failures };
 }
 
-async function ingestToken(url: string): Promise<string> {
+export async function ingestToken(url: string): Promise<string> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
@@ -230,7 +243,7 @@ async function countRows(databaseUrl: string): Promise<{ incidents: number; entr
   }
 }
 
-async function floor(databaseUrl: string): Promise<LoadResult> {
+export async function floor(databaseUrl: string): Promise<LoadResult> {
   const server = await startChild(fileURLToPath(import.meta.url), ["--floor", databaseUrl]);
   try {
     const next = deliveryMix("floor");
