@@ -71,4 +71,53 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("incidents", 2),
+  {
+    id: 3,
+    name: "protobuf fields encoded in SQL, for events whose time or incident the writing statement decides",
+    // Record decides attach-or-open and writes the events in one statement; the event's time
+    // (the database clock) and, on attach, its incident id are known only inside it. The caller
+    // encodes the rest of the message; these append the missing fields (protobuf accepts fields
+    // in any order).
+    sql: `
+      -- A base-128 varint; a negative value as its 64-bit two's complement, as protobuf does.
+      create function incidents.pb_varint(value numeric) returns bytea
+      language plpgsql immutable strict parallel safe as $$
+      declare
+        n numeric := case when value < 0 then value + 18446744073709551616 else value end;
+        encoded bytea := '\\x'::bytea;
+        low int;
+      begin
+        loop
+          low := mod(n, 128)::int;
+          n := div(n, 128);
+          if n = 0 then
+            return encoded || set_byte('\\x00'::bytea, 0, low);
+          end if;
+          encoded := encoded || set_byte('\\x00'::bytea, 0, low + 128);
+        end loop;
+      end $$;
+
+      -- A length-delimited field: its tag, its length and its bytes.
+      create function incidents.pb_bytes_field(field int, body bytea) returns bytea
+      language sql immutable strict parallel safe as $$
+        select incidents.pb_varint(field * 8 + 2) || incidents.pb_varint(length(body)) || body
+      $$;
+
+      create function incidents.pb_string_field(field int, value text) returns bytea
+      language sql immutable strict parallel safe as $$
+        select incidents.pb_bytes_field(field, convert_to(value, 'UTF8'))
+      $$;
+
+      -- A google.protobuf.Timestamp field: whole seconds since the epoch (floor, so negative
+      -- before 1970) and the non-negative nanoseconds; zero values are left out, as encoders do.
+      create function incidents.pb_timestamp_field(field int, at timestamptz) returns bytea
+      language sql immutable strict parallel safe as $$
+        select incidents.pb_bytes_field(field,
+          case when t.seconds = 0 then '\\x'::bytea else '\\x08'::bytea || incidents.pb_varint(t.seconds) end
+          || case when t.nanos = 0 then '\\x'::bytea else '\\x10'::bytea || incidents.pb_varint(t.nanos) end)
+        from (select floor(e) as seconds, round((e - floor(e)) * 1000000000) as nanos
+              from (select extract(epoch from at) as e) as epoch) as t
+      $$;
+    `,
+  },
 ];
