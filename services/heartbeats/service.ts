@@ -12,7 +12,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const { sql, clients, outbox, config } = ctx;
   const logger = ctx.logger.child({ service: "heartbeats" });
   const delivery = createSilenceDelivery({ sql, clients, logger });
-  const sweeper = createSweeper({ sql, outbox, delivery, logger });
+  const sweeper = createSweeper({ sql: ctx.backgroundSql, outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
   const routes = createHeartbeatsRoutes({ sql, clients, outbox, ingestTokens, delivery, sweeper });
 

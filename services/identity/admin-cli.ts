@@ -34,6 +34,7 @@ async function run(): Promise<number> {
     const identity = createIdentityService({
       config,
       sql: database.sql,
+      backgroundSql: database.sql,
       logger,
       clients: createClients(transport),
       // Bootstrap writes no events; the CLI runs no relay.

@@ -54,3 +54,23 @@ export async function openDatabase(
     },
   };
 }
+
+/** Connections of the background pool (see openBackgroundPool). */
+export const BACKGROUND_POOL_SIZE = 2;
+
+/**
+ * A second, small pool on the same server for background work (outbox relays, sweeps, event
+ * consumers), so that however long it holds its connections, the delivery pool (`Database.sql`)
+ * keeps all of its own. Same options as the delivery pool but its size and application name.
+ * The embedded database shares its one pool (one process, one small server).
+ */
+export function openBackgroundPool(database: Database, url: string | undefined): { sql: Sql; close(): Promise<void> } {
+  if (database.embedded || !url) return { sql: database.sql, close: async () => {} };
+  const sql = postgres(url, {
+    max: BACKGROUND_POOL_SIZE,
+    onnotice: () => {},
+    prepare: true,
+    connection: { application_name: "warroom-background" },
+  });
+  return { sql, close: () => sql.end({ timeout: 5 }) };
+}

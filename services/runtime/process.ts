@@ -7,7 +7,7 @@ import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
 import { createInProcessBroadcast, createNatsBroadcast } from "./broadcast.js";
 import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
-import { openDatabase, type Database } from "./database.js";
+import { openBackgroundPool, openDatabase, type Database } from "./database.js";
 import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
@@ -54,6 +54,8 @@ export interface RunningProcess {
   url: string;
   port: number;
   database: Database;
+  /** The background pool: outbox relays, sweeps and event consumers. */
+  background: { sql: Database["sql"]; close(): Promise<void> };
   nats?: NatsConnection;
   modules: ServiceModule[];
   transport: Transport;
@@ -83,6 +85,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const config = loadConfig(options.env);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  const background = openBackgroundPool(database, config.DATABASE_URL);
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
     nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
@@ -102,8 +105,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       writeMany: (...args) => relay!.writeMany(...args),
       poke: () => relay?.poke(),
     };
-    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
-    relay = createOutboxRelay({ sql: database.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
+    const module = factory({ config, sql: database.sql, backgroundSql: background.sql, logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
+    relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
     await migrate(database.sql, module.name, module.migrations);
     modules.push(module);
     relays.push(relay);
@@ -197,10 +200,11 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       for (const relay of relays) await relay.stop();
       await events.close();
       if (nats) await nats.drain().catch(() => {});
+      await background.close();
       await database.close();
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
+  return { config, logger, url, port: server.port, database, background, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */

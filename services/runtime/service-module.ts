@@ -13,6 +13,11 @@ import type { Outbox } from "./outbox.js";
 export interface ServiceContext {
   config: Config;
   sql: Sql;
+  /**
+   * A small pool of its own for background work (sweeps, event consumers): it can wait for a
+   * connection, the requests on `sql` never wait for it.
+   */
+  backgroundSql: Sql;
   logger: Logger;
   /** Clients of every internal service, over this process's transport (in-memory or NATS). */
   clients: Clients;
