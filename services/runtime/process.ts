@@ -88,7 +88,15 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const background = openBackgroundPool(database, config.DATABASE_URL);
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
-    nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+    nats = await connect({
+      servers: config.NATS_URL,
+      name: options.name,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      // No stack trace captured in advance for every request and JetStream publish (two Error
+      // objects each): errors keep their types and messages, only the caller's async stack goes.
+      noAsyncTraces: true,
+    });
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
