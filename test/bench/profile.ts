@@ -238,6 +238,29 @@ function profiles(dir: string): string[] {
     .map((f) => join(dir, f));
 }
 
+/** Times the floor's window: CPU of its server and of Postgres. */
+function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number }) {
+  return (pid: number) => {
+    let pgPids: number[] = [];
+    let before = { server: 0, postgres: 0 };
+    return {
+      async onStart() {
+        pgPids = await postgresPids(admin);
+        before = { server: cpuSeconds(pid), postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0) };
+      },
+      async onEnd() {
+        out.server = cpuSeconds(pid) - before.server;
+        out.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - before.postgres;
+      },
+    };
+  };
+}
+
+function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number) {
+  const per = (x: number) => (requests > 0 ? `${(x / requests).toFixed(3)} ms` : "n/a");
+  return { what, requests, "service CPU per request": per(serviceMs), "Postgres CPU per request": per(postgresMs), "total CPU per request": per(serviceMs + postgresMs) };
+}
+
 // --- the two modes ----------------------------------------------------------------------------
 
 async function privateServer() {
@@ -332,8 +355,15 @@ async function profileOneProcess(): Promise<void> {
     } finally {
       await stopChild(app.child);
     }
+    const records = rpcDelta(before, after).find((r) => r.method.endsWith("/Record"))?.calls ?? 0;
+    const floorCpu = { server: 0, postgres: 0 };
+    const floorResult = await floor(url, floorWatch(admin, floorCpu));
+    const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
-    const floorResult = await floor(url);
+    printTable("one process: CPU per request (robust to a busy machine: the cost, not the wait)", [
+      cpuRow("POST /triggers", cpu.app * 1000, cpu.postgres * 1000, deliveries),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+    ]);
     printTable("one process: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
       { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
@@ -342,7 +372,7 @@ async function profileOneProcess(): Promise<void> {
       "one process: internal RPCs as the caller sees them (mean over the window)",
       rpcDelta(before, after).map((r) => ({ method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) })),
     );
-    printTable("one process: Postgres statements by total time (pg_stat_statements)", perDelivery(pgRows, deliveries));
+    printTable("one process: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
     printTable("one process: waits and CPU over the window", [
       { measure: "select 1 through the delivery pool (mean)", value: `${stats!.poolProbeMs.toFixed(2)} ms` },
       { measure: "select 1 on a connection of its own (mean)", value: `${stats!.directProbeMs.toFixed(2)} ms` },
@@ -428,8 +458,16 @@ async function profileCluster(): Promise<void> {
     } finally {
       await cluster.stop();
     }
+    const records = rpcDelta(before.intake ?? {}, after.intake ?? {}).find((r) => r.method.endsWith("/Record"))?.calls ?? 0;
+    const floorCpu = { server: 0, postgres: 0 };
+    const floorResult = await floor(url, floorWatch(admin, floorCpu));
+    const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
-    const floorResult = await floor(url);
+    const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0);
+    printTable("separate processes: CPU per request (robust to a busy machine: the cost, not the wait)", [
+      cpuRow("POST /triggers (gateway + intake + incidents)", servicesCpu * 1000, (cpu.postgres ?? 0) * 1000, deliveries),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+    ]);
     printTable("separate processes: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
       { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
@@ -438,7 +476,7 @@ async function profileCluster(): Promise<void> {
       "separate processes: internal RPCs as each caller sees them (mean over the window)",
       watched.flatMap((p) => rpcDelta(before[p.name] ?? {}, after[p.name] ?? {}).map((r) => ({ caller: p.name, method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) }))),
     );
-    printTable("separate processes: Postgres statements by total time (pg_stat_statements)", perDelivery(pgRows, deliveries));
+    printTable("separate processes: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
     printTable(
       "separate processes: CPU and event-loop delay (p50 / p99 / max) over the window",
       Object.entries(cpu).map(([name, s]) => ({ process: name, cpu: `${((s / seconds) * 100).toFixed(0)} % of a core`, "event-loop delay": lag[name] ?? "" })),
