@@ -346,15 +346,33 @@ describe.each([
   it("encodes a timestamp field in SQL byte for byte as the process does", async () => {
     const sql = postgres(h.app.databaseUrl, { max: 1, onnotice: () => {} });
     try {
-      const dates = ["1970-01-01T00:00:00.000Z", "1970-01-01T00:00:00.001Z", "1969-12-31T23:59:59.999Z", "0001-01-01T00:00:00.000Z", "2024-06-12T10:05:44.312Z", "9999-12-31T23:59:59.999Z"];
+      const dates = [
+        "1970-01-01T00:00:00.000Z",
+        "1970-01-01T00:00:00.001Z",
+        "1969-12-31T23:59:59.999Z",
+        "1969-12-31T23:59:59.000Z",
+        "0001-01-01T00:00:00.000Z",
+        "0001-01-01T00:00:00.123Z",
+        "2024-06-12T10:05:44.312Z",
+        "2038-01-19T03:14:08.000Z",
+        "9999-12-31T23:59:59.999Z",
+      ];
       for (const text of dates) {
         const at = new Date(text);
         const [row] = await sql<{ field: Buffer }[]>`select incidents.pb_timestamp_field(4, ${at}::timestamptz) as field`;
         const expected = toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { at: timestampFromDate(at) }));
         expect(Buffer.from(row!.field).toString("hex"), text).toBe(Buffer.from(expected).toString("hex"));
       }
-      const [row] = await sql<{ field: Buffer }[]>`select incidents.pb_string_field(2, ${"zürich ✓"}) as field`;
-      expect(Buffer.from(row!.field).toString("hex")).toBe(Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { incidentId: "zürich ✓" }))).toString("hex"));
+      for (const text of ["zürich ✓", "", "x".repeat(300)]) {
+        const [row] = await sql<{ field: Buffer }[]>`select incidents.pb_string_field(2, ${text}) as field`;
+        const expected = toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { incidentId: text }));
+        // protobuf-es leaves an empty string out; a field written empty is read as empty all the same.
+        if (text === "") expect(Buffer.from(row!.field).toString("hex")).toBe("1200");
+        else expect(Buffer.from(row!.field).toString("hex")).toBe(Buffer.from(expected).toString("hex"));
+      }
+      // Negative values: ten bytes of two's complement, as protobuf-es writes an int64.
+      const [negative] = await sql<{ v: Buffer }[]>`select incidents.pb_varint(-1) as v`;
+      expect(Buffer.from(negative!.v).toString("hex")).toBe("ffffffffffffffffff01");
     } finally {
       await sql.end();
     }
