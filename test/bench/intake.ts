@@ -33,7 +33,8 @@ const MEASURE_MS = Number(process.env.INTAKE_BENCH_SECONDS ?? 15) * 1000;
 const TARGETS = {
   one: { ratio: 0.75, perSecond: 4000, p99Ms: 50 },
   cluster: { ratio: 0.5, perSecond: 2500, p99Ms: 80 },
-  embedded: { ratio: 0.5, perSecond: 0, p99Ms: 80 },
+  // The issue sets no target for the embedded database; the figure is reported beside its floor.
+  embedded: undefined,
 } as const;
 
 type ChildMessage = { url: string };
@@ -342,7 +343,7 @@ interface ModeFigures {
 }
 
 /** One line per figure: ours, the floor of the same run, their ratio, and the target. */
-function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecond: number; p99Ms: number }) {
+function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecond: number; p99Ms: number } | undefined) {
   const ratio = m.floor ? m.ours.perSecond / m.floor.perSecond : NaN;
   const met = (ok: boolean) => (ok ? "yes" : "no");
   return [
@@ -352,8 +353,8 @@ function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecon
       ours: m.ours.perSecond,
       "floor (same run)": m.floor ? m.floor.perSecond : "n/a",
       "ours / floor": m.floor ? ratio.toFixed(2) : "n/a",
-      target: `≥ ${target.ratio} of the floor${target.perSecond ? ` and ≥ ${target.perSecond}/s` : ""}`,
-      met: m.floor ? met(ratio >= target.ratio && m.ours.perSecond >= target.perSecond) : "n/a",
+      target: target ? `≥ ${target.ratio} of the floor and ≥ ${target.perSecond}/s` : "none set",
+      met: target && m.floor ? met(ratio >= target.ratio && m.ours.perSecond >= target.perSecond) : "",
     },
     {
       mode,
@@ -370,8 +371,8 @@ function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecon
       ours: ms(m.ours.p99),
       "floor (same run)": m.floor ? ms(m.floor.p99) : "n/a",
       "ours / floor": m.floor ? (m.ours.p99 / m.floor.p99).toFixed(2) : "n/a",
-      target: `< ${target.p99Ms} ms`,
-      met: met(m.ours.p99 < target.p99Ms),
+      target: target ? `< ${target.p99Ms} ms` : "none set",
+      met: target ? met(m.ours.p99 < target.p99Ms) : "",
     },
   ];
 }
