@@ -292,12 +292,12 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
         "events.audit.recorded",
         async (event) => {
           const record = fromBinary(AuditRecordedSchema, event.payload);
-          // Background work: on the background pool, never taking a request's connection.
-          const background = ctx.backgroundSql;
-          await background`
+          // On the request pool, not the background one: in one process this runs inside the
+          // relay's publish, which holds a background connection meanwhile (see ServiceContext).
+          await sql`
             insert into identity.audit_events (org_id, kind, actor, at, data, source_event_id)
             values (${record.orgId || null}, ${record.kind}, ${record.actor}, ${record.at ? new Date(Number(record.at.seconds) * 1000) : new Date()},
-                    ${background.json((record.data ?? {}) as never)}, ${event.id})
+                    ${sql.json((record.data ?? {}) as never)}, ${event.id})
             on conflict (source_event_id) do nothing`;
         },
         { durableName: "identity-audit" },

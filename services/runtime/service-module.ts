@@ -14,8 +14,10 @@ export interface ServiceContext {
   config: Config;
   sql: Sql;
   /**
-   * A small pool of its own for background work (sweeps, event consumers): it can wait for a
-   * connection, the requests on `sql` never wait for it.
+   * A small pool of its own for background work that runs on a timer (sweeps): it can wait for a
+   * connection, the requests on `sql` never wait for it. Not for event consumers: in one-process
+   * mode they run inside an outbox relay's publish, which holds a connection of this pool, so a
+   * consumer waiting for another one could wait for itself.
    */
   backgroundSql: Sql;
   logger: Logger;

@@ -4,8 +4,8 @@ import { BACKGROUND_POOL_SIZE } from "../../services/runtime/database.js";
 import { OWNER, startApp, type TestApp } from "../support/app.js";
 
 /**
- * Background work (outbox relays, the heartbeat sweep, event consumers) has a pool of its own:
- * however long it holds its connections, a delivery never waits for one of them.
+ * Background work (outbox relays, the heartbeat sweep) has a pool of its own: however long it
+ * holds its connections, a delivery never waits for one of them.
  */
 
 let app: TestApp;
@@ -71,6 +71,41 @@ describe("connection pools", () => {
       expect(published!.n).toBeGreaterThanOrEqual(60);
     } finally {
       await sql.end();
+    }
+  });
+
+  it("publishes an event whose in-process subscriber writes to the database while another background connection is held", async () => {
+    // One-process mode runs subscribers inside the relay's publish, and the relay holds a
+    // background connection in its transaction meanwhile. A subscriber that needed a background
+    // connection too would wait for itself once the others were taken.
+    const held = await app.process.background.sql.reserve();
+    try {
+      const token = `pool-sns-${Date.now()}`;
+      const confirmation = {
+        Type: "SubscriptionConfirmation",
+        MessageId: token,
+        Token: token,
+        TopicArn: "arn:aws:sns:us-east-1:123456789012:ops-alarms",
+        Message: "You have chosen to subscribe to the topic.",
+        SubscribeURL: "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription",
+        Timestamp: "2024-06-12T10:00:00.000Z",
+      };
+      const res = await app.call("POST", "/triggers", { headers: { authorization: `Bearer ${ingestToken}`, "content-type": "text/plain" }, raw: JSON.stringify(confirmation) });
+      expect(res.status).toBe(200);
+      const sql = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+      try {
+        const deadline = Date.now() + 5_000;
+        for (;;) {
+          const [row] = await sql<{ n: number }[]>`select count(*)::int as n from identity.audit_events where data->>'token' = ${token}`;
+          if (row!.n === 1) break;
+          if (Date.now() > deadline) throw new Error("the audit record did not arrive while a background connection was held");
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      } finally {
+        await sql.end();
+      }
+    } finally {
+      held.release();
     }
   });
 
