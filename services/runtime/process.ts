@@ -54,7 +54,7 @@ export interface RunningProcess {
   url: string;
   port: number;
   database: Database;
-  /** The background pool: outbox relays, sweeps and event consumers. */
+  /** The background pool: outbox relays and sweeps. */
   background: { sql: Database["sql"]; close(): Promise<void> };
   nats?: NatsConnection;
   modules: ServiceModule[];

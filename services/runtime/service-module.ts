@@ -16,8 +16,8 @@ export interface ServiceContext {
   /**
    * A small pool of its own for background work that runs on a timer (sweeps): it can wait for a
    * connection, the requests on `sql` never wait for it. Not for event consumers: in one-process
-   * mode they run inside an outbox relay's publish, which holds a connection of this pool, so a
-   * consumer waiting for another one could wait for itself.
+   * mode they run within an outbox relay's publish, and work the relay waits for must not queue
+   * behind the relay's own two connections.
    */
   backgroundSql: Sql;
   logger: Logger;
