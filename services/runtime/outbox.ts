@@ -111,7 +111,7 @@ export interface OutboxRetryOptions {
 }
 
 /**
- * The relays of one process (one per schema) share the process's pool with the requests. Their
+ * The relays of one process (one per schema) share one pool (the background pool). Their
  * statements run one at a time per pool, so background relaying takes at most one connection
  * whatever the number of schemas, and deliveries are never queued behind six relays at once.
  * Only statements pass through it, never a publish.

@@ -7,7 +7,7 @@ import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
 import { createInProcessBroadcast, createNatsBroadcast } from "./broadcast.js";
 import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
-import { openDatabase, type Database } from "./database.js";
+import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "./database.js";
 import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
@@ -55,6 +55,8 @@ export interface RunningProcess {
   url: string;
   port: number;
   database: Database;
+  /** The background pool: outbox relays and sweeps. */
+  background: { sql: Database["sql"]; close(): Promise<void> };
   nats?: NatsConnection;
   modules: ServiceModule[];
   transport: Transport;
@@ -84,19 +86,35 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const config = loadConfig(options.env);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  const background = openBackgroundPool(database);
   try {
-    return await startServices(options, config, logger, database);
+    return await startServices(options, config, logger, database, background);
   } catch (err) {
     // A start that fails half way releases the database (and with it the DATA_DIR lock).
+    await background.close().catch(() => {});
     await database.close().catch(() => {});
     throw err;
   }
 }
 
-async function startServices(options: ProcessOptions, config: Config, logger: Logger, database: Database): Promise<RunningProcess> {
+async function startServices(
+  options: ProcessOptions,
+  config: Config,
+  logger: Logger,
+  database: Database,
+  background: ReturnType<typeof openBackgroundPool>,
+): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
-    nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+    nats = await connect({
+      servers: config.NATS_URL,
+      name: options.name,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      // No stack trace captured in advance for every request and JetStream publish (two Error
+      // objects each): errors keep their types and messages, only the caller's async stack goes.
+      noAsyncTraces: true,
+    });
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
@@ -113,8 +131,13 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
       writeMany: (...args) => relay!.writeMany(...args),
       poke: () => relay?.poke(),
     };
-    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
-    relay = createOutboxRelay({ sql: database.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
+    const module = factory({
+      config,
+      sql: database.sql,
+      backgroundSql: background.sql,
+      openPool: (applicationName, size) => openPoolOn(database, size, applicationName),
+      logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
+    relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
     await migrate(database.sql, module.name, module.migrations);
     modules.push(module);
     relays.push(relay);
@@ -235,10 +258,11 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
       await bounded("closing the event bus", 1000, () => events.close());
       if (nats) await bounded("draining NATS", 1000, () => nats.drain());
       probes.close();
+      await bounded("closing the background pool", 1500, () => background.close());
       await bounded("closing the database", 1500, () => database.close());
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
+  return { config, logger, url, port: server.port, database, background, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
