@@ -168,7 +168,8 @@ describe("a real Alertmanager posts straight to the service", () => {
     expect(incident).toMatchObject({ title: "CheckoutErrors-webhook", severity: "sev1", entity: { kind: "service", id: "checkout-api" } });
     // The same uniform 401 for a wrong secret in either place.
     const body = fixture("alertmanager/webhook-v4-firing.json");
-    for (const headers of [{ authorization: `Bearer ${"f".repeat(64)}` }, { "x-service-alertrouter-secret": "f".repeat(64) }, {}]) {
+    const wrong: Record<string, string>[] = [{ authorization: `Bearer ${"f".repeat(64)}` }, { "x-service-alertrouter-secret": "f".repeat(64) }, {}];
+    for (const headers of wrong) {
       const res = await callApi(app.url, "POST", "/triggers/alertrouter", { headers: { "content-type": "application/json", ...headers }, raw: JSON.stringify(body) });
       expect(res.status).toBe(401);
       expect(res.body).toEqual({ error: "unauthorized" });
