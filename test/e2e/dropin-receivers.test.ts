@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe } from "vitest";
 import { pagerDutySuite, type DropinContext } from "./dropin-pagerduty.js";
+import { dropinFailureSuite } from "./dropin-failures.js";
 import { opsgenieSuite } from "./dropin-opsgenie.js";
 import { bootstrapOrg, issueCredentials, MODES, startIntakeApp } from "./triggers-kit.js";
 
@@ -19,4 +20,5 @@ describe.each(MODES)("drop-in receivers (%s)", (mode) => {
 
   describe("PagerDuty Events API v2", () => pagerDutySuite(ctx));
   describe("Opsgenie Alert API", () => opsgenieSuite(ctx));
+  describe("failures", () => dropinFailureSuite(ctx));
 });
