@@ -70,6 +70,15 @@ export function pagerDutySuite(ctx: DropinContext): void {
     expect(await byTitle(summary)).toHaveLength(2);
   });
 
+  it("acknowledge or resolve with nothing open is accepted and records nothing", async () => {
+    const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
+    for (const name of ["events-v2-acknowledge.json", "events-v2-resolve.json"]) {
+      const dedupKey = unique("nothing open");
+      expect(await enqueue(event(name, { dedup_key: dedupKey }))).toMatchObject({ status: 202, body: { status: "success", message: "Event processed", dedup_key: dedupKey } });
+    }
+    expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before);
+  });
+
   it.each([
     ["critical", "sev1"],
     ["error", "sev2"],
