@@ -46,7 +46,9 @@ function startRecorder(): Promise<{ server: Server; port: number; recorded: Reco
 function config(serviceUrl: string, recorderUrl: string, creds: Credentials): string {
   // JSON is YAML: no hand-written indentation to get wrong.
   return JSON.stringify({
-    global: { resolve_timeout: "10s" },
+    // Alerts posted without endsAt resolve on their own after resolve_timeout; the test resolves
+    // them explicitly (endsAt), so this only has to outlast a slow step on a loaded machine.
+    global: { resolve_timeout: "60s" },
     route: {
       receiver: "nowhere",
       group_by: ["alertname"],
