@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -37,4 +37,5 @@ export const migrations: Migration[] = [
       create index opsgenie_requests_by_age on intake.opsgenie_requests (created_at);
     `,
   },
+  ...outboxUpgrades("intake"),
 ];
