@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uInAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IjcKFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSDgoGc291cmNlGAIgASgJIlsKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAlCDgoMX2luY2lkZW50X2lkIkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTK0CgoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRKEAQoNTGlzdEluY2lkZW50cxIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlIhqC0+STAhQSEi9vL3tvcmd9L2luY2lkZW50cxJ4CgtHZXRJbmNpZGVudBIoLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50Ih+C0+STAhkSFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IjcKFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSDgoGc291cmNlGAIgASgJIlsKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAlCDgoMX2luY2lkZW50X2lkIkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTKeDAoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRKEAQoNTGlzdEluY2lkZW50cxIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlIhqC0+STAhQSEi9vL3tvcmd9L2luY2lkZW50cxJ4CgtHZXRJbmNpZGVudBIoLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50Ih+C0+STAhkSFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -328,6 +328,97 @@ export const RecordResponseSchema: GenMessage<RecordResponse> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 5);
 
 /**
+ * @generated from message warroom.incidents.v1.RecordManyRequest
+ */
+export type RecordManyRequest = Message<"warroom.incidents.v1.RecordManyRequest"> & {
+  /**
+   * @generated from field: repeated warroom.incidents.v1.RecordRequest deliveries = 1;
+   */
+  deliveries: RecordRequest[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.RecordManyRequest.
+ * Use `create(RecordManyRequestSchema)` to create a new message.
+ */
+export const RecordManyRequestSchema: GenMessage<RecordManyRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 6);
+
+/**
+ * @generated from message warroom.incidents.v1.RecordManyResponse
+ */
+export type RecordManyResponse = Message<"warroom.incidents.v1.RecordManyResponse"> & {
+  /**
+   * One per delivery, in the order of the request (empty where errors holds its index).
+   *
+   * @generated from field: repeated warroom.incidents.v1.RecordResponse results = 1;
+   */
+  results: RecordResponse[];
+
+  /**
+   * Deliveries Record refused or failed, by index: the others are decided all the same.
+   *
+   * @generated from field: map<int32, string> errors = 2;
+   */
+  errors: { [key: number]: string };
+};
+
+/**
+ * Describes the message warroom.incidents.v1.RecordManyResponse.
+ * Use `create(RecordManyResponseSchema)` to create a new message.
+ */
+export const RecordManyResponseSchema: GenMessage<RecordManyResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 7);
+
+/**
+ * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndRequest
+ */
+export type GetMaintenanceWindowEndRequest = Message<"warroom.incidents.v1.GetMaintenanceWindowEndRequest"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetMaintenanceWindowEndRequest.
+ * Use `create(GetMaintenanceWindowEndRequestSchema)` to create a new message.
+ */
+export const GetMaintenanceWindowEndRequestSchema: GenMessage<GetMaintenanceWindowEndRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 8);
+
+/**
+ * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndResponse
+ */
+export type GetMaintenanceWindowEndResponse = Message<"warroom.incidents.v1.GetMaintenanceWindowEndResponse"> & {
+  /**
+   * Unset when no such window exists (it was deleted).
+   *
+   * @generated from field: optional google.protobuf.Timestamp ends_at = 1;
+   */
+  endsAt?: Timestamp | undefined;
+
+  /**
+   * The database clock now, to compare with ends_at.
+   *
+   * @generated from field: google.protobuf.Timestamp now = 2;
+   */
+  now?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetMaintenanceWindowEndResponse.
+ * Use `create(GetMaintenanceWindowEndResponseSchema)` to create a new message.
+ */
+export const GetMaintenanceWindowEndResponseSchema: GenMessage<GetMaintenanceWindowEndResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
+
+/**
  * @generated from message warroom.incidents.v1.AppendTimelineRequest
  */
 export type AppendTimelineRequest = Message<"warroom.incidents.v1.AppendTimelineRequest"> & {
@@ -352,7 +443,7 @@ export type AppendTimelineRequest = Message<"warroom.incidents.v1.AppendTimeline
  * Use `create(AppendTimelineRequestSchema)` to create a new message.
  */
 export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 6);
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenRequest
@@ -374,7 +465,7 @@ export type FindLatestOpenRequest = Message<"warroom.incidents.v1.FindLatestOpen
  * Use `create(FindLatestOpenRequestSchema)` to create a new message.
  */
 export const FindLatestOpenRequestSchema: GenMessage<FindLatestOpenRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 7);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenResponse
@@ -398,7 +489,7 @@ export type FindLatestOpenResponse = Message<"warroom.incidents.v1.FindLatestOpe
  * Use `create(FindLatestOpenResponseSchema)` to create a new message.
  */
 export const FindLatestOpenResponseSchema: GenMessage<FindLatestOpenResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 8);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -429,7 +520,7 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -446,7 +537,7 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -468,7 +559,7 @@ export type GetIncidentRequest = Message<"warroom.incidents.v1.GetIncidentReques
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -490,7 +581,7 @@ export type ResolveIncidentRequest = Message<"warroom.incidents.v1.ResolveIncide
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -512,7 +603,7 @@ export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncide
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -538,7 +629,7 @@ export type MaintenanceMatch = Message<"warroom.incidents.v1.MaintenanceMatch"> 
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -575,7 +666,7 @@ export type MaintenanceWindow = Message<"warroom.incidents.v1.MaintenanceWindow"
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -612,7 +703,7 @@ export type CreateMaintenanceWindowRequest = Message<"warroom.incidents.v1.Creat
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -629,7 +720,7 @@ export type ListMaintenanceWindowsRequest = Message<"warroom.incidents.v1.ListMa
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -646,7 +737,7 @@ export type ListMaintenanceWindowsResponse = Message<"warroom.incidents.v1.ListM
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -668,7 +759,7 @@ export type DeleteMaintenanceWindowRequest = Message<"warroom.incidents.v1.Delet
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -686,6 +777,28 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof RecordRequestSchema;
     output: typeof RecordResponseSchema;
+  },
+  /**
+   * Internal: records many deliveries, each exactly as Record would (same outcomes, same
+   * exactly-once rules), opening the new incidents of the batch in one statement.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.RecordMany
+   */
+  recordMany: {
+    methodKind: "unary";
+    input: typeof RecordManyRequestSchema;
+    output: typeof RecordManyResponseSchema;
+  },
+  /**
+   * Internal: when a maintenance window ends (unset once it is deleted), so that a delivery it
+   * suppressed can be offered again when it no longer covers it.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.GetMaintenanceWindowEnd
+   */
+  getMaintenanceWindowEnd: {
+    methodKind: "unary";
+    input: typeof GetMaintenanceWindowEndRequestSchema;
+    output: typeof GetMaintenanceWindowEndResponseSchema;
   },
   /**
    * Internal: writes an entry that is not a delivery (an update sent or simulated).
