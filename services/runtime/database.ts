@@ -6,8 +6,18 @@ import type { Logger } from "./logger.js";
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
 
+export interface PoolStats {
+  max: number;
+  busy: number;
+  idle: number;
+  connecting: number;
+  waiting: number;
+}
+
 export interface Database {
   sql: Sql;
+  /** How full the connection pool is now (read on each metrics scrape). */
+  poolStats(): PoolStats;
   /** Whether this is the embedded database (one connection, one process). */
   embedded: boolean;
   close(): Promise<void>;
@@ -30,7 +40,7 @@ export async function openDatabase(
       prepare: true,
       connection: { application_name: "warroom" },
     });
-    return { sql, embedded: false, close: () => sql.end({ timeout: 5 }) };
+    return { sql, embedded: false, poolStats: () => poolStatsOf(sql), close: () => sql.end({ timeout: 5 }) };
   }
 
   const { PGlite } = await import("@electric-sql/pglite");
@@ -47,10 +57,20 @@ export async function openDatabase(
   return {
     sql,
     embedded: true,
+    poolStats: () => poolStatsOf(sql),
     async close() {
       await sql.end({ timeout: 5 });
       await server.stop();
       await db.close();
     },
   };
+}
+
+/**
+ * postgres.js keeps its pool's queues private; the patch in patches/ adds `poolStats()` to read
+ * their lengths. Without it (an unpatched install) the pool reads as empty rather than failing.
+ */
+function poolStatsOf(sql: Sql): PoolStats {
+  const read = (sql as unknown as { poolStats?: () => PoolStats }).poolStats;
+  return read ? read() : { max: sql.options.max, busy: 0, idle: 0, connecting: 0, waiting: 0 };
 }

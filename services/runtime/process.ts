@@ -15,7 +15,7 @@ import { registerGrpcHealth } from "./grpc-health.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
-import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
@@ -165,6 +165,10 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       }
       if (req.method === "GET" && url.pathname === "/metrics") {
         await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        const pool = database.poolStats();
+        for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+        dbPoolWaiting.set(pool.waiting);
+        if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
         const text = await registry.metrics();
         res.writeHead(200, { "content-type": registry.contentType });
         res.end(text);

@@ -30,6 +30,16 @@ describe("metrics", () => {
     expect(text).toMatch(/warroom_rpc_duration_seconds_count\{method="warroom.incidents.v1.IncidentsService\/Record",transport="in-memory",code="ok"\} 1/);
     expect(text).toMatch(/warroom_outbox_lag_seconds\{service="incidents"\} [0-9.e-]+/);
     expect(text).toMatch(/warroom_http_request_duration_seconds_bucket/);
+    // The pool, read at each scrape; the heartbeat sweeper ran once at start.
+    expect(text).toMatch(/^warroom_db_pool_connections\{state="max"\} 10$/m);
+    expect(text).toMatch(/^warroom_db_pool_waiting_queries 0$/m);
+    expect(text).toMatch(/^warroom_heartbeat_sweep_interval_seconds 300$/m);
+    expect(text).toMatch(/^warroom_heartbeat_sweeps_total\{result="ok"\} [1-9]/m);
+    const lastSweep = Number(/^warroom_heartbeat_sweep_last_success_timestamp_seconds (\S+)$/m.exec(text)?.[1]);
+    expect(Math.abs(lastSweep - Date.now() / 1000)).toBeLessThan(120);
+    expect(text).toMatch(/^warroom_heartbeat_sweep_duration_seconds_count [1-9]/m);
+    // One-process mode has no NATS connection to report.
+    expect(text).not.toMatch(/^warroom_nats_connected /m);
   });
 });
 
