@@ -3,6 +3,7 @@ import type { Config } from "../runtime/config.js";
 import { ConfigError } from "../runtime/config.js";
 import { createAddressPolicy, createEgressClient, isEgressError, type EgressClient, type EgressError } from "../runtime/egress/index.js";
 import { chatWebhookDuration, chatWebhookRequests } from "../runtime/metrics.js";
+import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../runtime/tracing.js";
 import type { ChatWebhookPayload } from "./adaptive-card.js";
 
 /** What the chat webhook's answer could be read as; kept small, only the status and a hint are used. */
@@ -101,8 +102,15 @@ export async function postCard(egress: EgressClient, webhookUrl: string, payload
   const started = performance.now();
   let result = "error";
   try {
-    const outcome = await postCardOnce(egress, webhookUrl, payload, timeoutSeconds, (r) => (result = r));
-    return outcome;
+    if (!tracingEnabled()) return await postCardOnce(egress, webhookUrl, payload, timeoutSeconds, (r) => (result = r));
+    // The webhook URL is a credential: the span names the kind of call, never where it went.
+    return await inSpan("POST chat-webhook", { kind: SpanKind.CLIENT, attributes: { "http.request.method": "POST" } }, async (span) => {
+      const outcome = await postCardOnce(egress, webhookUrl, payload, timeoutSeconds, (r) => (result = r));
+      span?.setAttribute("warroom.result", result);
+      if (outcome.ok) span?.setAttribute("http.response.status_code", outcome.status);
+      else span?.setStatus({ code: SpanStatusCode.ERROR });
+      return outcome;
+    });
   } finally {
     chatWebhookRequests.inc({ result });
     chatWebhookDuration.observe((performance.now() - started) / 1000);
@@ -140,7 +148,7 @@ async function postCardOnce(
     response = await egress.request({
       url: webhookUrl,
       method: "POST",
-      headers: { "content-type": "application/json", "user-agent": "warroom-comms" },
+      headers: injectHeaders({ "content-type": "application/json", "user-agent": "warroom-comms" }),
       body: JSON.stringify(payload),
     });
   } catch (err) {

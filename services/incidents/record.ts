@@ -10,6 +10,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 /**
  * Record: one normalized delivery becomes opened, attached, recorded, ignored or suppressed.
@@ -140,8 +141,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         from opened
         returning at
       ), events as (
-        insert into incidents.outbox (subject, payload)
-        select subject, payload from (values (${opened.subject}::text, ${opened.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
+        insert into incidents.outbox (subject, payload, trace_context)
+        select subject, payload, ${currentTraceparent()}::text from (values (${opened.subject}::text, ${opened.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
         where exists (select 1 from opened)
       )
       select o.*, (select at from entry) as entry_at from opened o`;
@@ -173,8 +174,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         where ${d.eventId}::text = '' or exists (select 1 from held)
         returning at
       ), events as (
-        insert into incidents.outbox (subject, payload)
-        select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
+        insert into incidents.outbox (subject, payload, trace_context)
+        select ${recorded.subject}::text, ${recorded.payload}::bytea, ${currentTraceparent()}::text where exists (select 1 from entry)
       )
       select t.*, (select at from entry) as entry_at from target t`;
     return row;
@@ -234,7 +235,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       entity: d.entity ? { kind: d.entity.kind, id: d.entity.id } : null,
     };
     const audit = outboxRows.audit({ orgId: d.orgId, kind: AUDIT_KINDS.triggerSuppressed, actor: `trigger:${d.source}`, at, data });
-    await sql`insert into incidents.outbox (subject, payload) values (${audit.subject}, ${audit.payload})`;
+    await sql`insert into incidents.outbox (subject, payload, trace_context) values (${audit.subject}, ${audit.payload}, ${currentTraceparent()}::text)`;
     outbox.poke();
     return { outcome: OUTCOMES.suppressed, maintenanceWindowId: windowId, reason: REASONS.suppressed };
   }

@@ -2,6 +2,7 @@ import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import postgres from "postgres";
 import type { Logger } from "./logger.js";
+import { tracedSql, tracingEnabled } from "./tracing.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
@@ -40,7 +41,7 @@ export async function openDatabase(
       prepare: true,
       connection: { application_name: "warroom" },
     });
-    return { sql, embedded: false, poolStats: () => poolStatsOf(sql), close: () => sql.end({ timeout: 5 }) };
+    return { sql: traced(sql), embedded: false, poolStats: () => poolStatsOf(sql), close: () => sql.end({ timeout: 5 }) };
   }
 
   const { PGlite } = await import("@electric-sql/pglite");
@@ -55,7 +56,7 @@ export async function openDatabase(
   // PGlite is single-session: one connection keeps transactions from interleaving.
   const sql = postgres({ host, port: Number(port), database: "postgres", username: "postgres", max: 1, onnotice: () => {} });
   return {
-    sql,
+    sql: traced(sql),
     embedded: true,
     poolStats: () => poolStatsOf(sql),
     async close() {
@@ -64,6 +65,11 @@ export async function openDatabase(
       await db.close();
     },
   };
+}
+
+/** With tracing on, every statement is a span; off, the handle is postgres.js's own. */
+function traced(sql: Sql): Sql {
+  return tracingEnabled() ? tracedSql(sql) : sql;
 }
 
 /**

@@ -1,6 +1,7 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
+import { contextFromTraceparent, inSpan, SpanKind, tracingEnabled } from "./tracing.js";
 
 export interface DomainEvent {
   /** The outbox id; also the JetStream Nats-Msg-Id, so a republished event is dropped. */
@@ -8,6 +9,8 @@ export interface DomainEvent {
   /** `events.<kind>`, e.g. `events.incident.opened`. */
   subject: string;
   payload: Uint8Array;
+  /** The W3C traceparent of the work that caused the event (JetStream header `traceparent`). */
+  traceContext?: string | null;
 }
 
 export type EventHandler = (event: DomainEvent) => Promise<void>;
@@ -29,6 +32,25 @@ export interface EventBus {
 
 export const EVENTS_STREAM = "EVENTS";
 
+/** Runs a consumer's handler in a span continuing the event's trace (only with tracing on). */
+function consume(handler: EventHandler, event: DomainEvent, consumer: string | undefined): Promise<void> {
+  if (!tracingEnabled() || !event.traceContext) return handler(event);
+  return inSpan(
+    `consume ${event.subject}`,
+    {
+      kind: SpanKind.CONSUMER,
+      parent: contextFromTraceparent(event.traceContext),
+      attributes: {
+        "messaging.system": "nats",
+        "messaging.destination.name": event.subject,
+        "messaging.message.id": event.id,
+        ...(consumer ? { "messaging.consumer.group.name": consumer } : {}),
+      },
+    },
+    () => handler(event),
+  );
+}
+
 export function subjectMatches(pattern: string, subject: string): boolean {
   const p = pattern.split(".");
   const s = subject.split(".");
@@ -48,7 +70,7 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
       for (const subscriber of subscribers) {
         if (!subjectMatches(subscriber.subject, event.subject)) continue;
         try {
-          await subscriber.handler(event);
+          await consume(subscriber.handler, event, undefined);
         } catch (err) {
           logger.error({ err, subject: event.subject, id: event.id }, "event handler failed");
         }
@@ -86,6 +108,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
   return {
     async publish(event) {
       const h = natsHeaders();
+      if (event.traceContext) h.set("traceparent", event.traceContext);
       await js.publish(event.subject, event.payload, { msgID: event.id, headers: h });
     },
     async subscribe(subject, handler, options = {}) {
@@ -122,7 +145,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         for await (const m of messages) {
           const id = m.headers?.get("Nats-Msg-Id") ?? `${m.seq}`;
           try {
-            await handler({ id, subject: m.subject, payload: m.data });
+            await consume(handler, { id, subject: m.subject, payload: m.data, traceContext: m.headers?.get("traceparent") || null }, options.durableName);
             m.ack();
           } catch (err) {
             logger.error({ err, subject: m.subject, id }, "event handler failed; will be redelivered");

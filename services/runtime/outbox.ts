@@ -4,6 +4,7 @@ import type { Logger } from "./logger.js";
 import { outboxPublished } from "./metrics.js";
 import type { Migration } from "./migrations.js";
 import type { Sql, TransactionSql } from "./database.js";
+import { contextFromTraceparent, currentTraceparent, detached, inSpan, recordSpan, SpanKind, tracingEnabled } from "./tracing.js";
 
 /**
  * The transactional outbox: a domain event is written in the same transaction as the change it
@@ -26,6 +27,18 @@ export function outboxMigration(schema: string, id: number): Migration {
       );
       create index outbox_unpublished on ${schema}.outbox (created_at) where published_at is null;
     `,
+  };
+}
+
+/**
+ * The trace context of the work that wrote an event (a W3C traceparent, null when it was not
+ * traced), so the publish and the consumers continue the same trace.
+ */
+export function outboxTraceContextMigration(schema: string, id: number): Migration {
+  return {
+    id,
+    name: "outbox trace context",
+    sql: `alter table ${schema}.outbox add column trace_context text`,
   };
 }
 
@@ -69,13 +82,23 @@ export function createOutboxRelay(options: {
 
   async function publishBatch(): Promise<number> {
     return sql.begin(async (tx) => {
-      const rows = await tx.unsafe<{ id: string; subject: string; payload: Buffer }[]>(
-        `select id, subject, payload from ${table} where published_at is null order by created_at limit $1 for update skip locked`,
+      const rows = await tx.unsafe<{ id: string; subject: string; payload: Buffer; trace_context: string | null; created_at: Date }[]>(
+        `select id, subject, payload, trace_context, created_at from ${table} where published_at is null order by created_at limit $1 for update skip locked`,
         [batchSize],
       );
       if (rows.length === 0) return 0;
       for (const row of rows) {
-        await bus.publish({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload) });
+        const event = { id: row.id, subject: row.subject, payload: new Uint8Array(row.payload), traceContext: row.trace_context };
+        if (!tracingEnabled() || !row.trace_context) {
+          await bus.publish(event);
+          continue;
+        }
+        // The wait in the outbox and the publish are spans of the trace that wrote the row; the
+        // event carries the publish span's context to its consumers.
+        const parent = contextFromTraceparent(row.trace_context);
+        const attributes = { "messaging.system": "nats", "messaging.destination.name": row.subject, "messaging.message.id": row.id, "warroom.outbox": schema };
+        recordSpan(`outbox wait ${row.subject}`, { parent, startTime: row.created_at, attributes });
+        await inSpan(`publish ${row.subject}`, { kind: SpanKind.PRODUCER, parent, attributes }, () => bus.publish({ ...event, traceContext: currentTraceparent() }));
       }
       const ids = rows.map((r) => r.id);
       await options.afterPublish?.(ids);
@@ -119,17 +142,29 @@ export function createOutboxRelay(options: {
       });
   }
 
+  const detachedRun = detached(run);
+
   return {
     async write(tx, subject, desc, message) {
+      const traceContext = currentTraceparent();
+      if (traceContext) {
+        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [subject, Buffer.from(toBinary(desc, message)), traceContext]);
+        return;
+      }
       await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [subject, Buffer.from(toBinary(desc, message))]);
     },
     async writeMany(tx, subject, desc, messages) {
       if (messages.length === 0) return;
       const payloads = messages.map((message) => Buffer.from(toBinary(desc, message)).toString("base64"));
-      await tx.unsafe(`insert into ${table} (subject, payload) select $1, decode(p, 'base64') from unnest($2::text[]) as p`, [subject, payloads]);
+      await tx.unsafe(`insert into ${table} (subject, payload, trace_context) select $1, decode(p, 'base64'), $3 from unnest($2::text[]) as p`, [
+        subject,
+        payloads,
+        currentTraceparent(),
+      ]);
     },
     poke() {
-      if (!stopped) setImmediate(run);
+      // The relay's batch belongs to no one request's trace.
+      if (!stopped) setImmediate(detachedRun);
     },
     start() {
       stopped = false;

@@ -18,6 +18,7 @@ import { createLogger, type Logger } from "./logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
 import { connectionState, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
@@ -81,6 +82,8 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
 
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
   const config = loadConfig(options.env);
+  // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
+  await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
   let nats: NatsConnection | undefined;
@@ -109,8 +112,13 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     relays.push(relay);
   }
 
-  const interceptors = [requestIdServerInterceptor(), errorInterceptor(logger)];
-  const clientInterceptors = (kind: "nats" | "in-memory") => [requestIdClientInterceptor(), rpcMetricsInterceptor(kind)];
+  const tracing = tracingEnabled();
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [
+    requestIdClientInterceptor(),
+    rpcMetricsInterceptor(kind),
+    ...(tracing ? [tracingClientInterceptor(kind)] : []),
+  ];
   const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
@@ -202,6 +210,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       await events.close();
       if (nats) await nats.drain().catch(() => {});
       await database.close();
+      await flushTracing();
       logger.info("stopped");
     })());
   return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };

@@ -7,7 +7,7 @@ import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type DomainEvent } from "../../services/runtime/event-bus.js";
 import { createLogger } from "../../services/runtime/logger.js";
 import { migrate } from "../../services/runtime/migrations.js";
-import { createOutboxRelay, outboxMigration } from "../../services/runtime/outbox.js";
+import { createOutboxRelay, outboxMigration, outboxTraceContextMigration } from "../../services/runtime/outbox.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
@@ -20,7 +20,7 @@ let sql: postgres.Sql;
 beforeAll(async () => {
   database = await freshDatabase();
   sql = postgres(database.url, { max: 4, onnotice: () => {} });
-  await migrate(sql, "probe", [outboxMigration("probe", 1)]);
+  await migrate(sql, "probe", [outboxMigration("probe", 1), outboxTraceContextMigration("probe", 2)]);
 });
 
 afterAll(async () => {
