@@ -61,7 +61,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
         return handled;
       },
     );
-  };
+  }
 
   async function serve(req: Request, res: Response, url: URL, route: Route, params: Record<string, string>, requestId: string): Promise<boolean> {
     const started = performance.now();

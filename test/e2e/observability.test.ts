@@ -17,7 +17,10 @@ describe("metrics", () => {
   it("serves Prometheus metrics: requests, deliveries, RPC latency and outbox lag", async () => {
     const owner = await app.ownerToken();
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
-    expect((await app.call("POST", "/triggers", { token: ingest, body: { ...datadog, alert_id: "metrics-1" } })).status).toBe(201);
+    const opened = await app.call("POST", "/triggers", { token: ingest, body: { ...datadog, alert_id: "metrics-1" } });
+    expect(opened.status).toBe(201);
+    // No OTEL_* variable: tracing is off, and nothing names a trace.
+    expect(opened.headers.get("traceparent")).toBeNull();
     expect((await app.call("POST", "/triggers", { token: ingest, body: { nothing: "recognizable" } })).status).toBe(422);
     const res = await fetch(`${app.url}/metrics`);
     expect(res.status).toBe(200);

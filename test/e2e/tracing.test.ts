@@ -152,4 +152,20 @@ describe("a trace across every hop of a delivery", () => {
     expect(served).toMatchObject({ trace_id: traceId, span_id: deliver.spanId });
     expect(served?.requestId).toBe(res.headers.get("x-request-id"));
   }, 120_000);
+
+  it("continues a caller's trace on the public Connect surface too, and answers traceparent", async () => {
+    const owner = await app.ownerToken();
+    const traceId = randomBytes(16).toString("hex");
+    const res = await app.call("POST", "/warroom.incidents.v1.IncidentsService/ListIncidents", {
+      token: owner,
+      body: { org: "acme" },
+      headers: { "connect-protocol-version": "1", traceparent: `00-${traceId}-${randomBytes(8).toString("hex")}-01` },
+    });
+    expect(res.status).toBe(200);
+    expect(res.headers.get("traceparent")).toMatch(new RegExp(`^00-${traceId}-[0-9a-f]{16}-01$`));
+    const deadline = Date.now() + 15_000;
+    const served = () => receiver.spans.filter((s) => s.traceId === traceId && s.kind === SERVER && s.service === "incidents");
+    while (served().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    expect(served().map((s) => s.name)).toEqual(["warroom.incidents.v1.IncidentsService/ListIncidents"]);
+  }, 60_000);
 });
