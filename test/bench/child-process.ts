@@ -4,8 +4,8 @@ import { fork, type ChildProcess } from "node:child_process";
  * Benchmarks run the server under test in a child process, so its CPU is its own and the load
  * generator's is not counted against it. The child announces `{url}` once it listens.
  */
-export function startChild(entry: string, args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(entry, args, { stdio: "inherit" });
+export function startChild(entry: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(entry, args, { stdio: "inherit", env });
   return new Promise((resolve, reject) => {
     child.once("error", reject);
     child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));

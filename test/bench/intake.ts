@@ -1,5 +1,6 @@
 import type { ChildProcess } from "node:child_process";
 import http from "node:http";
+import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
 import { allServices } from "../../services/all-services.js";
@@ -21,6 +22,10 @@ import { startChild, stopChild } from "./child-process.js";
  * each beside its floor measured in the same run: a bare node:http server in a child process
  * doing one INSERT per request into a table, loaded by the same client. This process only
  * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
+ *
+ * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
+ * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
+ * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each.
  */
 
 const CONNECTIONS = 50;
@@ -84,6 +89,7 @@ async function serveChild(): Promise<void> {
     },
   });
   process.on("message", async (message: string) => {
+    if (message === "cpu") process.send!({ cpu: process.cpuUsage() });
     if (message === "stop") {
       await running.stop();
       process.exit(0);
@@ -141,6 +147,8 @@ function deliveryMix(run: string) {
 // --- the client --------------------------------------------------------------------------------
 
 interface LoadResult {
+  /** CPU time the server process spent per answered request in the measured window, when measured. */
+  cpuMsPerRequest?: number;
   perSecond: number;
   p50: number;
   p99: number;
@@ -149,7 +157,7 @@ interface LoadResult {
 }
 
 /** `CONNECTIONS` keep-alive connections, each posting back to back; only the measured window counts. */
-async function load(urls: string[], path: string, headers: Record<string, string>, next: () => { body: string }): Promise<LoadResult> {
+async function load(urls: string[], path: string, headers: Record<string, string>, next: () => { body: string }, server?: ChildProcess): Promise<LoadResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   let counting = false;
   let stop = false;
@@ -194,16 +202,35 @@ async function load(urls: string[], path: string, headers: Record<string, string
     }
   });
   await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
+  const cpuBefore = server ? await cpuOf(server) : undefined;
   counting = true;
   const started = performance.now();
   await new Promise((resolve) => setTimeout(resolve, MEASURE_MS));
   counting = false;
   const seconds = (performance.now() - started) / 1000;
+  const cpuAfter = server ? await cpuOf(server) : undefined;
   stop = true;
   await Promise.all(workers);
   agent.destroy();
   const s = summarize(samples);
-  return { perSecond: Math.round(s.n / seconds), p50: s.p50, p99: s.p99, statuses, failures };
+  const cpuMs = cpuBefore && cpuAfter ? (cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system) / 1000 : undefined;
+  return { perSecond: Math.round(s.n / seconds), p50: s.p50, p99: s.p99, statuses, failures, ...(cpuMs !== undefined && s.n > 0 ? { cpuMsPerRequest: cpuMs / s.n } : {}) };
+}
+
+/**
+ * The server child's CPU time so far. On a machine shared with other work, throughput follows the
+ * neighbours' load; CPU time per request is what the code under test costs.
+ */
+function cpuOf(child: ChildProcess): Promise<NodeJS.CpuUsage> {
+  return new Promise((resolve) => {
+    const onMessage = (m: { cpu?: NodeJS.CpuUsage }) => {
+      if (!m.cpu) return;
+      child.off("message", onMessage);
+      resolve(m.cpu);
+    };
+    child.on("message", onMessage);
+    child.send("cpu");
+  });
 }
 
 async function ingestToken(url: string): Promise<string> {
@@ -240,6 +267,94 @@ async function floor(databaseUrl: string): Promise<LoadResult> {
   }
 }
 
+/** Accepts OTLP exports and drops them: the cost measured is the app's, not a collector's. */
+async function startOtlpSink(): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      requests++;
+      res.writeHead(200, { "content-type": "application/x-protobuf" });
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    requests: () => requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The app in one process, from `entry` (this file, or the same file of another checkout), with the environment given. */
+async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string): Promise<LoadResult> {
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(entry, ["--serve", database.url], env);
+    try {
+      const token = await ingestToken(app.url);
+      return await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(run), app.child);
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
+}
+
+/**
+ * Tracing off (no OTEL_*) and on (every delivery traced and exported to a local sink), and, with
+ * INTAKE_BENCH_BASELINE naming another checkout, that checkout's code with no OTEL_* either: run
+ * in turn `rounds` times, so drift in the machine's load falls on all alike; medians side by side.
+ */
+async function tracingComparison(rounds: number): Promise<void> {
+  const untraced = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("OTEL_")));
+  const sink = await startOtlpSink();
+  const ours = fileURLToPath(import.meta.url);
+  const baselineDir = process.env.INTAKE_BENCH_BASELINE;
+  const variants = [
+    ...(baselineDir ? [{ label: "baseline checkout, no OTEL_*", entry: join(baselineDir, "test/bench/intake.ts"), env: untraced }] : []),
+    { label: "off (no OTEL_*)", entry: ours, env: untraced },
+    { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
+  ];
+  const results = variants.map(() => [] as LoadResult[]);
+  try {
+    for (let round = 0; round < rounds; round++) {
+      for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
+    }
+  } finally {
+    await sink.close();
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const medianCpu = (runs: LoadResult[]) => median(runs.map((r) => r.cpuMsPerRequest ?? Number.NaN));
+  printTable(
+    `One process, ${rounds} rounds of ${variants.length} runs in turn; CPU is the server process's per delivery`,
+    variants.map((variant, i) => {
+      const runs = results[i]!;
+      return {
+        tracing: variant.label,
+        "deliveries/s (each run)": runs.map((r) => r.perSecond).join(", "),
+        "median deliveries/s": median(runs.map((r) => r.perSecond)),
+        "median p50": ms(median(runs.map((r) => r.p50))),
+        "median p99": ms(median(runs.map((r) => r.p99))),
+        "CPU ms/delivery (each run)": runs.map((r) => r.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
+        "median CPU ms/delivery": medianCpu(runs).toFixed(3),
+        "5xx": runs.reduce((n, r) => n + Object.entries(r.statuses).filter(([s]) => s.startsWith("5")).reduce((m, [, c]) => m + c, 0), 0),
+      };
+    }),
+  );
+  const at = (label: string) => variants.findIndex((v) => v.label.startsWith(label));
+  const compare = (a: number, b: number, what: string) => {
+    const throughput = median(results[a]!.map((r) => r.perSecond)) / median(results[b]!.map((r) => r.perSecond));
+    const cpu = medianCpu(results[a]!) / medianCpu(results[b]!);
+    console.log(`${what}: ${(throughput * 100).toFixed(1)} % of the deliveries per second, ${(cpu * 100).toFixed(1)} % of the CPU per delivery`);
+  };
+  console.log("");
+  compare(at("on"), at("off"), "tracing on / off");
+  if (baselineDir) compare(at("off"), at("baseline"), "off / baseline checkout");
+  console.log(`the sink took ${sink.requests()} exports`);
+}
+
 async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResult; rows: { incidents: number; entries: number } }> {
   const database = await freshDatabase();
   try {
@@ -247,7 +362,7 @@ async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResul
     let ours: LoadResult;
     try {
       const token = await ingestToken(app.url);
-      ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("one"));
+      ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("one"), app.child);
     } finally {
       await stopChild(app.child);
     }
@@ -311,6 +426,7 @@ function row(mode: string, ours: LoadResult, floorResult: LoadResult) {
     "floor p50": ms(floorResult.p50),
     "floor p99": ms(floorResult.p99),
     "ours / floor": `${((ours.perSecond / floorResult.perSecond) * 100).toFixed(0)} %`,
+    ...(ours.cpuMsPerRequest !== undefined ? { "ours CPU ms/delivery": ours.cpuMsPerRequest.toFixed(3) } : {}),
   };
 }
 
@@ -334,6 +450,8 @@ export async function benchIntake(): Promise<void> {
   printTable(`POST /triggers at ${CONNECTIONS} keep-alive connections, ${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up; mix 40 % new, 35 % repeat, 15 % redelivery, 10 % recovery`, rows);
   printTable("Answers and rows written", details);
   console.log(`\n${verdicts.join("\n")}`);
+  const tracingRounds = Number(process.env.INTAKE_BENCH_TRACING ?? 0);
+  if (tracingRounds > 0) await tracingComparison(tracingRounds);
 }
 
 if (process.argv[2] === "--serve" || process.argv[2] === "--floor") {
