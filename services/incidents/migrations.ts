@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration, outboxTraceContextMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -71,5 +71,5 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("incidents", 2),
-  outboxTraceContextMigration("incidents", 3),
+  ...outboxUpgrades("incidents"),
 ];

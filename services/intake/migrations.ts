@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration, outboxTraceContextMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -15,5 +15,5 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("intake", 2),
-  outboxTraceContextMigration("intake", 3),
+  ...outboxUpgrades("intake"),
 ];

@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration, outboxTraceContextMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -32,5 +32,5 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("remotesource", 2),
-  outboxTraceContextMigration("remotesource", 3),
+  ...outboxUpgrades("remotesource"),
 ];

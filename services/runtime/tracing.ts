@@ -142,10 +142,27 @@ export function detached<A extends unknown[], R>(fn: (...args: A) => R): (...arg
   return enabled ? context.bind(ROOT_CONTEXT, fn) : fn;
 }
 
-/** A span already over: from `start` to now (the wait of an outbox row). */
-export function recordSpan(name: string, options: { parent: Context; startTime: Date; attributes?: Attributes }): void {
-  if (!enabled) return;
-  tracer().startSpan(name, { startTime: options.startTime, attributes: options.attributes }, options.parent).end();
+/**
+ * A span started now and ended by the caller (a publish whose outcome comes back in a batch),
+ * under the trace a stored traceparent names; `wait` adds the wait before it as a span of its own. Undefined when tracing is off.
+ */
+export function openSpan(
+  name: string,
+  options: { kind: SpanKind; parent: string; wait?: { name: string; since: Date }; attributes?: Attributes },
+): { traceparent: string | undefined; end(error?: unknown): void } | undefined {
+  if (!enabled) return undefined;
+  const parent = contextFromTraceparent(options.parent);
+  if (options.wait) tracer().startSpan(options.wait.name, { startTime: options.wait.since, attributes: options.attributes }, parent).end();
+  const span = tracer().startSpan(name, { kind: options.kind, attributes: options.attributes }, parent);
+  const carrier: Record<string, string> = {};
+  propagation.inject(trace.setSpan(parent, span), carrier);
+  return {
+    traceparent: carrier.traceparent,
+    end(error) {
+      if (error) recordFailure(span, error);
+      span.end();
+    },
+  };
 }
 
 export function recordFailure(span: Span, err: unknown): void {
