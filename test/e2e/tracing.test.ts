@@ -1,6 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
 import { startClusterApp } from "../support/cluster.js";
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 
@@ -18,11 +20,24 @@ const CONSUMER = 5;
 describe("a trace across every hop of a delivery", () => {
   let receiver: OtlpReceiver;
   let app: Awaited<ReturnType<typeof startClusterApp>>;
+  let certs: TestCertificates;
+  let chat: ChatWebhookReceiver;
+  let windowId: string;
 
   beforeAll(async () => {
     receiver = await startOtlpReceiver();
+    // A chat webhook on loopback, reached over https through the egress client.
+    certs = makeTestCertificates();
+    chat = await startChatWebhookReceiver(certs);
     app = await startClusterApp({
-      env: { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url, OTEL_BSP_SCHEDULE_DELAY: "100", LOG_LEVEL: "debug" },
+      env: {
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_BSP_SCHEDULE_DELAY: "100",
+        LOG_LEVEL: "debug",
+        SECRETS_KEYS: newSecretKeyEntry("k-trace"),
+        EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+        EGRESS_CA_FILE: certs.caFile,
+      },
       output: "capture",
       intakes: 1,
     });
@@ -31,6 +46,8 @@ describe("a trace across every hop of a delivery", () => {
   afterAll(async () => {
     await app?.stop();
     await receiver?.close();
+    await chat?.close();
+    certs?.remove();
   });
 
   it("runs from the gateway to the audit consumer under one trace id, with correct parents", async () => {
@@ -39,6 +56,7 @@ describe("a trace across every hop of a delivery", () => {
     const minutes = (n: number) => new Date(Date.now() + n * 60_000).toISOString();
     const window = await app.call("POST", "/o/acme/maintenance-windows", { token: owner, body: { startsAt: minutes(-1), endsAt: minutes(30), reason: "traced upgrade" } });
     expect(window.status).toBe(201);
+    windowId = window.body.id;
 
     const traceId = randomBytes(16).toString("hex");
     const callerSpan = randomBytes(8).toString("hex");
@@ -152,6 +170,39 @@ describe("a trace across every hop of a delivery", () => {
     expect(served).toMatchObject({ trace_id: traceId, span_id: deliver.spanId });
     expect(served?.requestId).toBe(res.headers.get("x-request-id"));
   }, 120_000);
+
+  it("sends the trace on to the chat webhook, from a client span that never names the URL", async () => {
+    const owner = await app.ownerToken();
+    if (windowId) expect((await app.call("DELETE", `/o/acme/maintenance-windows/${windowId}`, { token: owner })).status).toBe(204);
+    const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
+    const opened = await app.call("POST", "/triggers", { token: ingest, body: { ...datadog, alert_id: `chat-${randomBytes(4).toString("hex")}` } });
+    expect(opened.status).toBe(201);
+    const incidentId = opened.body.incidentId as string;
+    const secret = randomBytes(16).toString("hex");
+    expect((await app.call("PUT", "/o/acme/integrations/chatwebhook/connections/default", { token: owner, body: { webhookUrl: chat.url("ok", secret) } })).status).toBe(200);
+    expect((await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } })).status).toBe(200);
+    const messages = `/o/acme/incidents/${incidentId}/comms/messages`;
+    const drafted = await app.call("POST", messages, { token: owner, body: { channel: "chatwebhook", body: "Mitigated; watching error rates." } });
+    expect(drafted.status).toBe(201);
+    expect((await app.call("POST", `${messages}/${drafted.body.messageId}/approve`, { token: owner, body: { version: drafted.body.version } })).status).toBe(200);
+
+    const traceId = randomBytes(16).toString("hex");
+    const sent = await app.call("POST", `${messages}/${drafted.body.messageId}/send`, {
+      token: owner,
+      headers: { traceparent: `00-${traceId}-${randomBytes(8).toString("hex")}-01` },
+    });
+    expect(sent.status, JSON.stringify(sent.body)).toBe(200);
+    const post = chat.posts.find((p) => p.path.includes(secret));
+    const outbound = /^00-([0-9a-f]{32})-([0-9a-f]{16})-01$/.exec(String(post?.headers.traceparent ?? ""));
+    expect(outbound?.[1]).toBe(traceId);
+
+    const deadline = Date.now() + 15_000;
+    const call = () => receiver.spans.find((s) => s.traceId === traceId && s.name === "POST chat-webhook");
+    while (!call() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    expect(call()).toMatchObject({ service: "comms", kind: CLIENT, spanId: outbound?.[2], attributes: { "warroom.result": "ok", "http.response.status_code": 202n } });
+    const everything = JSON.stringify(receiver.spans, (_k, v) => (typeof v === "bigint" ? String(v) : v));
+    expect(everything).not.toContain(secret);
+  }, 60_000);
 
   it("continues a caller's trace on the public Connect surface too, and answers traceparent", async () => {
     const owner = await app.ownerToken();
