@@ -25,7 +25,8 @@ import { startChild, stopChild } from "./child-process.js";
  *
  * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
  * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
- * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each.
+ * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
+ * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
  */
 
 const CONNECTIONS = 50;
@@ -318,9 +319,16 @@ async function tracingComparison(rounds: number): Promise<void> {
     { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
   ];
   const results = variants.map(() => [] as LoadResult[]);
+  const together = process.env.INTAKE_BENCH_TOGETHER === "1";
   try {
     for (let round = 0; round < rounds; round++) {
-      for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
+      if (together) {
+        // All variants at once, each under its own load: whatever else the machine runs weighs on them alike.
+        const runs = await Promise.all(variants.map((variant, i) => oneProcessRun(variant.entry, variant.env, `v${i}r${round}`)));
+        runs.forEach((run, i) => results[i]!.push(run));
+      } else {
+        for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
+      }
     }
   } finally {
     await sink.close();
@@ -328,7 +336,7 @@ async function tracingComparison(rounds: number): Promise<void> {
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   const medianCpu = (runs: LoadResult[]) => median(runs.map((r) => r.cpuMsPerRequest ?? Number.NaN));
   printTable(
-    `One process, ${rounds} rounds of ${variants.length} runs in turn; CPU is the server process's per delivery`,
+    `One process, ${rounds} rounds of ${variants.length} runs ${together ? "at the same time" : "in turn"}; CPU is the server process's per delivery`,
     variants.map((variant, i) => {
       const runs = results[i]!;
       return {
