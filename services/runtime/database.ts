@@ -3,12 +3,23 @@ import postgres from "postgres";
 import { lockDataDir, type DataDirLock } from "./data-dir-lock.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
 import type { Logger } from "./logger.js";
+import { tracedSql, tracingEnabled } from "./tracing.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
 
+export interface PoolStats {
+  max: number;
+  busy: number;
+  idle: number;
+  connecting: number;
+  waiting: number;
+}
+
 export interface Database {
   sql: Sql;
+  /** How full the connection pool is now (read on each metrics scrape). */
+  poolStats(): PoolStats;
   /** Whether this is the embedded database: a Postgres server this process runs in DATA_DIR. */
   embedded: boolean;
   /** The embedded server, when there is one. */
@@ -41,7 +52,7 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
   if (options.url) {
     const connection = { url: options.url };
     const sql = openPool(connection, options.poolSize);
-    return { sql, embedded: false, connection, close: () => sql.end({ timeout: 5 }) };
+    return { sql: traced(sql), embedded: false, poolStats: () => poolStatsOf(sql), connection, close: () => sql.end({ timeout: 5 }) };
   }
 
   const lock: DataDirLock = lockDataDir(resolve(options.dataDir));
@@ -56,8 +67,9 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
   const sql = openPool(connection, options.poolSize);
   let closed: Promise<void> | undefined;
   return {
-    sql,
+    sql: traced(sql),
     embedded: true,
+    poolStats: () => poolStatsOf(sql),
     server,
     connection,
     close() {
@@ -89,5 +101,19 @@ export function openBackgroundPool(database: Database): { sql: Sql; close(): Pro
 
 /** Another pool on the database's server, named in pg_stat_activity; its opener ends it. */
 export function openPoolOn(database: Database, size: number, applicationName: string): Sql {
-  return openPool(database.connection, size, applicationName);
+  return traced(openPool(database.connection, size, applicationName));
+}
+
+/** With tracing on, every statement is a span; off, the handle is postgres.js's own. */
+function traced(sql: Sql): Sql {
+  return tracingEnabled() ? tracedSql(sql) : sql;
+}
+
+/**
+ * postgres.js keeps its pool's queues private; the patch in patches/ adds `poolStats()` to read
+ * their lengths. Without it (an unpatched install) the pool reads as empty rather than failing.
+ */
+function poolStatsOf(sql: Sql): PoolStats {
+  const read = (sql as unknown as { poolStats?: () => PoolStats }).poolStats;
+  return read ? read() : { max: sql.options.max, busy: 0, idle: 0, connecting: 0, waiting: 0 };
 }

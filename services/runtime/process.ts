@@ -15,11 +15,12 @@ import { registerGrpcHealth } from "./grpc-health.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
-import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
-import { createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
 import { createProbes } from "./probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
@@ -84,6 +85,8 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
 
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
   const config = loadConfig(options.env);
+  // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
+  await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
   const background = openBackgroundPool(database);
@@ -143,8 +146,13 @@ async function startServices(
     relays.push(relay);
   }
 
-  const interceptors = [requestIdServerInterceptor(), errorInterceptor(logger)];
-  const clientInterceptors = (kind: "nats" | "in-memory") => [requestIdClientInterceptor(), rpcMetricsInterceptor(kind)];
+  const tracing = tracingEnabled();
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [
+    requestIdClientInterceptor(),
+    rpcMetricsInterceptor(kind),
+    ...(tracing ? [tracingClientInterceptor(kind)] : []),
+  ];
   const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
@@ -205,6 +213,10 @@ async function startServices(
       }
       if (req.method === "GET" && url.pathname === "/metrics") {
         await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        const pool = database.poolStats();
+        for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+        dbPoolWaiting.set(pool.waiting);
+        if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
         const text = await registry.metrics();
         res.writeHead(200, { "content-type": registry.contentType });
         res.end(text);
@@ -260,6 +272,7 @@ async function startServices(
       probes.close();
       await bounded("closing the background pool", 1500, () => background.close());
       await bounded("closing the database", 1500, () => database.close());
+      await bounded("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
   return { config, logger, url, port: server.port, database, background, nats, modules, transport, relays, stop };
