@@ -12,7 +12,7 @@ import { RawResultSchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.j
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
 import { ReadRequestError } from "./client/source-client.js";
-import { runConformanceCheck } from "./conformance.js";
+import { runConformanceCheck, type CheckResult } from "./conformance.js";
 import {
   AUDIT_KINDS,
   clientFor,
@@ -159,7 +159,9 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       await recordStatus(deps, row, result.ok ? "connected" : "failed", lastError, { tested: true });
       await sql.begin((tx) => recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.tested, principal.email, { id: row.id, ok: result.ok, failed: failed.map((c) => c.name) }));
       deps.ctx.outbox.poke();
-      return create(ConformanceReportSchema, result);
+      // The report keeps its shape {name, ok, detail}; the rule a failing check applies and any
+      // warning are written into its detail.
+      return create(ConformanceReportSchema, { ...result, checks: result.checks.map((c) => ({ name: c.name, ok: c.ok, detail: reportDetail(c) })) });
     },
 
     async readRemoteSource(req, context) {
@@ -193,6 +195,13 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       return toRemoteSource(row);
     },
   };
+}
+
+export function reportDetail(check: CheckResult): string {
+  const parts = [check.detail];
+  if (check.rule) parts.push(`rule: "${check.rule}"`);
+  for (const warning of check.warnings) parts.push(`warning: ${warning}`);
+  return parts.join("; ");
 }
 
 function summarize(text: string): string {
