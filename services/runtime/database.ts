@@ -2,6 +2,7 @@ import { mkdirSync } from "node:fs";
 import { resolve } from "node:path";
 import postgres from "postgres";
 import type { Logger } from "./logger.js";
+import { throwIfCallerGaveUp } from "./request-context.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
@@ -30,7 +31,7 @@ export async function openDatabase(
       prepare: true,
       connection: { application_name: "warroom" },
     });
-    return { sql, embedded: false, close: () => sql.end({ timeout: 5 }) };
+    return { sql: guardTransactions(sql), embedded: false, close: () => sql.end({ timeout: 5 }) };
   }
 
   const { PGlite } = await import("@electric-sql/pglite");
@@ -45,7 +46,7 @@ export async function openDatabase(
   // PGlite is single-session: one connection keeps transactions from interleaving.
   const sql = postgres({ host, port: Number(port), database: "postgres", username: "postgres", max: 1, onnotice: () => {} });
   return {
-    sql,
+    sql: guardTransactions(sql),
     embedded: true,
     async close() {
       await sql.end({ timeout: 5 });
@@ -53,4 +54,21 @@ export async function openDatabase(
       await db.close();
     },
   };
+}
+
+/**
+ * A transaction is not begun for a call whose caller has already given up (its deadline passed or
+ * it was canceled): the work would be done for nobody, and a retry may be doing it already.
+ */
+function guardTransactions(sql: Sql): Sql {
+  const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
+  (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = (...args: unknown[]) => {
+    try {
+      throwIfCallerGaveUp();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return begin(...args);
+  };
+  return sql;
 }

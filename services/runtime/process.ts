@@ -17,7 +17,7 @@ import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js"
 import { createLogger, type Logger } from "./logger.js";
 import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
 import { connectionState, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
@@ -90,7 +90,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
-  const clients = createClients(deferred.transport);
+  // Calls made while serving a call get its remaining budget and end when it is given up.
+  const clients = createClients(withCallerDeadline(deferred.transport));
 
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];
