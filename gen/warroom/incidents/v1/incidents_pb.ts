@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uInAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTLHCQoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKhAQoXQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyIngtPkkwIhOgEqIhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEqkBChZMaXN0TWFpbnRlbmFuY2VXaW5kb3dzEjMud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QaNC53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2UiJILT5JMCHhIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKSAQoXRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiKYLT5JMCIyohL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCLzAwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQESIQoUdGltZWxpbmVfbmV4dF9jdXJzb3IYDSABKAlIA4gBAUIOCgxfcmVzb2x2ZWRfYXRCDgoMX2FyY2hpdmVkX2F0Qg4KDF9ydW5ib29rX3VybEIXChVfdGltZWxpbmVfbmV4dF9jdXJzb3IimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uInAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IlEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkidAoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEjEKCWluY2lkZW50cxgBIAMoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIk0KE0xpc3RUaW1lbGluZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBmN1cnNvchgDIAEoCRINCgVsaW1pdBgEIAEoBSJ2ChRMaXN0VGltZWxpbmVSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciItChJHZXRJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFlJlc29sdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIlMKEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRIuCghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eSLCAQoRTWFpbnRlbmFuY2VXaW5kb3cSCgoCaWQYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoItABCh5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCIsCh1MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBILCgNvcmcYASABKAkiZgoeTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlEkQKE21haW50ZW5hbmNlX3dpbmRvd3MYASADKAsyJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyI5Ch5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJMtkKChBJbmNpZGVudHNTZXJ2aWNlElMKBlJlY29yZBIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3QaJC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXNwb25zZRJiCg5BcHBlbmRUaW1lbGluZRIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkFwcGVuZFRpbWVsaW5lUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -159,6 +159,14 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: optional string runbook_url = 12;
    */
   runbookUrl?: string | undefined;
+
+  /**
+   * Set when the timeline holds more entries than the first page carried in `timeline`: pass it
+   * as `cursor` to ListTimeline (GET .../timeline?cursor=...) for the next page.
+   *
+   * @generated from field: optional string timeline_next_cursor = 13;
+   */
+  timelineNextCursor?: string | undefined;
 };
 
 /**
@@ -375,6 +383,13 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
    * @generated from field: int32 limit = 3;
    */
   limit: number;
+
+  /**
+   * The `next_cursor` of the previous page; empty for the first page.
+   *
+   * @generated from field: string cursor = 4;
+   */
+  cursor: string;
 };
 
 /**
@@ -392,6 +407,13 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
    * @generated from field: repeated warroom.incidents.v1.Incident incidents = 1;
    */
   incidents: Incident[];
+
+  /**
+   * Set when more incidents follow this page.
+   *
+   * @generated from field: optional string next_cursor = 2;
+   */
+  nextCursor?: string | undefined;
 };
 
 /**
@@ -400,6 +422,66 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 8);
+
+/**
+ * @generated from message warroom.incidents.v1.ListTimelineRequest
+ */
+export type ListTimelineRequest = Message<"warroom.incidents.v1.ListTimelineRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * The incident's `timeline_next_cursor` or the `next_cursor` of the previous page.
+   *
+   * @generated from field: string cursor = 3;
+   */
+  cursor: string;
+
+  /**
+   * Entries per page: 100 when unset, at most 500.
+   *
+   * @generated from field: int32 limit = 4;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.ListTimelineRequest.
+ * Use `create(ListTimelineRequestSchema)` to create a new message.
+ */
+export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
+
+/**
+ * @generated from message warroom.incidents.v1.ListTimelineResponse
+ */
+export type ListTimelineResponse = Message<"warroom.incidents.v1.ListTimelineResponse"> & {
+  /**
+   * @generated from field: repeated warroom.incidents.v1.TimelineEntry entries = 1;
+   */
+  entries: TimelineEntry[];
+
+  /**
+   * Set when more entries follow this page.
+   *
+   * @generated from field: optional string next_cursor = 2;
+   */
+  nextCursor?: string | undefined;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.ListTimelineResponse.
+ * Use `create(ListTimelineResponseSchema)` to create a new message.
+ */
+export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -421,7 +503,7 @@ export type GetIncidentRequest = Message<"warroom.incidents.v1.GetIncidentReques
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -443,7 +525,7 @@ export type ResolveIncidentRequest = Message<"warroom.incidents.v1.ResolveIncide
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -465,7 +547,7 @@ export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncide
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -491,7 +573,7 @@ export type MaintenanceMatch = Message<"warroom.incidents.v1.MaintenanceMatch"> 
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -528,7 +610,7 @@ export type MaintenanceWindow = Message<"warroom.incidents.v1.MaintenanceWindow"
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -565,7 +647,7 @@ export type CreateMaintenanceWindowRequest = Message<"warroom.incidents.v1.Creat
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -582,7 +664,7 @@ export type ListMaintenanceWindowsRequest = Message<"warroom.incidents.v1.ListMa
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -599,7 +681,7 @@ export type ListMaintenanceWindowsResponse = Message<"warroom.incidents.v1.ListM
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -621,7 +703,7 @@ export type DeleteMaintenanceWindowRequest = Message<"warroom.incidents.v1.Delet
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -665,6 +747,16 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof GetIncidentRequestSchema;
     output: typeof IncidentSchema;
+  },
+  /**
+   * The timeline of an incident one page at a time, oldest first, from a cursor.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.ListTimeline
+   */
+  listTimeline: {
+    methodKind: "unary";
+    input: typeof ListTimelineRequestSchema;
+    output: typeof ListTimelineResponseSchema;
   },
   /**
    * @generated from rpc warroom.incidents.v1.IncidentsService.ResolveIncident
