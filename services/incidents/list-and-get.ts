@@ -1,5 +1,5 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { GetIncidentRequest, IncidentsService, ListIncidentsRequest, ListTimelineRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { GetIncidentRequest, IncidentStateRequest, IncidentsService, ListIncidentsRequest, ListTimelineRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
@@ -67,7 +67,7 @@ export function createListAndGetHandlers(deps: {
   sql: Sql;
   config: Config;
   clients: Clients;
-}): Pick<ServiceImpl<typeof IncidentsService>, "listIncidents" | "getIncident" | "listTimeline"> {
+}): Pick<ServiceImpl<typeof IncidentsService>, "listIncidents" | "getIncident" | "listTimeline" | "incidentState"> {
   const { sql, config, clients } = deps;
   return {
     async listIncidents(req: ListIncidentsRequest, context: HandlerContext) {
@@ -94,6 +94,12 @@ export function createListAndGetHandlers(deps: {
     async getIncident(req: GetIncidentRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+    },
+
+    async incidentState(req: IncidentStateRequest) {
+      if (!isUuid(req.incidentId) || !isUuid(req.orgId)) return { state: "" };
+      const [row] = await sql<{ state: string }[]>`select state from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}`;
+      return { state: row?.state ?? "" };
     },
 
     async listTimeline(req: ListTimelineRequest, context: HandlerContext) {
