@@ -7,6 +7,7 @@ import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../
 import { bearerToken } from "../runtime/auth.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
+import { detachedFromCancellation } from "../runtime/request-context.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
@@ -43,9 +44,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
     try {
-      return await clients.incidents.record(
-        { orgId: org.id, orgSlug: org.slug, alert },
-        { signal: context.signal, headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
+      // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
+      // the sender's retry, which would otherwise do the work again.
+      return await detachedFromCancellation(() =>
+        clients.incidents.record({ orgId: org.id, orgSlug: org.slug, alert }, { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } }),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;

@@ -62,22 +62,41 @@ function fromNatsHeaders(source: MsgHdrs | undefined): Headers {
 
 /**
  * Whether the connection is up. While NATS reconnects, a request would only wait out its
- * deadline; callers are better served by an immediate Unavailable they can retry.
+ * deadline; callers are better served by an immediate Unavailable they can retry. A call waiting
+ * for its reply when the connection drops is told at once too (`onDisconnect`): the reply, or
+ * the rest of its parts, will not come.
  */
-export function watchConnection(nc: NatsConnection): { connected(): boolean } {
-  let connected = true;
-  void (async () => {
-    for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "reconnecting") connected = false;
-      else if (status.type === "reconnect") connected = true;
-    }
-  })();
-  return { connected: () => connected && !nc.isClosed() };
+export interface ConnectionState {
+  connected(): boolean;
+  /** Calls `listener` once when the connection next drops; returns how to stop listening. */
+  onDisconnect(listener: () => void): () => void;
 }
 
-const watched = new WeakMap<NatsConnection, { connected(): boolean }>();
+export function watchConnection(nc: NatsConnection): ConnectionState {
+  let connected = true;
+  const listeners = new Set<() => void>();
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect" || status.type === "reconnecting") {
+        connected = false;
+        const waiting = [...listeners];
+        listeners.clear();
+        for (const listener of waiting) listener();
+      } else if (status.type === "reconnect") connected = true;
+    }
+  })();
+  return {
+    connected: () => connected && !nc.isClosed(),
+    onDisconnect(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
+}
 
-export function connectionState(nc: NatsConnection): { connected(): boolean } {
+const watched = new WeakMap<NatsConnection, ConnectionState>();
+
+export function connectionState(nc: NatsConnection): ConnectionState {
   let state = watched.get(nc);
   if (!state) {
     state = watchConnection(nc);
@@ -165,7 +184,7 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageByte
     // Refused here, before anything is sent: no handler runs for a message over the limit.
     if (body.byteLength > maxMessageBytes) throw requestTooLarge(body.byteLength, maxMessageBytes, path);
     try {
-      const reply = await exchange(nc, subjectForPath(path), body, request.header, timeout, request.signal);
+      const reply = await exchange(nc, state, subjectForPath(path), body, request.header, timeout, request.signal);
       const status = Number(reply.headers?.get(STATUS_HEADER) || 200);
       return {
         status,
@@ -185,6 +204,7 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageByte
  */
 function exchange(
   nc: NatsConnection,
+  state: ConnectionState,
   subject: string,
   body: Uint8Array,
   header: Headers,
@@ -201,6 +221,7 @@ function exchange(
       if (done) return;
       done = true;
       clearTimeout(timer);
+      stopWatching();
       signal?.removeEventListener("abort", onAbort);
       sub.unsubscribe();
       if (err) reject(err);
@@ -208,6 +229,7 @@ function exchange(
     };
     const onAbort = () => finish(abortReason(signal!));
     const timer = setTimeout(() => finish(new errors.TimeoutError()), timeoutMs);
+    const stopWatching = state.onDisconnect(() => finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)));
     const sub = nc.subscribe(inbox, {
       callback: (err, msg) => {
         if (err) return finish(err);

@@ -51,6 +51,18 @@ function callerGaveUp(signal: AbortSignal | undefined): ConnectError {
   return new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
 }
 
+/**
+ * Runs `fn` with the current call's request id and deadline but not its cancellation: work that
+ * must finish once started (its answer is kept for the sender's retry) goes on when the sender
+ * hangs up, and still ends at the deadline.
+ */
+export function detachedFromCancellation<T>(fn: () => T): T {
+  const context = storage.getStore();
+  if (!context) return fn();
+  const deadline = context.deadline;
+  return storage.run({ requestId: context.requestId, deadline, signal: deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now())) }, fn);
+}
+
 /** The deadline a request carries: Connect's `connect-timeout-ms` or gRPC's `grpc-timeout`. */
 export function deadlineOf(header: Headers, now = Date.now()): number | undefined {
   const connect = header.get("connect-timeout-ms");
