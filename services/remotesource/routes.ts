@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter, HandlerContext, ServiceImpl } from "@connectrpc/connect";
@@ -83,9 +84,14 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
 
     async listRemoteSources(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const limit = pageLimit(req.limit, 1000, 1000);
+      const after = req.cursor ? decodeCursor("r", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
+      const afterClause =
+        after === undefined ? sql`` : sql`and (created_at, id) > (select created_at, id from remotesource.connections where org_id = ${principal.orgId} and id = ${after})`;
       const rows = await sql<ConnectionRow[]>`
-        select * from remotesource.connections where org_id = ${principal.orgId} order by created_at, id`;
-      return create(ListRemoteSourcesResponseSchema, { remoteSources: rows.map(toRemoteSource) });
+        select * from remotesource.connections where org_id = ${principal.orgId} ${afterClause} order by created_at, id limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("r", last.id));
+      return create(ListRemoteSourcesResponseSchema, { remoteSources: page.map(toRemoteSource), ...(nextCursor ? { nextCursor } : {}) });
     },
 
     async getRemoteSource(req, context) {
