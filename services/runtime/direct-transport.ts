@@ -14,6 +14,7 @@ import {
 } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
+import { NEVER_ABORTS } from "./request-context.js";
 
 /**
  * One-process mode's transport: a call goes straight to the handler, through the same client and
@@ -52,7 +53,7 @@ export function createDirectRegistry(): DirectRegistry {
 }
 
 /** A signal that never aborts, for calls made without one: no listener is ever added to it. */
-const NEVER = new AbortController().signal;
+const NEVER = NEVER_ABORTS;
 
 type UnaryNext = (req: UnaryRequest) => Promise<UnaryResponse>;
 

@@ -18,6 +18,12 @@ interface CallContext {
 
 const storage = new AsyncLocalStorage<CallContext>();
 
+/**
+ * A signal that never aborts, for calls made without a deadline or cancellation: nothing is ever
+ * linked to it (a listener on a shared, never-ending signal would only accumulate).
+ */
+export const NEVER_ABORTS: AbortSignal = new AbortController().signal;
+
 export const REQUEST_ID_HEADER = "x-request-id";
 
 export function currentRequestId(): string | undefined {
@@ -89,7 +95,7 @@ export function requestIdServerInterceptor(): Interceptor {
     if (req.signal.aborted || (deadline !== undefined && Date.now() >= deadline)) {
       return Promise.reject(callerGaveUp(req.signal));
     }
-    return storage.run({ requestId, deadline, signal: req.signal }, () => next(req));
+    return storage.run({ requestId, deadline, signal: req.signal === NEVER_ABORTS ? undefined : req.signal }, () => next(req));
   };
 }
 
@@ -119,7 +125,7 @@ export function withCallerDeadline(transport: Transport): Transport {
           if (remaining <= 0) return Promise.reject(callerGaveUp(caller.signal));
           timeoutMs = timeoutMs !== undefined && timeoutMs > 0 ? Math.min(timeoutMs, remaining) : Math.ceil(remaining);
         }
-        if (caller.signal) signal = signal ? AbortSignal.any([signal, caller.signal]) : caller.signal;
+        if (caller.signal && signal !== caller.signal) signal = signal && signal !== NEVER_ABORTS ? AbortSignal.any([signal, caller.signal]) : caller.signal;
       }
       return transport.unary(method, signal, timeoutMs, header, input, contextValues);
     },

@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Transport } from "@connectrpc/connect";
-import { withCallerDeadline } from "../../services/runtime/request-context.js";
+import { NEVER_ABORTS, withCallerDeadline } from "../../services/runtime/request-context.js";
 import { ContractService, EchoRequestSchema, type EchoRequest } from "../../gen/warroom/contract/v1/contract_pb.js";
 
 /** What each handler run saw: its deadline, and when (if ever) its signal aborted. */
@@ -19,10 +19,12 @@ export function registerContractService(router: ConnectRouter, options: { next?:
   const next = options.next ? createClient(ContractService, withCallerDeadline(options.next)) : undefined;
   router.service(ContractService, {
     async echo(req: EchoRequest, context: HandlerContext) {
-      const started = Date.now();
-      const run: HandlerRun = { payloadBytes: req.payload.byteLength, timeoutMs: context.timeoutMs() ?? 0 };
-      options.runs?.push(run);
-      context.signal.addEventListener("abort", () => (run.abortedAfterMs = Date.now() - started), { once: true });
+      if (options.runs) {
+        const started = Date.now();
+        const run: HandlerRun = { payloadBytes: req.payload.byteLength, timeoutMs: context.timeoutMs() ?? 0 };
+        options.runs.push(run);
+        if (context.signal !== NEVER_ABORTS) context.signal.addEventListener("abort", () => (run.abortedAfterMs = Date.now() - started), { once: true });
+      }
       if (req.forwardDelayMs > 0 && next) {
         // No deadline of its own: the caller's remaining budget must travel with it.
         const inner = await next.echo({ delayMs: req.forwardDelayMs });
