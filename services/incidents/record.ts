@@ -7,6 +7,7 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
@@ -119,6 +120,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
    * identity is already open (then undefined: a concurrent delivery won, attach to it).
    */
   async function openInOneStatement(d: Delivery, now: Date): Promise<Written | undefined> {
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     const id = randomUUID();
     const entryAt = d.occurredAt ?? now;
     const opened = outboxRows.opened({ orgId: d.orgId, incidentId: id, title: d.title, severity: d.severity, source: d.source, at: now });
@@ -154,6 +157,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
    * (undefined). The share lock orders it against a person resolving the incident.
    */
   async function recordInOneStatement(d: Delivery, incidentId: string, now: Date): Promise<Written | undefined> {
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
     const entryAt = d.occurredAt ?? now;
     const recorded = outboxRows.timelineRecorded({ orgId: d.orgId, incidentId, kind, at: entryAt });
@@ -223,6 +228,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
   }
 
   async function suppress(d: Delivery, windowId: string, at: Date): Promise<RecordResponseInit> {
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     // Nothing opens, but an operator can still see what the window swallowed: the audit log.
     const data: JsonObject = {
       maintenanceWindowId: windowId,
