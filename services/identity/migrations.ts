@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -66,4 +66,5 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("identity", 2),
+  ...outboxUpgrades("identity"),
 ];

@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -34,4 +34,5 @@ export const migrations: Migration[] = [
       create index retry_keys_created_at on intake.retry_keys (created_at);
     `,
   },
+  ...outboxUpgrades("intake"),
 ];

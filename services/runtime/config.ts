@@ -42,6 +42,8 @@ export const configSchema = z.object({
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
   SECRETS_KEYS: optionalString,
   SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
+  // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
+  LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
 });
 
 export type Config = z.infer<typeof configSchema> & { publicUrl: string };
