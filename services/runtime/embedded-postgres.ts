@@ -83,19 +83,41 @@ function hydrateLibraryLinks(root: string): void {
   }
 }
 
-/** Postgres refuses to run as root: as root, the server runs as the `postgres` user, created if missing. */
-function serverUser(logger: Logger): { uid: number; gid: number } | undefined {
-  if (process.getuid?.() !== 0) return undefined;
+/**
+ * How the server processes are launched. Postgres refuses to run as root. As root, the server runs
+ * in a user namespace of its own where root's files appear as owned by the unprivileged `nobody`:
+ * the data folder stays root's, and any folder root can enter works (a mktemp folder, /root).
+ * Where user namespaces are not allowed (some container runtimes), it runs as the `postgres`
+ * user, created if missing, which must be able to enter the folders.
+ */
+interface Launch {
+  /** The command words before the program: `unshare …` in a user namespace, else none. */
+  prefix: string[];
+  /** The user the server runs as, when it is another user than this process's. */
+  owner?: { uid: number; gid: number };
+}
+
+function launchAs(logger: Logger): Launch {
+  if (process.getuid?.() !== 0) return { prefix: [] };
+  try {
+    const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
+    const nogroup = execFileSync("id", ["-g", "nobody"], { encoding: "utf8" }).trim();
+    const prefix = ["unshare", "--user", `--map-user=${nobody}`, `--map-group=${nogroup}`];
+    execFileSync(prefix[0]!, [...prefix.slice(1), "true"], { stdio: "ignore" });
+    return { prefix };
+  } catch {
+    // no unshare, or user namespaces refused: fall back to a system user
+  }
   const ids = () => ({
     uid: Number(execFileSync("id", ["-u", USER], { encoding: "utf8" }).trim()),
     gid: Number(execFileSync("id", ["-g", USER], { encoding: "utf8" }).trim()),
   });
   try {
-    return ids();
+    return { prefix: [], owner: ids() };
   } catch {
     logger.warn({ user: USER }, "running as root: creating the system user the embedded Postgres runs as");
     execFileSync("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stdio: "ignore" });
-    return ids();
+    return { prefix: [], owner: ids() };
   }
 }
 
@@ -206,7 +228,7 @@ exit $status
 export async function startEmbeddedPostgres(options: { dataDir: string; logger: Logger; startTimeoutMs?: number }): Promise<EmbeddedPostgres> {
   const { dataDir, logger } = options;
   const bin = binaries();
-  const owner = serverUser(logger);
+  const { prefix, owner } = launchAs(logger);
   const pgDir = join(dataDir, "pg");
   const passwordPath = join(dataDir, PASSWORD_FILE);
   const logPath = join(dataDir, LOG_FILE);
@@ -244,8 +266,8 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
       const started = Date.now();
       try {
         execFileSync(
-          bin.initdb,
-          ["-D", pgDir, "-U", USER, "--auth=scram-sha-256", `--pwfile=${pwfile}`, "--encoding=UTF8", "--locale=C", "--no-instructions"],
+          prefix[0] ?? bin.initdb,
+          [...prefix.slice(1), ...(prefix.length ? [bin.initdb] : []), "-D", pgDir, "-U", USER, "--auth=scram-sha-256", `--pwfile=${pwfile}`, "--encoding=UTF8", "--locale=C", "--no-instructions"],
           { ...spawnIds, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, LC_ALL: "C" } },
         );
       } catch (err) {
@@ -278,7 +300,7 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
     const child: ChildProcess = spawn(
       "/bin/sh",
       [
-        "-c", WATCHDOG, "embedded-postgres", logPath, bin.postgres,
+        "-c", WATCHDOG, "embedded-postgres", logPath, ...prefix, bin.postgres,
         "-D", pgDir, "-p", String(port),
         "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
         "-c", "max_connections=200", "-c", "huge_pages=off",

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/heartbeats/v1/heartbeats.proto.
  */
 export const file_warroom_heartbeats_v1_heartbeats: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIocCCglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJQg8KDV9sYXN0X3NlZW5fYXQibwoYUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiEKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAUSFQoNZ3JhY2Vfc2Vjb25kcxgEIAEoBSJDChVMaXN0SGVhcnRiZWF0c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCSJ4ChZMaXN0SGVhcnRiZWF0c1Jlc3BvbnNlEjQKCmhlYXJ0YmVhdHMYASADKAsyIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIjAKE0dldEhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiugEKFlVwZGF0ZUhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkSJgoZZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kcxgDIAEoBUgAiAEBEhoKDWdyYWNlX3NlY29uZHMYBCABKAVIAYgBARIRCgloZWFydGJlYXQYBSABKAlCHAoaX2V4cGVjdGVkX2ludGVydmFsX3NlY29uZHNCEAoOX2dyYWNlX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSIoCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSIOCgxTd2VlcFJlcXVlc3QisgEKDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBRIRCglkZWxpdmVyZWQYAyABKAUSEgoKc3VwcHJlc3NlZBgEIAEoBRIPCgdyZXN1bWVkGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIbChNkZXRlY3RfbWlsbGlzZWNvbmRzGAcgASgFEhwKFGRlbGl2ZXJfbWlsbGlzZWNvbmRzGAggASgFMvwGChFIZWFydGJlYXRzU2VydmljZRKGAQoRUmVnaXN0ZXJIZWFydGJlYXQSLy53YXJyb29tLmhlYXJ0YmVhdHMudjEuUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIegtPkkwIYOgEqIhMvby97b3JnfS9oZWFydGJlYXRzEooBCg5MaXN0SGVhcnRiZWF0cxIsLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1JlcXVlc3QaLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXNwb25zZSIbgtPkkwIVEhMvby97b3JnfS9oZWFydGJlYXRzEoABCgxHZXRIZWFydGJlYXQSKi53YXJyb29tLmhlYXJ0YmVhdHMudjEuR2V0SGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiIoLT5JMCHBIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SjgEKD1VwZGF0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5VcGRhdGVIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIqgtPkkwIkOgEqMh8vby97b3JnfS9oZWFydGJlYXRzL3toZWFydGJlYXR9EnwKD0RlbGV0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5EZWxldGVIZWFydGJlYXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiKC0+STAhwqGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EmsKBFBpbmcSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiJ4LT5JMCISIfL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZxJSCgVTd2VlcBIjLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlcXVlc3QaJC53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXNwb25zZWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIrUECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZSLIAQoITGFzdFBpbmcSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAiABKAkSGAoLZXhpdF9zdGF0dXMYAyABKAVIAIgBARIYCgtydW5fc2Vjb25kcxgEIAEoAUgBiAEBEgwKBGJvZHkYBSABKAkSEAoIYm9keV9jdXQYBiABKAgSEgoKYm9keV9ieXRlcxgHIAEoBUIOCgxfZXhpdF9zdGF0dXNCDgoMX3J1bl9zZWNvbmRzIukBChhSZWdpc3RlckhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkSIQoZZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kcxgDIAEoBRIVCg1ncmFjZV9zZWNvbmRzGAQgASgFEhUKCHNjaGVkdWxlGAUgASgJSACIAQESFQoIdGltZXpvbmUYBiABKAlIAYgBARIcCg9tYXhfcnVuX3NlY29uZHMYByABKAVIAogBAUILCglfc2NoZWR1bGVCCwoJX3RpbWV6b25lQhIKEF9tYXhfcnVuX3NlY29uZHMiQwoVTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkieAoWTGlzdEhlYXJ0YmVhdHNSZXNwb25zZRI0CgpoZWFydGJlYXRzGAEgAygLMiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciIwChNHZXRIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIrQCChZVcGRhdGVIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiYKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAVIAIgBARIaCg1ncmFjZV9zZWNvbmRzGAQgASgFSAGIAQESEQoJaGVhcnRiZWF0GAUgASgJEhUKCHNjaGVkdWxlGAYgASgJSAKIAQESFQoIdGltZXpvbmUYByABKAlIA4gBARIcCg9tYXhfcnVuX3NlY29uZHMYCCABKAVIBIgBAUIcChpfZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kc0IQCg5fZ3JhY2Vfc2Vjb25kc0ILCglfc2NoZWR1bGVCCwoJX3RpbWV6b25lQhIKEF9tYXhfcnVuX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJsCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzaWduYWwYAyABKAkSDgoGcnVuX2lkGAQgASgJEgwKBGJvZHkYBSABKAwSFAoMY29udGVudF90eXBlGAYgASgJIi0KEExpc3RQaW5nc1JlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiRQoRTGlzdFBpbmdzUmVzcG9uc2USMAoFcGluZ3MYASADKAsyIS53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlY29yZCLiAQoKUGluZ1JlY29yZBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgCIAEoCRIYCgtydW5fc2Vjb25kcxgDIAEoAUgAiAEBEhgKC2V4aXRfc3RhdHVzGAQgASgFSAGIAQESFgoOY2xpZW50X2FkZHJlc3MYBSABKAkSEgoKYm9keV9ieXRlcxgGIAEoBRITCgZydW5faWQYByABKAlIAogBAUIOCgxfcnVuX3NlY29uZHNCDgoMX2V4aXRfc3RhdHVzQgkKB19ydW5faWQiDgoMU3dlZXBSZXF1ZXN0IrIBCg1Td2VlcFJlc3BvbnNlEg4KBnNpbGVudBgBIAEoBRIOCgZvcGVuZWQYAiABKAUSEQoJZGVsaXZlcmVkGAMgASgFEhIKCnN1cHByZXNzZWQYBCABKAUSDwoHcmVzdW1lZBgFIAEoBRIOCgZmYWlsZWQYBiABKAUSGwoTZGV0ZWN0X21pbGxpc2Vjb25kcxgHIAEoBRIcChRkZWxpdmVyX21pbGxpc2Vjb25kcxgIIAEoBTKQCQoRSGVhcnRiZWF0c1NlcnZpY2UShgEKEVJlZ2lzdGVySGVhcnRiZWF0Ei8ud2Fycm9vbS5oZWFydGJlYXRzLnYxLlJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiHoLT5JMCGDoBKiITL28ve29yZ30vaGVhcnRiZWF0cxKKAQoOTGlzdEhlYXJ0YmVhdHMSLC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0Gi0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RIZWFydGJlYXRzUmVzcG9uc2UiG4LT5JMCFRITL28ve29yZ30vaGVhcnRiZWF0cxKAAQoMR2V0SGVhcnRiZWF0Eioud2Fycm9vbS5oZWFydGJlYXRzLnYxLkdldEhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IiKC0+STAhwSGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9Eo4BCg9VcGRhdGVIZWFydGJlYXQSLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiKoLT5JMCJDoBKjIfL28ve29yZ30vaGVhcnRiZWF0cy97aGVhcnRiZWF0fRJ8Cg9EZWxldGVIZWFydGJlYXQSLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIigtPkkwIcKhovby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfRJxCgRQaW5nEiIud2Fycm9vbS5oZWFydGJlYXRzLnYxLlBpbmdSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ii2C0+STAic6BGJvZHkiHy9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9L3BpbmcSgAEKClBpbmdTaWduYWwSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiNoLT5JMCMDoEYm9keSIoL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZy97c2lnbmFsfRKIAQoJTGlzdFBpbmdzEicud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RQaW5nc1JlcXVlc3QaKC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdFBpbmdzUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZ3MSUgoFU3dlZXASIy53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXF1ZXN0GiQud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVzcG9uc2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.heartbeats.v1.Heartbeat
@@ -57,6 +57,49 @@ export type Heartbeat = Message<"warroom.heartbeats.v1.Heartbeat"> & {
    * @generated from field: string status = 7;
    */
   status: string;
+
+  /**
+   * A cron expression (5 fields or an @hourly-style alias) when the heartbeat follows a schedule;
+   * then expected_interval_seconds is 0.
+   *
+   * @generated from field: optional string schedule = 8;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * The IANA time zone the schedule is read in.
+   *
+   * @generated from field: optional string timezone = 9;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * A start not followed by an end within this many seconds opens a "ran too long" incident.
+   *
+   * @generated from field: optional int32 max_run_seconds = 10;
+   */
+  maxRunSeconds?: number | undefined;
+
+  /**
+   * The next time a ping is expected: the next scheduled time, or last ping + interval.
+   *
+   * @generated from field: google.protobuf.Timestamp next_expected_at = 11;
+   */
+  nextExpectedAt?: Timestamp | undefined;
+
+  /**
+   * The latest ping and what the job said with it.
+   *
+   * @generated from field: warroom.heartbeats.v1.LastPing last_ping = 12;
+   */
+  lastPing?: LastPing | undefined;
+
+  /**
+   * Set while a run that started has not ended.
+   *
+   * @generated from field: optional google.protobuf.Timestamp running_since = 13;
+   */
+  runningSince?: Timestamp | undefined;
 };
 
 /**
@@ -65,6 +108,61 @@ export type Heartbeat = Message<"warroom.heartbeats.v1.Heartbeat"> & {
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
   messageDesc(file_warroom_heartbeats_v1_heartbeats, 0);
+
+/**
+ * The latest ping of a heartbeat.
+ *
+ * @generated from message warroom.heartbeats.v1.LastPing
+ */
+export type LastPing = Message<"warroom.heartbeats.v1.LastPing"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * success, start or fail.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional int32 exit_status = 3;
+   */
+  exitStatus?: number | undefined;
+
+  /**
+   * Seconds from the start of the run this ping ended.
+   *
+   * @generated from field: optional double run_seconds = 4;
+   */
+  runSeconds?: number | undefined;
+
+  /**
+   * The first 10 KiB of the request body as text; body_cut says it was longer.
+   *
+   * @generated from field: string body = 5;
+   */
+  body: string;
+
+  /**
+   * @generated from field: bool body_cut = 6;
+   */
+  bodyCut: boolean;
+
+  /**
+   * @generated from field: int32 body_bytes = 7;
+   */
+  bodyBytes: number;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.LastPing.
+ * Use `create(LastPingSchema)` to create a new message.
+ */
+export const LastPingSchema: GenMessage<LastPing> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 1);
 
 /**
  * @generated from message warroom.heartbeats.v1.RegisterHeartbeatRequest
@@ -89,6 +187,23 @@ export type RegisterHeartbeatRequest = Message<"warroom.heartbeats.v1.RegisterHe
    * @generated from field: int32 grace_seconds = 4;
    */
   graceSeconds: number;
+
+  /**
+   * Instead of expected_interval_seconds: a cron schedule and its time zone (UTC when empty).
+   *
+   * @generated from field: optional string schedule = 5;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * @generated from field: optional string timezone = 6;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * @generated from field: optional int32 max_run_seconds = 7;
+   */
+  maxRunSeconds?: number | undefined;
 };
 
 /**
@@ -96,7 +211,7 @@ export type RegisterHeartbeatRequest = Message<"warroom.heartbeats.v1.RegisterHe
  * Use `create(RegisterHeartbeatRequestSchema)` to create a new message.
  */
 export const RegisterHeartbeatRequestSchema: GenMessage<RegisterHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 1);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 2);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListHeartbeatsRequest
@@ -127,7 +242,7 @@ export type ListHeartbeatsRequest = Message<"warroom.heartbeats.v1.ListHeartbeat
  * Use `create(ListHeartbeatsRequestSchema)` to create a new message.
  */
 export const ListHeartbeatsRequestSchema: GenMessage<ListHeartbeatsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 2);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 3);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListHeartbeatsResponse
@@ -151,7 +266,7 @@ export type ListHeartbeatsResponse = Message<"warroom.heartbeats.v1.ListHeartbea
  * Use `create(ListHeartbeatsResponseSchema)` to create a new message.
  */
 export const ListHeartbeatsResponseSchema: GenMessage<ListHeartbeatsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 3);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 4);
 
 /**
  * @generated from message warroom.heartbeats.v1.GetHeartbeatRequest
@@ -173,7 +288,7 @@ export type GetHeartbeatRequest = Message<"warroom.heartbeats.v1.GetHeartbeatReq
  * Use `create(GetHeartbeatRequestSchema)` to create a new message.
  */
 export const GetHeartbeatRequestSchema: GenMessage<GetHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 4);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 5);
 
 /**
  * @generated from message warroom.heartbeats.v1.UpdateHeartbeatRequest
@@ -208,6 +323,25 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
    * @generated from field: string heartbeat = 5;
    */
   heartbeat: string;
+
+  /**
+   * Switches to (or changes) a cron schedule; expected_interval_seconds switches back.
+   *
+   * @generated from field: optional string schedule = 6;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * @generated from field: optional string timezone = 7;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * 0 removes the limit.
+   *
+   * @generated from field: optional int32 max_run_seconds = 8;
+   */
+  maxRunSeconds?: number | undefined;
 };
 
 /**
@@ -215,7 +349,7 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
  * Use `create(UpdateHeartbeatRequestSchema)` to create a new message.
  */
 export const UpdateHeartbeatRequestSchema: GenMessage<UpdateHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 5);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 6);
 
 /**
  * @generated from message warroom.heartbeats.v1.DeleteHeartbeatRequest
@@ -237,7 +371,7 @@ export type DeleteHeartbeatRequest = Message<"warroom.heartbeats.v1.DeleteHeartb
  * Use `create(DeleteHeartbeatRequestSchema)` to create a new message.
  */
 export const DeleteHeartbeatRequestSchema: GenMessage<DeleteHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 6);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 7);
 
 /**
  * @generated from message warroom.heartbeats.v1.PingRequest
@@ -252,6 +386,32 @@ export type PingRequest = Message<"warroom.heartbeats.v1.PingRequest"> & {
    * @generated from field: string name = 2;
    */
   name: string;
+
+  /**
+   * From the path of PingSignal: start, fail or an exit status; empty for a plain ping.
+   *
+   * @generated from field: string signal = 3;
+   */
+  signal: string;
+
+  /**
+   * A UUID pairing the start and the end of one run (query parameter `run_id`).
+   *
+   * @generated from field: string run_id = 4;
+   */
+  runId: string;
+
+  /**
+   * What the job sent: only its first 10 KiB are kept, as text.
+   *
+   * @generated from field: bytes body = 5;
+   */
+  body: Uint8Array;
+
+  /**
+   * @generated from field: string content_type = 6;
+   */
+  contentType: string;
 };
 
 /**
@@ -259,7 +419,97 @@ export type PingRequest = Message<"warroom.heartbeats.v1.PingRequest"> & {
  * Use `create(PingRequestSchema)` to create a new message.
  */
 export const PingRequestSchema: GenMessage<PingRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 7);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 8);
+
+/**
+ * @generated from message warroom.heartbeats.v1.ListPingsRequest
+ */
+export type ListPingsRequest = Message<"warroom.heartbeats.v1.ListPingsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.ListPingsRequest.
+ * Use `create(ListPingsRequestSchema)` to create a new message.
+ */
+export const ListPingsRequestSchema: GenMessage<ListPingsRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+
+/**
+ * @generated from message warroom.heartbeats.v1.ListPingsResponse
+ */
+export type ListPingsResponse = Message<"warroom.heartbeats.v1.ListPingsResponse"> & {
+  /**
+   * @generated from field: repeated warroom.heartbeats.v1.PingRecord pings = 1;
+   */
+  pings: PingRecord[];
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.ListPingsResponse.
+ * Use `create(ListPingsResponseSchema)` to create a new message.
+ */
+export const ListPingsResponseSchema: GenMessage<ListPingsResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+
+/**
+ * One ping as the history shows it.
+ *
+ * @generated from message warroom.heartbeats.v1.PingRecord
+ */
+export type PingRecord = Message<"warroom.heartbeats.v1.PingRecord"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * success, start or fail.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional double run_seconds = 3;
+   */
+  runSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 exit_status = 4;
+   */
+  exitStatus?: number | undefined;
+
+  /**
+   * @generated from field: string client_address = 5;
+   */
+  clientAddress: string;
+
+  /**
+   * @generated from field: int32 body_bytes = 6;
+   */
+  bodyBytes: number;
+
+  /**
+   * @generated from field: optional string run_id = 7;
+   */
+  runId?: string | undefined;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.PingRecord.
+ * Use `create(PingRecordSchema)` to create a new message.
+ */
+export const PingRecordSchema: GenMessage<PingRecord> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepRequest
@@ -272,7 +522,7 @@ export type SweepRequest = Message<"warroom.heartbeats.v1.SweepRequest"> & {
  * Use `create(SweepRequestSchema)` to create a new message.
  */
 export const SweepRequestSchema: GenMessage<SweepRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 8);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepResponse
@@ -338,7 +588,7 @@ export type SweepResponse = Message<"warroom.heartbeats.v1.SweepResponse"> & {
  * Use `create(SweepResponseSchema)` to create a new message.
  */
 export const SweepResponseSchema: GenMessage<SweepResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
 
 /**
  * Registered jobs that ping; a sweep opens an incident for each one that falls silent.
@@ -387,7 +637,8 @@ export const HeartbeatsService: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * Authenticated by the organization's ingest token; answers 204 over HTTP.
+   * Authenticated by the organization's ingest token; answers 204 over HTTP. The request body
+   * (what the job printed) is kept, its first 10 KiB.
    *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.Ping
    */
@@ -395,6 +646,26 @@ export const HeartbeatsService: GenService<{
     methodKind: "unary";
     input: typeof PingRequestSchema;
     output: typeof EmptySchema;
+  },
+  /**
+   * The same ping with a signal: `start`, `fail`, or the job's exit status (0 is success).
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingSignal
+   */
+  pingSignal: {
+    methodKind: "unary";
+    input: typeof PingRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * The last 100 pings of a heartbeat, newest first.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.ListPings
+   */
+  listPings: {
+    methodKind: "unary";
+    input: typeof ListPingsRequestSchema;
+    output: typeof ListPingsResponseSchema;
   },
   /**
    * Internal and operator: runs one silence sweep now and reports what it did.
