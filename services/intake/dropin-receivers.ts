@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type {
@@ -10,6 +10,7 @@ import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
 import { parseTriggerBody } from "./request-body.js";
+import { IDEMPOTENCY_KEY_HEADER, type TriggerRoute } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
 import type { AlertDelivery, MappedDelivery } from "./sources/index.js";
 import * as opsgenie from "./sources/opsgenie.js";
@@ -37,7 +38,8 @@ export interface DropinDeps {
   sql: Sql;
   clients: Clients;
   ingestTokens: { resolve(token: string, signal?: AbortSignal): Promise<Organization> };
-  deliver(org: Organization, source: string, mapped: MappedDelivery, context: HandlerContext): Promise<DeliveredAnswer>;
+  /** The shared delivery path: retry recognition (`Idempotency-Key`), the incident core, metrics. */
+  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<DeliveredAnswer>;
   audit(org: Organization, kind: string, data: JsonObject): Promise<void>;
 }
 
@@ -71,6 +73,16 @@ const STATUS_TEXT: Record<string, Record<string, string>> = {
   Close: { recorded: "Closed alert; recorded as a recovery, the incident stays open", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
   Acknowledge: { recorded: "Acknowledged alert", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
 };
+
+/**
+ * The dedup key of a trigger that carries none: random, as PagerDuty's, except for a retry the
+ * sender marks with `Idempotency-Key`, which must get back the key of the first post.
+ */
+function generatedDedupKey(org: Organization, context: HandlerContext): string {
+  const idempotencyKey = context.requestHeader.get(IDEMPOTENCY_KEY_HEADER)?.trim();
+  if (!idempotencyKey) return randomBytes(16).toString("hex");
+  return createHash("sha256").update(JSON.stringify([org.id, idempotencyKey])).digest("hex").slice(0, 32);
+}
 
 function elapsedSeconds(started: number): number {
   return Math.round(performance.now() - started) / 1000;
@@ -180,7 +192,7 @@ export function createDropinReceivers(deps: DropinDeps) {
     const requestId = await beginRequest(org, opsgenieAction, identifierType === "alias" ? req.identifier : "");
     // An identifier that names nothing is still accepted, as Opsgenie does; the request status
     // says the alert does not exist.
-    const answer: DeliveredAnswer = attachIdentity === null ? { outcome: "ignored" } : await deliver(org, opsgenie.badge, delivery, context);
+    const answer: DeliveredAnswer = attachIdentity === null ? { outcome: "ignored" } : await deliver(org, "opsgenie", opsgenie.badge, body, delivery, context);
     await finishRequest(requestId, opsgenieAction, answer, attachIdentity);
     return { result: OPSGENIE_ACCEPTED, took: elapsedSeconds(started), requestId };
   }
@@ -189,8 +201,8 @@ export function createDropinReceivers(deps: DropinDeps) {
     async enqueuePagerDutyEvent(req: DeliverRequest, context: HandlerContext) {
       const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
       const org = await pagerDutyOrg(body, context);
-      const mapped = mapPagerDuty(() => pagerDuty.mapEvent(body, { receivedAt: new Date(), newDedupKey: () => randomBytes(16).toString("hex") }));
-      await deliver(org, pagerDuty.badge, mapped.delivery, context);
+      const mapped = mapPagerDuty(() => pagerDuty.mapEvent(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
+      await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
       return { status: "success", message: PAGERDUTY_PROCESSED, dedupKey: mapped.dedupKey };
     },
 
@@ -201,7 +213,7 @@ export function createDropinReceivers(deps: DropinDeps) {
       const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: pagerDuty.badge }, { signal: context.signal });
       let answer: DeliveredAnswer = { outcome: "ignored" };
       if (open.incidentId !== undefined) {
-        answer = await deliver(org, pagerDuty.badge, { alert: { ...delivery.alert, attachIdentity: open.attachIdentity } }, context);
+        answer = await deliver(org, "pagerduty", pagerDuty.badge, body, { alert: { ...delivery.alert, attachIdentity: open.attachIdentity } }, context);
       }
       // No open incident (or it was resolved in between): the change is kept in the audit log.
       if (answer.outcome === "ignored") {
@@ -221,7 +233,7 @@ export function createDropinReceivers(deps: DropinDeps) {
       const body = parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
       const mapped = mapOpsgenie(() => opsgenie.mapCreate(body, { receivedAt: new Date() }));
       const requestId = await beginRequest(org, "Create", mapped.alias);
-      const answer = await deliver(org, opsgenie.badge, mapped.delivery, context);
+      const answer = await deliver(org, "opsgenie", opsgenie.badge, body, mapped.delivery, context);
       await finishRequest(requestId, "Create", answer, mapped.delivery.alert.attachIdentity ?? null);
       return { result: OPSGENIE_ACCEPTED, took: elapsedSeconds(started), requestId };
     },

@@ -18,8 +18,8 @@ import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js"
 import { createLogger, type Logger } from "./logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
 import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
 import { createProbes } from "./probes.js";
@@ -123,7 +123,8 @@ async function startServices(
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
-  const clients = createClients(deferred.transport);
+  // Calls made while serving a call get its remaining budget and end when it is given up.
+  const clients = createClients(withCallerDeadline(deferred.transport));
 
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];

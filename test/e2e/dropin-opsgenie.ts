@@ -81,6 +81,21 @@ export function opsgenieSuite(ctx: DropinContext): void {
     expect(after.timeline[3]).toMatchObject({ summary: "The 5xx ratio is back under 5%" });
   });
 
+  it("a retried create with the same Idempotency-Key records nothing more", async () => {
+    const message = unique("og idempotent");
+    const post = () =>
+      callApi(ctx.app.url, "POST", "/v2/alerts", {
+        headers: { "content-type": "application/json", authorization: `GenieKey ${ctx.creds.ingestToken}`, "idempotency-key": `retry-${message}` },
+        raw: JSON.stringify({ message }),
+      });
+    const [first, second] = [await post(), await post()];
+    expect([first.status, second.status]).toEqual([202, 202]);
+    expect((await status(second.body.requestId)).body.data).toMatchObject({ alertId: (await status(first.body.requestId)).body.data.alertId, outcome: "opened" });
+    const rows = await byTitle(message);
+    expect(rows).toHaveLength(1);
+    expect((await getIncident(ctx.app, ctx.creds.owner, rows[0].id)).timeline.map((e: any) => e.kind)).toEqual(["opened"]);
+  });
+
   it("without an alias the message is the identity; P1..P5 map onto sev1..sev4", async () => {
     const message = unique("Disk 95% full");
     await create({ message });

@@ -70,6 +70,18 @@ export function pagerDutySuite(ctx: DropinContext): void {
     expect(await byTitle(summary)).toHaveLength(2);
   });
 
+  it("a retry with the same Idempotency-Key gets the same generated dedup key and records nothing more", async () => {
+    const summary = unique("idempotent");
+    const body = JSON.stringify(event("events-v2-trigger-minimal.json", { payload: { summary, source: "h", severity: "info" } }));
+    const post = () => callApi(ctx.app.url, "POST", "/v2/enqueue", { headers: { "content-type": "application/json", "idempotency-key": `retry-${summary}` }, raw: body });
+    const [first, second] = [await post(), await post()];
+    expect(first.status).toBe(202);
+    expect(second.body).toEqual(first.body);
+    const rows = await byTitle(summary);
+    expect(rows).toHaveLength(1);
+    expect((await getIncident(ctx.app, ctx.creds.owner, rows[0].id)).timeline.map((e: any) => e.kind)).toEqual(["opened"]);
+  });
+
   it("acknowledge or resolve with nothing open is accepted and records nothing", async () => {
     const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
     for (const name of ["events-v2-acknowledge.json", "events-v2-resolve.json"]) {
