@@ -8,6 +8,7 @@ import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
+import { dropinBodyLimit, dropinTooLarge } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
 
@@ -72,10 +73,13 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
       httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
     });
-    const limit = BODY_LIMITS[methodKey(route.method) as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
+    const key = methodKey(route.method);
+    const limit = dropinBodyLimit(key) ?? BODY_LIMITS[key as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
     const body = await readBody(req, limit);
     if (body === "too-large") {
-      sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
+      const dropin = dropinTooLarge(key, limit, { requestId, took: (performance.now() - started) / 1000 });
+      if (dropin) sendJson(res, dropin.status, dropin.body, { ...dropin.headers, connection: "close" });
+      else sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
       return true;
     }
     let input;
@@ -122,7 +126,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     } catch (err) {
       const connectError = ConnectError.from(err);
       if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
-      const answer = errorAnswer(route.method, connectError);
+      const answer = errorAnswer(route.method, connectError, { requestId, took: (performance.now() - started) / 1000 });
       if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], msg: connectError.rawMessage }, "call failed");
       else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
       sendJson(res, answer.status, answer.body, answer.headers);

@@ -34,5 +34,27 @@ export const migrations: Migration[] = [
       create index retry_keys_created_at on intake.retry_keys (created_at);
     `,
   },
+  {
+    id: 4,
+    name: "opsgenie request statuses",
+    sql: `
+      create table intake.opsgenie_requests (
+        request_id uuid primary key,
+        org_id uuid not null,
+        action text not null,
+        alias text not null default '',
+        state text not null check (state in ('processing', 'processed')),
+        outcome text,
+        is_success boolean,
+        status text,
+        alert_id uuid,
+        attach_identity text,
+        created_at timestamptz not null default now(),
+        processed_at timestamptz
+      );
+      create index opsgenie_requests_by_alert on intake.opsgenie_requests (org_id, alert_id, created_at desc) where alert_id is not null;
+      create index opsgenie_requests_by_age on intake.opsgenie_requests (created_at);
+    `,
+  },
   ...outboxUpgrades("intake"),
 ];

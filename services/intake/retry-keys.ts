@@ -24,7 +24,8 @@ import type { MappedDelivery } from "./sources/index.js";
 export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
 export const ERROR_TRACKER_REQUEST_ID_HEADER = "request-id";
 
-export type TriggerRoute = "shared" | "alertrouter" | "chat";
+/** `pagerduty` and `opsgenie` (the drop-in receivers) are recognized by `Idempotency-Key` only. */
+export type TriggerRoute = "shared" | "alertrouter" | "chat" | "pagerduty" | "opsgenie";
 
 export function retryKeyOf(route: TriggerRoute, body: unknown, mapped: MappedDelivery, header: Headers): string | undefined {
   const idempotencyKey = header.get(IDEMPOTENCY_KEY_HEADER)?.trim();

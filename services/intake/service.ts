@@ -12,6 +12,7 @@ import { detachedFromCancellation } from "../runtime/request-context.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
+import { createDropinReceivers } from "./dropin-receivers.js";
 import { migrations } from "./migrations.js";
 import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
@@ -132,7 +133,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     return answer(result, mapped.alert);
   }
 
+  const dropin = createDropinReceivers({ sql, clients, ingestTokens, deliver, audit });
+
   const impl = {
+    ...dropin,
     async deliver(req: DeliverRequest, context: HandlerContext) {
       const authorization = context.requestHeader.get("authorization");
       const token = bearerToken(authorization);
@@ -148,7 +152,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
 
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
       const org = await clients.identity.resolveReceiverSecret(
-        { kind: "alertrouter", secret: context.requestHeader.get("x-service-alertrouter-secret") ?? "", orgSlug: "" },
+        { kind: "alertrouter", secret: alertRouterSecret(context), orgSlug: "" },
         { signal: context.signal, headers: forwardedFor(context) },
       );
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
@@ -211,6 +215,16 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   };
 }
 
+const REFUSAL_SOURCE: Record<string, string> = {
+  deliverChat: "chat",
+  deliverAlertRouter: "alert-router",
+  enqueuePagerDutyEvent: "pagerduty-events",
+  enqueuePagerDutyChange: "pagerduty-events",
+  createOpsgenieAlert: "opsgenie",
+  closeOpsgenieAlert: "opsgenie",
+  acknowledgeOpsgenieAlert: "opsgenie",
+};
+
 const FORGET_EVERY_MS = 10 * 60_000;
 
 /** The answer a retry gets back: the first delivery's, as plain JSON. */
@@ -244,7 +258,11 @@ function heldAnswer(answer: {
 function countRefusals<T extends Record<string, (...args: never[]) => Promise<unknown>>>(handlers: T): T {
   const counted: Record<string, unknown> = {};
   for (const [name, handler] of Object.entries(handlers)) {
-    const source = name === "deliverChat" ? "chat" : name === "deliverAlertRouter" ? "alert-router" : "shared";
+    if (name === "getOpsgenieRequestStatus") {
+      counted[name] = handler;
+      continue;
+    }
+    const source = REFUSAL_SOURCE[name] ?? "shared";
     counted[name] = async (...args: never[]) => {
       try {
         return await handler(...args);
@@ -256,6 +274,15 @@ function countRefusals<T extends Record<string, (...args: never[]) => Promise<un
     };
   }
   return counted as T;
+}
+
+/**
+ * The alert-router's secret: the `x-service-alertrouter-secret` header, or `Authorization: Bearer`
+ * (what Alertmanager before 0.28 can send, through `http_config.authorization`). Either way a
+ * wrong or missing one gets the same uniform 401.
+ */
+function alertRouterSecret(context: HandlerContext): string {
+  return context.requestHeader.get("x-service-alertrouter-secret") ?? bearerToken(context.requestHeader.get("authorization")) ?? "";
 }
 
 function forwardedFor(context: HandlerContext): Record<string, string> {

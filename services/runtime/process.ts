@@ -12,6 +12,7 @@ import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
+import { registerGrpcReflection } from "./grpc-reflection.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -191,6 +192,7 @@ async function startServices(
       registerLocal(exposed);
       for (const service of remoteServices) registerForwarding(exposed, service, transport);
       registerGrpcHealth(r, probes);
+      registerGrpcReflection(r, [...modules.flatMap((module) => module.services), ...remoteServices]);
     },
     fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
   });

@@ -111,7 +111,7 @@ export function chatFailureSuite(ctx: FailureContext): void {
  * database refuses every open and attach). Separate processes: the incidents process is stopped,
  * so nothing answers its NATS subjects. Returns how to undo it.
  */
-async function breakTheIncidentCore(ctx: FailureContext, db: postgres.Sql): Promise<() => Promise<void>> {
+export async function breakTheIncidentCore(ctx: FailureContext, db: postgres.Sql): Promise<() => Promise<void>> {
   if (!ctx.app.cluster) {
     await db`alter table incidents.timeline_entries rename to timeline_entries_unavailable`;
     return async () => {

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCLzAwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQESIQoUdGltZWxpbmVfbmV4dF9jdXJzb3IYDSABKAlIA4gBAUIOCgxfcmVzb2x2ZWRfYXRCDgoMX2FyY2hpdmVkX2F0Qg4KDF9ydW5ib29rX3VybEIXChVfdGltZWxpbmVfbmV4dF9jdXJzb3IimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IjsKFEluY2lkZW50U3RhdGVSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCSImChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkiUQoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJ0ChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiUwoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEi4KCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5IsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi0AEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIiwKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCSJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkyrQ0KEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCLzAwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQESIQoUdGltZWxpbmVfbmV4dF9jdXJzb3IYDSABKAlIA4gBAUIOCgxfcmVzb2x2ZWRfYXRCDgoMX2FyY2hpdmVkX2F0Qg4KDF9ydW5ib29rX3VybEIXChVfdGltZWxpbmVfbmV4dF9jdXJzb3IimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IjcKFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSDgoGc291cmNlGAIgASgJIlsKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAlCDgoMX2luY2lkZW50X2lkIjsKFEluY2lkZW50U3RhdGVSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCSImChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkiUQoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJ0ChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiUwoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEi4KCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5IsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi0AEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIiwKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCSJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkymg4KEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH1iBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -44,7 +44,8 @@ export const EntitySchema: GenMessage<Entity> = /*@__PURE__*/
  */
 export type TimelineEntry = Message<"warroom.incidents.v1.TimelineEntry"> & {
   /**
-   * opened, repeat, recovery, no_data, resumed, update_sent, update_simulated, resolved, archived.
+   * opened, repeat, recovery, no_data, resumed, acknowledged, change, update_sent,
+   * update_simulated, resolved, archived.
    *
    * @generated from field: string kind = 1;
    */
@@ -205,7 +206,7 @@ export type Alert = Message<"warroom.incidents.v1.Alert"> & {
   eventId: string;
 
   /**
-   * alert, recovery, no_data or resumed.
+   * alert, recovery, no_data, resumed, acknowledge or change.
    *
    * @generated from field: string kind = 4;
    */
@@ -453,6 +454,52 @@ export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest> = /*
   messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
+ * @generated from message warroom.incidents.v1.FindLatestOpenRequest
+ */
+export type FindLatestOpenRequest = Message<"warroom.incidents.v1.FindLatestOpenRequest"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string source = 2;
+   */
+  source: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.FindLatestOpenRequest.
+ * Use `create(FindLatestOpenRequestSchema)` to create a new message.
+ */
+export const FindLatestOpenRequestSchema: GenMessage<FindLatestOpenRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
+
+/**
+ * @generated from message warroom.incidents.v1.FindLatestOpenResponse
+ */
+export type FindLatestOpenResponse = Message<"warroom.incidents.v1.FindLatestOpenResponse"> & {
+  /**
+   * Unset when no incident of the source is open.
+   *
+   * @generated from field: optional string incident_id = 1;
+   */
+  incidentId?: string | undefined;
+
+  /**
+   * @generated from field: string attach_identity = 2;
+   */
+  attachIdentity: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.FindLatestOpenResponse.
+ * Use `create(FindLatestOpenResponseSchema)` to create a new message.
+ */
+export const FindLatestOpenResponseSchema: GenMessage<FindLatestOpenResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
+
+/**
  * @generated from message warroom.incidents.v1.IncidentStateRequest
  */
 export type IncidentStateRequest = Message<"warroom.incidents.v1.IncidentStateRequest"> & {
@@ -472,7 +519,7 @@ export type IncidentStateRequest = Message<"warroom.incidents.v1.IncidentStateRe
  * Use `create(IncidentStateRequestSchema)` to create a new message.
  */
 export const IncidentStateRequestSchema: GenMessage<IncidentStateRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateResponse
@@ -491,7 +538,7 @@ export type IncidentStateResponse = Message<"warroom.incidents.v1.IncidentStateR
  * Use `create(IncidentStateResponseSchema)` to create a new message.
  */
 export const IncidentStateResponseSchema: GenMessage<IncidentStateResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -529,7 +576,7 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -553,7 +600,7 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -589,7 +636,7 @@ export type ListTimelineRequest = Message<"warroom.incidents.v1.ListTimelineRequ
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -613,7 +660,7 @@ export type ListTimelineResponse = Message<"warroom.incidents.v1.ListTimelineRes
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -635,7 +682,7 @@ export type GetIncidentRequest = Message<"warroom.incidents.v1.GetIncidentReques
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -657,7 +704,7 @@ export type ResolveIncidentRequest = Message<"warroom.incidents.v1.ResolveIncide
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -679,7 +726,7 @@ export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncide
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -705,7 +752,7 @@ export type MaintenanceMatch = Message<"warroom.incidents.v1.MaintenanceMatch"> 
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -742,7 +789,7 @@ export type MaintenanceWindow = Message<"warroom.incidents.v1.MaintenanceWindow"
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -779,7 +826,7 @@ export type CreateMaintenanceWindowRequest = Message<"warroom.incidents.v1.Creat
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -796,7 +843,7 @@ export type ListMaintenanceWindowsRequest = Message<"warroom.incidents.v1.ListMa
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -813,7 +860,7 @@ export type ListMaintenanceWindowsResponse = Message<"warroom.incidents.v1.ListM
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -835,7 +882,7 @@ export type DeleteMaintenanceWindowRequest = Message<"warroom.incidents.v1.Delet
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -885,6 +932,17 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof AppendTimelineRequestSchema;
     output: typeof TimelineEntrySchema;
+  },
+  /**
+   * Internal: the most recently opened open incident of a source badge, for deliveries that name
+   * no alert of their own (PagerDuty change events).
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.FindLatestOpen
+   */
+  findLatestOpen: {
+    methodKind: "unary";
+    input: typeof FindLatestOpenRequestSchema;
+    output: typeof FindLatestOpenResponseSchema;
   },
   /**
    * Internal: the state of an incident (open, resolved, archived), for intake to tell whether a

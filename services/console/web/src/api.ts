@@ -205,4 +205,6 @@ export const SOURCE_BADGES = [
   "alert-router",
   "chat",
   "heartbeat",
+  "pagerduty-events",
+  "opsgenie",
 ] as const;

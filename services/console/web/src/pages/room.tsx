@@ -12,6 +12,8 @@ const KIND_LABELS: Record<string, string> = {
   recovery: "Recovery",
   no_data: "No-data repeat",
   resumed: "Resumed",
+  acknowledged: "Acknowledged",
+  change: "Change",
   update_sent: "Update sent",
   update_simulated: "Update simulated",
   resolved: "Resolved",
