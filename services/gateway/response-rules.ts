@@ -1,5 +1,6 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
+import { dropinErrorAnswer, dropinSuccessStatus } from "./dropin-answers.js";
 
 /**
  * What the HTTP annotations cannot say: status codes chosen by outcome, and the error answers the
@@ -23,6 +24,8 @@ export function methodKey(method: DescMethod): string {
 
 export function successStatus(method: DescMethod, body: unknown): number {
   const key = methodKey(method);
+  const dropin = dropinSuccessStatus(key);
+  if (dropin !== undefined) return dropin;
   if (TRIGGER_METHODS.has(key)) {
     const opened = (body as { outcome?: string }).outcome === "opened";
     if (!opened) return 200;
@@ -53,12 +56,14 @@ const CODE_TO_STATUS: Record<Code, number> = {
 
 export interface ErrorAnswer {
   status: number;
-  body: { error: string; details?: unknown };
+  body: { error: string; details?: unknown } | unknown;
   headers: Record<string, string>;
 }
 
-export function errorAnswer(method: DescMethod | undefined, err: ConnectError): ErrorAnswer {
+export function errorAnswer(method: DescMethod | undefined, err: ConnectError, context: { requestId: string; took: number } = { requestId: "", took: 0 }): ErrorAnswer {
   const key = method ? methodKey(method) : "";
+  const dropin = dropinErrorAnswer(key, err, context);
+  if (dropin) return dropin;
   const headers: Record<string, string> = {};
   const retryAfter = err.metadata.get("retry-after");
   if (retryAfter) headers["retry-after"] = retryAfter;

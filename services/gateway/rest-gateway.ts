@@ -6,7 +6,9 @@ import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
+import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
+import { dropinBodyLimit, dropinTooLarge } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
 
@@ -26,6 +28,9 @@ const FORWARDED_HEADERS = [
   "x-service-chat-secret",
   "x-amz-sns-message-type",
   "user-agent",
+  // Retry recognition (intake): a sender's own key, and the error-tracker's request id.
+  "idempotency-key",
+  "request-id",
 ];
 
 const CALL_TIMEOUT_MS = 15_000;
@@ -33,7 +38,7 @@ const CALL_TIMEOUT_MS = 15_000;
 export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
   const { routes, transport, logger } = options;
 
-  return async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
+  async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
     const match = matchRoute(routes, req.method ?? "GET", url.pathname);
     if (match === undefined) return false;
     const requestId = headerValue(req, "x-request-id") ?? randomUUID();
@@ -43,15 +48,38 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       return true;
     }
     const { route, params } = match;
+    if (!tracingEnabled()) return serve(req, res, url, route, params, requestId);
+    // The route's span continues the caller's trace (traceparent), and the answer names it.
+    return inSpan(
+      `${route.httpMethod} ${route.template}`,
+      {
+        kind: SpanKind.SERVER,
+        parent: extractContext(req.headers),
+        attributes: { "http.request.method": route.httpMethod, "http.route": route.template, "warroom.request_id": requestId },
+      },
+      async (span) => {
+        const traceparent = injectHeaders().traceparent;
+        if (traceparent) res.setHeader("traceparent", traceparent);
+        const handled = await serve(req, res, url, route, params, requestId);
+        span?.setAttribute("http.response.status_code", res.statusCode);
+        return handled;
+      },
+    );
+  }
+
+  async function serve(req: Request, res: Response, url: URL, route: Route, params: Record<string, string>, requestId: string): Promise<boolean> {
     const started = performance.now();
     res.on("finish", () => {
       httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
       httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
     });
-    const limit = BODY_LIMITS[methodKey(route.method) as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
+    const key = methodKey(route.method);
+    const limit = dropinBodyLimit(key) ?? BODY_LIMITS[key as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
     const body = await readBody(req, limit);
     if (body === "too-large") {
-      sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
+      const dropin = dropinTooLarge(key, limit, { requestId, took: (performance.now() - started) / 1000 });
+      if (dropin) sendJson(res, dropin.status, dropin.body, { ...dropin.headers, connection: "close" });
+      else sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
       return true;
     }
     let input;
@@ -98,13 +126,15 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     } catch (err) {
       const connectError = ConnectError.from(err);
       if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
-      const answer = errorAnswer(route.method, connectError);
+      const answer = errorAnswer(route.method, connectError, { requestId, took: (performance.now() - started) / 1000 });
       if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], msg: connectError.rawMessage }, "call failed");
       else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
       sendJson(res, answer.status, answer.body, answer.headers);
     }
     return true;
-  };
+  }
+
+  return handle;
 }
 
 function headerValue(req: Request, name: string): string | undefined {

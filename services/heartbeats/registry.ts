@@ -1,4 +1,5 @@
 import type { JsonObject } from "@bufbuild/protobuf";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
@@ -98,9 +99,15 @@ export function createRegistryHandlers(deps: {
 
     async listHeartbeats(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      // Paged by name, 1000 by default: an organization with a very large number of heartbeats
+      // gets them a page at a time rather than as one reply over the internal message limit.
+      const limit = pageLimit(req.limit, 1000, 10_000);
+      const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
       const rows = await sql<HeartbeatRow[]>`
-        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} order by name`;
-      return { heartbeats: rows.map(toHeartbeat) };
+        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} ${after === undefined ? sql`` : sql`and name > ${after}`}
+        order by name limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
+      return { heartbeats: page.map(toHeartbeat), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async getHeartbeat(req, context: HandlerContext) {

@@ -7,11 +7,13 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { EVENTS } from "../runtime/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 /**
  * Record: one normalized delivery becomes opened, attached, recorded, ignored or suppressed.
@@ -103,8 +105,11 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
    */
   async function writeInOneStatement(d: Delivery, events: EventPrefixes): Promise<Written> {
     const entityMatch = d.entity ? sql.json([{ kind: d.entity.kind, id: d.entity.id }]) : null;
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
     const data = d.data ? sql.json(d.data as never) : null;
+    const traceContext = currentTraceparent();
     const [row] = await sql<Written[]>`
       with win as (
         select w.id from incidents.maintenance_windows w
@@ -146,15 +151,18 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         from opened
         returning incident_id, at
       ), events as (
-        insert into incidents.outbox (subject, payload)
-        select ${EVENTS.incidentOpened.subject}::text, ${events.opened}::bytea || incidents.pb_timestamp_field(${OPENED_AT_FIELD}, o.opened_at) from opened o
+        insert into incidents.outbox (subject, payload, trace_context)
+        select ${EVENTS.incidentOpened.subject}::text, ${events.opened}::bytea || incidents.pb_timestamp_field(${OPENED_AT_FIELD}, o.opened_at), ${traceContext}::text
+        from opened o
         union all
         select ${EVENTS.timelineRecorded.subject}::text, ${events.openedEntry}::bytea
-               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at)
+               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
+               ${traceContext}::text
         from opened_entry e
         union all
         select ${EVENTS.timelineRecorded.subject}::text, ${events.entry}::bytea
-               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at)
+               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
+               ${traceContext}::text
         from entry e
       )
       select now() as db_now, (select id from win) as window_id, x.*
@@ -194,6 +202,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
   }
 
   async function suppress(d: Delivery, windowId: string, at: Date): Promise<RecordResponseInit> {
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     // Nothing opens, but an operator can still see what the window swallowed: the audit log.
     const data: JsonObject = {
       maintenanceWindowId: windowId,
@@ -205,7 +215,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       entity: d.entity ? { kind: d.entity.kind, id: d.entity.id } : null,
     };
     const audit = outboxRows.audit({ orgId: d.orgId, kind: AUDIT_KINDS.triggerSuppressed, actor: `trigger:${d.source}`, at, data });
-    await sql`insert into incidents.outbox (subject, payload) values (${audit.subject}, ${audit.payload})`;
+    await sql`insert into incidents.outbox (subject, payload, trace_context) values (${audit.subject}, ${audit.payload}, ${currentTraceparent()}::text)`;
     outbox.poke();
     return { outcome: OUTCOMES.suppressed, maintenanceWindowId: windowId, reason: REASONS.suppressed };
   }

@@ -5,6 +5,7 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
+import { createFindLatestOpenHandlers } from "./find-latest-open.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
@@ -26,6 +27,7 @@ export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDep
     ...recordHandlers,
     ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
+    ...createFindLatestOpenHandlers(deps),
     ...createListAndGetHandlers(deps),
     ...createResolveAndArchiveHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),

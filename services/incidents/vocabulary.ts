@@ -9,13 +9,19 @@ export const SOURCE_BADGES = [
   "alert-router",
   "chat",
   "heartbeat",
+  "pagerduty-events",
+  "opsgenie",
 ] as const;
 export type SourceBadge = (typeof SOURCE_BADGES)[number];
 
 export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
 
-/** What a delivery is: an alert opens or repeats; the others only record on an open incident. */
-export const ALERT_KINDS = ["alert", "recovery", "no_data", "resumed"] as const;
+/**
+ * What a delivery is: an alert opens or repeats; the others only record on an open incident.
+ * `acknowledge` (PagerDuty, Opsgenie) and `change` (PagerDuty change events) come only from the
+ * drop-in receivers; neither changes the incident's state.
+ */
+export const ALERT_KINDS = ["alert", "recovery", "no_data", "resumed", "acknowledge", "change"] as const;
 export type AlertKind = (typeof ALERT_KINDS)[number];
 
 export const INCIDENT_STATES = ["open", "resolved", "archived"] as const;
@@ -27,6 +33,8 @@ export const ENTRY_KIND_OF_DELIVERY: Record<AlertKind, string> = {
   recovery: "recovery",
   no_data: "no_data",
   resumed: "resumed",
+  acknowledge: "acknowledged",
+  change: "change",
 };
 
 /** Entries other services append through AppendTimeline (never a delivery, never a state change). */

@@ -15,5 +15,46 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("intake", 2),
+  {
+    id: 3,
+    name: "retry keys of deliveries",
+    sql: `
+      -- One row per delivery retry key of an organization (retry-recognition.ts): claimed by the
+      -- first delivery, answered once its work is done, held for a day.
+      create table intake.retry_keys (
+        org_id uuid not null,
+        key text not null,
+        token uuid not null,
+        state text not null check (state in ('working', 'answered')),
+        answer jsonb,
+        claimed_until timestamptz not null,
+        created_at timestamptz not null default now(),
+        primary key (org_id, key)
+      );
+      create index retry_keys_created_at on intake.retry_keys (created_at);
+    `,
+  },
+  {
+    id: 4,
+    name: "opsgenie request statuses",
+    sql: `
+      create table intake.opsgenie_requests (
+        request_id uuid primary key,
+        org_id uuid not null,
+        action text not null,
+        alias text not null default '',
+        state text not null check (state in ('processing', 'processed')),
+        outcome text,
+        is_success boolean,
+        status text,
+        alert_id uuid,
+        attach_identity text,
+        created_at timestamptz not null default now(),
+        processed_at timestamptz
+      );
+      create index opsgenie_requests_by_alert on intake.opsgenie_requests (org_id, alert_id, created_at desc) where alert_id is not null;
+      create index opsgenie_requests_by_age on intake.opsgenie_requests (created_at);
+    `,
+  },
   ...outboxUpgrades("intake"),
 ];

@@ -6,11 +6,16 @@ import { bearerToken } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
+import { annotate } from "../runtime/tracing.js";
+import { detachedFromCancellation } from "../runtime/request-context.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
+import { createDropinReceivers } from "./dropin-receivers.js";
 import { migrations } from "./migrations.js";
 import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
+import { createRetryRecognition } from "./retry-recognition.js";
 import { alertRouterSource, chatSource, PayloadError, recognizeTrigger, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
 
 /** The spec's limit on the chat receiver: calls per minute per organization. */
@@ -25,6 +30,8 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, sql, outbox, logger } = ctx;
   const chatLimit = createChatRateLimit(sql, CHAT_CALLS_PER_MINUTE);
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
+  const retries = createRetryRecognition(sql, logger);
+  let forgetTimer: NodeJS.Timeout | undefined;
 
   function mapOrRefuse(source: TriggerSource, body: unknown): MappedDelivery {
     try {
@@ -38,9 +45,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
     try {
-      return await clients.incidents.record(
-        { orgId: org.id, orgSlug: org.slug, alert },
-        { signal: context.signal, headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
+      // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
+      // the sender's retry, which would otherwise do the work again.
+      return await detachedFromCancellation(() =>
+        clients.incidents.record({ orgId: org.id, orgSlug: org.slug, alert }, { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } }),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;
@@ -72,10 +80,38 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     outbox.poke();
   }
 
-  async function deliver(org: Organization, source: string, mapped: MappedDelivery, context: HandlerContext) {
-    const answered = await deliverMapped(org, mapped, context);
+  /**
+   * Delivers once per retry key: a sender's retry, at the same time or up to a day later, gets
+   * the first delivery's answer instead of opening or recording again.
+   */
+  async function deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext) {
+    const answered = await deliverOnce(org, route, body, mapped, context);
     deliveries.inc({ source, outcome: answered.outcome });
+    annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
     return answered;
+  }
+
+  async function deliverOnce(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext) {
+    if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
+    const key = retryKeyOf(route, body, mapped, context.requestHeader);
+    if (!key) return deliverMapped(org, mapped, context);
+    return retries.once(org.id, key, async () => heldAnswer(await deliverMapped(org, mapped, context)), {
+      signal: context.signal,
+      stillValid: (held) => stillNamesOpenIncident(org, held),
+    });
+  }
+
+  /** A held answer naming an incident a person has since resolved or archived no longer stands. */
+  async function stillNamesOpenIncident(org: Organization, held: HeldAnswer): Promise<boolean> {
+    if (!held.incidentId) return true;
+    try {
+      const { state } = await clients.incidents.incidentState({ orgId: org.id, incidentId: held.incidentId });
+      return state === "open";
+    } catch (err) {
+      // Unsure: answering as before can never double an incident.
+      logger.warn({ err: String(err) }, "could not read an incident's state for a retried delivery");
+      return true;
+    }
   }
 
   async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext) {
@@ -94,7 +130,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     return answer(result, mapped.alert);
   }
 
+  const dropin = createDropinReceivers({ sql, clients, ingestTokens, deliver, audit });
+
   const impl = {
+    ...dropin,
     async deliver(req: DeliverRequest, context: HandlerContext) {
       const authorization = context.requestHeader.get("authorization");
       const token = bearerToken(authorization);
@@ -105,17 +144,17 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);
       const mapped = mapOrRefuse(source, body);
       if (mapped.alert?.source === "remote") await requireConnection(org, mapped.alert, context);
-      return deliver(org, source.badge, mapped, context);
+      return deliver(org, "shared", source.badge, body, mapped, context);
     },
 
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
       const org = await clients.identity.resolveReceiverSecret(
-        { kind: "alertrouter", secret: context.requestHeader.get("x-service-alertrouter-secret") ?? "", orgSlug: "" },
+        { kind: "alertrouter", secret: alertRouterSecret(context), orgSlug: "" },
         { signal: context.signal, headers: forwardedFor(context) },
       );
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
       if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
-      return deliver(org, alertRouterSource.badge, mapOrRefuse(alertRouterSource, body), context);
+      return deliver(org, "alertrouter", alertRouterSource.badge, body, mapOrRefuse(alertRouterSource, body), context);
     },
 
     async deliverChat(req: DeliverChatRequest, context: HandlerContext) {
@@ -132,7 +171,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
         return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
       }
       if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };
-      return deliver(org, chatSource.badge, mapOrRefuse(chatSource, body), context);
+      return deliver(org, "chat", chatSource.badge, body, mapOrRefuse(chatSource, body), context);
     },
   };
 
@@ -158,24 +197,89 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     register(router: ConnectRouter) {
       router.service(IntakeService, countRefusals(impl) as never);
     },
+    async start() {
+      const forget = () =>
+        retries.forgetExpired().then(
+          (count) => count > 0 && logger.debug({ count }, "forgot expired retry keys"),
+          (err: unknown) => logger.warn({ err }, "could not forget expired retry keys"),
+        );
+      forgetTimer = setInterval(forget, FORGET_EVERY_MS);
+      forgetTimer.unref();
+    },
+    async stop() {
+      clearInterval(forgetTimer);
+    },
   };
+}
+
+const REFUSAL_SOURCE: Record<string, string> = {
+  deliverChat: "chat",
+  deliverAlertRouter: "alert-router",
+  enqueuePagerDutyEvent: "pagerduty-events",
+  enqueuePagerDutyChange: "pagerduty-events",
+  createOpsgenieAlert: "opsgenie",
+  closeOpsgenieAlert: "opsgenie",
+  acknowledgeOpsgenieAlert: "opsgenie",
+};
+
+const FORGET_EVERY_MS = 10 * 60_000;
+
+/** The answer a retry gets back: the first delivery's, as plain JSON. */
+type HeldAnswer = {
+  outcome: string;
+  incidentId?: string;
+  entity?: { kind: string; id: string };
+  proposedSeverity?: string;
+  workspaceUrl?: string;
+  reason?: string;
+};
+
+function heldAnswer(answer: {
+  outcome: string;
+  incidentId?: string | undefined;
+  entity?: { kind?: string | undefined; id?: string | undefined } | undefined;
+  proposedSeverity?: string | undefined;
+  workspaceUrl?: string | undefined;
+  reason?: string | undefined;
+}): HeldAnswer {
+  const held: HeldAnswer = { outcome: answer.outcome };
+  if (answer.incidentId) held.incidentId = answer.incidentId;
+  if (answer.entity) held.entity = { kind: answer.entity.kind ?? "", id: answer.entity.id ?? "" };
+  if (answer.proposedSeverity) held.proposedSeverity = answer.proposedSeverity;
+  if (answer.workspaceUrl) held.workspaceUrl = answer.workspaceUrl;
+  if (answer.reason) held.reason = answer.reason;
+  return held;
 }
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */
 function countRefusals<T extends Record<string, (...args: never[]) => Promise<unknown>>>(handlers: T): T {
   const counted: Record<string, unknown> = {};
   for (const [name, handler] of Object.entries(handlers)) {
-    const source = name === "deliverChat" ? "chat" : name === "deliverAlertRouter" ? "alert-router" : "shared";
+    if (name === "getOpsgenieRequestStatus") {
+      counted[name] = handler;
+      continue;
+    }
+    const source = REFUSAL_SOURCE[name] ?? "shared";
     counted[name] = async (...args: never[]) => {
       try {
         return await handler(...args);
       } catch (err) {
         deliveries.inc({ source, outcome: "refused" });
+        annotate({ "warroom.outcome": "refused", "warroom.source": source });
         throw err;
       }
     };
   }
   return counted as T;
+}
+
+/**
+ * The alert-router's secret: the `x-service-alertrouter-secret` header, or `Authorization: Bearer`
+ * (what Alertmanager before 0.28 can send, through `http_config.authorization`). Either way a
+ * wrong or missing one gets the same uniform 401.
+ */
+function alertRouterSecret(context: HandlerContext): string {
+  return context.requestHeader.get("x-service-alertrouter-secret") ?? bearerToken(context.requestHeader.get("authorization")) ?? "";
 }
 
 function forwardedFor(context: HandlerContext): Record<string, string> {

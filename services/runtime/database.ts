@@ -3,12 +3,24 @@ import postgres from "postgres";
 import { lockDataDir, type DataDirLock } from "./data-dir-lock.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
 import type { Logger } from "./logger.js";
+import { tracedSql, tracingEnabled } from "./tracing.js";
+import { throwIfCallerGaveUp } from "./request-context.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
 
+export interface PoolStats {
+  max: number;
+  busy: number;
+  idle: number;
+  connecting: number;
+  waiting: number;
+}
+
 export interface Database {
   sql: Sql;
+  /** How full the connection pool is now (read on each metrics scrape). */
+  poolStats(): PoolStats;
   /** Whether this is the embedded database: a Postgres server this process runs in DATA_DIR. */
   embedded: boolean;
   /** The embedded server, when there is one. */
@@ -29,7 +41,7 @@ function openPool(connection: Connection, poolSize: number, applicationName = "w
     prepare: true,
     connection: { application_name: applicationName },
   };
-  return "url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options });
+  return guardTransactions("url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options }));
 }
 
 /**
@@ -41,7 +53,7 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
   if (options.url) {
     const connection = { url: options.url };
     const sql = openPool(connection, options.poolSize);
-    return { sql, embedded: false, connection, close: () => sql.end({ timeout: 5 }) };
+    return { sql: traced(sql), embedded: false, poolStats: () => poolStatsOf(sql), connection, close: () => sql.end({ timeout: 5 }) };
   }
 
   const lock: DataDirLock = lockDataDir(resolve(options.dataDir));
@@ -56,8 +68,9 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
   const sql = openPool(connection, options.poolSize);
   let closed: Promise<void> | undefined;
   return {
-    sql,
+    sql: traced(sql),
     embedded: true,
+    poolStats: () => poolStatsOf(sql),
     server,
     connection,
     close() {
@@ -89,5 +102,36 @@ export function openBackgroundPool(database: Database): { sql: Sql; close(): Pro
 
 /** Another pool on the database's server, named in pg_stat_activity; its opener ends it. */
 export function openPoolOn(database: Database, size: number, applicationName: string): Sql {
-  return openPool(database.connection, size, applicationName);
+  return traced(openPool(database.connection, size, applicationName));
+}
+
+/** With tracing on, every statement is a span; off, the handle is postgres.js's own. */
+function traced(sql: Sql): Sql {
+  return tracingEnabled() ? tracedSql(sql) : sql;
+}
+
+/**
+ * postgres.js keeps its pool's queues private; the patch in patches/ adds `poolStats()` to read
+ * their lengths. Without it (an unpatched install) the pool reads as empty rather than failing.
+ */
+function poolStatsOf(sql: Sql): PoolStats {
+  const read = (sql as unknown as { poolStats?: () => PoolStats }).poolStats;
+  return read ? read() : { max: sql.options.max, busy: 0, idle: 0, connecting: 0, waiting: 0 };
+}
+
+/**
+ * A transaction is not begun for a call whose caller has already given up (its deadline passed or
+ * it was canceled): the work would be done for nobody, and a retry may be doing it already.
+ */
+function guardTransactions(sql: Sql): Sql {
+  const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
+  (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = (...args: unknown[]) => {
+    try {
+      throwIfCallerGaveUp();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return begin(...args);
+  };
+  return sql;
 }

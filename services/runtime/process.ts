@@ -12,14 +12,16 @@ import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
+import { registerGrpcReflection } from "./grpc-reflection.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
-import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
-import { createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
 import { createProbes } from "./probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
@@ -84,6 +86,8 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
 
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
   const config = loadConfig(options.env);
+  // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
+  await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
   const background = openBackgroundPool(database);
@@ -119,7 +123,8 @@ async function startServices(
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
-  const clients = createClients(deferred.transport);
+  // Calls made while serving a call get its remaining budget and end when it is given up.
+  const clients = createClients(withCallerDeadline(deferred.transport));
 
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];
@@ -143,8 +148,13 @@ async function startServices(
     relays.push(relay);
   }
 
-  const interceptors = [requestIdServerInterceptor(), errorInterceptor(logger)];
-  const clientInterceptors = (kind: "nats" | "in-memory") => [requestIdClientInterceptor(), rpcMetricsInterceptor(kind)];
+  const tracing = tracingEnabled();
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [
+    requestIdClientInterceptor(),
+    rpcMetricsInterceptor(kind),
+    ...(tracing ? [tracingClientInterceptor(kind)] : []),
+  ];
   const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
@@ -182,6 +192,7 @@ async function startServices(
       registerLocal(exposed);
       for (const service of remoteServices) registerForwarding(exposed, service, transport);
       registerGrpcHealth(r, probes);
+      registerGrpcReflection(r, [...modules.flatMap((module) => module.services), ...remoteServices]);
     },
     fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
   });
@@ -205,6 +216,10 @@ async function startServices(
       }
       if (req.method === "GET" && url.pathname === "/metrics") {
         await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        const pool = database.poolStats();
+        for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+        dbPoolWaiting.set(pool.waiting);
+        if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
         const text = await registry.metrics();
         res.writeHead(200, { "content-type": registry.contentType });
         res.end(text);
@@ -260,6 +275,7 @@ async function startServices(
       probes.close();
       await bounded("closing the background pool", 1500, () => background.close());
       await bounded("closing the database", 1500, () => database.close());
+      await bounded("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
   return { config, logger, url, port: server.port, database, background, nats, modules, transport, relays, stop };

@@ -11,7 +11,7 @@ import { runProcess, type RunningProcess } from "../../services/runtime/process.
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { printTable, summarize } from "./stats.js";
-import { startChild, stopChild } from "./child-process.js";
+import { cpuOf, startChild, stopChild } from "./child-process.js";
 
 /**
  * Trigger intake under load: sustained deliveries per second and latency through `POST /triggers`
@@ -24,6 +24,11 @@ import { startChild, stopChild } from "./child-process.js";
  * each beside its floor measured in the same run: a bare node:http server in a child process
  * doing one INSERT per request into a table, loaded by the same client. This process only
  * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
+ *
+ * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
+ * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
+ * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
+ * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
  */
 
 export const CONNECTIONS = 50;
@@ -86,6 +91,7 @@ async function serveChild(): Promise<void> {
       const url = server ? `postgres://${encodeURIComponent(server.user)}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}` : null;
       process.send!({ databaseUrl: url });
     }
+    if (message === "cpu") process.send!({ cpu: process.cpuUsage() });
     if (message === "stop") {
       await running.stop();
       process.exit(0);
@@ -165,6 +171,8 @@ export function deliveryMix(run: string) {
 // --- the client --------------------------------------------------------------------------------
 
 export interface LoadResult {
+  /** CPU time the server process spent per answered request in the measured window, when measured. */
+  cpuMsPerRequest?: number;
   perSecond: number;
   p50: number;
   p99: number;
@@ -271,6 +279,109 @@ export async function floor(databaseUrl: string, watch?: (pid: number) => { onSt
   } finally {
     await stopChild(server.child);
   }
+}
+
+/** Accepts OTLP exports and drops them: the cost measured is the app's, not a collector's. */
+async function startOtlpSink(): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      requests++;
+      res.writeHead(200, { "content-type": "application/x-protobuf" });
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    requests: () => requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The app in one process, from `entry` (this file, or the same file of another checkout), with the environment given. */
+async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string): Promise<LoadResult> {
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(entry, ["--serve", database.url], { env });
+    try {
+      const token = await ingestToken(app.url);
+      let before: NodeJS.CpuUsage | undefined;
+      let after: NodeJS.CpuUsage | undefined;
+      const result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(run), {
+        onStart: async () => void (before = await cpuOf(app.child)),
+        onEnd: async () => void (after = await cpuOf(app.child)),
+      });
+      const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+      const cpuMs = (after!.user + after!.system - before!.user - before!.system) / 1000;
+      return { ...result, ...(answered > 0 ? { cpuMsPerRequest: cpuMs / answered } : {}) };
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
+}
+
+/**
+ * Tracing off (no OTEL_*) and on (every delivery traced and exported to a local sink), and, with
+ * INTAKE_BENCH_BASELINE naming another checkout, that checkout's code with no OTEL_* either: run
+ * in turn `rounds` times, so drift in the machine's load falls on all alike; medians side by side.
+ */
+async function tracingComparison(rounds: number): Promise<void> {
+  const untraced = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("OTEL_")));
+  const sink = await startOtlpSink();
+  const ours = fileURLToPath(import.meta.url);
+  const baselineDir = process.env.INTAKE_BENCH_BASELINE;
+  const variants = [
+    ...(baselineDir ? [{ label: "baseline checkout, no OTEL_*", entry: join(baselineDir, "test/bench/intake.ts"), env: untraced }] : []),
+    { label: "off (no OTEL_*)", entry: ours, env: untraced },
+    { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
+  ];
+  const results = variants.map(() => [] as LoadResult[]);
+  const together = process.env.INTAKE_BENCH_TOGETHER === "1";
+  try {
+    for (let round = 0; round < rounds; round++) {
+      if (together) {
+        // All variants at once, each under its own load: whatever else the machine runs weighs on them alike.
+        const runs = await Promise.all(variants.map((variant, i) => oneProcessRun(variant.entry, variant.env, `v${i}r${round}`)));
+        runs.forEach((run, i) => results[i]!.push(run));
+      } else {
+        for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
+      }
+    }
+  } finally {
+    await sink.close();
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const medianCpu = (runs: LoadResult[]) => median(runs.map((r) => r.cpuMsPerRequest ?? Number.NaN));
+  printTable(
+    `One process, ${rounds} rounds of ${variants.length} runs ${together ? "at the same time" : "in turn"}; CPU is the server process's per delivery`,
+    variants.map((variant, i) => {
+      const runs = results[i]!;
+      return {
+        tracing: variant.label,
+        "deliveries/s (each run)": runs.map((r) => r.perSecond).join(", "),
+        "median deliveries/s": median(runs.map((r) => r.perSecond)),
+        "median p50": ms(median(runs.map((r) => r.p50))),
+        "median p99": ms(median(runs.map((r) => r.p99))),
+        "CPU ms/delivery (each run)": runs.map((r) => r.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
+        "median CPU ms/delivery": medianCpu(runs).toFixed(3),
+        "5xx": runs.reduce((n, r) => n + Object.entries(r.statuses).filter(([s]) => s.startsWith("5")).reduce((m, [, c]) => m + c, 0), 0),
+      };
+    }),
+  );
+  const at = (label: string) => variants.findIndex((v) => v.label.startsWith(label));
+  const compare = (a: number, b: number, what: string) => {
+    const throughput = median(results[a]!.map((r) => r.perSecond)) / median(results[b]!.map((r) => r.perSecond));
+    const cpu = medianCpu(results[a]!) / medianCpu(results[b]!);
+    console.log(`${what}: ${(throughput * 100).toFixed(1)} % of the deliveries per second, ${(cpu * 100).toFixed(1)} % of the CPU per delivery`);
+  };
+  console.log("");
+  compare(at("on"), at("off"), "tracing on / off");
+  if (baselineDir) compare(at("off"), at("baseline"), "off / baseline checkout");
+  console.log(`the sink took ${sink.requests()} exports`);
 }
 
 async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResult; rows: { incidents: number; entries: number } }> {
@@ -433,6 +544,8 @@ export async function benchIntake(): Promise<void> {
     table,
   );
   printTable("Answers and rows written", details);
+  const tracingRounds = Number(process.env.INTAKE_BENCH_TRACING ?? 0);
+  if (tracingRounds > 0) await tracingComparison(tracingRounds);
 }
 
 if (process.argv[2] === "--serve" || process.argv[2] === "--floor" || process.argv[2] === "--serve-embedded") {

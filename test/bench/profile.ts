@@ -307,7 +307,7 @@ async function profileOneProcess(): Promise<void> {
   const profDir = mkdtempSync(join(tmpdir(), "wr-prof-"));
   try {
     const url = await freshOn(admin, pg.url, "bench_one");
-    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], ["--cpu-prof", "--cpu-prof-dir", profDir]);
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: ["--cpu-prof", "--cpu-prof-dir", profDir] });
     let stats: ChildStats | undefined;
     let cpu = { app: 0, postgres: 0, seconds: 0 };
     let before: RpcTimes = {};

@@ -41,6 +41,7 @@ const ANY_MEMBER = new Set([
   "DeleteApiKey",
   "ListIncidents",
   "GetIncident",
+  "ListTimeline",
   "ResolveIncident",
   "ArchiveIncident",
   "ListMaintenanceWindows",
@@ -57,8 +58,25 @@ const ANY_MEMBER = new Set([
   "GetRemoteSource",
   "ReadRemoteSource",
 ]);
-/** Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token): tested in their own suites. */
-const OWN_AUTHENTICATION = new Set(["Login", "Logout", "Deliver", "DeliverAlertRouter", "DeliverChat", "Ping", "PingSignal"]);
+/**
+ * Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token,
+ * the PagerDuty and Opsgenie receivers by routing key or GenieKey): tested in their own suites.
+ */
+const OWN_AUTHENTICATION = new Set([
+  "Login",
+  "Logout",
+  "Deliver",
+  "DeliverAlertRouter",
+  "DeliverChat",
+  "Ping",
+  "PingSignal",
+  "EnqueuePagerDutyEvent",
+  "EnqueuePagerDutyChange",
+  "CreateOpsgenieAlert",
+  "CloseOpsgenieAlert",
+  "AcknowledgeOpsgenieAlert",
+  "GetOpsgenieRequestStatus",
+]);
 
 const routes = buildRouteTable(internalServices);
 

@@ -9,12 +9,14 @@ export type SourceBadge =
   | "error-tracker"
   | "remote"
   | "alert-router"
-  | "chat";
+  | "chat"
+  | "pagerduty-events"
+  | "opsgenie";
 
 export type Severity = "sev1" | "sev2" | "sev3" | "sev4";
 
 /** What the delivery says about the thing it watches; the incident core decides the outcome. */
-export type AlertKind = "alert" | "recovery" | "no_data";
+export type AlertKind = "alert" | "recovery" | "no_data" | "acknowledge" | "change";
 
 export type AlertInit = MessageInitShape<typeof AlertSchema>;
 

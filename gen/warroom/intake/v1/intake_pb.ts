@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/intake/v1/intake.proto.
  */
 export const file_warroom_intake_v1_intake: GenFile = /*@__PURE__*/
-  fileDesc("Ch53YXJyb29tL2ludGFrZS92MS9pbnRha2UucHJvdG8SEXdhcnJvb20uaW50YWtlLnYxIjQKDkRlbGl2ZXJSZXF1ZXN0EgwKBGJvZHkYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJIkoKEkRlbGl2ZXJDaGF0UmVxdWVzdBIQCghvcmdfc2x1ZxgBIAEoCRIMCgRib2R5GAIgASgMEhQKDGNvbnRlbnRfdHlwZRgDIAEoCSL+AQoPVHJpZ2dlclJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSGAoLaW5jaWRlbnRfaWQYAiABKAlIAIgBARIsCgZlbnRpdHkYAyABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSHgoRcHJvcG9zZWRfc2V2ZXJpdHkYBCABKAlIAYgBARIaCg13b3Jrc3BhY2VfdXJsGAUgASgJSAKIAQESEwoGcmVhc29uGAYgASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQhQKEl9wcm9wb3NlZF9zZXZlcml0eUIQCg5fd29ya3NwYWNlX3VybEIJCgdfcmVhc29uMoEDCg1JbnRha2VTZXJ2aWNlEmkKB0RlbGl2ZXISIS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSIXgtPkkwIROgRib2R5IgkvdHJpZ2dlcnMSgAEKEkRlbGl2ZXJBbGVydFJvdXRlchIhLndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJSZXF1ZXN0GiIud2Fycm9vbS5pbnRha2UudjEuVHJpZ2dlclJlc3BvbnNlIiOC0+STAh06BGJvZHkiFS90cmlnZ2Vycy9hbGVydHJvdXRlchKBAQoLRGVsaXZlckNoYXQSJS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ2hhdFJlcXVlc3QaIi53YXJyb29tLmludGFrZS52MS5UcmlnZ2VyUmVzcG9uc2UiJ4LT5JMCIToEYm9keSIZL3RyaWdnZXJzL2NoYXQve29yZ19zbHVnfWIGcHJvdG8z", [file_google_api_annotations, file_warroom_incidents_v1_incidents]);
+  fileDesc("Ch53YXJyb29tL2ludGFrZS92MS9pbnRha2UucHJvdG8SEXdhcnJvb20uaW50YWtlLnYxIjQKDkRlbGl2ZXJSZXF1ZXN0EgwKBGJvZHkYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJIkoKEkRlbGl2ZXJDaGF0UmVxdWVzdBIQCghvcmdfc2x1ZxgBIAEoCRIMCgRib2R5GAIgASgMEhQKDGNvbnRlbnRfdHlwZRgDIAEoCSL+AQoPVHJpZ2dlclJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSGAoLaW5jaWRlbnRfaWQYAiABKAlIAIgBARIsCgZlbnRpdHkYAyABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSHgoRcHJvcG9zZWRfc2V2ZXJpdHkYBCABKAlIAYgBARIaCg13b3Jrc3BhY2VfdXJsGAUgASgJSAKIAQESEwoGcmVhc29uGAYgASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQhQKEl9wcm9wb3NlZF9zZXZlcml0eUIQCg5fd29ya3NwYWNlX3VybEIJCgdfcmVhc29uImoKFlBhZ2VyRHV0eUV2ZW50UmVzcG9uc2USDgoGc3RhdHVzGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSIQoJZGVkdXBfa2V5GAMgASgJSABSCWRlZHVwX2tleYgBAUIMCgpfZGVkdXBfa2V5Im0KGk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0EhIKCmlkZW50aWZpZXIYASABKAkSFwoPaWRlbnRpZmllcl90eXBlGAIgASgJEgwKBGJvZHkYAyABKAwSFAoMY29udGVudF90eXBlGAQgASgJIkwKGE9wc2dlbmllQWNjZXB0ZWRSZXNwb25zZRIOCgZyZXN1bHQYASABKAkSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJIjUKH0dldE9wc2dlbmllUmVxdWVzdFN0YXR1c1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSK8AQoVT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzEg8KB3N1Y2Nlc3MYASABKAgSDgoGYWN0aW9uGAIgASgJEhQKDHByb2Nlc3NlZF9hdBgDIAEoCRIWCg5pbnRlZ3JhdGlvbl9pZBgEIAEoCRISCgppc19zdWNjZXNzGAUgASgIEg4KBnN0YXR1cxgGIAEoCRIQCghhbGVydF9pZBgHIAEoCRINCgVhbGlhcxgIIAEoCRIPCgdvdXRjb21lGAkgASgJInkKHU9wc2dlbmllUmVxdWVzdFN0YXR1c1Jlc3BvbnNlEjYKBGRhdGEYASABKAsyKC53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZVJlcXVlc3RTdGF0dXMSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJMokKCg1JbnRha2VTZXJ2aWNlEmkKB0RlbGl2ZXISIS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSIXgtPkkwIROgRib2R5IgkvdHJpZ2dlcnMSgAEKEkRlbGl2ZXJBbGVydFJvdXRlchIhLndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJSZXF1ZXN0GiIud2Fycm9vbS5pbnRha2UudjEuVHJpZ2dlclJlc3BvbnNlIiOC0+STAh06BGJvZHkiFS90cmlnZ2Vycy9hbGVydHJvdXRlchKBAQoLRGVsaXZlckNoYXQSJS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ2hhdFJlcXVlc3QaIi53YXJyb29tLmludGFrZS52MS5UcmlnZ2VyUmVzcG9uc2UiJ4LT5JMCIToEYm9keSIZL3RyaWdnZXJzL2NoYXQve29yZ19zbHVnfRKAAQoVRW5xdWV1ZVBhZ2VyRHV0eUV2ZW50EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIhmC0+STAhM6BGJvZHkiCy92Mi9lbnF1ZXVlEogBChZFbnF1ZXVlUGFnZXJEdXR5Q2hhbmdlEiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIiCC0+STAho6BGJvZHkiEi92Mi9jaGFuZ2UvZW5xdWV1ZRJ/ChNDcmVhdGVPcHNnZW5pZUFsZXJ0EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiGILT5JMCEjoEYm9keSIKL3YyL2FsZXJ0cxKdAQoSQ2xvc2VPcHNnZW5pZUFsZXJ0Ei0ud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBbGVydEFjdGlvblJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiK4LT5JMCJToEYm9keSIdL3YyL2FsZXJ0cy97aWRlbnRpZmllcn0vY2xvc2USqQEKGEFja25vd2xlZGdlT3BzZ2VuaWVBbGVydBItLndhcnJvb20uaW50YWtlLnYxLk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0Gisud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBY2NlcHRlZFJlc3BvbnNlIjGC0+STAis6BGJvZHkiIy92Mi9hbGVydHMve2lkZW50aWZpZXJ9L2Fja25vd2xlZGdlEqoBChhHZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXMSMi53YXJyb29tLmludGFrZS52MS5HZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXNSZXF1ZXN0GjAud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzUmVzcG9uc2UiKILT5JMCIhIgL3YyL2FsZXJ0cy9yZXF1ZXN0cy97cmVxdWVzdF9pZH1iBnByb3RvMw", [file_google_api_annotations, file_warroom_incidents_v1_incidents]);
 
 /**
  * @generated from message warroom.intake.v1.DeliverRequest
@@ -189,6 +189,374 @@ export const TriggerResponseSchema: GenMessage<TriggerResponse, {jsonType: Trigg
   messageDesc(file_warroom_intake_v1_intake, 2);
 
 /**
+ * PagerDuty's own answer: `{"status":"success","message":"Event processed","dedup_key":...}`.
+ *
+ * @generated from message warroom.intake.v1.PagerDutyEventResponse
+ */
+export type PagerDutyEventResponse = Message<"warroom.intake.v1.PagerDutyEventResponse"> & {
+  /**
+   * @generated from field: string status = 1;
+   */
+  status: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message: string;
+
+  /**
+   * Absent on change events, which have none.
+   *
+   * @generated from field: optional string dedup_key = 3 [json_name = "dedup_key"];
+   */
+  dedupKey?: string | undefined;
+};
+
+/**
+ * PagerDuty's own answer: `{"status":"success","message":"Event processed","dedup_key":...}`.
+ *
+ * @generated from message warroom.intake.v1.PagerDutyEventResponse
+ */
+export type PagerDutyEventResponseJson = {
+  /**
+   * @generated from field: string status = 1;
+   */
+  status?: string;
+
+  /**
+   * @generated from field: string message = 2;
+   */
+  message?: string;
+
+  /**
+   * Absent on change events, which have none.
+   *
+   * @generated from field: optional string dedup_key = 3 [json_name = "dedup_key"];
+   */
+  dedup_key?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.PagerDutyEventResponse.
+ * Use `create(PagerDutyEventResponseSchema)` to create a new message.
+ */
+export const PagerDutyEventResponseSchema: GenMessage<PagerDutyEventResponse, {jsonType: PagerDutyEventResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 3);
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieAlertActionRequest
+ */
+export type OpsgenieAlertActionRequest = Message<"warroom.intake.v1.OpsgenieAlertActionRequest"> & {
+  /**
+   * The alert's alias, id or tiny id, as `identifier_type` says.
+   *
+   * @generated from field: string identifier = 1;
+   */
+  identifier: string;
+
+  /**
+   * alias, id or tiny; id when empty (as in Opsgenie).
+   *
+   * @generated from field: string identifier_type = 2;
+   */
+  identifierType: string;
+
+  /**
+   * @generated from field: bytes body = 3;
+   */
+  body: Uint8Array;
+
+  /**
+   * @generated from field: string content_type = 4;
+   */
+  contentType: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieAlertActionRequest
+ */
+export type OpsgenieAlertActionRequestJson = {
+  /**
+   * The alert's alias, id or tiny id, as `identifier_type` says.
+   *
+   * @generated from field: string identifier = 1;
+   */
+  identifier?: string;
+
+  /**
+   * alias, id or tiny; id when empty (as in Opsgenie).
+   *
+   * @generated from field: string identifier_type = 2;
+   */
+  identifierType?: string;
+
+  /**
+   * @generated from field: bytes body = 3;
+   */
+  body?: string;
+
+  /**
+   * @generated from field: string content_type = 4;
+   */
+  contentType?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.OpsgenieAlertActionRequest.
+ * Use `create(OpsgenieAlertActionRequestSchema)` to create a new message.
+ */
+export const OpsgenieAlertActionRequestSchema: GenMessage<OpsgenieAlertActionRequest, {jsonType: OpsgenieAlertActionRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 4);
+
+/**
+ * Opsgenie's own answer: `{"result":"Request will be processed","took":0.002,"requestId":...}`.
+ *
+ * @generated from message warroom.intake.v1.OpsgenieAcceptedResponse
+ */
+export type OpsgenieAcceptedResponse = Message<"warroom.intake.v1.OpsgenieAcceptedResponse"> & {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result: string;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took: number;
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId: string;
+};
+
+/**
+ * Opsgenie's own answer: `{"result":"Request will be processed","took":0.002,"requestId":...}`.
+ *
+ * @generated from message warroom.intake.v1.OpsgenieAcceptedResponse
+ */
+export type OpsgenieAcceptedResponseJson = {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result?: string;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.OpsgenieAcceptedResponse.
+ * Use `create(OpsgenieAcceptedResponseSchema)` to create a new message.
+ */
+export const OpsgenieAcceptedResponseSchema: GenMessage<OpsgenieAcceptedResponse, {jsonType: OpsgenieAcceptedResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 5);
+
+/**
+ * @generated from message warroom.intake.v1.GetOpsgenieRequestStatusRequest
+ */
+export type GetOpsgenieRequestStatusRequest = Message<"warroom.intake.v1.GetOpsgenieRequestStatusRequest"> & {
+  /**
+   * @generated from field: string request_id = 1;
+   */
+  requestId: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.GetOpsgenieRequestStatusRequest
+ */
+export type GetOpsgenieRequestStatusRequestJson = {
+  /**
+   * @generated from field: string request_id = 1;
+   */
+  requestId?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.GetOpsgenieRequestStatusRequest.
+ * Use `create(GetOpsgenieRequestStatusRequestSchema)` to create a new message.
+ */
+export const GetOpsgenieRequestStatusRequestSchema: GenMessage<GetOpsgenieRequestStatusRequest, {jsonType: GetOpsgenieRequestStatusRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 6);
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieRequestStatus
+ */
+export type OpsgenieRequestStatus = Message<"warroom.intake.v1.OpsgenieRequestStatus"> & {
+  /**
+   * The request was processed (it may still have failed: see is_success).
+   *
+   * @generated from field: bool success = 1;
+   */
+  success: boolean;
+
+  /**
+   * Create, Close or Acknowledge.
+   *
+   * @generated from field: string action = 2;
+   */
+  action: string;
+
+  /**
+   * @generated from field: string processed_at = 3;
+   */
+  processedAt: string;
+
+  /**
+   * @generated from field: string integration_id = 4;
+   */
+  integrationId: string;
+
+  /**
+   * @generated from field: bool is_success = 5;
+   */
+  isSuccess: boolean;
+
+  /**
+   * @generated from field: string status = 6;
+   */
+  status: string;
+
+  /**
+   * The incident the request landed on, when any.
+   *
+   * @generated from field: string alert_id = 7;
+   */
+  alertId: string;
+
+  /**
+   * @generated from field: string alias = 8;
+   */
+  alias: string;
+
+  /**
+   * Our outcome: opened, attached, recorded, ignored or suppressed.
+   *
+   * @generated from field: string outcome = 9;
+   */
+  outcome: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieRequestStatus
+ */
+export type OpsgenieRequestStatusJson = {
+  /**
+   * The request was processed (it may still have failed: see is_success).
+   *
+   * @generated from field: bool success = 1;
+   */
+  success?: boolean;
+
+  /**
+   * Create, Close or Acknowledge.
+   *
+   * @generated from field: string action = 2;
+   */
+  action?: string;
+
+  /**
+   * @generated from field: string processed_at = 3;
+   */
+  processedAt?: string;
+
+  /**
+   * @generated from field: string integration_id = 4;
+   */
+  integrationId?: string;
+
+  /**
+   * @generated from field: bool is_success = 5;
+   */
+  isSuccess?: boolean;
+
+  /**
+   * @generated from field: string status = 6;
+   */
+  status?: string;
+
+  /**
+   * The incident the request landed on, when any.
+   *
+   * @generated from field: string alert_id = 7;
+   */
+  alertId?: string;
+
+  /**
+   * @generated from field: string alias = 8;
+   */
+  alias?: string;
+
+  /**
+   * Our outcome: opened, attached, recorded, ignored or suppressed.
+   *
+   * @generated from field: string outcome = 9;
+   */
+  outcome?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.OpsgenieRequestStatus.
+ * Use `create(OpsgenieRequestStatusSchema)` to create a new message.
+ */
+export const OpsgenieRequestStatusSchema: GenMessage<OpsgenieRequestStatus, {jsonType: OpsgenieRequestStatusJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 7);
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieRequestStatusResponse
+ */
+export type OpsgenieRequestStatusResponse = Message<"warroom.intake.v1.OpsgenieRequestStatusResponse"> & {
+  /**
+   * @generated from field: warroom.intake.v1.OpsgenieRequestStatus data = 1;
+   */
+  data?: OpsgenieRequestStatus | undefined;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took: number;
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.OpsgenieRequestStatusResponse
+ */
+export type OpsgenieRequestStatusResponseJson = {
+  /**
+   * @generated from field: warroom.intake.v1.OpsgenieRequestStatus data = 1;
+   */
+  data?: OpsgenieRequestStatusJson;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.OpsgenieRequestStatusResponse.
+ * Use `create(OpsgenieRequestStatusResponseSchema)` to create a new message.
+ */
+export const OpsgenieRequestStatusResponseSchema: GenMessage<OpsgenieRequestStatusResponse, {jsonType: OpsgenieRequestStatusResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_intake, 8);
+
+/**
  * The trigger endpoints. Each takes the sender's body as it came (bytes) with its content type;
  * credentials arrive as request headers (`authorization`, `x-service-alertrouter-secret`,
  * `x-service-chat-secret`), exactly as senders send them over HTTP.
@@ -226,6 +594,67 @@ export const IntakeService: GenService<{
     methodKind: "unary";
     input: typeof DeliverChatRequestSchema;
     output: typeof TriggerResponseSchema;
+  },
+  /**
+   * PagerDuty Events API v2, byte for byte: `routing_key` in the body is the organization's
+   * ingest token. trigger opens or attaches, acknowledge and resolve record entries.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent
+   */
+  enqueuePagerDutyEvent: {
+    methodKind: "unary";
+    input: typeof DeliverRequestSchema;
+    output: typeof PagerDutyEventResponseSchema;
+  },
+  /**
+   * PagerDuty change events: an entry on the open incident of the same source, else an audit event.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.EnqueuePagerDutyChange
+   */
+  enqueuePagerDutyChange: {
+    methodKind: "unary";
+    input: typeof DeliverRequestSchema;
+    output: typeof PagerDutyEventResponseSchema;
+  },
+  /**
+   * Opsgenie Alert API v2, authenticated by `Authorization: GenieKey <ingest token>`.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.CreateOpsgenieAlert
+   */
+  createOpsgenieAlert: {
+    methodKind: "unary";
+    input: typeof DeliverRequestSchema;
+    output: typeof OpsgenieAcceptedResponseSchema;
+  },
+  /**
+   * Records a recovery entry; never resolves.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.CloseOpsgenieAlert
+   */
+  closeOpsgenieAlert: {
+    methodKind: "unary";
+    input: typeof OpsgenieAlertActionRequestSchema;
+    output: typeof OpsgenieAcceptedResponseSchema;
+  },
+  /**
+   * Records an acknowledged entry; the state does not change.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.AcknowledgeOpsgenieAlert
+   */
+  acknowledgeOpsgenieAlert: {
+    methodKind: "unary";
+    input: typeof OpsgenieAlertActionRequestSchema;
+    output: typeof OpsgenieAcceptedResponseSchema;
+  },
+  /**
+   * What became of an Opsgenie request, read from the stored status.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.GetOpsgenieRequestStatus
+   */
+  getOpsgenieRequestStatus: {
+    methodKind: "unary";
+    input: typeof GetOpsgenieRequestStatusRequestSchema;
+    output: typeof OpsgenieRequestStatusResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_warroom_intake_v1_intake, 0);

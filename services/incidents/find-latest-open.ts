@@ -1,0 +1,27 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Sql } from "../runtime/database.js";
+import { InvalidArgumentError } from "../runtime/errors.js";
+import { isUuid } from "../runtime/ids.js";
+import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
+
+/**
+ * FindLatestOpen: the most recently opened open incident of a source badge in an organization.
+ * A PagerDuty change event names no alert; it belongs with what its integration has open now.
+ * The caller records on the returned attach identity through Record, which re-checks that the
+ * incident is still open, so a resolve in between only makes the delivery `ignored`.
+ */
+export function createFindLatestOpenHandlers(deps: { sql: Sql }): Pick<ServiceImpl<typeof IncidentsService>, "findLatestOpen"> {
+  const { sql } = deps;
+  return {
+    async findLatestOpen(req: FindLatestOpenRequest) {
+      if (!isUuid(req.orgId)) throw new InvalidArgumentError("orgId must be an organization id");
+      if (!isOneOf(SOURCE_BADGES, req.source)) throw new InvalidArgumentError(`source must be one of ${SOURCE_BADGES.join(", ")}`);
+      const [row] = await sql<{ id: string; attach_identity: string }[]>`
+        select id, attach_identity from incidents.incidents
+        where org_id = ${req.orgId} and source = ${req.source} and state = 'open' and attach_identity is not null
+        order by opened_at desc, id desc limit 1`;
+      return row ? { incidentId: row.id, attachIdentity: row.attach_identity } : {};
+    },
+  };
+}

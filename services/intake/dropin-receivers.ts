@@ -1,0 +1,275 @@
+import { createHash, randomBytes, randomUUID } from "node:crypto";
+import type { JsonObject } from "@bufbuild/protobuf";
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type {
+  DeliverRequest,
+  GetOpsgenieRequestStatusRequest,
+  OpsgenieAlertActionRequest,
+} from "../../gen/warroom/intake/v1/intake_pb.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Sql } from "../runtime/database.js";
+import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
+import { isUuid } from "../runtime/ids.js";
+import { parseTriggerBody } from "./request-body.js";
+import { IDEMPOTENCY_KEY_HEADER, type TriggerRoute } from "./retry-keys.js";
+import { cutUtf8, storableText } from "./sources/text-limits.js";
+import type { AlertDelivery, MappedDelivery } from "./sources/index.js";
+import * as opsgenie from "./sources/opsgenie.js";
+import * as pagerDuty from "./sources/pagerduty-events.js";
+
+/**
+ * The drop-in receivers: PagerDuty Events API v2 and the Opsgenie Alert API, so a monitor wired
+ * to either moves by changing a URL. The bodies are read by the pure mappings in `sources/`; the
+ * incident core decides the outcome as for every other source; the answer shapes are the
+ * vendors' own and are built in the gateway (`services/gateway/dropin-answers.ts`) from the
+ * metadata these errors carry.
+ */
+
+interface Organization {
+  id: string;
+  slug: string;
+}
+
+export interface DeliveredAnswer {
+  outcome: string;
+  incidentId?: string | undefined;
+}
+
+export interface DropinDeps {
+  sql: Sql;
+  clients: Clients;
+  ingestTokens: { resolve(token: string, signal?: AbortSignal): Promise<Organization> };
+  /** The shared delivery path: retry recognition (`Idempotency-Key`), the incident core, metrics. */
+  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<DeliveredAnswer>;
+  audit(org: Organization, kind: string, data: JsonObject): Promise<void>;
+}
+
+/** PagerDuty's 400 `invalid event`, with the list of problems it answers. */
+export class PagerDutyInvalidEventError extends DomainError {
+  constructor(errors: readonly string[]) {
+    super(Code.InvalidArgument, "Event object is invalid", { "x-pagerduty-errors": JSON.stringify(errors) });
+  }
+}
+
+/** Opsgenie's 422, with its per-field `errors`. */
+export class OpsgenieUnprocessableError extends DomainError {
+  constructor(errors: Readonly<Record<string, string>>) {
+    super(Code.InvalidArgument, "Request body is not processable. Please check the errors.", {
+      "x-unprocessable": "1",
+      "x-opsgenie-errors": JSON.stringify(errors),
+    });
+  }
+}
+
+export const OPSGENIE_ACCEPTED = "Request will be processed";
+const PAGERDUTY_PROCESSED = "Event processed";
+const PAGERDUTY_CHANGE_PROCESSED = "Change event processed";
+
+/** How long Opsgenie request statuses are kept for `GET /v2/alerts/requests/{id}`. */
+export const REQUEST_STATUS_RETENTION_DAYS = 7;
+
+/** What the request status says per outcome, in Opsgenie's words where it has them. */
+const STATUS_TEXT: Record<string, Record<string, string>> = {
+  Create: { opened: "Created alert", attached: "Alert already exists; attached to its incident", suppressed: "Suppressed by a maintenance window" },
+  Close: { recorded: "Closed alert; recorded as a recovery, the incident stays open", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
+  Acknowledge: { recorded: "Acknowledged alert", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
+};
+
+/**
+ * The dedup key of a trigger that carries none: random, as PagerDuty's, except for a retry the
+ * sender marks with `Idempotency-Key`, which must get back the key of the first post.
+ */
+function generatedDedupKey(org: Organization, context: HandlerContext): string {
+  const idempotencyKey = context.requestHeader.get(IDEMPOTENCY_KEY_HEADER)?.trim();
+  if (!idempotencyKey) return randomBytes(16).toString("hex");
+  return createHash("sha256").update(JSON.stringify([org.id, idempotencyKey])).digest("hex").slice(0, 32);
+}
+
+function elapsedSeconds(started: number): number {
+  return Math.round(performance.now() - started) / 1000;
+}
+
+export function createDropinReceivers(deps: DropinDeps) {
+  const { sql, clients, ingestTokens, deliver, audit } = deps;
+
+  function parse(bytes: Uint8Array, contentType: string, refuse: (reason: string) => Error): unknown {
+    try {
+      return parseTriggerBody(bytes, contentType, { allowForm: false });
+    } catch (err) {
+      const details = err instanceof ConnectError || err instanceof DomainError ? (err as DomainError).metadata?.["x-error-details"] : undefined;
+      throw refuse(details ?? "the body is not valid JSON");
+    }
+  }
+
+  /** PagerDuty keys the organization by `routing_key`; a wrong one is an invalid event there. */
+  async function pagerDutyOrg(body: unknown, context: HandlerContext): Promise<Organization> {
+    const routingKey = pagerDuty.routingKeyOf(body);
+    if (!routingKey) throw new PagerDutyInvalidEventError(["'routing_key' is missing or blank"]);
+    try {
+      return await ingestTokens.resolve(routingKey, context.signal);
+    } catch (err) {
+      if (ConnectError.from(err).code === Code.Unauthenticated) throw new PagerDutyInvalidEventError(["Invalid routing key"]);
+      throw err;
+    }
+  }
+
+  async function opsgenieOrg(context: HandlerContext): Promise<Organization> {
+    const match = /^GenieKey\s+(\S+)\s*$/i.exec(context.requestHeader.get("authorization") ?? "");
+    if (!match) throw new UnauthenticatedError("Could not authenticate");
+    try {
+      return await ingestTokens.resolve(match[1]!, context.signal);
+    } catch (err) {
+      if (ConnectError.from(err).code === Code.Unauthenticated) throw new UnauthenticatedError("Could not authenticate");
+      throw err;
+    }
+  }
+
+  function mapPagerDuty<T>(map: () => T): T {
+    try {
+      return map();
+    } catch (err) {
+      if (err instanceof pagerDuty.PagerDutyEventError) throw new PagerDutyInvalidEventError(err.errors);
+      throw err;
+    }
+  }
+
+  function mapOpsgenie<T>(map: () => T): T {
+    try {
+      return map();
+    } catch (err) {
+      if (err instanceof opsgenie.OpsgenieRequestError) throw new OpsgenieUnprocessableError(err.errors);
+      throw err;
+    }
+  }
+
+  /** Stores that a request arrived, before it is acted on: a crash leaves it `processing`. */
+  async function beginRequest(org: Organization, action: string, alias: string): Promise<string> {
+    const requestId = randomUUID();
+    await sql`
+      with expired as (
+        delete from intake.opsgenie_requests where request_id in (
+          select request_id from intake.opsgenie_requests
+          where created_at < now() - make_interval(days => ${REQUEST_STATUS_RETENTION_DAYS}) limit 100)
+      )
+      insert into intake.opsgenie_requests (request_id, org_id, action, alias, state)
+      values (${requestId}, ${org.id}, ${action}, ${cutUtf8(storableText(alias), 2048)}, 'processing')`;
+    return requestId;
+  }
+
+  async function finishRequest(requestId: string, action: string, answer: DeliveredAnswer, attachIdentity: string | null): Promise<void> {
+    const isSuccess = answer.outcome === "opened" || answer.outcome === "attached" || answer.outcome === "recorded";
+    const status = STATUS_TEXT[action]?.[answer.outcome] ?? answer.outcome;
+    await sql`
+      update intake.opsgenie_requests
+      set state = 'processed', outcome = ${answer.outcome}, is_success = ${isSuccess}, status = ${status},
+          alert_id = ${answer.incidentId ?? null}, attach_identity = ${attachIdentity === null ? null : storableText(attachIdentity)}, processed_at = now()
+      where request_id = ${requestId}`;
+  }
+
+  /** The attach identity an Opsgenie identifier names, or null when it names no alert we know. */
+  async function identityOf(org: Organization, identifier: string, identifierType: opsgenie.IdentifierType): Promise<string | null> {
+    if (identifierType === "alias") return opsgenie.attachIdentityOfAlias(identifier);
+    // Opsgenie's alert id is the incident id we answered; tiny ids are never issued here.
+    if (identifierType === "tiny" || !isUuid(identifier)) return null;
+    const [row] = await sql<{ attach_identity: string }[]>`
+      select attach_identity from intake.opsgenie_requests
+      where org_id = ${org.id} and alert_id = ${identifier} and attach_identity is not null
+      order by created_at desc limit 1`;
+    return row?.attach_identity ?? null;
+  }
+
+  async function opsgenieAction(action: "close" | "acknowledge", req: OpsgenieAlertActionRequest, context: HandlerContext) {
+    const started = performance.now();
+    const org = await opsgenieOrg(context);
+    const identifierType = (req.identifierType || "id") as opsgenie.IdentifierType;
+    if (!opsgenie.IDENTIFIER_TYPES.includes(identifierType)) {
+      throw new OpsgenieUnprocessableError({ identifierType: "Identifier type should be one of [id, alias, tiny]." });
+    }
+    if (req.identifier.trim() === "") throw new OpsgenieUnprocessableError({ identifier: "Identifier can not be empty." });
+    const body = req.body.byteLength === 0 ? undefined : parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
+    const attachIdentity = await identityOf(org, req.identifier, identifierType);
+    const delivery = mapOpsgenie(() => opsgenie.mapAction(action, attachIdentity ?? "", body, { receivedAt: new Date() }));
+    const opsgenieAction = action === "close" ? "Close" : "Acknowledge";
+    const requestId = await beginRequest(org, opsgenieAction, identifierType === "alias" ? req.identifier : "");
+    // An identifier that names nothing is still accepted, as Opsgenie does; the request status
+    // says the alert does not exist.
+    const answer: DeliveredAnswer = attachIdentity === null ? { outcome: "ignored" } : await deliver(org, "opsgenie", opsgenie.badge, body, delivery, context);
+    await finishRequest(requestId, opsgenieAction, answer, attachIdentity);
+    return { result: OPSGENIE_ACCEPTED, took: elapsedSeconds(started), requestId };
+  }
+
+  return {
+    async enqueuePagerDutyEvent(req: DeliverRequest, context: HandlerContext) {
+      const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
+      const org = await pagerDutyOrg(body, context);
+      const mapped = mapPagerDuty(() => pagerDuty.mapEvent(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
+      await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
+      return { status: "success", message: PAGERDUTY_PROCESSED, dedupKey: mapped.dedupKey };
+    },
+
+    async enqueuePagerDutyChange(req: DeliverRequest, context: HandlerContext) {
+      const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
+      const org = await pagerDutyOrg(body, context);
+      const delivery: AlertDelivery = mapPagerDuty(() => pagerDuty.mapChange(body, { receivedAt: new Date() }));
+      const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: pagerDuty.badge }, { signal: context.signal });
+      let answer: DeliveredAnswer = { outcome: "ignored" };
+      if (open.incidentId !== undefined) {
+        answer = await deliver(org, "pagerduty", pagerDuty.badge, body, { alert: { ...delivery.alert, attachIdentity: open.attachIdentity } }, context);
+      }
+      // No open incident (or it was resolved in between): the change is kept in the audit log.
+      if (answer.outcome === "ignored") {
+        await audit(org, "trigger.pagerduty_change", {
+          summary: delivery.alert.summary ?? "",
+          ...(delivery.alert.link ? { link: delivery.alert.link } : {}),
+          eventId: delivery.alert.eventId ?? "",
+          data: (delivery.alert.data ?? {}) as JsonObject,
+        });
+      }
+      return { status: "success", message: PAGERDUTY_CHANGE_PROCESSED };
+    },
+
+    async createOpsgenieAlert(req: DeliverRequest, context: HandlerContext) {
+      const started = performance.now();
+      const org = await opsgenieOrg(context);
+      const body = parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
+      const mapped = mapOpsgenie(() => opsgenie.mapCreate(body, { receivedAt: new Date() }));
+      const requestId = await beginRequest(org, "Create", mapped.alias);
+      const answer = await deliver(org, "opsgenie", opsgenie.badge, body, mapped.delivery, context);
+      await finishRequest(requestId, "Create", answer, mapped.delivery.alert.attachIdentity ?? null);
+      return { result: OPSGENIE_ACCEPTED, took: elapsedSeconds(started), requestId };
+    },
+
+    closeOpsgenieAlert: (req: OpsgenieAlertActionRequest, context: HandlerContext) => opsgenieAction("close", req, context),
+    acknowledgeOpsgenieAlert: (req: OpsgenieAlertActionRequest, context: HandlerContext) => opsgenieAction("acknowledge", req, context),
+
+    async getOpsgenieRequestStatus(req: GetOpsgenieRequestStatusRequest, context: HandlerContext) {
+      const started = performance.now();
+      const org = await opsgenieOrg(context);
+      const notFound = () => new NotFoundError("Request not found. It might not be processed, yet.");
+      if (!isUuid(req.requestId)) throw notFound();
+      const [row] = await sql<
+        { action: string; alias: string; state: string; outcome: string | null; is_success: boolean | null; status: string | null; alert_id: string | null; processed_at: Date | null }[]
+      >`
+        select action, alias, state, outcome, is_success, status, alert_id, processed_at
+        from intake.opsgenie_requests where request_id = ${req.requestId} and org_id = ${org.id}`;
+      // A request still processing (or whose processing a crash cut short) reads as Opsgenie's
+      // not-yet-processed answer, so clients poll again.
+      if (!row || row.state !== "processed") throw notFound();
+      return {
+        data: {
+          success: true,
+          action: row.action,
+          processedAt: row.processed_at!.toISOString(),
+          integrationId: org.id,
+          isSuccess: row.is_success ?? false,
+          status: row.status ?? "",
+          alertId: row.alert_id ?? "",
+          alias: row.alias,
+          outcome: row.outcome ?? "",
+        },
+        took: elapsedSeconds(started),
+        requestId: req.requestId,
+      };
+    },
+  };
+}
