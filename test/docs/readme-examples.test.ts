@@ -85,7 +85,9 @@ describe("the README's shell examples", () => {
     const res = await app.call("GET", "/o/acme/incidents", { token });
     expect(res.status).toBe(200);
     const sources = (res.body.incidents as { source: string }[]).map((i) => i.source).sort();
-    expect(sources).toEqual(["alert-router", "chat", "cloud-monitor", "cloud-monitor", "error-tracker", "metrics-monitor"]);
+    // At least the examples of the sources above (the README may show more).
+    expect(sources).toEqual(expect.arrayContaining(["alert-router", "chat", "cloud-monitor", "cloud-monitor", "error-tracker", "metrics-monitor"]));
+    expect(sources.filter((s) => s === "cloud-monitor")).toHaveLength(2);
     const heartbeat = await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token });
     expect(heartbeat.body.lastSeenAt).not.toBeNull();
   });
