@@ -7,17 +7,14 @@ import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
-import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
+import { bodyLimit } from "../runtime/body-limits.js";
+import { errorAnswer, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
-/** Body limits. The chat receiver's is the spec's; the rest are documented in the README. */
-export const BODY_LIMITS = {
-  "warroom.intake.v1.IntakeService.DeliverChat": 256 * 1024,
-  default: 1024 * 1024,
-} as const;
+export { BODY_LIMITS } from "../runtime/body-limits.js";
 
 /** Request headers the services read, passed on through the transport. */
 const FORWARDED_HEADERS = [
@@ -48,7 +45,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
       httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
     });
-    const limit = BODY_LIMITS[methodKey(route.method) as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
+    const limit = bodyLimit(route.method);
     const body = await readBody(req, limit);
     if (body === "too-large") {
       sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });

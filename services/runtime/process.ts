@@ -12,6 +12,7 @@ import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
+import { BODY_LIMITS } from "./body-limits.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -144,6 +145,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
     interceptors,
+    // Anything not registered with its own limit (gRPC health) reads at most the default.
+    readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {
       const exposed = publicOnly(r);
       registerLocal(exposed);
