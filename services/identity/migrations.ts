@@ -66,4 +66,18 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("identity", 2),
+  {
+    id: 3,
+    name: "passwords belong to memberships",
+    // Users are global, so a password on the user let one organization's admin choose the
+    // password another organization's membership logs in with. Each membership now has its own;
+    // existing memberships keep the password they logged in with until now.
+    sql: `
+      alter table identity.memberships add column password_hash text;
+      update identity.memberships m set password_hash = u.password_hash from identity.users u where u.id = m.user_id;
+      alter table identity.memberships alter column password_hash set not null;
+      alter table identity.users alter column password_hash drop not null;
+      update identity.users set password_hash = null;
+    `,
+  },
 ];

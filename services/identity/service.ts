@@ -61,10 +61,10 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       if (existing) return { ...existing, created: false };
       const [org] = await tx<{ id: string; slug: string }[]>`insert into identity.organizations (slug) values (${orgSlug}) returning id, slug`;
       const [user] = await tx<{ id: string }[]>`
-        insert into identity.users (email, password_hash) values (${email}, ${passwordHash})
+        insert into identity.users (email) values (${email})
         on conflict (lower(email)) do update set email = identity.users.email
         returning id`;
-      await tx`insert into identity.memberships (org_id, user_id, role) values (${org!.id}, ${user!.id}, 'owner')`;
+      await tx`insert into identity.memberships (org_id, user_id, role, password_hash) values (${org!.id}, ${user!.id}, 'owner', ${passwordHash})`;
       await audit(tx, org!.id, AUDIT.organizationCreated, "bootstrap", { owner: email });
       return { ...org!, created: true };
     });
@@ -99,15 +99,16 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
 
   const impl = {
     async login(req: { email: string; password: string; orgSlug: string }) {
-      const [row] = await sql<{ user_id: string; password_hash: string; org_id: string | null }[]>`
-        select u.id as user_id, u.password_hash, m.org_id
-        from identity.users u
-        left join identity.organizations o on o.slug = ${req.orgSlug}
-        left join identity.memberships m on m.user_id = u.id and m.org_id = o.id
-        where lower(u.email) = lower(${req.email})`;
+      // The password is the membership's: (organization, email) names it.
+      const [row] = await sql<{ user_id: string; password_hash: string; org_id: string }[]>`
+        select m.user_id, m.password_hash, m.org_id
+        from identity.memberships m
+        join identity.organizations o on o.id = m.org_id
+        join identity.users u on u.id = m.user_id
+        where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
       const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
-      if (!row || !passwordOk || !row.org_id) throw new UnauthenticatedError("invalid email, password or organization");
+      if (!row || !passwordOk) throw new UnauthenticatedError("invalid email, password or organization");
       const token = `wrs_${randomBytes(32).toString("hex")}`;
       const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
       await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
@@ -148,17 +149,21 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       if (!ROLES.includes(role as Role)) throw new InvalidArgumentError("role must be owner, admin or member");
       if (role === "owner" && principal.role !== "owner") throw new PermissionDeniedError("only an owner may add an owner");
       if (!EMAIL.test(req.email)) throw new InvalidArgumentError("email must be an email address");
-      const [existingUser] = await sql<{ id: string; password_hash: string }[]>`select id, password_hash from identity.users where lower(email) = lower(${req.email})`;
-      if (!existingUser && req.password.length < 8) throw new InvalidArgumentError("password must be at least 8 characters");
-      const passwordHash = existingUser ? undefined : await hashPassword(req.password);
+      // The password given is this membership's own, whether or not the email belongs to another
+      // organization too: the answer, the work done and the checks are the same either way, so an
+      // admin learns nothing about other organizations' accounts and sets no password for them.
+      const [member] = await sql`
+        select 1 from identity.memberships m join identity.users u on u.id = m.user_id
+        where m.org_id = ${principal.orgId} and lower(u.email) = lower(${req.email})`;
+      if (member) throw new AlreadyExistsError(`${req.email} is already a member of ${req.org}`);
+      if (req.password.length < 8) throw new InvalidArgumentError("password must be at least 8 characters");
+      const passwordHash = await hashPassword(req.password);
       return sql.begin(async (tx) => {
-        const [user] = existingUser
-          ? [existingUser]
-          : await tx<{ id: string }[]>`
-              insert into identity.users (email, password_hash) values (${req.email}, ${passwordHash!})
-              on conflict (lower(email)) do update set email = identity.users.email returning id`;
+        const [user] = await tx<{ id: string }[]>`
+          insert into identity.users (email) values (${req.email})
+          on conflict (lower(email)) do update set email = identity.users.email returning id`;
         const inserted = await tx`
-          insert into identity.memberships (org_id, user_id, role) values (${principal.orgId}, ${user!.id}, ${role})
+          insert into identity.memberships (org_id, user_id, role, password_hash) values (${principal.orgId}, ${user!.id}, ${role}, ${passwordHash})
           on conflict do nothing returning user_id`;
         if (inserted.length === 0) throw new AlreadyExistsError(`${req.email} is already a member of ${req.org}`);
         await audit(tx, principal.orgId, AUDIT.memberAdded, actorOf(principal), { email: req.email, role });
