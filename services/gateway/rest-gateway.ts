@@ -74,8 +74,9 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       const value = headerValue(req, name);
       if (value !== undefined) header.set(name, value);
     }
-    const forwardedFor = req.socket?.remoteAddress;
-    if (forwardedFor) header.set("x-forwarded-for", forwardedFor);
+    // The public port has already replaced the caller's header with the client's address.
+    const clientAddress = headerValue(req, "x-forwarded-for");
+    if (clientAddress) header.set("x-forwarded-for", clientAddress);
     // Cancels the call when the client goes away before its answer. Only then: aborting after a
     // finished response would build an AbortError and wake every linked signal on every request.
     const abort = new AbortController();

@@ -80,4 +80,15 @@ export const migrations: Migration[] = [
       update identity.users set password_hash = null;
     `,
   },
+  {
+    id: 4,
+    name: "coalesced audit records",
+    // Unauthenticated callers cause receiver.auth_failed records: one row per organization,
+    // receiver, reason, client address and minute, with a count, so they cannot grow the table
+    // faster than that.
+    sql: `
+      alter table identity.audit_events add column coalesce_key text;
+      create unique index audit_events_coalesce_key on identity.audit_events (coalesce_key) where coalesce_key is not null;
+    `,
+  },
 ];

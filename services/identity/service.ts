@@ -249,13 +249,16 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       if (reason) {
         // The caller gets a uniform 401; the reason is kept for the organization's admins.
         const target = req.orgSlug ? await orgBySlug(req.orgSlug) : org;
-        await sql.begin((tx) =>
-          audit(tx, target?.id ?? null, AUDIT.receiverAuthFailed, "receiver", {
-            receiver: req.kind,
-            reason,
-            remoteAddress: context.requestHeader.get("x-forwarded-for") ?? "",
-          }),
-        );
+        const remoteAddress = context.requestHeader.get("x-forwarded-for") ?? "";
+        const data = { receiver: req.kind, reason, remoteAddress, count: 1 };
+        const key = [AUDIT.receiverAuthFailed, target?.id ?? "", req.kind, reason, remoteAddress].join("|");
+        // One row per organization, receiver, reason and client address a minute, with a count.
+        await sql`
+          insert into identity.audit_events as a (org_id, kind, actor, data, coalesce_key)
+          values (${target?.id ?? null}, ${AUDIT.receiverAuthFailed}, 'receiver', ${sql.json(data)},
+                  ${key} || '|' || to_char(date_trunc('minute', now()) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI'))
+          on conflict (coalesce_key) where coalesce_key is not null
+          do update set data = jsonb_set(a.data, '{count}', to_jsonb(coalesce((a.data->>'count')::int, 1) + 1))`;
         throw new UnauthenticatedError("unauthorized");
       }
       return org!;

@@ -15,4 +15,17 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("intake", 2),
+  {
+    id: 3,
+    name: "failed receiver authentications per client address",
+    sql: `
+      create table intake.receiver_failures (
+        scope text not null,
+        client_address text not null,
+        window_start timestamptz not null,
+        failures integer not null,
+        primary key (scope, client_address, window_start)
+      );
+    `,
+  },
 ];

@@ -41,6 +41,8 @@ export const configSchema = z.object({
   // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
   SECRETS_KEYS: optionalString,
+  // Peers whose X-Forwarded-For is believed (load balancers, ingress); without it, the socket's address.
+  TRUSTED_PROXY_CIDRS: cidrList,
   SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
 });
 

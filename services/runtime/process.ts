@@ -13,6 +13,7 @@ import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
 import { BODY_LIMITS } from "./body-limits.js";
+import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -158,8 +159,12 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
 
+  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
   const handler: HttpHandler = (req, res) => {
     const url = new URL(req.url ?? "/", "http://localhost");
+    // The caller's own forwarding header never reaches a service: it is replaced by the address
+    // the request really came from (or the one a trusted proxy names).
+    req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(req.socket?.remoteAddress, req.headers[CLIENT_ADDRESS_HEADER]);
     void (async () => {
       if (req.method === "GET" && url.pathname === "/healthz") return sendJson(res, 200, { status: "ok" });
       if (req.method === "GET" && url.pathname === "/readyz") {
