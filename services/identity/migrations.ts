@@ -91,4 +91,19 @@ export const migrations: Migration[] = [
       create unique index audit_events_coalesce_key on identity.audit_events (coalesce_key) where coalesce_key is not null;
     `,
   },
+  {
+    id: 5,
+    name: "login throttle",
+    // Failed logins per (organization, email) and per client address, shared by every replica.
+    sql: `
+      create table identity.login_failures (
+        scope text not null check (scope in ('account', 'address')),
+        key text not null,
+        failures integer not null,
+        last_failure_at timestamptz not null,
+        locked_until timestamptz,
+        primary key (scope, key)
+      );
+    `,
+  },
 ];

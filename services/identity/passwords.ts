@@ -1,14 +1,99 @@
-import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { availableParallelism } from "node:os";
+import { Worker } from "node:worker_threads";
 
-// scrypt (Node's own, RFC 7914) with a per-password salt; the parameters are stored with the hash
-// so they can be raised later without invalidating existing passwords.
-const PARAMS = { N: 16384, r: 8, p: 1 } as const;
+// scrypt (Node's own, RFC 7914) with a per-password salt, at OWASP's recommendation
+// (N=2^17, r=8, p=1: 128 MiB and a few hundred milliseconds a hash). The parameters are stored
+// with the hash, so a hash made with older ones still verifies and is replaced at the next login.
+export const PARAMS = { N: 131072, r: 8, p: 1 } as const;
 const KEY_LENGTH = 32;
+// scrypt needs 128 * N * r bytes; Node refuses anything above maxmem.
+const MAX_MEMORY = 2 * 128 * PARAMS.N * PARAMS.r;
 
-function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) =>
-    scrypt(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: 64 * 1024 * 1024 }, (err, key) => (err ? reject(err) : resolve(key))),
-  );
+/**
+ * Hashing runs on worker threads of its own, never on the libuv pool: a login flood filling the
+ * four libuv threads with scrypt would stall every DNS lookup (getaddrinfo runs there) and file
+ * read of the process, and with them the outbound calls. A fixed number of workers also caps the
+ * memory scrypt takes (128 MiB each); further hashes wait their turn in the queue.
+ */
+const WORKER_SOURCE = `
+const { parentPort } = require("node:worker_threads");
+const { scryptSync } = require("node:crypto");
+parentPort.on("message", ({ id, password, salt, keyLength, options }) => {
+  try {
+    const key = scryptSync(password, Buffer.from(salt), keyLength, options);
+    parentPort.postMessage({ id, key });
+  } catch (err) {
+    parentPort.postMessage({ id, error: err instanceof Error ? err.message : String(err) });
+  }
+});
+`;
+
+interface Job {
+  id: number;
+  message: { id: number; password: string; salt: Uint8Array; keyLength: number; options: object };
+  resolve(key: Buffer): void;
+  reject(err: Error): void;
+}
+
+export const HASH_THREADS = Math.max(1, Math.min(2, availableParallelism() - 1));
+
+function createHashPool(size: number) {
+  const queue: Job[] = [];
+  const idle: Worker[] = [];
+  const running = new Map<Worker, Job>();
+  let workers = 0;
+  let nextId = 0;
+
+  const spawn = (): Worker => {
+    const worker = new Worker(WORKER_SOURCE, { eval: true });
+    worker.unref();
+    workers++;
+    worker.on("message", (answer: { id: number; key?: Uint8Array; error?: string }) => {
+      const job = running.get(worker);
+      running.delete(worker);
+      if (job && job.id === answer.id) {
+        if (answer.error !== undefined) job.reject(new Error(answer.error));
+        else job.resolve(Buffer.from(answer.key!));
+      }
+      idle.push(worker);
+      pump();
+    });
+    worker.on("error", (err) => {
+      const job = running.get(worker);
+      running.delete(worker);
+      workers--;
+      job?.reject(err);
+      pump();
+    });
+    return worker;
+  };
+
+  const pump = () => {
+    while (queue.length > 0) {
+      const worker = idle.pop() ?? (workers < size ? spawn() : undefined);
+      if (!worker) return;
+      const job = queue.shift()!;
+      running.set(worker, job);
+      worker.postMessage(job.message);
+    }
+  };
+
+  return {
+    derive(password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
+      return new Promise((resolve, reject) => {
+        const id = nextId++;
+        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, resolve, reject });
+        pump();
+      });
+    },
+  };
+}
+
+const pool = createHashPool(HASH_THREADS);
+
+function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }): Promise<Buffer> {
+  return pool.derive(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
 }
 
 export async function hashPassword(password: string): Promise<string> {
@@ -20,9 +105,18 @@ export async function hashPassword(password: string): Promise<string> {
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;
+  const N = Number(n);
+  // A stored hash never asks for more work than today's parameters (nor for a malformed amount).
+  if (!Number.isInteger(N) || N < 2 || N > PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p) return false;
   const expected = Buffer.from(key, "base64");
-  const actual = await derive(password, Buffer.from(salt, "base64"), { N: Number(n), r: Number(r), p: Number(p) });
+  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) });
   return actual.length === expected.length && timingSafeEqual(actual, expected);
+}
+
+/** A hash made with older parameters than today's, to be replaced after a successful login. */
+export function needsRehash(stored: string): boolean {
+  const [scheme, n, r, p] = stored.split("$");
+  return scheme !== "scrypt" || Number(n) !== PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p;
 }
 
 /** A hash of nothing, verified against when the email is unknown so both answers take as long. */

@@ -6,12 +6,13 @@ import { AuditRecordedSchema, CredentialChangedSchema } from "../../gen/warroom/
 import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
-import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
+import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError, UnauthenticatedError } from "../runtime/errors.js";
 import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
-import { DUMMY_HASH, hashPassword, verifyPassword } from "./passwords.js";
+import { createLoginThrottle } from "./login-throttle.js";
+import { DUMMY_HASH, hashPassword, needsRehash, verifyPassword } from "./passwords.js";
 
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 const EMAIL = /^[^\s@]+@[^\s@]+$/;
@@ -31,6 +32,7 @@ export const AUDIT = {
 
 export function createIdentityService(ctx: ServiceContext): ServiceModule {
   const { sql, config, outbox, clients } = ctx;
+  const throttle = createLoginThrottle(sql);
 
   async function audit(tx: TransactionSql, orgId: string | null, kind: string, actor: string, data: JsonObject = {}): Promise<void> {
     await tx`insert into identity.audit_events (org_id, kind, actor, data) values (${orgId}, ${kind}, ${actor}, ${sql.json(data as never)})`;
@@ -98,7 +100,10 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
   }
 
   const impl = {
-    async login(req: { email: string; password: string; orgSlug: string }) {
+    async login(req: { email: string; password: string; orgSlug: string }, context: HandlerContext) {
+      const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const wait = await throttle.lockedFor(req.orgSlug, req.email, address);
+      if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       // The password is the membership's: (organization, email) names it.
       const [row] = await sql<{ user_id: string; password_hash: string; org_id: string }[]>`
         select m.user_id, m.password_hash, m.org_id
@@ -108,7 +113,17 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
         where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
       const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
-      if (!row || !passwordOk) throw new UnauthenticatedError("invalid email, password or organization");
+      if (!row || !passwordOk) {
+        await throttle.failed(req.orgSlug, req.email, address);
+        throw new UnauthenticatedError("invalid email, password or organization");
+      }
+      await throttle.succeeded(req.orgSlug, req.email);
+      if (needsRehash(row.password_hash)) {
+        // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
+        const upgraded = await hashPassword(req.password);
+        await sql`update identity.memberships set password_hash = ${upgraded}
+                  where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
+      }
       const token = `wrs_${randomBytes(32).toString("hex")}`;
       const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
       await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
