@@ -16,6 +16,8 @@ export interface ClusterOptions {
   intakes: number;
   /** More processes beside the plan, each with its own extra environment (e.g. a third sweeper). */
   extra?: { name: string; env: NodeJS.ProcessEnv }[];
+  /** Environment of one service's processes only (e.g. its own NATS credentials). */
+  envFor?: (name: string) => NodeJS.ProcessEnv;
   /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
   output?: "inherit" | "ignore" | "capture";
 }
@@ -76,7 +78,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   let stopping = false;
   const launch = (proc: ClusterProcess, instance: number) => {
     const child = spawn(process.execPath, entry(proc.name), {
-      env: { ...options.env, ...proc.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
+      env: { ...options.env, ...options.envFor?.(proc.name), ...proc.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
     for (const stream of [child.stdout, child.stderr]) {

@@ -247,8 +247,11 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       return { events: rows.map((r) => ({ kind: r.kind, actor: r.actor, at: timestampFromDate(r.at), data: r.data })) };
     },
 
-    async resolveIngestToken(req: { token: string }) {
-      const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, req.token);
+    async resolveIngestToken(req: { token: string }, context: HandlerContext) {
+      // The token rides in the Authorization header (redacted from logs); the body field is read
+      // only from callers older than that.
+      const token = bearerToken(context.requestHeader.get("authorization")) ?? req.token;
+      const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, token);
       if (!org) throw new UnauthenticatedError(INVALID_INGEST_TOKEN);
       return org;
     },
@@ -256,9 +259,12 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     async resolveReceiverSecret(req: { kind: string; secret: string; orgSlug: string }, context: HandlerContext) {
       const kind = req.kind === "chat" ? CREDENTIAL_KINDS.chat : req.kind === "alertrouter" ? CREDENTIAL_KINDS.alertrouter : undefined;
       if (!kind) throw new InvalidArgumentError("kind must be chat or alertrouter");
-      const org = req.secret ? await resolveOrgCredential(kind, req.secret) : undefined;
+      // The secret rides in the receiver's own header, as the sender sent it; the body field is read
+      // only from callers older than that.
+      const secret = context.requestHeader.get(`x-service-${req.kind}-secret`) || req.secret;
+      const org = secret ? await resolveOrgCredential(kind, secret) : undefined;
       let reason: string | undefined;
-      if (!req.secret) reason = "secret missing";
+      if (!secret) reason = "secret missing";
       else if (!org) reason = "secret wrong";
       else if (req.orgSlug && org.slug !== req.orgSlug) reason = "slug is not the secret's organization";
       if (reason) {

@@ -39,9 +39,11 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     const allowed = await failures.check(scope, address);
     if (!allowed.allowed) throw new RateLimitedError("too many failed attempts from this address; try again later", allowed.retryAfterSeconds);
     try {
+      // The secret travels in its header, never in the message body.
+      const header = `x-service-${kind}-secret`;
       return await clients.identity.resolveReceiverSecret(
-        { kind, secret: context.requestHeader.get(`x-service-${kind}-secret`) ?? "", orgSlug },
-        { signal: context.signal, headers: forwardedFor(context) },
+        { kind, orgSlug },
+        { signal: context.signal, headers: { ...forwardedFor(context), [header]: context.requestHeader.get(header) ?? "" } },
       );
     } catch (err) {
       if (ConnectError.from(err).code === Code.Unauthenticated) await failures.record(scope, address);

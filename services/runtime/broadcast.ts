@@ -1,5 +1,6 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import { connectionState } from "./nats-transport.js";
+import { prefixed, subjectPrefixOf } from "./nats-connection.js";
 
 /**
  * Fire-and-forget notices every process must see at once (a credential was replaced): core NATS
@@ -32,11 +33,11 @@ export function createNatsBroadcast(nc: NatsConnection): Broadcast {
   const decoder = new TextDecoder();
   return {
     async publish(subject, data) {
-      nc.publish(`broadcast.${subject}`, data);
+      nc.publish(prefixed(subjectPrefixOf(nc), `broadcast.${subject}`), data);
       await nc.flush();
     },
     subscribe(subject, handler) {
-      nc.subscribe(`broadcast.${subject}`, {
+      nc.subscribe(prefixed(subjectPrefixOf(nc), `broadcast.${subject}`), {
         callback: (err, msg) => {
           if (!err) handler(decoder.decode(msg.data));
         },

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { natsCredentialProblem } from "./nats-connection.js";
 
 // One schema for every process, so the deployment manifests can be checked against it.
 const cidrList = z
@@ -27,6 +28,20 @@ export const configSchema = z.object({
   DATA_DIR: z.string().default("./.data"),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
   NATS_URL: optionalString,
+  // NATS credentials (one kind at most) and TLS; see docs/SECURITY.md.
+  NATS_USER: optionalString,
+  NATS_PASSWORD: optionalString,
+  NATS_TOKEN: optionalString,
+  NATS_NKEY_SEED: optionalString,
+  NATS_CREDS_FILE: optionalString,
+  NATS_TLS_CA_FILE: optionalString,
+  NATS_TLS_CERT_FILE: optionalString,
+  NATS_TLS_KEY_FILE: optionalString,
+  // Put before every subject (and the stream's name), so installations can share one NATS.
+  NATS_SUBJECT_PREFIX: z
+    .string()
+    .default("")
+    .refine((v) => v === "" || /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(v), "must be NATS subject tokens of letters, digits, - and _ separated by dots"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOOTSTRAP_ORG_SLUG: optionalString,
   BOOTSTRAP_OWNER_EMAIL: optionalString,
@@ -66,6 +81,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       "invalid configuration:\n  BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD must be set together",
     );
   }
+  const natsProblem = natsCredentialProblem(config);
+  if (natsProblem) throw new ConfigError(`invalid configuration:\n  ${natsProblem}`);
   const publicUrl = (config.PUBLIC_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
   return { ...config, publicUrl };
 }

@@ -1,6 +1,7 @@
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient } from "@nats-io/jetstream";
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
+import { eventsStreamName, prefixed, subjectPrefixOf } from "./nats-connection.js";
 
 export interface DomainEvent {
   /** The outbox id; also the JetStream Nats-Msg-Id, so a republished event is dropped. */
@@ -63,6 +64,11 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
 
 /** Production: the EVENTS JetStream stream, deduplicated on Nats-Msg-Id. */
 export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger): Promise<EventBus> {
+  // With a subject prefix, the stream and its subjects are the installation's own.
+  const subjectPrefix = subjectPrefixOf(nc);
+  const EVENTS_STREAM = eventsStreamName(subjectPrefix);
+  const subjectOf = (subject: string) => prefixed(subjectPrefix, subject);
+  const unprefixed = (subject: string) => (subjectPrefix && subject.startsWith(`${subjectPrefix}.`) ? subject.slice(subjectPrefix.length + 1) : subject);
   const jsm = await jetstreamManager(nc);
   try {
     await jsm.streams.info(EVENTS_STREAM);
@@ -70,7 +76,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
     try {
       await jsm.streams.add({
         name: EVENTS_STREAM,
-        subjects: ["events.>"],
+        subjects: [subjectOf("events.>")],
         duplicate_window: 10 * 60 * 1_000_000_000, // ten minutes, in nanoseconds
         max_age: 7 * 24 * 3600 * 1_000_000_000,
       });
@@ -86,7 +92,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
   return {
     async publish(event) {
       const h = natsHeaders();
-      await js.publish(event.subject, event.payload, { msgID: event.id, headers: h });
+      await js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: h });
     },
     async subscribe(subject, handler, options = {}) {
       let consumerName: string;
@@ -95,7 +101,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         await jsm.consumers
           .add(EVENTS_STREAM, {
             durable_name: consumerName,
-            filter_subject: subject,
+            filter_subject: subjectOf(subject),
             ack_policy: AckPolicy.Explicit,
             deliver_policy: DeliverPolicy.New,
             max_deliver: 20,
@@ -108,7 +114,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
           });
       } else {
         const info = await jsm.consumers.add(EVENTS_STREAM, {
-          filter_subject: subject,
+          filter_subject: subjectOf(subject),
           ack_policy: AckPolicy.Explicit,
           deliver_policy: DeliverPolicy.New,
           inactive_threshold: 60_000_000_000,
@@ -122,7 +128,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         for await (const m of messages) {
           const id = m.headers?.get("Nats-Msg-Id") ?? `${m.seq}`;
           try {
-            await handler({ id, subject: m.subject, payload: m.data });
+            await handler({ id, subject: unprefixed(m.subject), payload: m.data });
             m.ack();
           } catch (err) {
             logger.error({ err, subject: m.subject, id }, "event handler failed; will be redelivered");

@@ -45,7 +45,7 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
       }
       let org: Organization | undefined;
       try {
-        org = await clients.identity.resolveIngestToken({ token }, { signal });
+        org = await clients.identity.resolveIngestToken({}, { signal, headers: { authorization: `Bearer ${token}` } });
       } catch (err) {
         if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
       }

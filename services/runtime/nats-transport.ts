@@ -3,6 +3,7 @@ import type { UniversalClientFn, UniversalHandler } from "@connectrpc/connect/pr
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
+import { prefixed, subjectPrefixOf } from "./nats-connection.js";
 
 /**
  * Connect over NATS request/reply. A call is the Connect unary protocol (binary protobuf body,
@@ -15,9 +16,9 @@ const STATUS_HEADER = "Connect-Http-Status";
 const DEFAULT_TIMEOUT_MS = 15_000;
 const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
-export function subjectForPath(requestPath: string): string {
+export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
-  return "rpc" + requestPath.replace(/\//g, ".");
+  return prefixed(subjectPrefix, "rpc" + requestPath.replace(/\//g, "."));
 }
 
 async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
@@ -98,7 +99,7 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClie
     const timeout = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
     const body = await readAll(request.body);
     try {
-      const reply = await nc.request(subjectForPath(path), body, {
+      const reply = await nc.request(subjectForPath(path, subjectPrefixOf(nc)), body, {
         timeout,
         headers: toNatsHeaders(request.header),
       });
@@ -169,7 +170,7 @@ export function serveRouterOverNats(
     const typeName = handler.service.typeName;
     if (options.services && !options.services.includes(typeName)) continue;
     subscriptions.push(
-      nc.subscribe(subjectForPath(handler.requestPath), {
+      nc.subscribe(subjectForPath(handler.requestPath, subjectPrefixOf(nc)), {
         queue: typeName,
         callback: (err, msg) => {
           if (err) {

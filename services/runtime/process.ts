@@ -13,6 +13,7 @@ import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
 import { BODY_LIMITS } from "./body-limits.js";
+import { natsConnectionOptions, setSubjectPrefix } from "./nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
@@ -87,7 +88,8 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
-    nats = await connect({ servers: config.NATS_URL, name: options.name, maxReconnectAttempts: -1, reconnectTimeWait: 500 });
+    nats = await connect(natsConnectionOptions(config, options.name));
+    setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
