@@ -13,6 +13,11 @@ export interface Broadcast {
   subscribe(subject: string, handler: (data: string) => void): void;
   /** False while notices may be missed (NATS disconnected). */
   available(): boolean;
+  /**
+   * Calls `handler` on every change of the connection's state (disconnect, reconnect, ...):
+   * notices may have been missed around it, so whatever was cached on their strength is void.
+   */
+  onStateChange(handler: () => void): void;
 }
 
 export function createInProcessBroadcast(): Broadcast {
@@ -25,12 +30,19 @@ export function createInProcessBroadcast(): Broadcast {
       handlers.set(subject, [...(handlers.get(subject) ?? []), handler]);
     },
     available: () => true,
+    // One process never misses its own notices.
+    onStateChange() {},
   };
 }
+
+/** Status events around which messages may have been lost. */
+const CONNECTION_CHANGES = new Set<string>(["disconnect", "reconnecting", "reconnect", "staleConnection", "forceReconnect", "close"]);
 
 export function createNatsBroadcast(nc: NatsConnection): Broadcast {
   const state = connectionState(nc);
   const decoder = new TextDecoder();
+  const listeners: (() => void)[] = [];
+  let watching = false;
   return {
     async publish(subject, data) {
       nc.publish(prefixed(subjectPrefixOf(nc), `broadcast.${subject}`), data);
@@ -44,5 +56,17 @@ export function createNatsBroadcast(nc: NatsConnection): Broadcast {
       });
     },
     available: () => state.connected(),
+    onStateChange(handler) {
+      listeners.push(handler);
+      if (!watching) {
+        watching = true;
+        void (async () => {
+          for await (const status of nc.status()) {
+            if (!CONNECTION_CHANGES.has(status.type)) continue;
+            for (const listener of listeners) listener();
+          }
+        })();
+      }
+    },
   };
 }

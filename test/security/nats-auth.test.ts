@@ -137,7 +137,10 @@ describe("two installations sharing one NATS", () => {
   it("carry ingest tokens and receiver secrets in headers, never in a message body", async () => {
     const observer = await connect({ servers: nats.url });
     const bodies: string[] = [];
-    const sub = observer.subscribe("team-a.rpc.>", { callback: (_err, msg) => bodies.push(Buffer.from(msg.data).toString("latin1")) });
+    const sub = observer.subscribe("team-a.rpc.>", { callback: (_err, msg) => {
+        bodies.push(Buffer.from(msg.data).toString("latin1"));
+      },
+    });
     await observer.flush();
     try {
       const owner = await a.ownerToken();
