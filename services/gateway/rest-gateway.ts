@@ -114,9 +114,15 @@ class BodyError extends RequestShapeError {}
 
 function parseJsonObject(bytes: Uint8Array): JsonObject {
   if (bytes.byteLength === 0) return {};
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new BodyError("request body is not valid UTF-8");
+  }
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder().decode(bytes));
+    value = JSON.parse(text);
   } catch {
     throw new BodyError("request body is not valid JSON");
   }

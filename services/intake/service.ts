@@ -12,7 +12,7 @@ import type { ServiceContext, ServiceModule } from "../runtime/service-module.js
 import { createChatRateLimit } from "./chat-rate-limit.js";
 import { createReceiverFailures } from "./receiver-failures.js";
 import { migrations } from "./migrations.js";
-import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { InvalidUtf8Error, parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
 import { alertRouterSource, chatSource, PayloadError, recognizeTrigger, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
 
 /** The spec's limit on the chat receiver: authenticated calls per minute per organization. */
@@ -151,7 +151,8 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       let body: unknown;
       try {
         body = parseTriggerBody(req.body, req.contentType, { allowForm: true });
-      } catch {
+      } catch (err) {
+        if (err instanceof InvalidUtf8Error) throw err;
         return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
       }
       if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };
