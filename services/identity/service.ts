@@ -133,7 +133,13 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     async logout(_req: unknown, context: HandlerContext) {
       const token = bearerToken(context.requestHeader.get("authorization"));
       if (!token) throw new UnauthenticatedError();
-      await sql`update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null`;
+      await sql.begin(async (tx) => {
+        const rows = await tx<{ org_id: string; token_hash: Buffer }[]>`
+          update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null returning org_id, token_hash`;
+        // Live streams opened with this session end at once (services/console/live-events.ts).
+        if (rows[0]) await credentialChanged(tx, rows[0].org_id, "session", rows[0].token_hash);
+      });
+      outbox.poke();
       return {};
     },
 
