@@ -53,6 +53,13 @@ export const configSchema = z.object({
   // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
   CHAT_WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().positive().max(12).default(10),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
+  // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
+  REMOTE_SOURCE_ALLOW_CIDRS: cidrList,
+  // Host names a remote source's bearer token may be sent to over plain http (never by default).
+  REMOTE_SOURCE_HTTP_BEARER_HOSTS: z
+    .string()
+    .default("")
+    .transform((v) => v.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean)),
   // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
   SECRETS_KEYS: optionalString,
