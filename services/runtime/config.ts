@@ -23,6 +23,8 @@ const optionalString = z
 export const configSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().default("0.0.0.0"),
+  // Prometheus metrics are served here (GET /metrics) and never on PORT; unset = not served.
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   PUBLIC_URL: optionalString,
   DATABASE_URL: optionalString,
   DATA_DIR: z.string().default("./.data"),

@@ -56,6 +56,8 @@ export interface RunningProcess {
   logger: Logger;
   url: string;
   port: number;
+  /** GET /metrics on METRICS_PORT, when set. */
+  metricsUrl?: string;
   database: Database;
   nats?: NatsConnection;
   modules: ServiceModule[];
@@ -173,13 +175,6 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
         const ok = await ready();
         return sendJson(res, ok ? 200 : 503, { status: ok ? "ready" : "not ready" });
       }
-      if (req.method === "GET" && url.pathname === "/metrics") {
-        await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
-        const text = await registry.metrics();
-        res.writeHead(200, { "content-type": registry.contentType });
-        res.end(text);
-        return;
-      }
       if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
       connectHandler(req as never, res as never);
@@ -190,12 +185,33 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     });
   };
   const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
+  // Metrics on a port of their own, never the public one: they describe traffic and load.
+  const metricsServer =
+    config.METRICS_PORT === undefined
+      ? undefined
+      : await listenHttp({
+          host: config.HOST,
+          port: config.METRICS_PORT,
+          handler: (req, res) => {
+            void (async () => {
+              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
+              await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+              const text = await registry.metrics();
+              (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
+              res.end(text);
+            })().catch((err) => {
+              logger.error({ err }, "metrics failed");
+              if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+            });
+          },
+        });
+  const metricsUrl = metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : undefined;
   const url = `http://127.0.0.1:${server.port}`;
   if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
 
   for (const relay of relays) relay.start();
   for (const module of modules) await module.start?.();
-  logger.info({ port: server.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
+  logger.info({ port: server.port, metricsPort: metricsServer?.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
 
   let stopped: Promise<void> | undefined;
   const stop = () =>
@@ -203,6 +219,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       stopping = true;
       extra?.close?.();
       await server.close(config.SHUTDOWN_GRACE_SECONDS * 1000);
+      await metricsServer?.close(0);
       for (const module of modules) await module.stop?.().catch((err) => logger.warn({ err }, "stop failed"));
       for (const relay of relays) await relay.stop();
       await events.close();
@@ -210,7 +227,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       await database.close();
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, database, nats, modules, transport, relays, stop };
+  return { config, logger, url, port: server.port, metricsUrl, database, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
