@@ -155,17 +155,17 @@ describe("web console in a browser", () => {
     firstIncident = res.body.incidentId;
     const row = page.locator(`tr[data-incident-id="${firstIncident}"]`);
     await row.waitFor();
-    expect(await row.getByRole("link").textContent()).toBe("CPU high on checkout");
-    expect(await row.locator('td[data-label="Source"]').textContent()).toBe("metrics-monitor");
-    expect(await row.locator('td[data-label="Severity"]').textContent()).toBe("SEV1");
-    expect(await row.locator('td[data-label="Entity"]').textContent()).toBe("service:checkout");
-    expect(await row.locator('td[data-label="Age"]').textContent()).toMatch(/just now|\d+ s ago/);
+    await expect.poll(() => row.getByRole("link").textContent()).toBe("CPU high on checkout");
+    await expect.poll(() => row.locator('td[data-label="Source"]').textContent()).toBe("metrics-monitor");
+    await expect.poll(() => row.locator('td[data-label="Severity"]').textContent()).toBe("SEV1");
+    await expect.poll(() => row.locator('td[data-label="Entity"]').textContent()).toBe("service:checkout");
+    await expect.poll(() => row.locator('td[data-label="Age"]').textContent()).toMatch(/just now|\d+ s ago/);
     expect(await inPage("window.loadedOnce")).toBe(true);
 
     const second = await trigger({ title: "Disk almost full on db-2", alert_type: "warning", alert_id: "disk-db", event_id: "disk-1", tags: ["service:orders-db"] });
     expect(second.status).toBe(201);
     await page.locator(`tr[data-incident-id="${second.body.incidentId}"]`).waitFor();
-    expect(await page.locator("tbody tr").count()).toBe(2);
+    await expect.poll(() => page.locator("tbody tr").count()).toBe(2);
     await expectLabelled();
     await shot("incidents");
   });
@@ -175,29 +175,29 @@ describe("web console in a browser", () => {
     await page.getByRole("heading", { level: 1, name: "CPU high on checkout" }).waitFor();
     expect(new URL(page.url()).pathname).toBe(`/o/acme/incidents/${firstIncident}`);
     const first = page.locator(".timeline > li").first();
-    expect(await first.locator(".kind").textContent()).toBe("Opened");
-    expect(await first.locator(".entry-summary").textContent()).toBe("CPU above 90% on web-01 for 5 minutes");
+    await expect.poll(() => first.locator(".kind").textContent()).toBe("Opened");
+    await expect.poll(() => first.locator(".entry-summary").textContent()).toBe("CPU above 90% on web-01 for 5 minutes");
     expect(await first.getByRole("link", { name: "Open in the source" }).getAttribute("href")).toBe("https://metrics.example.test/monitors/cpu-checkout");
-    expect(await first.textContent()).toContain("Alert cpu-checkout");
+    await expect.poll(() => first.textContent()).toContain("Alert cpu-checkout");
 
     expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Re-Triggered", alert_id: "cpu-checkout", event_id: "cpu-2" })).body.outcome).toBe("attached");
     expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "No Data", alert_id: "cpu-checkout", event_id: "cpu-3" })).body.outcome).toBe("recorded");
     expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Recovered", alert_id: "cpu-checkout", event_id: "cpu-4" })).body.outcome).toBe("recorded");
     await expect.poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT }).toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
-    expect(await page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
+    await expect.poll(() => page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
     await expectLabelled();
     await shot("room");
 
     // The workspace URL is the room's address: a page load of it opens the room.
     await page.goto(`${app.url}/o/acme/incidents/${firstIncident}`);
     await page.getByRole("heading", { level: 1, name: "CPU high on checkout" }).waitFor();
-    expect(await page.locator(".timeline > li").count()).toBe(4);
+    await expect.poll(() => page.locator(".timeline > li").count()).toBe(4);
   });
 
   it("tests the chat-webhook connection against a loopback HTTPS receiver", async () => {
     await nav("Integrations").click();
     await page.getByRole("heading", { name: "Integrations" }).waitFor();
-    expect(await page.locator("#chatwebhook-status").textContent()).toBe("not connected");
+    await expect.poll(() => page.locator("#chatwebhook-status").textContent()).toBe("not connected");
     await page.getByLabel("Webhook URL").fill(receiver.url("gone", "console-gone"));
     await page.getByRole("button", { name: "Save", exact: true }).click();
     await expect.poll(() => page.locator("#chatwebhook-status").textContent()).toBe("connected");
@@ -253,13 +253,13 @@ describe("web console in a browser", () => {
     await page.getByRole("button", { name: "Add source" }).click();
     const item = page.locator(".sources > li", { hasText: "bare-metrics" });
     await item.waitFor();
-    expect(await item.locator(".badge").first().textContent()).toBe("untested");
+    await expect.poll(() => item.locator(".badge").first().textContent()).toBe("untested");
     await item.getByRole("button", { name: "Test connection" }).click();
     const rows = item.locator("table.checks tbody tr");
     await rows.first().waitFor({ timeout: 20_000 });
     expect(await rows.count()).toBeGreaterThan(3);
     expect(await rows.locator('td[data-label="Result"]').allTextContents()).toEqual(Array(await rows.count()).fill("pass"));
-    expect(await item.getByRole("status").textContent()).toMatch(/^Connected: every check passed \(protocol version 1\)/);
+    await expect.poll(() => item.getByRole("status").textContent()).toMatch(/^Connected: every check passed \(protocol version 1\)/);
     await expect.poll(() => item.locator(".badge").first().textContent()).toBe("connected");
     await shot("integrations-remote-source");
   });
@@ -270,9 +270,9 @@ describe("web console in a browser", () => {
     await page.getByText("Real egress is off").first().waitFor();
     await page.getByLabel("Update text").fill("Rolling back the 14:02 deploy of checkout.");
     const preview = page.locator("form.draft .card-preview");
-    expect(await preview.locator(".card-title").textContent()).toBe("CPU high on checkout");
-    expect(await preview.locator(".card-text").textContent()).toBe("Rolling back the 14:02 deploy of checkout.");
-    expect(await preview.textContent()).toContain(`/o/acme/incidents/${firstIncident}`);
+    await expect.poll(() => preview.locator(".card-title").textContent()).toBe("CPU high on checkout");
+    await expect.poll(() => preview.locator(".card-text").textContent()).toBe("Rolling back the 14:02 deploy of checkout.");
+    await expect.poll(() => preview.textContent()).toContain(`/o/acme/incidents/${firstIncident}`);
     await expectLabelled();
     await page.getByRole("button", { name: "Save draft" }).click();
     const message = page.locator(".messages > li").first();
@@ -288,7 +288,7 @@ describe("web console in a browser", () => {
 
     await nav("Integrations").click();
     await page.getByRole("switch").click();
-    await page.getByText("Real egress is on").waitFor();
+    await page.getByText("Real egress is on", { exact: true }).waitFor();
     expect((await app.call("GET", "/o/acme/oncall/egress", { token: owner })).body).toEqual({ enabled: true });
 
     await page.goto(`${app.url}/o/acme/incidents/${firstIncident}?tab=comms`);
@@ -300,7 +300,7 @@ describe("web console in a browser", () => {
     await drafted.getByRole("button", { name: "Approve" }).click();
     await drafted.getByRole("button", { name: "Send" }).click();
     await drafted.getByText("Sent: posted to the chat channel.").waitFor();
-    expect(await drafted.locator(".msg-state").textContent()).toBe("Sent to the chat channel");
+    await expect.poll(() => drafted.locator(".msg-state").textContent()).toBe("Sent to the chat channel");
     const posts = receiver.posts.slice(before);
     expect(posts).toHaveLength(1);
     expect(JSON.stringify(posts[0]!.body)).toContain("Rollback done; error rate back to normal.");
@@ -315,9 +315,9 @@ describe("web console in a browser", () => {
       "Update simulated",
       "Update sent",
     ]);
-    expect(await page.locator(".entry-update_simulated .delivery").textContent()).toBe("Simulated: recorded here, not delivered");
-    expect(await page.locator(".entry-update_sent .delivery").textContent()).toBe("Sent to the chat channel");
-    expect(await page.locator(".entry-update_sent").textContent()).toContain("Channel chatwebhook:status");
+    await expect.poll(() => page.locator(".entry-update_simulated .delivery").textContent()).toBe("Simulated: recorded here, not delivered");
+    await expect.poll(() => page.locator(".entry-update_sent .delivery").textContent()).toBe("Sent to the chat channel");
+    await expect.poll(() => page.locator(".entry-update_sent").textContent()).toContain("Channel chatwebhook:status");
     await shot("room-updates");
   });
 
@@ -330,7 +330,7 @@ describe("web console in a browser", () => {
     await page.getByRole("link", { name: "CPU high on checkout" }).click();
     await page.getByRole("button", { name: "Archive" }).click();
     await page.locator(".room-badges .state-archived").waitFor();
-    expect(await page.getByRole("button", { name: "Resolve" }).count()).toBe(0);
+    await expect.poll(() => page.getByRole("button", { name: "Resolve" }).count()).toBe(0);
     await nav("Incidents").click();
     await page.getByRole("link", { name: "Archived" }).click();
     await page.locator(`tr[data-incident-id="${firstIncident}"]`).waitFor();
@@ -345,10 +345,10 @@ describe("web console in a browser", () => {
     await page.getByRole("button", { name: "Register" }).click();
     const row = page.locator('tr[data-heartbeat="nightly-backup"]');
     await row.waitFor();
-    expect(await row.locator('td[data-label="Interval + grace"]').textContent()).toBe("1 h + 5 min");
-    expect(await row.locator('td[data-label="Last seen"]').textContent()).toBe("never");
-    expect(await row.locator('td[data-label="Due"]').textContent()).toMatch(/^in 1 h (4|5) min$/);
-    expect(await row.locator('td[data-label="Status"]').textContent()).toBe("ok");
+    await expect.poll(() => row.locator('td[data-label="Interval + grace"]').textContent()).toBe("1 h + 5 min");
+    await expect.poll(() => row.locator('td[data-label="Last seen"]').textContent()).toBe("never");
+    await expect.poll(() => row.locator('td[data-label="Due"]').textContent()).toMatch(/^in 1 h (4|5) min$/);
+    await expect.poll(() => row.locator('td[data-label="Status"]').textContent()).toBe("ok");
     expect(await page.getByLabel("Ping").inputValue()).toContain(`${app.url}/o/acme/heartbeats/nightly-backup/ping`);
     const registered = await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner });
     expect(registered.body).toMatchObject({ name: "nightly-backup", expectedIntervalSeconds: 3600, graceSeconds: 300, lastSeenAt: null });
@@ -378,8 +378,8 @@ describe("web console in a browser", () => {
     await page.getByRole("button", { name: "Create window" }).click();
     const row = page.locator("tr", { hasText: "Database upgrade" });
     await row.waitFor();
-    expect(await row.locator('td[data-label="Covers"]').textContent()).toBe("sources metrics-monitor; entities service:orders-db");
-    expect(await row.locator('td[data-label="Status"]').textContent()).toMatch(/^active, ends in /);
+    await expect.poll(() => row.locator('td[data-label="Covers"]').textContent()).toBe("sources metrics-monitor; entities service:orders-db");
+    await expect.poll(() => row.locator('td[data-label="Status"]').textContent()).toMatch(/^active, ends in /);
     const suppressed = await trigger({ title: "DB lag", alert_type: "error", alert_id: "db-lag", event_id: "lag-1", tags: ["service:orders-db"] });
     expect(suppressed.body.outcome).toBe("suppressed");
     await expectLabelled();
