@@ -1,6 +1,7 @@
 import { randomBytes, timingSafeEqual } from "node:crypto";
 import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
+import { RateLimitedError } from "../runtime/errors.js";
 
 // scrypt (Node's own, RFC 7914) with a per-password salt, at OWASP's recommendation
 // (N=2^17, r=8, p=1: 128 MiB and a few hundred milliseconds a hash). The parameters are stored
@@ -32,11 +33,20 @@ parentPort.on("message", ({ id, password, salt, keyLength, options }) => {
 interface Job {
   id: number;
   message: { id: number; password: string; salt: Uint8Array; keyLength: number; options: object };
+  /** When a thread took it. */
+  startedAt: number;
   resolve(key: Buffer): void;
   reject(err: Error): void;
 }
 
 export const HASH_THREADS = Math.max(1, Math.min(2, availableParallelism() - 1));
+/**
+ * The longest a hash may expect to wait for a thread (queue length x recent hash time / threads).
+ * Past it a login is refused at once (429, retry in a second) instead of queueing behind a flood
+ * until the caller's deadline (15 s at the gateway) has passed; on a slow or busy machine the
+ * queue is shorter accordingly.
+ */
+export const MAX_HASH_WAIT_MS = 8_000;
 
 function createHashPool(size: number) {
   const queue: Job[] = [];
@@ -44,6 +54,8 @@ function createHashPool(size: number) {
   const running = new Map<Worker, Job>();
   let workers = 0;
   let nextId = 0;
+  // Recent time of one hash on one thread; starts at a typical figure for N=2^17.
+  let averageMs = 300;
 
   const spawn = (): Worker => {
     const worker = new Worker(WORKER_SOURCE, { eval: true });
@@ -53,6 +65,8 @@ function createHashPool(size: number) {
       const job = running.get(worker);
       running.delete(worker);
       if (job && job.id === answer.id) {
+        // Exponentially weighted: follows a machine that gets busier or quieter within seconds.
+        averageMs = 0.8 * averageMs + 0.2 * (performance.now() - job.startedAt);
         if (answer.error !== undefined) job.reject(new Error(answer.error));
         else job.resolve(Buffer.from(answer.key!));
       }
@@ -75,15 +89,19 @@ function createHashPool(size: number) {
       if (!worker) return;
       const job = queue.shift()!;
       running.set(worker, job);
+      job.startedAt = performance.now();
       worker.postMessage(job.message);
     }
   };
 
   return {
     derive(password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
+      if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) {
+        return Promise.reject(new RateLimitedError("too many password checks in progress; retry shortly", 1));
+      }
       return new Promise((resolve, reject) => {
         const id = nextId++;
-        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, resolve, reject });
+        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, startedAt: 0, resolve, reject });
         pump();
       });
     },
