@@ -19,12 +19,13 @@ const UNRECOGNIZED = "Unrecognized trigger payload";
  * prototypes, and the mappers read own properties only.
  */
 export function parseTriggerBody(bytes: Uint8Array, contentType: string, options: { allowForm: boolean }): unknown {
+  let valid = true;
   let text: string;
   try {
-    // A sender's bytes are kept as sent or refused: never replaced by U+FFFD and stored.
     text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
   } catch {
-    throw new InvalidUtf8Error();
+    valid = false;
+    text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
   }
   const type = contentType.split(";")[0]!.trim().toLowerCase();
   if (options.allowForm && type === "application/x-www-form-urlencoded") return new URLSearchParams(text);
@@ -36,6 +37,8 @@ export function parseTriggerBody(bytes: Uint8Array, contentType: string, options
     if (options.allowForm && /^[^{[\s][^=&]*=/.test(text)) return new URLSearchParams(text);
     throw new UnprocessablePayloadError(UNRECOGNIZED, "the body is not valid JSON");
   }
+  // JSON whose strings are not UTF-8: refused, never stored with U+FFFD in their place.
+  if (!valid) throw new InvalidUtf8Error();
   if (jsonDepth(value) > MAX_JSON_DEPTH) {
     throw new UnprocessablePayloadError(UNRECOGNIZED, `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   }
