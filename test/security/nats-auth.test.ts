@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadConfig } from "../../services/runtime/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/nats-permissions.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
@@ -169,5 +170,17 @@ describe("the NATS users shipped in deploy/", () => {
   it("are the ones the code derives from the schema (npm run nats-config)", () => {
     const committed = readFileSync(new URL("../../deploy/components/nats/authorization.conf", import.meta.url), "utf8");
     expect(committed).toContain(natsAuthorizationBlock((user) => `$NATS_PASSWORD_${user.toUpperCase()}`));
+  });
+});
+
+describe("NATS settings", () => {
+  const base = { NATS_URL: "nats://127.0.0.1:4222" };
+  it("take one kind of credential, complete pairs and a well-formed prefix", () => {
+    expect(() => loadConfig({ ...base, NATS_USER: "intake" })).toThrow(/NATS_USER and NATS_PASSWORD must be set together/);
+    expect(() => loadConfig({ ...base, NATS_USER: "intake", NATS_PASSWORD: "p", NATS_TOKEN: "t" })).toThrow(/one kind of NATS credential/);
+    expect(() => loadConfig({ ...base, NATS_TLS_CERT_FILE: "/c.pem" })).toThrow(/NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE/);
+    expect(() => loadConfig({ ...base, NATS_NKEY_SEED: "not-a-seed" })).toThrow(/NATS_NKEY_SEED/);
+    expect(() => loadConfig({ ...base, NATS_SUBJECT_PREFIX: "a b" })).toThrow(/NATS_SUBJECT_PREFIX/);
+    expect(loadConfig({ ...base, NATS_TOKEN: "t", NATS_TLS_CA_FILE: "/ca.pem", NATS_SUBJECT_PREFIX: "team-a.prod" }).NATS_SUBJECT_PREFIX).toBe("team-a.prod");
   });
 });
