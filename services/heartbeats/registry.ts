@@ -1,15 +1,17 @@
-import { create, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import { HeartbeatSchema, HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import { checkGrace, checkInterval, checkName } from "./heartbeat-rules.js";
+import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
+import { heartbeatColumns, toHeartbeat, type HeartbeatRow } from "./heartbeat-shape.js";
+import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
 
 export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
@@ -17,32 +19,30 @@ export const AUDIT_KINDS = {
   deleted: "heartbeat.deleted",
 } as const;
 
-interface HeartbeatRow {
-  name: string;
-  expected_interval_seconds: number;
-  grace_seconds: number;
-  created_at: Date;
-  last_seen_at: Date | null;
-  deadline: Date;
-  silent: boolean;
-}
-
-type HeartbeatInit = MessageInitShape<typeof HeartbeatSchema>;
-
-function toHeartbeat(row: HeartbeatRow): HeartbeatInit {
-  return {
-    name: row.name,
-    expectedIntervalSeconds: row.expected_interval_seconds,
-    graceSeconds: row.grace_seconds,
-    lastSeenAt: row.last_seen_at ? timestampFromDate(row.last_seen_at) : undefined,
-    createdAt: timestampFromDate(row.created_at),
-    dueAt: timestampFromDate(row.deadline),
-    status: row.silent ? "silent" : "ok",
-  };
-}
-
 function notFound(name: string): NotFoundError {
   return new NotFoundError(`no heartbeat named "${name}"`);
+}
+
+/** The deadline: the next expected ping after `since`, plus grace. */
+export function deadlineAfter(
+  since: Date,
+  kind: { interval: number | null; schedule: string | null; timezone: string | null },
+  graceSeconds: number,
+): Date {
+  const next = kind.schedule ? nextScheduled(kind.schedule, kind.timezone ?? "UTC", since) : new Date(since.getTime() + kind.interval! * 1000);
+  return new Date(next.getTime() + graceSeconds * 1000);
+}
+
+function auditData(row: HeartbeatRow): JsonObject {
+  const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds };
+  if (row.schedule) {
+    data.schedule = row.schedule;
+    data.timezone = row.timezone;
+  } else {
+    data.expectedIntervalSeconds = row.expected_interval_seconds;
+  }
+  if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
+  return data;
 }
 
 /** Register, list, read, update and delete: the management routes, for people. */
@@ -52,9 +52,7 @@ export function createRegistryHandlers(deps: {
   outbox: Outbox;
 }): Pick<ServiceImpl<typeof HeartbeatsService>, "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat"> {
   const { sql, clients, outbox } = deps;
-  // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
-  const columns = sql`name, expected_interval_seconds, grace_seconds, created_at, last_seen_at, deadline,
-    (open_silence_id is not null or deadline < now()) as silent`;
+  const columns = heartbeatColumns(sql);
 
   async function audit(tx: TransactionSql, principal: Principal, kind: string, data: JsonObject): Promise<void> {
     await outbox.write(
@@ -65,20 +63,39 @@ export function createRegistryHandlers(deps: {
     );
   }
 
+  async function databaseNow(tx: TransactionSql): Promise<Date> {
+    const [row] = await tx<{ now: Date }[]>`select now() as now`;
+    return row!.now;
+  }
+
   return {
     async registerHeartbeat(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       checkName(req.name);
-      const interval = checkInterval(req.expectedIntervalSeconds);
+      let interval: number | null = null;
+      let schedule: CheckedSchedule | null = null;
+      if (req.schedule !== undefined) {
+        if (req.expectedIntervalSeconds) throw new InvalidArgumentError("send either expectedIntervalSeconds or schedule, not both");
+        schedule = checkSchedule(req.schedule, req.timezone);
+      } else {
+        if (req.timezone !== undefined) throw new InvalidArgumentError("timezone goes with a schedule");
+        interval = checkInterval(req.expectedIntervalSeconds);
+      }
       const grace = checkGrace(req.graceSeconds);
+      const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
       const row = await sql.begin(async (tx) => {
+        // The database clock: created_at is this transaction's now().
+        const now = await databaseNow(tx);
+        const deadline = deadlineAfter(now, { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null }, grace);
         const [inserted] = await tx<HeartbeatRow[]>`
-          insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, deadline)
-          values (${principal.orgId}, ${principal.orgSlug}, ${req.name}, ${interval}, ${grace}, now() + make_interval(secs => ${interval + grace}))
+          insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
+            schedule_gap_seconds, max_run_seconds, deadline)
+          values (${principal.orgId}, ${principal.orgSlug}, ${req.name}, ${interval}, ${grace}, ${schedule?.schedule ?? null},
+            ${schedule?.timezone ?? null}, ${schedule?.gapSeconds ?? null}, ${maxRun}, ${deadline})
           on conflict (org_id, name) do nothing
           returning ${columns}`;
         if (!inserted) throw new AlreadyExistsError(`a heartbeat named "${req.name}" already exists`);
-        await audit(tx, principal, AUDIT_KINDS.registered, { name: req.name, expectedIntervalSeconds: interval, graceSeconds: grace });
+        await audit(tx, principal, AUDIT_KINDS.registered, auditData(inserted));
         return inserted;
       });
       outbox.poke();
@@ -110,29 +127,55 @@ export function createRegistryHandlers(deps: {
           `a heartbeat cannot be renamed (its name is fixed once registered): to use the name "${req.name}", delete "${req.heartbeat}" and register "${req.name}"`,
         );
       }
-      if (req.expectedIntervalSeconds === undefined && req.graceSeconds === undefined) {
+      if (
+        req.expectedIntervalSeconds === undefined &&
+        req.graceSeconds === undefined &&
+        req.schedule === undefined &&
+        req.timezone === undefined &&
+        req.maxRunSeconds === undefined
+      ) {
         throw new InvalidArgumentError("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
+      }
+      if (req.expectedIntervalSeconds !== undefined && req.schedule !== undefined) {
+        throw new InvalidArgumentError("send either expectedIntervalSeconds or schedule, not both");
       }
       const interval = req.expectedIntervalSeconds === undefined ? null : checkInterval(req.expectedIntervalSeconds);
       const grace = req.graceSeconds === undefined ? null : checkGrace(req.graceSeconds);
+      // 0 removes the limit.
+      const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
+      if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await sql.begin(async (tx) => {
-        // The deadline moves with the new interval and grace. A silence in progress stays one
+        const [current] = await tx<{ expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]>`
+          select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
+          from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${target} for update`;
+        if (!current) throw notFound(target);
+        let next = { interval: current.expected_interval_seconds, schedule: current.schedule, timezone: current.timezone };
+        let gap: number | null = null;
+        if (interval !== null) next = { interval, schedule: null, timezone: null };
+        else if (req.schedule !== undefined || (req.timezone !== undefined && current.schedule)) {
+          const checked = checkSchedule(req.schedule ?? current.schedule!, req.timezone ?? current.timezone ?? undefined);
+          next = { interval: null, schedule: checked.schedule, timezone: checked.timezone };
+          gap = checked.gapSeconds;
+        } else if (req.timezone !== undefined) {
+          throw new InvalidArgumentError("timezone goes with a schedule");
+        }
+        const newGrace = grace ?? current.grace_seconds;
+        // The deadline moves with the new expectation and grace. A silence in progress stays one
         // silence: only a ping ends it, so a longer interval never opens a second incident.
+        const deadline = deadlineAfter(current.since, next, newGrace);
         const [updated] = await tx<HeartbeatRow[]>`
           update heartbeats.heartbeats set
-            expected_interval_seconds = coalesce(${interval}::integer, expected_interval_seconds),
-            grace_seconds = coalesce(${grace}::integer, grace_seconds),
-            deadline = coalesce(last_seen_at, created_at)
-              + make_interval(secs => coalesce(${interval}::integer, expected_interval_seconds) + coalesce(${grace}::integer, grace_seconds))
+            expected_interval_seconds = ${next.interval},
+            schedule = ${next.schedule},
+            timezone = ${next.timezone},
+            schedule_gap_seconds = ${next.schedule ? sql`coalesce(${gap}::integer, schedule_gap_seconds)` : null},
+            grace_seconds = ${newGrace},
+            max_run_seconds = ${req.maxRunSeconds === undefined ? sql`max_run_seconds` : maxRun},
+            deadline = ${deadline}
           where org_id = ${principal.orgId} and name = ${target}
           returning ${columns}`;
-        if (!updated) throw notFound(target);
-        await audit(tx, principal, AUDIT_KINDS.updated, {
-          name: target,
-          expectedIntervalSeconds: updated.expected_interval_seconds,
-          graceSeconds: updated.grace_seconds,
-        });
-        return updated;
+        await audit(tx, principal, AUDIT_KINDS.updated, auditData(updated!));
+        return updated!;
       });
       outbox.poke();
       return toHeartbeat(row);

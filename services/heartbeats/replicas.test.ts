@@ -171,9 +171,13 @@ describe("a replica killed mid-sweep", () => {
     expect((await sweepEverywhere()).opened).toBe(1);
     // The ping's own write, committed; its process never got to Record.
     await db`
-      update heartbeats.heartbeats set last_seen_at = now(), deadline = now() + interval '1 hour',
-        ended_silence_id = open_silence_id, silence_ended_at = now(), open_silence_id = null
-      where name = 'crashed-after-ping'`;
+      with hb as (
+        select id, open_silence_id from heartbeats.heartbeats where name = 'crashed-after-ping' for update
+      ), ended as (
+        update heartbeats.silences s set ended_at = now() from hb where s.id = hb.open_silence_id
+      )
+      update heartbeats.heartbeats h set last_seen_at = now(), deadline = now() + interval '1 hour', open_silence_id = null
+      from hb where h.id = hb.id`;
     expect(await sweepEverywhere()).toMatchObject({ resumed: 1 });
     expect(await sweepEverywhere()).toMatchObject({ resumed: 0 });
     const [incident] = await heartbeatIncidents(["crashed-after-ping"]);

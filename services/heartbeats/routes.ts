@@ -4,6 +4,8 @@ import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { createHistoryHandlers } from "./history.js";
+import type { Logger } from "../runtime/logger.js";
 import { createPingHandler } from "./ping.js";
 import { createRegistryHandlers } from "./registry.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
@@ -12,15 +14,19 @@ import type { Sweeper } from "./sweep.js";
 /** Wires the handler groups into the service implementation. */
 export function createHeartbeatsRoutes(deps: {
   sql: Sql;
+  /** The pool pings use, apart from background work. */
+  pingSql: Sql;
   clients: Clients;
   outbox: Outbox;
   ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   sweeper: Sweeper;
+  logger: Logger;
 }): ServiceImpl<typeof HeartbeatsService> {
   return {
     ...createRegistryHandlers(deps),
-    ...createPingHandler(deps),
+    ...createPingHandler({ ...deps, sql: deps.pingSql }),
+    ...createHistoryHandlers(deps),
     // Internal: the periodic timer runs the same sweep.
     async sweep() {
       return deps.sweeper.sweep();

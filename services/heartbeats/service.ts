@@ -1,4 +1,5 @@
 import type { ConnectRouter } from "@connectrpc/connect";
+import postgres from "postgres";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
@@ -14,7 +15,13 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const delivery = createSilenceDelivery({ sql, clients, logger });
   const sweeper = createSweeper({ sql, outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
-  const routes = createHeartbeatsRoutes({ sql, clients, outbox, ingestTokens, delivery, sweeper });
+  // Pings get a pool of their own (as large as the shared one) on a database server, so that a
+  // sweep, its deliveries and the outbox relay never make a ping wait for a connection. With the
+  // embedded database (no DATABASE_URL) pings share the process's pool.
+  const pingSql = config.DATABASE_URL
+    ? postgres(config.DATABASE_URL, { max: config.DATABASE_POOL_SIZE, prepare: true, onnotice: () => {}, connection: { application_name: "warroom-pings" } })
+    : sql;
+  const routes = createHeartbeatsRoutes({ sql, pingSql, clients, outbox, ingestTokens, delivery, sweeper, logger });
 
   return {
     name: "heartbeats",
@@ -29,6 +36,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
     async stop() {
       await sweeper.stop();
       await delivery.settle();
+      if (pingSql !== sql) await pingSql.end({ timeout: 5 });
     },
   };
 }

@@ -1,9 +1,13 @@
 import { randomUUID } from "node:crypto";
+import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { RecordRequestSchema, type RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { formatDuration } from "./heartbeat-rules.js";
+import { describeBody } from "./ping-body.js";
 
 /**
  * Hands silences to the incident core: the `alert` that opens (or attaches to) the incident, and
@@ -19,8 +23,19 @@ import { formatDuration } from "./heartbeat-rules.js";
 /** How long a claim holds; longer than a batch can take with every Record at its timeout. */
 export const LEASE_SECONDS = 120;
 const RECORD_TIMEOUT_MS = 10_000;
-const BATCH = 200;
+const BATCH = 1000;
 const CONCURRENCY = 16;
+/**
+ * A silence whose alert a maintenance window suppressed is offered again when the window ends, and
+ * checked at least this often meanwhile (a window deleted early ends it sooner). A check asks the
+ * incident core when the window ends, which writes nothing: one `trigger.suppressed` audit row per
+ * window, however long it lasts.
+ */
+export const SUPPRESSED_RECHECK_SECONDS = 300;
+/** The most one RecordMany call carries (encoded), well inside a bus message (1 MiB). */
+const RECORD_MANY_BYTES = 768 * 1024;
+/** And at most this many deliveries, the incident core's limit per call. */
+const RECORD_MANY_DELIVERIES = 1000;
 
 export const SOURCE_BADGE = "heartbeat";
 export const attachIdentity = (name: string) => `heartbeat:${name}`;
@@ -41,36 +56,59 @@ export interface ResumeCounts {
 
 interface ClaimedAlert {
   id: string;
+  cause: "silence" | "fail" | "overrun";
   deadline: Date;
   since: Date;
   never_pinged: boolean;
   org_id: string;
   org_slug: string;
   name: string;
-  expected_interval_seconds: number;
+  expected_interval_seconds: number | null;
+  schedule: string | null;
+  timezone: string | null;
   grace_seconds: number;
+  max_run_seconds: number | null;
   silent_seconds: number;
+  exit_status: number | null;
+  body: string | null;
+  body_cut: boolean | null;
+  body_bytes: number | null;
+  run_id: string | null;
+  suppressed_by: string | null;
+  db_now: Date;
 }
 
 interface Recorded {
   id: string;
   outcome: string;
   incidentId: string;
+  /** Set when a maintenance window suppressed the alert: when to offer it again. */
+  suppressedUntil: Date | null;
+  suppressedBy: string | null;
 }
 
 interface ClaimedResume {
   id: string;
+  cause: "silence" | "fail" | "overrun";
   since: Date;
   org_id: string;
   org_slug: string;
   name: string;
-  silence_ended_at: Date;
+  ended_at: Date;
   silent_seconds: number;
+  ended_body: string | null;
+  ended_body_cut: boolean | null;
+  ended_body_bytes: number | null;
+  ended_run_seconds: number | null;
 }
 
 export interface SilenceDelivery {
-  /** Delivers every alert not yet recorded whose lease is free. */
-  deliverAlerts(token: string): Promise<AlertCounts>;
+  /** Delivers every alert not yet recorded whose lease is free (all of them, or the one given). */
+  deliverAlerts(token: string, onlySilenceId?: string): Promise<AlertCounts>;
+  /** Delivers the alert of one silence (a failure a ping reported) in the background. */
+  alertSoon(silenceId: string): void;
+  /** Keeps background work of the service in the set `settle` waits for. */
+  track(work: Promise<unknown>): void;
   /** Delivers `resumed` for silences ended by a ping (all of them, or the one given). */
   deliverResumes(token: string, onlySilenceId?: string): Promise<ResumeCounts>;
   /** Delivers the `resumed` of one silence in the background, right after the ping that ended it. */
@@ -83,64 +121,193 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
   const { sql, clients, logger } = deps;
   const background = new Set<Promise<unknown>>();
 
-  async function claimAlerts(token: string): Promise<ClaimedAlert[]> {
+  /**
+   * Claims alerts to deliver: those never recorded, and those a maintenance window suppressed
+   * whose recheck time has come while the heartbeat is still silent (still pointing at this
+   * silence). A re-offered one is unmarked as recorded in the claim itself, so its `resumed`
+   * waits for it, as for any alert.
+   */
+  async function claimAlerts(token: string, onlySilenceId: string | undefined): Promise<ClaimedAlert[]> {
     return sql<ClaimedAlert[]>`
-      update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS})
-      from heartbeats.heartbeats h
-      where h.id = s.heartbeat_id
-        and s.id in (
-          select id from heartbeats.silences
-          where alert_recorded_at is null
-            and (claim_until is null or claim_until < now())
-            and claim_token is distinct from ${token}
-          order by detected_at
-          limit ${BATCH}
-          for update skip locked)
-      returning s.id, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
-        h.expected_interval_seconds, h.grace_seconds,
-        extract(epoch from (case when h.ended_silence_id = s.id then h.silence_ended_at else now() end) - s.since)::float8 as silent_seconds`;
+      with never_recorded as (
+        select id from heartbeats.silences
+        where alert_recorded_at is null
+          ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
+          and (claim_until is null or claim_until < now())
+          and claim_token is distinct from ${token}
+        order by detected_at
+        limit ${BATCH}
+        for update skip locked
+      ), held_back as (
+        select s2.id from heartbeats.silences s2
+        where s2.suppressed_until <= now()
+          -- Still silent: the heartbeat still points at this silence.
+          and exists (select 1 from heartbeats.heartbeats h2 where h2.id = s2.heartbeat_id and h2.open_silence_id = s2.id)
+          ${onlySilenceId ? sql`and s2.id = ${onlySilenceId}` : sql``}
+          and (s2.claim_until is null or s2.claim_until < now())
+          and s2.claim_token is distinct from ${token}
+        order by s2.suppressed_until
+        limit ${BATCH}
+        for update skip locked
+      ), claimed as (
+        update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS}),
+          alert_recorded_at = case when s.suppressed_until is not null then null else s.alert_recorded_at end
+        where s.id in (select id from never_recorded union all select id from held_back)
+        returning s.*
+      )
+      -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
+      select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
+        h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
+        s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
+        extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds
+      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
   }
 
-  async function recordAlert(token: string, row: ClaimedAlert): Promise<Recorded | undefined> {
-    const silentFor = formatDuration(row.silent_seconds);
-    const every = formatDuration(row.expected_interval_seconds);
+  /** Words for what the heartbeat expects: "one every 5m with 1m of grace". */
+  function expectation(row: { expected_interval_seconds: number | null; schedule: string | null; timezone: string | null; grace_seconds: number }): string {
     const grace = formatDuration(row.grace_seconds);
-    const summary = row.never_pinged
-      ? `No ping from ${row.name} since it was registered at ${row.since.toISOString()} (${silentFor} ago); it expects one every ${every} with ${grace} of grace.`
-      : `Last ping from ${row.name} at ${row.since.toISOString()}, ${silentFor} ago; it expects one every ${every} with ${grace} of grace.`;
-    try {
-      const response = await clients.incidents.record(
-        {
-          orgId: row.org_id,
-          orgSlug: row.org_slug,
-          alert: {
-            source: SOURCE_BADGE,
-            attachIdentity: attachIdentity(row.name),
-            eventId: silenceEventId(row.id),
-            kind: "alert",
-            title: `Heartbeat ${row.name} silent for ${silentFor}`,
-            severity: "sev2",
-            entity: { kind: "heartbeat", id: row.name },
-            summary,
-            occurredAt: timestampFromDate(row.deadline),
-            data: {
-              heartbeat: row.name,
-              expectedIntervalSeconds: row.expected_interval_seconds,
-              graceSeconds: row.grace_seconds,
-              lastSeenAt: row.never_pinged ? null : row.since.toISOString(),
-              deadline: row.deadline.toISOString(),
-              silentSeconds: Math.floor(row.silent_seconds),
-            },
-          },
-        },
-        { timeoutMs: RECORD_TIMEOUT_MS },
-      );
-      return { id: row.id, outcome: response.outcome, incidentId: response.incident?.id ?? "" };
-    } catch (err) {
-      await release(token, row.id);
-      logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not hand a silence to the incident core; the next sweep retries");
-      return undefined;
+    return row.schedule
+      ? `one on the schedule "${row.schedule}" (${row.timezone ?? "UTC"}) with ${grace} of grace`
+      : `one every ${formatDuration(row.expected_interval_seconds ?? 0)} with ${grace} of grace`;
+  }
+
+  function alertOf(row: ClaimedAlert): { title: string; summary: string; data: JsonObject } {
+    const data: JsonObject = {
+      heartbeat: row.name,
+      cause: row.cause,
+      graceSeconds: row.grace_seconds,
+      deadline: row.deadline.toISOString(),
+    };
+    if (row.schedule) {
+      data.schedule = row.schedule;
+      data.timezone = row.timezone;
+    } else {
+      data.expectedIntervalSeconds = row.expected_interval_seconds;
     }
+    if (row.suppressed_by) data.suppressedByMaintenanceWindow = row.suppressed_by;
+    const heldNote = row.suppressed_by
+      ? ` It went silent while a maintenance window (${row.suppressed_by}) covered it; the alert was held until the window ended and it was still silent.`
+      : "";
+    const said = describeBody({ text: row.body ?? "", cut: row.body_cut ?? false, bytes: row.body_bytes ?? 0 });
+    if (row.cause === "fail") {
+      const status = row.exit_status === null ? "" : ` with exit status ${row.exit_status}`;
+      data.exitStatus = row.exit_status;
+      data.runId = row.run_id;
+      return {
+        title: `Heartbeat ${row.name} failed${status}`,
+        summary: `${row.name} reported a failure${status} at ${row.deadline.toISOString()}${row.run_id ? ` (run ${row.run_id})` : ""}.${heldNote}${said ? `\n\n${said}` : ""}`,
+        data,
+      };
+    }
+    if (row.cause === "overrun") {
+      data.runId = row.run_id;
+      data.startedAt = row.since.toISOString();
+      data.maxRunSeconds = row.max_run_seconds;
+      return {
+        title: `Heartbeat ${row.name} ran too long`,
+        summary: `A run of ${row.name}${row.run_id ? ` (run ${row.run_id})` : ""} started at ${row.since.toISOString()} and has not ended ${formatDuration(row.silent_seconds)} later; runs may take ${formatDuration(row.max_run_seconds ?? 0)}.${heldNote}`,
+        data,
+      };
+    }
+    const silentFor = formatDuration(row.silent_seconds);
+    data.lastSeenAt = row.never_pinged ? null : row.since.toISOString();
+    data.silentSeconds = Math.floor(row.silent_seconds);
+    const summary = row.never_pinged
+      ? `No ping from ${row.name} since it was registered at ${row.since.toISOString()} (${silentFor} ago); it expects ${expectation(row)}.${heldNote}`
+      : `Last ping from ${row.name} at ${row.since.toISOString()}, ${silentFor} ago; it expects ${expectation(row)}.${heldNote}`;
+    return { title: `Heartbeat ${row.name} silent for ${silentFor}`, summary, data };
+  }
+
+  /** When a suppressed alert is offered again: when its window ends, and at least every recheck. */
+  async function suppressedUntil(orgId: string, windowId: string): Promise<{ until: Date; active: boolean }> {
+    const answer = await clients.incidents.getMaintenanceWindowEnd({ orgId, id: windowId }, { timeoutMs: RECORD_TIMEOUT_MS });
+    const now = answer.now ? timestampDate(answer.now) : new Date();
+    const recheck = new Date(now.getTime() + SUPPRESSED_RECHECK_SECONDS * 1000);
+    const ends = answer.endsAt ? timestampDate(answer.endsAt) : undefined;
+    if (!ends || ends.getTime() <= now.getTime()) return { until: now, active: false };
+    return { until: ends.getTime() < recheck.getTime() ? ends : recheck, active: true };
+  }
+
+  function requestOf(row: ClaimedAlert): MessageInitShape<typeof RecordRequestSchema> {
+    const { title, summary, data } = alertOf(row);
+    return {
+      orgId: row.org_id,
+      orgSlug: row.org_slug,
+      alert: {
+        source: SOURCE_BADGE,
+        attachIdentity: attachIdentity(row.name),
+        eventId: silenceEventId(row.id),
+        kind: "alert",
+        title,
+        severity: "sev2",
+        entity: { kind: "heartbeat", id: row.name },
+        summary,
+        occurredAt: timestampFromDate(row.deadline),
+        data,
+      },
+    };
+  }
+
+  async function interpret(row: ClaimedAlert, response: RecordResponse): Promise<Recorded> {
+    if (response.outcome === "suppressed" && response.maintenanceWindowId) {
+      const window = await suppressedUntil(row.org_id, response.maintenanceWindowId);
+      return { id: row.id, outcome: response.outcome, incidentId: "", suppressedUntil: window.until, suppressedBy: response.maintenanceWindowId };
+    }
+    return { id: row.id, outcome: response.outcome, incidentId: response.incident?.id ?? "", suppressedUntil: null, suppressedBy: null };
+  }
+
+  /**
+   * Hands a claimed batch to the incident core: RecordMany calls of at most 768 KiB encoded and
+   * 1,000 deliveries each (so a call fits in one bus message), which open the batch's new incidents in one
+   * statement. A call that fails releases its silences at once; the next sweep retries them under
+   * the same event ids.
+   */
+  async function recordAlerts(token: string, rows: ClaimedAlert[]): Promise<(Recorded | undefined)[]> {
+    const results: (Recorded | undefined)[] = new Array(rows.length);
+    const pending: number[] = [];
+    for (let k = 0; k < rows.length; k++) {
+      const row = rows[k]!;
+      // A window that suppressed this alert and still runs: wait for it without asking Record
+      // (which would suppress and audit it again).
+      if (!row.suppressed_by) {
+        pending.push(k);
+        continue;
+      }
+      try {
+        const window = await suppressedUntil(row.org_id, row.suppressed_by);
+        if (window.active) results[k] = { id: row.id, outcome: "suppressed", incidentId: "", suppressedUntil: window.until, suppressedBy: row.suppressed_by };
+        else pending.push(k);
+      } catch (err) {
+        await release(token, [row.id]);
+        logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not ask when a maintenance window ends; the next sweep retries");
+      }
+    }
+    const requests = new Map(pending.map((k) => [k, create(RecordRequestSchema, requestOf(rows[k]!))]));
+    // Sized by the encoded request, plus room for the repeated field's tag and length.
+    for (const chunk of chunksBySize(pending, (k) => toBinary(RecordRequestSchema, requests.get(k)!).byteLength + 8)) {
+      const chunkRows = chunk.map((k) => rows[k]!);
+      try {
+        const response = await clients.incidents.recordMany({ deliveries: chunk.map((k) => requests.get(k)!) }, { timeoutMs: RECORD_TIMEOUT_MS });
+        const refused: string[] = [];
+        for (let j = 0; j < chunk.length; j++) {
+          const error = response.errors[j];
+          if (error !== undefined) {
+            refused.push(chunkRows[j]!.id);
+            logger.warn({ err: error, heartbeat: chunkRows[j]!.name, silence: chunkRows[j]!.id }, "the incident core refused a silence; the next sweep retries");
+            continue;
+          }
+          results[chunk[j]!] = await interpret(chunkRows[j]!, response.results[j]!);
+        }
+        await release(token, refused);
+      } catch (err) {
+        await release(
+          token,
+          chunkRows.filter((_, j) => results[chunk[j]!] === undefined).map((r) => r.id),
+        );
+        logger.warn({ err: String(err), silences: chunkRows.length }, "could not hand silences to the incident core; the next sweep retries");
+      }
+    }
+    return results;
   }
 
   /**
@@ -151,36 +318,54 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     if (recorded.length === 0) return;
     await sql`
       update heartbeats.silences s
-      set alert_recorded_at = now(), alert_outcome = d.outcome, incident_id = nullif(d.incident_id, ''),
+      set alert_recorded_at = now(), alert_outcome = d.outcome, incident_id = coalesce(nullif(d.incident_id, ''), s.incident_id),
+          suppressed_until = d.suppressed_until, suppressed_by = coalesce(d.suppressed_by, s.suppressed_by),
           claim_token = null, claim_until = null
-      from unnest(${recorded.map((r) => r.id)}::uuid[], ${recorded.map((r) => r.outcome)}::text[], ${recorded.map((r) => r.incidentId)}::text[])
-        as d(id, outcome, incident_id)
+      from unnest(${recorded.map((r) => r.id)}::uuid[], ${recorded.map((r) => r.outcome)}::text[], ${recorded.map((r) => r.incidentId)}::text[],
+          ${recorded.map((r) => r.suppressedUntil?.toISOString() ?? null)}::timestamptz[], ${recorded.map((r) => r.suppressedBy)}::text[])
+        as d(id, outcome, incident_id, suppressed_until, suppressed_by)
       where s.id = d.id and s.claim_token = ${token}`;
   }
 
+  /** Silences a ping ended whose `resumed` is not recorded yet; the alert goes first. */
   async function claimResumes(token: string, onlySilenceId: string | undefined): Promise<ClaimedResume[]> {
     return sql<ClaimedResume[]>`
+      with claimed as (
       update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS})
-      from heartbeats.heartbeats h
-      where h.ended_silence_id = s.id
-        and s.id in (
-          select s2.id from heartbeats.heartbeats h2 join heartbeats.silences s2 on s2.id = h2.ended_silence_id
-          where h2.ended_silence_id is not null
-            ${onlySilenceId ? sql`and h2.ended_silence_id = ${onlySilenceId}` : sql``}
+      where s.id in (
+          select id from heartbeats.silences
+          where ended_at is not null and resume_recorded_at is null
+            ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
             -- The alert goes first: a resume whose alert is still pending waits for it.
-            and s2.alert_recorded_at is not null
-            and s2.resume_recorded_at is null
-            and (s2.claim_until is null or s2.claim_until < now())
-            and s2.claim_token is distinct from ${token}
-          order by h2.silence_ended_at
+            and alert_recorded_at is not null
+            and (claim_until is null or claim_until < now())
+            and claim_token is distinct from ${token}
+          order by ended_at
           limit ${BATCH}
-          for update of s2 skip locked)
-      returning s.id, s.since, h.org_id, h.org_slug, h.name, h.silence_ended_at,
-        extract(epoch from h.silence_ended_at - s.since)::float8 as silent_seconds`;
+          for update skip locked)
+      returning s.*
+      )
+      select s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
+        extract(epoch from s.ended_at - s.since)::float8 as silent_seconds
+      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
   }
 
   async function deliverResume(token: string, row: ClaimedResume): Promise<boolean> {
     const silentFor = formatDuration(row.silent_seconds);
+    const said = describeBody({ text: row.ended_body ?? "", cut: row.ended_body_cut ?? false, bytes: row.ended_body_bytes ?? 0 });
+    const ranFor = row.ended_run_seconds === null ? "" : ` The run took ${formatDuration(row.ended_run_seconds)}.`;
+    const data: JsonObject = { heartbeat: row.name, cause: row.cause, resumedAt: row.ended_at.toISOString(), silentSeconds: Math.floor(row.silent_seconds) };
+    if (row.ended_run_seconds !== null) data.runSeconds = row.ended_run_seconds;
+    const [title, summary] =
+      row.cause === "silence"
+        ? [
+            `Heartbeat ${row.name} resumed after ${silentFor} of silence`,
+            `Ping received from ${row.name} at ${row.ended_at.toISOString()} after ${silentFor} of silence.`,
+          ]
+        : [
+            `Heartbeat ${row.name} succeeded again`,
+            `${row.name} reported success at ${row.ended_at.toISOString()}, ${silentFor} after it ${row.cause === "fail" ? "failed" : "started the run that ran too long"}.`,
+          ];
     try {
       const response = await clients.incidents.record(
         {
@@ -191,28 +376,23 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
             attachIdentity: attachIdentity(row.name),
             eventId: resumedEventId(row.id),
             kind: "resumed",
-            title: `Heartbeat ${row.name} resumed after ${silentFor} of silence`,
+            title,
             severity: "sev2",
             entity: { kind: "heartbeat", id: row.name },
-            summary: `Ping received from ${row.name} at ${row.silence_ended_at.toISOString()} after ${silentFor} of silence.`,
-            occurredAt: timestampFromDate(row.silence_ended_at),
-            data: { heartbeat: row.name, resumedAt: row.silence_ended_at.toISOString(), silentSeconds: Math.floor(row.silent_seconds) },
+            summary: `${summary}${ranFor}${said ? `\n\n${said}` : ""}`,
+            occurredAt: timestampFromDate(row.ended_at),
+            data,
           },
         },
         { timeoutMs: RECORD_TIMEOUT_MS },
       );
-      // One statement: the silence is done and the heartbeat no longer points at it.
       await sql`
-        with done as (
-          update heartbeats.silences
-          set resume_recorded_at = now(), resume_outcome = ${response.outcome}, claim_token = null, claim_until = null
-          where id = ${row.id} and claim_token = ${token}
-          returning id, heartbeat_id)
-        update heartbeats.heartbeats h set ended_silence_id = null, silence_ended_at = null
-        from done where h.id = done.heartbeat_id and h.ended_silence_id = done.id`;
+        update heartbeats.silences
+        set resume_recorded_at = now(), resume_outcome = ${response.outcome}, claim_token = null, claim_until = null
+        where id = ${row.id} and claim_token = ${token}`;
       return true;
     } catch (err) {
-      await release(token, row.id);
+      await release(token, [row.id]);
       logger.warn({ err: String(err), heartbeat: row.name, silence: row.id }, "could not record that a heartbeat resumed; the next sweep retries");
       return false;
     }
@@ -222,19 +402,20 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
    * Ends the lease now but keeps this pass's token on the row, so the same pass does not pick the
    * row again; the next pass (another token) retries it.
    */
-  async function release(token: string, silenceId: string): Promise<void> {
-    await sql`update heartbeats.silences set claim_until = now() where id = ${silenceId} and claim_token = ${token}`.catch((err) =>
-      logger.warn({ err: String(err), silence: silenceId }, "could not release a claim; it expires by itself"),
+  async function release(token: string, silenceIds: string[]): Promise<void> {
+    if (silenceIds.length === 0) return;
+    await sql`update heartbeats.silences set claim_until = now() where id = any(${silenceIds}::uuid[]) and claim_token = ${token}`.catch((err) =>
+      logger.warn({ err: String(err), silences: silenceIds.length }, "could not release a claim; it expires by itself"),
     );
   }
 
   const delivery: SilenceDelivery = {
-    async deliverAlerts(token) {
+    async deliverAlerts(token, onlySilenceId) {
       const counts: AlertCounts = { delivered: 0, opened: 0, suppressed: 0, failed: 0 };
       for (;;) {
-        const rows = await claimAlerts(token);
+        const rows = await claimAlerts(token, onlySilenceId);
         if (rows.length === 0) break;
-        const results = await mapConcurrent(rows, CONCURRENCY, (row) => recordAlert(token, row));
+        const results = await recordAlerts(token, rows);
         const recorded = results.filter((r): r is Recorded => r !== undefined);
         await markAlertsRecorded(token, recorded);
         const failedHere = rows.length - recorded.length;
@@ -246,6 +427,19 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         if (failedHere === rows.length || rows.length < BATCH) break;
       }
       return counts;
+    },
+
+    alertSoon(silenceId) {
+      delivery.track(
+        delivery
+          .deliverAlerts(randomUUID(), silenceId)
+          .catch((err) => logger.warn({ err: String(err), silence: silenceId }, "could not hand a failure to the incident core; the next sweep retries")),
+      );
+    },
+
+    track(work) {
+      const tracked = work.finally(() => background.delete(tracked));
+      background.add(tracked);
     },
 
     async deliverResumes(token, onlySilenceId) {
@@ -263,11 +457,11 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     },
 
     resumeSoon(silenceId) {
-      const work = delivery
-        .deliverResumes(randomUUID(), silenceId)
-        .catch((err) => logger.warn({ err: String(err), silence: silenceId }, "could not record that a heartbeat resumed; the next sweep retries"))
-        .finally(() => background.delete(work));
-      background.add(work);
+      delivery.track(
+        delivery
+          .deliverResumes(randomUUID(), silenceId)
+          .catch((err) => logger.warn({ err: String(err), silence: silenceId }, "could not record that a heartbeat resumed; the next sweep retries")),
+      );
     },
 
     async settle() {
@@ -275,6 +469,25 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     },
   };
   return delivery;
+}
+
+/** Groups indexes into runs of at most RECORD_MANY_DELIVERIES whose sizes add up to at most RECORD_MANY_BYTES. */
+function chunksBySize(items: number[], sizeOf: (k: number) => number): number[][] {
+  const chunks: number[][] = [];
+  let current: number[] = [];
+  let size = 0;
+  for (const k of items) {
+    const s = sizeOf(k);
+    if (current.length > 0 && (size + s > RECORD_MANY_BYTES || current.length >= RECORD_MANY_DELIVERIES)) {
+      chunks.push(current);
+      current = [];
+      size = 0;
+    }
+    current.push(k);
+    size += s;
+  }
+  if (current.length > 0) chunks.push(current);
+  return chunks;
 }
 
 async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {

@@ -2,9 +2,10 @@ import { randomUUID } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
+import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { NO_RUN_ID } from "./ping.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
 export const SILENT_SUBJECT = "events.heartbeat.silent";
@@ -56,7 +57,7 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     return sql.begin(async (tx) => {
       const rows = await tx<DetectedRow[]>`
         with due as (
-          select id, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
+          select id, ctid as row_ctid, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
           from heartbeats.heartbeats
           where open_silence_id is null and deadline < now()
           order by deadline
@@ -67,8 +68,10 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
           select id, deadline, since, never_pinged from due
           returning id, heartbeat_id, since
         )
+        -- The rows are locked, so their ctids hold: a TID scan, where a join on id would read the
+        -- whole table into a hash (100,000 rows for 1,000 due).
         update heartbeats.heartbeats h set open_silence_id = opened.id
-        from opened where h.id = opened.heartbeat_id
+        from opened where h.ctid = any(array(select row_ctid from due)) and h.id = opened.heartbeat_id
         returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
       // One statement for the whole batch: a thousand silences cost one round trip, not a thousand.
       await outbox.writeMany(
@@ -88,12 +91,47 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     });
   }
 
+  /**
+   * Declares "ran too long" every run that started and has not ended by its limit, in one
+   * statement per batch, like detectBatch: the run is marked with its silence in the same
+   * statement, so it is declared once. The silence becomes the heartbeat's open one unless one is
+   * open already; either way its alert is delivered (a second one attaches to the open incident).
+   */
+  async function detectOverrunBatch(): Promise<number> {
+    const [row] = await sql<{ n: number }[]>`
+      with due as (
+        select heartbeat_id, run_key, started_at, overrun_at from heartbeats.runs
+        where overrun_silence_id is null and overrun_at < now()
+        order by overrun_at
+        limit ${DETECT_BATCH}
+        for update skip locked
+      ), opened as (
+        insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, run_id)
+        select heartbeat_id, overrun_at, started_at, false, 'overrun', nullif(run_key, ${NO_RUN_ID}::uuid) from due
+        returning id, heartbeat_id, coalesce(run_id, ${NO_RUN_ID}::uuid) as run_key
+      ), marked as (
+        update heartbeats.runs r set overrun_silence_id = opened.id
+        from opened where r.heartbeat_id = opened.heartbeat_id and r.run_key = opened.run_key
+      ), pointed as (
+        update heartbeats.heartbeats h set open_silence_id = opened.id
+        from opened where h.id = any(array(select heartbeat_id from opened)) and h.id = opened.heartbeat_id and h.open_silence_id is null
+      )
+      select count(*)::int as n from opened`;
+    return row!.n;
+  }
+
   async function cleanup(): Promise<void> {
     if (Date.now() - lastCleanup < CLEANUP_EVERY_MS) return;
     lastCleanup = Date.now();
+    // Finished silences, and alerts delivered alongside an open one that no ping will end.
     await sql`
-      delete from heartbeats.silences
-      where resume_recorded_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})`;
+      delete from heartbeats.silences s
+      where s.resume_recorded_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})
+        or (s.ended_at is null and s.alert_recorded_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})
+            and s.suppressed_until is null
+            and not exists (select 1 from heartbeats.heartbeats h where h.open_silence_id = s.id))`;
+    // A start never followed by an end: kept past the longest allowed run, then forgotten.
+    await sql`delete from heartbeats.runs where started_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})`;
   }
 
   async function sweep(): Promise<SweepResult> {
@@ -101,6 +139,11 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     let silent = 0;
     for (;;) {
       const n = await detectBatch();
+      silent += n;
+      if (n < DETECT_BATCH) break;
+    }
+    for (;;) {
+      const n = await detectOverrunBatch();
       silent += n;
       if (n < DETECT_BATCH) break;
     }

@@ -4,7 +4,8 @@ import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { createInProcessBroadcast } from "../runtime/broadcast.js";
 import { createClients } from "../runtime/clients.js";
 import { loadConfig } from "../runtime/config.js";
-import { openDatabase } from "../runtime/database.js";
+import { DataDirLockedError } from "../runtime/data-dir-lock.js";
+import { openDatabase, type Database } from "../runtime/database.js";
 import { createInMemoryEventBus } from "../runtime/event-bus.js";
 import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
@@ -14,7 +15,9 @@ import { createIdentityService } from "./service.js";
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
 
 Creates the organization and its owner once, against DATABASE_URL (or the embedded database in
-DATA_DIR). Running it again for an existing organization changes nothing.`;
+DATA_DIR). Running it again for an existing organization changes nothing. While a service runs on
+the same DATA_DIR the embedded database is its own: the command refuses; stop the service first, or
+start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD.`;
 
 async function run(): Promise<number> {
   const { positionals, values } = parseArgs({
@@ -27,7 +30,17 @@ async function run(): Promise<number> {
   }
   const config = loadConfig();
   const logger = createLogger(config.LOG_LEVEL === "info" ? "warn" : config.LOG_LEVEL, "admin");
-  const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: 1 }, logger);
+  let database: Database;
+  try {
+    // In embedded mode this locks DATA_DIR, so it never opens the files of a running service.
+    database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: 1 }, logger);
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : err);
+    if (err instanceof DataDirLockedError) {
+      console.error("Stop the service first, or start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD.");
+    }
+    return 1;
+  }
   try {
     const registry = createDirectRegistry();
     const transport = createDirectTransport(registry);

@@ -6,8 +6,10 @@ import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
+import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
 import { createRecordHandlers } from "./record.js";
+import { createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
 export interface IncidentsDeps {
@@ -19,11 +21,14 @@ export interface IncidentsDeps {
 
 /** Wires every handler group of IncidentsService into the router. */
 export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDeps): void {
+  const recordHandlers = createRecordHandlers(deps);
   router.service(IncidentsService, {
-    ...createRecordHandlers(deps),
+    ...recordHandlers,
+    ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
     ...createListAndGetHandlers(deps),
     ...createResolveAndArchiveHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
+    ...createMaintenanceWindowEndHandlers(deps),
   });
 }

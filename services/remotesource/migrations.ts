@@ -1,5 +1,5 @@
 import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration } from "../runtime/outbox.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
 
 export const migrations: Migration[] = [
   {
@@ -32,4 +32,5 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("remotesource", 2),
+  ...outboxUpgrades("remotesource"),
 ];

@@ -68,6 +68,8 @@ export const configSchema = z.object({
   // Peers whose X-Forwarded-For is believed (load balancers, ingress); without it, the socket's address.
   TRUSTED_PROXY_CIDRS: cidrList,
   SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
+  // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
+  LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
 });
 
 export type Config = z.infer<typeof configSchema> & { publicUrl: string };

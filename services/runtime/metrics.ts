@@ -54,6 +54,20 @@ export const outboxPublished = new Counter({
   registers: [registry],
 });
 
+export const outboxDeadLetters = new Counter({
+  name: "warroom_outbox_dead_letters_total",
+  help: "Outbox events moved to <schema>.outbox_dead_letters after repeated failed publishes, by service schema.",
+  labelNames: ["service"] as const,
+  registers: [registry],
+});
+
+export const eventDeadLetters = new Counter({
+  name: "warroom_event_dead_letters_total",
+  help: "Events a durable consumer failed to handle repeatedly, copied to the dead letters, by consumer.",
+  labelNames: ["consumer"] as const,
+  registers: [registry],
+});
+
 export const sweepDuration = new Histogram({
   name: "warroom_heartbeat_sweep_duration_seconds",
   help: "Duration of one heartbeat silence sweep.",

@@ -72,6 +72,11 @@ export function prefixed(subjectPrefix: string, subject: string): string {
   return subjectPrefix ? `${subjectPrefix}.${subject}` : subject;
 }
 
+/** The JetStream stream of the installation's dead-letter copies. */
+export function deadLetterStreamName(subjectPrefix: string): string {
+  return subjectPrefix ? `${subjectPrefix.replace(/[^A-Za-z0-9_-]/g, "_")}_EVENTS_DEAD_LETTERS` : "EVENTS_DEAD_LETTERS";
+}
+
 /** The JetStream stream of the installation's domain events. */
 export function eventsStreamName(subjectPrefix: string): string {
   return subjectPrefix ? `${subjectPrefix.replace(/[^A-Za-z0-9_-]/g, "_")}_EVENTS` : "EVENTS";

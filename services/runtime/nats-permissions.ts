@@ -1,6 +1,6 @@
 import type { DescService } from "@bufbuild/protobuf";
 import { internalServices } from "./clients.js";
-import { eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
+import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "./public-surface.js";
 import { subjectForPath } from "./nats-transport.js";
 
@@ -39,7 +39,14 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     "warroom.remotesource.v1.RemoteSourcesService/ResolveConnection",
   ],
   incidents: [AUTHENTICATE],
-  heartbeats: [AUTHENTICATE, "warroom.incidents.v1.IncidentsService/Record"],
+  heartbeats: [
+    AUTHENTICATE,
+    // Pings resolve the ingest token through the same cache as the trigger endpoint.
+    "warroom.identity.v1.IdentityService/ResolveIngestToken",
+    "warroom.incidents.v1.IncidentsService/Record",
+    "warroom.incidents.v1.IncidentsService/RecordMany",
+    "warroom.incidents.v1.IncidentsService/GetMaintenanceWindowEnd",
+  ],
   comms: [
     AUTHENTICATE,
     "warroom.identity.v1.IdentityService/GetOrganization",
@@ -65,10 +72,14 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
   const calls = new Set(INTERNAL_CALLS[user]);
   if (user === "gateway") for (const path of publicMethodPaths(internalServices)) calls.add(path);
   const served = SERVES[user];
+  const deadLetters = deadLetterStreamName(subjectPrefix);
   const jetstream = [
     "$JS.API.INFO",
     `$JS.API.STREAM.INFO.${stream}`,
     `$JS.API.STREAM.CREATE.${stream}`,
+    `$JS.API.STREAM.INFO.${deadLetters}`,
+    `$JS.API.STREAM.CREATE.${deadLetters}`,
+    `$JS.API.CONSUMER.UPDATE.${stream}.>`,
     `$JS.API.CONSUMER.CREATE.${stream}.>`,
     `$JS.API.CONSUMER.DURABLE.CREATE.${stream}.>`,
     `$JS.API.CONSUMER.INFO.${stream}.>`,
@@ -80,6 +91,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
       allow: [
         ...[...calls].sort().map((path) => subjectForPath(`/${path}`, subjectPrefix)),
         prefixed(subjectPrefix, "events.>"),
+        prefixed(subjectPrefix, "deadletter.>"),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
         ...jetstream,
       ],

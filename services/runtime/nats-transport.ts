@@ -155,6 +155,18 @@ export function createNatsTransport(nc: NatsConnection, options: { defaultTimeou
   });
 }
 
+/** The NATS side of a process's RPC server. */
+export interface NatsRpcServer {
+  subscriptions: Subscription[];
+  /**
+   * Stops taking calls: leaves the queue groups so NATS routes new calls to other replicas, answers
+   * a call still delivered to this process afterwards with Unavailable (the caller learns at once
+   * and may retry elsewhere, instead of waiting out its deadline), and waits up to `timeoutMs` for
+   * the calls already taken to be answered.
+   */
+  drain(timeoutMs: number): Promise<void>;
+}
+
 /**
  * Serves a router's unary methods over NATS. Each method is one subscription in the queue group
  * named after its proto service, so the replicas of a service share its calls.
@@ -163,8 +175,10 @@ export function serveRouterOverNats(
   nc: NatsConnection,
   router: ConnectRouter,
   options: { logger: Logger; services?: string[] },
-): Subscription[] {
+): NatsRpcServer {
   const subscriptions: Subscription[] = [];
+  const inFlight = new Set<Promise<void>>();
+  let draining = false;
   for (const handler of router.handlers) {
     if (handler.method.methodKind !== "unary") continue;
     const typeName = handler.service.typeName;
@@ -177,12 +191,44 @@ export function serveRouterOverNats(
             options.logger.error({ err, method: handler.requestPath }, "NATS subscription failed");
             return;
           }
-          void answer(handler, msg, options.logger);
+          if (draining) {
+            refuse(msg, "unavailable", "the service is shutting down; retry", 503);
+            return;
+          }
+          const call = answer(handler, msg, options.logger);
+          inFlight.add(call);
+          void call.finally(() => inFlight.delete(call));
         },
       }),
     );
   }
-  return subscriptions;
+  return {
+    subscriptions,
+    async drain(timeoutMs) {
+      draining = true;
+      // drain, not unsubscribe: calls NATS has already handed to this client still reach the
+      // callback (and are refused there) instead of being discarded unanswered.
+      const drained = subscriptions.map((sub) => sub.drain().catch(() => {}));
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.allSettled([...drained, ...inFlight]),
+        new Promise((resolve) => {
+          timer = setTimeout(resolve, timeoutMs);
+        }),
+      ]);
+      clearTimeout(timer);
+    },
+  };
+}
+
+function refuse(msg: Msg, code: string, message: string, status: number): void {
+  try {
+    msg.respond(new TextEncoder().encode(JSON.stringify({ code, message })), {
+      headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: String(status) }),
+    });
+  } catch {
+    // The connection is already closed: the caller's deadline tells it.
+  }
 }
 
 async function answer(handler: UniversalHandler, msg: Msg, logger: Logger): Promise<void> {
@@ -202,10 +248,7 @@ async function answer(handler: UniversalHandler, msg: Msg, logger: Logger): Prom
     msg.respond(body, { headers: toNatsHeaders(header, { [STATUS_HEADER]: String(response.status) }) });
   } catch (err) {
     logger.error({ err, method: handler.requestPath }, "NATS call failed before a response was written");
-    const error = JSON.stringify({ code: "internal", message: "internal error" });
-    msg.respond(new TextEncoder().encode(error), {
-      headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: "500" }),
-    });
+    refuse(msg, "internal", "internal error", 500);
   } finally {
     controller.abort();
   }

@@ -22,7 +22,8 @@ import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
-import { connectionState, createNatsTransport, serveRouterOverNats } from "./nats-transport.js";
+import { createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
+import { createProbes } from "./probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
 
@@ -88,6 +89,16 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   const config = loadConfig(options.env);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  try {
+    return await startServices(options, config, logger, database);
+  } catch (err) {
+    // A start that fails half way releases the database (and with it the DATA_DIR lock).
+    await database.close().catch(() => {});
+    throw err;
+  }
+}
+
+async function startServices(options: ProcessOptions, config: Config, logger: Logger, database: Database): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
     nats = await connect(natsConnectionOptions(config, options.name));
@@ -122,10 +133,11 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     for (const module of modules) module.register(router);
   };
   let transport: Transport;
+  let natsServer: NatsRpcServer | undefined;
   if (nats) {
     const router = createConnectRouter({ interceptors });
     registerLocal(router);
-    serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+    natsServer = serveRouterOverNats(nats, router, { logger, services: [...localServices] });
     transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
   } else {
     const registry = createDirectRegistry();
@@ -134,18 +146,16 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   }
   deferred.bind(transport);
 
-  let stopping = false;
-  const ready = async (): Promise<boolean> => {
-    if (stopping) return false;
-    try {
-      await database.sql`select 1`;
-    } catch {
-      return false;
-    }
-    if (nats && !connectionState(nats).connected()) return false;
-    for (const module of modules) if (module.ready && !(await module.ready())) return false;
-    return true;
-  };
+  const probes = createProbes({
+    sql: database.sql,
+    nats,
+    extra: modules.flatMap((m) => (m.ready ? [{ name: m.name, ready: m.ready }] : [])),
+    stuckMs: config.LIVENESS_STUCK_SECONDS * 1000,
+  });
+  // Requests other than the probes wait for start-up to finish (the bootstrap owner, consumers),
+  // so a call sent as soon as the port answers never sees a half-started process.
+  let markStarted!: () => void;
+  const started = new Promise<void>((resolve) => (markStarted = resolve));
 
   const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
@@ -156,7 +166,7 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
       const exposed = publicOnly(r);
       registerLocal(exposed);
       for (const service of remoteServices) registerForwarding(exposed, service, transport);
-      registerGrpcHealth(r, ready);
+      registerGrpcHealth(r, probes);
     },
     fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
   });
@@ -170,11 +180,19 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
     // the request really came from (or the one a trusted proxy names).
     req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(req.socket?.remoteAddress, req.headers[CLIENT_ADDRESS_HEADER]);
     void (async () => {
-      if (req.method === "GET" && url.pathname === "/healthz") return sendJson(res, 200, { status: "ok" });
-      if (req.method === "GET" && url.pathname === "/readyz") {
-        const ok = await ready();
-        return sendJson(res, ok ? 200 : 503, { status: ok ? "ready" : "not ready" });
+      if (req.method === "GET" && url.pathname === "/healthz") {
+        const live = probes.liveness();
+        return sendJson(res, live.ok ? 200 : 503, live.ok ? { status: "ok" } : { status: "wedged", failing: live.failing, checks: live.checks });
       }
+      if (req.method === "GET" && url.pathname === "/readyz") {
+        const live = probes.liveness();
+        const ready = await probes.readiness();
+        const checks: Record<string, string> = { ...ready.checks, ...(live.ok ? {} : { liveness: `wedged: ${live.failing.join(", ")}` }) };
+        const ok = ready.ok && live.ok;
+        const failing = Object.keys(checks).filter((k) => checks[k] !== "ok");
+        return sendJson(res, ok ? 200 : 503, ok ? { status: "ready", checks } : { status: "not ready", failing, checks });
+      }
+      await started;
       if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
       connectHandler(req as never, res as never);
@@ -211,20 +229,40 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
 
   for (const relay of relays) relay.start();
   for (const module of modules) await module.start?.();
+  probes.markStarted();
+  markStarted();
   logger.info({ port: server.port, metricsPort: metricsServer?.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
 
+  // Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it.
+  const bounded = async (what: string, ms: number, work: () => Promise<unknown>) => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), ms);
+    });
+    const result = await Promise.race([work().catch((err) => logger.warn({ err }, `${what} failed`)), timeout]);
+    clearTimeout(timer);
+    if (result === "timeout") logger.warn({ ms }, `${what} did not finish in time; going on`);
+  };
   let stopped: Promise<void> | undefined;
   const stop = () =>
     (stopped ??= (async () => {
-      stopping = true;
+      const graceMs = config.SHUTDOWN_GRACE_SECONDS * 1000;
+      probes.markStopping();
       extra?.close?.();
-      await server.close(config.SHUTDOWN_GRACE_SECONDS * 1000);
-      await metricsServer?.close(0);
-      for (const module of modules) await module.stop?.().catch((err) => logger.warn({ err }, "stop failed"));
-      for (const relay of relays) await relay.stop();
-      await events.close();
-      if (nats) await nats.drain().catch(() => {});
-      await database.close();
+      // First the public port: in-flight requests are answered (they may still call services of
+      // this process over NATS), then the NATS side, then background work and the connections.
+      // One grace for both: what the HTTP drain used, the NATS drain does not get again.
+      const graceEnds = Date.now() + graceMs;
+      await bounded("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
+      if (metricsServer) await bounded("closing the metrics port", 1000, () => metricsServer.close(0));
+      const left = Math.max(500, graceEnds - Date.now());
+      if (natsServer) await bounded("draining NATS calls", left + 500, () => natsServer.drain(left));
+      for (const module of modules) await bounded(`stopping ${module.name}`, 1000, async () => module.stop?.());
+      for (const relay of relays) await bounded("stopping an outbox relay", 1000, () => relay.stop());
+      await bounded("closing the event bus", 1000, () => events.close());
+      if (nats) await bounded("draining NATS", 1000, () => nats.drain());
+      probes.close();
+      await bounded("closing the database", 1500, () => database.close());
       logger.info("stopped");
     })());
   return { config, logger, url, port: server.port, metricsUrl, database, nats, modules, transport, relays, stop };
@@ -239,8 +277,19 @@ export async function main(options: ProcessOptions): Promise<void> {
     console.error(err instanceof Error ? err.message : err);
     process.exit(1);
   }
+  let signalled = false;
   const onSignal = (signal: string) => {
+    if (signalled) {
+      running.logger.warn({ signal }, "second signal: exiting now");
+      process.exit(1);
+    }
+    signalled = true;
     running.logger.info({ signal }, "draining");
+    // Whatever hangs, the process ends within SHUTDOWN_GRACE_SECONDS + 5 s.
+    setTimeout(() => {
+      running.logger.error("shutdown did not finish in time: exiting");
+      process.exit(1);
+    }, (running.config.SHUTDOWN_GRACE_SECONDS + 4.5) * 1000).unref();
     running.stop().then(
       () => process.exit(0),
       (err) => {
@@ -249,6 +298,6 @@ export async function main(options: ProcessOptions): Promise<void> {
       },
     );
   };
-  process.once("SIGINT", onSignal);
-  process.once("SIGTERM", onSignal);
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
 }

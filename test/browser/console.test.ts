@@ -370,6 +370,33 @@ describe("web console in a browser", () => {
     expect((await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner })).status).toBe(404);
   });
 
+  it("shows a heartbeat's pings, a chart of its run times and what the job said", async () => {
+    expect((await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: "backup-runs", expectedIntervalSeconds: 86400, graceSeconds: 600 } })).status).toBe(201);
+    const signal = (what: string, body = "") =>
+      app.call("POST", `/o/acme/heartbeats/backup-runs/ping/${what}`, { token: ingest, raw: body, headers: { "content-type": "text/plain" } });
+    expect((await signal("start")).status).toBe(204);
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await signal("0", "dumped 12 tables")).status).toBe(204);
+    expect((await signal("start")).status).toBe(204);
+    await new Promise((r) => setTimeout(r, 600));
+    expect((await signal("1", "pg_dump: error: connection refused")).status).toBe(204);
+    await nav("Heartbeats").click();
+    // The previous test left the page here: read the list again.
+    await page.reload();
+    const row = page.locator('tr[data-heartbeat="backup-runs"]');
+    await row.waitFor();
+    await row.getByRole("button", { name: "History of backup-runs" }).click();
+    const history = page.getByRole("region", { name: "Runs and signals of backup-runs" });
+    await history.locator("tr[data-ping-kind]").first().waitFor();
+    expect(await history.locator("tr[data-ping-kind]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-ping-kind")))).toEqual(["fail", "start", "success", "start"]);
+    expect(await history.getByRole("img").getAttribute("aria-label")).toMatch(/^Run times of the last 2 runs/);
+    expect(await history.locator("svg rect").count()).toBe(2);
+    expect(await history.locator("pre.last-body").textContent()).toBe("pg_dump: error: connection refused");
+    expect(await history.locator('tr[data-ping-kind="fail"] td[data-label="Exit status"]').textContent()).toBe("1");
+    await expectLabelled();
+    await shot("heartbeat-history");
+  });
+
   it("creates a maintenance window that suppresses, and ends it now", async () => {
     await nav("Maintenance").click();
     await page.getByLabel("Reason").fill("Database upgrade");

@@ -46,6 +46,7 @@ const ANY_MEMBER = new Set([
   "ListMaintenanceWindows",
   "ListHeartbeats",
   "GetHeartbeat",
+  "ListPings",
   "GetEgress",
   "DraftMessage",
   "ListMessages",
@@ -57,7 +58,7 @@ const ANY_MEMBER = new Set([
   "ReadRemoteSource",
 ]);
 /** Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token): tested in their own suites. */
-const OWN_AUTHENTICATION = new Set(["Login", "Logout", "Deliver", "DeliverAlertRouter", "DeliverChat", "Ping"]);
+const OWN_AUTHENTICATION = new Set(["Login", "Logout", "Deliver", "DeliverAlertRouter", "DeliverChat", "Ping", "PingSignal"]);
 
 const routes = buildRouteTable(internalServices);
 

@@ -17,7 +17,11 @@ import { startClusterApp } from "../support/cluster.js";
  */
 
 export type Mode = "one process" | "separate processes over NATS";
-export const MODES: Mode[] = ["one process", "separate processes over NATS"];
+/**
+ * Under TEST_DATABASE=embedded the suites run in the default mode only: the separate processes of
+ * a cluster share a Postgres server, never one process's embedded database.
+ */
+export const MODES: Mode[] = process.env.TEST_DATABASE === "embedded" ? ["one process"] : ["one process", "separate processes over NATS"];
 
 /** workspaceUrl is `${PUBLIC_URL}/o/{org}/incidents/{id}`; fixed so the tests can say it exactly. */
 export const PUBLIC_URL = "https://warroom.example.test";

@@ -1,43 +1,77 @@
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { allServices } from "../../services/all-services.js";
+import { processAlive } from "../../services/runtime/data-dir-lock.js";
 import { runProcess } from "../../services/runtime/process.js";
 import { callApi, OWNER } from "../support/app.js";
+import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
 
-const dataDir = mkdtempSync(join(tmpdir(), "wr-embedded-"));
-afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+const ROOT = resolve(import.meta.dirname, "../..");
+const data = tempDataDir("wr-embedded-");
+afterAll(() => data.cleanup());
 
-const env = {
-  DATABASE_URL: "",
-  NATS_URL: "",
-  DATA_DIR: dataDir,
-  PORT: "0",
-  HOST: "127.0.0.1",
-  LOG_LEVEL: "silent",
-  BOOTSTRAP_ORG_SLUG: OWNER.org,
-  BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-  BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-  SHUTDOWN_GRACE_SECONDS: "1",
-};
+const env = { ...embeddedEnv(data.dir), LOG_LEVEL: "silent", SHUTDOWN_GRACE_SECONDS: "1" };
+const login = (url: string) => callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+
+async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
+  const deadline = Date.now() + timeoutMs;
+  while (processAlive(pid)) {
+    if (Date.now() > deadline) return false;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return true;
+}
+
+function runAdmin(dataDir: string): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, ["--import", "tsx", "services/identity/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  let output = "";
+  child.stdout.on("data", (c: Buffer) => (output += c.toString()));
+  child.stderr.on("data", (c: Buffer) => (output += c.toString()));
+  return new Promise((resolve) => child.once("exit", (code) => resolve({ code, output })));
+}
 
 describe("one-process mode with the embedded database", () => {
-  it("starts with no database server, and keeps its data across a restart", async () => {
+  it("runs a real Postgres server with a generated password, and keeps its data across a restart", async () => {
     const first = await runProcess({ name: "embedded", services: allServices, gateway: true, env });
     let apiKey: string;
     try {
       expect(first.database.embedded).toBe(true);
+      const server = first.database.server!;
+      const [row] = await first.database.sql<{ version: string }[]>`select current_setting('server_version') as version`;
+      const version = row!.version;
+      expect(Number.parseInt(version, 10)).toBeGreaterThanOrEqual(18);
+      expect(server.host).toBe("127.0.0.1");
+      // Same pool shape as server mode: DATABASE_POOL_SIZE connections, not one.
+      const [count] = await first.database.sql<{ backends: number }[]>`select count(*)::int as backends from pg_stat_activity where application_name = 'warroom'`;
+      const backends = count!.backends;
+      expect(backends).toBeGreaterThanOrEqual(1);
+      await Promise.all(Array.from({ length: 5 }, () => first.database.sql`select pg_sleep(0.2)`));
+      const [after] = await first.database.sql<{ busy: number }[]>`select count(*)::int as busy from pg_stat_activity where application_name = 'warroom'`;
+      const busy = after!.busy;
+      expect(busy).toBeGreaterThanOrEqual(5);
+      const passwordFile = join(data.dir, "pg-password");
+      expect(statSync(passwordFile).mode & 0o777).toBe(0o600);
+      expect(readFileSync(passwordFile, "utf8").trim()).toBe(server.password);
+      expect(server.password.length).toBeGreaterThanOrEqual(24);
+
       expect((await callApi(first.url, "GET", "/healthz")).status).toBe(200);
       expect((await callApi(first.url, "GET", "/readyz")).status).toBe(200);
-      const login = await callApi(first.url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-      expect(login.status).toBe(200);
-      const key = await callApi(first.url, "POST", "/o/acme/api-keys", { token: login.body.accessToken, body: { name: "restart" } });
+      const session = await login(first.url);
+      expect(session.status).toBe(200);
+      const key = await callApi(first.url, "POST", "/o/acme/api-keys", { token: session.body.accessToken, body: { name: "restart" } });
       expect(key.status).toBe(201);
       apiKey = key.body.key;
     } finally {
       await first.stop();
     }
+    expect(existsSync(join(data.dir, "warroom.lock"))).toBe(false);
+    expect(existsSync(join(data.dir, "pg", "postmaster.pid"))).toBe(false);
 
     const second = await runProcess({ name: "embedded", services: allServices, gateway: true, env });
     try {
@@ -47,5 +81,92 @@ describe("one-process mode with the embedded database", () => {
     } finally {
       await second.stop();
     }
-  }, 60_000);
+  }, 90_000);
+
+  it("refuses a second start and the admin command on a DATA_DIR in use, naming the folder and the PID", async () => {
+    const first = await runProcess({ name: "embedded", services: allServices, gateway: true, env });
+    try {
+      await expect(runProcess({ name: "embedded", services: allServices, gateway: true, env })).rejects.toThrow(
+        `DATA_DIR ${data.dir} is in use by process ${process.pid}`,
+      );
+      const started = Date.now();
+      const second = startServiceProcess(embeddedEnv(data.dir));
+      const { code } = await second.exited;
+      expect(code).toBe(1);
+      expect(second.output()).toContain(`DATA_DIR ${data.dir} is in use by process ${process.pid}`);
+      // Refused at once: no database start, no migration.
+      expect(Date.now() - started).toBeLessThan(15_000);
+      const admin = await runAdmin(data.dir);
+      expect(admin.code).toBe(1);
+      expect(admin.output).toContain(`DATA_DIR ${data.dir} is in use by process ${process.pid}`);
+      // The running service is untouched.
+      expect((await login(first.url)).status).toBe(200);
+    } finally {
+      await first.stop();
+    }
+    // With the service stopped, the admin command opens the database itself.
+    const admin = await runAdmin(data.dir);
+    expect(admin.output).toContain("created organization other");
+    expect(admin.code).toBe(0);
+  }, 90_000);
+
+  it("after kill -9 of the service, its Postgres stops too and the next start recovers the lock and the server", async () => {
+    const first = startServiceProcess(embeddedEnv(data.dir));
+    const { url } = await first.serving;
+    await waitFor(`${url}/readyz`);
+    const postmaster = Number.parseInt(readFileSync(join(data.dir, "pg", "postmaster.pid"), "utf8"), 10);
+    expect(processAlive(postmaster)).toBe(true);
+    first.child.kill("SIGKILL");
+    await first.exited;
+    expect(await waitGone(postmaster, 10_000)).toBe(true);
+    expect(readFileSync(join(data.dir, "warroom.lock"), "utf8").trim()).toBe(String(first.child.pid));
+
+    // A crash of the whole machine leaves postmaster.pid behind, here naming a live process that
+    // is not Postgres (a reused PID): the start must still recover.
+    writeFileSync(join(data.dir, "pg", "postmaster.pid"), `${process.pid}\n${join(data.dir, "pg")}\n`);
+    const again = startServiceProcess(embeddedEnv(data.dir));
+    try {
+      const { url: url2 } = await again.serving;
+      await waitFor(`${url2}/readyz`);
+      expect((await login(url2)).status).toBe(200);
+      expect(readFileSync(join(data.dir, "warroom.lock"), "utf8").trim()).toBe(String(again.child.pid));
+    } finally {
+      again.child.kill("SIGTERM");
+      const { code } = await again.exited;
+      expect(code).toBe(0);
+    }
+    expect(existsSync(join(data.dir, "warroom.lock"))).toBe(false);
+  }, 120_000);
+  it("stops a server of the folder left running without its watchdog before starting a new one", async () => {
+    const first = startServiceProcess(embeddedEnv(data.dir));
+    const { url } = await first.serving;
+    await waitFor(`${url}/readyz`);
+    const postmaster = Number.parseInt(readFileSync(join(data.dir, "pg", "postmaster.pid"), "utf8"), 10);
+    const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
+    // The worst case: the watchdog shells die with the service, so nothing stops the server.
+    const shells = execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/))
+      .filter(([, comm]) => comm === "sh")
+      .map(([pid]) => Number(pid));
+    expect(shells.length).toBeGreaterThan(0);
+    for (const pid of shells) process.kill(pid, "SIGKILL");
+    first.child.kill("SIGKILL");
+    await first.exited;
+    await new Promise((r) => setTimeout(r, 500));
+    expect(processAlive(postmaster)).toBe(true);
+
+    const again = startServiceProcess(embeddedEnv(data.dir));
+    try {
+      const { url: url2 } = await again.serving;
+      await waitFor(`${url2}/readyz`);
+      expect(processAlive(postmaster)).toBe(false);
+      expect(again.output()).toContain("stopping an embedded Postgres left running by an earlier process");
+      expect((await login(url2)).status).toBe(200);
+    } finally {
+      again.child.kill("SIGTERM");
+      expect((await again.exited).code).toBe(0);
+    }
+  }, 120_000);
 });

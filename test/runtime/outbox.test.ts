@@ -1,4 +1,4 @@
-import { create, fromBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
@@ -6,8 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type DomainEvent } from "../../services/runtime/event-bus.js";
 import { createLogger } from "../../services/runtime/logger.js";
+import { registry } from "../../services/runtime/metrics.js";
 import { migrate } from "../../services/runtime/migrations.js";
-import { createOutboxRelay, outboxMigration } from "../../services/runtime/outbox.js";
+import { createOutboxRelay, outboxMigration, outboxUpgrades } from "../../services/runtime/outbox.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
@@ -20,7 +21,7 @@ let sql: postgres.Sql;
 beforeAll(async () => {
   database = await freshDatabase();
   sql = postgres(database.url, { max: 4, onnotice: () => {} });
-  await migrate(sql, "probe", [outboxMigration("probe", 1)]);
+  await migrate(sql, "probe", [outboxMigration("probe", 1), ...outboxUpgrades("probe")]);
 });
 
 afterAll(async () => {
@@ -41,6 +42,7 @@ describe("the outbox", () => {
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger });
     await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("in-process")));
     await relay.drain();
+    await relay.stop();
     expect(seen.map((e) => fromBinary(IncidentOpenedSchema, e.payload).title)).toEqual(["in-process"]);
   });
 
@@ -63,8 +65,10 @@ describe("the outbox", () => {
       await nats.stop();
       await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("while-down")));
       await expect(relay.drain()).rejects.toThrow();
-      const [pending] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
-      expect(pending!.n).toBe(1);
+      await expect(relay.drain()).rejects.toThrow();
+      // Waiting for the bus is no fault of the row: it has not used up a try.
+      const [pending] = await sql`select count(*)::int as n, max(attempts)::int as attempts from probe.outbox where published_at is null`;
+      expect(pending).toEqual({ n: 1, attempts: 0 });
 
       await nats.start();
       const deadline = Date.now() + 15_000;
@@ -80,6 +84,7 @@ describe("the outbox", () => {
       expect(await streamMessages(nc)).toBe(before + 1);
       const [left] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
       expect(left!.n).toBe(0);
+      await relay.stop();
       await nc.close();
     }, 40_000);
 
@@ -109,7 +114,292 @@ describe("the outbox", () => {
       expect(await relay.drain()).toBe(2);
       // ...and the stream keeps one copy of each, by Nats-Msg-Id.
       expect(await streamMessages(nc)).toBe(before + 2);
+      await relay.stop();
       await nc.close();
     }, 30_000);
   });
+});
+
+const titles = (events: DomainEvent[]) => events.map((e) => fromBinary(IncidentOpenedSchema, e.payload).title);
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false>, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`never saw ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+describe("the relay holds nothing and orders by sequence", () => {
+  it("publishes with its only connection free: a subscriber that needs it gets it", async () => {
+    const one = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const bus = createInMemoryEventBus(logger);
+      const seen: string[] = [];
+      await bus.subscribe(
+        "events.incident.>",
+        async (e) => {
+          const [row] = await one<{ n: number }[]>`select count(*)::int as n from probe.outbox where id = ${e.id}`;
+          seen.push(`${titles([e])[0]}:${row!.n}`);
+        },
+        { durableName: "needs-a-connection" },
+      );
+      const relay = createOutboxRelay({ sql: one, schema: "probe", bus, logger });
+      await one.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("pool-of-one")));
+      await Promise.race([relay.drain(), new Promise((_, reject) => setTimeout(() => reject(new Error("the relay waited on its own connection")), 5000))]);
+      await relay.stop();
+      expect(seen).toEqual(["pool-of-one:1"]);
+    } finally {
+      await one.end();
+    }
+  });
+
+  it("publishes in the order the rows were written, not the order their transactions began", async () => {
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const relay = createOutboxRelay({ sql, schema: "probe", bus, logger });
+    let letFirstWrite!: () => void;
+    const firstMayWrite = new Promise<void>((r) => (letFirstWrite = r));
+    let firstBegan!: () => void;
+    const began = new Promise<void>((r) => (firstBegan = r));
+    // The first transaction begins (its now(), the old order key, is earlier), then waits...
+    const first = sql.begin(async (tx) => {
+      await tx`select now()`;
+      firstBegan();
+      await firstMayWrite;
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("written second"));
+    });
+    await began;
+    await new Promise((r) => setTimeout(r, 20));
+    // ...while a later one writes and commits first.
+    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("written first")));
+    letFirstWrite();
+    await first;
+    await relay.drain();
+    await relay.stop();
+    expect(titles(seen)).toEqual(["written first", "written second"]);
+  });
+
+  it("lets one relay of a schema publish at a time, and hands over when it stops", async () => {
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const a = createOutboxRelay({ sql, schema: "probe", bus, logger });
+    const b = createOutboxRelay({ sql, schema: "probe", bus, logger });
+    await sql.begin((tx) => a.write(tx, "events.incident.opened", IncidentOpenedSchema, event("lease-1")));
+    expect(await a.drain()).toBe(1);
+    await sql.begin((tx) => a.write(tx, "events.incident.opened", IncidentOpenedSchema, event("lease-2")));
+    expect(await b.drain()).toBe(0);
+    await a.stop();
+    expect(await b.drain()).toBe(1);
+    await b.stop();
+    expect(titles(seen)).toEqual(["lease-1", "lease-2"]);
+  });
+
+  it("upgrades an existing outbox: waiting rows keep their order and are published", async () => {
+    await migrate(sql, "legacy", [outboxMigration("legacy", 1)]);
+    const at = (s: number) => new Date(Date.UTC(2024, 0, 1, 0, 0, s));
+    const payload = (title: string) => Buffer.from(toBinary(IncidentOpenedSchema, event(title)));
+    // Inserted out of order; the old relay published by created_at.
+    await sql`insert into legacy.outbox (subject, payload, created_at) values ('events.incident.opened', ${payload("third")}, ${at(3)})`;
+    await sql`insert into legacy.outbox (subject, payload, created_at) values ('events.incident.opened', ${payload("first")}, ${at(1)})`;
+    await sql`insert into legacy.outbox (subject, payload, created_at, published_at) values ('events.incident.opened', ${payload("done")}, ${at(0)}, ${at(0)})`;
+    await sql`insert into legacy.outbox (subject, payload, created_at) values ('events.incident.opened', ${payload("second")}, ${at(2)})`;
+    expect(await migrate(sql, "legacy", [outboxMigration("legacy", 1), ...outboxUpgrades("legacy")])).toBe(1);
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const relay = createOutboxRelay({ sql, schema: "legacy", bus, logger });
+    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("after the upgrade")));
+    expect(await relay.drain()).toBe(4);
+    await relay.stop();
+    expect(titles(seen)).toEqual(["first", "second", "third", "after the upgrade"]);
+  });
+});
+
+describe("the relays of one process", () => {
+  it("run their statements one at a time on the shared pool, whatever the number of schemas", async () => {
+    const schemas = ["gate_a", "gate_b", "gate_c", "gate_d"];
+    for (const schema of schemas) await migrate(sql, schema, [outboxMigration(schema, 1), ...outboxUpgrades(schema)]);
+    let inFlight = 0;
+    let most = 0;
+    // The pool as the relays see it, counting their statements in flight.
+    const counted = new Proxy(sql, {
+      get(target, prop, receiver) {
+        if (prop !== "unsafe") return Reflect.get(target, prop, receiver);
+        return async (...args: Parameters<typeof sql.unsafe>) => {
+          inFlight++;
+          most = Math.max(most, inFlight);
+          try {
+            return await target.unsafe(...args);
+          } finally {
+            inFlight--;
+          }
+        };
+      },
+    });
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const relays = schemas.map((schema) => createOutboxRelay({ sql: counted, schema, bus, logger, batchSize: 5 }));
+    for (const [i, relay] of relays.entries()) {
+      await sql.begin(async (tx) => {
+        for (let n = 0; n < 12; n++) await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event(`${schemas[i]}-${n}`));
+      });
+    }
+    expect(await Promise.all(relays.map((relay) => relay.drain()))).toEqual([12, 12, 12, 12]);
+    for (const relay of relays) await relay.stop();
+    expect(seen).toHaveLength(48);
+    expect(most).toBe(1);
+  });
+});
+
+describe("a failing subscriber in one process", () => {
+  it("is retried with backoff until it succeeds; the others are not called again", async () => {
+    const bus = createInMemoryEventBus(logger);
+    let failuresLeft = 2;
+    const calls = { flaky: 0, steady: 0, live: 0 };
+    await bus.subscribe(
+      "events.incident.>",
+      async () => {
+        calls.flaky++;
+        if (failuresLeft-- > 0) throw new Error("database unavailable");
+      },
+      { durableName: "flaky" },
+    );
+    await bus.subscribe("events.incident.>", async () => void calls.steady++, { durableName: "steady" });
+    await bus.subscribe("events.incident.>", async () => void calls.live++);
+    const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, retryBaseMs: 30 });
+    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("flaky")));
+    relay.start();
+    await until("the flaky subscriber's success", async () => calls.flaky === 3);
+    await relay.stop();
+    expect(calls).toEqual({ flaky: 3, steady: 1, live: 1 });
+    const [left] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
+    expect(left!.n).toBe(0);
+  });
+
+  it("moves the event to the dead letters after its last try, the rows behind it go on, and a replay delivers it", async () => {
+    const bus = createInMemoryEventBus(logger);
+    let fixed = false;
+    const seen: string[] = [];
+    await bus.subscribe(
+      "events.incident.>",
+      async (e) => {
+        const title = titles([e])[0]!;
+        if (title === "poison" && !fixed) throw new Error("cannot handle this one");
+        seen.push(title);
+      },
+      { durableName: "picky" },
+    );
+    const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, maxAttempts: 3, retryBaseMs: 20 });
+    await sql.begin(async (tx) => {
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("before"));
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("poison"));
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("after"));
+    });
+    relay.start();
+    const dead = await until("the dead letter", async () => (await sql`select id, subject, attempts, error, payload from probe.outbox_dead_letters`)[0]);
+    await relay.stop();
+    expect(seen).toEqual(["before", "after"]);
+    expect(dead.attempts).toBe(3);
+    expect(dead.error).toContain("picky: cannot handle this one");
+    expect(fromBinary(IncidentOpenedSchema, dead.payload).title).toBe("poison");
+    const [left] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
+    expect(left!.n).toBe(0);
+
+    // Replayed as docs/ARCHITECTURE.md says, once the subscriber is fixed: delivered, and gone from the dead letters.
+    fixed = true;
+    await sql.begin(async (tx) => {
+      await tx.unsafe(`insert into probe.outbox (id, subject, payload) select id, subject, payload from probe.outbox_dead_letters where id = $1`, [dead.id]);
+      await tx.unsafe(`delete from probe.outbox_dead_letters where id = $1`, [dead.id]);
+    });
+    expect(await relay.drain()).toBe(1);
+    await relay.stop();
+    expect(seen).toEqual(["before", "after", "poison"]);
+    const [remaining] = await sql`select count(*)::int as n from probe.outbox_dead_letters`;
+    expect(remaining!.n).toBe(0);
+  });
+});
+
+describe("a row that can never be published over JetStream", () => {
+  let nats: PrivateNats;
+  beforeAll(async () => {
+    nats = await startPrivateNats();
+  });
+  afterAll(async () => {
+    await nats?.cleanup();
+  });
+
+  it("pipelines a batch: the stream holds it in sequence order", async () => {
+    const nc = await connect({ servers: nats.url });
+    const bus = await createJetStreamEventBus(nc, logger);
+    const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, batchSize: 500 });
+    const count = 1000;
+    const run = `order-${Date.now()}`;
+    await sql.begin(async (tx) => {
+      for (let i = 0; i < count; i++) await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event(`${run}-${i}`));
+    });
+    const pipelinedStarted = performance.now();
+    expect(await relay.drain()).toBe(count);
+    const pipelinedMs = performance.now() - pipelinedStarted;
+    await relay.stop();
+
+    const jsm = await jetstreamManager(nc);
+    const last = (await jsm.streams.info(EVENTS_STREAM)).state.last_seq;
+    const stored: string[] = [];
+    for (let seq = last - count + 1; seq <= last; seq++) {
+      stored.push(fromBinary(IncidentOpenedSchema, (await jsm.streams.getMessage(EVENTS_STREAM, { seq }))!.data).title);
+    }
+    expect(stored).toEqual(Array.from({ length: count }, (_, i) => `${run}-${i}`));
+
+    // The publishes alone, pipelined and awaited one at a time (as the relay did before).
+    const pipelined = Array.from({ length: count }, (_, i) => ({ id: `${run}-many-${i}`, subject: "events.incident.opened", payload: new Uint8Array(16) }));
+    const manyStarted = performance.now();
+    expect((await bus.publishMany(pipelined)).filter((e) => e !== undefined)).toEqual([]);
+    const manyMs = performance.now() - manyStarted;
+    const sequentialStarted = performance.now();
+    for (let i = 0; i < count; i++) await bus.publish({ id: `${run}-one-${i}`, subject: "events.incident.opened", payload: new Uint8Array(16) });
+    const sequentialMs = performance.now() - sequentialStarted;
+    console.log(
+      `${count} events: relay drain ${pipelinedMs.toFixed(0)} ms (read, publish, mark); publishes alone pipelined ${manyMs.toFixed(0)} ms, one at a time ${sequentialMs.toFixed(0)} ms`,
+    );
+    await nc.close();
+  }, 60_000);
+
+  it("goes to the dead letters with its error after its last try, and never blocks the rows behind it", async () => {
+    const nc = await connect({ servers: nats.url });
+    const bus = await createJetStreamEventBus(nc, logger);
+    const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, maxAttempts: 3, retryBaseMs: 20 });
+    const before = await streamMessages(nc);
+    await sql.begin(async (tx) => {
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("ahead"));
+      // A subject no stream owns, and a payload over the server's max_payload (1 MiB).
+      await relay.write(tx, "orphan.subject", IncidentOpenedSchema, event("nobody owns me"));
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("x".repeat(1_100_000)));
+      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("behind"));
+    });
+    expect(await relay.drain()).toBe(2);
+    expect(await streamMessages(nc)).toBe(before + 2);
+    relay.start();
+    const dead = await until("both dead letters", async () => {
+      const rows = await sql<{ subject: string; attempts: number; error: string }[]>`select subject, attempts, error from probe.outbox_dead_letters order by seq`;
+      return rows.length === 2 ? rows : undefined;
+    });
+    await relay.stop();
+    expect(dead.map((d) => [d.subject, d.attempts])).toEqual([
+      ["orphan.subject", 3],
+      ["events.incident.opened", 3],
+    ]);
+    expect(dead[0]!.error).toMatch(/503|no responders|jetstream is not enabled/i);
+    expect(dead[1]!.error).toMatch(/payload/i);
+    const [left] = await sql`select count(*)::int as n from probe.outbox where published_at is null`;
+    expect(left!.n).toBe(0);
+    expect(await registry.getSingleMetricAsString("warroom_outbox_dead_letters_total")).toContain('warroom_outbox_dead_letters_total{service="probe"}');
+    await sql`delete from probe.outbox_dead_letters`;
+    await nc.close();
+  }, 30_000);
 });

@@ -3,6 +3,15 @@ import postgres from "postgres";
 import { allServices } from "../../services/all-services.js";
 import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/runtime/process.js";
 import { startPrivateNats } from "./nats-server.js";
+import { tempDataDir } from "./service-process.js";
+
+/**
+ * Which database apps run on unless a test says otherwise: the Postgres server ("server"), or the
+ * embedded Postgres of the default mode ("embedded", TEST_DATABASE=embedded), so the end-to-end
+ * suites run in both modes.
+ */
+export type TestDatabase = "server" | "embedded";
+export const TEST_DATABASE: TestDatabase = process.env.TEST_DATABASE === "embedded" ? "embedded" : "server";
 
 /** The Postgres server tests create their databases on. */
 export const ADMIN_DATABASE_URL = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
@@ -42,14 +51,23 @@ export interface TestApp {
 }
 
 /**
- * Starts the whole service in this process (one-process mode) against a fresh database on the
- * real Postgres server, with the bootstrap organization `acme`.
+ * Starts the whole service in this process (one-process mode) with the bootstrap organization
+ * `acme`: against a fresh database on the real Postgres server, or (`database: "embedded"`, the
+ * default under TEST_DATABASE=embedded) with its own embedded Postgres in a fresh DATA_DIR.
+ * `databaseUrl` shares another app's database (replicas).
  */
 export async function startApp(
-  options: { env?: Record<string, string>; nats?: boolean | string; databaseUrl?: string; extraHttp?: ProcessOptions["extraHttp"] } = {},
+  options: {
+    env?: Record<string, string>;
+    nats?: boolean | string;
+    databaseUrl?: string;
+    database?: TestDatabase;
+    extraHttp?: ProcessOptions["extraHttp"];
+  } = {},
 ): Promise<TestApp> {
-  const database = options.databaseUrl ? undefined : await freshDatabase();
-  const databaseUrl = options.databaseUrl ?? database!.url;
+  const embedded = !options.databaseUrl && (options.database ?? TEST_DATABASE) === "embedded";
+  const dataDir = embedded ? tempDataDir("wr-app-") : undefined;
+  const database = options.databaseUrl || embedded ? undefined : await freshDatabase();
   // Each app gets its own NATS server (or the one it is given): subjects are global, so two apps
   // on one server would answer each other's calls against different databases.
   const privateNats = options.nats === true ? await startPrivateNats() : undefined;
@@ -60,7 +78,8 @@ export async function startApp(
     gateway: true,
     extraHttp: options.extraHttp,
     env: {
-      DATABASE_URL: databaseUrl,
+      DATABASE_URL: embedded ? "" : (options.databaseUrl ?? database!.url),
+      ...(dataDir ? { DATA_DIR: dataDir.dir } : {}),
       PORT: "0",
       HOST: "127.0.0.1",
       LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
@@ -73,6 +92,10 @@ export async function startApp(
       ...options.env,
     },
   });
+  const server = running.database.server;
+  const databaseUrl = server
+    ? `postgres://${server.user}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}`
+    : (options.databaseUrl ?? database!.url);
   const app: TestApp = {
     url: running.url,
     natsUrl,
@@ -82,6 +105,7 @@ export async function startApp(
       await running.stop();
       await privateNats?.cleanup();
       await database?.drop();
+      dataDir?.cleanup();
     },
     call: (method, path, callOptions = {}) => callApi(running.url, method, path, callOptions),
     async ownerToken() {

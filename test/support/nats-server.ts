@@ -13,6 +13,8 @@ export interface PrivateNats {
   port: number;
   stop(): Promise<void>;
   start(): Promise<void>;
+  /** Sends the server a signal: SIGSTOP makes it hang (connections open, nothing answered), SIGCONT resumes it. */
+  signal(signal: NodeJS.Signals): void;
   cleanup(): Promise<void>;
 }
 
@@ -58,7 +60,9 @@ export async function startPrivateNats(options: { config?: string } = {}): Promi
     port,
     start,
     stop,
+    signal: (signal) => void child?.kill(signal),
     async cleanup() {
+      child?.kill("SIGCONT");
       await stop();
       rmSync(storeDir, { recursive: true, force: true });
     },

@@ -1,14 +1,15 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
+import { binaries } from "../../services/runtime/embedded-postgres.js";
 import { freePort } from "./nats-server.js";
 
 /**
  * A private Postgres server on a free loopback port, for fault tests that stop and restart the
- * database without disturbing the shared server other tests use. Runs as the `postgres` user
- * when the tests run as root (Postgres refuses to run as root).
+ * database without disturbing the shared server other tests use, on the binaries of the embedded
+ * mode. Runs as the `postgres` user when the tests run as root (Postgres refuses to run as root).
  */
 export interface PrivatePostgres {
   url: string;
@@ -17,11 +18,9 @@ export interface PrivatePostgres {
   cleanup(): Promise<void>;
 }
 
+/** The Postgres 18 binaries the embedded mode runs: no system install needed. */
 function binDir(): string {
-  const root = "/usr/lib/postgresql";
-  if (!existsSync(root)) throw new Error("Postgres server binaries not found under /usr/lib/postgresql");
-  const version = readdirSync(root).sort((a, b) => Number(b) - Number(a))[0]!;
-  return join(root, version, "bin");
+  return binaries().bin;
 }
 
 function asPostgresUser(command: string, args: string[]): [string, string[]] {

@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/heartbeats/v1/heartbeats.proto.
  */
 export const file_warroom_heartbeats_v1_heartbeats: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIocCCglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJQg8KDV9sYXN0X3NlZW5fYXQibwoYUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiEKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAUSFQoNZ3JhY2Vfc2Vjb25kcxgEIAEoBSIkChVMaXN0SGVhcnRiZWF0c1JlcXVlc3QSCwoDb3JnGAEgASgJIk4KFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSK6AQoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhEKCWhlYXJ0YmVhdBgFIAEoCUIcChpfZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kc0IQCg5fZ3JhY2Vfc2Vjb25kcyIzChZEZWxldGVIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIigKC1BpbmdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIg4KDFN3ZWVwUmVxdWVzdCKyAQoNU3dlZXBSZXNwb25zZRIOCgZzaWxlbnQYASABKAUSDgoGb3BlbmVkGAIgASgFEhEKCWRlbGl2ZXJlZBgDIAEoBRISCgpzdXBwcmVzc2VkGAQgASgFEg8KB3Jlc3VtZWQYBSABKAUSDgoGZmFpbGVkGAYgASgFEhsKE2RldGVjdF9taWxsaXNlY29uZHMYByABKAUSHAoUZGVsaXZlcl9taWxsaXNlY29uZHMYCCABKAUy/AYKEUhlYXJ0YmVhdHNTZXJ2aWNlEoYBChFSZWdpc3RlckhlYXJ0YmVhdBIvLndhcnJvb20uaGVhcnRiZWF0cy52MS5SZWdpc3RlckhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0Ih6C0+STAhg6ASoiEy9vL3tvcmd9L2hlYXJ0YmVhdHMSigEKDkxpc3RIZWFydGJlYXRzEiwud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RIZWFydGJlYXRzUmVxdWVzdBotLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1Jlc3BvbnNlIhuC0+STAhUSEy9vL3tvcmd9L2hlYXJ0YmVhdHMSgAEKDEdldEhlYXJ0YmVhdBIqLndhcnJvb20uaGVhcnRiZWF0cy52MS5HZXRIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIigtPkkwIcEhovby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfRKOAQoPVXBkYXRlSGVhcnRiZWF0Ei0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLlVwZGF0ZUhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IiqC0+STAiQ6ASoyHy9vL3tvcmd9L2hlYXJ0YmVhdHMve2hlYXJ0YmVhdH0SfAoPRGVsZXRlSGVhcnRiZWF0Ei0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkRlbGV0ZUhlYXJ0YmVhdFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiIoLT5JMCHCoaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SawoEUGluZxIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIngtPkkwIhIh8vby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nElIKBVN3ZWVwEiMud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVxdWVzdBokLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlc3BvbnNlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIrUECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZSLIAQoITGFzdFBpbmcSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAiABKAkSGAoLZXhpdF9zdGF0dXMYAyABKAVIAIgBARIYCgtydW5fc2Vjb25kcxgEIAEoAUgBiAEBEgwKBGJvZHkYBSABKAkSEAoIYm9keV9jdXQYBiABKAgSEgoKYm9keV9ieXRlcxgHIAEoBUIOCgxfZXhpdF9zdGF0dXNCDgoMX3J1bl9zZWNvbmRzIukBChhSZWdpc3RlckhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkSIQoZZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kcxgDIAEoBRIVCg1ncmFjZV9zZWNvbmRzGAQgASgFEhUKCHNjaGVkdWxlGAUgASgJSACIAQESFQoIdGltZXpvbmUYBiABKAlIAYgBARIcCg9tYXhfcnVuX3NlY29uZHMYByABKAVIAogBAUILCglfc2NoZWR1bGVCCwoJX3RpbWV6b25lQhIKEF9tYXhfcnVuX3NlY29uZHMiJAoVTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0EgsKA29yZxgBIAEoCSJOChZMaXN0SGVhcnRiZWF0c1Jlc3BvbnNlEjQKCmhlYXJ0YmVhdHMYASADKAsyIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IjAKE0dldEhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkitAIKFlVwZGF0ZUhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkSJgoZZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kcxgDIAEoBUgAiAEBEhoKDWdyYWNlX3NlY29uZHMYBCABKAVIAYgBARIRCgloZWFydGJlYXQYBSABKAkSFQoIc2NoZWR1bGUYBiABKAlIAogBARIVCgh0aW1lem9uZRgHIAEoCUgDiAEBEhwKD21heF9ydW5fc2Vjb25kcxgIIAEoBUgEiAEBQhwKGl9leHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzQhAKDl9ncmFjZV9zZWNvbmRzQgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kcyIzChZEZWxldGVIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJImwKC1BpbmdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEg4KBnNpZ25hbBgDIAEoCRIOCgZydW5faWQYBCABKAkSDAoEYm9keRgFIAEoDBIUCgxjb250ZW50X3R5cGUYBiABKAkiLQoQTGlzdFBpbmdzUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJFChFMaXN0UGluZ3NSZXNwb25zZRIwCgVwaW5ncxgBIAMoCzIhLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVjb3JkIuIBCgpQaW5nUmVjb3JkEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAIgASgJEhgKC3J1bl9zZWNvbmRzGAMgASgBSACIAQESGAoLZXhpdF9zdGF0dXMYBCABKAVIAYgBARIWCg5jbGllbnRfYWRkcmVzcxgFIAEoCRISCgpib2R5X2J5dGVzGAYgASgFEhMKBnJ1bl9pZBgHIAEoCUgCiAEBQg4KDF9ydW5fc2Vjb25kc0IOCgxfZXhpdF9zdGF0dXNCCQoHX3J1bl9pZCIOCgxTd2VlcFJlcXVlc3QisgEKDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBRIRCglkZWxpdmVyZWQYAyABKAUSEgoKc3VwcHJlc3NlZBgEIAEoBRIPCgdyZXN1bWVkGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIbChNkZXRlY3RfbWlsbGlzZWNvbmRzGAcgASgFEhwKFGRlbGl2ZXJfbWlsbGlzZWNvbmRzGAggASgFMpAJChFIZWFydGJlYXRzU2VydmljZRKGAQoRUmVnaXN0ZXJIZWFydGJlYXQSLy53YXJyb29tLmhlYXJ0YmVhdHMudjEuUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIegtPkkwIYOgEqIhMvby97b3JnfS9oZWFydGJlYXRzEooBCg5MaXN0SGVhcnRiZWF0cxIsLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1JlcXVlc3QaLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXNwb25zZSIbgtPkkwIVEhMvby97b3JnfS9oZWFydGJlYXRzEoABCgxHZXRIZWFydGJlYXQSKi53YXJyb29tLmhlYXJ0YmVhdHMudjEuR2V0SGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiIoLT5JMCHBIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SjgEKD1VwZGF0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5VcGRhdGVIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIqgtPkkwIkOgEqMh8vby97b3JnfS9oZWFydGJlYXRzL3toZWFydGJlYXR9EnwKD0RlbGV0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5EZWxldGVIZWFydGJlYXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiKC0+STAhwqGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EnEKBFBpbmcSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiLYLT5JMCJzoEYm9keSIfL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZxKAAQoKUGluZ1NpZ25hbBIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSI2gtPkkwIwOgRib2R5Iigvby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nL3tzaWduYWx9EogBCglMaXN0UGluZ3MSJy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdFBpbmdzUmVxdWVzdBooLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0UGluZ3NSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5ncxJSCgVTd2VlcBIjLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlcXVlc3QaJC53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXNwb25zZWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.heartbeats.v1.Heartbeat
@@ -57,6 +57,49 @@ export type Heartbeat = Message<"warroom.heartbeats.v1.Heartbeat"> & {
    * @generated from field: string status = 7;
    */
   status: string;
+
+  /**
+   * A cron expression (5 fields or an @hourly-style alias) when the heartbeat follows a schedule;
+   * then expected_interval_seconds is 0.
+   *
+   * @generated from field: optional string schedule = 8;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * The IANA time zone the schedule is read in.
+   *
+   * @generated from field: optional string timezone = 9;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * A start not followed by an end within this many seconds opens a "ran too long" incident.
+   *
+   * @generated from field: optional int32 max_run_seconds = 10;
+   */
+  maxRunSeconds?: number | undefined;
+
+  /**
+   * The next time a ping is expected: the next scheduled time, or last ping + interval.
+   *
+   * @generated from field: google.protobuf.Timestamp next_expected_at = 11;
+   */
+  nextExpectedAt?: Timestamp | undefined;
+
+  /**
+   * The latest ping and what the job said with it.
+   *
+   * @generated from field: warroom.heartbeats.v1.LastPing last_ping = 12;
+   */
+  lastPing?: LastPing | undefined;
+
+  /**
+   * Set while a run that started has not ended.
+   *
+   * @generated from field: optional google.protobuf.Timestamp running_since = 13;
+   */
+  runningSince?: Timestamp | undefined;
 };
 
 /**
@@ -65,6 +108,61 @@ export type Heartbeat = Message<"warroom.heartbeats.v1.Heartbeat"> & {
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
   messageDesc(file_warroom_heartbeats_v1_heartbeats, 0);
+
+/**
+ * The latest ping of a heartbeat.
+ *
+ * @generated from message warroom.heartbeats.v1.LastPing
+ */
+export type LastPing = Message<"warroom.heartbeats.v1.LastPing"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * success, start or fail.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional int32 exit_status = 3;
+   */
+  exitStatus?: number | undefined;
+
+  /**
+   * Seconds from the start of the run this ping ended.
+   *
+   * @generated from field: optional double run_seconds = 4;
+   */
+  runSeconds?: number | undefined;
+
+  /**
+   * The first 10 KiB of the request body as text; body_cut says it was longer.
+   *
+   * @generated from field: string body = 5;
+   */
+  body: string;
+
+  /**
+   * @generated from field: bool body_cut = 6;
+   */
+  bodyCut: boolean;
+
+  /**
+   * @generated from field: int32 body_bytes = 7;
+   */
+  bodyBytes: number;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.LastPing.
+ * Use `create(LastPingSchema)` to create a new message.
+ */
+export const LastPingSchema: GenMessage<LastPing> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 1);
 
 /**
  * @generated from message warroom.heartbeats.v1.RegisterHeartbeatRequest
@@ -89,6 +187,23 @@ export type RegisterHeartbeatRequest = Message<"warroom.heartbeats.v1.RegisterHe
    * @generated from field: int32 grace_seconds = 4;
    */
   graceSeconds: number;
+
+  /**
+   * Instead of expected_interval_seconds: a cron schedule and its time zone (UTC when empty).
+   *
+   * @generated from field: optional string schedule = 5;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * @generated from field: optional string timezone = 6;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * @generated from field: optional int32 max_run_seconds = 7;
+   */
+  maxRunSeconds?: number | undefined;
 };
 
 /**
@@ -96,7 +211,7 @@ export type RegisterHeartbeatRequest = Message<"warroom.heartbeats.v1.RegisterHe
  * Use `create(RegisterHeartbeatRequestSchema)` to create a new message.
  */
 export const RegisterHeartbeatRequestSchema: GenMessage<RegisterHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 1);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 2);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListHeartbeatsRequest
@@ -113,7 +228,7 @@ export type ListHeartbeatsRequest = Message<"warroom.heartbeats.v1.ListHeartbeat
  * Use `create(ListHeartbeatsRequestSchema)` to create a new message.
  */
 export const ListHeartbeatsRequestSchema: GenMessage<ListHeartbeatsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 2);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 3);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListHeartbeatsResponse
@@ -130,7 +245,7 @@ export type ListHeartbeatsResponse = Message<"warroom.heartbeats.v1.ListHeartbea
  * Use `create(ListHeartbeatsResponseSchema)` to create a new message.
  */
 export const ListHeartbeatsResponseSchema: GenMessage<ListHeartbeatsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 3);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 4);
 
 /**
  * @generated from message warroom.heartbeats.v1.GetHeartbeatRequest
@@ -152,7 +267,7 @@ export type GetHeartbeatRequest = Message<"warroom.heartbeats.v1.GetHeartbeatReq
  * Use `create(GetHeartbeatRequestSchema)` to create a new message.
  */
 export const GetHeartbeatRequestSchema: GenMessage<GetHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 4);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 5);
 
 /**
  * @generated from message warroom.heartbeats.v1.UpdateHeartbeatRequest
@@ -187,6 +302,25 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
    * @generated from field: string heartbeat = 5;
    */
   heartbeat: string;
+
+  /**
+   * Switches to (or changes) a cron schedule; expected_interval_seconds switches back.
+   *
+   * @generated from field: optional string schedule = 6;
+   */
+  schedule?: string | undefined;
+
+  /**
+   * @generated from field: optional string timezone = 7;
+   */
+  timezone?: string | undefined;
+
+  /**
+   * 0 removes the limit.
+   *
+   * @generated from field: optional int32 max_run_seconds = 8;
+   */
+  maxRunSeconds?: number | undefined;
 };
 
 /**
@@ -194,7 +328,7 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
  * Use `create(UpdateHeartbeatRequestSchema)` to create a new message.
  */
 export const UpdateHeartbeatRequestSchema: GenMessage<UpdateHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 5);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 6);
 
 /**
  * @generated from message warroom.heartbeats.v1.DeleteHeartbeatRequest
@@ -216,7 +350,7 @@ export type DeleteHeartbeatRequest = Message<"warroom.heartbeats.v1.DeleteHeartb
  * Use `create(DeleteHeartbeatRequestSchema)` to create a new message.
  */
 export const DeleteHeartbeatRequestSchema: GenMessage<DeleteHeartbeatRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 6);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 7);
 
 /**
  * @generated from message warroom.heartbeats.v1.PingRequest
@@ -231,6 +365,32 @@ export type PingRequest = Message<"warroom.heartbeats.v1.PingRequest"> & {
    * @generated from field: string name = 2;
    */
   name: string;
+
+  /**
+   * From the path of PingSignal: start, fail or an exit status; empty for a plain ping.
+   *
+   * @generated from field: string signal = 3;
+   */
+  signal: string;
+
+  /**
+   * A UUID pairing the start and the end of one run (query parameter `run_id`).
+   *
+   * @generated from field: string run_id = 4;
+   */
+  runId: string;
+
+  /**
+   * What the job sent: only its first 10 KiB are kept, as text.
+   *
+   * @generated from field: bytes body = 5;
+   */
+  body: Uint8Array;
+
+  /**
+   * @generated from field: string content_type = 6;
+   */
+  contentType: string;
 };
 
 /**
@@ -238,7 +398,97 @@ export type PingRequest = Message<"warroom.heartbeats.v1.PingRequest"> & {
  * Use `create(PingRequestSchema)` to create a new message.
  */
 export const PingRequestSchema: GenMessage<PingRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 7);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 8);
+
+/**
+ * @generated from message warroom.heartbeats.v1.ListPingsRequest
+ */
+export type ListPingsRequest = Message<"warroom.heartbeats.v1.ListPingsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.ListPingsRequest.
+ * Use `create(ListPingsRequestSchema)` to create a new message.
+ */
+export const ListPingsRequestSchema: GenMessage<ListPingsRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+
+/**
+ * @generated from message warroom.heartbeats.v1.ListPingsResponse
+ */
+export type ListPingsResponse = Message<"warroom.heartbeats.v1.ListPingsResponse"> & {
+  /**
+   * @generated from field: repeated warroom.heartbeats.v1.PingRecord pings = 1;
+   */
+  pings: PingRecord[];
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.ListPingsResponse.
+ * Use `create(ListPingsResponseSchema)` to create a new message.
+ */
+export const ListPingsResponseSchema: GenMessage<ListPingsResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+
+/**
+ * One ping as the history shows it.
+ *
+ * @generated from message warroom.heartbeats.v1.PingRecord
+ */
+export type PingRecord = Message<"warroom.heartbeats.v1.PingRecord"> & {
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 1;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * success, start or fail.
+   *
+   * @generated from field: string kind = 2;
+   */
+  kind: string;
+
+  /**
+   * @generated from field: optional double run_seconds = 3;
+   */
+  runSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 exit_status = 4;
+   */
+  exitStatus?: number | undefined;
+
+  /**
+   * @generated from field: string client_address = 5;
+   */
+  clientAddress: string;
+
+  /**
+   * @generated from field: int32 body_bytes = 6;
+   */
+  bodyBytes: number;
+
+  /**
+   * @generated from field: optional string run_id = 7;
+   */
+  runId?: string | undefined;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.PingRecord.
+ * Use `create(PingRecordSchema)` to create a new message.
+ */
+export const PingRecordSchema: GenMessage<PingRecord> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepRequest
@@ -251,7 +501,7 @@ export type SweepRequest = Message<"warroom.heartbeats.v1.SweepRequest"> & {
  * Use `create(SweepRequestSchema)` to create a new message.
  */
 export const SweepRequestSchema: GenMessage<SweepRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 8);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepResponse
@@ -317,7 +567,7 @@ export type SweepResponse = Message<"warroom.heartbeats.v1.SweepResponse"> & {
  * Use `create(SweepResponseSchema)` to create a new message.
  */
 export const SweepResponseSchema: GenMessage<SweepResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
 
 /**
  * Registered jobs that ping; a sweep opens an incident for each one that falls silent.
@@ -366,7 +616,8 @@ export const HeartbeatsService: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * Authenticated by the organization's ingest token; answers 204 over HTTP.
+   * Authenticated by the organization's ingest token; answers 204 over HTTP. The request body
+   * (what the job printed) is kept, its first 10 KiB.
    *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.Ping
    */
@@ -374,6 +625,26 @@ export const HeartbeatsService: GenService<{
     methodKind: "unary";
     input: typeof PingRequestSchema;
     output: typeof EmptySchema;
+  },
+  /**
+   * The same ping with a signal: `start`, `fail`, or the job's exit status (0 is success).
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingSignal
+   */
+  pingSignal: {
+    methodKind: "unary";
+    input: typeof PingRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * The last 100 pings of a heartbeat, newest first.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.ListPings
+   */
+  listPings: {
+    methodKind: "unary";
+    input: typeof ListPingsRequestSchema;
+    output: typeof ListPingsResponseSchema;
   },
   /**
    * Internal and operator: runs one silence sweep now and reports what it did.

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uInAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTLHCQoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKhAQoXQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyIngtPkkwIhOgEqIhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEqkBChZMaXN0TWFpbnRlbmFuY2VXaW5kb3dzEjMud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QaNC53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2UiJILT5JMCHhIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKSAQoXRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiKYLT5JMCIyohL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTKxCwoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKhAQoXQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyIngtPkkwIhOgEqIhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEqkBChZMaXN0TWFpbnRlbmFuY2VXaW5kb3dzEjMud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QaNC53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2UiJILT5JMCHhIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKSAQoXRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiKYLT5JMCIyohL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -327,6 +327,97 @@ export const RecordResponseSchema: GenMessage<RecordResponse> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 5);
 
 /**
+ * @generated from message warroom.incidents.v1.RecordManyRequest
+ */
+export type RecordManyRequest = Message<"warroom.incidents.v1.RecordManyRequest"> & {
+  /**
+   * @generated from field: repeated warroom.incidents.v1.RecordRequest deliveries = 1;
+   */
+  deliveries: RecordRequest[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.RecordManyRequest.
+ * Use `create(RecordManyRequestSchema)` to create a new message.
+ */
+export const RecordManyRequestSchema: GenMessage<RecordManyRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 6);
+
+/**
+ * @generated from message warroom.incidents.v1.RecordManyResponse
+ */
+export type RecordManyResponse = Message<"warroom.incidents.v1.RecordManyResponse"> & {
+  /**
+   * One per delivery, in the order of the request (empty where errors holds its index).
+   *
+   * @generated from field: repeated warroom.incidents.v1.RecordResponse results = 1;
+   */
+  results: RecordResponse[];
+
+  /**
+   * Deliveries Record refused or failed, by index: the others are decided all the same.
+   *
+   * @generated from field: map<int32, string> errors = 2;
+   */
+  errors: { [key: number]: string };
+};
+
+/**
+ * Describes the message warroom.incidents.v1.RecordManyResponse.
+ * Use `create(RecordManyResponseSchema)` to create a new message.
+ */
+export const RecordManyResponseSchema: GenMessage<RecordManyResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 7);
+
+/**
+ * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndRequest
+ */
+export type GetMaintenanceWindowEndRequest = Message<"warroom.incidents.v1.GetMaintenanceWindowEndRequest"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetMaintenanceWindowEndRequest.
+ * Use `create(GetMaintenanceWindowEndRequestSchema)` to create a new message.
+ */
+export const GetMaintenanceWindowEndRequestSchema: GenMessage<GetMaintenanceWindowEndRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 8);
+
+/**
+ * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndResponse
+ */
+export type GetMaintenanceWindowEndResponse = Message<"warroom.incidents.v1.GetMaintenanceWindowEndResponse"> & {
+  /**
+   * Unset when no such window exists (it was deleted).
+   *
+   * @generated from field: optional google.protobuf.Timestamp ends_at = 1;
+   */
+  endsAt?: Timestamp | undefined;
+
+  /**
+   * The database clock now, to compare with ends_at.
+   *
+   * @generated from field: google.protobuf.Timestamp now = 2;
+   */
+  now?: Timestamp | undefined;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetMaintenanceWindowEndResponse.
+ * Use `create(GetMaintenanceWindowEndResponseSchema)` to create a new message.
+ */
+export const GetMaintenanceWindowEndResponseSchema: GenMessage<GetMaintenanceWindowEndResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
+
+/**
  * @generated from message warroom.incidents.v1.AppendTimelineRequest
  */
 export type AppendTimelineRequest = Message<"warroom.incidents.v1.AppendTimelineRequest"> & {
@@ -351,7 +442,7 @@ export type AppendTimelineRequest = Message<"warroom.incidents.v1.AppendTimeline
  * Use `create(AppendTimelineRequestSchema)` to create a new message.
  */
 export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 6);
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -382,7 +473,7 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 7);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -399,7 +490,7 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 8);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -421,7 +512,7 @@ export type GetIncidentRequest = Message<"warroom.incidents.v1.GetIncidentReques
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -443,7 +534,7 @@ export type ResolveIncidentRequest = Message<"warroom.incidents.v1.ResolveIncide
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -465,7 +556,7 @@ export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncide
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -491,7 +582,7 @@ export type MaintenanceMatch = Message<"warroom.incidents.v1.MaintenanceMatch"> 
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -528,7 +619,7 @@ export type MaintenanceWindow = Message<"warroom.incidents.v1.MaintenanceWindow"
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -565,7 +656,7 @@ export type CreateMaintenanceWindowRequest = Message<"warroom.incidents.v1.Creat
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -582,7 +673,7 @@ export type ListMaintenanceWindowsRequest = Message<"warroom.incidents.v1.ListMa
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -599,7 +690,7 @@ export type ListMaintenanceWindowsResponse = Message<"warroom.incidents.v1.ListM
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -621,7 +712,7 @@ export type DeleteMaintenanceWindowRequest = Message<"warroom.incidents.v1.Delet
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -639,6 +730,28 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof RecordRequestSchema;
     output: typeof RecordResponseSchema;
+  },
+  /**
+   * Internal: records many deliveries, each exactly as Record would (same outcomes, same
+   * exactly-once rules), opening the new incidents of the batch in one statement.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.RecordMany
+   */
+  recordMany: {
+    methodKind: "unary";
+    input: typeof RecordManyRequestSchema;
+    output: typeof RecordManyResponseSchema;
+  },
+  /**
+   * Internal: when a maintenance window ends (unset once it is deleted), so that a delivery it
+   * suppressed can be offered again when it no longer covers it.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.GetMaintenanceWindowEnd
+   */
+  getMaintenanceWindowEnd: {
+    methodKind: "unary";
+    input: typeof GetMaintenanceWindowEndRequestSchema;
+    output: typeof GetMaintenanceWindowEndResponseSchema;
   },
   /**
    * Internal: writes an entry that is not a delivery (an update sent or simulated).

@@ -150,6 +150,22 @@ export interface Heartbeat {
   createdAt: string;
   dueAt: string;
   status: string;
+  schedule: string | null;
+  timezone: string | null;
+  maxRunSeconds: number | null;
+  nextExpectedAt: string;
+  lastPing: { at: string; kind: string; exitStatus: number | null; runSeconds: number | null; body: string; bodyCut: boolean; bodyBytes: number } | null;
+  runningSince: string | null;
+}
+
+export interface PingRecord {
+  at: string;
+  kind: string;
+  runSeconds: number | null;
+  exitStatus: number | null;
+  clientAddress: string;
+  bodyBytes: number;
+  runId: string | null;
 }
 
 export interface RemoteSource {

@@ -2,7 +2,14 @@ import { useState } from "preact/hooks";
 import { api, orgPath, type Heartbeat } from "../api";
 import { seconds } from "../format";
 import { Ago, ErrorNotice, PageHeading, Snippet, Until, useAction, useLoad, useNow } from "../ui";
+import { HeartbeatHistory, ScheduleSnippets } from "./heartbeat-history";
 import { heartbeatCurl } from "./integrations";
+
+/** "1 h + 5 min", or for a schedule "30 2 * * * (Europe/Berlin) + 5 min". */
+function expectation(heartbeat: Heartbeat): string {
+  const expected = heartbeat.schedule ? `${heartbeat.schedule} (${heartbeat.timezone ?? "UTC"})` : seconds(heartbeat.expectedIntervalSeconds);
+  return `${expected} + ${seconds(heartbeat.graceSeconds)}`;
+}
 
 const NAME_PATTERN = "[a-z0-9][a-z0-9._\\-]{0,62}";
 
@@ -36,16 +43,22 @@ function EditRow(props: { heartbeat: Heartbeat; onDone(changed: boolean): void }
   async function submit(event: Event) {
     event.preventDefault();
     const ok = await action.run(() =>
-      api<Heartbeat>("PATCH", orgPath(`/heartbeats/${encodeURIComponent(props.heartbeat.name)}`), {
-        expectedIntervalSeconds: Number(every),
-        graceSeconds: Number(grace),
-      }),
+      api<Heartbeat>(
+        "PATCH",
+        orgPath(`/heartbeats/${encodeURIComponent(props.heartbeat.name)}`),
+        // A scheduled heartbeat keeps its schedule (changed through the API); only grace is edited here.
+        props.heartbeat.schedule ? { graceSeconds: Number(grace) } : { expectedIntervalSeconds: Number(every), graceSeconds: Number(grace) },
+      ),
     );
     if (ok) props.onDone(true);
   }
   return (
     <form class="edit grid-3" onSubmit={submit} aria-label={`Edit ${props.heartbeat.name}`}>
-      <SecondsField id={`edit-interval-${props.heartbeat.name}`} label="Expected interval" value={every} onInput={setEvery} />
+      {props.heartbeat.schedule ? (
+        <p class="hint">{`Schedule ${props.heartbeat.schedule} (${props.heartbeat.timezone ?? "UTC"})`}</p>
+      ) : (
+        <SecondsField id={`edit-interval-${props.heartbeat.name}`} label="Expected interval" value={every} onInput={setEvery} />
+      )}
       <SecondsField id={`edit-grace-${props.heartbeat.name}`} label="Grace" value={grace} onInput={setGrace} />
       <div class="form-end">
         <ErrorNotice error={action.error} />
@@ -69,6 +82,7 @@ export function HeartbeatsPage(props: { org: string }) {
   const [every, setEvery] = useState("3600");
   const [grace, setGrace] = useState("300");
   const [editing, setEditing] = useState("");
+  const [showing, setShowing] = useState("");
   const [registered, setRegistered] = useState("");
   const register = useAction();
   const rowAction = useAction();
@@ -138,11 +152,12 @@ export function HeartbeatsPage(props: { org: string }) {
                   </td>
                 </tr>
               ) : (
+                [
                 <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
                   <td data-label="Name" class="mono">
                     {heartbeat.name}
                   </td>
-                  <td data-label="Interval + grace">{`${seconds(heartbeat.expectedIntervalSeconds)} + ${seconds(heartbeat.graceSeconds)}`}</td>
+                  <td data-label="Interval + grace">{expectation(heartbeat)}</td>
                   <td data-label="Last seen">
                     <Ago at={heartbeat.lastSeenAt} now={now} />
                   </td>
@@ -153,6 +168,15 @@ export function HeartbeatsPage(props: { org: string }) {
                     <span class={`badge hb-${heartbeat.status}`}>{heartbeat.status}</span>
                   </td>
                   <td data-label="Actions" class="row-actions">
+                    <button
+                      type="button"
+                      class="secondary"
+                      onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
+                      aria-expanded={showing === heartbeat.name}
+                      aria-label={`History of ${heartbeat.name}`}
+                    >
+                      History
+                    </button>
                     <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
                       Edit
                     </button>
@@ -160,7 +184,15 @@ export function HeartbeatsPage(props: { org: string }) {
                       Delete
                     </button>
                   </td>
-                </tr>
+                </tr>,
+                showing === heartbeat.name ? (
+                  <tr key={`${heartbeat.name}-history`} class="history-row">
+                    <td colSpan={6}>
+                      <HeartbeatHistory heartbeat={heartbeat} />
+                    </td>
+                  </tr>
+                ) : null,
+                ]
               ),
             )}
           </tbody>
@@ -196,6 +228,8 @@ export function HeartbeatsPage(props: { org: string }) {
           <div class="issued" role="status">
             <p>{`Registered ${registered}. Add the ping to the end of the job, with the organization's ingest token:`}</p>
             <Snippet id="snippet-registered-ping" title="Ping" text={heartbeatCurl(location.origin, props.org, "$WARROOM_INGEST_TOKEN", registered)} />
+            <p>Or report the start, the exit status and the output of each run (a schedule and a run limit are set through the API):</p>
+            <ScheduleSnippets org={props.org} name={registered} />
           </div>
         ) : null}
       </form>

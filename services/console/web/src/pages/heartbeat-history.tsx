@@ -1,0 +1,148 @@
+import { api, orgPath, type Heartbeat, type PingRecord } from "../api";
+import { seconds } from "../format";
+import { Ago, ErrorNotice, Snippet, useLoad, useNow } from "../ui";
+
+/** Run times of the pings that ended a run, oldest first, as bars scaled to the longest. */
+function RunTimeChart(props: { pings: PingRecord[] }) {
+  const runs = props.pings.filter((p) => p.runSeconds !== null).reverse();
+  if (runs.length === 0) return <p class="muted">No run times yet: send a start ping before the job and a success or exit status after it.</p>;
+  const longest = Math.max(...runs.map((p) => p.runSeconds!), 0.001);
+  const width = 4;
+  const height = 60;
+  return (
+    <figure class="run-chart">
+      <svg
+        role="img"
+        aria-label={`Run times of the last ${runs.length} runs, longest ${seconds(Math.round(longest))}`}
+        viewBox={`0 0 ${runs.length * (width + 1)} ${height}`}
+        preserveAspectRatio="none"
+      >
+        {runs.map((p, i) => {
+          const h = Math.max(1, (p.runSeconds! / longest) * height);
+          return (
+            <rect key={p.at} class={p.kind === "fail" ? "bar-fail" : "bar-ok"} x={i * (width + 1)} y={height - h} width={width} height={h}>
+              <title>{`${new Date(p.at).toLocaleString()}: ${p.runSeconds!.toFixed(1)} s${p.kind === "fail" ? " (failed)" : ""}`}</title>
+            </rect>
+          );
+        })}
+      </svg>
+      <figcaption class="hint">{`Run times, oldest to newest; longest ${p1(longest)} s`}</figcaption>
+    </figure>
+  );
+}
+
+function p1(n: number): string {
+  return n.toFixed(1);
+}
+
+/** The last 100 pings of a heartbeat, a chart of its run times and what the job said last. */
+export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
+  const now = useNow(5_000);
+  const history = useLoad(
+    () => api<{ pings: PingRecord[] }>("GET", orgPath(`/heartbeats/${encodeURIComponent(props.heartbeat.name)}/pings`)).then((r) => r.pings),
+    [props.heartbeat.name],
+  );
+  const last = props.heartbeat.lastPing;
+  const pings = history.data ?? [];
+  return (
+    <section class="history" aria-label={`Runs and signals of ${props.heartbeat.name}`}>
+      <ErrorNotice error={history.error} />
+      <RunTimeChart pings={pings} />
+      {last && last.body ? (
+        <div>
+          <p class="hint">{`What the job said with its last ping (${last.kind}${last.bodyCut ? `, first 10 KiB of ${last.bodyBytes} bytes` : ""}):`}</p>
+          <pre class="mono last-body">{last.body}</pre>
+        </div>
+      ) : null}
+      {pings.length === 0 ? (
+        <p class="empty">{history.loading ? "Loading…" : "No pings yet."}</p>
+      ) : (
+        <table class="list pings">
+          <caption class="sr-only">{`Last ${pings.length} pings of ${props.heartbeat.name}`}</caption>
+          <thead>
+            <tr>
+              <th scope="col">When</th>
+              <th scope="col">Kind</th>
+              <th scope="col">Run time</th>
+              <th scope="col">Exit status</th>
+              <th scope="col">From</th>
+              <th scope="col">Body</th>
+            </tr>
+          </thead>
+          <tbody>
+            {pings.map((p) => (
+              <tr key={`${p.at}-${p.kind}`} data-ping-kind={p.kind}>
+                <td data-label="When">
+                  <Ago at={p.at} now={now} />
+                </td>
+                <td data-label="Kind">
+                  <span class={`badge ping-${p.kind}`}>{p.kind}</span>
+                </td>
+                <td data-label="Run time">{p.runSeconds === null ? "—" : `${p1(p.runSeconds)} s`}</td>
+                <td data-label="Exit status">{p.exitStatus === null ? "—" : String(p.exitStatus)}</td>
+                <td data-label="From" class="mono">
+                  {p.clientAddress || "—"}
+                </td>
+                <td data-label="Body">{p.bodyBytes === 0 ? "—" : `${p.bodyBytes} B`}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </section>
+  );
+}
+
+/** Copy-paste setups for a job: crontab, a systemd service and timer, a Kubernetes CronJob. */
+export function scheduleSnippets(origin: string, org: string, name: string): { id: string; title: string; text: string }[] {
+  const url = `${origin}/o/${org}/heartbeats/${name}/ping`;
+  return [
+    {
+      id: "snippet-crontab",
+      title: "crontab line (start, exit status and output)",
+      text: [
+        `30 2 * * * RID=$(cat /proc/sys/kernel/random/uuid); U=${url}; A="Authorization: Bearer $WARROOM_INGEST_TOKEN";`,
+        `  curl -fsS -m 10 --retry 5 -X POST -H "$A" "$U/start?run_id=$RID"; /path/to/job > /tmp/${name}.log 2>&1;`,
+        `  curl -fsS -m 10 --retry 5 -X POST -H "$A" --data-binary @<(tail -c 10240 /tmp/${name}.log) "$U/$??run_id=$RID"`,
+        `# one line in the crontab; SHELL=/bin/bash for the <( ) above`,
+      ].join("\n"),
+    },
+    {
+      id: "snippet-systemd",
+      title: "systemd service (with a timer)",
+      text: [
+        "[Service]",
+        "Type=oneshot",
+        `Environment=U=${url}`,
+        "EnvironmentFile=/etc/warroom/ingest.env",
+        `ExecStartPre=/bin/sh -c 'curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "$U/start"'`,
+        "ExecStart=/path/to/job",
+        `ExecStopPost=/bin/sh -c 'curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "$U/$EXIT_STATUS"'`,
+      ].join("\n"),
+    },
+    {
+      id: "snippet-kubernetes",
+      title: "Kubernetes CronJob container",
+      text: [
+        `command: ["/bin/sh", "-c"]`,
+        "args:",
+        "  - |",
+        "    RID=$(cat /proc/sys/kernel/random/uuid)",
+        `    curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "${url}/start?run_id=$RID"`,
+        "    /path/to/job > /tmp/out.log 2>&1; STATUS=$?",
+        `    tail -c 10240 /tmp/out.log | curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" --data-binary @- "${url}/$STATUS?run_id=$RID"`,
+        "    exit $STATUS",
+      ].join("\n"),
+    },
+  ];
+}
+
+export function ScheduleSnippets(props: { org: string; name: string }) {
+  return (
+    <>
+      {scheduleSnippets(location.origin, props.org, props.name).map((s) => (
+        <Snippet key={s.id} id={s.id} title={s.title} text={s.text} />
+      ))}
+    </>
+  );
+}

@@ -1,0 +1,247 @@
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildRouteTable, matchRoute } from "../../services/gateway/route-table.js";
+import { internalServices } from "../../services/runtime/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../../services/comms/testing/https-receiver.js";
+import { createSourceServer } from "../../services/remotesource/kit/index.js";
+import postgres from "postgres";
+import { recordPendingTimelineEntries } from "../../services/comms/timeline.js";
+import type { CommsDeps } from "../../services/comms/deps.js";
+import { createClients } from "../../services/runtime/clients.js";
+import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
+
+/**
+ * The rule "no transaction is held across a call that can wait on another part of the system",
+ * made checkable: with a pool of ONE database connection, a transaction held across a bus
+ * publish, an RPC or a subscriber's work waits for a connection it is itself holding, and the
+ * whole process freezes. Every public route and the background work (relay, audit consumer,
+ * heartbeat sweep, war-room link) runs here, and every call must answer within a short budget.
+ */
+const BUDGET_MS = 8_000;
+const routes = buildRouteTable(internalServices);
+const covered = new Set<string>();
+
+let app: TestApp;
+let receiver: ChatWebhookReceiver;
+let source: Awaited<ReturnType<ReturnType<typeof createSourceServer>["listen"]>>;
+const SOURCE_TOKEN = `tok-${randomBytes(12).toString("hex")}`;
+
+/** One call within the budget; the route it reached is counted as covered. */
+async function call(
+  method: string,
+  path: string,
+  options: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string } = {},
+): Promise<{ status: number; body: any }> {
+  const match = matchRoute(routes, method, path.split("?")[0]!);
+  if (match && match !== "method-not-allowed") covered.add(match.route.method.name);
+  const started = Date.now();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${method} ${path} did not answer within ${BUDGET_MS} ms: the process is waiting on itself`)), BUDGET_MS);
+  });
+  try {
+    const res = await Promise.race([callApi(app.url, method, path, options), timeout]);
+    expect(Date.now() - started, `${method} ${path}`).toBeLessThan(BUDGET_MS);
+    return res;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Polls within the budget until `probe` returns a value. */
+async function eventually<T>(what: string, probe: () => Promise<T | undefined | false>): Promise<T> {
+  const deadline = Date.now() + 15_000;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`never saw ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+function expectStatus(res: { status: number; body: unknown }, status: number, what: string): void {
+  expect({ what, status: res.status, body: res.status === status ? undefined : res.body }).toEqual({ what, status, body: undefined });
+}
+
+let certs: ReturnType<typeof makeTestCertificates>;
+
+beforeAll(async () => {
+  certs = makeTestCertificates();
+  receiver = await startChatWebhookReceiver(certs);
+  source = await createSourceServer({
+    source: "pool-of-one",
+    kinds: ["metrics"],
+    auth: { bearerTokens: [SOURCE_TOKEN] },
+    metrics: {
+      list: async () => ({ raw: ["up"] }),
+      range: async (c) => ({ raw: { expr: c.expr }, series: [{ label: "up", points: [{ t: Date.now(), v: 1 }] }] }),
+    },
+  }).listen();
+}, 60_000);
+
+afterAll(async () => {
+  await receiver?.close();
+  await source?.close();
+});
+
+describe.each(["one process", "over NATS"] as const)("a service with a pool of one database connection (%s)", (mode) => {
+  beforeAll(async () => {
+    covered.clear();
+    app = await startApp({
+      nats: mode === "over NATS",
+      env: {
+        DATABASE_POOL_SIZE: "1",
+        HEARTBEAT_SWEEP_SECONDS: "1",
+        SECRETS_KEYS: newSecretKeyEntry("pool-one"),
+        EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+        EGRESS_CA_FILE: certs.caFile,
+      },
+    });
+  }, 60_000);
+
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it("answers every public route and finishes its background work without ever waiting on itself", async () => {
+    const login = await call("POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+    expectStatus(login, 200, "login");
+    const owner: string = login.body.accessToken;
+    const o = "/o/acme";
+
+    // People and credentials (each audited through the identity service).
+    expectStatus(await call("POST", `${o}/members`, { token: owner, body: { email: "member@acme.test", password: "member password 1", role: "member" } }), 201, "add member");
+    expectStatus(await call("GET", `${o}/members`, { token: owner }), 200, "list members");
+    const key = await call("POST", `${o}/api-keys`, { token: owner, body: { name: "pool" } });
+    expectStatus(key, 201, "create api key");
+    expectStatus(await call("DELETE", `${o}/api-keys/${key.body.id}`, { token: owner }), 204, "delete api key");
+    const ingest = await call("POST", `${o}/triggers/ingest-token`, { token: owner });
+    expectStatus(ingest, 200, "ingest token");
+    const chatSecret = await call("POST", `${o}/triggers/chat-secret`, { token: owner });
+    expectStatus(chatSecret, 200, "chat secret");
+    const routerSecret = await call("POST", `${o}/triggers/alertrouter-secret`, { token: owner });
+    expectStatus(routerSecret, 200, "alert-router secret");
+
+    // A chat-webhook connection first, so that a chat message that opens an incident gets its war-room link.
+    expectStatus(await call("PUT", `${o}/integrations/chatwebhook/connections/default`, { token: owner, body: { webhookUrl: receiver.url("ok", "pool") } }), 200, "save chat webhook");
+    expectStatus(await call("GET", `${o}/integrations/chatwebhook/connections/default`, { token: owner }), 200, "get chat webhook");
+    expectStatus(await call("POST", `${o}/integrations/chatwebhook/connections/default/test`, { token: owner }), 200, "test chat webhook");
+    expectStatus(await call("GET", `${o}/oncall/egress`, { token: owner }), 200, "get egress");
+    expectStatus(await call("PUT", `${o}/oncall/egress`, { token: owner, body: { enabled: false } }), 200, "set egress");
+
+    // Deliveries from every receiver.
+    const triggered = readFileSync("test/fixtures/datadog/custom-body-triggered.json", "utf8");
+    const opened = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    expectStatus(opened, 201, "deliver");
+    const incidentId: string = opened.body.incidentId;
+    const repeat = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    expect(repeat.body.outcome).toBe("attached");
+    const firing = readFileSync("test/fixtures/alertmanager/webhook-v4-firing.json", "utf8");
+    const routed = await call("POST", "/triggers/alertrouter", { headers: { "x-service-alertrouter-secret": routerSecret.body.secret, "content-type": "application/json" }, raw: firing });
+    expectStatus(routed, 202, "deliver alert router");
+    const unauthorized = await call("POST", "/triggers/alertrouter", { headers: { "x-service-alertrouter-secret": "wrong", "content-type": "application/json" }, raw: firing });
+    expectStatus(unauthorized, 401, "alert router with a wrong secret (audited)");
+    const chat = await call("POST", `/triggers/chat/acme`, {
+      headers: { "x-service-chat-secret": chatSecret.body.secret },
+      body: { channel_id: "C1", message_id: "pool-1", text: "checkout is down", author: "U1" },
+    });
+    expectStatus(chat, 201, "deliver chat");
+    const chatIncident: string = chat.body.incidentId;
+
+    // Incidents.
+    expectStatus(await call("GET", `${o}/incidents?state=open`, { token: owner }), 200, "list incidents");
+    expectStatus(await call("GET", `${o}/incidents/${incidentId}`, { token: owner }), 200, "get incident");
+
+    // Updates: the war-room link drafted by the consumer, then a draft of our own approved and sent.
+    const links = await eventually("the war-room link draft", async () => {
+      const res = await call("GET", `${o}/incidents/${chatIncident}/comms/messages`, { token: owner });
+      expectStatus(res, 200, "list messages");
+      return res.body.messages?.length > 0 ? res.body.messages : undefined;
+    });
+    expect(links[0].body).toContain("war room");
+    const drafted = await call("POST", `${o}/incidents/${incidentId}/comms/messages`, { token: owner, body: { channel: "chatwebhook", body: "Investigating" } });
+    expectStatus(drafted, 201, "draft");
+    const messagePath = `${o}/incidents/${incidentId}/comms/messages/${drafted.body.messageId}`;
+    expectStatus(await call("POST", `${messagePath}/approve`, { token: owner, body: { version: drafted.body.version } }), 200, "approve");
+    const sent = await call("POST", `${messagePath}/send`, { token: owner });
+    expectStatus(sent, 200, "send");
+    expect(sent.body.state).toBe("simulated");
+
+    // The comms sweep that writes timeline entries the incident core missed: it calls the incident
+    // core for each row, through the same pool of one (the row is made pending from outside).
+    const outside = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+    try {
+      await outside`update comms.messages set timeline_recorded = false, finished_at = now() - interval '1 hour' where id = ${drafted.body.messageId}`;
+    } finally {
+      await outside.end();
+    }
+    const comms = { ctx: { sql: app.process.database.sql, clients: createClients(app.process.transport), logger: app.process.logger } } as unknown as CommsDeps;
+    const recorded = await Promise.race([
+      recordPendingTimelineEntries(comms, 60),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the timeline sweep waited on itself")), BUDGET_MS)),
+    ]);
+    expect(recorded).toBe(1);
+
+    expectStatus(await call("POST", `${o}/incidents/${incidentId}/resolve`, { token: owner }), 200, "resolve");
+    expectStatus(await call("POST", `${o}/incidents/${incidentId}/archive`, { token: owner }), 200, "archive");
+
+    // Maintenance windows, and a suppressed delivery (audited through the intake outbox).
+    const now = Date.now();
+    const window = await call("POST", `${o}/maintenance-windows`, {
+      token: owner,
+      body: { startsAt: new Date(now - 60_000).toISOString(), endsAt: new Date(now + 3600_000).toISOString(), reason: "deploy" },
+    });
+    expectStatus(window, 201, "create maintenance window");
+    expectStatus(await call("GET", `${o}/maintenance-windows`, { token: owner }), 200, "list maintenance windows");
+    const suppressed = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    expect(suppressed.body.outcome).toBe("suppressed");
+    expectStatus(await call("DELETE", `${o}/maintenance-windows/${window.body.id}`, { token: owner }), 204, "delete maintenance window");
+
+    // Heartbeats: registered, silent (the sweep opens an incident), pinged (resumed), changed, deleted.
+    expectStatus(await call("POST", `${o}/heartbeats`, { token: owner, body: { name: "pool-job", expectedIntervalSeconds: 1, graceSeconds: 1 } }), 201, "register heartbeat");
+    expectStatus(await call("GET", `${o}/heartbeats`, { token: owner }), 200, "list heartbeats");
+    expectStatus(await call("GET", `${o}/heartbeats/pool-job`, { token: owner }), 200, "get heartbeat");
+    await eventually("the heartbeat's silence incident", async () => {
+      const res = await call("GET", `${o}/incidents?state=open`, { token: owner });
+      return res.body.incidents.find((i: { source: string }) => i.source === "heartbeat");
+    });
+    expectStatus(await call("POST", `${o}/heartbeats/pool-job/ping`, { headers: { authorization: `Bearer ${ingest.body.token}` } }), 204, "ping");
+    expectStatus(await call("PATCH", `${o}/heartbeats/pool-job`, { token: owner, body: { expectedIntervalSeconds: 3600 } }), 200, "update heartbeat");
+    expectStatus(await call("DELETE", `${o}/heartbeats/pool-job`, { token: owner }), 204, "delete heartbeat");
+
+    // Remote sources (audited through the remote-source outbox).
+    const created = await call("POST", `${o}/remote-sources`, {
+      token: owner,
+      body: { name: "pool-source", baseUrl: `${source.url}/`, transport: "http", auth: { bearerToken: SOURCE_TOKEN }, tenantRef: "tenant-pool" },
+    });
+    expectStatus(created, 201, "create remote source");
+    const sourcePath = `${o}/remote-sources/${created.body.id}`;
+    expectStatus(await call("GET", `${o}/remote-sources`, { token: owner }), 200, "list remote sources");
+    expectStatus(await call("GET", sourcePath, { token: owner }), 200, "get remote source");
+    expectStatus(await call("PATCH", sourcePath, { token: owner, body: { name: "pool-source-2" } }), 200, "update remote source");
+    expectStatus(await call("POST", `${sourcePath}/test`, { token: owner }), 200, "test remote source");
+    expectStatus(await call("POST", `${sourcePath}/read`, { token: owner, body: { call: "metrics/list", request: {} } }), 200, "read remote source");
+    expectStatus(await call("DELETE", sourcePath, { token: owner }), 204, "delete remote source");
+    expectStatus(await call("DELETE", `${o}/integrations/chatwebhook/connections/default`, { token: owner }), 204, "delete chat webhook");
+
+    // The audit consumer recorded what went through the outboxes.
+    const audited = await eventually("the audit records written through the outboxes", async () => {
+      const res = await call("GET", `${o}/audit-events`, { token: owner });
+      expectStatus(res, 200, "list audit events");
+      const kinds = new Set<string>(res.body.events.map((e: { kind: string }) => e.kind));
+      const wanted = ["heartbeat.registered", "heartbeat.deleted", "trigger.suppressed", "remote_source.deleted", "comms.chatwebhook.deleted"];
+      return wanted.every((k) => kinds.has(k)) ? kinds : undefined;
+    });
+    expect(audited.size).toBeGreaterThan(5);
+    const outboxes = await app.process.relays.reduce(async (sum, relay) => (await sum) + (await relay.lagSeconds()), Promise.resolve(0));
+    expect(outboxes).toBe(0);
+
+    expectStatus(await call("GET", "/readyz"), 200, "readyz");
+    expectStatus(await call("POST", "/auth/logout", { token: owner }), 204, "logout");
+
+    const missed = routes.map((r) => r.method.name).filter((name) => !covered.has(name));
+    expect(missed).toEqual([]);
+  }, 180_000);
+});

@@ -1,0 +1,216 @@
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { Code, ConnectError, createClient, createConnectRouter } from "@connectrpc/connect";
+import { connect } from "@nats-io/transport-node";
+import { afterAll, describe, expect, it } from "vitest";
+import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
+import { allServices } from "../../services/all-services.js";
+import { processAlive } from "../../services/runtime/data-dir-lock.js";
+import { createLogger } from "../../services/runtime/logger.js";
+import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { runProcess } from "../../services/runtime/process.js";
+import { callApi, OWNER, startApp } from "../support/app.js";
+import { registerContractService } from "../support/contract-service.js";
+import { freePort, startPrivateNats } from "../support/nats-server.js";
+import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
+
+const dirs: Array<{ cleanup(): void }> = [];
+afterAll(() => dirs.forEach((d) => d.cleanup()));
+const dataDir = () => {
+  const d = tempDataDir("wr-probes-");
+  dirs.push(d);
+  return d.dir;
+};
+const credentials = { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org };
+
+/**
+ * Signals every process of the embedded Postgres of DATA_DIR: the server and its children (each
+ * backend is a session of its own, so the server's process group does not reach them). SIGSTOP
+ * makes the database hang with every connection open; SIGCONT resumes it.
+ */
+function signalPostgres(dir: string, signal: NodeJS.Signals): void {
+  const postmaster = Number.parseInt(readFileSync(join(dir, "pg", "postmaster.pid"), "utf8"), 10);
+  const children = execFileSync("ps", ["-o", "pid=", "--ppid", String(postmaster)], { encoding: "utf8" })
+    .split("\n")
+    .map((line) => Number(line.trim()))
+    .filter((pid) => pid > 0);
+  for (const pid of [postmaster, ...children]) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      // exited meanwhile
+    }
+  }
+}
+
+async function timed<T>(work: Promise<T>): Promise<{ value: T; ms: number }> {
+  const started = Date.now();
+  const value = await work;
+  return { value, ms: Date.now() - started };
+}
+
+const grpcHealth = (url: string, service = "") =>
+  callApi(url, "POST", "/grpc.health.v1.Health/Check", { body: { service } }).then((r) => r.body.status as string);
+
+describe("probes", () => {
+  it("a script that waits for /readyz (or only /healthz) and logs in never sees 401", async () => {
+    for (const probe of ["/readyz", "/healthz"]) {
+      // A known port, polled from the moment the process is spawned, as a deploy script does
+      // (not after the process logs that it serves).
+      const port = await freePort();
+      const service = startServiceProcess(embeddedEnv(dataDir(), { PORT: String(port) }));
+      try {
+        const url = `http://127.0.0.1:${port}`;
+        await waitFor(`${url}${probe}`, 200, 30_000, 2);
+        const first = await callApi(url, "POST", "/auth/login", { body: credentials });
+        expect(first.status, JSON.stringify(first.body)).toBe(200);
+      } finally {
+        service.child.kill("SIGTERM");
+        await service.exited;
+      }
+    }
+  }, 120_000);
+
+  it("/readyz answers 503 within 2 s naming the database when Postgres hangs, /healthz turns 503 once it is stuck, gRPC health follows", async () => {
+    const dir = dataDir();
+    const running = await runProcess({
+      name: "probes",
+      services: allServices,
+      gateway: true,
+      env: { ...embeddedEnv(dir), LOG_LEVEL: "silent", LIVENESS_STUCK_SECONDS: "2", SHUTDOWN_GRACE_SECONDS: "1" },
+    });
+    try {
+      expect((await callApi(running.url, "GET", "/readyz")).status).toBe(200);
+      expect(await grpcHealth(running.url)).toBe("SERVING");
+      signalPostgres(dir, "SIGSTOP");
+      const { value: ready, ms } = await timed(callApi(running.url, "GET", "/readyz"));
+      expect(ready.status).toBe(503);
+      expect(ready.body.failing).toContain("database");
+      expect(ms).toBeLessThan(2000);
+      expect(await grpcHealth(running.url, "readiness")).toBe("NOT_SERVING");
+      await new Promise((r) => setTimeout(r, 3000));
+      const live = await callApi(running.url, "GET", "/healthz");
+      expect(live.status).toBe(503);
+      expect(live.body.failing).toEqual(["database"]);
+      expect(await grpcHealth(running.url, "liveness")).toBe("NOT_SERVING");
+      expect(await grpcHealth(running.url)).toBe("NOT_SERVING");
+    } finally {
+      signalPostgres(dir, "SIGCONT");
+    }
+    try {
+      await waitFor(`${running.url}/healthz`, 200, 10_000);
+      await waitFor(`${running.url}/readyz`, 200, 10_000);
+      expect(await grpcHealth(running.url)).toBe("SERVING");
+    } finally {
+      await running.stop();
+    }
+  }, 60_000);
+
+  it("/readyz names NATS/JetStream when the NATS server hangs, and the event loop when it was stuck", async () => {
+    const nats = await startPrivateNats();
+    const app = await startApp({ nats: nats.url, env: { LIVENESS_STUCK_SECONDS: "30" } });
+    try {
+      expect((await app.call("GET", "/readyz")).status).toBe(200);
+      nats.signal("SIGSTOP");
+      const { value: ready, ms } = await timed(app.call("GET", "/readyz"));
+      expect(ready.status).toBe(503);
+      expect(ready.body.failing).toContain("jetstream");
+      expect(ms).toBeLessThan(2000);
+      nats.signal("SIGCONT");
+      await waitFor(`${app.url}/readyz`, 200, 10_000);
+
+      // A turn of the event loop that takes 2.5 s (a stuck loop) makes readiness fail for a while.
+      const until = Date.now() + 2500;
+      while (Date.now() < until) {
+        // busy: nothing else runs
+      }
+      await new Promise((r) => setTimeout(r, 150));
+      const after = await app.call("GET", "/readyz");
+      expect(after.status).toBe(503);
+      expect(after.body.failing).toContain("eventLoop");
+      expect((await app.call("GET", "/healthz")).status).toBe(200);
+    } finally {
+      nats.signal("SIGCONT");
+      await app.stop();
+      await nats.cleanup();
+    }
+  }, 60_000);
+});
+
+describe("shutdown", () => {
+  it("answers a request in flight before exiting on SIGTERM", async () => {
+    const dir = dataDir();
+    const service = startServiceProcess(embeddedEnv(dir, { SHUTDOWN_GRACE_SECONDS: "5" }));
+    const { url } = await service.serving;
+    await waitFor(`${url}/readyz`);
+    const token = (await callApi(url, "POST", "/auth/login", { body: credentials })).body.accessToken as string;
+    signalPostgres(dir, "SIGSTOP");
+    let resumed = false;
+    try {
+      const inFlight = callApi(url, "GET", "/o/acme/incidents", { token });
+      await new Promise((r) => setTimeout(r, 300));
+      service.child.kill("SIGTERM");
+      await new Promise((r) => setTimeout(r, 500));
+      signalPostgres(dir, "SIGCONT");
+      resumed = true;
+      const answered = await inFlight;
+      expect(answered.status).toBe(200);
+      const { code } = await service.exited;
+      expect(code).toBe(0);
+    } finally {
+      if (!resumed) signalPostgres(dir, "SIGCONT");
+      service.child.kill("SIGKILL");
+    }
+  }, 60_000);
+
+  it("ends within SHUTDOWN_GRACE_SECONDS + 5 s when Postgres hangs, and the server does not outlive it", async () => {
+    const dir = dataDir();
+    const service = startServiceProcess(embeddedEnv(dir, { SHUTDOWN_GRACE_SECONDS: "2" }));
+    const { url } = await service.serving;
+    await waitFor(`${url}/readyz`);
+    const postmaster = Number.parseInt(readFileSync(join(dir, "pg", "postmaster.pid"), "utf8"), 10);
+    signalPostgres(dir, "SIGSTOP");
+    try {
+      const hanging = callApi(url, "POST", "/auth/login", { body: credentials }).catch(() => undefined);
+      await new Promise((r) => setTimeout(r, 300));
+      const { ms } = await timed((async () => {
+        service.child.kill("SIGTERM");
+        await service.exited;
+      })());
+      expect(ms).toBeLessThan(7000);
+      await hanging;
+    } finally {
+      signalPostgres(dir, "SIGCONT");
+    }
+    // Resumed, the server finds its service gone and stops.
+    const deadline = Date.now() + 15_000;
+    while (processAlive(postmaster) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+    expect(processAlive(postmaster)).toBe(false);
+  }, 60_000);
+
+  it("a NATS call delivered after the drain began is refused at once, and the one in flight is answered", async () => {
+    const nats = await startPrivateNats();
+    const serverConn = await connect({ servers: nats.url });
+    const clientConn = await connect({ servers: nats.url });
+    try {
+      const router = createConnectRouter();
+      registerContractService(router);
+      const server = serveRouterOverNats(serverConn, router, { logger: createLogger("silent", "drain") });
+      const client = createClient(ContractService, createNatsTransport(clientConn, { defaultTimeoutMs: 10_000 }));
+      const slow = client.echo({ payload: new Uint8Array([1]), delayMs: 800 });
+      await new Promise((r) => setTimeout(r, 100));
+      const late = timed(client.echo({ payload: new Uint8Array([2]) }).then(() => "answered", (err) => ConnectError.from(err).code));
+      const drained = server.drain(5000);
+      expect((await slow).payload).toEqual(new Uint8Array([1]));
+      const { value: code, ms } = await late;
+      expect(code).toBe(Code.Unavailable);
+      expect(ms).toBeLessThan(2000);
+      await drained;
+    } finally {
+      await clientConn.close();
+      await serverConn.close();
+      await nats.cleanup();
+    }
+  }, 30_000);
+});
