@@ -33,7 +33,8 @@ parentPort.on("message", ({ id, password, salt, keyLength, options }) => {
 interface Job {
   id: number;
   message: { id: number; password: string; salt: Uint8Array; keyLength: number; options: object };
-  /** When a thread took it. */
+  /** When it was queued, and when a thread took it. */
+  queuedAt: number;
   startedAt: number;
   resolve(key: Buffer): void;
   reject(err: Error): void;
@@ -47,6 +48,8 @@ export const HASH_THREADS = Math.max(1, Math.min(2, availableParallelism() - 1))
  * queue is shorter accordingly.
  */
 export const MAX_HASH_WAIT_MS = 8_000;
+
+const busy = () => new RateLimitedError("too many password checks in progress; retry shortly", 1);
 
 function createHashPool(size: number) {
   const queue: Job[] = [];
@@ -85,9 +88,16 @@ function createHashPool(size: number) {
 
   const pump = () => {
     while (queue.length > 0) {
+      const job = queue[0]!;
+      // Waited too long after all (the machine got slower than the estimate): refused, not started.
+      if (performance.now() - job.queuedAt > MAX_HASH_WAIT_MS) {
+        queue.shift();
+        job.reject(busy());
+        continue;
+      }
       const worker = idle.pop() ?? (workers < size ? spawn() : undefined);
       if (!worker) return;
-      const job = queue.shift()!;
+      queue.shift();
       running.set(worker, job);
       job.startedAt = performance.now();
       worker.postMessage(job.message);
@@ -96,12 +106,10 @@ function createHashPool(size: number) {
 
   return {
     derive(password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
-      if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) {
-        return Promise.reject(new RateLimitedError("too many password checks in progress; retry shortly", 1));
-      }
+      if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
       return new Promise((resolve, reject) => {
         const id = nextId++;
-        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, startedAt: 0, resolve, reject });
+        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, queuedAt: performance.now(), startedAt: 0, resolve, reject });
         pump();
       });
     },
