@@ -20,6 +20,8 @@ export interface ClusterOptions {
   envFor?: (name: string) => NodeJS.ProcessEnv;
   /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
   output?: "inherit" | "ignore" | "capture";
+  /** Node options for every process that NODE_OPTIONS may not carry (e.g. `--cpu-prof`). */
+  nodeOptions?: string[];
 }
 
 export interface ClusterProcess {
@@ -79,7 +81,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   const processes: ClusterProcess[] = [];
   let stopping = false;
   const launch = (proc: ClusterProcess, instance: number) => {
-    const child = spawn(process.execPath, entry(proc.name), {
+    const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
       env: { ...options.env, ...options.envFor?.(proc.name), ...proc.env, PORT: String(proc.port), METRICS_PORT: String(proc.metricsPort), SERVICE_INSTANCE: `${proc.name}-${instance}` },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });

@@ -2,6 +2,8 @@ import { readFileSync } from "node:fs";
 import type { Config } from "../runtime/config.js";
 import { ConfigError } from "../runtime/config.js";
 import { createAddressPolicy, createEgressClient, isEgressError, type EgressClient, type EgressError } from "../runtime/egress/index.js";
+import { chatWebhookDuration, chatWebhookRequests } from "../runtime/metrics.js";
+import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../runtime/tracing.js";
 import type { ChatWebhookPayload } from "./adaptive-card.js";
 
 /** What the chat webhook's answer could be read as; kept small, only the status and a hint are used. */
@@ -97,20 +99,69 @@ export function describeDeliveryFailure(err: EgressError, timeoutSeconds: number
  * 200 and reports throttling in its body, which is read as the status it names.
  */
 export async function postCard(egress: EgressClient, webhookUrl: string, payload: ChatWebhookPayload, timeoutSeconds: number): Promise<DeliveryOutcome> {
+  const started = performance.now();
+  let result = "error";
+  try {
+    if (!tracingEnabled()) return await postCardOnce(egress, webhookUrl, payload, timeoutSeconds, (r) => (result = r));
+    // The webhook URL is a credential: the span names the kind of call, never where it went.
+    return await inSpan("POST chat-webhook", { kind: SpanKind.CLIENT, attributes: { "http.request.method": "POST" } }, async (span) => {
+      const outcome = await postCardOnce(egress, webhookUrl, payload, timeoutSeconds, (r) => (result = r));
+      span?.setAttribute("warroom.result", result);
+      if (outcome.ok) span?.setAttribute("http.response.status_code", outcome.status);
+      else span?.setStatus({ code: SpanStatusCode.ERROR });
+      return outcome;
+    });
+  } finally {
+    chatWebhookRequests.inc({ result });
+    chatWebhookDuration.observe((performance.now() - started) / 1000);
+  }
+}
+
+/** The metric's result for a refusal by the egress client. */
+function failureResult(err: EgressError): string {
+  switch (err.reason) {
+    case "timeout":
+    case "tls":
+    case "network":
+      return err.reason;
+    case "resolution_failed":
+      return "network";
+    case "forbidden_address":
+    case "forbidden_scheme":
+    case "forbidden_userinfo":
+    case "invalid_url":
+      return "refused";
+    default:
+      return "error";
+  }
+}
+
+async function postCardOnce(
+  egress: EgressClient,
+  webhookUrl: string,
+  payload: ChatWebhookPayload,
+  timeoutSeconds: number,
+  outcome: (result: string) => void,
+): Promise<DeliveryOutcome> {
   let response;
   try {
     response = await egress.request({
       url: webhookUrl,
       method: "POST",
-      headers: { "content-type": "application/json", "user-agent": "warroom-comms" },
+      headers: injectHeaders({ "content-type": "application/json", "user-agent": "warroom-comms" }),
       body: JSON.stringify(payload),
     });
   } catch (err) {
-    if (isEgressError(err)) return { ok: false, error: describeDeliveryFailure(err, timeoutSeconds) };
+    if (isEgressError(err)) {
+      outcome(failureResult(err));
+      return { ok: false, error: describeDeliveryFailure(err, timeoutSeconds) };
+    }
     throw err;
   }
+  outcome("http_error");
   if (response.status < 200 || response.status > 299) return { ok: false, error: `Chat webhook HTTP ${response.status}` };
   const legacy = /returned HTTP error (\d{3})/.exec(response.body.subarray(0, 2048).toString("utf8"));
   if (legacy) return { ok: false, error: `Chat webhook HTTP ${legacy[1]}` };
+  outcome("ok");
   return { ok: true, status: response.status };
 }

@@ -144,6 +144,12 @@ afterAll(async () => {
   certs?.remove();
 });
 
+/** warroom_chat_webhook_requests_total by result, as the process's /metrics shows it. */
+async function chatWebhookCalls(): Promise<Record<string, number>> {
+  const text = await (await fetch(app.process.metricsUrl!)).text();
+  return Object.fromEntries([...text.matchAll(/^warroom_chat_webhook_requests_total\{result="(\w+)"\} (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
+}
+
 describe("defaults", () => {
   it("real egress is off for a new organization", async () => {
     const res = await app.call("GET", EGRESS, { token: memberKey });
@@ -454,6 +460,7 @@ describe("egress switch and send", () => {
 
   it("a network failure, a timeout and a redirect each get a clear message; a redirect is never followed", async () => {
     await setEgress(true);
+    const before = await chatWebhookCalls();
     await saveConnection(`https://127.0.0.1:${await closedPort()}/hooks/ok/${secret()}`);
     const refused = await send(incidentId, await approved(incidentId, "to a closed port"));
     expect(refused.status).toBe(503);
@@ -471,6 +478,10 @@ describe("egress switch and send", () => {
     expect(redirected.status).toBe(503);
     expect(redirected.body).toEqual({ error: "Chat webhook HTTP 302" });
     expect(canary.connections()).toBe(0);
+    // Each failure is counted under its own result for the WarroomChatWebhookFailures alert.
+    const after = await chatWebhookCalls();
+    for (const result of ["network", "timeout", "http_error"]) expect((after[result] ?? 0) - (before[result] ?? 0), result).toBe(1);
+    expect(after.ok ?? 0).toBe(before.ok ?? 0);
 
     for (const e of (await timeline(incidentId)).filter((e) => e.data?.state === "failed")) {
       for (const s of savedSecrets) expect(JSON.stringify(e)).not.toContain(s);

@@ -6,6 +6,7 @@ import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
+import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit } from "../runtime/body-limits.js";
 import { errorAnswer, successStatus } from "./response-rules.js";
@@ -30,7 +31,7 @@ const CALL_TIMEOUT_MS = 15_000;
 export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
   const { routes, transport, logger } = options;
 
-  return async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
+  async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
     const match = matchRoute(routes, req.method ?? "GET", url.pathname);
     if (match === undefined) return false;
     const requestId = headerValue(req, "x-request-id") ?? randomUUID();
@@ -40,6 +41,26 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       return true;
     }
     const { route, params } = match;
+    if (!tracingEnabled()) return serve(req, res, url, route, params, requestId);
+    // The route's span continues the caller's trace (traceparent), and the answer names it.
+    return inSpan(
+      `${route.httpMethod} ${route.template}`,
+      {
+        kind: SpanKind.SERVER,
+        parent: extractContext(req.headers),
+        attributes: { "http.request.method": route.httpMethod, "http.route": route.template, "warroom.request_id": requestId },
+      },
+      async (span) => {
+        const traceparent = injectHeaders().traceparent;
+        if (traceparent) res.setHeader("traceparent", traceparent);
+        const handled = await serve(req, res, url, route, params, requestId);
+        span?.setAttribute("http.response.status_code", res.statusCode);
+        return handled;
+      },
+    );
+  }
+
+  async function serve(req: Request, res: Response, url: URL, route: Route, params: Record<string, string>, requestId: string): Promise<boolean> {
     const started = performance.now();
     res.on("finish", () => {
       httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
@@ -102,7 +123,9 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       sendJson(res, answer.status, answer.body, answer.headers);
     }
     return true;
-  };
+  }
+
+  return handle;
 }
 
 function headerValue(req: Request, name: string): string | undefined {

@@ -1,5 +1,4 @@
 import type { ConnectRouter } from "@connectrpc/connect";
-import postgres from "postgres";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
@@ -13,14 +12,11 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const { sql, clients, outbox, config } = ctx;
   const logger = ctx.logger.child({ service: "heartbeats" });
   const delivery = createSilenceDelivery({ sql, clients, logger });
-  const sweeper = createSweeper({ sql, outbox, delivery, logger });
+  const sweeper = createSweeper({ sql: ctx.backgroundSql, outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
-  // Pings get a pool of their own (as large as the shared one) on a database server, so that a
-  // sweep, its deliveries and the outbox relay never make a ping wait for a connection. With the
-  // embedded database (no DATABASE_URL) pings share the process's pool.
-  const pingSql = config.DATABASE_URL
-    ? postgres(config.DATABASE_URL, { max: config.DATABASE_POOL_SIZE, prepare: true, onnotice: () => {}, connection: { application_name: "warroom-pings" } })
-    : sql;
+  // Pings get a pool of their own (as large as the shared one), so that a sweep, its deliveries
+  // and the outbox relay never make a ping wait for a connection.
+  const pingSql = ctx.openPool("warroom-pings", config.DATABASE_POOL_SIZE);
   const routes = createHeartbeatsRoutes({ sql, pingSql, clients, outbox, ingestTokens, delivery, sweeper, logger });
 
   return {
@@ -36,7 +32,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
     async stop() {
       await sweeper.stop();
       await delivery.settle();
-      if (pingSql !== sql) await pingSql.end({ timeout: 5 });
+      await pingSql.end({ timeout: 5 });
     },
   };
 }

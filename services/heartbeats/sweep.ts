@@ -4,6 +4,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
+import { sweepDuration, sweepInterval, sweepLastSuccess, sweepsTotal } from "../runtime/metrics.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { NO_RUN_ID } from "./ping.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
@@ -134,7 +135,23 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     await sql`delete from heartbeats.runs where started_at < now() - make_interval(days => ${KEEP_FINISHED_SILENCES_DAYS})`;
   }
 
+  /** One sweep, counted: ok, partial (some silences wait for the next sweep) or failed. */
   async function sweep(): Promise<SweepResult> {
+    const started = performance.now();
+    let result: SweepResult;
+    try {
+      result = await sweepOnce();
+    } catch (err) {
+      sweepsTotal.inc({ result: "failed" });
+      throw err;
+    }
+    sweepDuration.observe((performance.now() - started) / 1000);
+    sweepsTotal.inc({ result: result.failed > 0 ? "partial" : "ok" });
+    sweepLastSuccess.set(Date.now() / 1000);
+    return result;
+  }
+
+  async function sweepOnce(): Promise<SweepResult> {
     const started = performance.now();
     let silent = 0;
     for (;;) {
@@ -189,6 +206,7 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
     sweep,
     start(intervalSeconds) {
       stopped = false;
+      sweepInterval.set(intervalSeconds);
       schedule(intervalSeconds, 0);
     },
     async stop() {

@@ -47,6 +47,8 @@ async function run(): Promise<number> {
     const identity = createIdentityService({
       config,
       sql: database.sql,
+      backgroundSql: database.sql,
+      openPool: () => database.sql,
       logger,
       clients: createClients(transport),
       // Bootstrap writes no events; the CLI runs no relay.

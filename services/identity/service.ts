@@ -327,6 +327,8 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
         "events.audit.recorded",
         async (event) => {
           const record = fromBinary(AuditRecordedSchema, event.payload);
+          // On the request pool, not the background one: in one process this runs inside the
+          // relay's publish, which holds a background connection meanwhile (see ServiceContext).
           await sql`
             insert into identity.audit_events (org_id, kind, actor, at, data, source_event_id)
             values (${record.orgId || null}, ${record.kind}, ${record.actor}, ${record.at ? new Date(Number(record.at.seconds) * 1000) : new Date()},

@@ -6,6 +6,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid, storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
 import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 const MAX_SUMMARY_CHARACTERS = 65536;
 const MAX_REFERENCE_CHARACTERS = 8192;
@@ -52,8 +53,8 @@ export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox })
           from incident where ${eventId}::text is null or exists (select 1 from held)
           returning kind, at, summary, link, alert_ref, event_id, data
         ), events as (
-          insert into incidents.outbox (subject, payload)
-          select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
+          insert into incidents.outbox (subject, payload, trace_context)
+          select ${recorded.subject}::text, ${recorded.payload}::bytea, ${currentTraceparent()}::text where exists (select 1 from entry)
         )
         select * from entry
         union all

@@ -9,7 +9,9 @@ import { SUBJECTS } from "./vocabulary.js";
  * these rows (the same `subject, payload` Outbox.write inserts) only if the change happened. One
  * statement is one transaction, so the event commits with its change, and no write of this
  * service needs a multi-statement transaction. Times are the database clock, read by an earlier
- * statement of the same call, so that the payloads can be encoded here.
+ * statement of the same call, so that the payloads can be encoded here; Record, which has no
+ * earlier statement, encodes the time (and, on attach, the incident) in SQL instead (see
+ * `record.ts`).
  */
 export interface OutboxRow {
   subject: string;

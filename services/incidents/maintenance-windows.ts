@@ -16,6 +16,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid, maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
 import { AUDIT_KINDS, isOneOf, SOURCE_BADGES } from "./vocabulary.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 /**
  * Maintenance windows. A window is active while starts_at <= now() < ends_at by the database
@@ -118,7 +119,7 @@ export function createMaintenanceWindowHandlers(deps: {
           values (${row.id}, ${principal.orgId}, ${w.startsAt}, ${w.endsAt}, ${w.reason}, ${w.sources}::text[], ${sql.json(w.entities)}, ${principal.email})
           returning id
         )
-        insert into incidents.outbox (subject, payload) select ${audit.subject}::text, ${audit.payload}::bytea from created`;
+        insert into incidents.outbox (subject, payload, trace_context) select ${audit.subject}::text, ${audit.payload}::bytea, ${currentTraceparent()}::text from created`;
       outbox.poke();
       return maintenanceWindowShape(row);
     },
@@ -144,7 +145,7 @@ export function createMaintenanceWindowHandlers(deps: {
         with deleted as (
           delete from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId} returning id
         ), events as (
-          insert into incidents.outbox (subject, payload) select ${audit.subject}::text, ${audit.payload}::bytea from deleted
+          insert into incidents.outbox (subject, payload, trace_context) select ${audit.subject}::text, ${audit.payload}::bytea, ${currentTraceparent()}::text from deleted
         )
         select id from deleted`;
       if (deleted.length === 0) throw new NotFoundError("no such maintenance window");

@@ -71,5 +71,90 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("incidents", 2),
+  {
+    id: 3,
+    name: "protobuf fields encoded in SQL, for events whose time or incident the writing statement decides",
+    // Record decides attach-or-open and writes the events in one statement; the event's time
+    // (the database clock) and, on attach, its incident id are known only inside it. The caller
+    // encodes the rest of the message; these append the missing fields (protobuf accepts fields
+    // in any order).
+    sql: `
+      -- A base-128 varint; a negative value as its 64-bit two's complement (ten bytes), as
+      -- protobuf does: the first shift is made logical, after which the value is non-negative.
+      create function incidents.pb_varint(value bigint) returns bytea
+      language plpgsql immutable strict parallel safe as $$
+      declare
+        v bigint := value;
+        encoded bytea := '\\x'::bytea;
+        low int;
+      begin
+        loop
+          low := (v & 127)::int;
+          v := (v >> 7) & 144115188075855871;
+          exit when v = 0;
+          encoded := encoded || set_byte('\\x00'::bytea, 0, low | 128);
+        end loop;
+        return encoded || set_byte('\\x00'::bytea, 0, low);
+      end $$;
+
+      -- A string field: its tag, its length and its UTF-8 bytes. Fields 1 to 15 and strings
+      -- under 128 bytes (an incident id) take one byte each for tag and length.
+      create function incidents.pb_string_field(field int, value text) returns bytea
+      language plpgsql immutable strict parallel safe as $$
+      declare
+        bytes bytea := convert_to(value, 'UTF8');
+      begin
+        if field between 1 and 15 and length(bytes) < 128 then
+          return set_byte(set_byte('\\x0000'::bytea, 0, field * 8 + 2), 1, length(bytes)) || bytes;
+        end if;
+        return incidents.pb_varint(field * 8 + 2) || incidents.pb_varint(length(bytes)) || bytes;
+      end $$;
+
+      -- A google.protobuf.Timestamp field (1 to 15): whole seconds since the epoch (floor, so
+      -- negative before 1970) and non-negative nanoseconds, zero values left out as encoders do.
+      -- One function, bigint arithmetic only: it runs for every event a delivery writes.
+      create function incidents.pb_timestamp_field(field int, at timestamptz) returns bytea
+      language plpgsql immutable strict parallel safe as $$
+      declare
+        micros bigint := (extract(epoch from at) * 1000000)::bigint;
+        seconds bigint := micros / 1000000;
+        nanos bigint;
+        v bigint;
+        body bytea := '\\x'::bytea;
+        low int;
+      begin
+        if field not between 1 and 15 then
+          raise exception 'pb_timestamp_field: field % is not between 1 and 15', field;
+        end if;
+        if micros % 1000000 < 0 then
+          seconds := seconds - 1;
+        end if;
+        nanos := (micros - seconds * 1000000) * 1000;
+        if seconds <> 0 then
+          body := '\\x08'::bytea;
+          v := seconds;
+          loop
+            low := (v & 127)::int;
+            v := (v >> 7) & 144115188075855871;
+            exit when v = 0;
+            body := body || set_byte('\\x00'::bytea, 0, low | 128);
+          end loop;
+          body := body || set_byte('\\x00'::bytea, 0, low);
+        end if;
+        if nanos <> 0 then
+          body := body || '\\x10'::bytea;
+          v := nanos;
+          loop
+            low := (v & 127)::int;
+            v := v >> 7;
+            exit when v = 0;
+            body := body || set_byte('\\x00'::bytea, 0, low | 128);
+          end loop;
+          body := body || set_byte('\\x00'::bytea, 0, low);
+        end if;
+        return set_byte(set_byte('\\x0000'::bytea, 0, field * 8 + 2), 1, length(body)) || body;
+      end $$;
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

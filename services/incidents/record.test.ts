@@ -2,12 +2,13 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { IncidentOpenedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { AlertSchema, IncidentsService, type Alert } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { freshDatabase, NATS_URL, OWNER, startApp, type TestApp } from "../../test/support/app.js";
@@ -301,6 +302,80 @@ describe.each([
     const res = await record(alert({ attachIdentity: identity("nul"), title: "bad\u0000title", data: { "k\u0000": "v\u0000" } }));
     expect(res.outcome).toBe("opened");
     expect(res.incident!.title).toBe("bad\uFFFDtitle");
+  });
+
+  it("writes each event with the database's time and the incident the statement decided", async () => {
+    const id = identity("events");
+    const occurredAt = new Date("0001-01-01T00:00:00.123Z");
+    const opened = await record(alert({ attachIdentity: id, eventId: "o1", occurredAt: timestampFromDate(occurredAt) }));
+    const repeat = await record(alert({ attachIdentity: id, eventId: "o2" }));
+    const recovery = await record(alert({ attachIdentity: id, eventId: "o3", kind: "recovery" }));
+    expect([opened.outcome, repeat.outcome, recovery.outcome]).toEqual(["opened", "attached", "recorded"]);
+    const incidentId = opened.incident!.id;
+    const sql = postgres(h.app.databaseUrl, { max: 1, onnotice: () => {} });
+    try {
+      // The stored times to the microsecond, as seconds (floor) and nanoseconds.
+      const [incident] = await sql<{ s: string; ns: string }[]>`
+        select floor(extract(epoch from opened_at))::bigint::text as s, ((extract(microseconds from opened_at)::bigint % 1000000) * 1000)::text as ns
+        from incidents.incidents where id = ${incidentId}`;
+      const entries = await sql<{ kind: string; s: string; ns: string }[]>`
+        select kind, floor(extract(epoch from at))::bigint::text as s, ((extract(microseconds from at)::bigint % 1000000) * 1000)::text as ns
+        from incidents.timeline_entries where incident_id = ${incidentId} order by id`;
+      const rows = await sql<{ subject: string; payload: Buffer }[]>`select subject, payload from incidents.outbox order by created_at`;
+      const openedEvents = rows
+        .filter((r) => r.subject === "events.incident.opened")
+        .map((r) => fromBinary(IncidentOpenedSchema, new Uint8Array(r.payload)))
+        .filter((e) => e.incidentId === incidentId);
+      expect(openedEvents).toHaveLength(1);
+      expect(openedEvents[0]).toMatchObject({ orgId: h.orgId, title: "High CPU on checkout", severity: "sev2", source: "metrics-monitor" });
+      expect([String(openedEvents[0]!.at!.seconds), String(openedEvents[0]!.at!.nanos)]).toEqual([incident!.s, incident!.ns]);
+      const recorded = rows
+        .filter((r) => r.subject === "events.incident.timeline_recorded")
+        .map((r) => fromBinary(TimelineRecordedSchema, new Uint8Array(r.payload)))
+        .filter((e) => e.incidentId === incidentId);
+      expect(recorded.map((e) => [e.orgId, e.kind, String(e.at!.seconds), String(e.at!.nanos)]).sort()).toEqual(
+        entries.map((e) => [h.orgId, e.kind, e.s, e.ns]).sort(),
+      );
+      // Year 1: negative seconds since the epoch, non-negative nanoseconds.
+      expect(entries[0]).toMatchObject({ kind: "opened", s: "-62135596800", ns: "123000000" });
+    } finally {
+      await sql.end();
+    }
+  });
+
+  it("encodes a timestamp field in SQL byte for byte as the process does", async () => {
+    const sql = postgres(h.app.databaseUrl, { max: 1, onnotice: () => {} });
+    try {
+      const dates = [
+        "1970-01-01T00:00:00.000Z",
+        "1970-01-01T00:00:00.001Z",
+        "1969-12-31T23:59:59.999Z",
+        "1969-12-31T23:59:59.000Z",
+        "0001-01-01T00:00:00.000Z",
+        "0001-01-01T00:00:00.123Z",
+        "2024-06-12T10:05:44.312Z",
+        "2038-01-19T03:14:08.000Z",
+        "9999-12-31T23:59:59.999Z",
+      ];
+      for (const text of dates) {
+        const at = new Date(text);
+        const [row] = await sql<{ field: Buffer }[]>`select incidents.pb_timestamp_field(4, ${at}::timestamptz) as field`;
+        const expected = toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { at: timestampFromDate(at) }));
+        expect(Buffer.from(row!.field).toString("hex"), text).toBe(Buffer.from(expected).toString("hex"));
+      }
+      for (const text of ["zürich ✓", "", "x".repeat(300)]) {
+        const [row] = await sql<{ field: Buffer }[]>`select incidents.pb_string_field(2, ${text}) as field`;
+        const expected = toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { incidentId: text }));
+        // protobuf-es leaves an empty string out; a field written empty is read as empty all the same.
+        if (text === "") expect(Buffer.from(row!.field).toString("hex")).toBe("1200");
+        else expect(Buffer.from(row!.field).toString("hex")).toBe(Buffer.from(expected).toString("hex"));
+      }
+      // Negative values: ten bytes of two's complement, as protobuf-es writes an int64.
+      const [negative] = await sql<{ v: Buffer }[]>`select incidents.pb_varint(-1) as v`;
+      expect(Buffer.from(negative!.v).toString("hex")).toBe("ffffffffffffffffff01");
+    } finally {
+      await sql.end();
+    }
   });
 
   it("200 concurrent identical deliveries: exactly 1 opened and 199 attached, one timeline entry", async () => {

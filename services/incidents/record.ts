@@ -1,7 +1,8 @@
 import { randomUUID } from "node:crypto";
-import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
+import { IncidentOpenedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Alert, IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
@@ -9,7 +10,8 @@ import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
-import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
+import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, SUBJECTS, type AlertKind } from "./vocabulary.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 /**
  * Record: one normalized delivery becomes opened, attached, recorded, ignored or suppressed.
@@ -19,20 +21,19 @@ import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SE
  * primary key of held_event_ids decides which records an event identifier. Everything a decision
  * writes (incident, held identifier, timeline entry, outbox events) commits atomically.
  *
- * Round trips, because every delivery pays them:
- * 1. One read (the probe): an active maintenance window, the open incident for the identity and
- *    whether it holds the event identifier. Suppressed, redelivered and ignored deliveries end
- *    here without a transaction (a suppression writes one audit row).
- * 2. One statement that writes: open a new incident, or record on the open one, with its held
- *    identifier, timeline entry and outbox rows in data-modifying CTEs (one statement is one
- *    transaction). Times come from the probe's now(), the database clock, so the events can be
- *    encoded before the statement runs.
- * 3. Only when a concurrent writer changed the answer between the two (another delivery opened
- *    the incident first, or a person resolved it): read again and write again, each statement
- *    seeing what has committed since, until it decides.
+ * One statement per delivery, because every delivery pays it: its CTEs look for an active
+ * maintenance window and the open incident for the identity (share-locked, which orders it
+ * against a person resolving the incident), record on that incident (unless it already holds the
+ * event identifier) or else open a new one (`on conflict do nothing` on the partial unique
+ * index), and insert the outbox events of whatever they wrote. One statement is one transaction.
+ * The events' times are the database clock and, on attach, their incident is the one the
+ * statement found, so those two fields are encoded in SQL (migration 3) and appended to the rest
+ * of the message, encoded here.
  *
- * No multi-statement transaction is needed anywhere: every write is one atomic statement whose
- * outcome the unique indexes decide.
+ * Only two cases take more: a suppressed delivery writes its audit row in a second statement,
+ * and when a concurrent delivery opened the incident between this statement's snapshot and its
+ * insert (the insert found the conflict and did nothing), the statement runs again, seeing what
+ * has committed since, until it decides.
  */
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
@@ -72,13 +73,13 @@ interface Delivery {
   data: JsonObject | null;
 }
 
-interface ProbeRow extends Partial<IncidentRow> {
+/** What the statement did: the incident it opened or found open (absent: neither), and whether it wrote an entry. */
+type Written = Partial<IncidentRow> & {
   db_now: Date;
   window_id: string | null;
-  held: boolean;
-}
-
-type Written = IncidentRow & { entry_at: Date | null };
+  is_new: boolean | null;
+  entry_at: Date | null;
+};
 
 /** What the writes concluded; the response is built from it. */
 type Decision =
@@ -95,71 +96,28 @@ const REASONS = {
 export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof IncidentsService>, "record"> {
   const { sql, config, outbox } = deps;
 
-  async function probe(d: Delivery): Promise<ProbeRow> {
+  /**
+   * The delivery in one statement (see the top of this file). Returns the window that suppresses
+   * it, or the incident opened or found open with whether an entry was written, or neither: no
+   * open incident (or, for an alert, a concurrent delivery opened it first: decide again).
+   */
+  async function writeInOneStatement(d: Delivery, events: EventPrefixes): Promise<Written> {
     const entityMatch = d.entity ? sql.json([{ kind: d.entity.kind, id: d.entity.id }]) : null;
-    const [row] = await sql<ProbeRow[]>`
-      select now() as db_now,
-        (select w.id from incidents.maintenance_windows w
-          where w.org_id = ${d.orgId} and w.starts_at <= now() and now() < w.ends_at
-            and (cardinality(w.sources) = 0 or ${d.source}::text = any(w.sources))
-            and (jsonb_array_length(w.entities) = 0 or w.entities @> ${entityMatch}::jsonb)
-          order by w.starts_at, w.id limit 1) as window_id,
-        i.*,
-        (i.id is not null and ${d.eventId}::text <> '' and exists (
-          select 1 from incidents.held_event_ids h where h.incident_id = i.id and h.event_id = ${d.eventId}::text)) as held
-      from (select 1) as one
-      left join incidents.incidents i
-        on i.org_id = ${d.orgId} and i.attach_identity = ${d.attachIdentity}::text and i.state = 'open'`;
-    return row!;
-  }
-
-  /**
-   * Fast path for a delivery that should open: one statement inserts the incident, its held
-   * identifier, its `opened` entry and both events, or nothing at all when an incident for the
-   * identity is already open (then undefined: a concurrent delivery won, attach to it).
-   */
-  async function openInOneStatement(d: Delivery, now: Date): Promise<Written | undefined> {
-    const id = randomUUID();
-    const entryAt = d.occurredAt ?? now;
-    const opened = outboxRows.opened({ orgId: d.orgId, incidentId: id, title: d.title, severity: d.severity, source: d.source, at: now });
-    const recorded = outboxRows.timelineRecorded({ orgId: d.orgId, incidentId: id, kind: "opened", at: entryAt });
-    const [row] = await sql<Written[]>`
-      with opened as (
-        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
-        values (${id}, ${d.orgId}, ${d.title}, ${d.severity}, ${d.source}, ${d.entity?.kind ?? null}, ${d.entity?.id ?? null},
-                ${d.attachIdentity}, ${d.runbookUrl}, ${now})
-        on conflict (org_id, attach_identity) where state = 'open' do nothing
-        returning *
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select id, ${d.eventId}::text from opened where ${d.eventId}::text <> ''
-      ), entry as (
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, 'opened', ${entryAt}::timestamptz, ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
-        from opened
-        returning at
-      ), events as (
-        insert into incidents.outbox (subject, payload)
-        select subject, payload from (values (${opened.subject}::text, ${opened.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
-        where exists (select 1 from opened)
-      )
-      select o.*, (select at from entry) as entry_at from opened o`;
-    return row;
-  }
-
-  /**
-   * Fast path for a delivery on the incident the probe saw open: one statement records it
-   * unless the identifier is held (entry_at null), or finds the incident no longer open
-   * (undefined). The share lock orders it against a person resolving the incident.
-   */
-  async function recordInOneStatement(d: Delivery, incidentId: string, now: Date): Promise<Written | undefined> {
     const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
-    const entryAt = d.occurredAt ?? now;
-    const recorded = outboxRows.timelineRecorded({ orgId: d.orgId, incidentId, kind, at: entryAt });
+    const data = d.data ? sql.json(d.data as never) : null;
+    const traceContext = currentTraceparent();
     const [row] = await sql<Written[]>`
-      with target as (
-        select * from incidents.incidents where id = ${incidentId} and state = 'open' for share
+      with win as (
+        select w.id from incidents.maintenance_windows w
+        where w.org_id = ${d.orgId} and w.starts_at <= now() and now() < w.ends_at
+          and (cardinality(w.sources) = 0 or ${d.source}::text = any(w.sources))
+          and (jsonb_array_length(w.entities) = 0 or w.entities @> ${entityMatch}::jsonb)
+        order by w.starts_at, w.id limit 1
+      ), target as (
+        select i.* from incidents.incidents i
+        where i.org_id = ${d.orgId} and i.attach_identity = ${d.attachIdentity}::text and i.state = 'open'
+          and not exists (select 1 from win)
+        for share
       ), held as (
         insert into incidents.held_event_ids (incident_id, event_id)
         select id, ${d.eventId}::text from target where ${d.eventId}::text <> ''
@@ -167,48 +125,65 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         returning incident_id
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, ${kind}::text, ${entryAt}::timestamptz, ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${d.data ? sql.json(d.data as never) : null}::jsonb
+        select id, ${kind}::text, coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
         from target
         where ${d.eventId}::text = '' or exists (select 1 from held)
-        returning at
+        returning incident_id, at
+      ), opened as (
+        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
+        select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
+               ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now()
+        where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
+        on conflict (org_id, attach_identity) where state = 'open' do nothing
+        returning *
+      ), opened_held as (
+        insert into incidents.held_event_ids (incident_id, event_id)
+        select id, ${d.eventId}::text from opened where ${d.eventId}::text <> ''
+      ), opened_entry as (
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        select id, 'opened', coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
+        from opened
+        returning incident_id, at
       ), events as (
-        insert into incidents.outbox (subject, payload)
-        select ${recorded.subject}::text, ${recorded.payload}::bytea where exists (select 1 from entry)
+        insert into incidents.outbox (subject, payload, trace_context)
+        select ${SUBJECTS.incidentOpened}::text, ${events.opened}::bytea || incidents.pb_timestamp_field(${OPENED_AT_FIELD}, o.opened_at), ${traceContext}::text
+        from opened o
+        union all
+        select ${SUBJECTS.timelineRecorded}::text, ${events.openedEntry}::bytea
+               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
+               ${traceContext}::text
+        from opened_entry e
+        union all
+        select ${SUBJECTS.timelineRecorded}::text, ${events.entry}::bytea
+               || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
+               ${traceContext}::text
+        from entry e
       )
-      select t.*, (select at from entry) as entry_at from target t`;
-    return row;
-  }
-
-  /** The open incident for the identity as committed now, and the database clock. */
-  async function lookAgain(d: Delivery): Promise<{ id: string | undefined; now: Date }> {
-    const [row] = await sql<{ id: string | null; now: Date }[]>`
-      select now() as now, (select id from incidents.incidents
-        where org_id = ${d.orgId} and attach_identity = ${d.attachIdentity}::text and state = 'open') as id`;
-    return { id: row!.id ?? undefined, now: row!.now };
+      select now() as db_now, (select id from win) as window_id, x.*
+      from (select 1) as one left join (
+        select true as is_new, o.*, (select at from opened_entry) as entry_at from opened o
+        union all
+        select false as is_new, t.*, (select at from entry) as entry_at from target t
+      ) as x on true`;
+    return row!;
   }
 
   /**
-   * After a concurrent writer changed what the probe saw (another delivery opened the incident
-   * first, or a person resolved it): each statement sees what has committed since, so each turn
-   * either decides or learns that the answer changed again and looks once more.
+   * What the statement concluded, or undefined when a concurrent delivery opened the incident
+   * between its snapshot and its insert (an alert that neither opened nor found an open incident).
    */
-  async function decideAgain(d: Delivery): Promise<Decision> {
-    for (let turn = 0; turn < 8; turn++) {
-      const { id, now } = await lookAgain(d);
-      if (id === undefined) {
-        if (d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
-        const opened = await openInOneStatement(d, now);
-        if (opened) return { outcome: OUTCOMES.opened, incident: opened };
-        continue;
-      }
-      const written = await recordInOneStatement(d, id, now);
-      if (written) return afterRecording(d, written);
-    }
-    throw new UnavailableError("the incident changed under this delivery too many times; retry it");
+  function decide(d: Delivery, written: Written): Decision | { outcome: "suppressed"; windowId: string; at: Date } | undefined {
+    if (written.window_id) return { outcome: OUTCOMES.suppressed, windowId: written.window_id, at: written.db_now };
+    if (d.attachIdentity === null && d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noIdentity };
+    if (written.id == null) return d.kind === "alert" ? undefined : { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
+    const incident = written as Written & IncidentRow;
+    if (written.is_new) return { outcome: OUTCOMES.opened, incident };
+    return afterRecording(d, incident);
   }
 
-  function afterRecording(d: Delivery, written: Written): Decision {
+  function afterRecording(d: Delivery, written: IncidentRow & { entry_at: Date | null }): Decision {
     if (written.entry_at) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident: written };
     return d.kind === "alert"
       ? { outcome: OUTCOMES.attached, incident: written, reason: REASONS.eventHeld }
@@ -234,7 +209,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
       entity: d.entity ? { kind: d.entity.kind, id: d.entity.id } : null,
     };
     const audit = outboxRows.audit({ orgId: d.orgId, kind: AUDIT_KINDS.triggerSuppressed, actor: `trigger:${d.source}`, at, data });
-    await sql`insert into incidents.outbox (subject, payload) values (${audit.subject}, ${audit.payload})`;
+    await sql`insert into incidents.outbox (subject, payload, trace_context) values (${audit.subject}, ${audit.payload}, ${currentTraceparent()}::text)`;
     outbox.poke();
     return { outcome: OUTCOMES.suppressed, maintenanceWindowId: windowId, reason: REASONS.suppressed };
   }
@@ -242,35 +217,47 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
   return {
     async record(req: RecordRequest) {
       const d = checkDelivery(req);
-      const seen = await probe(d);
-      if (seen.window_id) return suppress(d, seen.window_id, seen.db_now);
-
-      if (d.attachIdentity === null && d.kind !== "alert") {
-        return { outcome: OUTCOMES.ignored, reason: REASONS.noIdentity };
+      const events = eventPrefixes(d);
+      for (let turn = 0; turn < 8; turn++) {
+        const written = await writeInOneStatement(d, events);
+        const decision = decide(d, written);
+        if (!decision) continue;
+        if (decision.outcome === "suppressed") return suppress(d, decision.windowId, decision.at);
+        // Events were written with the entry (an opened incident always has its entry).
+        if (written.entry_at) outbox.poke();
+        return respond(d, decision);
       }
-      const openId = seen.id ?? undefined;
-      if (openId !== undefined && seen.held) {
-        // A redelivery: nothing to write.
-        if (d.kind === "alert") {
-          return { outcome: OUTCOMES.attached, incident: incidentShape(config, d.orgSlug, seen as unknown as IncidentRow), reason: REASONS.eventHeld };
-        }
-        return { outcome: OUTCOMES.ignored, reason: REASONS.eventHeld };
-      }
-      if (openId === undefined && d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
-
-      let decision: Decision | undefined;
-      if (openId === undefined) {
-        const opened = await openInOneStatement(d, seen.db_now);
-        if (opened) decision = { outcome: OUTCOMES.opened, incident: opened };
-      } else {
-        const written = await recordInOneStatement(d, openId, seen.db_now);
-        if (written) decision = afterRecording(d, written);
-      }
-      // A concurrent writer changed the answer since the probe: settle it in a transaction.
-      decision ??= await decideAgain(d);
-      if (decision.outcome !== "ignored") outbox.poke();
-      return respond(d, decision);
+      throw new UnavailableError("the incident changed under this delivery too many times; retry it");
     },
+  };
+}
+
+/** The outbox events' messages without the fields only the statement knows (time; incident on attach). */
+interface EventPrefixes {
+  newIncidentId: string;
+  opened: Buffer | null;
+  openedEntry: Buffer | null;
+  entry: Buffer;
+}
+
+const OPENED_AT_FIELD = IncidentOpenedSchema.field.at.number;
+const RECORDED_INCIDENT_FIELD = TimelineRecordedSchema.field.incidentId.number;
+const RECORDED_AT_FIELD = TimelineRecordedSchema.field.at.number;
+
+function eventPrefixes(d: Delivery): EventPrefixes {
+  const newIncidentId = randomUUID();
+  const recorded = (kind: string) => Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { orgId: d.orgId, kind })));
+  if (d.kind !== "alert") return { newIncidentId, opened: null, openedEntry: null, entry: recorded(ENTRY_KIND_OF_DELIVERY[d.kind]) };
+  return {
+    newIncidentId,
+    opened: Buffer.from(
+      toBinary(
+        IncidentOpenedSchema,
+        create(IncidentOpenedSchema, { orgId: d.orgId, incidentId: newIncidentId, title: d.title, severity: d.severity, source: d.source }),
+      ),
+    ),
+    openedEntry: recorded("opened"),
+    entry: recorded(ENTRY_KIND_OF_DELIVERY[d.kind]),
   };
 }
 

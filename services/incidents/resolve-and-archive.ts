@@ -9,6 +9,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid } from "./incident-shape.js";
 import { loadIncident } from "./list-and-get.js";
+import { currentTraceparent } from "../runtime/tracing.js";
 
 type Target = "resolved" | "archived";
 
@@ -62,8 +63,8 @@ export function createResolveAndArchiveHandlers(deps: {
           insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
           select id, ${target}::text, ${at}::timestamptz, ${summary}::text, ${sql.json({ actor })}::jsonb from moved
         ), events as (
-          insert into incidents.outbox (subject, payload)
-          select subject, payload from (values (${resolved.subject}::text, ${resolved.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
+          insert into incidents.outbox (subject, payload, trace_context)
+          select subject, payload, ${currentTraceparent()}::text from (values (${resolved.subject}::text, ${resolved.payload}::bytea), (${recorded.subject}::text, ${recorded.payload}::bytea)) as e (subject, payload)
           where exists (select 1 from moved)
         )
         select id from moved`;

@@ -7,6 +7,7 @@ import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../
 import { bearerToken } from "../runtime/auth.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
+import { annotate } from "../runtime/tracing.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
@@ -103,6 +104,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   async function deliver(org: Organization, source: string, mapped: MappedDelivery, context: HandlerContext) {
     const answered = await deliverMapped(org, mapped, context);
     deliveries.inc({ source, outcome: answered.outcome });
+    annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
     return answered;
   }
 
@@ -195,6 +197,7 @@ function countRefusals<T extends Record<string, (...args: never[]) => Promise<un
         return await handler(...args);
       } catch (err) {
         deliveries.inc({ source, outcome: "refused" });
+        annotate({ "warroom.outcome": "refused", "warroom.source": source });
         throw err;
       }
     };

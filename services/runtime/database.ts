@@ -3,29 +3,42 @@ import postgres from "postgres";
 import { lockDataDir, type DataDirLock } from "./data-dir-lock.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
 import type { Logger } from "./logger.js";
+import { tracedSql, tracingEnabled } from "./tracing.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
 
+export interface PoolStats {
+  max: number;
+  busy: number;
+  idle: number;
+  connecting: number;
+  waiting: number;
+}
+
 export interface Database {
   sql: Sql;
+  /** How full the connection pool is now (read on each metrics scrape). */
+  poolStats(): PoolStats;
   /** Whether this is the embedded database: a Postgres server this process runs in DATA_DIR. */
   embedded: boolean;
   /** The embedded server, when there is one. */
   server?: EmbeddedPostgres;
+  /** Where the server is, for a second pool on it (see openBackgroundPool). */
+  connection: Connection;
   close(): Promise<void>;
 }
 
-type Connection = { url: string } | { host: string; port: number; database: string; username: string; password: string };
+export type Connection = { url: string } | { host: string; port: number; database: string; username: string; password: string };
 
 /** One pool shape for both modes: only where the server is differs. */
-function openPool(connection: Connection, poolSize: number): Sql {
+function openPool(connection: Connection, poolSize: number, applicationName = "warroom"): Sql {
   const options = {
     max: poolSize,
     onnotice: () => {},
     // Prepared statements are reused across calls on a connection: fewer parse round trips.
     prepare: true,
-    connection: { application_name: "warroom" },
+    connection: { application_name: applicationName },
   };
   return "url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options });
 }
@@ -37,8 +50,9 @@ function openPool(connection: Connection, poolSize: number): Sql {
  */
 export async function openDatabase(options: { url?: string | undefined; dataDir: string; poolSize: number }, logger: Logger): Promise<Database> {
   if (options.url) {
-    const sql = openPool({ url: options.url }, options.poolSize);
-    return { sql, embedded: false, close: () => sql.end({ timeout: 5 }) };
+    const connection = { url: options.url };
+    const sql = openPool(connection, options.poolSize);
+    return { sql: traced(sql), embedded: false, poolStats: () => poolStatsOf(sql), connection, close: () => sql.end({ timeout: 5 }) };
   }
 
   const lock: DataDirLock = lockDataDir(resolve(options.dataDir));
@@ -49,12 +63,15 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
     lock.release();
     throw err;
   }
-  const sql = openPool({ host: server.host, port: server.port, database: server.database, username: server.user, password: server.password }, options.poolSize);
+  const connection = { host: server.host, port: server.port, database: server.database, username: server.user, password: server.password };
+  const sql = openPool(connection, options.poolSize);
   let closed: Promise<void> | undefined;
   return {
-    sql,
+    sql: traced(sql),
     embedded: true,
+    poolStats: () => poolStatsOf(sql),
     server,
+    connection,
     close() {
       return (closed ??= (async () => {
         try {
@@ -66,4 +83,37 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
       })());
     },
   };
+}
+
+/** Connections of the background pool (see openBackgroundPool). */
+export const BACKGROUND_POOL_SIZE = 2;
+
+/**
+ * A second, small pool on the same server for background work (outbox relays, sweeps), so that
+ * however long it holds its connections, the delivery pool (`Database.sql`) keeps all of its own.
+ * Same options as the delivery pool but its size and application name; both modes alike. Close it
+ * before the database.
+ */
+export function openBackgroundPool(database: Database): { sql: Sql; close(): Promise<void> } {
+  const sql = openPoolOn(database, BACKGROUND_POOL_SIZE, "warroom-background");
+  return { sql, close: () => sql.end({ timeout: 5 }) };
+}
+
+/** Another pool on the database's server, named in pg_stat_activity; its opener ends it. */
+export function openPoolOn(database: Database, size: number, applicationName: string): Sql {
+  return traced(openPool(database.connection, size, applicationName));
+}
+
+/** With tracing on, every statement is a span; off, the handle is postgres.js's own. */
+function traced(sql: Sql): Sql {
+  return tracingEnabled() ? tracedSql(sql) : sql;
+}
+
+/**
+ * postgres.js keeps its pool's queues private; the patch in patches/ adds `poolStats()` to read
+ * their lengths. Without it (an unpatched install) the pool reads as empty rather than failing.
+ */
+function poolStatsOf(sql: Sql): PoolStats {
+  const read = (sql as unknown as { poolStats?: () => PoolStats }).poolStats;
+  return read ? read() : { max: sql.options.max, busy: 0, idle: 0, connecting: 0, waiting: 0 };
 }

@@ -3,6 +3,7 @@ import { headers as natsHeaders, type NatsConnection } from "@nats-io/nats-core"
 import type { Logger } from "./logger.js";
 import { eventDeadLetters } from "./metrics.js";
 import { deadLetterStreamName, eventsStreamName, prefixed, subjectPrefixOf } from "./nats-connection.js";
+import { contextFromTraceparent, inSpan, SpanKind, tracingEnabled } from "./tracing.js";
 
 export interface DomainEvent {
   /** The outbox id; also the JetStream Nats-Msg-Id, so a republished event is dropped. */
@@ -10,6 +11,8 @@ export interface DomainEvent {
   /** `events.<kind>`, e.g. `events.incident.opened`. */
   subject: string;
   payload: Uint8Array;
+  /** The W3C traceparent of the work that caused the event (JetStream header `traceparent`). */
+  traceContext?: string | null;
 }
 
 export type EventHandler = (event: DomainEvent) => Promise<void>;
@@ -35,6 +38,32 @@ export interface EventBus {
   reachable(): Promise<boolean>;
   subscribe(subject: string, handler: EventHandler, options?: SubscribeOptions): Promise<void>;
   close(): Promise<void>;
+}
+
+/** Runs a consumer's handler in a span continuing the event's trace (only with tracing on). */
+function consume(handler: EventHandler, event: DomainEvent, consumer: string | undefined): Promise<void> {
+  if (!tracingEnabled() || !event.traceContext) return handler(event);
+  return inSpan(
+    `consume ${event.subject}`,
+    {
+      kind: SpanKind.CONSUMER,
+      parent: contextFromTraceparent(event.traceContext),
+      attributes: {
+        "messaging.system": "nats",
+        "messaging.destination.name": event.subject,
+        "messaging.message.id": event.id,
+        ...(consumer ? { "messaging.consumer.group.name": consumer } : {}),
+      },
+    },
+    () => handler(event),
+  );
+}
+
+/** The JetStream headers of an event: its trace context, when it has one. */
+function eventHeaders(event: DomainEvent) {
+  const h = natsHeaders();
+  if (event.traceContext) h.set("traceparent", event.traceContext);
+  return h;
 }
 
 export const EVENTS_STREAM = "EVENTS";
@@ -90,7 +119,7 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
     for (const [index, subscriber] of subscribers.entries()) {
       if (finished.has(index) || !subjectMatches(subscriber.subject, event.subject)) continue;
       try {
-        await subscriber.handler(event);
+        await consume(subscriber.handler, event, subscriber.durableName);
         finished.add(index);
       } catch (err) {
         if (subscriber.durableName) {
@@ -204,10 +233,10 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
 
   return {
     async publish(event) {
-      await js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: natsHeaders() });
+      await js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) });
     },
     async publishMany(events) {
-      const settled = await Promise.allSettled(events.map((event) => js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: natsHeaders() })));
+      const settled = await Promise.allSettled(events.map((event) => js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) })));
       return settled.map((s) => (s.status === "fulfilled" ? undefined : errorOf(s.reason)));
     },
     async reachable() {
@@ -271,7 +300,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
         const working = setInterval(() => settle(() => m.working()), 10_000);
         try {
-          await handler({ id, subject: unprefixed(m.subject), payload: m.data });
+          await consume(handler, { id, subject: unprefixed(m.subject), payload: m.data, traceContext: m.headers?.get("traceparent") || null }, options.durableName);
           settle(() => m.ack());
         } catch (err) {
           const failures = m.info.deliveryCount;

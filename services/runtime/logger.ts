@@ -1,5 +1,6 @@
 import { pino, type Logger } from "pino";
 import { currentRequestId } from "./request-context.js";
+import { logFields } from "./tracing.js";
 
 export type { Logger };
 
@@ -8,8 +9,11 @@ export function createLogger(level: string, name: string): Logger {
     name,
     level,
     // Every line written while serving a call names its request id, across processes.
+    // Inside a span (tracing on), it names the trace and span too.
     mixin: () => {
       const requestId = currentRequestId();
+      const ids = logFields();
+      if (ids) return requestId ? { requestId, ...ids } : ids;
       return requestId ? { requestId } : {};
     },
     // Credentials never reach the logs, whatever a caller passes in.

@@ -75,6 +75,59 @@ export const sweepDuration = new Histogram({
   registers: [registry],
 });
 
+export const sweepsTotal = new Counter({
+  name: "warroom_heartbeat_sweeps_total",
+  help: "Heartbeat silence sweeps by result (ok, failed).",
+  labelNames: ["result"] as const,
+  registers: [registry],
+});
+
+export const sweepLastSuccess = new Gauge({
+  name: "warroom_heartbeat_sweep_last_success_timestamp_seconds",
+  help: "Unix time at which this process last finished a heartbeat sweep without error.",
+  registers: [registry],
+});
+
+export const sweepInterval = new Gauge({
+  name: "warroom_heartbeat_sweep_interval_seconds",
+  help: "The configured time between heartbeat sweeps (HEARTBEAT_SWEEP_SECONDS).",
+  registers: [registry],
+});
+
+export const natsConnected = new Gauge({
+  name: "warroom_nats_connected",
+  help: "1 while the process's NATS connection (named after the process) is up, 0 while it is down or reconnecting; absent in one-process mode.",
+  labelNames: ["connection"] as const,
+  registers: [registry],
+});
+
+export const dbPoolConnections = new Gauge({
+  name: "warroom_db_pool_connections",
+  help: "Database pool connections by state: busy (serving queries or a transaction), idle, connecting, and max (the pool size).",
+  labelNames: ["state"] as const,
+  registers: [registry],
+});
+
+export const dbPoolWaiting = new Gauge({
+  name: "warroom_db_pool_waiting_queries",
+  help: "Queries waiting for a database connection because every pooled connection is busy.",
+  registers: [registry],
+});
+
+export const chatWebhookRequests = new Counter({
+  name: "warroom_chat_webhook_requests_total",
+  help: "Calls to chat webhooks by result: ok, http_error (non-2xx or throttled), timeout, network, tls, refused (egress policy), error.",
+  labelNames: ["result"] as const,
+  registers: [registry],
+});
+
+export const chatWebhookDuration = new Histogram({
+  name: "warroom_chat_webhook_request_duration_seconds",
+  help: "Duration of calls to chat webhooks, whatever their result.",
+  buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  registers: [registry],
+});
+
 /** Times every call a transport makes. */
 export function rpcMetricsInterceptor(transport: "nats" | "in-memory"): Interceptor {
   return (next) => async (req) => {

@@ -50,6 +50,21 @@ function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs
   return h;
 }
 
+/** The path of a request URL, parsed once per method: the URLs are the transport's own, a few dozen. */
+const pathOfUrl = new Map<string, { path: string; subject: string }>();
+
+function route(url: string): { path: string; subject: string } {
+  let known = pathOfUrl.get(url);
+  if (!known) {
+    const path = new URL(url).pathname;
+    known = { path, subject: subjectForPath(path) };
+    pathOfUrl.set(url, known);
+  }
+  return known;
+}
+
+const encoder = new TextEncoder();
+
 function fromNatsHeaders(source: MsgHdrs | undefined, skip?: string): Headers {
   const h = new Headers();
   if (!source) return h;
@@ -88,18 +103,19 @@ export function connectionState(nc: NatsConnection): { connected(): boolean } {
 
 function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClientFn {
   const state = connectionState(nc);
+  const subjectPrefix = subjectPrefixOf(nc);
   return async (request) => {
     const contentType = request.header.get("content-type") ?? "";
     if (contentType.startsWith("application/connect+")) {
       throw new ConnectError("streaming RPCs are not carried over the NATS transport", Code.Unimplemented);
     }
-    const path = new URL(request.url).pathname;
+    const { path, subject } = route(request.url);
     if (!state.connected()) throw new ConnectError(`NATS is unreachable calling ${path}`, Code.Unavailable);
     const timeoutHeader = Number(request.header.get("connect-timeout-ms"));
     const timeout = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
     const body = await readAll(request.body);
     try {
-      const reply = await nc.request(subjectForPath(path, subjectPrefixOf(nc)), body, {
+      const reply = await nc.request(prefixed(subjectPrefix, subject), body, {
         timeout,
         headers: toNatsHeaders(request.header),
       });
@@ -223,7 +239,7 @@ export function serveRouterOverNats(
 
 function refuse(msg: Msg, code: string, message: string, status: number): void {
   try {
-    msg.respond(new TextEncoder().encode(JSON.stringify({ code, message })), {
+    msg.respond(encoder.encode(JSON.stringify({ code, message })), {
       headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: String(status) }),
     });
   } catch {
@@ -242,14 +258,16 @@ async function answer(handler: UniversalHandler, msg: Msg, logger: Logger): Prom
       body: once(msg.data),
       signal: controller.signal,
     });
-    const header = new Headers(response.header);
+    // The handler's own headers object, made for this call: added to, not copied.
+    const header = response.header ?? new Headers();
     response.trailer?.forEach((value, key) => header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value));
     const body = await readAll(response.body);
     msg.respond(body, { headers: toNatsHeaders(header, { [STATUS_HEADER]: String(response.status) }) });
   } catch (err) {
     logger.error({ err, method: handler.requestPath }, "NATS call failed before a response was written");
     refuse(msg, "internal", "internal error", 500);
-  } finally {
+    // Tells whatever the handler left running that the call is over. A call that answered has
+    // nothing left running: aborting it too would only cost an exception object per call.
     controller.abort();
   }
 }

@@ -5,6 +5,7 @@ import type { Logger } from "./logger.js";
 import { outboxDeadLetters, outboxPublished } from "./metrics.js";
 import type { Migration } from "./migrations.js";
 import type { Sql, TransactionSql } from "./database.js";
+import { currentTraceparent, detached, openSpan, SpanKind } from "./tracing.js";
 
 /**
  * The transactional outbox: a domain event is written in the same transaction as the change it
@@ -79,6 +80,13 @@ export function outboxUpgrades(schema: string): Migration[] {
         );
       `,
     },
+    {
+      id: 1002,
+      // The trace context of the work that wrote an event (a W3C traceparent; null when it was not
+      // traced), so the publish and the consumers continue the same trace.
+      name: "outbox trace context",
+      sql: `alter table ${schema}.outbox add column trace_context text`,
+    },
   ];
 }
 
@@ -110,7 +118,7 @@ export interface OutboxRetryOptions {
 }
 
 /**
- * The relays of one process (one per schema) share the process's pool with the requests. Their
+ * The relays of one process (one per schema) share one pool (the background pool). Their
  * statements run one at a time per pool, so background relaying takes at most one connection
  * whatever the number of schemas, and deliveries are never queued behind six relays at once.
  * Only statements pass through it, never a publish.
@@ -129,6 +137,8 @@ interface PendingRow {
   id: string;
   subject: string;
   payload: Buffer;
+  trace_context: string | null;
+  created_at: Date;
 }
 
 export function createOutboxRelay(
@@ -173,7 +183,7 @@ export function createOutboxRelay(
              -- Renewed once half of it has run, not on every run: an idle relay writes little.
              where (l.holder = excluded.holder and l.until < now() + make_interval(secs => $2::float8 / 2)) or l.until < now()
            returning holder)
-         select id, subject, payload from ${table}
+         select id, subject, payload, trace_context, created_at from ${table}
          where published_at is null and (next_attempt_at is null or next_attempt_at <= now())
            and (exists (select 1 from lease)
              or exists (select 1 from ${schema}.outbox_relay_lease where holder = $1 and until > now()))
@@ -213,8 +223,23 @@ export function createOutboxRelay(
   async function publishBatch(): Promise<number> {
     const rows = await claim();
     if (rows.length === 0) return 0;
+    // With tracing on, a row written under a trace gets its wait in the outbox and its publish as
+    // spans of that trace, and the event carries the publish span's context to its consumers.
+    const spans = rows.map((row) =>
+      row.trace_context
+        ? openSpan(`publish ${row.subject}`, {
+            kind: SpanKind.PRODUCER,
+            parent: row.trace_context,
+            wait: { name: `outbox wait ${row.subject}`, since: row.created_at },
+            attributes: { "messaging.system": "nats", "messaging.destination.name": row.subject, "messaging.message.id": row.id, "warroom.outbox": schema },
+          })
+        : undefined,
+    );
     // Pipelined: every publish of the batch is sent in sequence order before any ack is awaited.
-    const outcomes = await bus.publishMany(rows.map((row) => ({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload) })));
+    const outcomes = await bus.publishMany(
+      rows.map((row, i) => ({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload), traceContext: spans[i]?.traceparent ?? row.trace_context })),
+    );
+    spans.forEach((span, i) => span?.end(outcomes[i]));
     const published = rows.filter((_, i) => outcomes[i] === undefined).map((r) => r.id);
     const failed = rows.flatMap((row, i) => (outcomes[i] === undefined ? [] : [{ id: row.id, subject: row.subject, error: String(outcomes[i]) }]));
     await options.afterPublish?.(published);
@@ -274,8 +299,15 @@ export function createOutboxRelay(
       });
   }
 
+  const detachedRun = detached(run);
+
   return {
     async write(tx, subject, desc, message) {
+      const traceContext = currentTraceparent();
+      if (traceContext) {
+        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [subject, Buffer.from(toBinary(desc, message)), traceContext]);
+        return;
+      }
       await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [subject, Buffer.from(toBinary(desc, message))]);
     },
     async writeMany(tx, subject, desc, messages) {
@@ -283,12 +315,13 @@ export function createOutboxRelay(
       const payloads = messages.map((message) => Buffer.from(toBinary(desc, message)).toString("base64"));
       // `with ordinality`: the rows take their sequence numbers in the order given.
       await tx.unsafe(
-        `insert into ${table} (subject, payload) select $1, decode(p, 'base64') from unnest($2::text[]) with ordinality as u(p, n) order by n`,
-        [subject, payloads],
+        `insert into ${table} (subject, payload, trace_context) select $1, decode(p, 'base64'), $3 from unnest($2::text[]) with ordinality as u(p, n) order by n`,
+        [subject, payloads, currentTraceparent()],
       );
     },
     poke() {
-      if (!stopped) setImmediate(run);
+      // The relay's batch belongs to no one request's trace.
+      if (!stopped) setImmediate(detachedRun);
     },
     start() {
       stopped = false;

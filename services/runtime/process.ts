@@ -7,7 +7,7 @@ import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
 import { createInProcessBroadcast, createNatsBroadcast } from "./broadcast.js";
 import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
-import { openDatabase, type Database } from "./database.js";
+import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "./database.js";
 import { errorInterceptor } from "./errors.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
@@ -18,11 +18,12 @@ import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js"
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
-import { outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
-import { createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
 import { createProbes } from "./probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
 import type { ServiceFactory, ServiceModule } from "./service-module.js";
@@ -60,6 +61,8 @@ export interface RunningProcess {
   /** GET /metrics on METRICS_PORT, when set. */
   metricsUrl?: string;
   database: Database;
+  /** The background pool: outbox relays and sweeps. */
+  background: { sql: Database["sql"]; close(): Promise<void> };
   nats?: NatsConnection;
   modules: ServiceModule[];
   transport: Transport;
@@ -87,18 +90,28 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
 
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
   const config = loadConfig(options.env);
+  // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
+  await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  const background = openBackgroundPool(database);
   try {
-    return await startServices(options, config, logger, database);
+    return await startServices(options, config, logger, database, background);
   } catch (err) {
     // A start that fails half way releases the database (and with it the DATA_DIR lock).
+    await background.close().catch(() => {});
     await database.close().catch(() => {});
     throw err;
   }
 }
 
-async function startServices(options: ProcessOptions, config: Config, logger: Logger, database: Database): Promise<RunningProcess> {
+async function startServices(
+  options: ProcessOptions,
+  config: Config,
+  logger: Logger,
+  database: Database,
+  background: ReturnType<typeof openBackgroundPool>,
+): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
     nats = await connect(natsConnectionOptions(config, options.name));
@@ -119,15 +132,25 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
       writeMany: (...args) => relay!.writeMany(...args),
       poke: () => relay?.poke(),
     };
-    const module = factory({ config, sql: database.sql, logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
-    relay = createOutboxRelay({ sql: database.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
+    const module = factory({
+      config,
+      sql: database.sql,
+      backgroundSql: background.sql,
+      openPool: (applicationName, size) => openPoolOn(database, size, applicationName),
+      logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
+    relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
     await migrate(database.sql, module.name, module.migrations);
     modules.push(module);
     relays.push(relay);
   }
 
-  const interceptors = [requestIdServerInterceptor(), errorInterceptor(logger)];
-  const clientInterceptors = (kind: "nats" | "in-memory") => [requestIdClientInterceptor(), rpcMetricsInterceptor(kind)];
+  const tracing = tracingEnabled();
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [
+    requestIdClientInterceptor(),
+    rpcMetricsInterceptor(kind),
+    ...(tracing ? [tracingClientInterceptor(kind)] : []),
+  ];
   const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
   const registerLocal = (router: ConnectRouter) => {
     for (const module of modules) module.register(router);
@@ -214,6 +237,10 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
             void (async () => {
               if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
               await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+              const pool = database.poolStats();
+              for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+              dbPoolWaiting.set(pool.waiting);
+              if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
               const text = await registry.metrics();
               (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
               res.end(text);
@@ -262,10 +289,12 @@ async function startServices(options: ProcessOptions, config: Config, logger: Lo
       await bounded("closing the event bus", 1000, () => events.close());
       if (nats) await bounded("draining NATS", 1000, () => nats.drain());
       probes.close();
+      await bounded("closing the background pool", 1500, () => background.close());
       await bounded("closing the database", 1500, () => database.close());
+      await bounded("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, metricsUrl, database, nats, modules, transport, relays, stop };
+  return { config, logger, url, port: server.port, metricsUrl, database, background, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */

@@ -13,6 +13,15 @@ import type { Outbox } from "./outbox.js";
 export interface ServiceContext {
   config: Config;
   sql: Sql;
+  /**
+   * A small pool of its own for background work that runs on a timer (sweeps): it can wait for a
+   * connection, the requests on `sql` never wait for it. Not for event consumers: in one-process
+   * mode they run within an outbox relay's publish, and work the relay waits for must not queue
+   * behind the relay's own two connections.
+   */
+  backgroundSql: Sql;
+  /** Opens a pool of its own on the same server (the module ends it when it stops). */
+  openPool(applicationName: string, size: number): Sql;
   logger: Logger;
   /** Clients of every internal service, over this process's transport (in-memory or NATS). */
   clients: Clients;

@@ -4,8 +4,12 @@ import { fork, type ChildProcess } from "node:child_process";
  * Benchmarks run the server under test in a child process, so its CPU is its own and the load
  * generator's is not counted against it. The child announces `{url}` once it listens.
  */
-export function startChild(entry: string, args: string[]): Promise<{ child: ChildProcess; url: string }> {
-  const child = fork(entry, args, { stdio: "inherit" });
+export function startChild(
+  entry: string,
+  args: string[],
+  options: { nodeOptions?: string[]; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ child: ChildProcess; url: string }> {
+  const child = fork(entry, args, { stdio: "inherit", execArgv: [...process.execArgv, ...(options.nodeOptions ?? [])], env: options.env ?? process.env });
   return new Promise((resolve, reject) => {
     child.once("error", reject);
     child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
@@ -24,4 +28,17 @@ export async function stopChild(child: ChildProcess): Promise<void> {
   const exited = new Promise((resolve) => child.once("exit", resolve));
   child.send("stop");
   await exited;
+}
+
+/** The child's CPU time so far ("cpu" message): on a shared machine, CPU per request is what the code costs. */
+export function cpuOf(child: ChildProcess): Promise<NodeJS.CpuUsage> {
+  return new Promise((resolve) => {
+    const onMessage = (m: { cpu?: NodeJS.CpuUsage }) => {
+      if (!m.cpu) return;
+      child.off("message", onMessage);
+      resolve(m.cpu);
+    };
+    child.on("message", onMessage);
+    child.send("cpu");
+  });
 }

@@ -1,14 +1,17 @@
 import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
 import { allServices } from "../../services/all-services.js";
 import { startCluster } from "../../services/cluster.js";
-import { runProcess } from "../../services/runtime/process.js";
+import { runProcess, type RunningProcess } from "../../services/runtime/process.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { printTable, summarize } from "./stats.js";
-import { startChild, stopChild } from "./child-process.js";
+import { cpuOf, startChild, stopChild } from "./child-process.js";
 
 /**
  * Trigger intake under load: sustained deliveries per second and latency through `POST /triggers`
@@ -21,18 +24,32 @@ import { startChild, stopChild } from "./child-process.js";
  * each beside its floor measured in the same run: a bare node:http server in a child process
  * doing one INSERT per request into a table, loaded by the same client. This process only
  * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
+ *
+ * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
+ * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
+ * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
+ * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
  */
 
-const CONNECTIONS = 50;
+export const CONNECTIONS = 50;
 const WARMUP_MS = 3_000;
 const MEASURE_MS = Number(process.env.INTAKE_BENCH_SECONDS ?? 15) * 1000;
-const TARGETS = { onePerSecond: 4000, clusterPerSecond: 2500, p99Ms: 50 };
+/** Issue 16's targets: a share of the same-run floor, a rate and a p99 per mode. */
+const TARGETS = {
+  one: { ratio: 0.75, perSecond: 4000, p99Ms: 50 },
+  cluster: { ratio: 0.5, perSecond: 2500, p99Ms: 80 },
+  // The issue sets no target for the embedded database; the figure is reported beside its floor.
+  embedded: undefined,
+} as const;
 
 type ChildMessage = { url: string };
 
 // --- child processes -------------------------------------------------------------------------
 
-/** `--serve <databaseUrl>`: the whole app; `--floor <databaseUrl>`: the bare INSERT server. */
+/**
+ * `--serve <databaseUrl>`: the whole app; `--serve-embedded <dataDir>`: the whole app on its
+ * embedded database; `--floor <databaseUrl>`: the bare INSERT server.
+ */
 async function serveChild(): Promise<void> {
   const [, , mode, databaseUrl] = process.argv;
   if (mode === "--floor") {
@@ -66,24 +83,15 @@ async function serveChild(): Promise<void> {
     });
     return;
   }
-  const running = await runProcess({
-    name: "bench",
-    services: allServices,
-    gateway: true,
-    env: {
-      ...process.env,
-      DATABASE_URL: databaseUrl!,
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "warn",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      NATS_URL: "",
-      HEARTBEAT_SWEEP_SECONDS: "86400",
-    },
-  });
+  const running = mode === "--serve-embedded" ? await startBenchApp(undefined, databaseUrl) : await startBenchApp(databaseUrl!);
   process.on("message", async (message: string) => {
+    if (message === "database-url") {
+      // Where a second client reaches the embedded database, when it is a server one can reach.
+      const server = (running.database as { server?: { host: string; port: number; database: string; user: string; password: string } }).server;
+      const url = server ? `postgres://${encodeURIComponent(server.user)}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}` : null;
+      process.send!({ databaseUrl: url });
+    }
+    if (message === "cpu") process.send!({ cpu: process.cpuUsage() });
     if (message === "stop") {
       await running.stop();
       process.exit(0);
@@ -94,6 +102,28 @@ async function serveChild(): Promise<void> {
 
 
 
+/** The whole app in this process, as `npm start` runs it, on the given database (or its embedded one in dataDir). */
+export function startBenchApp(databaseUrl: string | undefined, dataDir?: string): Promise<RunningProcess> {
+  return runProcess({
+    name: "bench",
+    services: allServices,
+    gateway: true,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl ?? "",
+      ...(dataDir ? { DATA_DIR: dataDir } : {}),
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "warn",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      NATS_URL: "",
+      HEARTBEAT_SWEEP_SECONDS: "86400",
+    },
+  });
+}
+
 // --- the delivery mix ------------------------------------------------------------------------
 
 /**
@@ -101,7 +131,7 @@ async function serveChild(): Promise<void> {
  * alerts already seen with a new event id (attached, recorded), exact redeliveries of an earlier
  * notification (attached, not recorded), and recoveries of seen alerts (recorded).
  */
-function deliveryMix(run: string) {
+export function deliveryMix(run: string) {
   const seen: string[] = [];
   const sent: string[] = [];
   let sequence = 0;
@@ -140,7 +170,9 @@ function deliveryMix(run: string) {
 
 // --- the client --------------------------------------------------------------------------------
 
-interface LoadResult {
+export interface LoadResult {
+  /** CPU time the server process spent per answered request in the measured window, when measured. */
+  cpuMsPerRequest?: number;
   perSecond: number;
   p50: number;
   p99: number;
@@ -149,7 +181,13 @@ interface LoadResult {
 }
 
 /** `CONNECTIONS` keep-alive connections, each posting back to back; only the measured window counts. */
-async function load(urls: string[], path: string, headers: Record<string, string>, next: () => { body: string }): Promise<LoadResult> {
+export async function load(
+  urls: string[],
+  path: string,
+  headers: Record<string, string>,
+  next: () => { body: string },
+  window: { onStart?(): Promise<void>; onEnd?(): Promise<void> } = {},
+): Promise<LoadResult> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   let counting = false;
   let stop = false;
@@ -194,11 +232,13 @@ async function load(urls: string[], path: string, headers: Record<string, string
     }
   });
   await new Promise((resolve) => setTimeout(resolve, WARMUP_MS));
+  await window.onStart?.();
   counting = true;
   const started = performance.now();
   await new Promise((resolve) => setTimeout(resolve, MEASURE_MS));
   counting = false;
   const seconds = (performance.now() - started) / 1000;
+  await window.onEnd?.();
   stop = true;
   await Promise.all(workers);
   agent.destroy();
@@ -206,7 +246,7 @@ async function load(urls: string[], path: string, headers: Record<string, string
   return { perSecond: Math.round(s.n / seconds), p50: s.p50, p99: s.p99, statuses, failures };
 }
 
-async function ingestToken(url: string): Promise<string> {
+export async function ingestToken(url: string): Promise<string> {
   const deadline = Date.now() + 60_000;
   for (;;) {
     const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
@@ -230,14 +270,118 @@ async function countRows(databaseUrl: string): Promise<{ incidents: number; entr
   }
 }
 
-async function floor(databaseUrl: string): Promise<LoadResult> {
+/** The floor: a bare HTTP server doing one INSERT per request. `watch` may time its window (it gets the server's pid). */
+export async function floor(databaseUrl: string, watch?: (pid: number) => { onStart?(): Promise<void>; onEnd?(): Promise<void> }): Promise<LoadResult> {
   const server = await startChild(fileURLToPath(import.meta.url), ["--floor", databaseUrl]);
   try {
     const next = deliveryMix("floor");
-    return await load([server.url], "/", {}, next);
+    return await load([server.url], "/", {}, next, watch?.(server.child.pid!));
   } finally {
     await stopChild(server.child);
   }
+}
+
+/** Accepts OTLP exports and drops them: the cost measured is the app's, not a collector's. */
+async function startOtlpSink(): Promise<{ url: string; requests: () => number; close(): Promise<void> }> {
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      requests++;
+      res.writeHead(200, { "content-type": "application/x-protobuf" });
+      res.end();
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${(server.address() as { port: number }).port}`,
+    requests: () => requests,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+/** The app in one process, from `entry` (this file, or the same file of another checkout), with the environment given. */
+async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string): Promise<LoadResult> {
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(entry, ["--serve", database.url], { env });
+    try {
+      const token = await ingestToken(app.url);
+      let before: NodeJS.CpuUsage | undefined;
+      let after: NodeJS.CpuUsage | undefined;
+      const result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(run), {
+        onStart: async () => void (before = await cpuOf(app.child)),
+        onEnd: async () => void (after = await cpuOf(app.child)),
+      });
+      const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+      const cpuMs = (after!.user + after!.system - before!.user - before!.system) / 1000;
+      return { ...result, ...(answered > 0 ? { cpuMsPerRequest: cpuMs / answered } : {}) };
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
+}
+
+/**
+ * Tracing off (no OTEL_*) and on (every delivery traced and exported to a local sink), and, with
+ * INTAKE_BENCH_BASELINE naming another checkout, that checkout's code with no OTEL_* either: run
+ * in turn `rounds` times, so drift in the machine's load falls on all alike; medians side by side.
+ */
+async function tracingComparison(rounds: number): Promise<void> {
+  const untraced = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("OTEL_")));
+  const sink = await startOtlpSink();
+  const ours = fileURLToPath(import.meta.url);
+  const baselineDir = process.env.INTAKE_BENCH_BASELINE;
+  const variants = [
+    ...(baselineDir ? [{ label: "baseline checkout, no OTEL_*", entry: join(baselineDir, "test/bench/intake.ts"), env: untraced }] : []),
+    { label: "off (no OTEL_*)", entry: ours, env: untraced },
+    { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
+  ];
+  const results = variants.map(() => [] as LoadResult[]);
+  const together = process.env.INTAKE_BENCH_TOGETHER === "1";
+  try {
+    for (let round = 0; round < rounds; round++) {
+      if (together) {
+        // All variants at once, each under its own load: whatever else the machine runs weighs on them alike.
+        const runs = await Promise.all(variants.map((variant, i) => oneProcessRun(variant.entry, variant.env, `v${i}r${round}`)));
+        runs.forEach((run, i) => results[i]!.push(run));
+      } else {
+        for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
+      }
+    }
+  } finally {
+    await sink.close();
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const medianCpu = (runs: LoadResult[]) => median(runs.map((r) => r.cpuMsPerRequest ?? Number.NaN));
+  printTable(
+    `One process, ${rounds} rounds of ${variants.length} runs ${together ? "at the same time" : "in turn"}; CPU is the server process's per delivery`,
+    variants.map((variant, i) => {
+      const runs = results[i]!;
+      return {
+        tracing: variant.label,
+        "deliveries/s (each run)": runs.map((r) => r.perSecond).join(", "),
+        "median deliveries/s": median(runs.map((r) => r.perSecond)),
+        "median p50": ms(median(runs.map((r) => r.p50))),
+        "median p99": ms(median(runs.map((r) => r.p99))),
+        "CPU ms/delivery (each run)": runs.map((r) => r.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
+        "median CPU ms/delivery": medianCpu(runs).toFixed(3),
+        "5xx": runs.reduce((n, r) => n + Object.entries(r.statuses).filter(([s]) => s.startsWith("5")).reduce((m, [, c]) => m + c, 0), 0),
+      };
+    }),
+  );
+  const at = (label: string) => variants.findIndex((v) => v.label.startsWith(label));
+  const compare = (a: number, b: number, what: string) => {
+    const throughput = median(results[a]!.map((r) => r.perSecond)) / median(results[b]!.map((r) => r.perSecond));
+    const cpu = medianCpu(results[a]!) / medianCpu(results[b]!);
+    console.log(`${what}: ${(throughput * 100).toFixed(1)} % of the deliveries per second, ${(cpu * 100).toFixed(1)} % of the CPU per delivery`);
+  };
+  console.log("");
+  compare(at("on"), at("off"), "tracing on / off");
+  if (baselineDir) compare(at("off"), at("baseline"), "off / baseline checkout");
+  console.log(`the sink took ${sink.requests()} exports`);
 }
 
 async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResult; rows: { incidents: number; entries: number } }> {
@@ -301,42 +445,110 @@ async function clusterMode(): Promise<{ ours: LoadResult; floor: LoadResult; row
 
 const ms = (value: number) => `${value.toFixed(1)} ms`;
 
-function row(mode: string, ours: LoadResult, floorResult: LoadResult) {
-  return {
-    mode,
-    "ours (deliveries/s)": ours.perSecond,
-    "ours p50": ms(ours.p50),
-    "ours p99": ms(ours.p99),
-    "floor (INSERTs/s)": floorResult.perSecond,
-    "floor p50": ms(floorResult.p50),
-    "floor p99": ms(floorResult.p99),
-    "ours / floor": `${((ours.perSecond / floorResult.perSecond) * 100).toFixed(0)} %`,
-  };
+interface ModeFigures {
+  ours: LoadResult;
+  /** Undefined when the mode has no floor to measure against (see embeddedMode). */
+  floor: LoadResult | undefined;
+  rows: { incidents: number; entries: number };
+  shape: string;
+}
+
+/** One line per figure: ours, the floor of the same run, their ratio, and the target. */
+function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecond: number; p99Ms: number } | undefined) {
+  const ratio = m.floor ? m.ours.perSecond / m.floor.perSecond : NaN;
+  const met = (ok: boolean) => (ok ? "yes" : "no");
+  return [
+    {
+      mode,
+      figure: "deliveries/s",
+      ours: m.ours.perSecond,
+      "floor (same run)": m.floor ? m.floor.perSecond : "n/a",
+      "ours / floor": m.floor ? ratio.toFixed(2) : "n/a",
+      target: target ? `≥ ${target.ratio} of the floor and ≥ ${target.perSecond}/s` : "none set",
+      met: target && m.floor ? met(ratio >= target.ratio && m.ours.perSecond >= target.perSecond) : "",
+    },
+    {
+      mode,
+      figure: "p50",
+      ours: ms(m.ours.p50),
+      "floor (same run)": m.floor ? ms(m.floor.p50) : "n/a",
+      "ours / floor": m.floor ? (m.ours.p50 / m.floor.p50).toFixed(2) : "n/a",
+      target: "",
+      met: "",
+    },
+    {
+      mode,
+      figure: "p99",
+      ours: ms(m.ours.p99),
+      "floor (same run)": m.floor ? ms(m.floor.p99) : "n/a",
+      "ours / floor": m.floor ? (m.ours.p99 / m.floor.p99).toFixed(2) : "n/a",
+      target: target ? `< ${target.p99Ms} ms` : "none set",
+      met: target ? met(m.ours.p99 < target.p99Ms) : "",
+    },
+  ];
+}
+
+/**
+ * The embedded database (no DATABASE_URL: the app runs its own Postgres in DATA_DIR). Its floor
+ * is the same one-INSERT server against that same embedded server, measured while the app runs,
+ * once the embedded database is a Postgres server a second client can reach (the app announces
+ * its address); until then the mode reports ours alone.
+ */
+async function embeddedMode(): Promise<ModeFigures> {
+  const dataDir = mkdtempSync(join(tmpdir(), "wr-bench-embedded-"));
+  try {
+    const app = await startChild(fileURLToPath(import.meta.url), ["--serve-embedded", dataDir]);
+    const databaseUrl = await askDatabaseUrl(app.child);
+    try {
+      const token = await ingestToken(app.url);
+      const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("embedded"));
+      const floorResult = databaseUrl ? await floor(databaseUrl) : undefined;
+      const rows = databaseUrl ? await countRows(databaseUrl) : { incidents: NaN, entries: NaN };
+      return { ours, floor: floorResult, rows, shape: "one process, embedded database" };
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    rmSync(dataDir, { recursive: true, force: true });
+  }
+}
+
+function askDatabaseUrl(child: ChildProcess): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const on = (m: { databaseUrl?: string | null }) => {
+      if (m.databaseUrl === undefined) return;
+      child.off("message", on);
+      resolve(m.databaseUrl ?? undefined);
+    };
+    child.on("message", on);
+    child.send("database-url");
+  });
 }
 
 export async function benchIntake(): Promise<void> {
+  // `embedded` is left out by default until the embedded database is a Postgres server (see embeddedMode).
   const modes = (process.env.INTAKE_BENCH_MODES ?? "one,cluster").split(",");
-  const rows = [];
-  const details = [];
-  const verdicts: string[] = [];
-  if (modes.includes("one")) {
-    const one = await onePerProcessMode();
-    rows.push(row("one process", one.ours, one.floor));
-    details.push({ mode: "one process", statuses: JSON.stringify(one.ours.statuses), "client failures": one.ours.failures, incidents: one.rows.incidents, "timeline entries": one.rows.entries });
-    verdicts.push(`one process: ${one.ours.perSecond}/s (target ${TARGETS.onePerSecond}), p99 ${ms(one.ours.p99)} (target < ${TARGETS.p99Ms} ms)`);
-  }
-  if (modes.includes("cluster")) {
-    const cluster = await clusterMode();
-    rows.push(row("separate processes over NATS", cluster.ours, cluster.floor));
-    details.push({ mode: cluster.shape, statuses: JSON.stringify(cluster.ours.statuses), "client failures": cluster.ours.failures, incidents: cluster.rows.incidents, "timeline entries": cluster.rows.entries });
-    verdicts.push(`separate processes: ${cluster.ours.perSecond}/s (target ${TARGETS.clusterPerSecond}), p99 ${ms(cluster.ours.p99)} (target < ${TARGETS.p99Ms} ms)`);
-  }
-  printTable(`POST /triggers at ${CONNECTIONS} keep-alive connections, ${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up; mix 40 % new, 35 % repeat, 15 % redelivery, 10 % recovery`, rows);
+  const table: Record<string, string | number>[] = [];
+  const details: Record<string, string | number>[] = [];
+  const run = async (name: keyof typeof TARGETS, label: string, measure: () => Promise<ModeFigures>) => {
+    if (!modes.includes(name)) return;
+    const m = await measure();
+    table.push(...figures(label, m, TARGETS[name]));
+    details.push({ mode: m.shape, statuses: JSON.stringify(m.ours.statuses), "client failures": m.ours.failures, incidents: m.rows.incidents, "timeline entries": m.rows.entries });
+  };
+  await run("one", "one process", async () => ({ ...(await onePerProcessMode()), shape: "one process" }));
+  await run("cluster", "separate processes over NATS", clusterMode);
+  await run("embedded", "one process, embedded database", embeddedMode);
+  printTable(
+    `POST /triggers at ${CONNECTIONS} keep-alive connections, ${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up; mix 40 % new, 35 % repeat, 15 % redelivery, 10 % recovery; floor: one INSERT per request on the same server, same run`,
+    table,
+  );
   printTable("Answers and rows written", details);
-  console.log(`\n${verdicts.join("\n")}`);
+  const tracingRounds = Number(process.env.INTAKE_BENCH_TRACING ?? 0);
+  if (tracingRounds > 0) await tracingComparison(tracingRounds);
 }
 
-if (process.argv[2] === "--serve" || process.argv[2] === "--floor") {
+if (process.argv[2] === "--serve" || process.argv[2] === "--floor" || process.argv[2] === "--serve-embedded") {
   await serveChild();
 } else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   await benchIntake();

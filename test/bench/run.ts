@@ -7,10 +7,12 @@ const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
   intake: async () => (await import("./intake.js")).benchIntake(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
+  // Not part of the default run: a CPU profile and wait breakdown of the delivery path.
+  profile: async () => (await import("./profile.js")).benchProfile(),
 };
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));
-const names = wanted.length ? wanted : Object.keys(benches);
+const names = wanted.length ? wanted : Object.keys(benches).filter((name) => name !== "profile");
 for (const name of names) {
   const bench = benches[name];
   if (!bench) {

@@ -207,6 +207,7 @@ function generatorData(dir: string, generator: Obj): Record<string, string> {
     const eq = literal.indexOf("=");
     data[literal.slice(0, eq)] = literal.slice(eq + 1);
   }
+  for (const file of (generator.files ?? []) as string[]) data[file.split("/").pop()!] = readFileSync(join(dir, file), "utf8");
   for (const file of (generator.envs ?? []) as string[]) {
     for (const line of readFileSync(join(dir, file), "utf8").split("\n")) {
       if (line.trim() === "" || line.trimStart().startsWith("#")) continue;
@@ -470,6 +471,11 @@ describe("deploy/ files", () => {
         listed.add(path);
       }
       for (const generator of [...((k.configMapGenerator ?? []) as Obj[]), ...((k.secretGenerator ?? []) as Obj[])]) {
+        // A file a generator packs whole (alert rules, a dashboard) is listed by its kustomization.
+        for (const file of (generator.files ?? []) as string[]) {
+          expect(existsSync(join(dir, file)), `${relative(root, dir)} packs ${file}`).toBe(true);
+          listed.add(join(dir, file));
+        }
         for (const file of (generator.envs ?? []) as string[]) {
           // Credentials are never committed: an example with placeholders stands beside the file.
           expect(existsSync(join(dir, `${file}.example`)), `${relative(root, join(dir, file))}.example`).toBe(true);
@@ -478,6 +484,8 @@ describe("deploy/ files", () => {
     };
     for (const overlay of overlays) visit(join(deployDir, "overlays", overlay));
     visit(join(deployDir, "base"));
+    // The service's own alert rules and dashboard, applied to the monitoring stack on their own.
+    visit(join(deployDir, "observability"));
 
     const yamlFiles: string[] = [];
     const walk = (d: string) => {

@@ -17,7 +17,10 @@ describe("metrics", () => {
   it("serves Prometheus metrics: requests, deliveries, RPC latency and outbox lag", async () => {
     const owner = await app.ownerToken();
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
-    expect((await app.call("POST", "/triggers", { token: ingest, body: { ...datadog, alert_id: "metrics-1" } })).status).toBe(201);
+    const opened = await app.call("POST", "/triggers", { token: ingest, body: { ...datadog, alert_id: "metrics-1" } });
+    expect(opened.status).toBe(201);
+    // No OTEL_* variable: tracing is off, and nothing names a trace.
+    expect(opened.headers.get("traceparent")).toBeNull();
     expect((await app.call("POST", "/triggers", { token: ingest, body: { nothing: "recognizable" } })).status).toBe(422);
     // Metrics are on METRICS_PORT, never on the public port.
     expect((await fetch(`${app.url}/metrics`)).status).toBe(404);
@@ -32,6 +35,16 @@ describe("metrics", () => {
     expect(text).toMatch(/warroom_rpc_duration_seconds_count\{method="warroom.incidents.v1.IncidentsService\/Record",transport="in-memory",code="ok"\} 1/);
     expect(text).toMatch(/warroom_outbox_lag_seconds\{service="incidents"\} [0-9.e-]+/);
     expect(text).toMatch(/warroom_http_request_duration_seconds_bucket/);
+    // The pool, read at each scrape; the heartbeat sweeper ran once at start.
+    expect(text).toMatch(/^warroom_db_pool_connections\{state="max"\} 10$/m);
+    expect(text).toMatch(/^warroom_db_pool_waiting_queries 0$/m);
+    expect(text).toMatch(/^warroom_heartbeat_sweep_interval_seconds 300$/m);
+    expect(text).toMatch(/^warroom_heartbeat_sweeps_total\{result="ok"\} [1-9]/m);
+    const lastSweep = Number(/^warroom_heartbeat_sweep_last_success_timestamp_seconds (\S+)$/m.exec(text)?.[1]);
+    expect(Math.abs(lastSweep - Date.now() / 1000)).toBeLessThan(120);
+    expect(text).toMatch(/^warroom_heartbeat_sweep_duration_seconds_count [1-9]/m);
+    // One-process mode has no NATS connection to report.
+    expect(text).not.toMatch(/^warroom_nats_connected /m);
   });
 });
 

@@ -27,7 +27,8 @@ function asPostgresUser(command: string, args: string[]): [string, string[]] {
   return process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", command, ...args]] : [command, args];
 }
 
-export async function startPrivatePostgres(): Promise<PrivatePostgres> {
+/** `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. */
+export async function startPrivatePostgres(options: { settings?: Record<string, string> } = {}): Promise<PrivatePostgres> {
   const bin = binDir();
   const dir = mkdtempSync(join(tmpdir(), "wr-pg-"));
   chmodSync(dir, 0o777);
@@ -44,6 +45,7 @@ export async function startPrivatePostgres(): Promise<PrivatePostgres> {
       // fsync off is safe here: the tests stop the server, never the machine. Commits stay
       // synchronous, so an acknowledged commit survives an immediate stop.
       "-c", "fsync=off", "-c", "max_connections=200",
+      ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
     ]);
     child = spawn(cmd, args, { stdio: "ignore" });
     const deadline = Date.now() + 30_000;

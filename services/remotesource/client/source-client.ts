@@ -7,6 +7,7 @@ import { decodeProtocolJson, encodeProtocolJson, fromProtocolJson, ProtocolJsonE
 import { grpcPath, routeOf, type ProtocolCall, type ProtocolRoute, type ReadCall } from "../protocol/protocol-routes.js";
 import { entriesProblem, seriesProblem } from "../protocol/shaped-data.js";
 import { GrpcTransportError, grpcUnary } from "./grpc-unary.js";
+import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../../runtime/tracing.js";
 
 /**
  * The service's side of the remote source protocol: calls a source over HTTP-JSON or gRPC as its
@@ -138,7 +139,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
 
   async function callHttp(route: ProtocolRoute, request: unknown, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
     const creds = credentialsFor(present);
-    const headers: Record<string, string> = { accept: "application/json" };
+    const headers: Record<string, string> = injectHeaders({ accept: "application/json" });
     if (creds.authorization) headers.authorization = creds.authorization;
     let body: string | undefined;
     if (route.httpMethod === "POST") {
@@ -187,7 +188,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
       return { ok: false, failure: egressFailure(err, timeoutMs) };
     }
     const extraCas = [options.ca, connection.credentials.caPem].filter((ca): ca is string | Buffer => ca !== undefined).map(String);
-    const metadata: Record<string, string> = {};
+    const metadata: Record<string, string> = injectHeaders();
     if (creds.authorization) metadata.authorization = creds.authorization;
     let answer;
     try {
@@ -240,7 +241,18 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const timeoutMs = Math.max(1, callOptions.budgetMs ?? budget);
     const present = callOptions.present ?? "connection";
     const message = request ?? create(route.method.input);
-    return connection.transport === "grpc" ? callGrpc(route, message, present, timeoutMs) : callHttp(route, message, present, timeoutMs);
+    if (!tracingEnabled()) return connection.transport === "grpc" ? callGrpc(route, message, present, timeoutMs) : callHttp(route, message, present, timeoutMs);
+    // One span per call, its context sent as traceparent; the source's address and credentials stay out of it.
+    return inSpan(
+      `remote-source ${route.method.name}`,
+      { kind: SpanKind.CLIENT, attributes: { "rpc.method": route.method.name, "warroom.transport": connection.transport === "grpc" ? "grpc" : "http" } },
+      async (span) => {
+        const outcome = connection.transport === "grpc" ? await callGrpc(route, message, present, timeoutMs) : await callHttp(route, message, present, timeoutMs);
+        span?.setAttribute("warroom.result", outcome.ok ? "ok" : outcome.failure.kind);
+        if (!outcome.ok) span?.setStatus({ code: SpanStatusCode.ERROR });
+        return outcome;
+      },
+    );
   }
 
   async function read(name: ReadCall, request: JsonObject, readOptions: { budgetMs?: number } = {}): Promise<ReadOutcome> {

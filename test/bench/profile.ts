@@ -1,0 +1,508 @@
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { monitorEventLoopDelay } from "node:perf_hooks";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import postgres from "postgres";
+import { startCluster } from "../../services/cluster.js";
+import { OWNER } from "../support/app.js";
+import { startPrivateNats } from "../support/nats-server.js";
+import { startPrivatePostgres } from "../support/postgres-server.js";
+import { startChild, stopChild } from "./child-process.js";
+import { deliveryMix, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
+import { printTable } from "./stats.js";
+
+/**
+ * `npm run bench -- profile`: where one delivery's time goes, in both modes, on a private
+ * Postgres server with `pg_stat_statements` loaded (the shared server may lack it):
+ *
+ *  - Postgres time per statement (`pg_stat_statements`, reset when the measured window opens),
+ *  - the internal RPCs as their callers see them (`warroom_rpc_duration_seconds` of each process),
+ *  - pool wait (one-process mode): a `select 1` through the app's delivery pool every 20 ms,
+ *    beside the same statement on a connection of its own; the difference is time queued for a
+ *    connection,
+ *  - event-loop lag of every process (`monitorEventLoopDelay`, read over the window),
+ *  - CPU of the service processes and of Postgres over the window (`/proc`), and a CPU profile
+ *    (`--cpu-prof`) of every service process summarized by package and by function.
+ *
+ * The load is the intake benchmark's (50 connections, the realistic mix).
+ */
+
+const PROBE_EVERY_MS = 20;
+
+interface ChildStats {
+  loopP50: number;
+  loopP99: number;
+  loopMax: number;
+  poolProbeMs: number;
+  directProbeMs: number;
+}
+
+/** `--profile-serve <databaseUrl>`: the app, plus the pool-wait probe and the event-loop monitor. */
+async function serveProfiledChild(databaseUrl: string): Promise<void> {
+  const running = await startBenchApp(databaseUrl);
+  const direct = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+  const loop = monitorEventLoopDelay({ resolution: 10 });
+  let pool: number[] = [];
+  let own: number[] = [];
+  let probing = false;
+  const probe = async () => {
+    while (probing) {
+      const t0 = performance.now();
+      await running.database.sql`select 1`;
+      const t1 = performance.now();
+      await direct`select 1`;
+      const t2 = performance.now();
+      pool.push(t1 - t0);
+      own.push(t2 - t1);
+      await new Promise((r) => setTimeout(r, PROBE_EVERY_MS));
+    }
+  };
+  let probing_: Promise<void> | undefined;
+  process.on("message", async (message: string) => {
+    if (message === "window-start") {
+      loop.enable();
+      loop.reset();
+      pool = [];
+      own = [];
+      probing = true;
+      probing_ = probe();
+      process.send!({ ack: "window-start" });
+    } else if (message === "window-end") {
+      probing = false;
+      await probing_;
+      loop.disable();
+      const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / (xs.length || 1);
+      const stats: ChildStats = {
+        loopP50: loop.percentile(50) / 1e6,
+        loopP99: loop.percentile(99) / 1e6,
+        loopMax: loop.max / 1e6,
+        poolProbeMs: mean(pool),
+        directProbeMs: mean(own),
+      };
+      process.send!({ stats });
+    } else if (message === "stop") {
+      await direct.end();
+      await running.stop();
+      process.exit(0);
+    }
+  });
+  process.send!({ url: running.url });
+}
+
+// --- measurements read from outside -------------------------------------------------------------
+
+/** CPU seconds (user + system) of a process so far, from /proc. */
+function cpuSeconds(pid: number): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / 100;
+  } catch {
+    return 0;
+  }
+}
+
+/** Every process of the Postgres server (backends and background workers). */
+async function postgresPids(admin: postgres.Sql): Promise<number[]> {
+  const rows = await admin<{ pid: number }[]>`select pid from pg_stat_activity`;
+  return rows.map((r) => r.pid);
+}
+
+interface RpcTimes {
+  [method: string]: { sum: number; count: number };
+}
+
+/**
+ * One scrape of a process's metrics: its RPC times so far, and its event-loop delay percentiles
+ * since the previous scrape (prom-client resets its monitorEventLoopDelay histogram on each).
+ */
+async function scrape(url: string): Promise<{ rpc: RpcTimes; loop: string }> {
+  const text = await fetch(`${url}/metrics`).then((r) => r.text());
+  return { rpc: rpcTimesOf(text), loop: loopLagOf(text) };
+}
+
+function loopLagOf(text: string): string {
+  const read = (name: string) => Number(new RegExp(`^${name} ([\\d.e+-]+)$`, "m").exec(text)?.[1] ?? NaN) * 1000;
+  return `${read("nodejs_eventloop_lag_p50_seconds").toFixed(1)} / ${read("nodejs_eventloop_lag_p99_seconds").toFixed(1)} / ${read("nodejs_eventloop_lag_max_seconds").toFixed(1)} ms`;
+}
+
+async function rpcTimes(url: string): Promise<RpcTimes> {
+  return (await scrape(url)).rpc;
+}
+
+function rpcTimesOf(text: string): RpcTimes {
+  const out: RpcTimes = {};
+  for (const line of text.split("\n")) {
+    const m = /^warroom_rpc_duration_seconds_(sum|count)\{method="([^"]+)",transport="[^"]+",code="ok"\} ([\d.e+-]+)$/.exec(line);
+    if (!m) continue;
+    const entry = (out[m[2]!] ??= { sum: 0, count: 0 });
+    entry[m[1] as "sum" | "count"] += Number(m[3]);
+  }
+  return out;
+}
+
+function rpcDelta(before: RpcTimes, after: RpcTimes): { method: string; calls: number; meanMs: number }[] {
+  return Object.entries(after)
+    .map(([method, a]) => {
+      const b = before[method] ?? { sum: 0, count: 0 };
+      const calls = a.count - b.count;
+      return { method, calls, meanMs: calls ? ((a.sum - b.sum) / calls) * 1000 : 0 };
+    })
+    .filter((r) => r.calls > 0);
+}
+
+interface StatementRow {
+  query: string;
+  calls: number;
+  total: number;
+  mean: number;
+}
+
+async function statements(admin: postgres.Sql, database: string): Promise<StatementRow[]> {
+  return admin<StatementRow[]>`
+    select s.query, s.calls::int as calls, s.total_exec_time as total, s.mean_exec_time as mean
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${database} and s.query not like '%pg_stat%'
+    order by s.total_exec_time desc limit 8`;
+}
+
+function perDelivery(rows: StatementRow[], deliveries: number) {
+  return rows.map((r) => ({
+    statement: r.query.replace(/\s+/g, " ").slice(0, 90),
+    calls: r.calls,
+    "per delivery": (r.calls / Math.max(1, deliveries)).toFixed(2),
+    "mean ms": r.mean.toFixed(3),
+    "ms per delivery": (r.total / Math.max(1, deliveries)).toFixed(3),
+  }));
+}
+
+/** Self time of a `--cpu-prof` profile by package and by function, as shares of busy samples. */
+function summarizeProfile(file: string, window: Window): { packages: Record<string, string>[]; functions: Record<string, string>[]; busy: number } {
+  const profile = JSON.parse(readFileSync(file, "utf8")) as {
+    nodes: { id: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
+    startTime: number;
+    samples: number[];
+    timeDeltas: number[];
+  };
+  const byId = new Map(profile.nodes.map((n) => [n.id, n.callFrame]));
+  const fnTime = new Map<string, number>();
+  const pkgTime = new Map<string, number>();
+  let busy = 0;
+  let total = 0;
+  // Sample times are the monotonic clock in microseconds, as process.hrtime reads it: only the
+  // measured window counts (start-up, module loading and warm-up are left out).
+  let at = profile.startTime;
+  profile.samples.forEach((id, i) => {
+    const dt = profile.timeDeltas[i] ?? 0;
+    at += dt;
+    if (at < window.start || at > window.end) return;
+    total += dt;
+    const frame = byId.get(id)!;
+    if (frame.functionName === "(idle)") return;
+    busy += dt;
+    const pkg = packageOf(frame.url, frame.functionName);
+    pkgTime.set(pkg, (pkgTime.get(pkg) ?? 0) + dt);
+    const fn = `${frame.functionName || "(anonymous)"} ${frame.url ? `${shortUrl(frame.url)}:${frame.lineNumber + 1}` : ""}`.trim();
+    fnTime.set(fn, (fnTime.get(fn) ?? 0) + dt);
+  });
+  const share = (t: number) => `${((t / busy) * 100).toFixed(1)} %`;
+  const top = (m: Map<string, number>, n: number) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
+  return {
+    busy: busy / Math.max(1, total),
+    packages: top(pkgTime, 10).map(([name, t]) => ({ package: name, "share of busy time": share(t) })),
+    functions: top(fnTime, 12).map(([name, t]) => ({ function: name.slice(0, 100), "self time": share(t) })),
+  };
+}
+
+function packageOf(url: string, functionName: string): string {
+  if (!url) return functionName.startsWith("(") ? functionName : "(native)";
+  const nm = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
+  if (nm) return nm[1]!;
+  if (url.startsWith("node:")) return `node:${url.slice(5).split("/")[1] ?? url.slice(5)}`;
+  const svc = /\/(services|gen)\/([^/]+)/.exec(url);
+  if (svc) return `${svc[1]}/${svc[2]}`;
+  return basename(url);
+}
+
+function shortUrl(url: string): string {
+  const nm = /node_modules\/(.*)$/.exec(url);
+  if (nm) return nm[1]!;
+  const svc = /\/((?:services|gen|test)\/.*)$/.exec(url);
+  return svc ? svc[1]! : url;
+}
+
+function profiles(dir: string): string[] {
+  return readdirSync(dir)
+    .filter((f) => f.endsWith(".cpuprofile"))
+    .map((f) => join(dir, f));
+}
+
+/** Times the floor's window: CPU of its server and of Postgres. */
+function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number }) {
+  return (pid: number) => {
+    let pgPids: number[] = [];
+    let before = { server: 0, postgres: 0 };
+    return {
+      async onStart() {
+        pgPids = await postgresPids(admin);
+        before = { server: cpuSeconds(pid), postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0) };
+      },
+      async onEnd() {
+        out.server = cpuSeconds(pid) - before.server;
+        out.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - before.postgres;
+      },
+    };
+  };
+}
+
+function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number) {
+  const per = (x: number) => (requests > 0 ? `${(x / requests).toFixed(3)} ms` : "n/a");
+  return { what, requests, "service CPU per request": per(serviceMs), "Postgres CPU per request": per(postgresMs), "total CPU per request": per(serviceMs + postgresMs) };
+}
+
+// --- the two modes ----------------------------------------------------------------------------
+
+async function privateServer() {
+  const pg = await startPrivatePostgres({ settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "top" } });
+  const admin = postgres(pg.url, { max: 2, onnotice: () => {} });
+  await admin`create extension if not exists pg_stat_statements`;
+  return { pg, admin };
+}
+
+async function freshOn(admin: postgres.Sql, baseUrl: string, name: string): Promise<string> {
+  await admin.unsafe(`create database ${name}`);
+  const url = new URL(baseUrl);
+  url.pathname = `/${name}`;
+  return url.toString();
+}
+
+/** The measured window on the monotonic clock, in microseconds. */
+interface Window {
+  start: number;
+  end: number;
+}
+
+const monotonicMicros = () => Number(process.hrtime.bigint() / 1000n);
+
+function printProfiles(dir: string, label: string, window: Window, names = new Map<number, string>()): void {
+  // One file per thread; the module loader's worker thread is left out (the busiest is the main one).
+  const byPid = new Map<string, { file: string; summary: ReturnType<typeof summarizeProfile> }>();
+  for (const file of profiles(dir)) {
+    const pid = /CPU\.\d+\.\d+\.(\d+)/.exec(basename(file))?.[1] ?? file;
+    const summary = summarizeProfile(file, window);
+    const seen = byPid.get(pid);
+    if (!seen || seen.summary.busy < summary.busy) byPid.set(pid, { file, summary });
+  }
+  for (const { file, summary } of byPid.values()) {
+    const pid = /CPU\.\d+\.\d+\.(\d+)/.exec(basename(file))?.[1] ?? basename(file);
+    const name = names.get(Number(pid)) ?? `pid ${pid}`;
+    printTable(`${label}: CPU profile of ${name} over the window (busy ${(summary.busy * 100).toFixed(0)} % of its samples), self time by package`, summary.packages);
+    printTable(`${label}: ${name}, top functions by self time`, summary.functions);
+  }
+}
+
+async function profileOneProcess(): Promise<void> {
+  const { pg, admin } = await privateServer();
+  const profDir = mkdtempSync(join(tmpdir(), "wr-prof-"));
+  try {
+    const url = await freshOn(admin, pg.url, "bench_one");
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: ["--cpu-prof", "--cpu-prof-dir", profDir] });
+    let stats: ChildStats | undefined;
+    let cpu = { app: 0, postgres: 0, seconds: 0 };
+    let before: RpcTimes = {};
+    let after: RpcTimes = {};
+    const ask = (message: string, key: "ack" | "stats") =>
+      new Promise<unknown>((resolve) => {
+        const on = (m: Record<string, unknown>) => {
+          if (!(key in m)) return;
+          app.child.off("message", on);
+          resolve(m[key]);
+        };
+        app.child.on("message", on);
+        app.child.send(message);
+      });
+    let result: LoadResult;
+    let started = 0;
+    let pgPids: number[] = [];
+    let pgRows: StatementRow[] = [];
+    const window: Window = { start: 0, end: 0 };
+    try {
+      const token = await ingestToken(app.url);
+      result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("profile"), {
+        async onStart() {
+          await admin`select pg_stat_statements_reset()`;
+          before = await rpcTimes(app.url);
+          pgPids = await postgresPids(admin);
+          cpu = { app: cpuSeconds(app.child.pid!), postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0), seconds: 0 };
+          started = performance.now();
+          window.start = monotonicMicros();
+          await ask("window-start", "ack");
+        },
+        async onEnd() {
+          window.end = monotonicMicros();
+          const seconds = (performance.now() - started) / 1000;
+          cpu = {
+            app: cpuSeconds(app.child.pid!) - cpu.app,
+            postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - cpu.postgres,
+            seconds,
+          };
+          stats = (await ask("window-end", "stats")) as ChildStats;
+          after = await rpcTimes(app.url);
+          pgRows = await statements(admin, "bench_one");
+        },
+      });
+    } finally {
+      await stopChild(app.child);
+    }
+    const records = rpcDelta(before, after).find((r) => r.method.endsWith("/Record"))?.calls ?? 0;
+    const floorCpu = { server: 0, postgres: 0 };
+    const floorResult = await floor(url, floorWatch(admin, floorCpu));
+    const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
+    const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+    printTable("one process: CPU per request (robust to a busy machine: the cost, not the wait)", [
+      cpuRow("POST /triggers", cpu.app * 1000, cpu.postgres * 1000, deliveries),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+    ]);
+    printTable("one process: throughput beside the floor (same server, same run)", [
+      { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
+      { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
+    ]);
+    printTable(
+      "one process: internal RPCs as the caller sees them (mean over the window)",
+      rpcDelta(before, after).map((r) => ({ method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) })),
+    );
+    printTable("one process: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
+    printTable("one process: waits and CPU over the window", [
+      { measure: "select 1 through the delivery pool (mean)", value: `${stats!.poolProbeMs.toFixed(2)} ms` },
+      { measure: "select 1 on a connection of its own (mean)", value: `${stats!.directProbeMs.toFixed(2)} ms` },
+      { measure: "pool wait (difference)", value: `${Math.max(0, stats!.poolProbeMs - stats!.directProbeMs).toFixed(2)} ms` },
+      { measure: "event-loop delay p50 / p99 / max", value: `${stats!.loopP50.toFixed(1)} / ${stats!.loopP99.toFixed(1)} / ${stats!.loopMax.toFixed(1)} ms` },
+      { measure: "CPU of the service process", value: `${((cpu.app / cpu.seconds) * 100).toFixed(0)} % of a core` },
+      { measure: "CPU of Postgres (all its processes)", value: `${((cpu.postgres / cpu.seconds) * 100).toFixed(0)} % of a core` },
+    ]);
+    printProfiles(profDir, "one process", window, new Map([[app.child.pid!, "the app"]]));
+  } finally {
+    rmSync(profDir, { recursive: true, force: true });
+    await admin.end();
+    await pg.cleanup();
+  }
+}
+
+async function profileCluster(): Promise<void> {
+  const { pg, admin } = await privateServer();
+  const nats = await startPrivateNats();
+  const profDir = mkdtempSync(join(tmpdir(), "wr-prof-"));
+  try {
+    const url = await freshOn(admin, pg.url, "bench_cluster");
+    const cluster = await startCluster({
+      env: {
+        ...process.env,
+        DATABASE_URL: url,
+        NATS_URL: nats.url,
+        HOST: "127.0.0.1",
+        LOG_LEVEL: "warn",
+        BOOTSTRAP_ORG_SLUG: OWNER.org,
+        BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+        BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+        HEARTBEAT_SWEEP_SECONDS: "86400",
+        SHUTDOWN_GRACE_SECONDS: "1",
+        DATABASE_POOL_SIZE: process.env.INTAKE_BENCH_POOL_SIZE ?? "6",
+      },
+      nodeOptions: ["--cpu-prof", `--cpu-prof-dir=${profDir}`],
+      port: 0,
+      gateways: 1,
+      intakes: 1,
+    });
+    const watched = cluster.processes.filter((p) => ["gateway", "intake", "incidents"].includes(p.name));
+    const before: Record<string, RpcTimes> = {};
+    const after: Record<string, RpcTimes> = {};
+    const cpuBefore: Record<string, number> = {};
+    const cpu: Record<string, number> = {};
+    const lag: Record<string, string> = {};
+    let pgPids: number[] = [];
+    let pgRows: StatementRow[] = [];
+    let started = 0;
+    let seconds = 0;
+    const window: Window = { start: 0, end: 0 };
+    let result: LoadResult;
+    const pidNames = new Map<number, string>();
+    try {
+      const token = await ingestToken(cluster.gatewayUrls[0]!);
+      result = await load(cluster.gatewayUrls, "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("profile-cluster"), {
+        async onStart() {
+          await admin`select pg_stat_statements_reset()`;
+          pgPids = await postgresPids(admin);
+          for (const p of watched) {
+            before[p.name] = await rpcTimes(`http://127.0.0.1:${p.metricsPort}`);
+            cpuBefore[p.name] = cpuSeconds(p.child.pid!);
+            pidNames.set(p.child.pid!, p.name);
+          }
+          cpuBefore.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0);
+          started = performance.now();
+          window.start = monotonicMicros();
+        },
+        async onEnd() {
+          window.end = monotonicMicros();
+          seconds = (performance.now() - started) / 1000;
+          for (const p of watched) {
+            cpu[p.name] = cpuSeconds(p.child.pid!) - cpuBefore[p.name]!;
+            const scraped = await scrape(`http://127.0.0.1:${p.metricsPort}`);
+            after[p.name] = scraped.rpc;
+            lag[p.name] = scraped.loop;
+          }
+          cpu.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - cpuBefore.postgres!;
+          pgRows = await statements(admin, "bench_cluster");
+        },
+      });
+    } finally {
+      await cluster.stop();
+    }
+    const records = rpcDelta(before.intake ?? {}, after.intake ?? {}).find((r) => r.method.endsWith("/Record"))?.calls ?? 0;
+    const floorCpu = { server: 0, postgres: 0 };
+    const floorResult = await floor(url, floorWatch(admin, floorCpu));
+    const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
+    const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+    const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0);
+    printTable("separate processes: CPU per request (robust to a busy machine: the cost, not the wait)", [
+      cpuRow("POST /triggers (gateway + intake + incidents)", servicesCpu * 1000, (cpu.postgres ?? 0) * 1000, deliveries),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+    ]);
+    printTable("separate processes: throughput beside the floor (same server, same run)", [
+      { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
+      { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
+    ]);
+    printTable(
+      "separate processes: internal RPCs as each caller sees them (mean over the window)",
+      watched.flatMap((p) => rpcDelta(before[p.name] ?? {}, after[p.name] ?? {}).map((r) => ({ caller: p.name, method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) }))),
+    );
+    printTable("separate processes: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
+    printTable(
+      "separate processes: CPU and event-loop delay (p50 / p99 / max) over the window",
+      Object.entries(cpu).map(([name, s]) => ({ process: name, cpu: `${((s / seconds) * 100).toFixed(0)} % of a core`, "event-loop delay": lag[name] ?? "" })),
+    );
+    for (const file of profiles(profDir)) {
+      const pid = Number(/CPU\.\d+\.\d+\.(\d+)/.exec(basename(file))?.[1]);
+      if (!pidNames.has(pid)) rmSync(file);
+    }
+    printProfiles(profDir, "separate processes", window, pidNames);
+  } finally {
+    rmSync(profDir, { recursive: true, force: true });
+    await nats.cleanup();
+    await admin.end();
+    await pg.cleanup();
+  }
+}
+
+export async function benchProfile(): Promise<void> {
+  const modes = (process.env.INTAKE_BENCH_MODES ?? "one,cluster").split(",");
+  if (modes.includes("one")) await profileOneProcess();
+  if (modes.includes("cluster")) await profileCluster();
+}
+
+if (process.argv[2] === "--profile-serve") {
+  await serveProfiledChild(process.argv[3]!);
+} else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
+  await benchProfile();
+  process.exit(0);
+}
