@@ -42,6 +42,9 @@ export function natsConnectionOptions(settings: NatsSettings, name: string): Con
     name,
     maxReconnectAttempts: -1,
     reconnectTimeWait: 500,
+    // No stack trace captured in advance for every request and JetStream publish (two Error
+    // objects each): errors keep their types and messages, only the caller's async stack goes.
+    noAsyncTraces: true,
     inboxPrefix: inboxPrefix(settings.NATS_SUBJECT_PREFIX, name),
   };
   if (settings.NATS_USER) options.authenticator = usernamePasswordAuthenticator(settings.NATS_USER, settings.NATS_PASSWORD);
