@@ -1,4 +1,5 @@
 import { create } from "@bufbuild/protobuf";
+import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
 import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
@@ -123,11 +124,16 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
 
     async listMessages(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const limit = pageLimit(req.limit, 1000, 1000);
+      const after = req.cursor ? decodeCursor("c", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
       const rows = await sql.unsafe<MessageRow[]>(
-        `select ${COLUMNS} from comms.messages where org_id = $1 and incident_id = $2 order by drafted_at, id`,
-        [principal.orgId, req.incidentId],
+        `select ${COLUMNS} from comms.messages where org_id = $1 and incident_id = $2
+           and ($3::uuid is null or (drafted_at, id) > (select drafted_at, id from comms.messages where org_id = $1 and id = $3::uuid))
+         order by drafted_at, id limit $4`,
+        [principal.orgId, req.incidentId, after ?? null, limit + 1],
       );
-      return { messages: rows.map(toMessage) };
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("c", last.id));
+      return { messages: page.map(toMessage), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async approveMessage(req, context: HandlerContext) {

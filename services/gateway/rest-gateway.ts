@@ -24,6 +24,9 @@ const FORWARDED_HEADERS = [
   "x-service-chat-secret",
   "x-amz-sns-message-type",
   "user-agent",
+  // Retry recognition (intake): a sender's own key, and the error-tracker's request id.
+  "idempotency-key",
+  "request-id",
 ];
 
 const CALL_TIMEOUT_MS = 15_000;

@@ -1,5 +1,6 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
@@ -104,9 +105,15 @@ export function createRegistryHandlers(deps: {
 
     async listHeartbeats(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      // Paged by name, 1000 by default: an organization with a very large number of heartbeats
+      // gets them a page at a time rather than as one reply over the internal message limit.
+      const limit = pageLimit(req.limit, 1000, 10_000);
+      const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
       const rows = await sql<HeartbeatRow[]>`
-        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} order by name`;
-      return { heartbeats: rows.map(toHeartbeat) };
+        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} ${after === undefined ? sql`` : sql`and name > ${after}`}
+        order by name limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
+      return { heartbeats: page.map(toHeartbeat), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async getHeartbeat(req, context: HandlerContext) {

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
 import { create, fromBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
@@ -192,12 +193,19 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       });
     },
 
-    async listMembers(req: { org: string }, context: HandlerContext) {
+    async listMembers(req: { org: string; limit: number; cursor: string }, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const limit = pageLimit(req.limit, 1000, 1000);
+      const after = req.cursor ? decodeCursor("m", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
+      const afterClause =
+        after === undefined
+          ? sql``
+          : sql`and (m.created_at, m.user_id) > (select created_at, user_id from identity.memberships where org_id = ${principal.orgId} and user_id = ${after})`;
       const rows = await sql<{ id: string; email: string; role: string }[]>`
         select u.id, u.email, m.role from identity.memberships m join identity.users u on u.id = m.user_id
-        where m.org_id = ${principal.orgId} order by m.created_at`;
-      return { members: rows.map((r) => ({ id: r.id, email: r.email, role: r.role })) };
+        where m.org_id = ${principal.orgId} ${afterClause} order by m.created_at, m.user_id limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("m", last.id));
+      return { members: page.map((r) => ({ id: r.id, email: r.email, role: r.role })), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async createApiKey(req: { org: string; name: string }, context: HandlerContext) {
@@ -244,13 +252,17 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       return { secret: await issueOrgCredential(context, req.org, CREDENTIAL_KINDS.alertrouter, ADMINS, AUDIT.alertRouterSecretIssued) };
     },
 
-    async listAuditEvents(req: { org: string; limit: number }, context: HandlerContext) {
+    async listAuditEvents(req: { org: string; limit: number; cursor: string }, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const limit = Math.min(Math.max(req.limit || 100, 1), 1000);
-      const rows = await sql<{ kind: string; actor: string; at: Date; data: JsonObject }[]>`
-        select kind, actor, at, data from identity.audit_events where org_id = ${principal.orgId}
-        order by at desc, id desc limit ${limit}`;
-      return { events: rows.map((r) => ({ kind: r.kind, actor: r.actor, at: timestampFromDate(r.at), data: r.data })) };
+      const after = req.cursor ? decodeCursor("a", req.cursor, (v) => /^\d{1,19}$/.test(v)) : undefined;
+      const afterClause =
+        after === undefined ? sql`` : sql`and (at, id) < (select at, id from identity.audit_events where org_id = ${principal.orgId} and id = ${after}::bigint)`;
+      const rows = await sql<{ id: string; kind: string; actor: string; at: Date; data: JsonObject }[]>`
+        select id, kind, actor, at, data from identity.audit_events where org_id = ${principal.orgId} ${afterClause}
+        order by at desc, id desc limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("a", String(last.id)));
+      return { events: page.map((r) => ({ kind: r.kind, actor: r.actor, at: timestampFromDate(r.at), data: r.data })), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async resolveIngestToken(req: { token: string }, context: HandlerContext) {

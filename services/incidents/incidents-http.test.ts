@@ -117,7 +117,7 @@ describe("GET /o/{org}/incidents/{id}", () => {
     expect(res.status).toBe(200);
     const body = res.body;
     expect(Object.keys(body).sort()).toEqual(
-      ["archivedAt", "entity", "id", "openedAt", "resolvedAt", "runbookUrl", "severity", "source", "state", "timeline", "title", "workspaceUrl"].sort(),
+      ["archivedAt", "entity", "id", "openedAt", "resolvedAt", "runbookUrl", "severity", "source", "state", "timeline", "timelineNextCursor", "title", "workspaceUrl"].sort(),
     );
     expect(body).toMatchObject({
       id: incident.id,
@@ -154,7 +154,8 @@ describe("GET /o/{org}/incidents", () => {
 
     const all = await app.call("GET", path(), { token: memberToken });
     expect(all.status).toBe(200);
-    expect(Object.keys(all.body)).toEqual(["incidents"]);
+    expect(Object.keys(all.body)).toEqual(["incidents", "nextCursor"]);
+    expect(all.body.nextCursor).toBeNull();
     const ids = all.body.incidents.map((i: { id: string }) => i.id);
     expect(ids.indexOf(c.id)).toBeLessThan(ids.indexOf(b.id));
     expect(ids.indexOf(b.id)).toBeLessThan(ids.indexOf(a.id));

@@ -111,10 +111,19 @@ describe.each([
 ])("Record over the $mode", ({ nats }) => {
   let h: Harness;
   const record = (a: Alert) => h.client.record({ orgId: h.orgId, orgSlug: OWNER.org, alert: a });
+  /** The whole timeline: the incident's first page, then every further page from its cursor. */
   const timelineOf = async (id: string) => {
     const res = await h.app.call("GET", `/o/${OWNER.org}/incidents/${id}`, { token: h.token });
     expect(res.status).toBe(200);
-    return res.body.timeline as { kind: string; eventId: string | null; summary: string | null }[];
+    const entries = [...res.body.timeline] as { kind: string; eventId: string | null; summary: string | null }[];
+    let cursor: string | null = res.body.timelineNextCursor;
+    while (cursor) {
+      const page = await h.app.call("GET", `/o/${OWNER.org}/incidents/${id}/timeline?cursor=${encodeURIComponent(cursor)}`, { token: h.token });
+      expect(page.status).toBe(200);
+      entries.push(...page.body.entries);
+      cursor = page.body.nextCursor;
+    }
+    return entries;
   };
 
   beforeAll(async () => {

@@ -8,6 +8,7 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
+import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, SUBJECTS, type AlertKind } from "./vocabulary.js";
@@ -103,6 +104,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
    */
   async function writeInOneStatement(d: Delivery, events: EventPrefixes): Promise<Written> {
     const entityMatch = d.entity ? sql.json([{ kind: d.entity.kind, id: d.entity.id }]) : null;
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     const kind = ENTRY_KIND_OF_DELIVERY[d.kind];
     const data = d.data ? sql.json(d.data as never) : null;
     const traceContext = currentTraceparent();
@@ -198,6 +201,8 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
   }
 
   async function suppress(d: Delivery, windowId: string, at: Date): Promise<RecordResponseInit> {
+    // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
+    throwIfCallerGaveUp();
     // Nothing opens, but an operator can still see what the window swallowed: the audit log.
     const data: JsonObject = {
       maintenanceWindowId: windowId,

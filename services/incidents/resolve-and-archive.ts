@@ -7,8 +7,8 @@ import type { Sql } from "../runtime/database.js";
 import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, isUuid } from "./incident-shape.js";
-import { loadIncident } from "./list-and-get.js";
+import { isUuid } from "./incident-shape.js";
+import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 
 type Target = "resolved" | "archived";
@@ -73,8 +73,7 @@ export function createResolveAndArchiveHandlers(deps: {
         break;
       }
     }
-    const { row, timeline } = await loadIncident(sql, principal.orgId, req.id);
-    return incidentShape(config, principal.orgSlug, row, timeline);
+    return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
   }
 
   return {

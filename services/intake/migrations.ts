@@ -17,6 +17,25 @@ export const migrations: Migration[] = [
   outboxMigration("intake", 2),
   {
     id: 3,
+    name: "retry keys of deliveries",
+    sql: `
+      -- One row per delivery retry key of an organization (retry-recognition.ts): claimed by the
+      -- first delivery, answered once its work is done, held for a day.
+      create table intake.retry_keys (
+        org_id uuid not null,
+        key text not null,
+        token uuid not null,
+        state text not null check (state in ('working', 'answered')),
+        answer jsonb,
+        claimed_until timestamptz not null,
+        created_at timestamptz not null default now(),
+        primary key (org_id, key)
+      );
+      create index retry_keys_created_at on intake.retry_keys (created_at);
+    `,
+  },
+  {
+    id: 4,
     name: "failed receiver authentications per client address",
     sql: `
       create table intake.receiver_failures (

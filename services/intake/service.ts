@@ -8,12 +8,15 @@ import { bearerToken } from "../runtime/auth.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
+import { detachedFromCancellation } from "../runtime/request-context.js";
 import { RateLimitedError, UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
 import { createReceiverFailures } from "./receiver-failures.js";
 import { migrations } from "./migrations.js";
 import { InvalidUtf8Error, parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
+import { createRetryRecognition } from "./retry-recognition.js";
 import { alertRouterSource, chatSource, PayloadError, recognizeTrigger, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
 
 /** The spec's limit on the chat receiver: authenticated calls per minute per organization. */
@@ -52,6 +55,8 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     }
   }
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
+  const retries = createRetryRecognition(sql, logger);
+  let forgetTimer: NodeJS.Timeout | undefined;
 
   function mapOrRefuse(source: TriggerSource, body: unknown): MappedDelivery {
     try {
@@ -65,9 +70,10 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
     try {
-      return await clients.incidents.record(
-        { orgId: org.id, orgSlug: org.slug, alert },
-        { signal: context.signal, headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
+      // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
+      // the sender's retry, which would otherwise do the work again.
+      return await detachedFromCancellation(() =>
+        clients.incidents.record({ orgId: org.id, orgSlug: org.slug, alert }, { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } }),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;
@@ -101,11 +107,38 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     outbox.poke();
   }
 
-  async function deliver(org: Organization, source: string, mapped: MappedDelivery, context: HandlerContext) {
-    const answered = await deliverMapped(org, mapped, context);
+  /**
+   * Delivers once per retry key: a sender's retry, at the same time or up to a day later, gets
+   * the first delivery's answer instead of opening or recording again.
+   */
+  async function deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext) {
+    const answered = await deliverOnce(org, route, body, mapped, context);
     deliveries.inc({ source, outcome: answered.outcome });
     annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
     return answered;
+  }
+
+  async function deliverOnce(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext) {
+    if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
+    const key = retryKeyOf(route, body, mapped, context.requestHeader);
+    if (!key) return deliverMapped(org, mapped, context);
+    return retries.once(org.id, key, async () => heldAnswer(await deliverMapped(org, mapped, context)), {
+      signal: context.signal,
+      stillValid: (held) => stillNamesOpenIncident(org, held),
+    });
+  }
+
+  /** A held answer naming an incident a person has since resolved or archived no longer stands. */
+  async function stillNamesOpenIncident(org: Organization, held: HeldAnswer): Promise<boolean> {
+    if (!held.incidentId) return true;
+    try {
+      const { state } = await clients.incidents.incidentState({ orgId: org.id, incidentId: held.incidentId });
+      return state === "open";
+    } catch (err) {
+      // Unsure: answering as before can never double an incident.
+      logger.warn({ err: String(err) }, "could not read an incident's state for a retried delivery");
+      return true;
+    }
   }
 
   async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext) {
@@ -135,14 +168,14 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);
       const mapped = mapOrRefuse(source, body);
       if (mapped.alert?.source === "remote") await requireConnection(org, mapped.alert, context);
-      return deliver(org, source.badge, mapped, context);
+      return deliver(org, "shared", source.badge, body, mapped, context);
     },
 
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
       const org = await resolveSecret("alertrouter", "alertrouter", "", context);
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
       if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
-      return deliver(org, alertRouterSource.badge, mapOrRefuse(alertRouterSource, body), context);
+      return deliver(org, "alertrouter", alertRouterSource.badge, body, mapOrRefuse(alertRouterSource, body), context);
     },
 
     async deliverChat(req: DeliverChatRequest, context: HandlerContext) {
@@ -158,7 +191,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
         return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
       }
       if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };
-      return deliver(org, chatSource.badge, mapOrRefuse(chatSource, body), context);
+      return deliver(org, "chat", chatSource.badge, body, mapOrRefuse(chatSource, body), context);
     },
   };
 
@@ -184,7 +217,48 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     register(router: ConnectRouter) {
       router.service(IntakeService, countRefusals(impl) as never);
     },
+    async start() {
+      const forget = () =>
+        retries.forgetExpired().then(
+          (count) => count > 0 && logger.debug({ count }, "forgot expired retry keys"),
+          (err: unknown) => logger.warn({ err }, "could not forget expired retry keys"),
+        );
+      forgetTimer = setInterval(forget, FORGET_EVERY_MS);
+      forgetTimer.unref();
+    },
+    async stop() {
+      clearInterval(forgetTimer);
+    },
   };
+}
+
+const FORGET_EVERY_MS = 10 * 60_000;
+
+/** The answer a retry gets back: the first delivery's, as plain JSON. */
+type HeldAnswer = {
+  outcome: string;
+  incidentId?: string;
+  entity?: { kind: string; id: string };
+  proposedSeverity?: string;
+  workspaceUrl?: string;
+  reason?: string;
+};
+
+function heldAnswer(answer: {
+  outcome: string;
+  incidentId?: string | undefined;
+  entity?: { kind?: string | undefined; id?: string | undefined } | undefined;
+  proposedSeverity?: string | undefined;
+  workspaceUrl?: string | undefined;
+  reason?: string | undefined;
+}): HeldAnswer {
+  const held: HeldAnswer = { outcome: answer.outcome };
+  if (answer.incidentId) held.incidentId = answer.incidentId;
+  if (answer.entity) held.entity = { kind: answer.entity.kind ?? "", id: answer.entity.id ?? "" };
+  if (answer.proposedSeverity) held.proposedSeverity = answer.proposedSeverity;
+  if (answer.workspaceUrl) held.workspaceUrl = answer.workspaceUrl;
+  if (answer.reason) held.reason = answer.reason;
+  return held;
 }
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */

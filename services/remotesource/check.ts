@@ -68,7 +68,11 @@ export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = proc
 
 export function formatReport(url: string, transport: string, result: ConformanceResult): string {
   const lines = [`Conformance check of ${url} over ${transport} (protocol version ${result.protocolVersion || "unknown"})`, ""];
-  for (const check of result.checks) lines.push(`${check.ok ? "PASS" : "FAIL"}  ${check.name}: ${check.detail}`);
+  for (const check of result.checks) {
+    lines.push(`${check.ok ? "PASS" : "FAIL"}  ${check.name}: ${check.detail}`);
+    if (!check.ok) lines.push(`      rule: ${check.rule}`);
+    for (const warning of check.warnings) lines.push(`      warning: ${warning}`);
+  }
   const failed = result.checks.filter((c) => !c.ok).length;
   lines.push("", result.ok ? "All checks passed: the service will mark this source connected." : `${failed} check(s) failed: the service will not mark this source connected.`);
   return lines.join("\n");

@@ -18,7 +18,7 @@ let owner: string;
 let member: string;
 let kitSource: RunningSourceServer;
 const tenantsSeen: string[] = [];
-const bare: Record<"good" | "rejecting" | "huge" | "v2", BareSource> = {} as never;
+const bare: Record<"good" | "rejecting" | "huge" | "v2" | "fromSpec", BareSource> = {} as never;
 let db: postgres.Sql;
 
 beforeAll(async () => {
@@ -67,6 +67,7 @@ beforeAll(async () => {
   bare.rejecting = await startBareSource({ rejectEveryCall: true });
   bare.huge = await startBareSource({ hugeResponse: true });
   bare.v2 = await startBareSource({ protocolVersion: "2" });
+  bare.fromSpec = await startBareSource({ windowOutsideParams: true });
 });
 
 afterAll(async () => {
@@ -258,11 +259,24 @@ describe("remote source connections", () => {
     }
   });
 
+  it("marks connected a source whose window parameters are not among its params hints (the spec does not ask it)", async () => {
+    for (const [transport, url] of [["http", bare.fromSpec.httpUrl], ["grpc", bare.fromSpec.grpcUrl]] as const) {
+      const created = await createSource({ baseUrl: url, transport, auth: { bearerToken: bare.fromSpec.token } });
+      const test = await app.call("POST", `/o/acme/remote-sources/${created.body.id}/test`, { token: owner });
+      expect(test.body.checks.filter((c: { ok: boolean }) => !c.ok)).toEqual([]);
+      expect(test.body.ok).toBe(true);
+      expect((await app.call("GET", `/o/acme/remote-sources/${created.body.id}`, { token: member })).body.status).toBe("connected");
+    }
+  });
+
   it("refuses a source speaking protocol version 2 at Test connection, with a clear message", async () => {
     const created = await createSource({ baseUrl: bare.v2.httpUrl, auth: { bearerToken: bare.v2.token } });
     const test = await app.call("POST", `/o/acme/remote-sources/${created.body.id}/test`, { token: owner });
     expect(test.body).toMatchObject({ ok: false, protocolVersion: "2" });
-    expect(test.body.checks.find((c: { name: string }) => c.name === "protocol version").detail).toContain('the source reports protocol version "2"; this service speaks version 1 only');
+    const version = test.body.checks.find((c: { name: string }) => c.name === "protocol version");
+    expect(version.detail).toContain('the source reports protocol version "2"; this service speaks version 1 only');
+    // A failing check quotes the rule it applies.
+    expect(version.detail).toContain('rule: "A source reporting a major version the service does not speak is refused at Test connection with a clear message."');
     expect((await app.call("GET", `/o/acme/remote-sources/${created.body.id}`, { token: member })).body.status).toBe("failed");
   });
 

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter, HandlerContext, ServiceImpl } from "@connectrpc/connect";
@@ -12,7 +13,7 @@ import { RawResultSchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.j
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
 import { ReadRequestError } from "./client/source-client.js";
-import { runConformanceCheck } from "./conformance.js";
+import { runConformanceCheck, type CheckResult } from "./conformance.js";
 import {
   AUDIT_KINDS,
   clientFor,
@@ -83,9 +84,14 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
 
     async listRemoteSources(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const limit = pageLimit(req.limit, 1000, 1000);
+      const after = req.cursor ? decodeCursor("r", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
+      const afterClause =
+        after === undefined ? sql`` : sql`and (created_at, id) > (select created_at, id from remotesource.connections where org_id = ${principal.orgId} and id = ${after})`;
       const rows = await sql<ConnectionRow[]>`
-        select * from remotesource.connections where org_id = ${principal.orgId} order by created_at, id`;
-      return create(ListRemoteSourcesResponseSchema, { remoteSources: rows.map(toRemoteSource) });
+        select * from remotesource.connections where org_id = ${principal.orgId} ${afterClause} order by created_at, id limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("r", last.id));
+      return create(ListRemoteSourcesResponseSchema, { remoteSources: page.map(toRemoteSource), ...(nextCursor ? { nextCursor } : {}) });
     },
 
     async getRemoteSource(req, context) {
@@ -159,7 +165,9 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       await recordStatus(deps, row, result.ok ? "connected" : "failed", lastError, { tested: true });
       await sql.begin((tx) => recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.tested, principal.email, { id: row.id, ok: result.ok, failed: failed.map((c) => c.name) }));
       deps.ctx.outbox.poke();
-      return create(ConformanceReportSchema, result);
+      // The report keeps its shape {name, ok, detail}; the rule a failing check applies and any
+      // warning are written into its detail.
+      return create(ConformanceReportSchema, { ...result, checks: result.checks.map((c) => ({ name: c.name, ok: c.ok, detail: reportDetail(c) })) });
     },
 
     async readRemoteSource(req, context) {
@@ -193,6 +201,13 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       return toRemoteSource(row);
     },
   };
+}
+
+export function reportDetail(check: CheckResult): string {
+  const parts = [check.detail];
+  if (check.rule) parts.push(`rule: "${check.rule}"`);
+  for (const warning of check.warnings) parts.push(`warning: ${warning}`);
+  return parts.join("; ");
 }
 
 function summarize(text: string): string {

@@ -4,6 +4,7 @@ import { lockDataDir, type DataDirLock } from "./data-dir-lock.js";
 import { startEmbeddedPostgres, type EmbeddedPostgres } from "./embedded-postgres.js";
 import type { Logger } from "./logger.js";
 import { tracedSql, tracingEnabled } from "./tracing.js";
+import { throwIfCallerGaveUp } from "./request-context.js";
 
 export type Sql = postgres.Sql<{}>;
 export type TransactionSql = postgres.TransactionSql<{}>;
@@ -40,7 +41,7 @@ function openPool(connection: Connection, poolSize: number, applicationName = "w
     prepare: true,
     connection: { application_name: applicationName },
   };
-  return "url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options });
+  return guardTransactions("url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options }));
 }
 
 /**
@@ -116,4 +117,21 @@ function traced(sql: Sql): Sql {
 function poolStatsOf(sql: Sql): PoolStats {
   const read = (sql as unknown as { poolStats?: () => PoolStats }).poolStats;
   return read ? read() : { max: sql.options.max, busy: 0, idle: 0, connecting: 0, waiting: 0 };
+}
+
+/**
+ * A transaction is not begun for a call whose caller has already given up (its deadline passed or
+ * it was canceled): the work would be done for nobody, and a retry may be doing it already.
+ */
+function guardTransactions(sql: Sql): Sql {
+  const begin = sql.begin.bind(sql) as (...args: unknown[]) => Promise<unknown>;
+  (sql as unknown as { begin: (...args: unknown[]) => Promise<unknown> }).begin = (...args: unknown[]) => {
+    try {
+      throwIfCallerGaveUp();
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    return begin(...args);
+  };
+  return sql;
 }

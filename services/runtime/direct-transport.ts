@@ -1,4 +1,4 @@
-import { create, isMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { create, isMessage, toBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -13,6 +13,8 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
+import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
+import { NEVER_ABORTS } from "./request-context.js";
 
 /**
  * One-process mode's transport: a call goes straight to the handler, through the same client and
@@ -51,7 +53,7 @@ export function createDirectRegistry(): DirectRegistry {
 }
 
 /** A signal that never aborts, for calls made without one: no listener is ever added to it. */
-const NEVER = new AbortController().signal;
+const NEVER = NEVER_ABORTS;
 
 type UnaryNext = (req: UnaryRequest) => Promise<UnaryResponse>;
 
@@ -67,8 +69,9 @@ function chain(interceptors: readonly Interceptor[], last: UnaryNext): UnaryNext
  */
 export function createDirectTransport(
   registry: DirectRegistry,
-  options: { serverInterceptors?: Interceptor[]; clientInterceptors?: Interceptor[] } = {},
+  options: { serverInterceptors?: Interceptor[]; clientInterceptors?: Interceptor[]; maxMessageBytes?: number } = {},
 ): Transport {
+  const maxMessageBytes = options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES;
   const serverInterceptors = options.serverInterceptors ?? [];
   const clientInterceptors = options.clientInterceptors ?? [];
   return {
@@ -80,6 +83,10 @@ export function createDirectTransport(
       const callSignal =
         deadline !== undefined ? AbortSignal.any(signal ? [signal, AbortSignal.timeout(timeoutMs!)] : [AbortSignal.timeout(timeoutMs!)]) : (signal ?? NEVER);
       const call = chain(clientInterceptors, async (req) => {
+        // The same message limit as over NATS, so the two modes behave alike: an oversize request
+        // is refused before the handler runs, an oversize reply answers a clean error.
+        const requestBytes = toBinary(method.input, req.message as never).byteLength;
+        if (requestBytes > maxMessageBytes) throw requestTooLarge(requestBytes, maxMessageBytes, path);
         const context = {
           service: method.parent,
           method,
@@ -97,15 +104,20 @@ export function createDirectTransport(
           invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors),
           req.signal,
         );
+        const replyBytes = toBinary(method.output, message as never).byteLength;
+        if (replyBytes > maxMessageBytes) throw replyTooLarge(replyBytes, maxMessageBytes, path);
         return { stream: false, service: method.parent, method, header: context.responseHeader, message, trailer: context.responseTrailer } as UnaryResponse;
       });
+      const requestHeader = new Headers(header);
+      // The server side reads the deadline from the header, as over every other transport.
+      if (deadline !== undefined) requestHeader.set("connect-timeout-ms", String(timeoutMs));
       return (await call({
         stream: false,
         service: method.parent,
         method,
         requestMethod: "POST",
         url: `direct://${path}`,
-        header: new Headers(header),
+        header: requestHeader,
         contextValues: contextValues ?? createContextValues(),
         message: isMessage(input, method.input) ? input : create(method.input, input),
         signal: callSignal,

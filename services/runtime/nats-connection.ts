@@ -92,6 +92,18 @@ export function setSubjectPrefix(nc: object, subjectPrefix: string): void {
   prefixes.set(nc, subjectPrefix);
 }
 
+const inboxes = new WeakMap<object, string>();
+
+/** Records the inbox prefix a connection was opened with (see natsConnectionOptions). */
+export function setInboxPrefix(nc: object, prefix: string | undefined): void {
+  if (prefix) inboxes.set(nc, prefix);
+}
+
+/** The inbox prefix of a connection, or undefined for the default `_INBOX`. */
+export function inboxPrefixOf(nc: object): string | undefined {
+  return inboxes.get(nc);
+}
+
 /** The subject prefix of a connection ("" when none was set). */
 export function subjectPrefixOf(nc: object): string {
   return prefixes.get(nc) ?? "";

@@ -1,9 +1,10 @@
 import { Code, ConnectError, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
 import type { UniversalClientFn, UniversalHandler } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
-import { errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { createInbox, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
-import { prefixed, subjectPrefixOf } from "./nats-connection.js";
+import { inboxPrefixOf, prefixed, subjectPrefixOf } from "./nats-connection.js";
+import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 
 /**
  * Connect over NATS request/reply. A call is the Connect unary protocol (binary protobuf body,
@@ -14,7 +15,6 @@ import { prefixed, subjectPrefixOf } from "./nats-connection.js";
 
 const STATUS_HEADER = "Connect-Http-Status";
 const DEFAULT_TIMEOUT_MS = 15_000;
-const MAX_MESSAGE_BYTES = 64 * 1024 * 1024;
 
 export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
@@ -65,11 +65,12 @@ function route(url: string): { path: string; subject: string } {
 
 const encoder = new TextEncoder();
 
-function fromNatsHeaders(source: MsgHdrs | undefined, skip?: string): Headers {
+/** The Connect headers of a NATS message, without the transport's own (status, framing). */
+function fromNatsHeaders(source: MsgHdrs | undefined): Headers {
   const h = new Headers();
   if (!source) return h;
   for (const key of source.keys()) {
-    if (skip && key.toLowerCase() === skip.toLowerCase()) continue;
+    if (FRAMING_HEADERS.has(key.toLowerCase())) continue;
     for (const value of source.values(key)) h.append(key, value);
   }
   return h;
@@ -77,22 +78,41 @@ function fromNatsHeaders(source: MsgHdrs | undefined, skip?: string): Headers {
 
 /**
  * Whether the connection is up. While NATS reconnects, a request would only wait out its
- * deadline; callers are better served by an immediate Unavailable they can retry.
+ * deadline; callers are better served by an immediate Unavailable they can retry. A call waiting
+ * for its reply when the connection drops is told at once too (`onDisconnect`): the reply, or
+ * the rest of its parts, will not come.
  */
-export function watchConnection(nc: NatsConnection): { connected(): boolean } {
-  let connected = true;
-  void (async () => {
-    for await (const status of nc.status()) {
-      if (status.type === "disconnect" || status.type === "reconnecting") connected = false;
-      else if (status.type === "reconnect") connected = true;
-    }
-  })();
-  return { connected: () => connected && !nc.isClosed() };
+export interface ConnectionState {
+  connected(): boolean;
+  /** Calls `listener` once when the connection next drops; returns how to stop listening. */
+  onDisconnect(listener: () => void): () => void;
 }
 
-const watched = new WeakMap<NatsConnection, { connected(): boolean }>();
+export function watchConnection(nc: NatsConnection): ConnectionState {
+  let connected = true;
+  const listeners = new Set<() => void>();
+  void (async () => {
+    for await (const status of nc.status()) {
+      if (status.type === "disconnect" || status.type === "reconnecting") {
+        connected = false;
+        const waiting = [...listeners];
+        listeners.clear();
+        for (const listener of waiting) listener();
+      } else if (status.type === "reconnect") connected = true;
+    }
+  })();
+  return {
+    connected: () => connected && !nc.isClosed(),
+    onDisconnect(listener) {
+      listeners.add(listener);
+      return () => listeners.delete(listener);
+    },
+  };
+}
 
-export function connectionState(nc: NatsConnection): { connected(): boolean } {
+const watched = new WeakMap<NatsConnection, ConnectionState>();
+
+export function connectionState(nc: NatsConnection): ConnectionState {
   let state = watched.get(nc);
   if (!state) {
     state = watchConnection(nc);
@@ -101,7 +121,71 @@ export function connectionState(nc: NatsConnection): { connected(): boolean } {
   return state;
 }
 
-function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClientFn {
+/**
+ * Headers of the framing that carries a message larger than one NATS message (the server's
+ * `max_payload`) in parts, kept in one place with the rest of the header handling.
+ *
+ * A request in parts: the first part goes to the method's subject with `Wr-Parts` and `Wr-Size`;
+ * the replica that takes it answers `Wr-Continue: <inbox>` and the caller sends the other parts
+ * there. A reply in parts: every part goes to the caller's inbox with `Wr-Part`/`Wr-Parts`, the
+ * Connect headers on the first. A message without these headers is one part, as before, so
+ * callers and servers of either kind understand each other for every message that fits.
+ */
+const PARTS_HEADER = "Wr-Parts";
+const PART_HEADER = "Wr-Part";
+const SIZE_HEADER = "Wr-Size";
+const CONTINUE_HEADER = "Wr-Continue";
+const FRAMING_HEADERS = new Set([PARTS_HEADER, PART_HEADER, SIZE_HEADER, CONTINUE_HEADER, STATUS_HEADER].map((h) => h.toLowerCase()));
+/** Room left in each NATS message for headers (request ids, credentials, deadlines). */
+const HEADER_ROOM = 32 * 1024;
+const FALLBACK_MAX_PAYLOAD = 1024 * 1024;
+
+/** The largest body one NATS message carries on this connection. */
+export function partBytes(nc: NatsConnection): number {
+  const maxPayload = nc.info?.max_payload ?? FALLBACK_MAX_PAYLOAD;
+  return Math.max(4 * 1024, maxPayload - HEADER_ROOM);
+}
+
+function split(body: Uint8Array, size: number): Uint8Array[] {
+  if (body.byteLength <= size) return [body];
+  const parts: Uint8Array[] = [];
+  for (let offset = 0; offset < body.byteLength; offset += size) parts.push(body.subarray(offset, Math.min(offset + size, body.byteLength)));
+  return parts;
+}
+
+function join(parts: Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0]!;
+  const length = parts.reduce((n, p) => n + p.byteLength, 0);
+  const out = new Uint8Array(length);
+  let offset = 0;
+  for (const part of parts) {
+    out.set(part, offset);
+    offset += part.byteLength;
+  }
+  return out;
+}
+
+/** Collects the parts of one message; `add` answers the whole once every part has arrived. */
+function assembler(): { add(index: number, count: number, data: Uint8Array): Uint8Array | undefined } {
+  let parts: Uint8Array[] | undefined;
+  let received = 0;
+  return {
+    add(index, count, data) {
+      parts ??= new Array<Uint8Array>(count);
+      if (index < 0 || index >= parts.length || parts[index]) return undefined;
+      parts[index] = data;
+      received++;
+      return received === parts.length ? join(parts) : undefined;
+    },
+  };
+}
+
+function headerNumber(h: MsgHdrs | undefined, name: string, fallback: number): number {
+  const value = Number(h?.get(name) || NaN);
+  return Number.isSafeInteger(value) && value >= 0 ? value : fallback;
+}
+
+function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageBytes: number): UniversalClientFn {
   const state = connectionState(nc);
   const subjectPrefix = subjectPrefixOf(nc);
   return async (request) => {
@@ -114,15 +198,14 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClie
     const timeoutHeader = Number(request.header.get("connect-timeout-ms"));
     const timeout = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
     const body = await readAll(request.body);
+    // Refused here, before anything is sent: no handler runs for a message over the limit.
+    if (body.byteLength > maxMessageBytes) throw requestTooLarge(body.byteLength, maxMessageBytes, path);
     try {
-      const reply = await nc.request(prefixed(subjectPrefix, subject), body, {
-        timeout,
-        headers: toNatsHeaders(request.header),
-      });
+      const reply = await exchange(nc, state, prefixed(subjectPrefix, subject), body, request.header, timeout, request.signal);
       const status = Number(reply.headers?.get(STATUS_HEADER) || 200);
       return {
         status,
-        header: fromNatsHeaders(reply.headers, STATUS_HEADER),
+        header: fromNatsHeaders(reply.headers),
         body: once(reply.data),
         trailer: new Headers(),
       };
@@ -130,6 +213,80 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number): UniversalClie
       throw natsErrorToConnect(err, path);
     }
   };
+}
+
+/**
+ * One call: sends the request (in parts when it is larger than a NATS message) and collects the
+ * reply's parts on a private inbox, until the deadline or the caller's signal.
+ */
+function exchange(
+  nc: NatsConnection,
+  state: ConnectionState,
+  subject: string,
+  body: Uint8Array,
+  header: Headers,
+  timeoutMs: number,
+  signal: AbortSignal | undefined,
+): Promise<{ headers: MsgHdrs | undefined; data: Uint8Array }> {
+  const parts = split(body, partBytes(nc));
+  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
+  const inbox = createInbox(inboxPrefixOf(nc));
+  return new Promise((resolve, reject) => {
+    let first: MsgHdrs | undefined;
+    const reply = assembler();
+    let done = false;
+    const finish = (err: unknown, value?: { headers: MsgHdrs | undefined; data: Uint8Array }) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      stopWatching();
+      signal?.removeEventListener("abort", onAbort);
+      sub.unsubscribe();
+      if (err) reject(err);
+      else resolve(value!);
+    };
+    const onAbort = () => finish(abortReason(signal!));
+    const timer = setTimeout(() => finish(new errors.TimeoutError()), timeoutMs);
+    const stopWatching = state.onDisconnect(() => finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)));
+    const sub = nc.subscribe(inbox, {
+      callback: (err, msg) => {
+        if (err) return finish(err);
+        if (msg.data.length === 0 && msg.headers?.code === 503) return finish(new errors.NoRespondersError(subject));
+        const more = msg.headers?.get(CONTINUE_HEADER);
+        if (more) {
+          try {
+            for (let i = 1; i < parts.length; i++) {
+              const h = natsHeaders();
+              h.set(PART_HEADER, String(i));
+              nc.publish(more, parts[i]!, { headers: h });
+            }
+          } catch (publishError) {
+            finish(publishError);
+          }
+          return;
+        }
+        const index = headerNumber(msg.headers, PART_HEADER, 0);
+        if (index === 0) first = msg.headers;
+        const whole = reply.add(index, Math.max(1, headerNumber(msg.headers, PARTS_HEADER, 1)), msg.data);
+        if (whole) finish(undefined, { headers: first, data: whole });
+      },
+    });
+    if (signal?.aborted) return onAbort();
+    signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      const extra: Record<string, string> = parts.length > 1 ? { [PARTS_HEADER]: String(parts.length), [SIZE_HEADER]: String(body.byteLength) } : {};
+      nc.publish(subject, parts[0]!, { reply: inbox, headers: toNatsHeaders(header, extra) });
+    } catch (err) {
+      finish(err);
+    }
+  });
+}
+
+function abortReason(signal: AbortSignal): ConnectError {
+  const reason: unknown = signal.reason;
+  if (reason instanceof ConnectError) return reason;
+  if (reason instanceof DOMException && reason.name === "TimeoutError") return new ConnectError("deadline exceeded", Code.DeadlineExceeded);
+  return new ConnectError("the call was canceled", Code.Canceled);
 }
 
 function natsErrorToConnect(err: unknown, path: string): ConnectError {
@@ -157,16 +314,22 @@ const transportDefaults = {
   acceptCompression: [] as never[],
   sendCompression: null,
   compressMinBytes: Number.MAX_SAFE_INTEGER,
-  readMaxBytes: MAX_MESSAGE_BYTES,
-  writeMaxBytes: MAX_MESSAGE_BYTES,
 } as const;
 
 /** A Connect Transport whose calls travel as NATS requests. */
-export function createNatsTransport(nc: NatsConnection, options: { defaultTimeoutMs?: number; interceptors?: Interceptor[] } = {}): Transport {
+export function createNatsTransport(
+  nc: NatsConnection,
+  options: { defaultTimeoutMs?: number; interceptors?: Interceptor[]; maxMessageBytes?: number } = {},
+): Transport {
+  const maxMessageBytes = options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES;
   return createTransport({
     ...transportDefaults,
+    // Connect refuses to write a request or read a reply over the limit, with ResourceExhausted;
+    // the NATS client and server below check the same limit on the bytes.
+    readMaxBytes: maxMessageBytes,
+    writeMaxBytes: maxMessageBytes,
     interceptors: options.interceptors ?? [],
-    httpClient: natsClient(nc, options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS),
+    httpClient: natsClient(nc, options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS, maxMessageBytes),
     baseUrl: "nats://rpc",
   });
 }
@@ -190,9 +353,10 @@ export interface NatsRpcServer {
 export function serveRouterOverNats(
   nc: NatsConnection,
   router: ConnectRouter,
-  options: { logger: Logger; services?: string[] },
+  options: { logger: Logger; services?: string[]; maxMessageBytes?: number; defaultTimeoutMs?: number },
 ): NatsRpcServer {
   const subscriptions: Subscription[] = [];
+  const limits = { maxMessageBytes: options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES, defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS };
   const inFlight = new Set<Promise<void>>();
   let draining = false;
   for (const handler of router.handlers) {
@@ -211,7 +375,7 @@ export function serveRouterOverNats(
             refuse(msg, "unavailable", "the service is shutting down; retry", 503);
             return;
           }
-          const call = answer(handler, msg, options.logger);
+          const call = answer(nc, handler, msg, options.logger, limits);
           inFlight.add(call);
           void call.finally(() => inFlight.delete(call));
         },
@@ -247,27 +411,118 @@ function refuse(msg: Msg, code: string, message: string, status: number): void {
   }
 }
 
-async function answer(handler: UniversalHandler, msg: Msg, logger: Logger): Promise<void> {
+/** Sends a Connect error as the reply, with the HTTP status Connect gives its code. */
+function respondError(nc: NatsConnection, replyTo: string, error: ConnectError): void {
+  const body = new TextEncoder().encode(JSON.stringify({ code: codeName(error.code), message: error.rawMessage }));
+  nc.publish(replyTo, body, {
+    headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: String(httpStatusOf(error.code)) }),
+  });
+}
+
+function codeName(code: Code): string {
+  return Code[code]!.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
+}
+
+function httpStatusOf(code: Code): number {
+  switch (code) {
+    case Code.ResourceExhausted:
+      return 429;
+    case Code.DeadlineExceeded:
+      return 504;
+    case Code.Unavailable:
+      return 503;
+    default:
+      return 500;
+  }
+}
+
+/** The rest of a request sent in parts, on a private inbox the caller is told of. */
+function receiveParts(nc: NatsConnection, msg: Msg, count: number, timeoutMs: number): Promise<Uint8Array> {
+  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
+  const inbox = createInbox(inboxPrefixOf(nc));
+  const parts = assembler();
+  parts.add(0, count, msg.data);
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      sub.unsubscribe();
+      reject(new ConnectError("the rest of the request did not arrive before its deadline", Code.DeadlineExceeded));
+    }, timeoutMs);
+    const sub = nc.subscribe(inbox, {
+      callback: (err, part) => {
+        if (err) return;
+        const whole = parts.add(headerNumber(part.headers, PART_HEADER, -1), count, part.data);
+        if (whole) {
+          clearTimeout(timer);
+          sub.unsubscribe();
+          resolve(whole);
+        }
+      },
+    });
+    const h = natsHeaders();
+    h.set(CONTINUE_HEADER, inbox);
+    msg.respond(new Uint8Array(0), { headers: h });
+  });
+}
+
+async function answer(
+  nc: NatsConnection,
+  handler: UniversalHandler,
+  msg: Msg,
+  logger: Logger,
+  limits: { maxMessageBytes: number; defaultTimeoutMs: number },
+): Promise<void> {
+  if (!msg.reply) return;
+  const replyTo = msg.reply;
   const controller = new AbortController();
   try {
+    const count = Math.max(1, headerNumber(msg.headers, PARTS_HEADER, 1));
+    const size = headerNumber(msg.headers, SIZE_HEADER, msg.data.byteLength);
+    // Refused before the handler runs (and before the rest of the parts are asked for).
+    if (size > limits.maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(size, limits.maxMessageBytes, handler.requestPath));
+    const timeoutHeader = Number(msg.headers?.get("connect-timeout-ms"));
+    const timeoutMs = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : limits.defaultTimeoutMs;
+    const data = count > 1 ? await receiveParts(nc, msg, count, timeoutMs) : msg.data;
+    if (data.byteLength > limits.maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
     const response = await handler({
       httpVersion: "1.1",
       url: `nats://rpc${handler.requestPath}`,
       method: "POST",
       header: fromNatsHeaders(msg.headers),
-      body: once(msg.data),
+      body: once(data),
       signal: controller.signal,
     });
     // The handler's own headers object, made for this call: added to, not copied.
     const header = response.header ?? new Headers();
     response.trailer?.forEach((value, key) => header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value));
     const body = await readAll(response.body);
-    msg.respond(body, { headers: toNatsHeaders(header, { [STATUS_HEADER]: String(response.status) }) });
+    if (body.byteLength > limits.maxMessageBytes) {
+      // The work is done (perhaps committed); the caller gets a clean error it can act on rather
+      // than a reply NATS would refuse.
+      logger.error({ method: handler.requestPath, bytes: body.byteLength }, "reply over the internal message limit");
+      return respondError(nc, replyTo, replyTooLarge(body.byteLength, limits.maxMessageBytes, handler.requestPath));
+    }
+    const parts = split(body, partBytes(nc));
+    for (const [i, part] of parts.entries()) {
+      const extra: Record<string, string> = parts.length > 1 ? { [PART_HEADER]: String(i), [PARTS_HEADER]: String(parts.length) } : {};
+      nc.publish(replyTo, part, { headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra) });
+    }
   } catch (err) {
-    logger.error({ err, method: handler.requestPath }, "NATS call failed before a response was written");
-    refuse(msg, "internal", "internal error", 500);
-    // Tells whatever the handler left running that the call is over. A call that answered has
-    // nothing left running: aborting it too would only cost an exception object per call.
+    if (err instanceof ConnectError) {
+      logger.warn({ err, method: handler.requestPath }, "NATS call failed before a response was written");
+      safely(() => respondError(nc, replyTo, err), logger);
+    } else {
+      logger.error({ err, method: handler.requestPath }, "NATS call failed before a response was written");
+      safely(() => respondError(nc, replyTo, new ConnectError("internal error", Code.Internal)), logger);
+    }
+  } finally {
     controller.abort();
+  }
+}
+
+function safely(fn: () => void, logger: Logger): void {
+  try {
+    fn();
+  } catch (err) {
+    logger.error({ err }, "could not send an error reply over NATS");
   }
 }

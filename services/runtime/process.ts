@@ -13,15 +13,15 @@ import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
 import { BODY_LIMITS } from "./body-limits.js";
-import { natsConnectionOptions, setSubjectPrefix } from "./nats-connection.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "./nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
 import { migrate } from "./migrations.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor } from "./request-context.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "./request-context.js";
 import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
 import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
 import { createProbes } from "./probes.js";
@@ -114,13 +114,16 @@ async function startServices(
 ): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
-    nats = await connect(natsConnectionOptions(config, options.name));
+    const natsOptions = natsConnectionOptions(config, options.name);
+    nats = await connect(natsOptions);
     setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
+    setInboxPrefix(nats, natsOptions.inboxPrefix);
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
-  const clients = createClients(deferred.transport);
+  // Calls made while serving a call get its remaining budget and end when it is given up.
+  const clients = createClients(withCallerDeadline(deferred.transport));
 
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];

@@ -1,12 +1,28 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
-import type { Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 
 /**
- * The request id of the call being served, carried through async work so that every internal
- * call it makes (over NATS or in memory) sends it on, and every log line can name it.
+ * The call being served, carried through async work: its request id, so that every internal call
+ * it makes (over NATS or in memory) sends it on and every log line can name it; and its deadline
+ * and signal, so that every internal call it makes gets only the caller's remaining budget and
+ * stops when the caller gives up.
  */
-const storage = new AsyncLocalStorage<{ requestId: string }>();
+interface CallContext {
+  requestId: string;
+  /** Epoch milliseconds after which the caller no longer waits, when it set a deadline. */
+  deadline?: number;
+  /** Aborts when the caller gives up (deadline passed, call canceled, client gone). */
+  signal?: AbortSignal;
+}
+
+const storage = new AsyncLocalStorage<CallContext>();
+
+/**
+ * A signal that never aborts, for calls made without a deadline or cancellation: nothing is ever
+ * linked to it (a listener on a shared, never-ending signal would only accumulate).
+ */
+export const NEVER_ABORTS: AbortSignal = new AbortController().signal;
 
 export const REQUEST_ID_HEADER = "x-request-id";
 
@@ -18,11 +34,68 @@ export function runWithRequestId<T>(requestId: string, fn: () => T): T {
   return storage.run({ requestId }, fn);
 }
 
-/** Server side: adopts the caller's request id (or makes one) for the duration of the call. */
+/** The signal of the call being served, if any: work for it should stop once it aborts. */
+export function currentCallSignal(): AbortSignal | undefined {
+  return storage.getStore()?.signal;
+}
+
+/**
+ * Throws DeadlineExceeded (or Canceled) when the call being served has been given up: a check to
+ * make before starting work that cannot be taken back, such as a database transaction.
+ */
+export function throwIfCallerGaveUp(): void {
+  const context = storage.getStore();
+  if (!context) return;
+  if (context.signal?.aborted || (context.deadline !== undefined && Date.now() >= context.deadline)) {
+    throw callerGaveUp(context.signal);
+  }
+}
+
+function callerGaveUp(signal: AbortSignal | undefined): ConnectError {
+  const reason: unknown = signal?.reason;
+  if (reason instanceof ConnectError) return reason.code === Code.Canceled ? reason : new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
+  return new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
+}
+
+/**
+ * Runs `fn` with the current call's request id and deadline but not its cancellation: work that
+ * must finish once started (its answer is kept for the sender's retry) goes on when the sender
+ * hangs up, and still ends at the deadline.
+ */
+export function detachedFromCancellation<T>(fn: () => T): T {
+  const context = storage.getStore();
+  if (!context) return fn();
+  const deadline = context.deadline;
+  return storage.run({ requestId: context.requestId, deadline, signal: deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now())) }, fn);
+}
+
+/** The deadline a request carries: Connect's `connect-timeout-ms` or gRPC's `grpc-timeout`. */
+export function deadlineOf(header: Headers, now = Date.now()): number | undefined {
+  const connect = header.get("connect-timeout-ms");
+  if (connect !== null) {
+    const ms = Number(connect);
+    return Number.isFinite(ms) && ms > 0 ? now + ms : undefined;
+  }
+  const grpc = header.get("grpc-timeout");
+  const match = grpc ? /^(\d{1,8})([HMSmun])$/.exec(grpc) : null;
+  if (!match) return undefined;
+  const unit = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 }[match[2] as "H"];
+  return now + Number(match[1]) * unit;
+}
+
+/**
+ * Server side: adopts the caller's request id (or makes one), and its deadline and signal, for
+ * the duration of the call. A call whose deadline has already passed when it arrives (it waited
+ * in a queue, or the server was stalled) is refused before the handler starts any work.
+ */
 export function requestIdServerInterceptor(): Interceptor {
   return (next) => (req) => {
     const requestId = req.header.get(REQUEST_ID_HEADER) || currentRequestId() || randomUUID();
-    return runWithRequestId(requestId, () => next(req));
+    const deadline = deadlineOf(req.header);
+    if (req.signal.aborted || (deadline !== undefined && Date.now() >= deadline)) {
+      return Promise.reject(callerGaveUp(req.signal));
+    }
+    return storage.run({ requestId, deadline, signal: req.signal === NEVER_ABORTS ? undefined : req.signal }, () => next(req));
   };
 }
 
@@ -32,5 +105,30 @@ export function requestIdClientInterceptor(): Interceptor {
     const requestId = currentRequestId();
     if (requestId && !req.header.get(REQUEST_ID_HEADER)) req.header.set(REQUEST_ID_HEADER, requestId);
     return next(req);
+  };
+}
+
+/**
+ * A transport whose calls, made while serving a call, carry that call's remaining budget as their
+ * deadline (the smaller of it and their own) and end when that call is given up. Without it the
+ * next server saw no deadline and worked on for the transport's default 15 s after the caller had
+ * stopped waiting.
+ */
+export function withCallerDeadline(transport: Transport): Transport {
+  return {
+    unary(method, signal, timeoutMs, header, input, contextValues) {
+      const caller = storage.getStore();
+      if (caller?.deadline !== undefined || caller?.signal) {
+        if (caller.signal?.aborted) return Promise.reject(callerGaveUp(caller.signal));
+        if (caller.deadline !== undefined) {
+          const remaining = caller.deadline - Date.now();
+          if (remaining <= 0) return Promise.reject(callerGaveUp(caller.signal));
+          timeoutMs = timeoutMs !== undefined && timeoutMs > 0 ? Math.min(timeoutMs, remaining) : Math.ceil(remaining);
+        }
+        if (caller.signal && signal !== caller.signal) signal = signal && signal !== NEVER_ABORTS ? AbortSignal.any([signal, caller.signal]) : caller.signal;
+      }
+      return transport.unary(method, signal, timeoutMs, header, input, contextValues);
+    },
+    stream: (...args) => transport.stream(...args),
   };
 }

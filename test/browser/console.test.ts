@@ -194,6 +194,21 @@ describe("web console in a browser", () => {
     await expect.poll(() => page.locator(".timeline > li").count()).toBe(4);
   });
 
+  it("shows a long timeline a page at a time: the first 100 entries, then the rest on request", async () => {
+    let id = "";
+    for (let i = 0; i <= 130; i++) {
+      const res = await trigger({ title: "Disk filling on db-7", alert_type: "error", alert_id: "disk-db-7", event_id: `disk-${i}`, body: `reading ${i}` });
+      id ||= res.body.incidentId;
+    }
+    await page.goto(`${app.url}/o/acme/incidents/${id}`);
+    await page.getByRole("heading", { level: 1, name: "Disk filling on db-7" }).waitFor();
+    await expect.poll(() => page.locator(".timeline > li").count()).toBe(100);
+    await page.getByRole("button", { name: "Show later entries" }).click();
+    await expect.poll(() => page.locator(".timeline > li").count()).toBe(131);
+    await expect.poll(() => page.locator(".timeline > li .entry-summary").last().textContent()).toBe("reading 130");
+    expect(await page.getByRole("button", { name: "Show later entries" }).count()).toBe(0);
+  });
+
   it("tests the chat-webhook connection against a loopback HTTPS receiver", async () => {
     await nav("Integrations").click();
     await page.getByRole("heading", { name: "Integrations" }).waitFor();

@@ -155,12 +155,16 @@ export function chatSuite(ctx: ChatContext): void {
     });
   });
 
-  it("a repeat of the same message attaches and records a repeat each time; after resolve, then archive, the same message opens a new incident", async () => {
+  it("a repeat of the same message attaches and records a repeat each time; the same body again is a retry; after resolve, then archive, the same message opens a new incident", async () => {
     const body = message({ text: "checkout errors" });
     const opened = await post(body);
     expect(opened.status).toBe(201);
-    for (let i = 0; i < 2; i++) {
-      const repeat = await post(body);
+    // A retry of the same post: the first answer, nothing recorded.
+    const retry = await post(body);
+    expect(retry.status).toBe(201);
+    expect(retry.body).toEqual(opened.body);
+    for (const emoji of ["eyes", "fire"]) {
+      const repeat = await post({ ...body, emoji });
       expect(repeat.status).toBe(200);
       expect(repeat.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
     }

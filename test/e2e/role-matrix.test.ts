@@ -41,6 +41,7 @@ const ANY_MEMBER = new Set([
   "DeleteApiKey",
   "ListIncidents",
   "GetIncident",
+  "ListTimeline",
   "ResolveIncident",
   "ArchiveIncident",
   "ListMaintenanceWindows",

@@ -131,9 +131,9 @@ export function postTrigger(
   app: TestApp,
   token: string | undefined,
   body: unknown,
-  options: { raw?: string | Buffer; contentType?: string; url?: string } = {},
+  options: { raw?: string | Buffer; contentType?: string; url?: string; headers?: Record<string, string> } = {},
 ): Promise<Answer> {
-  const headers: Record<string, string> = {};
+  const headers: Record<string, string> = { ...options.headers };
   if (options.contentType) headers["content-type"] = options.contentType;
   const raw = options.raw ?? (body === undefined ? undefined : JSON.stringify(body));
   if (raw !== undefined && !options.contentType) headers["content-type"] = "application/json";

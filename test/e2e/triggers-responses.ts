@@ -26,7 +26,11 @@ export function maintenanceSuite(ctx: SuiteContext): void {
     body.data.event.event_id = unique("mw-evt");
     return body;
   };
-  const legacySentry = () => ({ ...fixture("sentry/legacy-webhooks-plugin.json"), id: unique("mw-issue") });
+  const legacySentry = () => {
+    const body = fixture("sentry/legacy-webhooks-plugin.json");
+    body.event.event_id = body.event.id = unique("mw-evt");
+    return { ...body, id: unique("mw-issue") };
+  };
 
   async function expectSuppressed(body: unknown) {
     const res = await send(body);

@@ -62,13 +62,20 @@ export function errorTrackerSuite(ctx: SuiteContext): void {
     });
   });
 
-  it("every delivery opens its own incident: the same body again answers 201 with a new incident, the first unchanged", async () => {
-    const body = fixture("sentry/event-alert-triggered.json");
-    const first = await send(body);
-    const second = await send(body);
-    expect([first.status, second.status]).toEqual([201, 201]);
-    expect(second.body.outcome).toBe("opened");
-    expect(second.body.incidentId).not.toBe(first.body.incidentId);
+  it("every delivery opens its own incident; a retry of one (same event id and Request-ID) answers 201 with its incident", async () => {
+    const body = withEvent({});
+    const first = await postTrigger(ctx.app, ctx.creds.ingestToken, body, { headers: { "request-id": "req-1" } });
+    const retry = await postTrigger(ctx.app, ctx.creds.ingestToken, body, { headers: { "request-id": "req-1" } });
+    expect([first.status, retry.status]).toEqual([201, 201]);
+    expect(retry.body).toEqual(first.body);
+    // Another delivery (another alert rule on the same event) is its own.
+    const other = await postTrigger(ctx.app, ctx.creds.ingestToken, body, { headers: { "request-id": "req-2" } });
+    expect(other.status).toBe(201);
+    expect(other.body.outcome).toBe("opened");
+    expect(other.body.incidentId).not.toBe(first.body.incidentId);
+    // Another event: its own incident too.
+    const next = await send(withEvent({}));
+    expect(next.body.incidentId).not.toBe(first.body.incidentId);
     const unchanged = await incident(first.body.incidentId);
     expect(unchanged.state).toBe("open");
     expect(unchanged.timeline).toHaveLength(1);

@@ -153,6 +153,7 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     // Incidents.
     expectStatus(await call("GET", `${o}/incidents?state=open`, { token: owner }), 200, "list incidents");
     expectStatus(await call("GET", `${o}/incidents/${incidentId}`, { token: owner }), 200, "get incident");
+    expectStatus(await call("GET", `${o}/incidents/${incidentId}/timeline`, { token: owner }), 200, "timeline page");
 
     // Updates: the war-room link drafted by the consumer, then a draft of our own approved and sent.
     const links = await eventually("the war-room link draft", async () => {

@@ -9,8 +9,14 @@ import { ContractService, EchoRequestSchema } from "../../gen/warroom/contract/v
 import { createDirectRegistry, createDirectTransport } from "../../services/runtime/direct-transport.js";
 import { listenHttp, type HttpServer } from "../../services/runtime/http-server.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
-import { registerContractService } from "../support/contract-service.js";
+import { headers as natsHeaders } from "@nats-io/nats-core";
+import { createNatsTransport, partBytes, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { INTERNAL_MESSAGE_MAX_BYTES } from "../../services/runtime/message-limits.js";
+import { requestIdServerInterceptor } from "../../services/runtime/request-context.js";
+import { createSourceServer, type RunningSourceServer } from "../../services/remotesource/kit/index.js";
+import { MAX_RESPONSE_BYTES } from "../../services/remotesource/protocol/limits.js";
+import { registerContractService, type HandlerRun } from "../support/contract-service.js";
+import { startApp, type TestApp } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
 const logger = createLogger("silent", "contract");
@@ -20,13 +26,21 @@ let nc: NatsConnection;
 let sharedNats: PrivateNats;
 let server: HttpServer;
 const transports: Record<string, Transport> = {};
+/** Every handler run of the direct and NATS servers, to tell whether a handler ran at all. */
+const runs: Record<"direct" | "nats", HandlerRun[]> = { direct: [], nats: [] };
+
+/** A transport bound later: a handler's own client, calling back into the same server. */
+function later(name: string): Transport {
+  return { unary: (...args) => transports[name]!.unary(...args), stream: (...args) => transports[name]!.stream(...args) };
+}
 
 beforeAll(async () => {
-  const router = createConnectRouter();
-  registerContractService(router);
+  // The runtime's server interceptor: it adopts the caller's deadline for the calls a handler makes.
+  const router = createConnectRouter({ interceptors: [requestIdServerInterceptor()] });
+  registerContractService(router, { next: later("nats"), runs: runs.nats });
   const registry = createDirectRegistry();
-  registerContractService(registry.router);
-  transports.direct = createDirectTransport(registry);
+  registerContractService(registry.router, { next: later("direct"), runs: runs.direct });
+  transports.direct = createDirectTransport(registry, { serverInterceptors: [requestIdServerInterceptor()] });
 
   sharedNats = await startPrivateNats();
   nc = await connect({ servers: sharedNats.url });
@@ -84,7 +98,70 @@ describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transp
   });
 });
 
+describe.each(["direct", "nats"] as const)("the internal message limit and deadlines over %s", (name) => {
+  const client = () => createClient(ContractService, transports[name]!);
+  const LIMIT = INTERNAL_MESSAGE_MAX_BYTES;
+  // A bytes field of n bytes encodes as 1 tag byte, a 4-byte length (n >= 2^21) and n bytes.
+  const payloadFor = (messageBytes: number) => messageBytes - 5;
+
+  it("carries a request and a reply larger than one NATS message", async () => {
+    const big = new Uint8Array(3 * 1024 * 1024 + 17).map((_, i) => (i * 7) % 253);
+    expect(big.byteLength).toBeGreaterThan(partBytes(nc));
+    const res = await client().echo({ payload: big });
+    expect(Buffer.from(res.payload).equals(Buffer.from(big))).toBe(true);
+  });
+
+  it("answers a reply just over the limit with ResourceExhausted, and one at the limit in full", async () => {
+    const over = await client()
+      .echo({ replyBytes: payloadFor(LIMIT + 1) })
+      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect(over?.code).toBe(Code.ResourceExhausted);
+    expect(over?.rawMessage).toMatch(/over the internal message limit/);
+    const at = await client().echo({ replyBytes: payloadFor(LIMIT) });
+    expect(at.payload.byteLength).toBe(payloadFor(LIMIT));
+  });
+
+  it("refuses a request over the limit with ResourceExhausted before the handler runs", async () => {
+    const before = runs[name].length;
+    const err = await client()
+      .echo({ payload: new Uint8Array(payloadFor(LIMIT + 1)) })
+      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect(err?.code).toBe(Code.ResourceExhausted);
+    expect(runs[name].length).toBe(before);
+  });
+
+  it("gives a call made by a handler the caller's remaining budget, and aborts it when the caller gives up", async () => {
+    const started = Date.now();
+    const err = await client()
+      .echo({ forwardDelayMs: 5000 }, { timeoutMs: 400 })
+      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+    expect(err?.code).toBe(Code.DeadlineExceeded);
+    expect(Date.now() - started).toBeLessThan(2000);
+    await new Promise((r) => setTimeout(r, 300));
+    const inner = runs[name].at(-1)!;
+    // The inner call had no deadline of its own: it got what was left of the caller's 400 ms.
+    expect(inner.timeoutMs).toBeGreaterThan(0);
+    expect(inner.timeoutMs).toBeLessThanOrEqual(400);
+    // ... and its handler saw its signal abort then, not after its 5 s (or the 15 s default).
+    expect(inner.abortedAfterMs).toBeDefined();
+    expect(inner.abortedAfterMs!).toBeLessThan(1500);
+  });
+});
+
 describe("NATS-specific answers", () => {
+  it("refuses a request announced over the limit before asking for its parts or running the handler", async () => {
+    const before = runs.nats.length;
+    const h = natsHeaders();
+    h.set("Wr-Parts", "40");
+    h.set("Wr-Size", String(INTERNAL_MESSAGE_MAX_BYTES + 1));
+    h.set("content-type", "application/proto");
+    const reply = await nc.request("rpc.warroom.contract.v1.ContractService.Echo", new Uint8Array(10), { timeout: 2000, headers: h });
+    expect(reply.headers?.get("Connect-Http-Status")).toBe("429");
+    expect(JSON.parse(new TextDecoder().decode(reply.data))).toMatchObject({ code: "resource_exhausted" });
+    expect(reply.headers?.get("Wr-Continue")).toBe("");
+    expect(runs.nats.length).toBe(before);
+  });
+
   it("answers Unavailable with a clear message when nobody serves the method", async () => {
     const privateNats = await startPrivateNats();
     const lonely = await connect({ servers: privateNats.url });
@@ -154,4 +231,68 @@ describe("a plain @grpc/grpc-js client", () => {
       client.close();
     }
   });
+});
+
+describe("a 4 MiB remote-source read in NATS mode", () => {
+  let app: TestApp;
+  let source: RunningSourceServer;
+  const TOKEN = "contract-source-token";
+  const T0 = Date.parse("2024-05-01T00:00:00Z");
+
+  beforeAll(async () => {
+    // A Prometheus-style range answer just under the spec's 4 MiB: the provider's matrix verbatim
+    // (raw) and the shaped series beside it, as a real source answers.
+    const points = 60_000;
+    const values = Array.from({ length: points }, (_, i) => [T0 / 1000 + i * 15, String((i % 1000) / 7)]);
+    source = await createSourceServer({
+      source: "prometheus-like",
+      kinds: ["metrics"],
+      auth: { bearerTokens: [TOKEN] },
+      operations: [],
+      metrics: {
+        list: async () => ({ raw: ["cpu"] }),
+        range: async (call) => {
+          const n = Number(call.expr.replace(/\D/g, "")) || points;
+          return {
+            raw: { status: "success", data: { resultType: "matrix", result: [{ metric: { __name__: "cpu", host: "db-1" }, values: values.slice(0, n) }] } },
+            series: [{ label: 'cpu{host="db-1"}', points: values.slice(0, n).map(([t, v]) => ({ t: (t as number) * 1000, v: Number(v) })) }],
+          };
+        },
+      },
+    }).listen();
+    app = await startApp({ nats: true, env: { EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.1/32", SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}` } });
+  }, 60_000);
+
+  afterAll(async () => {
+    await app?.stop();
+    await source?.close();
+  });
+
+  it("crosses the bus whole, several times NATS's default max_payload", async () => {
+    const owner = await app.ownerToken();
+    const created = await app.call("POST", "/o/acme/remote-sources", {
+      token: owner,
+      body: { name: "big", baseUrl: source.url, transport: "http", auth: { bearerToken: TOKEN }, tenantRef: "t" },
+    });
+    expect(created.status).toBe(201);
+    // Find the largest answer the source gives under 4 MiB.
+    let best: { status: number; body: any } | undefined;
+    for (const n of [60_000, 56_000, 52_000, 50_000, 48_000, 46_000, 44_000, 42_000, 40_000]) {
+      const read = await app.call("POST", `/o/acme/remote-sources/${created.body.id}/read`, {
+        token: owner,
+        body: { call: "metrics/range", request: { expr: `cpu${n}`, window: { fromMs: T0, toMs: T0 + n * 15_000 } } },
+      });
+      expect(read.status).toBe(200);
+      if (!read.body.partial) {
+        best = read;
+        break;
+      }
+      expect(read.body.error).toBe("response too large");
+    }
+    expect(best).toBeDefined();
+    const bytes = Buffer.byteLength(JSON.stringify({ ...best!.body }));
+    expect(bytes).toBeGreaterThan(3.5 * 1024 * 1024);
+    expect(bytes).toBeLessThanOrEqual(MAX_RESPONSE_BYTES + 64 * 1024);
+    expect(best!.body.series[0].points.length).toBe(best!.body.raw.data.result[0].values.length);
+  }, 60_000);
 });

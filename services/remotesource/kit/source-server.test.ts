@@ -263,8 +263,10 @@ describe("a kit-hosted source with bearer tokens", () => {
     for (const transport of ["http", "grpc"] as const) {
       const client = createSourceClient({ baseUrl: running.url, transport, tenantRef: "t", credentials: { bearerToken: TOKEN } }, { policy: loopbackPolicy });
       const result = await runConformanceCheck(client);
-      // The "huge" operation is advertised and cut, so only the size check fails.
-      expect(result.checks.filter((c) => !c.ok).map((c) => c.name)).toEqual([CHECKS.size]);
+      // The "huge" operation is advertised and cut: the spec says what the service does with it,
+      // not that the source breaks a rule, so the size check warns and passes.
+      expect(result.checks.filter((c) => !c.ok)).toEqual([]);
+      expect(result.checks.find((c) => c.name === CHECKS.size)?.warnings).toEqual([expect.stringContaining("response too large: invoke huge")]);
     }
   });
 });
@@ -343,6 +345,9 @@ describe("createSourceServer", () => {
         definition({ operations: [{ descriptor: { operation: "r", description: "", kind: "metrics", canonical: "range" }, handler: async () => ({ raw: null }) }] }),
       ),
     ).toThrow('operation "r" backs a range call: it must declare its window');
+  });
+
+  it("accepts a window whose parameters are not among the params hints, as the spec allows", () => {
     expect(() =>
       createSourceServer(
         definition({
@@ -351,6 +356,6 @@ describe("createSourceServer", () => {
           ],
         }),
       ),
-    ).toThrow('operation "r": window parameter "from" is not among its params');
+    ).not.toThrow();
   });
 });

@@ -555,12 +555,10 @@ function validateOptions(options: SourceServerOptions): ValidatedOptions {
     if (d.canonical !== undefined && !(CANONICAL_ROLES as readonly string[]).includes(d.canonical)) problems.push(`operation ${name}: canonical must be one of ${CANONICAL_ROLES.join(", ")}`);
     if (d.canonical === "range" && !d.window) problems.push(`operation ${name} backs a range call: it must declare its window`);
     if (d.window) {
-      const params = Object.keys(d.params ?? {});
+      // The window's start, end and step are the source's own parameter names; the spec does not
+      // ask for them among the `params` hints (which describe what a caller supplies).
       if (!d.window.start || !d.window.end) problems.push(`operation ${name}: window.start and window.end name its parameters`);
       if (!(WINDOW_FORMATS as readonly string[]).includes(d.window.format)) problems.push(`operation ${name}: window.format must be one of ${WINDOW_FORMATS.join(", ")}`);
-      for (const p of [d.window.start, d.window.end, d.window.step]) {
-        if (p !== undefined && params.length > 0 && !params.includes(p)) problems.push(`operation ${name}: window parameter ${JSON.stringify(p)} is not among its params`);
-      }
     }
     operations.set(d.operation, operation);
     descriptors.push(

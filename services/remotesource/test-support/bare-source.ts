@@ -30,6 +30,11 @@ export interface BareSourceFaults {
   protocolVersion?: string;
   /** capabilities lists an operation `ghost` that invoke answers 404 for. */
   advertisedOperationMissing?: boolean;
+  /**
+   * capabilities also lists `search`, a windowed logs operation whose window names `from` and
+   * `to` while its params hints list only `query` (what a source written from the spec may do).
+   */
+  windowOutsideParams?: boolean;
 }
 
 export interface RecordedCall {
@@ -54,6 +59,9 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
   const operations = [
     { operation: "cpu", description: "CPU seconds of a host", params: { host: "host name" }, kind: "metrics" },
     ...(faults.advertisedOperationMissing ? [{ operation: "ghost", description: "listed, never served", params: {}, kind: "metrics" }] : []),
+    ...(faults.windowOutsideParams
+      ? [{ operation: "search", description: "log search", params: { query: "search expression" }, kind: "logs", window: { start: "from", end: "to", format: "epoch-ms" } }]
+      : []),
   ];
   const capabilities = { protocolVersion: faults.protocolVersion ?? "1", source: "bare", kinds: ["metrics"], operations };
 
@@ -110,6 +118,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         case "GET /v1/health":
           return send(200, { ok: true });
         case "POST /v1/invoke":
+          if (faults.windowOutsideParams && body.operation === "search") return send(200, envelope("search", body.params ?? {}));
           if (body.operation !== "cpu") return send(404, { error: `unknown operation ${JSON.stringify(body.operation)}` });
           return send(200, envelope("cpu", body.params ?? {}));
         case "POST /v1/metrics/list":
@@ -147,6 +156,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         },
         invoke(request: InvokeRequest, ctx) {
           check("invoke", ctx, request);
+          if (faults.windowOutsideParams && request.operation === "search") return result("search");
           if (request.operation !== "cpu") throw new ConnectError(`unknown operation ${JSON.stringify(request.operation)}`, Code.NotFound);
           return result("cpu");
         },

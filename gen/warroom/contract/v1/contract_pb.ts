@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/contract/v1/contract.proto.
  */
 export const file_warroom_contract_v1_contract: GenFile = /*@__PURE__*/
-  fileDesc("CiJ3YXJyb29tL2NvbnRyYWN0L3YxL2NvbnRyYWN0LnByb3RvEhN3YXJyb29tLmNvbnRyYWN0LnYxIlkKC0VjaG9SZXF1ZXN0Eg8KB3BheWxvYWQYASABKAwSEAoIZGVsYXlfbXMYAiABKAUSEQoJZmFpbF9jb2RlGAMgASgFEhQKDGZhaWxfbWVzc2FnZRgEIAEoCSKkAQoMRWNob1Jlc3BvbnNlEg8KB3BheWxvYWQYASABKAwSPwoHaGVhZGVycxgCIAMoCzIuLndhcnJvb20uY29udHJhY3QudjEuRWNob1Jlc3BvbnNlLkhlYWRlcnNFbnRyeRISCgp0aW1lb3V0X21zGAMgASgFGi4KDEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBMrMBCg9Db250cmFjdFNlcnZpY2USSwoERWNobxIgLndhcnJvb20uY29udHJhY3QudjEuRWNob1JlcXVlc3QaIS53YXJyb29tLmNvbnRyYWN0LnYxLkVjaG9SZXNwb25zZRJTCgpFY2hvU3RyZWFtEiAud2Fycm9vbS5jb250cmFjdC52MS5FY2hvUmVxdWVzdBohLndhcnJvb20uY29udHJhY3QudjEuRWNob1Jlc3BvbnNlMAFiBnByb3RvMw");
+  fileDesc("CiJ3YXJyb29tL2NvbnRyYWN0L3YxL2NvbnRyYWN0LnByb3RvEhN3YXJyb29tLmNvbnRyYWN0LnYxIogBCgtFY2hvUmVxdWVzdBIPCgdwYXlsb2FkGAEgASgMEhAKCGRlbGF5X21zGAIgASgFEhEKCWZhaWxfY29kZRgDIAEoBRIUCgxmYWlsX21lc3NhZ2UYBCABKAkSEwoLcmVwbHlfYnl0ZXMYBSABKAUSGAoQZm9yd2FyZF9kZWxheV9tcxgGIAEoBSK+AQoMRWNob1Jlc3BvbnNlEg8KB3BheWxvYWQYASABKAwSPwoHaGVhZGVycxgCIAMoCzIuLndhcnJvb20uY29udHJhY3QudjEuRWNob1Jlc3BvbnNlLkhlYWRlcnNFbnRyeRISCgp0aW1lb3V0X21zGAMgASgFEhgKEGlubmVyX3RpbWVvdXRfbXMYBCABKAUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEyswEKD0NvbnRyYWN0U2VydmljZRJLCgRFY2hvEiAud2Fycm9vbS5jb250cmFjdC52MS5FY2hvUmVxdWVzdBohLndhcnJvb20uY29udHJhY3QudjEuRWNob1Jlc3BvbnNlElMKCkVjaG9TdHJlYW0SIC53YXJyb29tLmNvbnRyYWN0LnYxLkVjaG9SZXF1ZXN0GiEud2Fycm9vbS5jb250cmFjdC52MS5FY2hvUmVzcG9uc2UwAWIGcHJvdG8z");
 
 /**
  * @generated from message warroom.contract.v1.EchoRequest
@@ -38,6 +38,21 @@ export type EchoRequest = Message<"warroom.contract.v1.EchoRequest"> & {
    * @generated from field: string fail_message = 4;
    */
   failMessage: string;
+
+  /**
+   * When set, the reply's payload is this many bytes (instead of the request's payload).
+   *
+   * @generated from field: int32 reply_bytes = 5;
+   */
+  replyBytes: number;
+
+  /**
+   * When set, the handler calls Echo again through the server's own clients with this delay and
+   * no deadline of its own, and answers what that inner call saw.
+   *
+   * @generated from field: int32 forward_delay_ms = 6;
+   */
+  forwardDelayMs: number;
 };
 
 /**
@@ -69,6 +84,13 @@ export type EchoResponse = Message<"warroom.contract.v1.EchoResponse"> & {
    * @generated from field: int32 timeout_ms = 3;
    */
   timeoutMs: number;
+
+  /**
+   * For a forwarded call: the deadline the inner handler saw, in milliseconds (0 when none).
+   *
+   * @generated from field: int32 inner_timeout_ms = 4;
+   */
+  innerTimeoutMs: number;
 };
 
 /**

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCK3AwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmwimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IkEKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBSJKChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJTChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSLgoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLQAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTKxCwoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKhAQoXQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyIngtPkkwIhOgEqIhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEqkBChZMaXN0TWFpbnRlbmFuY2VXaW5kb3dzEjMud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QaNC53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2UiJILT5JMCHhIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKSAQoXRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3cSNC53YXJyb29tLmluY2lkZW50cy52MS5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiKYLT5JMCIyohL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIiIKBkVudGl0eRIMCgRraW5kGAEgASgJEgoKAmlkGAIgASgJIvQBCg1UaW1lbGluZUVudHJ5EgwKBGtpbmQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKB3N1bW1hcnkYAyABKAlIAIgBARIRCgRsaW5rGAQgASgJSAGIAQESFgoJYWxlcnRfcmVmGAUgASgJSAKIAQESFQoIZXZlbnRfaWQYBiABKAlIA4gBARIlCgRkYXRhGAcgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQgsKCV9ldmVudF9pZCLzAwoISW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEiwKBmVudGl0eRgGIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIVCg13b3Jrc3BhY2VfdXJsGAcgASgJEi0KCW9wZW5lZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoIdGltZWxpbmUYCSADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EjQKC3Jlc29sdmVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEjQKC2FyY2hpdmVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAwgASgJSAKIAQESIQoUdGltZWxpbmVfbmV4dF9jdXJzb3IYDSABKAlIA4gBAUIOCgxfcmVzb2x2ZWRfYXRCDgoMX2FyY2hpdmVkX2F0Qg4KDF9ydW5ib29rX3VybEIXChVfdGltZWxpbmVfbmV4dF9jdXJzb3IimgMKBUFsZXJ0Eg4KBnNvdXJjZRgBIAEoCRIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSEAoIZXZlbnRfaWQYAyABKAkSDAoEa2luZBgEIAEoCRINCgV0aXRsZRgFIAEoCRIQCghzZXZlcml0eRgGIAEoCRIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSFAoHc3VtbWFyeRgIIAEoCUgAiAEBEhEKBGxpbmsYCSABKAlIAYgBARIWCglhbGVydF9yZWYYCiABKAlIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIYCgtydW5ib29rX3VybBgMIAEoCUgEiAEBEiUKBGRhdGEYDSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCDgoMX29jY3VycmVkX2F0Qg4KDF9ydW5ib29rX3VybCJdCg1SZWNvcmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIQCghvcmdfc2x1ZxgCIAEoCRIqCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0IrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIkwKEVJlY29yZE1hbnlSZXF1ZXN0EjcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0IsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InAKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IjsKFEluY2lkZW50U3RhdGVSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCSImChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkiUQoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJ0ChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiUwoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEi4KCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5IsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi0AEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIiwKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCSJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkyrQ0KEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -159,6 +159,14 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: optional string runbook_url = 12;
    */
   runbookUrl?: string | undefined;
+
+  /**
+   * Set when the timeline holds more entries than the first page carried in `timeline`: pass it
+   * as `cursor` to ListTimeline (GET .../timeline?cursor=...) for the next page.
+   *
+   * @generated from field: optional string timeline_next_cursor = 13;
+   */
+  timelineNextCursor?: string | undefined;
 };
 
 /**
@@ -445,6 +453,47 @@ export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest> = /*
   messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
+ * @generated from message warroom.incidents.v1.IncidentStateRequest
+ */
+export type IncidentStateRequest = Message<"warroom.incidents.v1.IncidentStateRequest"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.IncidentStateRequest.
+ * Use `create(IncidentStateRequestSchema)` to create a new message.
+ */
+export const IncidentStateRequestSchema: GenMessage<IncidentStateRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
+
+/**
+ * @generated from message warroom.incidents.v1.IncidentStateResponse
+ */
+export type IncidentStateResponse = Message<"warroom.incidents.v1.IncidentStateResponse"> & {
+  /**
+   * open, resolved or archived; empty when there is no such incident.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.IncidentStateResponse.
+ * Use `create(IncidentStateResponseSchema)` to create a new message.
+ */
+export const IncidentStateResponseSchema: GenMessage<IncidentStateResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
+
+/**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
  */
 export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRequest"> & {
@@ -466,6 +515,13 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
    * @generated from field: int32 limit = 3;
    */
   limit: number;
+
+  /**
+   * The `next_cursor` of the previous page; empty for the first page.
+   *
+   * @generated from field: string cursor = 4;
+   */
+  cursor: string;
 };
 
 /**
@@ -473,7 +529,7 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -483,6 +539,13 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
    * @generated from field: repeated warroom.incidents.v1.Incident incidents = 1;
    */
   incidents: Incident[];
+
+  /**
+   * Set when more incidents follow this page.
+   *
+   * @generated from field: optional string next_cursor = 2;
+   */
+  nextCursor?: string | undefined;
 };
 
 /**
@@ -490,7 +553,67 @@ export type ListIncidentsResponse = Message<"warroom.incidents.v1.ListIncidentsR
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
+
+/**
+ * @generated from message warroom.incidents.v1.ListTimelineRequest
+ */
+export type ListTimelineRequest = Message<"warroom.incidents.v1.ListTimelineRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * The incident's `timeline_next_cursor` or the `next_cursor` of the previous page.
+   *
+   * @generated from field: string cursor = 3;
+   */
+  cursor: string;
+
+  /**
+   * Entries per page: 100 when unset, at most 500.
+   *
+   * @generated from field: int32 limit = 4;
+   */
+  limit: number;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.ListTimelineRequest.
+ * Use `create(ListTimelineRequestSchema)` to create a new message.
+ */
+export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
+
+/**
+ * @generated from message warroom.incidents.v1.ListTimelineResponse
+ */
+export type ListTimelineResponse = Message<"warroom.incidents.v1.ListTimelineResponse"> & {
+  /**
+   * @generated from field: repeated warroom.incidents.v1.TimelineEntry entries = 1;
+   */
+  entries: TimelineEntry[];
+
+  /**
+   * Set when more entries follow this page.
+   *
+   * @generated from field: optional string next_cursor = 2;
+   */
+  nextCursor?: string | undefined;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.ListTimelineResponse.
+ * Use `create(ListTimelineResponseSchema)` to create a new message.
+ */
+export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -512,7 +635,7 @@ export type GetIncidentRequest = Message<"warroom.incidents.v1.GetIncidentReques
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -534,7 +657,7 @@ export type ResolveIncidentRequest = Message<"warroom.incidents.v1.ResolveIncide
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -556,7 +679,7 @@ export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncide
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -582,7 +705,7 @@ export type MaintenanceMatch = Message<"warroom.incidents.v1.MaintenanceMatch"> 
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -619,7 +742,7 @@ export type MaintenanceWindow = Message<"warroom.incidents.v1.MaintenanceWindow"
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -656,7 +779,7 @@ export type CreateMaintenanceWindowRequest = Message<"warroom.incidents.v1.Creat
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -673,7 +796,7 @@ export type ListMaintenanceWindowsRequest = Message<"warroom.incidents.v1.ListMa
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -690,7 +813,7 @@ export type ListMaintenanceWindowsResponse = Message<"warroom.incidents.v1.ListM
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -712,7 +835,7 @@ export type DeleteMaintenanceWindowRequest = Message<"warroom.incidents.v1.Delet
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -764,6 +887,17 @@ export const IncidentsService: GenService<{
     output: typeof TimelineEntrySchema;
   },
   /**
+   * Internal: the state of an incident (open, resolved, archived), for intake to tell whether a
+   * held answer to a delivery still names an open incident.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.IncidentState
+   */
+  incidentState: {
+    methodKind: "unary";
+    input: typeof IncidentStateRequestSchema;
+    output: typeof IncidentStateResponseSchema;
+  },
+  /**
    * @generated from rpc warroom.incidents.v1.IncidentsService.ListIncidents
    */
   listIncidents: {
@@ -778,6 +912,16 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof GetIncidentRequestSchema;
     output: typeof IncidentSchema;
+  },
+  /**
+   * The timeline of an incident one page at a time, oldest first, from a cursor.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.ListTimeline
+   */
+  listTimeline: {
+    methodKind: "unary";
+    input: typeof ListTimelineRequestSchema;
+    output: typeof ListTimelineResponseSchema;
   },
   /**
    * @generated from rpc warroom.incidents.v1.IncidentsService.ResolveIncident

@@ -128,6 +128,8 @@ export interface Incident {
   workspaceUrl: string;
   openedAt: string;
   timeline: TimelineEntry[];
+  /** Set when the timeline has more entries than this first page: GET .../timeline?cursor= reads on. */
+  timelineNextCursor?: string | null;
   resolvedAt: string | null;
   archivedAt: string | null;
   runbookUrl: string | null;

@@ -1,3 +1,4 @@
+import { useState } from "preact/hooks";
 import { api, orgPath, type Incident, type TimelineEntry } from "../api";
 import { exact, safeHref } from "../format";
 import { useLiveEvents } from "../live";
@@ -84,8 +85,22 @@ function count(n: number, one: string, many: string): string {
   return `${n} ${n === 1 ? one : many}`;
 }
 
+/** The incident's first timeline page, and the later pages on request (`timelineNextCursor`). */
 export function Timeline(props: { incident: Incident }) {
-  const entries = props.incident.timeline;
+  const [later, setLater] = useState<{ id: string; entries: TimelineEntry[]; cursor: string | null } | null>(null);
+  const loading = useAction();
+  const mine = later && later.id === props.incident.id ? later : null;
+  const entries = mine ? [...props.incident.timeline, ...mine.entries] : props.incident.timeline;
+  const cursor = mine ? mine.cursor : (props.incident.timelineNextCursor ?? null);
+  const readMore = () =>
+    loading.run(async () => {
+      if (!cursor) return;
+      const page = await api<{ entries: TimelineEntry[]; nextCursor: string | null }>(
+        "GET",
+        orgPath(`/incidents/${encodeURIComponent(props.incident.id)}/timeline?cursor=${encodeURIComponent(cursor)}`),
+      );
+      setLater({ id: props.incident.id, entries: [...(mine?.entries ?? []), ...page.entries], cursor: page.nextCursor });
+    });
   const counts = {
     repeats: entries.filter((e) => e.kind === "repeat").length,
     recoveries: entries.filter((e) => e.kind === "recovery").length,
@@ -111,6 +126,14 @@ export function Timeline(props: { incident: Incident }) {
           <Entry key={`${entry.at}-${i}`} entry={entry} first={i === 0} />
         ))}
       </ol>
+      {cursor ? (
+        <p>
+          <button type="button" onClick={() => void readMore()} disabled={loading.busy}>
+            {loading.busy ? "Loading…" : "Show later entries"}
+          </button>
+        </p>
+      ) : null}
+      {loading.error ? <ErrorNotice error={loading.error} /> : null}
     </section>
   );
 }

@@ -1,0 +1,44 @@
+import { describe, expect, it } from "vitest";
+import { retryKeyOf } from "./retry-keys.js";
+import { stableDigest } from "./retry-recognition.js";
+
+const alert = (source: string, eventId = "") => ({ alert: { source, eventId } }) as never;
+
+describe("retry keys", () => {
+  it("a digest does not depend on key order, and tells form bodies apart", () => {
+    expect(stableDigest({ a: 1, b: [1, { c: 2, d: 3 }] })).toBe(stableDigest({ b: [1, { d: 3, c: 2 }], a: 1 }));
+    expect(stableDigest(new URLSearchParams("channel_id=C1&message_id=1"))).not.toBe(stableDigest(new URLSearchParams("channel_id=C1&message_id=2")));
+    expect(stableDigest(new URLSearchParams("a=1"))).not.toBe(stableDigest({ a: "1" }));
+  });
+
+  it("Idempotency-Key wins on every route, scoped by route", () => {
+    const h = new Headers({ "idempotency-key": "k-1" });
+    expect(retryKeyOf("shared", { x: 1 }, alert("metrics-monitor", "e"), h)).toBe(retryKeyOf("shared", { y: 2 }, alert("cloud-monitor", "f"), h));
+    expect(retryKeyOf("shared", {}, alert("metrics-monitor", "e"), h)).not.toBe(retryKeyOf("chat", {}, alert("chat"), h));
+  });
+
+  it("error-tracker: event id with the Request-ID header", () => {
+    const body = { data: { event: { event_id: "e1" } } };
+    const a = retryKeyOf("shared", body, alert("error-tracker", "e1"), new Headers({ "request-id": "r1" }));
+    expect(retryKeyOf("shared", { ...body, other: 1 }, alert("error-tracker", "e1"), new Headers({ "request-id": "r1" }))).toBe(a);
+    expect(retryKeyOf("shared", body, alert("error-tracker", "e1"), new Headers({ "request-id": "r2" }))).not.toBe(a);
+    expect(retryKeyOf("shared", body, alert("error-tracker", "e2"), new Headers({ "request-id": "r1" }))).not.toBe(a);
+  });
+
+  it("alert-router firing: group key, status, fingerprints with startsAt, in any order", () => {
+    const n = (alerts: object[]) => ({ groupKey: "g", status: "firing", alerts, receiver: "x" });
+    const a1 = { fingerprint: "f1", startsAt: "2024-01-01T00:00:00Z" };
+    const a2 = { fingerprint: "f2", startsAt: "2024-01-01T00:01:00Z" };
+    const key = retryKeyOf("alertrouter", n([a1, a2]), alert("alert-router"), new Headers());
+    expect(key).toBeDefined();
+    expect(retryKeyOf("alertrouter", { ...n([a2, a1]), receiver: "y" }, alert("alert-router"), new Headers())).toBe(key);
+    expect(retryKeyOf("alertrouter", n([a1, { ...a2, startsAt: "2024-01-01T00:02:00Z" }]), alert("alert-router"), new Headers())).not.toBe(key);
+    // A resolved notification has an event id the incident core holds.
+    expect(retryKeyOf("alertrouter", n([a1]), alert("alert-router", "digest"), new Headers())).toBeUndefined();
+  });
+
+  it("sources whose event id the incident core holds need no key", () => {
+    expect(retryKeyOf("shared", { event_id: "1" }, alert("metrics-monitor", "1"), new Headers())).toBeUndefined();
+    expect(retryKeyOf("chat", { message_id: "1" }, alert("chat"), new Headers())).toBeDefined();
+  });
+});

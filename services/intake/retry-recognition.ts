@@ -1,0 +1,162 @@
+import { createHash, randomUUID } from "node:crypto";
+import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type { Sql } from "../runtime/database.js";
+import type { Logger } from "../runtime/logger.js";
+
+/**
+ * Retry recognition: a sender that times out and sends the same delivery again must not open a
+ * second incident or record twice, and gets the answer the first delivery got (same outcome, so
+ * the same status, and the same incident id).
+ *
+ * Each delivery has a retry key (see retry-keys.ts), held per organization in Postgres for
+ * HOLD_SECONDS, so it survives restarts and every replica sees it. The first delivery claims the
+ * key, does the work and stores its answer; a retry that arrives while the work runs waits for
+ * that answer, one that arrives later reads it. Any receiver plugs in the same way:
+ * `retries.once(orgId, key, work)`.
+ *
+ * - A claim is a lease (LEASE_SECONDS, longer than any call's deadline): if the process holding it
+ *   dies, a retry takes the key over once the lease has run out.
+ * - When the work fails (the incident core unavailable, say), the claim is released, so the
+ *   sender's retry does the work again rather than getting the failure back.
+ * - A held answer naming an incident that a person has since resolved or archived no longer
+ *   stands (`stillValid`): the spec has the next matching delivery open a new incident then.
+ */
+
+/** How long a delivery's retry key is held: a retry within this time gets the first answer. */
+export const HOLD_SECONDS = 24 * 3600;
+/** How long a claim holds before a retry may take it over from a process that died. */
+export const LEASE_SECONDS = 30;
+const POLL_MS = [20, 50, 100, 200, 250];
+
+export interface RetryRecognition {
+  /**
+   * Runs `work` once for `key` in the organization within the hold period and answers its
+   * result; a retry (at the same time or later) answers the first delivery's result.
+   */
+  once<T extends JsonObject>(orgId: string, key: string, work: () => Promise<T>, options?: OnceOptions<T>): Promise<T>;
+  /** Deletes keys held longer than the hold period; answers how many. */
+  forgetExpired(): Promise<number>;
+}
+
+export interface OnceOptions<T> {
+  /** Ends the wait for a concurrent delivery's answer (the caller's deadline). */
+  signal?: AbortSignal;
+  /** Whether a held answer still stands; when not, the delivery is treated as a new one. */
+  stillValid?: (answer: T) => Promise<boolean>;
+}
+
+interface HeldRow {
+  token: string;
+  state: "working" | "answered";
+  answer: JsonValue | null;
+}
+
+export function createRetryRecognition(sql: Sql, logger: Logger, options: { holdSeconds?: number; leaseSeconds?: number } = {}): RetryRecognition {
+  const hold = options.holdSeconds ?? HOLD_SECONDS;
+  const lease = options.leaseSeconds ?? LEASE_SECONDS;
+
+  async function claim(orgId: string, key: string): Promise<string | undefined> {
+    const token = randomUUID();
+    // One statement: a new key is inserted; an expired one, or one whose claim ran out while
+    // still working, is taken over; anything else is left to its holder.
+    const rows = await sql<{ token: string }[]>`
+      insert into intake.retry_keys as k (org_id, key, token, state, claimed_until)
+      values (${orgId}, ${key}, ${token}, 'working', now() + make_interval(secs => ${lease}))
+      on conflict (org_id, key) do update
+        set token = excluded.token, state = 'working', answer = null, claimed_until = excluded.claimed_until, created_at = now()
+        where k.created_at < now() - make_interval(secs => ${hold})
+           or (k.state = 'working' and k.claimed_until < now())
+      returning token`;
+    return rows[0]?.token;
+  }
+
+  async function release(orgId: string, key: string, token: string): Promise<void> {
+    await sql`delete from intake.retry_keys where org_id = ${orgId} and key = ${key} and token = ${token}`;
+  }
+
+  return {
+    async once<T extends JsonObject>(orgId: string, key: string, work: () => Promise<T>, onceOptions: OnceOptions<T> = {}): Promise<T> {
+      const { signal, stillValid } = onceOptions;
+      for (let turn = 0; ; turn++) {
+        if (signal?.aborted) throw gaveUp(signal);
+        const token = await claim(orgId, key);
+        if (token) {
+          let answer: T;
+          try {
+            answer = await work();
+          } catch (err) {
+            await release(orgId, key, token).catch((releaseError: unknown) => logger.warn({ err: releaseError }, "could not release a retry key"));
+            throw err;
+          }
+          try {
+            await sql`
+              update intake.retry_keys set state = 'answered', answer = ${sql.json(answer as never)}
+              where org_id = ${orgId} and key = ${key} and token = ${token}`;
+          } catch (err) {
+            // The work is done; the sender gets its answer. A retry after the lease would do it
+            // again, which the incident core's own identities absorb for most sources.
+            logger.error({ err }, "could not store the answer of a delivery for its retries");
+          }
+          return answer;
+        }
+        const [held] = await sql<HeldRow[]>`
+          select token, state, answer from intake.retry_keys where org_id = ${orgId} and key = ${key}`;
+        if (!held) continue;
+        if (held.state === "answered") {
+          const answer = held.answer as T;
+          if (stillValid && !(await stillValid(answer))) {
+            await release(orgId, key, held.token);
+            continue;
+          }
+          return answer;
+        }
+        // Another delivery of the same key is being worked on: wait for its answer.
+        await sleep(POLL_MS[Math.min(turn, POLL_MS.length - 1)]!, signal);
+      }
+    },
+
+    async forgetExpired() {
+      const rows = await sql`
+        delete from intake.retry_keys where (org_id, key) in (
+          select org_id, key from intake.retry_keys where created_at < now() - make_interval(secs => ${hold}) limit 10000)`;
+      return rows.count;
+    },
+  };
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(gaveUp(signal!));
+    };
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function gaveUp(signal: AbortSignal): ConnectError {
+  const reason: unknown = signal.reason;
+  if (reason instanceof ConnectError) return reason;
+  return new ConnectError("the caller gave up waiting for the first delivery's answer", Code.DeadlineExceeded);
+}
+
+/** A digest of JSON that does not depend on the order of object keys. */
+export function stableDigest(value: unknown): string {
+  return createHash("sha256").update(canonicalJson(value)).digest("hex");
+}
+
+function canonicalJson(value: unknown): string {
+  if (value === null || typeof value !== "object") return JSON.stringify(value) ?? "null";
+  // Form fields, in their order (a repeated field keeps every value).
+  if (value instanceof URLSearchParams) return `form${JSON.stringify([...value.entries()])}`;
+  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
+  const entries = Object.entries(value as Record<string, unknown>)
+    .filter(([, v]) => v !== undefined)
+    .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+  return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(",")}}`;
+}
