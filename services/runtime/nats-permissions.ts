@@ -36,6 +36,8 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     "warroom.identity.v1.IdentityService/ResolveIngestToken",
     "warroom.identity.v1.IdentityService/ResolveReceiverSecret",
     "warroom.incidents.v1.IncidentsService/Record",
+    // A recognized retry reads the state of the incident its first delivery opened.
+    "warroom.incidents.v1.IncidentsService/IncidentState",
     "warroom.remotesource.v1.RemoteSourcesService/ResolveConnection",
   ],
   incidents: [AUTHENTICATE],
