@@ -3,6 +3,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import {
+  CredentialChangedSchema,
   IncidentOpenedSchema,
   IncidentResolvedSchema,
   TimelineRecordedSchema,
@@ -14,6 +15,11 @@ import { sendJson } from "../gateway/rest-gateway.js";
 import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import type { Logger } from "../runtime/logger.js";
+import { bearerToken } from "../runtime/auth.js";
+import { sha256Hex } from "../runtime/secrets.js";
+
+/** Identity's notice that a credential stopped working (API key revoked, session logged out). */
+const CREDENTIAL_CHANGED = "events.credential.changed";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
@@ -44,6 +50,8 @@ interface Stream {
   orgId: string;
   org: string;
   authorization: string;
+  /** SHA-256 (hex) of the stream's bearer credential, matched against revocation events. */
+  credentialHash: string;
   res: Response;
   checkedAt: number;
   checking: boolean;
@@ -104,8 +112,26 @@ export function createLiveEvents(options: LiveEventsOptions) {
     if (!stream.res.writableEnded) stream.res.end();
   }
 
+  /** A revoked session or API key ends its streams at once, on every replica. */
+  function revoked(event: DomainEvent): void {
+    let changed;
+    try {
+      changed = fromBinary(CredentialChangedSchema, event.payload);
+    } catch {
+      return;
+    }
+    if (!changed.revokedHash) return;
+    for (const stream of [...streams]) {
+      if (stream.credentialHash === changed.revokedHash) {
+        write(stream, `event: unauthorized\ndata: {}\n\n`);
+        end(stream);
+      }
+    }
+  }
+
   function subscribe(): Promise<void> {
     subscribed ??= (async () => {
+      await events.subscribe(CREDENTIAL_CHANGED, async (event) => revoked(event));
       for (const subject of LIVE_SUBJECTS) {
         await events.subscribe(subject, async (event) => dispatch(event));
       }
@@ -176,7 +202,8 @@ export function createLiveEvents(options: LiveEventsOptions) {
         "x-content-type-options": "nosniff",
       };
       (res as ServerResponse).writeHead(200, headers);
-      const stream: Stream = { orgId: principal.orgId, org, authorization, res, checkedAt: Date.now(), checking: false };
+      const credentialHash = sha256Hex(bearerToken(authorization) ?? "");
+      const stream: Stream = { orgId: principal.orgId, org, authorization, credentialHash, res, checkedAt: Date.now(), checking: false };
       streams.add(stream);
       res.on("close", () => streams.delete(stream));
       // The client waits `retry` before reconnecting; `ready` tells it the stream is live.

@@ -13,6 +13,7 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
   const deps: RemoteSourceDeps = {
     ctx: { ...ctx, logger },
     policy: remoteSourcePolicy(ctx.config),
+    httpBearerHosts: ctx.config.REMOTE_SOURCE_HTTP_BEARER_HOSTS,
     ...(ca ? { ca } : {}),
     secretBox: secretBoxFromConfig(ctx.config, (file) => {
       if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");

@@ -96,6 +96,9 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
         HEARTBEAT_SWEEP_SECONDS: "1",
         SECRETS_KEYS: newSecretKeyEntry("pool-one"),
         EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+        // The remote source is on loopback over plain http, with a bearer token.
+        REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8",
+        REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
         EGRESS_CA_FILE: certs.caFile,
       },
     });
