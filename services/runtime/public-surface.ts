@@ -14,7 +14,7 @@ export function isPublicMethod(method: DescMethod): boolean {
 
 function unimplemented(method: DescMethod) {
   return () => {
-    throw new ConnectError(`${method.parent.typeName}.${method.name} is not implemented`, Code.Unimplemented);
+    throw new ConnectError(`${method.parent.typeName}.${method.name} has no handler in this process`, Code.Unimplemented);
   };
 }
 
