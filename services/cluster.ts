@@ -16,6 +16,8 @@ export interface ClusterOptions {
   intakes: number;
   /** More processes beside the plan, each with its own extra environment (e.g. a third sweeper). */
   extra?: { name: string; env: NodeJS.ProcessEnv }[];
+  /** Environment of one service's processes only (e.g. its own NATS credentials). */
+  envFor?: (name: string) => NodeJS.ProcessEnv;
   /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
   output?: "inherit" | "ignore" | "capture";
   /** Node options for every process that NODE_OPTIONS may not carry (e.g. `--cpu-prof`). */
@@ -25,6 +27,8 @@ export interface ClusterOptions {
 export interface ClusterProcess {
   name: string;
   port: number;
+  /** Where the process serves GET /metrics (METRICS_PORT). */
+  metricsPort: number;
   env?: NodeJS.ProcessEnv;
   child: ChildProcess;
   /** The log lines printed so far, with output "capture". */
@@ -78,7 +82,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   let stopping = false;
   const launch = (proc: ClusterProcess, instance: number) => {
     const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
-      env: { ...options.env, ...proc.env, PORT: String(proc.port), SERVICE_INSTANCE: `${proc.name}-${instance}` },
+      env: { ...options.env, ...options.envFor?.(proc.name), ...proc.env, PORT: String(proc.port), METRICS_PORT: String(proc.metricsPort), SERVICE_INSTANCE: `${proc.name}-${instance}` },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
     for (const stream of [child.stdout, child.stderr]) {
@@ -103,13 +107,13 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   for (const name of plan) {
     const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
     const instance = processes.filter((p) => p.name === name).length;
-    const proc: ClusterProcess = { name, port, child: undefined as never, output: [] };
+    const proc: ClusterProcess = { name, port, metricsPort: await freePort(), child: undefined as never, output: [] };
     proc.child = launch(proc, instance);
     processes.push(proc);
   }
   for (const extra of options.extra ?? []) {
     const instance = processes.filter((p) => p.name === extra.name).length;
-    const proc: ClusterProcess = { name: extra.name, port: await freePort(), env: extra.env, child: undefined as never, output: [] };
+    const proc: ClusterProcess = { name: extra.name, port: await freePort(), metricsPort: await freePort(), env: extra.env, child: undefined as never, output: [] };
     proc.child = launch(proc, instance);
     processes.push(proc);
   }

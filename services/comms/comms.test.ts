@@ -146,7 +146,7 @@ afterAll(async () => {
 
 /** warroom_chat_webhook_requests_total by result, as the process's /metrics shows it. */
 async function chatWebhookCalls(): Promise<Record<string, number>> {
-  const text = await (await fetch(`${app.url}/metrics`)).text();
+  const text = await (await fetch(app.process.metricsUrl!)).text();
   return Object.fromEntries([...text.matchAll(/^warroom_chat_webhook_requests_total\{result="(\w+)"\} (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
 }
 

@@ -9,6 +9,8 @@ import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import { EVENTS, eventTypeOf, type EventType } from "../runtime/events.js";
 import type { Logger } from "../runtime/logger.js";
+import { bearerToken } from "../runtime/auth.js";
+import { sha256Hex } from "../runtime/secrets.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
@@ -32,6 +34,8 @@ interface Stream {
   orgId: string;
   org: string;
   authorization: string;
+  /** SHA-256 (hex) of the stream's bearer credential, matched against revocation events. */
+  credentialHash: string;
   res: Response;
   checkedAt: number;
   checking: boolean;
@@ -92,8 +96,26 @@ export function createLiveEvents(options: LiveEventsOptions) {
     if (!stream.res.writableEnded) stream.res.end();
   }
 
+  /** A revoked session or API key ends its streams at once, on every replica. */
+  function revoked(event: DomainEvent): void {
+    let changed;
+    try {
+      changed = fromBinary(EVENTS.credentialChanged.schema, event.payload);
+    } catch {
+      return;
+    }
+    if (!changed.revokedHash) return;
+    for (const stream of [...streams]) {
+      if (stream.credentialHash === changed.revokedHash) {
+        write(stream, `event: unauthorized\ndata: {}\n\n`);
+        end(stream);
+      }
+    }
+  }
+
   function subscribe(): Promise<void> {
     subscribed ??= (async () => {
+      await events.subscribe(EVENTS.credentialChanged.subject, async (event) => revoked(event));
       for (const type of LIVE_EVENTS) {
         await events.subscribe(type.subject, async (event) => dispatch(event));
       }
@@ -164,7 +186,8 @@ export function createLiveEvents(options: LiveEventsOptions) {
         "x-content-type-options": "nosniff",
       };
       (res as ServerResponse).writeHead(200, headers);
-      const stream: Stream = { orgId: principal.orgId, org, authorization, res, checkedAt: Date.now(), checking: false };
+      const credentialHash = sha256Hex(bearerToken(authorization) ?? "");
+      const stream: Stream = { orgId: principal.orgId, org, authorization, credentialHash, res, checkedAt: Date.now(), checking: false };
       streams.add(stream);
       res.on("close", () => streams.delete(stream));
       // The client waits `retry` before reconnecting; `ready` tells it the stream is live.

@@ -20,9 +20,6 @@ const OPSGENIE_WRITES = new Set([
 ]);
 const OPSGENIE_STATUS = "warroom.intake.v1.IntakeService.GetOpsgenieRequestStatus";
 
-/** PagerDuty refuses an event over 512 KB. */
-export const PAGERDUTY_MAX_BODY_BYTES = 512 * 1024;
-
 export interface DropinAnswer {
   status: number;
   body: unknown;
@@ -37,10 +34,6 @@ export interface AnswerContext {
 
 export function isDropinMethod(key: string): boolean {
   return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS;
-}
-
-export function dropinBodyLimit(key: string): number | undefined {
-  return PAGERDUTY.has(key) ? PAGERDUTY_MAX_BODY_BYTES : undefined;
 }
 
 /** Both vendors answer 202 Accepted to every write they take; the status read answers 200. */

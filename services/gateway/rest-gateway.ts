@@ -8,18 +8,15 @@ import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
-import { dropinBodyLimit, dropinTooLarge } from "./dropin-answers.js";
+import { bodyLimit } from "../runtime/body-limits.js";
+import { dropinTooLarge } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
-/** Body limits. The chat receiver's is the spec's; the rest are documented in the README. */
-export const BODY_LIMITS = {
-  "warroom.intake.v1.IntakeService.DeliverChat": 256 * 1024,
-  default: 1024 * 1024,
-} as const;
+export { BODY_LIMITS } from "../runtime/body-limits.js";
 
 /** Request headers the services read, passed on through the transport. */
 const FORWARDED_HEADERS = [
@@ -74,7 +71,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
     });
     const key = methodKey(route.method);
-    const limit = dropinBodyLimit(key) ?? BODY_LIMITS[key as keyof typeof BODY_LIMITS] ?? BODY_LIMITS.default;
+    const limit = bodyLimit(route.method);
     const body = await readBody(req, limit);
     if (body === "too-large") {
       const dropin = dropinTooLarge(key, limit, { requestId, took: (performance.now() - started) / 1000 });
@@ -105,8 +102,9 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       const value = headerValue(req, name);
       if (value !== undefined) header.set(name, value);
     }
-    const forwardedFor = req.socket?.remoteAddress;
-    if (forwardedFor) header.set("x-forwarded-for", forwardedFor);
+    // The public port has already replaced the caller's header with the client's address.
+    const clientAddress = headerValue(req, "x-forwarded-for");
+    if (clientAddress) header.set("x-forwarded-for", clientAddress);
     // Cancels the call when the client goes away before its answer. Only then: aborting after a
     // finished response would build an AbortError and wake every linked signal on every request.
     const abort = new AbortController();
@@ -146,9 +144,15 @@ class BodyError extends RequestShapeError {}
 
 function parseJsonObject(bytes: Uint8Array): JsonObject {
   if (bytes.byteLength === 0) return {};
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    throw new BodyError("request body is not valid UTF-8");
+  }
   let value: unknown;
   try {
-    value = JSON.parse(new TextDecoder().decode(bytes));
+    value = JSON.parse(text);
   } catch {
     throw new BodyError("request body is not valid JSON");
   }

@@ -66,5 +66,45 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("identity", 2),
+  {
+    id: 3,
+    name: "passwords belong to memberships",
+    // Users are global, so a password on the user let one organization's admin choose the
+    // password another organization's membership logs in with. Each membership now has its own;
+    // existing memberships keep the password they logged in with until now.
+    sql: `
+      alter table identity.memberships add column password_hash text;
+      update identity.memberships m set password_hash = u.password_hash from identity.users u where u.id = m.user_id;
+      alter table identity.memberships alter column password_hash set not null;
+      alter table identity.users alter column password_hash drop not null;
+      update identity.users set password_hash = null;
+    `,
+  },
+  {
+    id: 4,
+    name: "coalesced audit records",
+    // Unauthenticated callers cause receiver.auth_failed records: one row per organization,
+    // receiver, reason, client address and minute, with a count, so they cannot grow the table
+    // faster than that.
+    sql: `
+      alter table identity.audit_events add column coalesce_key text;
+      create unique index audit_events_coalesce_key on identity.audit_events (coalesce_key) where coalesce_key is not null;
+    `,
+  },
+  {
+    id: 5,
+    name: "login throttle",
+    // Failed logins per (organization, email) and per client address, shared by every replica.
+    sql: `
+      create table identity.login_failures (
+        scope text not null check (scope in ('account', 'address')),
+        key text not null,
+        failures integer not null,
+        last_failure_at timestamptz not null,
+        locked_until timestamptz,
+        primary key (scope, key)
+      );
+    `,
+  },
   ...outboxUpgrades("identity"),
 ];

@@ -1,14 +1,125 @@
-import { randomBytes, scrypt, timingSafeEqual, type ScryptOptions } from "node:crypto";
+import { randomBytes, timingSafeEqual } from "node:crypto";
+import { availableParallelism } from "node:os";
+import { Worker } from "node:worker_threads";
+import { RateLimitedError } from "../runtime/errors.js";
 
-// scrypt (Node's own, RFC 7914) with a per-password salt; the parameters are stored with the hash
-// so they can be raised later without invalidating existing passwords.
-const PARAMS = { N: 16384, r: 8, p: 1 } as const;
+// scrypt (Node's own, RFC 7914) with a per-password salt, at OWASP's recommendation
+// (N=2^17, r=8, p=1: 128 MiB and a few hundred milliseconds a hash). The parameters are stored
+// with the hash, so a hash made with older ones still verifies and is replaced at the next login.
+export const PARAMS = { N: 131072, r: 8, p: 1 } as const;
 const KEY_LENGTH = 32;
+// scrypt needs 128 * N * r bytes; Node refuses anything above maxmem.
+const MAX_MEMORY = 2 * 128 * PARAMS.N * PARAMS.r;
 
-function derive(password: string, salt: Buffer, options: ScryptOptions): Promise<Buffer> {
-  return new Promise((resolve, reject) =>
-    scrypt(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: 64 * 1024 * 1024 }, (err, key) => (err ? reject(err) : resolve(key))),
-  );
+/**
+ * Hashing runs on worker threads of its own, never on the libuv pool: a login flood filling the
+ * four libuv threads with scrypt would stall every DNS lookup (getaddrinfo runs there) and file
+ * read of the process, and with them the outbound calls. A fixed number of workers also caps the
+ * memory scrypt takes (128 MiB each); further hashes wait their turn in the queue.
+ */
+const WORKER_SOURCE = `
+const { parentPort } = require("node:worker_threads");
+const { scryptSync } = require("node:crypto");
+parentPort.on("message", ({ id, password, salt, keyLength, options }) => {
+  try {
+    const key = scryptSync(password, Buffer.from(salt), keyLength, options);
+    parentPort.postMessage({ id, key });
+  } catch (err) {
+    parentPort.postMessage({ id, error: err instanceof Error ? err.message : String(err) });
+  }
+});
+`;
+
+interface Job {
+  id: number;
+  message: { id: number; password: string; salt: Uint8Array; keyLength: number; options: object };
+  /** When it was queued, and when a thread took it. */
+  queuedAt: number;
+  startedAt: number;
+  resolve(key: Buffer): void;
+  reject(err: Error): void;
+}
+
+export const HASH_THREADS = Math.max(1, Math.min(2, availableParallelism() - 1));
+/**
+ * The longest a hash may expect to wait for a thread (queue length x recent hash time / threads).
+ * Past it a login is refused at once (429, retry in a second) instead of queueing behind a flood
+ * until the caller's deadline (15 s at the gateway) has passed; on a slow or busy machine the
+ * queue is shorter accordingly.
+ */
+export const MAX_HASH_WAIT_MS = 8_000;
+
+const busy = () => new RateLimitedError("too many password checks in progress; retry shortly", 1);
+
+function createHashPool(size: number) {
+  const queue: Job[] = [];
+  const idle: Worker[] = [];
+  const running = new Map<Worker, Job>();
+  let workers = 0;
+  let nextId = 0;
+  // Recent time of one hash on one thread; starts at a typical figure for N=2^17.
+  let averageMs = 300;
+
+  const spawn = (): Worker => {
+    const worker = new Worker(WORKER_SOURCE, { eval: true });
+    worker.unref();
+    workers++;
+    worker.on("message", (answer: { id: number; key?: Uint8Array; error?: string }) => {
+      const job = running.get(worker);
+      running.delete(worker);
+      if (job && job.id === answer.id) {
+        // Exponentially weighted: follows a machine that gets busier or quieter within seconds.
+        averageMs = 0.8 * averageMs + 0.2 * (performance.now() - job.startedAt);
+        if (answer.error !== undefined) job.reject(new Error(answer.error));
+        else job.resolve(Buffer.from(answer.key!));
+      }
+      idle.push(worker);
+      pump();
+    });
+    worker.on("error", (err) => {
+      const job = running.get(worker);
+      running.delete(worker);
+      workers--;
+      job?.reject(err);
+      pump();
+    });
+    return worker;
+  };
+
+  const pump = () => {
+    while (queue.length > 0) {
+      const job = queue[0]!;
+      // Waited too long after all (the machine got slower than the estimate): refused, not started.
+      if (performance.now() - job.queuedAt > MAX_HASH_WAIT_MS) {
+        queue.shift();
+        job.reject(busy());
+        continue;
+      }
+      const worker = idle.pop() ?? (workers < size ? spawn() : undefined);
+      if (!worker) return;
+      queue.shift();
+      running.set(worker, job);
+      job.startedAt = performance.now();
+      worker.postMessage(job.message);
+    }
+  };
+
+  return {
+    derive(password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
+      if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
+      return new Promise((resolve, reject) => {
+        const id = nextId++;
+        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, queuedAt: performance.now(), startedAt: 0, resolve, reject });
+        pump();
+      });
+    },
+  };
+}
+
+const pool = createHashPool(HASH_THREADS);
+
+function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }): Promise<Buffer> {
+  return pool.derive(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
 }
 
 export async function hashPassword(password: string): Promise<string> {
@@ -20,9 +131,18 @@ export async function hashPassword(password: string): Promise<string> {
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;
+  const N = Number(n);
+  // A stored hash never asks for more work than today's parameters (nor for a malformed amount).
+  if (!Number.isInteger(N) || N < 2 || N > PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p) return false;
   const expected = Buffer.from(key, "base64");
-  const actual = await derive(password, Buffer.from(salt, "base64"), { N: Number(n), r: Number(r), p: Number(p) });
+  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) });
   return actual.length === expected.length && timingSafeEqual(actual, expected);
+}
+
+/** A hash made with older parameters than today's, to be replaced after a successful login. */
+export function needsRehash(stored: string): boolean {
+  const [scheme, n, r, p] = stored.split("$");
+  return scheme !== "scrypt" || Number(n) !== PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p;
 }
 
 /** A hash of nothing, verified against when the email is unknown so both answers take as long. */

@@ -9,12 +9,13 @@ import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/i
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
-import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
+import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError, UnauthenticatedError } from "../runtime/errors.js";
 import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
-import { DUMMY_HASH, hashPassword, verifyPassword } from "./passwords.js";
+import { createLoginThrottle } from "./login-throttle.js";
+import { DUMMY_HASH, hashPassword, needsRehash, verifyPassword } from "./passwords.js";
 
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/;
 const EMAIL = /^[^\s@]+@[^\s@]+$/;
@@ -34,6 +35,7 @@ export const AUDIT = {
 
 export function createIdentityService(ctx: ServiceContext): ServiceModule {
   const { sql, config, outbox, clients } = ctx;
+  const throttle = createLoginThrottle(sql);
 
   async function audit(tx: TransactionSql, orgId: string | null, kind: string, actor: string, data: JsonObject = {}): Promise<void> {
     await tx`insert into identity.audit_events (org_id, kind, actor, data) values (${orgId}, ${kind}, ${actor}, ${sql.json(data as never)})`;
@@ -64,10 +66,10 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       if (existing) return { ...existing, created: false };
       const [org] = await tx<{ id: string; slug: string }[]>`insert into identity.organizations (slug) values (${orgSlug}) returning id, slug`;
       const [user] = await tx<{ id: string }[]>`
-        insert into identity.users (email, password_hash) values (${email}, ${passwordHash})
+        insert into identity.users (email) values (${email})
         on conflict (lower(email)) do update set email = identity.users.email
         returning id`;
-      await tx`insert into identity.memberships (org_id, user_id, role) values (${org!.id}, ${user!.id}, 'owner')`;
+      await tx`insert into identity.memberships (org_id, user_id, role, password_hash) values (${org!.id}, ${user!.id}, 'owner', ${passwordHash})`;
       await audit(tx, org!.id, AUDIT.organizationCreated, "bootstrap", { owner: email });
       return { ...org!, created: true };
     });
@@ -101,16 +103,30 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
   }
 
   const impl = {
-    async login(req: { email: string; password: string; orgSlug: string }) {
-      const [row] = await sql<{ user_id: string; password_hash: string; org_id: string | null }[]>`
-        select u.id as user_id, u.password_hash, m.org_id
-        from identity.users u
-        left join identity.organizations o on o.slug = ${req.orgSlug}
-        left join identity.memberships m on m.user_id = u.id and m.org_id = o.id
-        where lower(u.email) = lower(${req.email})`;
+    async login(req: { email: string; password: string; orgSlug: string }, context: HandlerContext) {
+      const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const wait = await throttle.lockedFor(req.orgSlug, req.email, address);
+      if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
+      // The password is the membership's: (organization, email) names it.
+      const [row] = await sql<{ user_id: string; password_hash: string; org_id: string }[]>`
+        select m.user_id, m.password_hash, m.org_id
+        from identity.memberships m
+        join identity.organizations o on o.id = m.org_id
+        join identity.users u on u.id = m.user_id
+        where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
       const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
-      if (!row || !passwordOk || !row.org_id) throw new UnauthenticatedError("invalid email, password or organization");
+      if (!row || !passwordOk) {
+        await throttle.failed(req.orgSlug, req.email, address);
+        throw new UnauthenticatedError("invalid email, password or organization");
+      }
+      await throttle.succeeded(req.orgSlug, req.email);
+      if (needsRehash(row.password_hash)) {
+        // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
+        const upgraded = await hashPassword(req.password);
+        await sql`update identity.memberships set password_hash = ${upgraded}
+                  where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
+      }
       const token = `wrs_${randomBytes(32).toString("hex")}`;
       const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
       await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
@@ -120,7 +136,13 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     async logout(_req: unknown, context: HandlerContext) {
       const token = bearerToken(context.requestHeader.get("authorization"));
       if (!token) throw new UnauthenticatedError();
-      await sql`update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null`;
+      await sql.begin(async (tx) => {
+        const rows = await tx<{ org_id: string; token_hash: Buffer }[]>`
+          update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null returning org_id, token_hash`;
+        // Live streams opened with this session end at once (services/console/live-events.ts).
+        if (rows[0]) await credentialChanged(tx, rows[0].org_id, "session", rows[0].token_hash);
+      });
+      outbox.poke();
       return {};
     },
 
@@ -151,17 +173,21 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       if (!ROLES.includes(role as Role)) throw new InvalidArgumentError("role must be owner, admin or member");
       if (role === "owner" && principal.role !== "owner") throw new PermissionDeniedError("only an owner may add an owner");
       if (!EMAIL.test(req.email)) throw new InvalidArgumentError("email must be an email address");
-      const [existingUser] = await sql<{ id: string; password_hash: string }[]>`select id, password_hash from identity.users where lower(email) = lower(${req.email})`;
-      if (!existingUser && req.password.length < 8) throw new InvalidArgumentError("password must be at least 8 characters");
-      const passwordHash = existingUser ? undefined : await hashPassword(req.password);
+      // The password given is this membership's own, whether or not the email belongs to another
+      // organization too: the answer, the work done and the checks are the same either way, so an
+      // admin learns nothing about other organizations' accounts and sets no password for them.
+      const [member] = await sql`
+        select 1 from identity.memberships m join identity.users u on u.id = m.user_id
+        where m.org_id = ${principal.orgId} and lower(u.email) = lower(${req.email})`;
+      if (member) throw new AlreadyExistsError(`${req.email} is already a member of ${req.org}`);
+      if (req.password.length < 8) throw new InvalidArgumentError("password must be at least 8 characters");
+      const passwordHash = await hashPassword(req.password);
       return sql.begin(async (tx) => {
-        const [user] = existingUser
-          ? [existingUser]
-          : await tx<{ id: string }[]>`
-              insert into identity.users (email, password_hash) values (${req.email}, ${passwordHash!})
-              on conflict (lower(email)) do update set email = identity.users.email returning id`;
+        const [user] = await tx<{ id: string }[]>`
+          insert into identity.users (email) values (${req.email})
+          on conflict (lower(email)) do update set email = identity.users.email returning id`;
         const inserted = await tx`
-          insert into identity.memberships (org_id, user_id, role) values (${principal.orgId}, ${user!.id}, ${role})
+          insert into identity.memberships (org_id, user_id, role, password_hash) values (${principal.orgId}, ${user!.id}, ${role}, ${passwordHash})
           on conflict do nothing returning user_id`;
         if (inserted.length === 0) throw new AlreadyExistsError(`${req.email} is already a member of ${req.org}`);
         await audit(tx, principal.orgId, AUDIT.memberAdded, actorOf(principal), { email: req.email, role });
@@ -241,8 +267,11 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       return { events: page.map((r) => ({ kind: r.kind, actor: r.actor, at: timestampFromDate(r.at), data: r.data })), ...(nextCursor ? { nextCursor } : {}) };
     },
 
-    async resolveIngestToken(req: { token: string }) {
-      const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, req.token);
+    async resolveIngestToken(req: { token: string }, context: HandlerContext) {
+      // The token rides in the Authorization header (redacted from logs); the body field is read
+      // only from callers older than that.
+      const token = bearerToken(context.requestHeader.get("authorization")) ?? req.token;
+      const org = await resolveOrgCredential(CREDENTIAL_KINDS.ingest, token);
       if (!org) throw new UnauthenticatedError(INVALID_INGEST_TOKEN);
       return org;
     },
@@ -250,21 +279,27 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     async resolveReceiverSecret(req: { kind: string; secret: string; orgSlug: string }, context: HandlerContext) {
       const kind = req.kind === "chat" ? CREDENTIAL_KINDS.chat : req.kind === "alertrouter" ? CREDENTIAL_KINDS.alertrouter : undefined;
       if (!kind) throw new InvalidArgumentError("kind must be chat or alertrouter");
-      const org = req.secret ? await resolveOrgCredential(kind, req.secret) : undefined;
+      // The secret rides in the receiver's own header, as the sender sent it; the body field is read
+      // only from callers older than that.
+      const secret = context.requestHeader.get(`x-service-${req.kind}-secret`) || req.secret;
+      const org = secret ? await resolveOrgCredential(kind, secret) : undefined;
       let reason: string | undefined;
-      if (!req.secret) reason = "secret missing";
+      if (!secret) reason = "secret missing";
       else if (!org) reason = "secret wrong";
       else if (req.orgSlug && org.slug !== req.orgSlug) reason = "slug is not the secret's organization";
       if (reason) {
         // The caller gets a uniform 401; the reason is kept for the organization's admins.
         const target = req.orgSlug ? await orgBySlug(req.orgSlug) : org;
-        await sql.begin((tx) =>
-          audit(tx, target?.id ?? null, AUDIT.receiverAuthFailed, "receiver", {
-            receiver: req.kind,
-            reason,
-            remoteAddress: context.requestHeader.get("x-forwarded-for") ?? "",
-          }),
-        );
+        const remoteAddress = context.requestHeader.get("x-forwarded-for") ?? "";
+        const data = { receiver: req.kind, reason, remoteAddress, count: 1 };
+        const key = [AUDIT.receiverAuthFailed, target?.id ?? "", req.kind, reason, remoteAddress].join("|");
+        // One row per organization, receiver, reason and client address a minute, with a count.
+        await sql`
+          insert into identity.audit_events as a (org_id, kind, actor, data, coalesce_key)
+          values (${target?.id ?? null}, ${AUDIT.receiverAuthFailed}, 'receiver', ${sql.json(data)},
+                  ${key} || '|' || to_char(date_trunc('minute', now()) at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI'))
+          on conflict (coalesce_key) where coalesce_key is not null
+          do update set data = jsonb_set(a.data, '{count}', to_jsonb(coalesce((a.data->>'count')::int, 1) + 1))`;
         throw new UnauthenticatedError("unauthorized");
       }
       return org!;

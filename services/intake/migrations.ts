@@ -56,5 +56,18 @@ export const migrations: Migration[] = [
       create index opsgenie_requests_by_age on intake.opsgenie_requests (created_at);
     `,
   },
+  {
+    id: 5,
+    name: "failed receiver authentications per client address",
+    sql: `
+      create table intake.receiver_failures (
+        scope text not null,
+        client_address text not null,
+        window_start timestamptz not null,
+        failures integer not null,
+        primary key (scope, client_address, window_start)
+      );
+    `,
+  },
   ...outboxUpgrades("intake"),
 ];

@@ -1,4 +1,11 @@
-import { UnprocessablePayloadError } from "../runtime/errors.js";
+import { InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
+
+/** A body that is not valid UTF-8: 400, whatever the route. */
+export class InvalidUtf8Error extends InvalidArgumentError {
+  constructor() {
+    super("the body is not valid UTF-8");
+  }
+}
 
 /** Deeper nesting than any real sender uses; past it a body is refused before it is walked. */
 export const MAX_JSON_DEPTH = 64;
@@ -12,7 +19,14 @@ const UNRECOGNIZED = "Unrecognized trigger payload";
  * prototypes, and the mappers read own properties only.
  */
 export function parseTriggerBody(bytes: Uint8Array, contentType: string, options: { allowForm: boolean }): unknown {
-  const text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+  let valid = true;
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+  } catch {
+    valid = false;
+    text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+  }
   const type = contentType.split(";")[0]!.trim().toLowerCase();
   if (options.allowForm && type === "application/x-www-form-urlencoded") return new URLSearchParams(text);
   if (text.trim() === "") throw new UnprocessablePayloadError(UNRECOGNIZED, "the body is empty");
@@ -23,6 +37,8 @@ export function parseTriggerBody(bytes: Uint8Array, contentType: string, options
     if (options.allowForm && /^[^{[\s][^=&]*=/.test(text)) return new URLSearchParams(text);
     throw new UnprocessablePayloadError(UNRECOGNIZED, "the body is not valid JSON");
   }
+  // JSON whose strings are not UTF-8: refused, never stored with U+FFFD in their place.
+  if (!valid) throw new InvalidUtf8Error();
   if (jsonDepth(value) > MAX_JSON_DEPTH) {
     throw new UnprocessablePayloadError(UNRECOGNIZED, `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   }

@@ -12,14 +12,17 @@ import { RateLimitedError, UnauthenticatedError, UnavailableError, Unprocessable
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatRateLimit } from "./chat-rate-limit.js";
 import { createDropinReceivers } from "./dropin-receivers.js";
+import { createReceiverFailures } from "./receiver-failures.js";
 import { migrations } from "./migrations.js";
-import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { InvalidUtf8Error, parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
 import { createRetryRecognition } from "./retry-recognition.js";
 import { alertRouterSource, chatSource, PayloadError, recognizeTrigger, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
 
-/** The spec's limit on the chat receiver: calls per minute per organization. */
+/** The spec's limit on the chat receiver: authenticated calls per minute per organization. */
 export const CHAT_CALLS_PER_MINUTE = 60;
+/** Failed authentications a client address may make per minute on a chat route or the alert-router receiver. */
+export const RECEIVER_FAILURES_PER_MINUTE = 10;
 
 interface Organization {
   id: string;
@@ -29,6 +32,27 @@ interface Organization {
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, sql, outbox, logger } = ctx;
   const chatLimit = createChatRateLimit(sql, CHAT_CALLS_PER_MINUTE);
+  const failures = createReceiverFailures(sql, RECEIVER_FAILURES_PER_MINUTE);
+
+  /**
+   * Resolves a receiver secret; an address that failed too often on this scope gets 429 first,
+   * and each failure is counted for it.
+   */
+  async function resolveSecret(scope: string, kind: "chat" | "alertrouter", orgSlug: string, secret: string, context: HandlerContext) {
+    const address = context.requestHeader.get("x-forwarded-for") ?? "";
+    const allowed = await failures.check(scope, address);
+    if (!allowed.allowed) throw new RateLimitedError("too many failed attempts from this address; try again later", allowed.retryAfterSeconds);
+    try {
+      // The secret travels in its header, never in the message body.
+      return await clients.identity.resolveReceiverSecret(
+        { kind, orgSlug },
+        { signal: context.signal, headers: { ...forwardedFor(context), [`x-service-${kind}-secret`]: secret } },
+      );
+    } catch (err) {
+      if (ConnectError.from(err).code === Code.Unauthenticated) await failures.record(scope, address);
+      throw err;
+    }
+  }
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
   const retries = createRetryRecognition(sql, logger);
   let forgetTimer: NodeJS.Timeout | undefined;
@@ -148,26 +172,22 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     },
 
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
-      const org = await clients.identity.resolveReceiverSecret(
-        { kind: "alertrouter", secret: alertRouterSecret(context), orgSlug: "" },
-        { signal: context.signal, headers: forwardedFor(context) },
-      );
+      const org = await resolveSecret("alertrouter", "alertrouter", "", alertRouterSecret(context), context);
       const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
       if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
       return deliver(org, "alertrouter", alertRouterSource.badge, body, mapOrRefuse(alertRouterSource, body), context);
     },
 
     async deliverChat(req: DeliverChatRequest, context: HandlerContext) {
+      // Only authenticated calls spend the route's budget: outsiders cannot lock the workflow out.
+      const org = await resolveSecret(`chat:${req.orgSlug}`, "chat", req.orgSlug, context.requestHeader.get("x-service-chat-secret") ?? "", context);
       const limit = await chatLimit.take(req.orgSlug);
       if (!limit.allowed) throw new RateLimitedError(`more than ${CHAT_CALLS_PER_MINUTE} calls a minute to this route`, limit.retryAfterSeconds);
-      const org = await clients.identity.resolveReceiverSecret(
-        { kind: "chat", secret: context.requestHeader.get("x-service-chat-secret") ?? "", orgSlug: req.orgSlug },
-        { signal: context.signal, headers: forwardedFor(context) },
-      );
       let body: unknown;
       try {
         body = parseTriggerBody(req.body, req.contentType, { allowForm: true });
-      } catch {
+      } catch (err) {
+        if (err instanceof InvalidUtf8Error) throw err;
         return { outcome: "ignored", reason: "the body is neither JSON nor form fields" };
       }
       if (!chatSource.recognize(body)) return { outcome: "ignored", reason: "channel_id is missing" };

@@ -9,15 +9,18 @@ import { createAddressPolicy } from "../runtime/egress/index.js";
 /**
  * The conformance check as a command, for whoever hosts a source:
  *
- *   npx tsx services/remotesource/check.ts <url> [--token T] [--grpc] [--tenant REF]
- *       [--cert client.pem --key client-key.pem] [--ca ca.pem] [--expr EXPR] [--query QUERY] [--json]
+ *   SOURCE_TOKEN=T npx tsx services/remotesource/check.ts <url> [--grpc] [--tenant REF]
+ *       [--token-file FILE] [--cert client.pem --key client-key.pem] [--ca ca.pem] [--expr EXPR] [--query QUERY] [--json]
+ *
+ * The bearer token comes from the SOURCE_TOKEN variable or a file, never from the command line:
+ * npm prints a script's command line, and process listings show it to every user.
  *
  * Runs the same checks as Test connection in the service and exits 0 only when all pass.
  */
 
-const USAGE = `usage: check.ts <url> [--token T] [--grpc] [--tenant REF] [--cert FILE --key FILE] [--ca FILE] [--expr EXPR] [--query QUERY] [--json]`;
+const USAGE = `usage: [SOURCE_TOKEN=T] check.ts <url> [--token-file FILE] [--grpc] [--tenant REF] [--cert FILE --key FILE] [--ca FILE] [--expr EXPR] [--query QUERY] [--json]`;
 
-export async function checkCommand(argv: string[]): Promise<{ exitCode: number; output: string }> {
+export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ exitCode: number; output: string }> {
   let parsed;
   try {
     parsed = parseArgs({
@@ -25,6 +28,7 @@ export async function checkCommand(argv: string[]): Promise<{ exitCode: number; 
       allowPositionals: true,
       options: {
         token: { type: "string" },
+        "token-file": { type: "string" },
         grpc: { type: "boolean", default: false },
         tenant: { type: "string", default: "conformance-check" },
         cert: { type: "string" },
@@ -42,8 +46,12 @@ export async function checkCommand(argv: string[]): Promise<{ exitCode: number; 
   const url = positionals[0];
   if (!url || positionals.length > 1) return { exitCode: 2, output: USAGE };
   if (Boolean(values.cert) !== Boolean(values.key)) return { exitCode: 2, output: `--cert and --key go together\n${USAGE}` };
+  if (values.token !== undefined) {
+    return { exitCode: 2, output: `--token would put the token in the command line (and npm echoes it): set SOURCE_TOKEN or use --token-file\n${USAGE}` };
+  }
+  const fromFile = values["token-file"] ? readFileSync(values["token-file"], "utf8").trim() : undefined;
   const credentials: SourceCredentials = {
-    bearerToken: values.token,
+    bearerToken: fromFile || env.SOURCE_TOKEN || undefined,
     clientCertPem: values.cert ? readFileSync(values.cert, "utf8") : undefined,
     clientKeyPem: values.key ? readFileSync(values.key, "utf8") : undefined,
     caPem: values.ca ? readFileSync(values.ca, "utf8") : undefined,

@@ -16,6 +16,8 @@ export interface RemoteSourceDeps {
   ctx: ServiceContext;
   /** Private networks allowed, REMOTE_SOURCE_DENY_CIDRS refused; every call goes through it. */
   policy: AddressPolicy;
+  /** REMOTE_SOURCE_HTTP_BEARER_HOSTS: hosts a bearer token may reach over plain http. */
+  httpBearerHosts: readonly string[];
   /** EGRESS_CA_FILE: an extra trusted CA for every source. */
   ca?: Buffer;
   /** Credentials at rest, created on first use. */
@@ -53,18 +55,19 @@ const PEM_MAX = 64 * 1024;
 /**
  * The remote-source address policy: in-cluster and on-premises sources are normal, so private
  * networks are allowed; REMOTE_SOURCE_DENY_CIDRS refuses ranges outright, and loopback,
- * link-local and metadata addresses stay refused unless EGRESS_ALLOW_PRIVATE_CIDRS names them.
+ * link-local and metadata addresses stay refused unless REMOTE_SOURCE_ALLOW_CIDRS names them
+ * (the chat webhook's EGRESS_ALLOW_PRIVATE_CIDRS does not apply here).
  */
 export function remoteSourcePolicy(config: Config): AddressPolicy {
   try {
     return createAddressPolicy({
-      allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS,
+      allowPrivateCidrs: config.REMOTE_SOURCE_ALLOW_CIDRS,
       denyCidrs: config.REMOTE_SOURCE_DENY_CIDRS,
       requireHttps: false,
       allowPrivateByDefault: true,
     });
   } catch (err) {
-    throw new ConfigError(`invalid configuration:\n  REMOTE_SOURCE_DENY_CIDRS or EGRESS_ALLOW_PRIVATE_CIDRS: ${(err as Error).message}`);
+    throw new ConfigError(`invalid configuration:\n  REMOTE_SOURCE_DENY_CIDRS or REMOTE_SOURCE_ALLOW_CIDRS: ${(err as Error).message}`);
   }
 }
 
@@ -131,7 +134,18 @@ export function validateBaseUrl(policy: AddressPolicy, raw: string): string {
  * The credential a connection presents: a bearer token, a client certificate with its key, or
  * both. A source's health fails closed, so a connection without one could never pass its test.
  */
-export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl: string): SourceCredentials {
+/**
+ * A bearer token is a password: over plain http anyone on the path reads it. It goes to an http
+ * baseUrl only when an operator names the host in REMOTE_SOURCE_HTTP_BEARER_HOSTS.
+ */
+export function requireSafeBearerTransport(httpBearerHosts: readonly string[], baseUrl: string, bearerToken: string | undefined): void {
+  if (!bearerToken || baseUrl.startsWith("https:")) return;
+  const host = new URL(baseUrl).hostname.toLowerCase();
+  if (httpBearerHosts.includes(host)) return;
+  throw new InvalidArgumentError(`a bearer token is sent only over https; use an https baseUrl (an operator may allow ${host} with REMOTE_SOURCE_HTTP_BEARER_HOSTS)`);
+}
+
+export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl: string, httpBearerHosts: readonly string[] = []): SourceCredentials {
   const bearerToken = auth?.bearerToken?.trim() || undefined;
   const clientCertPem = auth?.clientCertPem?.trim() || undefined;
   const clientKeyPem = auth?.clientKeyPem?.trim() || undefined;
@@ -145,6 +159,7 @@ export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl:
   if (Boolean(clientCertPem) !== Boolean(clientKeyPem)) throw new InvalidArgumentError("auth.clientCertPem and auth.clientKeyPem go together");
   const https = baseUrl.startsWith("https:");
   if ((clientCertPem || caPem) && !https) throw new InvalidArgumentError("a client certificate or CA needs an https baseUrl");
+  requireSafeBearerTransport(httpBearerHosts, baseUrl, bearerToken);
   for (const [field, pem] of [["clientCertPem", clientCertPem], ["clientKeyPem", clientKeyPem], ["caPem", caPem]] as const) {
     if (pem && pem.length > PEM_MAX) throw new InvalidArgumentError(`auth.${field} must be at most ${PEM_MAX} characters`);
   }
@@ -195,8 +210,12 @@ export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: 
 }
 
 export function clientFor(deps: RemoteSourceDeps, row: ConnectionRow): SourceClient {
+  const credentials = openCredentials(deps, row);
+  // Checked at every call too: a connection saved before the rule, or before the host was
+  // removed from the list, does not send its token in clear.
+  requireSafeBearerTransport(deps.httpBearerHosts, row.base_url, credentials.bearerToken);
   return createSourceClient(
-    { baseUrl: row.base_url, transport: row.transport, tenantRef: row.tenant_ref, credentials: openCredentials(deps, row) },
+    { baseUrl: row.base_url, transport: row.transport, tenantRef: row.tenant_ref, credentials },
     { policy: deps.policy, ...(deps.ca ? { ca: deps.ca } : {}) },
   );
 }

@@ -24,8 +24,10 @@ let db: postgres.Sql;
 beforeAll(async () => {
   app = await startApp({
     env: {
-      // Sources here are on loopback, which a remote source may only reach when allowed by name.
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.1/32",
+      // Sources here are on loopback, which a remote source may only reach when allowed by name,
+      // and speak plain http, where a bearer token goes only to a host allowed by name.
+      REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
+      REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1,10.1.2.3",
       REMOTE_SOURCE_DENY_CIDRS: "10.99.0.0/16",
       SECRETS_KEYS: `test1:${randomBytes(32).toString("base64")}`,
     },

@@ -63,7 +63,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const baseUrl = validateBaseUrl(deps.policy, req.baseUrl);
       const transport = validateTransport(req.transport);
       const tenantRef = validateTenantRef(req.tenantRef, principal.orgId);
-      const credentials = validateCredentials(req.auth, baseUrl);
+      const credentials = validateCredentials(req.auth, baseUrl, deps.httpBearerHosts);
       const id = randomUUID();
       const sealed = sealCredentials(deps, principal.orgId, id, credentials);
       const row = await uniqueName(
@@ -108,10 +108,10 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const tenantRef = req.tenantRef === undefined ? current.tenant_ref : validateTenantRef(req.tenantRef, principal.orgId);
       let sealed: { keyId: string; ciphertext: Buffer } | undefined;
       if (req.auth) {
-        sealed = sealCredentials(deps, principal.orgId, current.id, validateCredentials(req.auth, baseUrl));
+        sealed = sealCredentials(deps, principal.orgId, current.id, validateCredentials(req.auth, baseUrl, deps.httpBearerHosts));
       } else if (baseUrl !== current.base_url && !baseUrl.startsWith("https:")) {
         // A stored client certificate needs https; the stored credential is checked as a new one would be.
-        validateCredentials(openCredentials(deps, current) as RemoteSourceAuth, baseUrl);
+        validateCredentials(openCredentials(deps, current) as RemoteSourceAuth, baseUrl, deps.httpBearerHosts);
       }
       // A new target or credential has not been tested: the connection starts over as untested.
       const retarget = sealed !== undefined || baseUrl !== current.base_url || transport !== current.transport || tenantRef !== current.tenant_ref;

@@ -13,6 +13,7 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
   const deps: RemoteSourceDeps = {
     ctx: { ...ctx, logger },
     policy: remoteSourcePolicy(ctx.config),
+    httpBearerHosts: ctx.config.REMOTE_SOURCE_HTTP_BEARER_HOSTS,
     ...(ca ? { ca } : {}),
     secretBox: serviceSecretBox(ctx.config, logger),
   };

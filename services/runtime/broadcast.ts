@@ -1,5 +1,6 @@
 import type { NatsConnection } from "@nats-io/nats-core";
 import { connectionState } from "./nats-transport.js";
+import { prefixed, subjectPrefixOf } from "./nats-connection.js";
 
 /**
  * Fire-and-forget notices every process must see at once (a credential was replaced): core NATS
@@ -12,6 +13,11 @@ export interface Broadcast {
   subscribe(subject: string, handler: (data: string) => void): void;
   /** False while notices may be missed (NATS disconnected). */
   available(): boolean;
+  /**
+   * Calls `handler` on every change of the connection's state (disconnect, reconnect, ...):
+   * notices may have been missed around it, so whatever was cached on their strength is void.
+   */
+  onStateChange(handler: () => void): void;
 }
 
 export function createInProcessBroadcast(): Broadcast {
@@ -24,24 +30,43 @@ export function createInProcessBroadcast(): Broadcast {
       handlers.set(subject, [...(handlers.get(subject) ?? []), handler]);
     },
     available: () => true,
+    // One process never misses its own notices.
+    onStateChange() {},
   };
 }
+
+/** Status events around which messages may have been lost. */
+const CONNECTION_CHANGES = new Set<string>(["disconnect", "reconnecting", "reconnect", "staleConnection", "forceReconnect", "close"]);
 
 export function createNatsBroadcast(nc: NatsConnection): Broadcast {
   const state = connectionState(nc);
   const decoder = new TextDecoder();
+  const listeners: (() => void)[] = [];
+  let watching = false;
   return {
     async publish(subject, data) {
-      nc.publish(`broadcast.${subject}`, data);
+      nc.publish(prefixed(subjectPrefixOf(nc), `broadcast.${subject}`), data);
       await nc.flush();
     },
     subscribe(subject, handler) {
-      nc.subscribe(`broadcast.${subject}`, {
+      nc.subscribe(prefixed(subjectPrefixOf(nc), `broadcast.${subject}`), {
         callback: (err, msg) => {
           if (!err) handler(decoder.decode(msg.data));
         },
       });
     },
     available: () => state.connected(),
+    onStateChange(handler) {
+      listeners.push(handler);
+      if (!watching) {
+        watching = true;
+        void (async () => {
+          for await (const status of nc.status()) {
+            if (!CONNECTION_CHANGES.has(status.type)) continue;
+            for (const listener of listeners) listener();
+          }
+        })();
+      }
+    },
   };
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { natsCredentialProblem } from "./nats-connection.js";
 
 // One schema for every process, so the deployment manifests can be checked against it.
 const cidrList = z
@@ -22,11 +23,27 @@ const optionalString = z
 export const configSchema = z.object({
   PORT: z.coerce.number().int().min(0).max(65535).default(8080),
   HOST: z.string().default("0.0.0.0"),
+  // Prometheus metrics are served here (GET /metrics) and never on PORT; unset = not served.
+  METRICS_PORT: z.coerce.number().int().min(0).max(65535).optional(),
   PUBLIC_URL: optionalString,
   DATABASE_URL: optionalString,
   DATA_DIR: z.string().default("./.data"),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
   NATS_URL: optionalString,
+  // NATS credentials (one kind at most) and TLS; see docs/SECURITY.md.
+  NATS_USER: optionalString,
+  NATS_PASSWORD: optionalString,
+  NATS_TOKEN: optionalString,
+  NATS_NKEY_SEED: optionalString,
+  NATS_CREDS_FILE: optionalString,
+  NATS_TLS_CA_FILE: optionalString,
+  NATS_TLS_CERT_FILE: optionalString,
+  NATS_TLS_KEY_FILE: optionalString,
+  // Put before every subject (and the stream's name), so installations can share one NATS.
+  NATS_SUBJECT_PREFIX: z
+    .string()
+    .default("")
+    .refine((v) => v === "" || /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/.test(v), "must be NATS subject tokens of letters, digits, - and _ separated by dots"),
   LOG_LEVEL: z.enum(["fatal", "error", "warn", "info", "debug", "trace", "silent"]).default("info"),
   BOOTSTRAP_ORG_SLUG: optionalString,
   BOOTSTRAP_OWNER_EMAIL: optionalString,
@@ -38,9 +55,18 @@ export const configSchema = z.object({
   // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
   CHAT_WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().positive().max(12).default(10),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
+  // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
+  REMOTE_SOURCE_ALLOW_CIDRS: cidrList,
+  // Host names a remote source's bearer token may be sent to over plain http (never by default).
+  REMOTE_SOURCE_HTTP_BEARER_HOSTS: z
+    .string()
+    .default("")
+    .transform((v) => v.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean)),
   // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
   SECRETS_KEYS: optionalString,
+  // Peers whose X-Forwarded-For is believed (load balancers, ingress); without it, the socket's address.
+  TRUSTED_PROXY_CIDRS: cidrList,
   SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
   // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
   LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
@@ -66,6 +92,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       "invalid configuration:\n  BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD must be set together",
     );
   }
+  const natsProblem = natsCredentialProblem(config);
+  if (natsProblem) throw new ConfigError(`invalid configuration:\n  ${natsProblem}`);
   const publicUrl = (config.PUBLIC_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
   return { ...config, publicUrl };
 }

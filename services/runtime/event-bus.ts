@@ -2,6 +2,7 @@ import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamCl
 import { headers as natsHeaders, type NatsConnection } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
 import { eventDeadLetters } from "./metrics.js";
+import { deadLetterStreamName, eventsStreamName, prefixed, subjectPrefixOf } from "./nats-connection.js";
 import { contextFromTraceparent, inSpan, SpanKind, tracingEnabled } from "./tracing.js";
 
 export interface DomainEvent {
@@ -180,9 +181,15 @@ const SECOND_NS = 1_000_000_000;
 /** Production: the EVENTS JetStream stream, deduplicated on Nats-Msg-Id. */
 export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger, options: { retry?: Partial<RetryPolicy> } = {}): Promise<EventBus> {
   const retry: RetryPolicy = { ...DEFAULT_RETRY, ...options.retry };
+  // With a subject prefix (NATS_SUBJECT_PREFIX), the streams and their subjects are the installation's own.
+  const subjectPrefix = subjectPrefixOf(nc);
+  const EVENTS_STREAM = eventsStreamName(subjectPrefix);
+  const DEAD_LETTER_STREAM = deadLetterStreamName(subjectPrefix);
+  const subjectOf = (subject: string) => prefixed(subjectPrefix, subject);
+  const unprefixed = (subject: string) => (subjectPrefix && subject.startsWith(`${subjectPrefix}.`) ? subject.slice(subjectPrefix.length + 1) : subject);
   const jsm = await jetstreamManager(nc);
-  await ensureStream(jsm, { name: EVENTS_STREAM, subjects: ["events.>"], duplicate_window: 600 * SECOND_NS, max_age: 7 * 24 * 3600 * SECOND_NS });
-  await ensureStream(jsm, { name: DEAD_LETTER_STREAM, subjects: ["deadletter.>"], duplicate_window: 600 * SECOND_NS, max_age: 30 * 24 * 3600 * SECOND_NS });
+  await ensureStream(jsm, { name: EVENTS_STREAM, subjects: [subjectOf("events.>")], duplicate_window: 600 * SECOND_NS, max_age: 7 * 24 * 3600 * SECOND_NS });
+  await ensureStream(jsm, { name: DEAD_LETTER_STREAM, subjects: [subjectOf("deadletter.>")], duplicate_window: 600 * SECOND_NS, max_age: 30 * 24 * 3600 * SECOND_NS });
   const js: JetStreamClient = jetstream(nc);
   const stops: (() => void)[] = [];
   /**
@@ -211,7 +218,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
       h.set("Warroom-Deliveries", String(m.info.deliveryCount));
       // A header value is one line.
       h.set("Warroom-Error", errorOf(err).message.replace(/[\r\n]+/g, " ").slice(0, 1000));
-      await js.publish(`deadletter.${consumer}.${m.subject}`, m.data, { msgID: key, headers: h });
+      await js.publish(subjectOf(`deadletter.${consumer}.${unprefixed(m.subject)}`), m.data, { msgID: key, headers: h });
       copied.add(key);
       if (copied.size > 10_000) copied.delete(copied.values().next().value!);
       eventDeadLetters.inc({ consumer });
@@ -226,10 +233,10 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
 
   return {
     async publish(event) {
-      await js.publish(event.subject, event.payload, { msgID: event.id, headers: eventHeaders(event) });
+      await js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) });
     },
     async publishMany(events) {
-      const settled = await Promise.allSettled(events.map((event) => js.publish(event.subject, event.payload, { msgID: event.id, headers: eventHeaders(event) })));
+      const settled = await Promise.allSettled(events.map((event) => js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) })));
       return settled.map((s) => (s.status === "fulfilled" ? undefined : errorOf(s.reason)));
     },
     async reachable() {
@@ -253,7 +260,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         consumerName = options.durableName;
         const config = {
           durable_name: consumerName,
-          filter_subject: subject,
+          filter_subject: subjectOf(subject),
           ack_policy: AckPolicy.Explicit,
           // All: events published before the consumer first existed are delivered too (the
           // handlers are idempotent, so a replay is safe). New would lose them.
@@ -274,7 +281,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         });
       } else {
         const info = await jsm.consumers.add(EVENTS_STREAM, {
-          filter_subject: subject,
+          filter_subject: subjectOf(subject),
           ack_policy: AckPolicy.Explicit,
           deliver_policy: DeliverPolicy.New,
           inactive_threshold: 60 * SECOND_NS,
@@ -293,7 +300,7 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
         const working = setInterval(() => settle(() => m.working()), 10_000);
         try {
-          await consume(handler, { id, subject: m.subject, payload: m.data, traceContext: m.headers?.get("traceparent") || null }, options.durableName);
+          await consume(handler, { id, subject: unprefixed(m.subject), payload: m.data, traceContext: m.headers?.get("traceparent") || null }, options.durableName);
           settle(() => m.ack());
         } catch (err) {
           const failures = m.info.deliveryCount;

@@ -3,6 +3,7 @@ import type { UniversalClientFn, UniversalHandler } from "@connectrpc/connect/pr
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { createInbox, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
+import { inboxPrefixOf, prefixed, subjectPrefixOf } from "./nats-connection.js";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 
 /**
@@ -15,9 +16,9 @@ import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./me
 const STATUS_HEADER = "Connect-Http-Status";
 const DEFAULT_TIMEOUT_MS = 15_000;
 
-export function subjectForPath(requestPath: string): string {
+export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
-  return "rpc" + requestPath.replace(/\//g, ".");
+  return prefixed(subjectPrefix, "rpc" + requestPath.replace(/\//g, "."));
 }
 
 async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
@@ -186,6 +187,7 @@ function headerNumber(h: MsgHdrs | undefined, name: string, fallback: number): n
 
 function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageBytes: number): UniversalClientFn {
   const state = connectionState(nc);
+  const subjectPrefix = subjectPrefixOf(nc);
   return async (request) => {
     const contentType = request.header.get("content-type") ?? "";
     if (contentType.startsWith("application/connect+")) {
@@ -199,7 +201,7 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageByte
     // Refused here, before anything is sent: no handler runs for a message over the limit.
     if (body.byteLength > maxMessageBytes) throw requestTooLarge(body.byteLength, maxMessageBytes, path);
     try {
-      const reply = await exchange(nc, state, subject, body, request.header, timeout, request.signal);
+      const reply = await exchange(nc, state, prefixed(subjectPrefix, subject), body, request.header, timeout, request.signal);
       const status = Number(reply.headers?.get(STATUS_HEADER) || 200);
       return {
         status,
@@ -227,7 +229,8 @@ function exchange(
   signal: AbortSignal | undefined,
 ): Promise<{ headers: MsgHdrs | undefined; data: Uint8Array }> {
   const parts = split(body, partBytes(nc));
-  const inbox = createInbox();
+  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
+  const inbox = createInbox(inboxPrefixOf(nc));
   return new Promise((resolve, reject) => {
     let first: MsgHdrs | undefined;
     const reply = assembler();
@@ -361,7 +364,7 @@ export function serveRouterOverNats(
     const typeName = handler.service.typeName;
     if (options.services && !options.services.includes(typeName)) continue;
     subscriptions.push(
-      nc.subscribe(subjectForPath(handler.requestPath), {
+      nc.subscribe(subjectForPath(handler.requestPath, subjectPrefixOf(nc)), {
         queue: typeName,
         callback: (err, msg) => {
           if (err) {
@@ -435,7 +438,8 @@ function httpStatusOf(code: Code): number {
 
 /** The rest of a request sent in parts, on a private inbox the caller is told of. */
 function receiveParts(nc: NatsConnection, msg: Msg, count: number, timeoutMs: number): Promise<Uint8Array> {
-  const inbox = createInbox();
+  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
+  const inbox = createInbox(inboxPrefixOf(nc));
   const parts = assembler();
   parts.add(0, count, msg.data);
   return new Promise((resolve, reject) => {

@@ -13,6 +13,9 @@ import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
 import { registerGrpcReflection } from "./grpc-reflection.js";
+import { BODY_LIMITS } from "./body-limits.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "./nats-connection.js";
+import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js";
 import { publicOnly } from "./public-surface.js";
 import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -56,6 +59,8 @@ export interface RunningProcess {
   logger: Logger;
   url: string;
   port: number;
+  /** GET /metrics on METRICS_PORT, when set. */
+  metricsUrl?: string;
   database: Database;
   /** The background pool: outbox relays and sweeps. */
   background: { sql: Database["sql"]; close(): Promise<void> };
@@ -110,15 +115,10 @@ async function startServices(
 ): Promise<RunningProcess> {
   let nats: NatsConnection | undefined;
   if (config.NATS_URL) {
-    nats = await connect({
-      servers: config.NATS_URL,
-      name: options.name,
-      maxReconnectAttempts: -1,
-      reconnectTimeWait: 500,
-      // No stack trace captured in advance for every request and JetStream publish (two Error
-      // objects each): errors keep their types and messages, only the caller's async stack goes.
-      noAsyncTraces: true,
-    });
+    const natsOptions = natsConnectionOptions(config, options.name);
+    nats = await connect(natsOptions);
+    setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
+    setInboxPrefix(nats, natsOptions.inboxPrefix);
   }
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
@@ -187,6 +187,8 @@ async function startServices(
   const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
     interceptors,
+    // Anything not registered with its own limit (gRPC health) reads at most the default.
+    readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {
       const exposed = publicOnly(r);
       registerLocal(exposed);
@@ -199,8 +201,12 @@ async function startServices(
   const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
 
+  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
   const handler: HttpHandler = (req, res) => {
     const url = new URL(req.url ?? "/", "http://localhost");
+    // The caller's own forwarding header never reaches a service: it is replaced by the address
+    // the request really came from (or the one a trusted proxy names).
+    req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(req.socket?.remoteAddress, req.headers[CLIENT_ADDRESS_HEADER]);
     void (async () => {
       if (req.method === "GET" && url.pathname === "/healthz") {
         const live = probes.liveness();
@@ -214,17 +220,6 @@ async function startServices(
         const failing = Object.keys(checks).filter((k) => checks[k] !== "ok");
         return sendJson(res, ok ? 200 : 503, ok ? { status: "ready", checks } : { status: "not ready", failing, checks });
       }
-      if (req.method === "GET" && url.pathname === "/metrics") {
-        await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
-        const pool = database.poolStats();
-        for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
-        dbPoolWaiting.set(pool.waiting);
-        if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
-        const text = await registry.metrics();
-        res.writeHead(200, { "content-type": registry.contentType });
-        res.end(text);
-        return;
-      }
       await started;
       if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
@@ -236,6 +231,31 @@ async function startServices(
     });
   };
   const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
+  // Metrics on a port of their own, never the public one: they describe traffic and load.
+  const metricsServer =
+    config.METRICS_PORT === undefined
+      ? undefined
+      : await listenHttp({
+          host: config.HOST,
+          port: config.METRICS_PORT,
+          handler: (req, res) => {
+            void (async () => {
+              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
+              await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+              const pool = database.poolStats();
+              for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+              dbPoolWaiting.set(pool.waiting);
+              if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
+              const text = await registry.metrics();
+              (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
+              res.end(text);
+            })().catch((err) => {
+              logger.error({ err }, "metrics failed");
+              if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+            });
+          },
+        });
+  const metricsUrl = metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : undefined;
   const url = `http://127.0.0.1:${server.port}`;
   if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
 
@@ -243,7 +263,7 @@ async function startServices(
   for (const module of modules) await module.start?.();
   probes.markStarted();
   markStarted();
-  logger.info({ port: server.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
+  logger.info({ port: server.port, metricsPort: metricsServer?.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
 
   // Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it.
   const bounded = async (what: string, ms: number, work: () => Promise<unknown>) => {
@@ -266,6 +286,7 @@ async function startServices(
       // One grace for both: what the HTTP drain used, the NATS drain does not get again.
       const graceEnds = Date.now() + graceMs;
       await bounded("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
+      if (metricsServer) await bounded("closing the metrics port", 1000, () => metricsServer.close(0));
       const left = Math.max(500, graceEnds - Date.now());
       if (natsServer) await bounded("draining NATS calls", left + 500, () => natsServer.drain(left));
       for (const module of modules) await bounded(`stopping ${module.name}`, 1000, async () => module.stop?.());
@@ -278,7 +299,7 @@ async function startServices(
       await bounded("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, database, background, nats, modules, transport, relays, stop };
+  return { config, logger, url, port: server.port, metricsUrl, database, background, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */

@@ -1,6 +1,7 @@
 import { hasOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import type { ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import { http } from "../../gen/google/api/annotations_pb.js";
+import { bodyLimit } from "./body-limits.js";
 
 /**
  * The public surface: only methods with a google.api.http route are served over HTTP (Connect,
@@ -11,22 +12,35 @@ export function isPublicMethod(method: DescMethod): boolean {
   return hasOption(method, http);
 }
 
+function unimplemented(method: DescMethod) {
+  return () => {
+    throw new ConnectError(`${method.parent.typeName}.${method.name} has no handler in this process`, Code.Unimplemented);
+  };
+}
+
+/**
+ * Registers the public methods one by one, each with its body limit from the table the REST
+ * routes use (`readMaxBytes`, counted after decompression); an internal method answers
+ * Unimplemented and reads at most the default limit.
+ */
 export function publicOnly(router: ConnectRouter): ConnectRouter {
+  const register = (method: DescMethod, fn: unknown, options?: object) => {
+    const impl = fn !== undefined && isPublicMethod(method) ? fn : unimplemented(method);
+    router.rpc(method as never, impl as never, { ...options, readMaxBytes: bodyLimit(method) });
+  };
   const wrapper: ConnectRouter = {
     get handlers() {
       return router.handlers;
     },
     service(service: DescService, impl: object, options?: object) {
-      const kept: Record<string, unknown> = {};
       for (const method of service.methods) {
         const fn = (impl as Record<string, unknown>)[method.localName];
-        if (fn !== undefined && isPublicMethod(method)) kept[method.localName] = fn;
+        register(method, typeof fn === "function" ? fn.bind(impl) : undefined, options);
       }
-      router.service(service, kept as never, options as never);
       return wrapper;
     },
     rpc(method: DescMethod, impl: unknown, options?: object) {
-      if (isPublicMethod(method)) router.rpc(method as never, impl as never, options as never);
+      if (isPublicMethod(method)) register(method, impl, options);
       return wrapper;
     },
   } as ConnectRouter;

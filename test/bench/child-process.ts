@@ -8,15 +8,15 @@ export function startChild(
   entry: string,
   args: string[],
   options: { nodeOptions?: string[]; env?: NodeJS.ProcessEnv } = {},
-): Promise<{ child: ChildProcess; url: string }> {
+): Promise<{ child: ChildProcess; url: string; metricsUrl?: string }> {
   const child = fork(entry, args, { stdio: "inherit", execArgv: [...process.execArgv, ...(options.nodeOptions ?? [])], env: options.env ?? process.env });
   return new Promise((resolve, reject) => {
     child.once("error", reject);
     child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
-    const onMessage = (m: { url?: string }) => {
+    const onMessage = (m: { url?: string; metricsUrl?: string }) => {
       if (m.url === undefined) return;
       child.off("message", onMessage);
-      resolve({ child, url: m.url });
+      resolve({ child, url: m.url, ...(m.metricsUrl ? { metricsUrl: m.metricsUrl } : {}) });
     };
     child.on("message", onMessage);
   });

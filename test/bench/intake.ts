@@ -120,6 +120,7 @@ export function startBenchApp(databaseUrl: string | undefined, dataDir?: string)
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
       NATS_URL: "",
       HEARTBEAT_SWEEP_SECONDS: "86400",
+      METRICS_PORT: "0",
     },
   });
 }

@@ -87,7 +87,7 @@ async function serveProfiledChild(databaseUrl: string): Promise<void> {
       process.exit(0);
     }
   });
-  process.send!({ url: running.url });
+  process.send!({ url: running.url, metricsUrl: running.metricsUrl });
 }
 
 // --- measurements read from outside -------------------------------------------------------------
@@ -117,8 +117,8 @@ interface RpcTimes {
  * One scrape of a process's metrics: its RPC times so far, and its event-loop delay percentiles
  * since the previous scrape (prom-client resets its monitorEventLoopDelay histogram on each).
  */
-async function scrape(url: string): Promise<{ rpc: RpcTimes; loop: string }> {
-  const text = await fetch(`${url}/metrics`).then((r) => r.text());
+async function scrape(metricsUrl: string): Promise<{ rpc: RpcTimes; loop: string }> {
+  const text = await fetch(metricsUrl).then((r) => r.text());
   return { rpc: rpcTimesOf(text), loop: loopLagOf(text) };
 }
 
@@ -332,7 +332,7 @@ async function profileOneProcess(): Promise<void> {
       result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("profile"), {
         async onStart() {
           await admin`select pg_stat_statements_reset()`;
-          before = await rpcTimes(app.url);
+          before = await rpcTimes(app.metricsUrl!);
           pgPids = await postgresPids(admin);
           cpu = { app: cpuSeconds(app.child.pid!), postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0), seconds: 0 };
           started = performance.now();
@@ -348,7 +348,7 @@ async function profileOneProcess(): Promise<void> {
             seconds,
           };
           stats = (await ask("window-end", "stats")) as ChildStats;
-          after = await rpcTimes(app.url);
+          after = await rpcTimes(app.metricsUrl!);
           pgRows = await statements(admin, "bench_one");
         },
       });
@@ -434,7 +434,7 @@ async function profileCluster(): Promise<void> {
           await admin`select pg_stat_statements_reset()`;
           pgPids = await postgresPids(admin);
           for (const p of watched) {
-            before[p.name] = await rpcTimes(`http://127.0.0.1:${p.port}`);
+            before[p.name] = await rpcTimes(`http://127.0.0.1:${p.metricsPort}`);
             cpuBefore[p.name] = cpuSeconds(p.child.pid!);
             pidNames.set(p.child.pid!, p.name);
           }
@@ -447,7 +447,7 @@ async function profileCluster(): Promise<void> {
           seconds = (performance.now() - started) / 1000;
           for (const p of watched) {
             cpu[p.name] = cpuSeconds(p.child.pid!) - cpuBefore[p.name]!;
-            const scraped = await scrape(`http://127.0.0.1:${p.port}`);
+            const scraped = await scrape(`http://127.0.0.1:${p.metricsPort}/metrics`);
             after[p.name] = scraped.rpc;
             lag[p.name] = scraped.loop;
           }

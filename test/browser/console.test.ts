@@ -69,7 +69,13 @@ beforeAll(async () => {
   receiver = await startChatWebhookReceiver(certs);
   source = await startBareSource({});
   app = await startConsoleApp({
-    env: { EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile, CHAT_WEBHOOK_TIMEOUT_SECONDS: "3" },
+    env: {
+      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+      REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8",
+      REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
+      EGRESS_CA_FILE: certs.caFile,
+      CHAT_WEBHOOK_TIMEOUT_SECONDS: "3",
+    },
   });
   owner = await app.ownerToken();
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;

@@ -576,7 +576,12 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
         const annotations = w.doc.spec.template.metadata?.annotations ?? {};
         expect(annotations["prometheus.io/scrape"]).toBe("true");
         expect(annotations["prometheus.io/path"]).toBe("/metrics");
-        expect(Number(annotations["prometheus.io/port"])).toBe(port);
+        // Metrics on their own port, never the public one.
+        const metricsPort = loadConfig(plainEnv(containerEnv(docs, container))).METRICS_PORT;
+        expect(metricsPort, `${w.name}: METRICS_PORT`).toBeDefined();
+        expect(metricsPort).not.toBe(port);
+        expect(Number(annotations["prometheus.io/port"])).toBe(metricsPort);
+        expect(((container.ports ?? []) as Obj[]).map((p) => p.containerPort)).toContain(metricsPort);
 
         const services = docs.filter((d) => d.kind === "Service" && d.spec.selector && matchesSelector({ matchLabels: d.spec.selector }, w.labels));
         expect(services.length, `${w.name} has a Service`).toBe(1);

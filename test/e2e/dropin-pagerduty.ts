@@ -195,9 +195,9 @@ export function pagerDutySuite(ctx: DropinContext): void {
   it("deliveries are counted in the shared metrics under their badge", async () => {
     // Counters are per process: in the cluster, the intake replicas hold them.
     const urls = ctx.app.cluster
-      ? ctx.app.cluster.processes.filter((p) => p.name.startsWith("intake")).map((p) => `http://127.0.0.1:${p.port}`)
-      : [ctx.app.url];
-    const text = (await Promise.all(urls.map(async (url) => (await fetch(`${url}/metrics`)).text()))).join("\n");
+      ? ctx.app.cluster.processes.filter((p) => p.name.startsWith("intake")).map((p) => `http://127.0.0.1:${p.metricsPort}/metrics`)
+      : [ctx.app.process.metricsUrl!];
+    const text = (await Promise.all(urls.map(async (url) => (await fetch(url)).text()))).join("\n");
     expect(text).toMatch(/warroom_trigger_deliveries_total\{source="pagerduty-events",outcome="opened"\} \d+/);
     expect(text).toMatch(/warroom_trigger_deliveries_total\{source="pagerduty-events",outcome="refused"\} \d+/);
   });

@@ -22,7 +22,9 @@ describe("metrics", () => {
     // No OTEL_* variable: tracing is off, and nothing names a trace.
     expect(opened.headers.get("traceparent")).toBeNull();
     expect((await app.call("POST", "/triggers", { token: ingest, body: { nothing: "recognizable" } })).status).toBe(422);
-    const res = await fetch(`${app.url}/metrics`);
+    // Metrics are on METRICS_PORT, never on the public port.
+    expect((await fetch(`${app.url}/metrics`)).status).toBe(404);
+    const res = await fetch(app.process.metricsUrl!);
     expect(res.status).toBe(200);
     expect(res.headers.get("content-type")).toMatch(/^text\/plain/);
     const text = await res.text();
@@ -70,7 +72,7 @@ describe("a request id across separate processes", () => {
       for (const name of ["intake", "identity", "incidents"]) for (const line of linesOf(name)) expect(line.requestId).toBe(requestId);
       // Either intake replica may have taken the delivery.
       const intakes = app.cluster.processes.filter((p) => p.name === "intake");
-      const metrics = (await Promise.all(intakes.map(async (p) => (await fetch(`http://127.0.0.1:${p.port}/metrics`)).text()))).join("\n");
+      const metrics = (await Promise.all(intakes.map(async (p) => (await fetch(`http://127.0.0.1:${p.metricsPort}/metrics`)).text()))).join("\n");
       expect(metrics).toMatch(/warroom_rpc_duration_seconds_count\{method="warroom.incidents.v1.IncidentsService\/Record",transport="nats",code="ok"\}/);
     } finally {
       await app.stop();

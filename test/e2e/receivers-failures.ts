@@ -126,6 +126,6 @@ export async function breakTheIncidentCore(ctx: FailureContext, db: postgres.Sql
   return async () => {
     const child = await startClusterProcess(ctx.app, "incidents");
     // Stopped with the rest of the cluster.
-    processes.push({ name: "incidents", port: 0, child, output: [] });
+    processes.push({ name: "incidents", port: 0, metricsPort: 0, child, output: [] });
   };
 }

@@ -96,6 +96,9 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
         HEARTBEAT_SWEEP_SECONDS: "1",
         SECRETS_KEYS: newSecretKeyEntry("pool-one"),
         EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+        // The remote source is on loopback over plain http, with a bearer token.
+        REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8",
+        REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
         EGRESS_CA_FILE: certs.caFile,
       },
     });
@@ -199,6 +202,21 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     const suppressed = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
     expect(suppressed.body.outcome).toBe("suppressed");
     expectStatus(await call("DELETE", `${o}/maintenance-windows/${window.body.id}`, { token: owner }), 204, "delete maintenance window");
+
+    // The PagerDuty and Opsgenie drop-in receivers: trigger, acknowledge, resolve, change; create,
+    // acknowledge, close and the request status Opsgenie clients poll.
+    const pd = (path: string, body: unknown) => call("POST", path, { body });
+    const pdEvent = { routing_key: ingest.body.token, dedup_key: "pool-pd", payload: { summary: "Disk full on db-1", source: "db-1", severity: "critical" } };
+    expectStatus(await pd("/v2/enqueue", { ...pdEvent, event_action: "trigger" }), 202, "PagerDuty trigger");
+    expectStatus(await pd("/v2/enqueue", { routing_key: ingest.body.token, dedup_key: "pool-pd", event_action: "acknowledge" }), 202, "PagerDuty acknowledge");
+    expectStatus(await pd("/v2/enqueue", { routing_key: ingest.body.token, dedup_key: "pool-pd", event_action: "resolve" }), 202, "PagerDuty resolve");
+    expectStatus(await pd("/v2/change/enqueue", { routing_key: ingest.body.token, payload: { summary: "Deployed db 1.2", source: "ci" } }), 202, "PagerDuty change");
+    const genie = { authorization: `GenieKey ${ingest.body.token}` };
+    const genieCreated = await call("POST", "/v2/alerts", { headers: genie, body: { message: "Queue backlog", alias: "pool-og" } });
+    expectStatus(genieCreated, 202, "Opsgenie create");
+    expectStatus(await call("POST", "/v2/alerts/pool-og/acknowledge?identifierType=alias", { headers: genie, body: {} }), 202, "Opsgenie acknowledge");
+    expectStatus(await call("POST", "/v2/alerts/pool-og/close?identifierType=alias", { headers: genie, body: {} }), 202, "Opsgenie close");
+    expectStatus(await call("GET", `/v2/alerts/requests/${genieCreated.body.requestId}`, { headers: genie }), 200, "Opsgenie request status");
 
     // Heartbeats: registered, silent (the sweep opens an incident), pinged (resumed), changed, deleted.
     expectStatus(await call("POST", `${o}/heartbeats`, { token: owner, body: { name: "pool-job", expectedIntervalSeconds: 1, graceSeconds: 1 } }), 201, "register heartbeat");

@@ -88,6 +88,7 @@ export async function startApp(
       BOOTSTRAP_OWNER_EMAIL: OWNER.email,
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
       SHUTDOWN_GRACE_SECONDS: "1",
+      METRICS_PORT: "0",
       ...options.env,
     },
   });

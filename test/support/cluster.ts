@@ -7,12 +7,19 @@ import { startPrivateNats } from "./nats-server.js";
  * database, presented like TestApp: calls go to the first gateway; `gatewayUrls` has them all.
  */
 export async function startClusterApp(
-  options: { env?: Record<string, string>; output?: "ignore" | "capture"; intakes?: number } = {},
+  options: {
+    env?: Record<string, string>;
+    output?: "ignore" | "capture";
+    intakes?: number;
+    /** Extra nats-server configuration (e.g. an authorization block) and each service's own environment. */
+    natsConfig?: string;
+    envFor?: (name: string) => Record<string, string>;
+  } = {},
 ): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
   const database = await freshDatabase();
   // A NATS server of its own: subjects are global, and another cluster on the same server would
   // answer this one's calls against a different database.
-  const nats = await startPrivateNats();
+  const nats = await startPrivateNats({ config: options.natsConfig });
   const cluster = await startCluster({
     env: {
       ...process.env,
@@ -27,6 +34,7 @@ export async function startClusterApp(
       DATABASE_POOL_SIZE: "4",
       ...options.env,
     },
+    envFor: options.envFor,
     output: options.output ?? "ignore",
     port: 0,
     gateways: 2,

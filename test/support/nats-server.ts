@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { freePort } from "../../services/cluster.js";
 import { tmpdir } from "node:os";
@@ -20,12 +20,19 @@ export interface PrivateNats {
 
 export const NATS_SERVER_BINARY = process.env.NATS_SERVER_BIN ?? "nats-server";
 
-export async function startPrivateNats(): Promise<PrivateNats> {
+/** `config` is nats-server configuration text (e.g. an authorization block) the server starts with. */
+export async function startPrivateNats(options: { config?: string } = {}): Promise<PrivateNats> {
   const port = await freePort();
   const storeDir = mkdtempSync(join(tmpdir(), "wr-nats-"));
+  const configArgs: string[] = [];
+  if (options.config) {
+    const file = join(storeDir, "server.conf");
+    writeFileSync(file, options.config);
+    configArgs.push("-c", file);
+  }
   let child: ChildProcess | undefined;
   const start = async () => {
-    child = spawn(NATS_SERVER_BINARY, ["-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], { stdio: "ignore" });
+    child = spawn(NATS_SERVER_BINARY, [...configArgs, "-a", "127.0.0.1", "-p", String(port), "-js", "-sd", storeDir], { stdio: "ignore" });
     const deadline = Date.now() + 10_000;
     for (;;) {
       const ok = await new Promise<boolean>((resolve) => {

@@ -19,7 +19,8 @@ export interface ServiceProcess {
   child: ChildProcess;
   output(): string;
   /** Resolves with the port once the process logs that it serves, rejects if it exits first. */
-  serving: Promise<{ url: string; port: number }>;
+  /** `metricsUrl` when the process serves metrics (METRICS_PORT). */
+  serving: Promise<{ url: string; port: number; metricsUrl?: string }>;
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
@@ -49,11 +50,11 @@ export function startServiceProcess(env: Record<string, string>, entry = "servic
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
     child.once("exit", (code, signal) => resolve({ code, signal })),
   );
-  const serving = new Promise<{ url: string; port: number }>((resolve, reject) => {
+  const serving = new Promise<{ url: string; port: number; metricsUrl?: string }>((resolve, reject) => {
     const onData = (chunk: Buffer) => {
       out += chunk.toString();
-      const match = /"port":(\d+)[^\n]*"msg":"serving"/.exec(out);
-      if (match) resolve({ url: `http://127.0.0.1:${match[1]}`, port: Number(match[1]) });
+      const match = /"port":(\d+)(?:,"metricsPort":(\d+))?[^\n]*"msg":"serving"/.exec(out);
+      if (match) resolve({ url: `http://127.0.0.1:${match[1]}`, port: Number(match[1]), ...(match[2] ? { metricsUrl: `http://127.0.0.1:${match[2]}/metrics` } : {}) });
     };
     child.stdout!.on("data", onData);
     child.stderr!.on("data", onData);

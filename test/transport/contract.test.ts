@@ -260,7 +260,7 @@ describe("a 4 MiB remote-source read in NATS mode", () => {
         },
       },
     }).listen();
-    app = await startApp({ nats: true, env: { EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.1/32", SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}` } });
+    app = await startApp({ nats: true, env: { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1", SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}` } });
   }, 60_000);
 
   afterAll(async () => {

@@ -44,7 +44,7 @@ afterAll(async () => {
 
 describe("the prometheus-files example source", () => {
   it.each([[[]], [["--grpc"]]])("passes the conformance check command %s", async (flags) => {
-    const { exitCode, output } = await checkCommand([running.url, "--token", TOKEN, ...flags]);
+    const { exitCode, output } = await checkCommand([running.url, ...flags], { SOURCE_TOKEN: TOKEN });
     expect(output).not.toContain("FAIL");
     expect(output).toContain("All checks passed: the service will mark this source connected.");
     expect(exitCode).toBe(0);
@@ -89,7 +89,7 @@ describe("the prometheus-files example source", () => {
   });
 
   it("the check command exits 1 and names what failed for a source that rejects the credential", async () => {
-    const { exitCode, output } = await checkCommand([broken.httpUrl, "--token", broken.token, "--json"]);
+    const { exitCode, output } = await checkCommand([broken.httpUrl, "--json"], { SOURCE_TOKEN: broken.token });
     expect(exitCode).toBe(1);
     const report = JSON.parse(output);
     expect(report.ok).toBe(false);
@@ -97,9 +97,23 @@ describe("the prometheus-files example source", () => {
     expect((await checkCommand([])).exitCode).toBe(2);
   });
 
-  it("ships as a command: npx tsx services/remotesource/check.ts <url> --token T", async () => {
-    const { stdout } = await promisify(execFile)("npx", ["tsx", "services/remotesource/check.ts", running.url, "--token", TOKEN], { timeout: 25_000 });
+  it("ships as a command taking the token from SOURCE_TOKEN or a file, never from the command line", async () => {
+    const run = promisify(execFile);
+    const { stdout } = await run("npx", ["tsx", "services/remotesource/check.ts", running.url], { timeout: 25_000, env: { ...process.env, SOURCE_TOKEN: TOKEN } });
     expect(stdout).toContain("PASS  health fails closed");
     expect(stdout).toContain("All checks passed");
+    const dir = mkdtempSync(join(tmpdir(), "check-token-"));
+    try {
+      writeFileSync(join(dir, "token"), `${TOKEN}\n`, { mode: 0o600 });
+      const fromFile = await checkCommand([running.url, "--token-file", join(dir, "token")], {});
+      expect(fromFile.exitCode, fromFile.output).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    // npm echoes a script's command line, so a token there would be printed: refused.
+    const onCommandLine = await checkCommand([running.url, "--token", TOKEN], {});
+    expect(onCommandLine.exitCode).toBe(2);
+    expect(onCommandLine.output).toMatch(/SOURCE_TOKEN/);
+    expect(onCommandLine.output).not.toContain(TOKEN);
   }, 30_000);
 });

@@ -1,0 +1,19 @@
+import type { DescMethod } from "@bufbuild/protobuf";
+
+/**
+ * Request body limits of the public port, one table for REST, Connect and gRPC. The chat
+ * receiver's is the spec's; the rest are documented in the README. Over Connect and gRPC the limit
+ * counts decompressed bytes: a compressed body is inflated only up to it, then refused.
+ */
+export const BODY_LIMITS = {
+  "warroom.intake.v1.IntakeService.DeliverChat": 256 * 1024,
+  // PagerDuty's own limit on an event, which its senders expect to be refused past.
+  "warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent": 512 * 1024,
+  "warroom.intake.v1.IntakeService.EnqueuePagerDutyChange": 512 * 1024,
+  default: 1024 * 1024,
+} as const;
+
+export function bodyLimit(method: DescMethod): number {
+  const key = `${method.parent.typeName}.${method.name}`;
+  return (BODY_LIMITS as Record<string, number>)[key] ?? BODY_LIMITS.default;
+}

@@ -1,0 +1,44 @@
+import ipaddr from "ipaddr.js";
+
+/**
+ * The address of the client a request comes from, as the services see it: the public port writes
+ * it into `x-forwarded-for` (one address) in place of whatever the caller sent, so limits and audit
+ * records cannot be pointed at an address of the caller's choosing. A forwarding header is read only
+ * from a peer inside `TRUSTED_PROXY_CIDRS`; the client is then the right-most address of the chain
+ * that is not itself a trusted proxy.
+ */
+export const CLIENT_ADDRESS_HEADER = "x-forwarded-for";
+
+type Range = [ipaddr.IPv4 | ipaddr.IPv6, number];
+
+function parse(address: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
+  const bare = address.trim().replace(/^\[(.*)\](?::\d+)?$/, "$1");
+  if (!ipaddr.isValid(bare)) return undefined;
+  const parsed = ipaddr.parse(bare);
+  return parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress() ? (parsed as ipaddr.IPv6).toIPv4Address() : parsed;
+}
+
+export function createClientAddress(trustedProxyCidrs: readonly string[]) {
+  const ranges: Range[] = trustedProxyCidrs.map((cidr) => {
+    const [address, bits] = ipaddr.parseCIDR(cidr);
+    return [address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress() ? (address as ipaddr.IPv6).toIPv4Address() : address, bits] as Range;
+  });
+  const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) => ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range as never, bits));
+  return {
+    /** The client of a request whose socket peer is `peer` and whose forwarding header is `forwarded`. */
+    resolve(peer: string | undefined, forwarded: string | string[] | undefined): string {
+      const socket = peer ? parse(peer) : undefined;
+      if (!socket) return peer ?? "";
+      if (!trusted(socket) || forwarded === undefined) return socket.toString();
+      const chain = (Array.isArray(forwarded) ? forwarded.join(",") : forwarded).split(",").map((s) => s.trim()).filter(Boolean);
+      let client = socket;
+      for (let i = chain.length - 1; i >= 0; i--) {
+        const hop = parse(chain[i]!);
+        if (!hop) break;
+        client = hop;
+        if (!trusted(hop)) break;
+      }
+      return client.toString();
+    },
+  };
+}

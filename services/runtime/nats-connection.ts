@@ -1,0 +1,110 @@
+import { readFileSync } from "node:fs";
+import {
+  credsAuthenticator,
+  nkeyAuthenticator,
+  tokenAuthenticator,
+  usernamePasswordAuthenticator,
+  type ConnectionOptions,
+} from "@nats-io/nats-core";
+
+/** The NATS settings of the configuration (see config.ts). */
+export interface NatsSettings {
+  NATS_URL?: string;
+  NATS_USER?: string;
+  NATS_PASSWORD?: string;
+  NATS_TOKEN?: string;
+  NATS_NKEY_SEED?: string;
+  NATS_CREDS_FILE?: string;
+  NATS_TLS_CA_FILE?: string;
+  NATS_TLS_CERT_FILE?: string;
+  NATS_TLS_KEY_FILE?: string;
+  NATS_SUBJECT_PREFIX: string;
+}
+
+/** What is wrong with the NATS credentials of a configuration, or undefined. */
+export function natsCredentialProblem(s: Omit<NatsSettings, "NATS_SUBJECT_PREFIX">): string | undefined {
+  const kinds = [s.NATS_USER || s.NATS_PASSWORD ? "NATS_USER/NATS_PASSWORD" : "", s.NATS_TOKEN ? "NATS_TOKEN" : "", s.NATS_NKEY_SEED ? "NATS_NKEY_SEED" : "", s.NATS_CREDS_FILE ? "NATS_CREDS_FILE" : ""].filter(Boolean);
+  if (kinds.length > 1) return `set one kind of NATS credential, not ${kinds.join(" and ")}`;
+  if (Boolean(s.NATS_USER) !== Boolean(s.NATS_PASSWORD)) return "NATS_USER and NATS_PASSWORD must be set together";
+  if (Boolean(s.NATS_TLS_CERT_FILE) !== Boolean(s.NATS_TLS_KEY_FILE)) return "NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE must be set together";
+  if (s.NATS_NKEY_SEED && !/^SU[A-Z2-7]{56}$/.test(s.NATS_NKEY_SEED)) return "NATS_NKEY_SEED must be a user NKEY seed (SU...)";
+  return undefined;
+}
+
+/**
+ * Connection options for the process's NATS connection: credentials, TLS with a custom CA, and an
+ * inbox prefix of the connection's own user, so that a server can let each user read only the
+ * replies to its own requests (`_INBOX_<name>.>`).
+ */
+export function natsConnectionOptions(settings: NatsSettings, name: string): ConnectionOptions {
+  const options: ConnectionOptions = {
+    servers: settings.NATS_URL,
+    name,
+    maxReconnectAttempts: -1,
+    reconnectTimeWait: 500,
+    // No stack trace captured in advance for every request and JetStream publish (two Error
+    // objects each): errors keep their types and messages, only the caller's async stack goes.
+    noAsyncTraces: true,
+    inboxPrefix: inboxPrefix(settings.NATS_SUBJECT_PREFIX, name),
+  };
+  if (settings.NATS_USER) options.authenticator = usernamePasswordAuthenticator(settings.NATS_USER, settings.NATS_PASSWORD);
+  else if (settings.NATS_TOKEN) options.authenticator = tokenAuthenticator(settings.NATS_TOKEN);
+  else if (settings.NATS_NKEY_SEED) options.authenticator = nkeyAuthenticator(new TextEncoder().encode(settings.NATS_NKEY_SEED));
+  else if (settings.NATS_CREDS_FILE) {
+    const file = settings.NATS_CREDS_FILE;
+    // Read at every (re)connect, so a rotated file is picked up.
+    options.authenticator = credsAuthenticator(() => readFileSync(file));
+  }
+  if (settings.NATS_TLS_CA_FILE || settings.NATS_TLS_CERT_FILE) {
+    options.tls = {
+      ...(settings.NATS_TLS_CA_FILE ? { caFile: settings.NATS_TLS_CA_FILE } : {}),
+      ...(settings.NATS_TLS_CERT_FILE ? { certFile: settings.NATS_TLS_CERT_FILE, keyFile: settings.NATS_TLS_KEY_FILE } : {}),
+    };
+  }
+  return options;
+}
+
+/** `_INBOX_<process name>`, after the installation's prefix when there is one. */
+export function inboxPrefix(subjectPrefix: string, name: string): string {
+  const own = `_INBOX_${name.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+  return subjectPrefix ? `${subjectPrefix}.${own}` : own;
+}
+
+/** A subject of the installation: `<prefix>.<subject>`, or the subject itself without a prefix. */
+export function prefixed(subjectPrefix: string, subject: string): string {
+  return subjectPrefix ? `${subjectPrefix}.${subject}` : subject;
+}
+
+/** The JetStream stream of the installation's dead-letter copies. */
+export function deadLetterStreamName(subjectPrefix: string): string {
+  return subjectPrefix ? `${subjectPrefix.replace(/[^A-Za-z0-9_-]/g, "_")}_EVENTS_DEAD_LETTERS` : "EVENTS_DEAD_LETTERS";
+}
+
+/** The JetStream stream of the installation's domain events. */
+export function eventsStreamName(subjectPrefix: string): string {
+  return subjectPrefix ? `${subjectPrefix.replace(/[^A-Za-z0-9_-]/g, "_")}_EVENTS` : "EVENTS";
+}
+
+const prefixes = new WeakMap<object, string>();
+
+/** Records the subject prefix a connection's subjects carry; set once, right after connecting. */
+export function setSubjectPrefix(nc: object, subjectPrefix: string): void {
+  prefixes.set(nc, subjectPrefix);
+}
+
+const inboxes = new WeakMap<object, string>();
+
+/** Records the inbox prefix a connection was opened with (see natsConnectionOptions). */
+export function setInboxPrefix(nc: object, prefix: string | undefined): void {
+  if (prefix) inboxes.set(nc, prefix);
+}
+
+/** The inbox prefix of a connection, or undefined for the default `_INBOX`. */
+export function inboxPrefixOf(nc: object): string | undefined {
+  return inboxes.get(nc);
+}
+
+/** The subject prefix of a connection ("" when none was set). */
+export function subjectPrefixOf(nc: object): string {
+  return prefixes.get(nc) ?? "";
+}

@@ -1,0 +1,95 @@
+import { randomBytes, scryptSync } from "node:crypto";
+import { lookup } from "node:dns/promises";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { LOGIN_THROTTLE } from "../../services/identity/login-throttle.js";
+import { OWNER, startApp, type TestApp } from "../support/app.js";
+
+/** Login resists guessing: backoff and 429 per account and per address, strong hashes, and a free libuv pool. */
+describe("login", () => {
+  let app: TestApp;
+  let db: postgres.Sql;
+  let owner: string;
+
+  beforeAll(async () => {
+    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
+    db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+    owner = await app.ownerToken();
+    for (const email of ["target@acme.test", "upgrade@acme.test"]) {
+      expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "the-right-one", role: "member" } })).status).toBe(201);
+    }
+  }, 60_000);
+  afterAll(async () => {
+    await db?.end();
+    await app?.stop();
+  });
+
+  const login = (email: string, password: string, from: string) =>
+    app.call("POST", "/auth/login", { body: { email, password, orgSlug: "acme" }, headers: { "x-forwarded-for": from } });
+
+  it("backs off one (organization, email) after the documented number of failures, from any address", async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i <= LOGIN_THROTTLE.accountFreeFailures; i++) statuses.push((await login("target@acme.test", `guess-${i}`, `192.0.2.${i + 1}`)).status);
+    expect(statuses).toEqual(Array(LOGIN_THROTTLE.accountFreeFailures + 1).fill(401));
+    // Locked now, even for the right password from another address: nothing is hashed.
+    const locked = await login("target@acme.test", "the-right-one", "192.0.2.200");
+    expect(locked.status).toBe(429);
+    expect(Number(locked.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    // Other accounts are not affected.
+    expect((await login(OWNER.email, OWNER.password, "192.0.2.201")).status).toBe(200);
+    await new Promise((r) => setTimeout(r, 1_100));
+    expect((await login("target@acme.test", "the-right-one", "192.0.2.200")).status).toBe(200);
+    // Success clears the account's failures.
+    expect((await login("target@acme.test", "wrong again", "192.0.2.202")).status).toBe(401);
+  });
+
+  it("backs off one client address guessing across many accounts", async () => {
+    const statuses: number[] = [];
+    for (let i = 0; i < LOGIN_THROTTLE.addressFreeFailures; i++) statuses.push((await login(`nobody${i}@acme.test`, "guess", "198.51.100.66")).status);
+    expect(statuses).toEqual(Array(LOGIN_THROTTLE.addressFreeFailures).fill(401));
+    expect((await login("nobody-more@acme.test", "guess", "198.51.100.66")).status).toBe(401);
+    const locked = await login(OWNER.email, OWNER.password, "198.51.100.66");
+    expect(locked.status).toBe(429);
+    expect((await login(OWNER.email, OWNER.password, "198.51.100.67")).status).toBe(200);
+  }, 120_000);
+
+  it("upgrades a hash made with older scrypt parameters at the next successful login", async () => {
+    const salt = randomBytes(16);
+    const key = scryptSync("old-params-pass", salt, 32, { N: 16384, r: 8, p: 1 });
+    const old = `scrypt$16384$8$1$${salt.toString("base64")}$${key.toString("base64")}`;
+    await db`update identity.memberships set password_hash = ${old}
+             where user_id = (select id from identity.users where email = 'upgrade@acme.test')`;
+    expect((await login("upgrade@acme.test", "old-params-pass", "192.0.2.50")).status).toBe(200);
+    const [row] = await db<{ password_hash: string }[]>`
+      select password_hash from identity.memberships where user_id = (select id from identity.users where email = 'upgrade@acme.test')`;
+    expect(row!.password_hash).toMatch(/^scrypt\$131072\$8\$1\$/);
+    expect((await login("upgrade@acme.test", "old-params-pass", "192.0.2.50")).status).toBe(200);
+  });
+
+  it("a login flood does not starve DNS lookups of the process", async () => {
+    const started = performance.now();
+    const flood = Promise.all(Array.from({ length: 16 }, (_, i) => login(OWNER.email, OWNER.password, `203.0.113.${i + 1}`)));
+    await new Promise((r) => setTimeout(r, 50));
+    const lookupStarted = performance.now();
+    await lookup("localhost");
+    const lookupMs = performance.now() - lookupStarted;
+    const answers = await flood;
+    const floodMs = performance.now() - started;
+    // Answered, or refused at once when the hashing queue is full: never left to time out.
+    expect(answers.map((a) => a.status).filter((s) => s !== 200 && s !== 429)).toEqual([]);
+    expect(answers.some((a) => a.status === 200)).toBe(true);
+    console.log(`flood of 16 logins: ${Math.round(floodMs)} ms; a DNS lookup during it: ${lookupMs.toFixed(1)} ms`);
+    expect(lookupMs).toBeLessThan(Math.min(150, floodMs / 4));
+  }, 120_000);
+
+  it("refuses logins past the hashing queue at once instead of letting them time out", async () => {
+    const started = performance.now();
+    const answers = await Promise.all(Array.from({ length: 64 }, (_, i) => login(OWNER.email, OWNER.password, `203.0.113.${100 + i}`)));
+    const statuses = answers.map((a) => a.status);
+    expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
+    expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
+    const refused = answers.find((a) => a.status === 429)!;
+    expect(refused.headers.get("retry-after")).toBe("1");
+    console.log(`64 logins at once: ${statuses.filter((s) => s === 200).length} answered, ${statuses.filter((s) => s === 429).length} refused, in ${Math.round(performance.now() - started)} ms`);
+  }, 120_000);
+});

@@ -1,0 +1,115 @@
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { RECEIVER_FAILURES_PER_MINUTE } from "../../services/intake/service.js";
+import { startApp, type TestApp } from "../support/app.js";
+
+/**
+ * Outsiders without the secret cannot spend a receiver's budget, grow the audit log one row per
+ * call, or choose the client address the records name.
+ */
+
+/** Waits until the database clock is early in a minute, so a burst stays in one window. */
+async function earlyInTheMinute(db: postgres.Sql, latestSecond = 35): Promise<void> {
+  for (;;) {
+    const [row] = await db<{ second: number }[]>`select extract(second from clock_timestamp())::float8 as second`;
+    if (row!.second < latestSecond) return;
+    await new Promise((r) => setTimeout(r, (60.5 - row!.second) * 1000));
+  }
+}
+
+const ATTACKER = "203.0.113.7";
+const WORKFLOW = "198.51.100.2";
+
+describe("receivers behind a trusted proxy", () => {
+  let app: TestApp;
+  let db: postgres.Sql;
+  let chatSecret: string;
+  let alertRouterSecret: string;
+
+  beforeAll(async () => {
+    // The test's requests come from 127.0.0.1, which plays the load balancer naming each client.
+    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32,10.0.0.0/8" } });
+    db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+    const owner = await app.ownerToken();
+    chatSecret = (await app.call("POST", "/o/acme/triggers/chat-secret", { token: owner, body: {} })).body.secret;
+    alertRouterSecret = (await app.call("POST", "/o/acme/triggers/alertrouter-secret", { token: owner, body: {} })).body.secret;
+  }, 60_000);
+  afterAll(async () => {
+    await db?.end();
+    await app?.stop();
+  });
+
+  const chat = (from: string, secret: string, text: string) =>
+    app.call("POST", "/triggers/chat/acme", {
+      raw: JSON.stringify({ channel_id: "C-abuse", message_id: `m-${text}`, text }),
+      headers: { "content-type": "application/json", "x-service-chat-secret": secret, "x-forwarded-for": from },
+    });
+
+  it("61 calls without the secret do not lock the real workflow out; the guesser is slowed", async () => {
+    await earlyInTheMinute(db);
+    const statuses: number[] = [];
+    for (let i = 0; i < 61; i++) statuses.push((await chat(ATTACKER, "f".repeat(64), `guess-${i}`)).status);
+    expect(statuses.slice(0, RECEIVER_FAILURES_PER_MINUTE)).toEqual(Array(RECEIVER_FAILURES_PER_MINUTE).fill(401));
+    expect(statuses.slice(RECEIVER_FAILURES_PER_MINUTE)).toEqual(Array(61 - RECEIVER_FAILURES_PER_MINUTE).fill(429));
+    const blocked = await chat(ATTACKER, "f".repeat(64), "one-more");
+    expect(Number(blocked.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+
+    const real = await chat(WORKFLOW, chatSecret, "real-alert");
+    expect(real.status).toBe(201);
+    expect(real.body.outcome).toBe("opened");
+
+    // Coalesced: one audit row for this organization, reason and address in this minute, with the count.
+    const rows = await db<{ data: { reason: string; remoteAddress: string; count: number } }[]>`
+      select data from identity.audit_events where kind = 'receiver.auth_failed' and data->>'remoteAddress' = ${ATTACKER}`;
+    expect(rows).toHaveLength(1);
+    expect(rows[0]!.data).toMatchObject({ reason: "secret wrong", remoteAddress: ATTACKER, count: RECEIVER_FAILURES_PER_MINUTE });
+  });
+
+  it("the alert-router receiver limits failed attempts per address too", async () => {
+    await earlyInTheMinute(db);
+    const post = (from: string, secret: string) =>
+      app.call("POST", "/triggers/alertrouter", {
+        raw: JSON.stringify({ version: "4", status: "firing", receiver: "warroom", groupKey: "g", alerts: [] }),
+        headers: { "content-type": "application/json", "x-service-alertrouter-secret": secret, "x-forwarded-for": from },
+      });
+    const statuses: number[] = [];
+    for (let i = 0; i <= RECEIVER_FAILURES_PER_MINUTE; i++) statuses.push((await post("192.0.2.99", "e".repeat(64))).status);
+    expect(statuses).toEqual([...Array(RECEIVER_FAILURES_PER_MINUTE).fill(401), 429]);
+    expect((await post("192.0.2.100", alertRouterSecret)).status).not.toBe(401);
+  });
+
+  it("the client is the right-most address a trusted proxy did not add", async () => {
+    await chat(`1.2.3.4, 192.0.2.77, 10.1.2.3`, "d".repeat(64), "chain");
+    const [row] = await db<{ data: { remoteAddress: string } }[]>`
+      select data from identity.audit_events where kind = 'receiver.auth_failed' order by id desc limit 1`;
+    expect(row!.data.remoteAddress).toBe("192.0.2.77");
+  });
+});
+
+describe("receivers without a trusted proxy", () => {
+  let app: TestApp;
+  let db: postgres.Sql;
+
+  beforeAll(async () => {
+    app = await startApp();
+    db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+  }, 60_000);
+  afterAll(async () => {
+    await db?.end();
+    await app?.stop();
+  });
+
+  it("a forged X-Forwarded-For is not written into the audit log, over REST or Connect", async () => {
+    await app.call("POST", "/triggers/chat/acme", {
+      raw: JSON.stringify({ channel_id: "C", text: "x" }),
+      headers: { "content-type": "application/json", "x-service-chat-secret": "0".repeat(64), "x-forwarded-for": "6.6.6.6" },
+    });
+    await app.call("POST", "/warroom.intake.v1.IntakeService/DeliverChat", {
+      body: { orgSlug: "acme", body: Buffer.from('{"channel_id":"C","text":"x"}').toString("base64"), contentType: "application/json" },
+      headers: { "connect-protocol-version": "1", "x-service-chat-secret": "1".repeat(64), "x-forwarded-for": "6.6.6.6" },
+    });
+    const rows = await db<{ data: { remoteAddress: string } }[]>`select data from identity.audit_events where kind = 'receiver.auth_failed'`;
+    expect(rows.length).toBeGreaterThanOrEqual(1);
+    for (const row of rows) expect(row.data.remoteAddress).toBe("127.0.0.1");
+  });
+});
