@@ -5,7 +5,15 @@ import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 
 const require = createRequire(import.meta.url);
-const root = dirname(require.resolve("google-proto-files/package.json"));
+let root;
+try {
+  root = dirname(require.resolve("google-proto-files/package.json"));
+} catch (err) {
+  // `--optional` (npm install's postinstall): an install without the development packages
+  // (--omit=dev) has no schema to build, so it does not need the files.
+  if (process.argv.includes("--optional")) process.exit(0);
+  throw err;
+}
 const files = ["google/api/annotations.proto", "google/api/http.proto"];
 for (const file of files) {
   const target = join(".proto-deps", file);

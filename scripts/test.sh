@@ -26,6 +26,8 @@ need_packages=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_packages+=(postgresql)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_packages+=(nats-server)
 [ -x /usr/bin/chromium ] || need_packages+=(chromium)
+# The README's shell examples (test/docs/) call curl and jq.
+command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || need_packages+=(curl jq)
 if [ ${#need_packages[@]} -gt 0 ]; then
   log "installing ${need_packages[*]}"
   as_root apt-get update -qq

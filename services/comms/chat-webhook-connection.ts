@@ -1,11 +1,12 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { recordAudit } from "../runtime/events.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isEgressError } from "../runtime/egress/index.js";
 import { SecretBoxError } from "../runtime/secret-box.js";
 import { buildTestCard } from "./adaptive-card.js";
 import { describeSaveRefusal, postCard } from "./chat-webhook-delivery.js";
-import { AUDIT_KINDS, recordAudit, type CommsDeps } from "./deps.js";
+import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
 import type { Handlers } from "./handlers.js";
 
 /** One connection per organization, and this is its name. */
@@ -78,7 +79,7 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
           values (${principal.orgId}, ${CONNECTION_NAME}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
           on conflict (org_id, name) do update
             set key_id = excluded.key_id, url_ciphertext = excluded.url_ciphertext, saved_by = excluded.saved_by, saved_at = now()`;
-        await recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.chatWebhookSaved, principal.email, { connection: CONNECTION_NAME, replaced: previous !== undefined });
+        await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookSaved, actor: principal.email, data: { connection: CONNECTION_NAME, replaced: previous !== undefined } });
       });
       outbox.poke();
       return { name: CONNECTION_NAME, connected: true };
@@ -103,11 +104,11 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
         config.CHAT_WEBHOOK_TIMEOUT_SECONDS,
       );
       await sql.begin((tx) =>
-        recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.chatWebhookTested, principal.email, {
+        recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookTested, actor: principal.email, data: {
           connection: CONNECTION_NAME,
           ok: outcome.ok,
           ...(outcome.ok ? {} : { error: outcome.error }),
-        }),
+        } }),
       );
       outbox.poke();
       return outcome.ok ? { ok: true } : { ok: false, error: outcome.error };
@@ -118,7 +119,7 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
       await sql.begin(async (tx) => {
         const deleted = await tx`delete from comms.chat_connections where org_id = ${principal.orgId} and name = ${CONNECTION_NAME} returning 1`;
         if (deleted.length > 0) {
-          await recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.chatWebhookDeleted, principal.email, { connection: CONNECTION_NAME });
+          await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookDeleted, actor: principal.email, data: { connection: CONNECTION_NAME } });
         }
       });
       outbox.poke();

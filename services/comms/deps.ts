@@ -1,9 +1,5 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { TransactionSql } from "../runtime/database.js";
 import type { EgressClient } from "../runtime/egress/index.js";
 import type { SecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
@@ -17,23 +13,12 @@ export interface CommsDeps {
   secretBox(): SecretBox;
 }
 
-export const SUBJECTS = {
-  auditRecorded: "events.audit.recorded",
-  updateSent: "events.update.sent",
-  incidentOpened: "events.incident.opened",
-} as const;
-
 export const AUDIT_KINDS = {
   egressSwitched: "comms.egress.switched",
   chatWebhookSaved: "comms.chatwebhook.saved",
   chatWebhookDeleted: "comms.chatwebhook.deleted",
   chatWebhookTested: "comms.chatwebhook.tested",
 } as const;
-
-/** Writes an audit record in the caller's transaction; identity stores it. Never put a secret in `data`. */
-export async function recordAudit(deps: CommsDeps, tx: TransactionSql, orgId: string, kind: string, actor: string, data: JsonObject): Promise<void> {
-  await deps.ctx.outbox.write(tx, SUBJECTS.auditRecorded, AuditRecordedSchema, create(AuditRecordedSchema, { orgId, kind, actor, at: timestampNow(), data }));
-}
 
 /**
  * Reads the incident as the caller: it must exist in the caller's organization and the caller

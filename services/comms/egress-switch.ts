@@ -1,7 +1,8 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Sql } from "../runtime/database.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { AUDIT_KINDS, recordAudit, type CommsDeps } from "./deps.js";
+import { recordAudit } from "../runtime/events.js";
+import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
 import type { Handlers } from "./handlers.js";
 
 /** Whether real egress is on for the organization: off unless an admin switched it on. */
@@ -21,10 +22,10 @@ export function egressSwitchHandlers(deps: CommsDeps): Handlers<"setEgress" | "g
         await tx`
           insert into comms.egress_settings (org_id, enabled, changed_by) values (${principal.orgId}, ${req.enabled}, ${principal.email})
           on conflict (org_id) do update set enabled = excluded.enabled, changed_by = excluded.changed_by, changed_at = now()`;
-        await recordAudit(deps, tx, principal.orgId, AUDIT_KINDS.egressSwitched, principal.email, {
+        await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.egressSwitched, actor: principal.email, data: {
           enabled: req.enabled,
           previous: previous?.enabled ?? false,
-        });
+        } });
       });
       outbox.poke();
       return { enabled: req.enabled };

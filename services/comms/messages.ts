@@ -1,24 +1,25 @@
 import { create } from "@bufbuild/protobuf";
-import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
 import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
+import { EVENTS } from "../runtime/events.js";
+import { isUuid } from "../runtime/ids.js";
 import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { buildUpdateCard } from "./adaptive-card.js";
 import { parseChannel } from "./channel.js";
 import { loadWebhookUrl } from "./chat-webhook-connection.js";
 import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
-import { incidentAsCaller, SUBJECTS, type CommsDeps } from "./deps.js";
+import { incidentAsCaller, type CommsDeps } from "./deps.js";
 import { egressEnabled } from "./egress-switch.js";
 import type { Handlers } from "./handlers.js";
 import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.js";
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 interface MessageRow extends SentMessageRow {
   version: number;
@@ -65,7 +66,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
   const { sql, clients, outbox, logger, config } = deps.ctx;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
-    if (!UUID.test(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
+    if (!isUuid(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
     const [row] = await sql.unsafe<MessageRow[]>(
       `select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`,
       [messageId, orgId, incidentId],
@@ -77,8 +78,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
   async function updateSent(tx: TransactionSql, row: MessageRow, state: "sent" | "simulated"): Promise<void> {
     await outbox.write(
       tx,
-      SUBJECTS.updateSent,
-      UpdateSentSchema,
+      EVENTS.updateSent,
       create(UpdateSentSchema, { orgId: row.org_id, incidentId: row.incident_id, messageId: row.id, state, at: timestampNow() }),
     );
   }
@@ -125,7 +125,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
     async listMessages(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const limit = pageLimit(req.limit, 1000, 1000);
-      const after = req.cursor ? decodeCursor("c", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
+      const after = req.cursor ? decodeCursor("c", req.cursor, isUuid) : undefined;
       const rows = await sql.unsafe<MessageRow[]>(
         `select ${COLUMNS} from comms.messages where org_id = $1 and incident_id = $2
            and ($3::uuid is null or (drafted_at, id) > (select drafted_at, id from comms.messages where org_id = $1 and id = $3::uuid))

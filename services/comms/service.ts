@@ -1,9 +1,10 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
-import { secretBoxFromConfig } from "../runtime/secret-box.js";
+import { EVENTS, onEvent } from "../runtime/events.js";
+import { serviceSecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
-import { SUBJECTS, type CommsDeps } from "./deps.js";
+import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { registerRoutes } from "./routes.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
@@ -18,11 +19,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
   const deps: CommsDeps = {
     ctx: { ...ctx, logger },
     egress: createChatWebhookEgress(ctx.config),
-    secretBox: secretBoxFromConfig(ctx.config, (file) => {
-      if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");
-      if (file.loosePermissions) logger.warn({ path: file.path }, "the secrets key file is readable by others than its owner; chmod 600 it");
-      if (ctx.config.NATS_URL) logger.warn("SECRETS_KEYS is not set while services run as separate processes: every process needs the same keys");
-    }),
+    secretBox: serviceSecretBox(ctx.config, logger),
   };
   let sweep: NodeJS.Timeout | undefined;
   let sweeping: Promise<unknown> | undefined;
@@ -35,7 +32,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
       registerRoutes(router, deps);
     },
     async start() {
-      await ctx.events.subscribe(SUBJECTS.incidentOpened, (event) => offerWarRoomLink(deps, event), { durableName: "comms-war-room-link" });
+      await onEvent(ctx.events, EVENTS.incidentOpened, (opened) => offerWarRoomLink(deps, opened), { durableName: "comms-war-room-link" });
       sweep = setInterval(() => {
         if (sweeping) return;
         sweeping = recordPendingTimelineEntries(deps, TIMELINE_SWEEP_AGE_SECONDS)

@@ -1,6 +1,4 @@
-import { fromBinary } from "@bufbuild/protobuf";
-import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { DomainEvent } from "../runtime/event-bus.js";
+import type { IncidentOpened } from "../../gen/warroom/events/v1/events_pb.js";
 import { CHANNEL_KIND } from "./channel.js";
 import { hasConnection } from "./chat-webhook-connection.js";
 import type { CommsDeps } from "./deps.js";
@@ -20,8 +18,7 @@ export function warRoomLinkText(title: string, workspaceUrl: string): string {
  * war-room link is offered as a draft update. It is only drafted: a person still approves it and
  * sends it, through the same path as every other update. Redelivered events draft it once.
  */
-export async function offerWarRoomLink(deps: CommsDeps, event: DomainEvent): Promise<void> {
-  const opened = fromBinary(IncidentOpenedSchema, event.payload);
+export async function offerWarRoomLink(deps: CommsDeps, opened: IncidentOpened): Promise<void> {
   if (opened.source !== "chat") return;
   if (!(await hasConnection(deps, opened.orgId))) return;
   const org = await deps.ctx.clients.identity.getOrganization({ id: opened.orgId });

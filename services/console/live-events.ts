@@ -1,38 +1,22 @@
-import { fromBinary, type DescMessage, type JsonObject } from "@bufbuild/protobuf";
+import { fromBinary, type JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
-import {
-  CredentialChangedSchema,
-  IncidentOpenedSchema,
-  IncidentResolvedSchema,
-  TimelineRecordedSchema,
-  UpdateSentSchema,
-} from "../../gen/warroom/events/v1/events_pb.js";
 import { messageToHttpJson } from "../gateway/http-json.js";
 import { errorAnswer } from "../gateway/response-rules.js";
 import { sendJson } from "../gateway/rest-gateway.js";
 import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
+import { EVENTS, eventTypeOf, type EventType } from "../runtime/events.js";
 import type { Logger } from "../runtime/logger.js";
 import { bearerToken } from "../runtime/auth.js";
 import { sha256Hex } from "../runtime/secrets.js";
 
-/** Identity's notice that a credential stopped working (API key revoked, session logged out). */
-const CREDENTIAL_CHANGED = "events.credential.changed";
-
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
-/** The domain events a console watches, and the name each has on the stream. */
-export const LIVE_SUBJECTS = ["events.incident.>", "events.update.>"] as const;
-
-const EVENT_SCHEMAS: Record<string, { name: string; schema: DescMessage }> = {
-  "events.incident.opened": { name: "incident.opened", schema: IncidentOpenedSchema },
-  "events.incident.timeline_recorded": { name: "incident.timeline_recorded", schema: TimelineRecordedSchema },
-  "events.incident.resolved": { name: "incident.resolved", schema: IncidentResolvedSchema },
-  "events.update.sent": { name: "update.sent", schema: UpdateSentSchema },
-};
+/** The domain events a console watches; each is sent on the stream under its catalog name. */
+export const LIVE_EVENTS: readonly EventType[] = [EVENTS.incidentOpened, EVENTS.timelineRecorded, EVENTS.incidentResolved, EVENTS.updateSent];
 
 export interface LiveEventsOptions {
   events: EventBus;
@@ -80,8 +64,8 @@ export function createLiveEvents(options: LiveEventsOptions) {
   let ticker: NodeJS.Timeout | undefined;
 
   function dispatch(event: DomainEvent): void {
-    const known = EVENT_SCHEMAS[event.subject];
-    if (!known || streams.size === 0) return;
+    const known = eventTypeOf(event.subject);
+    if (!known || !LIVE_EVENTS.includes(known) || streams.size === 0) return;
     let json: JsonObject;
     try {
       const message = fromBinary(known.schema, event.payload);
@@ -116,7 +100,7 @@ export function createLiveEvents(options: LiveEventsOptions) {
   function revoked(event: DomainEvent): void {
     let changed;
     try {
-      changed = fromBinary(CredentialChangedSchema, event.payload);
+      changed = fromBinary(EVENTS.credentialChanged.schema, event.payload);
     } catch {
       return;
     }
@@ -131,9 +115,9 @@ export function createLiveEvents(options: LiveEventsOptions) {
 
   function subscribe(): Promise<void> {
     subscribed ??= (async () => {
-      await events.subscribe(CREDENTIAL_CHANGED, async (event) => revoked(event));
-      for (const subject of LIVE_SUBJECTS) {
-        await events.subscribe(subject, async (event) => dispatch(event));
+      await events.subscribe(EVENTS.credentialChanged.subject, async (event) => revoked(event));
+      for (const type of LIVE_EVENTS) {
+        await events.subscribe(type.subject, async (event) => dispatch(event));
       }
     })().catch((err) => {
       subscribed = undefined;

@@ -4,13 +4,13 @@ import { bearerToken } from "../runtime/auth.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import { isUuid } from "../runtime/ids.js";
 import type { Logger } from "../runtime/logger.js";
 import { keepBody } from "./ping-body.js";
 import { nextScheduled } from "./schedule.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
-const UUID_FORMAT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 /** Matches no heartbeat: the update still runs when the token is not this organization's. */
 const NO_ORGANIZATION = "00000000-0000-0000-0000-000000000000";
 /** The run key of a run without a run_id: one such run at a time per heartbeat. */
@@ -91,7 +91,7 @@ export function createPingHandler(deps: {
     let runId: string | null = null;
     if (req.runId) {
       runId = req.runId.toLowerCase();
-      if (!UUID_FORMAT.test(runId)) throw new InvalidArgumentError("run_id must be a UUID");
+      if (!isUuid(runId)) throw new InvalidArgumentError("run_id must be a UUID");
     }
     const token = bearerToken(context.requestHeader.get("authorization"));
     let orgId = NO_ORGANIZATION;

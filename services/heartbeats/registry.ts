@@ -1,13 +1,12 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
+import { recordAudit } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
@@ -56,12 +55,7 @@ export function createRegistryHandlers(deps: {
   const columns = heartbeatColumns(sql);
 
   async function audit(tx: TransactionSql, principal: Principal, kind: string, data: JsonObject): Promise<void> {
-    await outbox.write(
-      tx,
-      "events.audit.recorded",
-      AuditRecordedSchema,
-      create(AuditRecordedSchema, { orgId: principal.orgId, kind, actor: principal.email, at: timestampNow(), data }),
-    );
+    await recordAudit(outbox, tx, { orgId: principal.orgId, kind, actor: principal.email, data });
   }
 
   async function databaseNow(tx: TransactionSql): Promise<Date> {

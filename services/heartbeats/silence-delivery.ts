@@ -5,6 +5,7 @@ import { RecordRequestSchema, type RecordResponse } from "../../gen/warroom/inci
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
+import { mapBounded } from "../runtime/map-bounded.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { formatDuration } from "./heartbeat-rules.js";
 import { describeBody } from "./ping-body.js";
@@ -447,7 +448,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
       for (;;) {
         const rows = await claimResumes(token, onlySilenceId);
         if (rows.length === 0) break;
-        const results = await mapConcurrent(rows, CONCURRENCY, (row) => deliverResume(token, row));
+        const results = await mapBounded(rows, CONCURRENCY, (row) => deliverResume(token, row));
         const failedHere = results.filter((ok) => !ok).length;
         counts.resumed += results.length - failedHere;
         counts.failed += failedHere;
@@ -488,17 +489,4 @@ function chunksBySize(items: number[], sizeOf: (k: number) => number): number[][
   }
   if (current.length > 0) chunks.push(current);
   return chunks;
-}
-
-async function mapConcurrent<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const i = next++;
-      results[i] = await fn(items[i]!);
-    }
-  });
-  await Promise.all(workers);
-  return results;
 }

@@ -3,13 +3,13 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Sql } from "../runtime/database.js";
+import { EVENTS } from "../runtime/events.js";
 import type { Logger } from "../runtime/logger.js";
 import { sweepDuration, sweepInterval, sweepLastSuccess, sweepsTotal } from "../runtime/metrics.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { NO_RUN_ID } from "./ping.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
-export const SILENT_SUBJECT = "events.heartbeat.silent";
 const DETECT_BATCH = 1000;
 const CLEANUP_EVERY_MS = 3600_000;
 const KEEP_FINISHED_SILENCES_DAYS = 30;
@@ -77,8 +77,7 @@ export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: Silenc
       // One statement for the whole batch: a thousand silences cost one round trip, not a thousand.
       await outbox.writeMany(
         tx,
-        SILENT_SUBJECT,
-        HeartbeatSilentSchema,
+        EVENTS.heartbeatSilent,
         rows.map((row) =>
           create(HeartbeatSilentSchema, {
             orgId: row.org_id,

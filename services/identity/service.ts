@@ -1,12 +1,14 @@
 import { randomBytes } from "node:crypto";
-import { decodeCursor, encodeCursor, pageLimit, pageOf, UUID_PATTERN } from "../runtime/page-cursor.js";
-import { create, fromBinary, type JsonObject } from "@bufbuild/protobuf";
+import { isUuid } from "../runtime/ids.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { create, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ConnectRouter, HandlerContext } from "@connectrpc/connect";
-import { AuditRecordedSchema, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { IdentityService, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
+import { EVENTS, onEvent } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError, UnauthenticatedError } from "../runtime/errors.js";
 import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
 import { newHexSecret, sha256 } from "../runtime/secrets.js";
@@ -40,7 +42,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
   }
 
   async function credentialChanged(tx: TransactionSql, orgId: string, kind: string, revokedHash?: Buffer): Promise<void> {
-    await outbox.write(tx, "events.credential.changed", CredentialChangedSchema, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
+    await outbox.write(tx, EVENTS.credentialChanged, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
   }
 
   function actorOf(p: Principal): string {
@@ -196,7 +198,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     async listMembers(req: { org: string; limit: number; cursor: string }, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const limit = pageLimit(req.limit, 1000, 1000);
-      const after = req.cursor ? decodeCursor("m", req.cursor, (v) => UUID_PATTERN.test(v)) : undefined;
+      const after = req.cursor ? decodeCursor("m", req.cursor, isUuid) : undefined;
       const afterClause =
         after === undefined
           ? sql``
@@ -335,10 +337,10 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
         ctx.logger.info({ org: org.slug, created: org.created }, "bootstrap organization");
       }
       // Audit records other services write to their outboxes, stored once each.
-      await ctx.events.subscribe(
-        "events.audit.recorded",
-        async (event) => {
-          const record = fromBinary(AuditRecordedSchema, event.payload);
+      await onEvent(
+        ctx.events,
+        EVENTS.auditRecorded,
+        async (record, event) => {
           // On the request pool, not the background one: in one process this runs inside the
           // relay's publish, which holds a background connection meanwhile (see ServiceContext).
           await sql`

@@ -4,7 +4,8 @@ import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { isUuid, storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
 import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 

@@ -1,7 +1,7 @@
 import { create, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { AuditRecordedSchema, IncidentOpenedSchema, IncidentResolvedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import { SUBJECTS } from "./vocabulary.js";
+import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
+import { EVENTS, type EventType } from "../runtime/events.js";
 
 /**
  * The incident core's domain events, as outbox rows built before the statement that makes the
@@ -18,22 +18,18 @@ export interface OutboxRow {
   payload: Buffer;
 }
 
+function row<Desc extends DescMessage>(type: EventType<Desc>, init: MessageInitShape<Desc>): OutboxRow {
+  return { subject: type.subject, payload: Buffer.from(toBinary(type.schema, create(type.schema, init))) };
+}
+
 export const outboxRows = {
-  opened: (e: { orgId: string; incidentId: string; title: string; severity: string; source: string; at: Date }): OutboxRow => ({
-    subject: SUBJECTS.incidentOpened,
-    payload: Buffer.from(toBinary(IncidentOpenedSchema, create(IncidentOpenedSchema, { ...e, at: timestampFromDate(e.at) }))),
-  }),
-  timelineRecorded: (e: { orgId: string; incidentId: string; kind: string; at: Date }): OutboxRow => ({
-    subject: SUBJECTS.timelineRecorded,
-    payload: Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
-  }),
-  resolved: (e: { orgId: string; incidentId: string; state: string; actor: string; at: Date }): OutboxRow => ({
-    subject: SUBJECTS.incidentResolved,
-    payload: Buffer.from(toBinary(IncidentResolvedSchema, create(IncidentResolvedSchema, { ...e, at: timestampFromDate(e.at) }))),
-  }),
+  opened: (e: { orgId: string; incidentId: string; title: string; severity: string; source: string; at: Date }): OutboxRow =>
+    row(EVENTS.incidentOpened, { ...e, at: timestampFromDate(e.at) }),
+  timelineRecorded: (e: { orgId: string; incidentId: string; kind: string; at: Date }): OutboxRow =>
+    row(EVENTS.timelineRecorded, { ...e, at: timestampFromDate(e.at) }),
+  resolved: (e: { orgId: string; incidentId: string; state: string; actor: string; at: Date }): OutboxRow =>
+    row(EVENTS.incidentResolved, { ...e, at: timestampFromDate(e.at) }),
   /** An audit record, stored by the identity service (which owns the audit log). */
-  audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow => ({
-    subject: SUBJECTS.auditRecorded,
-    payload: Buffer.from(toBinary(AuditRecordedSchema, create(AuditRecordedSchema, { ...e, at: timestampFromDate(e.at) }))),
-  }),
+  audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow =>
+    row(EVENTS.auditRecorded, { ...e, at: timestampFromDate(e.at) }),
 };

@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
-import { isUuid } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
 import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
 
 /**

@@ -85,12 +85,6 @@ export function maintenanceWindowShape(row: MaintenanceWindowRow): MessageInitSh
   };
 }
 
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-
-/** Whether an id from a path could name a row at all (anything else is simply not found). */
-export function isUuid(value: string): boolean {
-  return UUID.test(value);
-}
 
 /** Postgres text and jsonb cannot hold U+0000; a sender's stray NUL must not fail the delivery. */
 export function storableText(value: string): string {

@@ -5,7 +5,8 @@ import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import { incidentShape, isUuid, timelineEntryShape, type IncidentInit, type IncidentRow, type TimelineEntryRow } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { incidentShape, timelineEntryShape, type IncidentInit, type IncidentRow, type TimelineEntryRow } from "./incident-shape.js";
 import { INCIDENT_STATES, isOneOf } from "./vocabulary.js";
 
 const DEFAULT_LIMIT = 100;

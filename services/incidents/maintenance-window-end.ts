@@ -2,7 +2,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Sql } from "../runtime/database.js";
-import { isUuid } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
 
 /**
  * Internal: the end of a maintenance window, by the database clock. A service whose delivery a

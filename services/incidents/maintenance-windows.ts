@@ -14,7 +14,8 @@ import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { isUuid, maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
 import { AUDIT_KINDS, isOneOf, SOURCE_BADGES } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 

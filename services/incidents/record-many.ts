@@ -8,7 +8,8 @@ import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
+import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES } from "./vocabulary.js";
 
 /**

@@ -2,7 +2,6 @@ import { randomUUID } from "node:crypto";
 import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { IncidentOpenedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Alert, IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
@@ -10,8 +9,10 @@ import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, isUuid, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
-import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, SUBJECTS, type AlertKind } from "./vocabulary.js";
+import { EVENTS } from "../runtime/events.js";
+import { isUuid } from "../runtime/ids.js";
+import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { ALERT_KINDS, AUDIT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 
 /**
@@ -151,15 +152,15 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         returning incident_id, at
       ), events as (
         insert into incidents.outbox (subject, payload, trace_context)
-        select ${SUBJECTS.incidentOpened}::text, ${events.opened}::bytea || incidents.pb_timestamp_field(${OPENED_AT_FIELD}, o.opened_at), ${traceContext}::text
+        select ${EVENTS.incidentOpened.subject}::text, ${events.opened}::bytea || incidents.pb_timestamp_field(${OPENED_AT_FIELD}, o.opened_at), ${traceContext}::text
         from opened o
         union all
-        select ${SUBJECTS.timelineRecorded}::text, ${events.openedEntry}::bytea
+        select ${EVENTS.timelineRecorded.subject}::text, ${events.openedEntry}::bytea
                || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
                ${traceContext}::text
         from opened_entry e
         union all
-        select ${SUBJECTS.timelineRecorded}::text, ${events.entry}::bytea
+        select ${EVENTS.timelineRecorded.subject}::text, ${events.entry}::bytea
                || incidents.pb_string_field(${RECORDED_INCIDENT_FIELD}, e.incident_id::text) || incidents.pb_timestamp_field(${RECORDED_AT_FIELD}, e.at),
                ${traceContext}::text
         from entry e
@@ -245,20 +246,20 @@ interface EventPrefixes {
   entry: Buffer;
 }
 
-const OPENED_AT_FIELD = IncidentOpenedSchema.field.at.number;
-const RECORDED_INCIDENT_FIELD = TimelineRecordedSchema.field.incidentId.number;
-const RECORDED_AT_FIELD = TimelineRecordedSchema.field.at.number;
+const OPENED_AT_FIELD = EVENTS.incidentOpened.schema.field.at.number;
+const RECORDED_INCIDENT_FIELD = EVENTS.timelineRecorded.schema.field.incidentId.number;
+const RECORDED_AT_FIELD = EVENTS.timelineRecorded.schema.field.at.number;
 
 function eventPrefixes(d: Delivery): EventPrefixes {
   const newIncidentId = randomUUID();
-  const recorded = (kind: string) => Buffer.from(toBinary(TimelineRecordedSchema, create(TimelineRecordedSchema, { orgId: d.orgId, kind })));
+  const recorded = (kind: string) => Buffer.from(toBinary(EVENTS.timelineRecorded.schema, create(EVENTS.timelineRecorded.schema, { orgId: d.orgId, kind })));
   if (d.kind !== "alert") return { newIncidentId, opened: null, openedEntry: null, entry: recorded(ENTRY_KIND_OF_DELIVERY[d.kind]) };
   return {
     newIncidentId,
     opened: Buffer.from(
       toBinary(
-        IncidentOpenedSchema,
-        create(IncidentOpenedSchema, { orgId: d.orgId, incidentId: newIncidentId, title: d.title, severity: d.severity, source: d.source }),
+        EVENTS.incidentOpened.schema,
+        create(EVENTS.incidentOpened.schema, { orgId: d.orgId, incidentId: newIncidentId, title: d.title, severity: d.severity, source: d.source }),
       ),
     ),
     openedEntry: recorded("opened"),

@@ -7,7 +7,7 @@ import type { Sql } from "../runtime/database.js";
 import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { isUuid } from "./incident-shape.js";
+import { isUuid } from "../runtime/ids.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 

@@ -48,13 +48,6 @@ export const OUTCOMES = {
   suppressed: "suppressed",
 } as const;
 
-export const SUBJECTS = {
-  incidentOpened: "events.incident.opened",
-  timelineRecorded: "events.incident.timeline_recorded",
-  incidentResolved: "events.incident.resolved",
-  auditRecorded: "events.audit.recorded",
-} as const;
-
 export const AUDIT_KINDS = {
   triggerSuppressed: "trigger.suppressed",
   maintenanceWindowCreated: "maintenance_window.created",

@@ -9,6 +9,7 @@ import type {
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
+import { isUuid } from "../runtime/ids.js";
 import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER, type TriggerRoute } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
@@ -169,7 +170,7 @@ export function createDropinReceivers(deps: DropinDeps) {
   async function identityOf(org: Organization, identifier: string, identifierType: opsgenie.IdentifierType): Promise<string | null> {
     if (identifierType === "alias") return opsgenie.attachIdentityOfAlias(identifier);
     // Opsgenie's alert id is the incident id we answered; tiny ids are never issued here.
-    if (identifierType === "tiny" || !/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(identifier)) return null;
+    if (identifierType === "tiny" || !isUuid(identifier)) return null;
     const [row] = await sql<{ attach_identity: string }[]>`
       select attach_identity from intake.opsgenie_requests
       where org_id = ${org.id} and alert_id = ${identifier} and attach_identity is not null
@@ -245,7 +246,7 @@ export function createDropinReceivers(deps: DropinDeps) {
       const started = performance.now();
       const org = await opsgenieOrg(context);
       const notFound = () => new NotFoundError("Request not found. It might not be processed, yet.");
-      if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(req.requestId)) throw notFound();
+      if (!isUuid(req.requestId)) throw notFound();
       const [row] = await sql<
         { action: string; alias: string; state: string; outcome: string | null; is_success: boolean | null; status: string | null; alert_id: string | null; processed_at: Date | null }[]
       >`

@@ -1,10 +1,9 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from "@connectrpc/connect";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService, type DeliverChatRequest, type DeliverRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { bearerToken } from "../runtime/auth.js";
+import { recordAudit } from "../runtime/events.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
@@ -101,9 +100,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   }
 
   async function audit(org: Organization, kind: string, data: JsonObject): Promise<void> {
-    await sql.begin((tx) =>
-      outbox.write(tx, "events.audit.recorded", AuditRecordedSchema, create(AuditRecordedSchema, { orgId: org.id, kind, actor: "trigger", at: timestampNow(), data })),
-    );
+    await sql.begin((tx) => recordAudit(outbox, tx, { orgId: org.id, kind, actor: "trigger", data }));
     outbox.poke();
   }
 

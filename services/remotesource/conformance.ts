@@ -13,6 +13,7 @@ import {
   type OperationDescriptor,
   type RawResult,
 } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
+import { mapBounded } from "../runtime/map-bounded.js";
 import type { CallFailure, CallOutcome, Presenting, SourceClient } from "./client/source-client.js";
 import { CANONICAL_ROLES, DESCRIPTOR_KINDS, MAX_RESPONSE_BYTES, PROTOCOL_VERSION, READ_BUDGET_MS, WINDOW_FORMATS } from "./protocol/limits.js";
 import type { ProtocolCall } from "./protocol/protocol-routes.js";
@@ -421,17 +422,4 @@ function answerProblem(outcome: CallOutcome, accept: { acceptTypedErrors: boolea
     return `failed: ${f.message}`;
   }
   return describe(f);
-}
-
-async function mapBounded<T, R>(items: readonly T[], limit: number, fn: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const workers = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const index = next++;
-      results[index] = await fn(items[index]!);
-    }
-  });
-  await Promise.all(workers);
-  return results;
 }

@@ -1,12 +1,11 @@
 import { createPrivateKey, X509Certificate } from "node:crypto";
 import { readFileSync } from "node:fs";
-import { create, type JsonObject } from "@bufbuild/protobuf";
-import { timestampFromDate, timestampNow } from "@bufbuild/protobuf/wkt";
-import { AuditRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RemoteSourceSchema, type RemoteSource, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { ConfigError, type Config } from "../runtime/config.js";
-import type { TransactionSql } from "../runtime/database.js";
 import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
+import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
@@ -24,8 +23,6 @@ export interface RemoteSourceDeps {
   /** Credentials at rest, created on first use. */
   secretBox(): SecretBox;
 }
-
-export const SUBJECTS = { auditRecorded: "events.audit.recorded" } as const;
 
 export const AUDIT_KINDS = {
   created: "remote_source.created",
@@ -54,7 +51,6 @@ const URL_MAX = 2048;
 const TENANT_MAX = 200;
 const TOKEN_MAX = 4096;
 const PEM_MAX = 64 * 1024;
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 /**
  * The remote-source address policy: in-cluster and on-premises sources are normal, so private
@@ -82,10 +78,6 @@ export function readEgressCa(config: Config): Buffer | undefined {
   } catch (err) {
     throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
   }
-}
-
-export function isUuid(value: string): boolean {
-  return UUID.test(value);
 }
 
 export function toRemoteSource(row: ConnectionRow): RemoteSource {
@@ -248,7 +240,3 @@ export async function recordStatus(
   return updated ?? row;
 }
 
-/** An audit record, written in the caller's transaction; identity stores it. Never a credential in `data`. */
-export async function recordAudit(deps: RemoteSourceDeps, tx: TransactionSql, orgId: string, kind: string, actor: string, data: JsonObject): Promise<void> {
-  await deps.ctx.outbox.write(tx, SUBJECTS.auditRecorded, AuditRecordedSchema, create(AuditRecordedSchema, { orgId, kind, actor, at: timestampNow(), data }));
-}

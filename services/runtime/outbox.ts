@@ -1,6 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import type { EventBus } from "./event-bus.js";
+import type { EventType } from "./events.js";
 import type { Logger } from "./logger.js";
 import { outboxDeadLetters, outboxPublished } from "./metrics.js";
 import type { Migration } from "./migrations.js";
@@ -91,10 +92,10 @@ export function outboxUpgrades(schema: string): Migration[] {
 }
 
 export interface Outbox {
-  /** Writes an event in the caller's transaction. */
-  write<Desc extends DescMessage>(tx: TransactionSql, subject: string, schema: Desc, message: MessageShape<Desc>): Promise<void>;
-  /** Writes many events of one subject in the caller's transaction, in one statement. */
-  writeMany<Desc extends DescMessage>(tx: TransactionSql, subject: string, schema: Desc, messages: MessageShape<Desc>[]): Promise<void>;
+  /** Writes an event of a kind from the catalog (`EVENTS`) in the caller's transaction. */
+  write<Desc extends DescMessage>(tx: TransactionSql, type: EventType<Desc>, message: MessageShape<Desc>): Promise<void>;
+  /** Writes many events of one kind in the caller's transaction, in one statement. */
+  writeMany<Desc extends DescMessage>(tx: TransactionSql, type: EventType<Desc>, messages: MessageShape<Desc>[]): Promise<void>;
   /** Asks the relay to run soon (after a commit). */
   poke(): void;
 }
@@ -302,21 +303,21 @@ export function createOutboxRelay(
   const detachedRun = detached(run);
 
   return {
-    async write(tx, subject, desc, message) {
+    async write(tx, type, message) {
       const traceContext = currentTraceparent();
       if (traceContext) {
-        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [subject, Buffer.from(toBinary(desc, message)), traceContext]);
+        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [type.subject, Buffer.from(toBinary(type.schema, message)), traceContext]);
         return;
       }
-      await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [subject, Buffer.from(toBinary(desc, message))]);
+      await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [type.subject, Buffer.from(toBinary(type.schema, message))]);
     },
-    async writeMany(tx, subject, desc, messages) {
+    async writeMany(tx, type, messages) {
       if (messages.length === 0) return;
-      const payloads = messages.map((message) => Buffer.from(toBinary(desc, message)).toString("base64"));
+      const payloads = messages.map((message) => Buffer.from(toBinary(type.schema, message)).toString("base64"));
       // `with ordinality`: the rows take their sequence numbers in the order given.
       await tx.unsafe(
         `insert into ${table} (subject, payload, trace_context) select $1, decode(p, 'base64'), $3 from unnest($2::text[]) with ordinality as u(p, n) order by n`,
-        [subject, payloads, currentTraceparent()],
+        [type.subject, payloads, currentTraceparent()],
       );
     },
     poke() {

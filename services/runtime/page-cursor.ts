@@ -30,4 +30,3 @@ export function pageOf<T>(rows: T[], limit: number, cursorOf: (last: T) => strin
   return { page, nextCursor: cursorOf(page.at(-1)!) };
 }
 
-export const UUID_PATTERN = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;

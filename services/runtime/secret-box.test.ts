@@ -11,7 +11,10 @@ import {
   parseSecretKeys,
   SecretBoxError,
   secretBoxFromConfig,
+  serviceSecretBox,
 } from "./secret-box.js";
+import type { Logger } from "./logger.js";
+import { chmodSync } from "node:fs";
 
 const dirs: string[] = [];
 function tempDir(): string {
@@ -95,5 +98,28 @@ describe("secret box", () => {
     const box = secretBoxFromConfig({ SECRETS_KEYS: newSecretKeyEntry("k9"), DATA_DIR: dir })();
     expect(box.primaryKeyId).toBe("k9");
     expect(() => statSync(join(dir, KEY_FILE_NAME))).toThrow();
+  });
+
+  it("warns once, when a service first uses the key file: created, readable by others, or shared by separate processes", () => {
+    const warnings: string[] = [];
+    const logger = { warn: (...args: unknown[]) => void warnings.push(String(args.at(-1))) } as unknown as Logger;
+    const dir = tempDir();
+    const getBox = serviceSecretBox({ DATA_DIR: dir, NATS_URL: "nats://bus:4222" }, logger);
+    expect(warnings).toEqual([]);
+    getBox();
+    getBox();
+    expect(warnings).toEqual([
+      "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database",
+      "SECRETS_KEYS is not set while services run as separate processes: every process needs the same keys",
+    ]);
+
+    warnings.length = 0;
+    chmodSync(join(dir, KEY_FILE_NAME), 0o644);
+    serviceSecretBox({ DATA_DIR: dir }, logger)();
+    expect(warnings).toEqual(["the secrets key file is readable by others than its owner; chmod 600 it"]);
+
+    warnings.length = 0;
+    serviceSecretBox({ SECRETS_KEYS: newSecretKeyEntry("k1"), DATA_DIR: dir, NATS_URL: "nats://bus:4222" }, logger)();
+    expect(warnings).toEqual([]);
   });
 });

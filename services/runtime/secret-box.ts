@@ -2,6 +2,7 @@ import { createCipheriv, createDecipheriv, randomBytes } from "node:crypto";
 import { chmodSync, linkSync, mkdirSync, readFileSync, statSync, unlinkSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { ConfigError } from "./config.js";
+import type { Logger } from "./logger.js";
 
 /**
  * Secrets at rest (chat-webhook URLs, remote-source credentials): AES-256-GCM under a key from
@@ -165,4 +166,17 @@ export function secretBoxFromConfig(
     }
     return box;
   };
+}
+
+/**
+ * The secret box of a service that stores secrets, from its configuration: as secretBoxFromConfig,
+ * and warns (once, when the key file is first used) that the key file was just created, that
+ * others can read it, or that separate processes would each need the same keys.
+ */
+export function serviceSecretBox(config: { SECRETS_KEYS?: string | undefined; DATA_DIR: string; NATS_URL?: string | undefined }, logger: Logger): () => SecretBox {
+  return secretBoxFromConfig(config, (file) => {
+    if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");
+    if (file.loosePermissions) logger.warn({ path: file.path }, "the secrets key file is readable by others than its owner; chmod 600 it");
+    if (config.NATS_URL) logger.warn("SECRETS_KEYS is not set while services run as separate processes: every process needs the same keys");
+  });
 }

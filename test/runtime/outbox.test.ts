@@ -8,6 +8,7 @@ import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type Do
 import { createLogger } from "../../services/runtime/logger.js";
 import { registry } from "../../services/runtime/metrics.js";
 import { migrate } from "../../services/runtime/migrations.js";
+import { EVENTS } from "../../services/runtime/events.js";
 import { createOutboxRelay, outboxMigration, outboxUpgrades } from "../../services/runtime/outbox.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
@@ -40,7 +41,7 @@ describe("the outbox", () => {
     const seen: DomainEvent[] = [];
     await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger });
-    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("in-process")));
+    await sql.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("in-process")));
     await relay.drain();
     await relay.stop();
     expect(seen.map((e) => fromBinary(IncidentOpenedSchema, e.payload).title)).toEqual(["in-process"]);
@@ -63,7 +64,7 @@ describe("the outbox", () => {
       const before = await streamMessages(nc);
 
       await nats.stop();
-      await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("while-down")));
+      await sql.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("while-down")));
       await expect(relay.drain()).rejects.toThrow();
       await expect(relay.drain()).rejects.toThrow();
       // Waiting for the bus is no fault of the row: it has not used up a try.
@@ -106,8 +107,8 @@ describe("the outbox", () => {
       });
       const before = await streamMessages(nc);
       await sql.begin(async (tx) => {
-        await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("a"));
-        await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("b"));
+        await relay.write(tx, EVENTS.incidentOpened, event("a"));
+        await relay.write(tx, EVENTS.incidentOpened, event("b"));
       });
       await expect(relay.drain()).rejects.toThrow("relay killed");
       // Both were published, neither was marked: the next run publishes them again...
@@ -147,7 +148,7 @@ describe("the relay holds nothing and orders by sequence", () => {
         { durableName: "needs-a-connection" },
       );
       const relay = createOutboxRelay({ sql: one, schema: "probe", bus, logger });
-      await one.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("pool-of-one")));
+      await one.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("pool-of-one")));
       await Promise.race([relay.drain(), new Promise((_, reject) => setTimeout(() => reject(new Error("the relay waited on its own connection")), 5000))]);
       await relay.stop();
       expect(seen).toEqual(["pool-of-one:1"]);
@@ -170,12 +171,12 @@ describe("the relay holds nothing and orders by sequence", () => {
       await tx`select now()`;
       firstBegan();
       await firstMayWrite;
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("written second"));
+      await relay.write(tx, EVENTS.incidentOpened, event("written second"));
     });
     await began;
     await new Promise((r) => setTimeout(r, 20));
     // ...while a later one writes and commits first.
-    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("written first")));
+    await sql.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("written first")));
     letFirstWrite();
     await first;
     await relay.drain();
@@ -189,9 +190,9 @@ describe("the relay holds nothing and orders by sequence", () => {
     await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
     const a = createOutboxRelay({ sql, schema: "probe", bus, logger });
     const b = createOutboxRelay({ sql, schema: "probe", bus, logger });
-    await sql.begin((tx) => a.write(tx, "events.incident.opened", IncidentOpenedSchema, event("lease-1")));
+    await sql.begin((tx) => a.write(tx, EVENTS.incidentOpened, event("lease-1")));
     expect(await a.drain()).toBe(1);
-    await sql.begin((tx) => a.write(tx, "events.incident.opened", IncidentOpenedSchema, event("lease-2")));
+    await sql.begin((tx) => a.write(tx, EVENTS.incidentOpened, event("lease-2")));
     expect(await b.drain()).toBe(0);
     await a.stop();
     expect(await b.drain()).toBe(1);
@@ -213,7 +214,7 @@ describe("the relay holds nothing and orders by sequence", () => {
     const seen: DomainEvent[] = [];
     await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
     const relay = createOutboxRelay({ sql, schema: "legacy", bus, logger });
-    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("after the upgrade")));
+    await sql.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("after the upgrade")));
     expect(await relay.drain()).toBe(4);
     await relay.stop();
     expect(titles(seen)).toEqual(["first", "second", "third", "after the upgrade"]);
@@ -247,7 +248,7 @@ describe("the relays of one process", () => {
     const relays = schemas.map((schema) => createOutboxRelay({ sql: counted, schema, bus, logger, batchSize: 5 }));
     for (const [i, relay] of relays.entries()) {
       await sql.begin(async (tx) => {
-        for (let n = 0; n < 12; n++) await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event(`${schemas[i]}-${n}`));
+        for (let n = 0; n < 12; n++) await relay.write(tx, EVENTS.incidentOpened, event(`${schemas[i]}-${n}`));
       });
     }
     expect(await Promise.all(relays.map((relay) => relay.drain()))).toEqual([12, 12, 12, 12]);
@@ -273,7 +274,7 @@ describe("a failing subscriber in one process", () => {
     await bus.subscribe("events.incident.>", async () => void calls.steady++, { durableName: "steady" });
     await bus.subscribe("events.incident.>", async () => void calls.live++);
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, retryBaseMs: 30 });
-    await sql.begin((tx) => relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("flaky")));
+    await sql.begin((tx) => relay.write(tx, EVENTS.incidentOpened, event("flaky")));
     relay.start();
     await until("the flaky subscriber's success", async () => calls.flaky === 3);
     await relay.stop();
@@ -297,9 +298,9 @@ describe("a failing subscriber in one process", () => {
     );
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, maxAttempts: 3, retryBaseMs: 20 });
     await sql.begin(async (tx) => {
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("before"));
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("poison"));
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("after"));
+      await relay.write(tx, EVENTS.incidentOpened, event("before"));
+      await relay.write(tx, EVENTS.incidentOpened, event("poison"));
+      await relay.write(tx, EVENTS.incidentOpened, event("after"));
     });
     relay.start();
     const dead = await until("the dead letter", async () => (await sql`select id, subject, attempts, error, payload from probe.outbox_dead_letters`)[0]);
@@ -341,7 +342,7 @@ describe("a row that can never be published over JetStream", () => {
     const count = 1000;
     const run = `order-${Date.now()}`;
     await sql.begin(async (tx) => {
-      for (let i = 0; i < count; i++) await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event(`${run}-${i}`));
+      for (let i = 0; i < count; i++) await relay.write(tx, EVENTS.incidentOpened, event(`${run}-${i}`));
     });
     const pipelinedStarted = performance.now();
     expect(await relay.drain()).toBe(count);
@@ -376,11 +377,11 @@ describe("a row that can never be published over JetStream", () => {
     const relay = createOutboxRelay({ sql, schema: "probe", bus, logger, maxAttempts: 3, retryBaseMs: 20 });
     const before = await streamMessages(nc);
     await sql.begin(async (tx) => {
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("ahead"));
+      await relay.write(tx, EVENTS.incidentOpened, event("ahead"));
       // A subject no stream owns, and a payload over the server's max_payload (1 MiB).
-      await relay.write(tx, "orphan.subject", IncidentOpenedSchema, event("nobody owns me"));
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("x".repeat(1_100_000)));
-      await relay.write(tx, "events.incident.opened", IncidentOpenedSchema, event("behind"));
+      await relay.write(tx, { ...EVENTS.incidentOpened, subject: "orphan.subject" }, event("nobody owns me"));
+      await relay.write(tx, EVENTS.incidentOpened, event("x".repeat(1_100_000)));
+      await relay.write(tx, EVENTS.incidentOpened, event("behind"));
     });
     expect(await relay.drain()).toBe(2);
     expect(await streamMessages(nc)).toBe(before + 2);

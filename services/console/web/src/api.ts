@@ -1,3 +1,28 @@
+import type { Message as ProtoMessage } from "@bufbuild/protobuf";
+import type { Message as MessageShape, MessageJson } from "../../../../gen/warroom/comms/v1/comms_pb";
+import type {
+  Heartbeat as HeartbeatShape,
+  HeartbeatJson,
+  PingRecord as PingRecordShape,
+  PingRecordJson,
+} from "../../../../gen/warroom/heartbeats/v1/heartbeats_pb";
+import type {
+  Entity as EntityShape,
+  EntityJson,
+  Incident as IncidentShape,
+  IncidentJson,
+  MaintenanceWindow as MaintenanceWindowShape,
+  MaintenanceWindowJson,
+  TimelineEntry as TimelineEntryShape,
+  TimelineEntryJson,
+} from "../../../../gen/warroom/incidents/v1/incidents_pb";
+import type {
+  ConformanceReport as ConformanceReportShape,
+  ConformanceReportJson,
+  RemoteSource as RemoteSourceShape,
+  RemoteSourceJson,
+} from "../../../../gen/warroom/remotesource/v1/remotesource_pb";
+
 // The console speaks the same public REST API as every other client: JSON over fetch, with the
 // session token from login as `Authorization: Bearer`. The token lives in sessionStorage: it is
 // gone when the tab closes and is never sent anywhere but this origin's API.
@@ -101,110 +126,37 @@ export function errorText(err: unknown): string {
   return String(err);
 }
 
-// Shapes of the public API (proto3 JSON: camelCase, unset optional fields as null).
+// Shapes of the public API, from the schema: each is the generated proto3 JSON type of the message
+// as the REST routes send it.
 
-export interface Entity {
-  kind: string;
-  id: string;
-}
+/**
+ * A message as the REST routes answer it (`gateway/http-json.ts`): its proto3 JSON (`XxxJson`,
+ * camelCase), with every field present, and an optional or message field that is unset written as
+ * null. `Shape` (the generated message type) says which fields those are.
+ */
+type Rest<Shape, Json> = { [K in keyof Json & keyof Shape]-?: RestField<Shape[K], Exclude<Json[K], undefined>> };
+type RestField<S, J> = undefined extends S ? RestValue<Exclude<S, undefined>, J> | null : RestValue<S, J>;
+type RestValue<S, J> = S extends readonly (infer SItem)[]
+  ? J extends readonly (infer JItem)[]
+    ? RestValue<SItem, JItem>[]
+    : J
+  : S extends ProtoMessage
+    ? J extends string // a well-known type written as a string, e.g. a Timestamp
+      ? J
+      : Rest<S, J>
+    : S extends number // a double is written as a number: the service sends finite values only
+      ? Exclude<J, "NaN" | "Infinity" | "-Infinity">
+      : J;
 
-export interface TimelineEntry {
-  kind: string;
-  at: string;
-  summary: string | null;
-  link: string | null;
-  alertRef: string | null;
-  eventId: string | null;
-  data: Record<string, unknown> | null;
-}
-
-export interface Incident {
-  id: string;
-  title: string;
-  severity: string;
-  state: string;
-  source: string;
-  entity: Entity | null;
-  workspaceUrl: string;
-  openedAt: string;
-  timeline: TimelineEntry[];
-  /** Set when the timeline has more entries than this first page: GET .../timeline?cursor= reads on. */
-  timelineNextCursor?: string | null;
-  resolvedAt: string | null;
-  archivedAt: string | null;
-  runbookUrl: string | null;
-}
-
-export interface CommsMessage {
-  messageId: string;
-  version: string;
-  channel: string;
-  body: string;
-  state: string;
-  error: string | null;
-}
-
-export interface Heartbeat {
-  name: string;
-  expectedIntervalSeconds: number;
-  graceSeconds: number;
-  lastSeenAt: string | null;
-  createdAt: string;
-  dueAt: string;
-  status: string;
-  schedule: string | null;
-  timezone: string | null;
-  maxRunSeconds: number | null;
-  nextExpectedAt: string;
-  lastPing: { at: string; kind: string; exitStatus: number | null; runSeconds: number | null; body: string; bodyCut: boolean; bodyBytes: number } | null;
-  runningSince: string | null;
-}
-
-export interface PingRecord {
-  at: string;
-  kind: string;
-  runSeconds: number | null;
-  exitStatus: number | null;
-  clientAddress: string;
-  bodyBytes: number;
-  runId: string | null;
-}
-
-export interface RemoteSource {
-  id: string;
-  name: string;
-  baseUrl: string;
-  transport: string;
-  tenantRef: string;
-  status: string;
-  lastError: string | null;
-  lastTestedAt: string | null;
-}
-
-export interface ConformanceReport {
-  ok: boolean;
-  protocolVersion: string;
-  checks: { name: string; ok: boolean; detail: string }[];
-}
-
-export interface MaintenanceWindow {
-  id: string;
-  startsAt: string;
-  endsAt: string;
-  reason: string;
-  match: { sources: string[]; entities: Entity[] } | null;
-}
+export type Entity = Rest<EntityShape, EntityJson>;
+export type TimelineEntry = Rest<TimelineEntryShape, TimelineEntryJson>;
+export type Incident = Rest<IncidentShape, IncidentJson>;
+export type CommsMessage = Rest<MessageShape, MessageJson>;
+export type Heartbeat = Rest<HeartbeatShape, HeartbeatJson>;
+export type PingRecord = Rest<PingRecordShape, PingRecordJson>;
+export type RemoteSource = Rest<RemoteSourceShape, RemoteSourceJson>;
+export type ConformanceReport = Rest<ConformanceReportShape, ConformanceReportJson>;
+export type MaintenanceWindow = Rest<MaintenanceWindowShape, MaintenanceWindowJson>;
 
 /** The source badges an incident can carry. */
-export const SOURCE_BADGES = [
-  "metrics-monitor",
-  "cloud-monitor",
-  "log-analytics",
-  "error-tracker",
-  "remote",
-  "alert-router",
-  "chat",
-  "heartbeat",
-  "pagerduty-events",
-  "opsgenie",
-] as const;
+export { SOURCE_BADGES } from "../../../incidents/vocabulary";

@@ -11,18 +11,24 @@ function span(ms: number): string {
   return hours % 24 ? `${days} d ${hours % 24} h` : `${days} d`;
 }
 
-export function ago(at: string, now: number): string {
+/** A time from the API: RFC 3339, or null when the service has none (a message field left unset). */
+export type Time = string | null;
+
+export function ago(at: Time, now: number): string {
+  if (!at) return "unknown";
   const ms = now - Date.parse(at);
   if (ms < 10_000) return "just now";
   return `${span(ms)} ago`;
 }
 
-export function until(at: string, now: number): string {
+export function until(at: Time, now: number): string {
+  if (!at) return "unknown";
   const ms = Date.parse(at) - now;
   return ms >= 0 ? `in ${span(ms)}` : `overdue by ${span(ms)}`;
 }
 
-export function exact(at: string): string {
+export function exact(at: Time): string {
+  if (!at) return "";
   const date = new Date(at);
   return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
 }

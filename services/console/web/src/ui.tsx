@@ -1,7 +1,7 @@
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { errorText } from "./api";
-import { ago, exact, until } from "./format";
+import { ago, exact, until, type Time } from "./format";
 import { hasNavigated } from "./router";
 
 /** Re-renders every `ms` so relative times stay true. */
@@ -122,16 +122,16 @@ export function StateBadge(props: { state: string }) {
 export function Ago(props: { at: string | null; now: number; empty?: string }) {
   if (!props.at) return <span class="muted">{props.empty ?? "never"}</span>;
   return (
-    <time dateTime={props.at} title={exact(props.at)}>
+    <time dateTime={props.at ?? undefined} title={exact(props.at)}>
       {ago(props.at, props.now)}
     </time>
   );
 }
 
-export function Until(props: { at: string; now: number }) {
-  const overdue = Date.parse(props.at) < props.now;
+export function Until(props: { at: Time; now: number }) {
+  const overdue = props.at !== null && Date.parse(props.at) < props.now;
   return (
-    <time dateTime={props.at} title={exact(props.at)} class={overdue ? "overdue" : undefined}>
+    <time dateTime={props.at ?? undefined} title={exact(props.at)} class={overdue ? "overdue" : undefined}>
       {until(props.at, props.now)}
     </time>
   );

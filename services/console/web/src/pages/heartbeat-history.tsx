@@ -21,7 +21,7 @@ function RunTimeChart(props: { pings: PingRecord[] }) {
           const h = Math.max(1, (p.runSeconds! / longest) * height);
           return (
             <rect key={p.at} class={p.kind === "fail" ? "bar-fail" : "bar-ok"} x={i * (width + 1)} y={height - h} width={width} height={h}>
-              <title>{`${new Date(p.at).toLocaleString()}: ${p.runSeconds!.toFixed(1)} s${p.kind === "fail" ? " (failed)" : ""}`}</title>
+              <title>{`${p.at ? new Date(p.at).toLocaleString() : "unknown"}: ${p.runSeconds!.toFixed(1)} s${p.kind === "fail" ? " (failed)" : ""}`}</title>
             </rect>
           );
         })}

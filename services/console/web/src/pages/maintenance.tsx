@@ -4,8 +4,8 @@ import { exact, toLocalInput, until } from "../format";
 import { ErrorNotice, PageHeading, useAction, useLoad, useNow } from "../ui";
 
 function phase(mw: MaintenanceWindow, now: number): "upcoming" | "active" | "ended" {
-  if (Date.parse(mw.endsAt) <= now) return "ended";
-  return Date.parse(mw.startsAt) > now ? "upcoming" : "active";
+  if (Date.parse(mw.endsAt ?? "") <= now) return "ended";
+  return Date.parse(mw.startsAt ?? "") > now ? "upcoming" : "active";
 }
 
 function matchText(mw: MaintenanceWindow): string {
@@ -99,7 +99,7 @@ export function MaintenancePage() {
                 <tr key={w.id} data-window={w.id}>
                   <td data-label="Reason">{w.reason || <span class="muted">no reason given</span>}</td>
                   <td data-label="When">
-                    <time dateTime={w.startsAt}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt}>{exact(w.endsAt)}</time>
+                    <time dateTime={w.startsAt ?? undefined}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt ?? undefined}>{exact(w.endsAt)}</time>
                   </td>
                   <td data-label="Covers">{matchText(w)}</td>
                   <td data-label="Status">

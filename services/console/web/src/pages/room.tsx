@@ -42,7 +42,7 @@ function Entry(props: { entry: TimelineEntry; first: boolean }) {
       <div class="entry-head">
         <span class={`kind kind-${entry.kind}`}>{KIND_LABELS[entry.kind] ?? entry.kind}</span>
         {isUpdate ? <Delivery entry={entry} /> : null}
-        <time dateTime={entry.at} title={exact(entry.at)}>
+        <time dateTime={entry.at ?? undefined} title={exact(entry.at)}>
           {exact(entry.at)}
         </time>
       </div>

@@ -1,0 +1,100 @@
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startApp, type TestApp } from "../support/app.js";
+
+const ROOT = join(import.meta.dirname, "../..");
+
+interface Example {
+  /** The README line the block starts on. */
+  line: number;
+  code: string;
+}
+
+/**
+ * The README's `sh` blocks, in order, indentation removed (a block inside a list item is indented).
+ * A block marked `sh norun` (cloning, starting the service, development set-up) is left out.
+ */
+function shellExamples(markdown: string): Example[] {
+  const examples: Example[] = [];
+  const lines = markdown.split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^(\s*)```(\S*)(.*)$/.exec(lines[i]!);
+    if (!open) continue;
+    const [, indent, lang, info] = open;
+    const body: string[] = [];
+    let j = i + 1;
+    for (; j < lines.length && !/^\s*```\s*$/.test(lines[j]!); j++) body.push(lines[j]!.slice(indent!.length));
+    if (lang === "sh" && !/\bnorun\b/.test(info!)) examples.push({ line: i + 1, code: body.join("\n") });
+    i = j;
+  }
+  return examples;
+}
+
+function runBash(script: string): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile("bash", ["-c", script], { cwd: ROOT, timeout: 120_000, maxBuffer: 16 * 1024 * 1024 }, (err, stdout, stderr) => {
+      resolve({ code: err ? (typeof err.code === "number" ? err.code : 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+describe("the README's shell examples", () => {
+  const examples = shellExamples(readFileSync(join(ROOT, "README.md"), "utf8"));
+  let app: TestApp;
+  let run: { code: number; stdout: string; stderr: string };
+
+  beforeAll(async () => {
+    // The quickstart's bootstrap owner, so that its login works as written.
+    app = await startApp({ env: { BOOTSTRAP_OWNER_EMAIL: "you@example.com", BOOTSTRAP_OWNER_PASSWORD: "change me now" } });
+    const host = new URL(app.url).host;
+    // Every block in order, in one shell (a later block uses the variables an earlier one set).
+    // An HTTP error fails the call, and any failing command ends the run naming its block.
+    const script = [
+      "set -euo pipefail",
+      // A call the README makes without -f/--fail gets --fail-with-body: an HTTP error is a failure.
+      'curl() { local a; for a in "$@"; do case "$a" in --fail*) command curl --max-time 30 "$@"; return;; --*) ;; -*f*) command curl --max-time 30 "$@"; return;; esac; done; command curl --fail-with-body --max-time 30 "$@"; }',
+      ...examples.map((example) => `echo "== README line ${example.line}"\n${example.code.replaceAll("localhost:8080", host)}\necho`),
+    ].join("\n");
+    run = await runBash(script);
+  }, 180_000);
+
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  it("has a runnable example for every source, for Connect and for gRPC", () => {
+    const all = examples.map((e) => e.code).join("\n");
+    for (const route of ["/triggers ", "/triggers/alertrouter ", "/triggers/chat/acme ", "/o/acme/heartbeats/nightly-backup/ping "]) {
+      expect(all).toContain(`localhost:8080${route}`);
+    }
+    for (const fixture of ["aws/", "azure/", "sentry/", "alertmanager/"]) expect(all).toContain(`test/fixtures/${fixture}`);
+    expect(all).toContain('"alert_type"');
+    expect(all).toMatch(/buf curl .*--protocol connect/);
+    expect(all).toMatch(/buf curl .*--protocol grpc/);
+  });
+
+  it("runs every example to the end against a started service", () => {
+    expect(run.code, `${run.stdout}\n${run.stderr}`).toBe(0);
+  });
+
+  it("opened what the examples say, one incident per source", async () => {
+    const login = await app.call("POST", "/auth/login", { body: { email: "you@example.com", password: "change me now", orgSlug: "acme" } });
+    const token = login.body.accessToken as string;
+    const res = await app.call("GET", "/o/acme/incidents", { token });
+    expect(res.status).toBe(200);
+    const sources = (res.body.incidents as { source: string }[]).map((i) => i.source).sort();
+    // At least the examples of the sources above (the README may show more).
+    expect(sources).toEqual(expect.arrayContaining(["alert-router", "chat", "cloud-monitor", "cloud-monitor", "error-tracker", "metrics-monitor"]));
+    expect(sources.filter((s) => s === "cloud-monitor")).toHaveLength(2);
+    const heartbeat = await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token });
+    expect(heartbeat.body.lastSeenAt).not.toBeNull();
+  });
+
+  it("reaches the service over Connect and gRPC with buf curl", () => {
+    // buf curl prints the response message as indented JSON.
+    expect(run.stdout).toMatch(/"incidents":\s*\[\s*\{/);
+    expect(run.stdout).toMatch(/"heartbeats":\s*\[\s*\{\s*"name":\s*"nightly-backup"/);
+  });
+});
