@@ -29,7 +29,8 @@ describe("Prometheus scraping the service", () => {
   beforeAll(async () => {
     nats = await startPrivateNats();
     app = await startApp({ nats: nats.url });
-    target = `127.0.0.1:${app.process.port}`;
+    // Metrics are served on METRICS_PORT only, never on the public port.
+    target = new URL(app.process.metricsUrl!).host;
     dir = mkdtempSync(join(tmpdir(), "wr-prometheus-"));
     writeFileSync(
       join(dir, "prometheus.yml"),
