@@ -30,11 +30,19 @@ export async function stopChild(child: ChildProcess): Promise<void> {
   await exited;
 }
 
-/** The child's CPU time so far ("cpu" message): on a shared machine, CPU per request is what the code costs. */
-export function cpuOf(child: ChildProcess): Promise<NodeJS.CpuUsage> {
+/**
+ * The child's CPU time so far ("cpu" message): on a shared machine, CPU per request is what the
+ * code costs. Undefined from a child that does not answer it (an older checkout's).
+ */
+export function cpuOf(child: ChildProcess): Promise<NodeJS.CpuUsage | undefined> {
   return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      child.off("message", onMessage);
+      resolve(undefined);
+    }, 2000);
     const onMessage = (m: { cpu?: NodeJS.CpuUsage }) => {
       if (!m.cpu) return;
+      clearTimeout(timer);
       child.off("message", onMessage);
       resolve(m.cpu);
     };

@@ -315,8 +315,9 @@ async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string)
         onEnd: async () => void (after = await cpuOf(app.child)),
       });
       const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
-      const cpuMs = (after!.user + after!.system - before!.user - before!.system) / 1000;
-      return { ...result, ...(answered > 0 ? { cpuMsPerRequest: cpuMs / answered } : {}) };
+      if (!before || !after || answered === 0) return result;
+      const cpuMs = (after.user + after.system - before.user - before.system) / 1000;
+      return { ...result, cpuMsPerRequest: cpuMs / answered };
     } finally {
       await stopChild(app.child);
     }
