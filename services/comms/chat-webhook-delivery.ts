@@ -26,7 +26,7 @@ export function createChatWebhookEgress(config: Config): EgressClient {
       throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
     }
   }
-  let policy;
+  let policy: ReturnType<typeof createAddressPolicy>;
   try {
     policy = createAddressPolicy({ allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS, requireHttps: true });
   } catch (err) {
@@ -143,7 +143,7 @@ async function postCardOnce(
   timeoutSeconds: number,
   outcome: (result: string) => void,
 ): Promise<DeliveryOutcome> {
-  let response;
+  let response: Awaited<ReturnType<EgressClient["request"]>>;
   try {
     response = await egress.request({
       url: webhookUrl,

@@ -74,7 +74,7 @@ describe("console files", () => {
       expect(res.headers.get("x-content-type-options")).toBe("nosniff");
       expect(await res.text()).toBe(INDEX);
     }
-    const head = await fetch(app.url + "/", { method: "HEAD" });
+    const head = await fetch(`${app.url}/`, { method: "HEAD" });
     expect(head.status).toBe(200);
     expect(await head.text()).toBe("");
   });

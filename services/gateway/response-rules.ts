@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { dropinErrorAnswer, dropinSuccessStatus } from "./dropin-answers.js";
 

@@ -79,7 +79,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       else sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
       return true;
     }
-    let input;
+    let input: ReturnType<typeof requestFromHttp>;
     try {
       input = requestFromHttp(route.method.input, {
         body: route.body === "*" ? parseJsonObject(body) : undefined,

@@ -76,7 +76,7 @@ describe("register", () => {
   });
 
   it("accepts the bounds themselves and a 63-character name", async () => {
-    const res = await register(cast.admin, { name: "a" + "b.c_d-9".repeat(8) + "xxxxxx", expectedIntervalSeconds: 31 * 86400, graceSeconds: 7 * 86400 });
+    const res = await register(cast.admin, { name: `a${"b.c_d-9".repeat(8)}xxxxxx`, expectedIntervalSeconds: 31 * 86400, graceSeconds: 7 * 86400 });
     expect(res.status).toBe(201);
     expect(res.body.name).toHaveLength(63);
   });
@@ -248,7 +248,8 @@ describe("ping", () => {
       for (const [name, call] of Object.entries(kinds)) {
         const started = process.hrtime.bigint();
         await call();
-        (samples[name] ??= []).push(Number(process.hrtime.bigint() - started) / 1e6);
+        samples[name] ??= [];
+        samples[name].push(Number(process.hrtime.bigint() - started) / 1e6);
       }
     }
     const medians = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!]));

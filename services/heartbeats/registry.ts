@@ -1,7 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";

@@ -61,7 +61,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     const passwordHash = await hashPassword(password);
     return sql.begin(async (tx) => {
       // Replicas starting together race here; the advisory lock makes one of them do the work.
-      await tx`select pg_advisory_xact_lock(hashtext(${"bootstrap:" + orgSlug}))`;
+      await tx`select pg_advisory_xact_lock(hashtext(${`bootstrap:${orgSlug}`}))`;
       const [existing] = await tx<{ id: string; slug: string }[]>`select id, slug from identity.organizations where slug = ${orgSlug}`;
       if (existing) return { ...existing, created: false };
       const [org] = await tx<{ id: string; slug: string }[]>`insert into identity.organizations (slug) values (${orgSlug}) returning id, slug`;

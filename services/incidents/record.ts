@@ -288,7 +288,7 @@ function checkDelivery(req: RecordRequest): Delivery {
   bounded("alert.alertRef", alert.alertRef?.length ?? 0, LIMITS.referenceCharacters);
   bounded("alert.runbookUrl", alert.runbookUrl?.length ?? 0, LIMITS.referenceCharacters);
   let entity: Delivery["entity"] = null;
-  if (alert.entity && alert.entity.kind && alert.entity.id) {
+  if (alert.entity?.kind && alert.entity.id) {
     bounded("alert.entity.kind", alert.entity.kind.length, LIMITS.entityPartCharacters);
     bounded("alert.entity.id", alert.entity.id.length, LIMITS.entityPartCharacters);
     entity = { kind: storableText(alert.entity.kind), id: storableText(alert.entity.id) };

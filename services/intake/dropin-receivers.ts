@@ -254,7 +254,7 @@ export function createDropinReceivers(deps: DropinDeps) {
         from intake.opsgenie_requests where request_id = ${req.requestId} and org_id = ${org.id}`;
       // A request still processing (or whose processing a crash cut short) reads as Opsgenie's
       // not-yet-processed answer, so clients poll again.
-      if (!row || row.state !== "processed") throw notFound();
+      if (row?.state !== "processed") throw notFound();
       return {
         data: {
           success: true,

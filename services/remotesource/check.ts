@@ -20,25 +20,29 @@ import { createAddressPolicy } from "../runtime/egress/index.js";
 
 const USAGE = `usage: [SOURCE_TOKEN=T] check.ts <url> [--token-file FILE] [--grpc] [--tenant REF] [--cert FILE --key FILE] [--ca FILE] [--expr EXPR] [--query QUERY] [--json]`;
 
+function parseCheckArgs(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      token: { type: "string" },
+      "token-file": { type: "string" },
+      grpc: { type: "boolean", default: false },
+      tenant: { type: "string", default: "conformance-check" },
+      cert: { type: "string" },
+      key: { type: "string" },
+      ca: { type: "string" },
+      expr: { type: "string" },
+      query: { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+}
+
 export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ exitCode: number; output: string }> {
-  let parsed;
+  let parsed: ReturnType<typeof parseCheckArgs>;
   try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        token: { type: "string" },
-        "token-file": { type: "string" },
-        grpc: { type: "boolean", default: false },
-        tenant: { type: "string", default: "conformance-check" },
-        cert: { type: "string" },
-        key: { type: "string" },
-        ca: { type: "string" },
-        expr: { type: "string" },
-        query: { type: "string" },
-        json: { type: "boolean", default: false },
-      },
-    });
+    parsed = parseCheckArgs(argv);
   } catch (err) {
     return { exitCode: 2, output: `${err instanceof Error ? err.message : String(err)}\n${USAGE}` };
   }

@@ -398,7 +398,7 @@ function windowWarningsOf(o: OperationDescriptor): string[] {
 /** Parameters a probe invokes an operation with: its window over the last hour, if it has one. */
 function probeParams(o: OperationDescriptor, startMs: number, endMs: number): JsonObject {
   const w = o.window;
-  if (!w || !w.start || !w.end || !(WINDOW_FORMATS as readonly string[]).includes(w.format)) return {};
+  if (!w?.start || !w.end || !(WINDOW_FORMATS as readonly string[]).includes(w.format)) return {};
   const params: JsonObject = { [w.start]: formatWindowValue(startMs, w.format), [w.end]: formatWindowValue(endMs, w.format) };
   if (w.step) params[w.step] = w.stepFormat === "duration" ? `${Math.max(60, w.minStepSeconds ?? 0)}s` : Math.max(60, w.minStepSeconds ?? 0);
   return params;

@@ -153,6 +153,7 @@ export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl:
   if (!bearerToken && !clientCertPem && !clientKeyPem) {
     throw new InvalidArgumentError("auth required: a bearerToken, or a clientCertPem with its clientKeyPem");
   }
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses.
   if (bearerToken && (bearerToken.length > TOKEN_MAX || /[\s\u0000-\u001f\u007f]/.test(bearerToken))) {
     throw new InvalidArgumentError(`auth.bearerToken must be at most ${TOKEN_MAX} characters without spaces or control characters`);
   }

@@ -14,7 +14,7 @@ import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
-import { ReadRequestError } from "./client/source-client.js";
+import { ReadRequestError, type ReadOutcome } from "./client/source-client.js";
 import { runConformanceCheck, type CheckResult } from "./conformance.js";
 import {
   AUDIT_KINDS,
@@ -177,7 +177,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const request: JsonObject = { ...(req.request ?? {}) };
       // The tenant is the connection's, whatever the caller sends.
       delete request.tenant;
-      let outcome;
+      let outcome: ReadOutcome;
       try {
         outcome = await clientFor(deps, row).read(req.call, request);
       } catch (err) {

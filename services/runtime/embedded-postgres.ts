@@ -350,7 +350,7 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
       password,
       pid: () => readPostmasterPid(pgDir),
       stop(timeoutMs = 15_000) {
-        return (stopping ??= (async () => {
+        stopping ??= (async () => {
           if (exited) return;
           // Closing the pipe is what the watchdog waits for.
           child.stdin!.end();
@@ -364,7 +364,8 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
             }
             await exit;
           }
-        })());
+        })();
+        return stopping;
       },
     };
   }

@@ -18,7 +18,7 @@ const DEFAULT_TIMEOUT_MS = 15_000;
 
 export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
-  return prefixed(subjectPrefix, "rpc" + requestPath.replace(/\//g, "."));
+  return prefixed(subjectPrefix, `rpc${requestPath.replace(/\//g, ".")}`);
 }
 
 async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
@@ -45,7 +45,9 @@ async function* once(data: Uint8Array): AsyncIterable<Uint8Array> {
 
 function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs {
   const h = natsHeaders();
-  source.forEach((value, key) => h.set(key, value));
+  source.forEach((value, key) => {
+    h.set(key, value);
+  });
   for (const [key, value] of Object.entries(extra ?? {})) h.set(key, value);
   return h;
 }
@@ -493,7 +495,9 @@ async function answer(
     });
     // The handler's own headers object, made for this call: added to, not copied.
     const header = response.header ?? new Headers();
-    response.trailer?.forEach((value, key) => header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value));
+    response.trailer?.forEach((value, key) => {
+      header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value);
+    });
     const body = await readAll(response.body);
     if (body.byteLength > limits.maxMessageBytes) {
       // The work is done (perhaps committed); the caller gets a clean error it can act on rather

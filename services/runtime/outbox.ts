@@ -128,7 +128,10 @@ const relayGates = new WeakMap<Sql, { tail: Promise<unknown> }>();
 
 function relayStatement<T>(sql: Sql, statement: () => Promise<T>): Promise<T> {
   let gate = relayGates.get(sql);
-  if (!gate) relayGates.set(sql, (gate = { tail: Promise.resolve() }));
+  if (!gate) {
+    gate = { tail: Promise.resolve() };
+    relayGates.set(sql, gate);
+  }
   const result = gate.tail.then(statement, statement);
   gate.tail = result.catch(() => undefined);
   return result;
@@ -240,7 +243,7 @@ export function createOutboxRelay(
     const outcomes = await bus.publishMany(
       rows.map((row, i) => ({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload), traceContext: spans[i]?.traceparent ?? row.trace_context })),
     );
-    spans.forEach((span, i) => span?.end(outcomes[i]));
+    for (const [i, span] of spans.entries()) span?.end(outcomes[i]);
     const published = rows.filter((_, i) => outcomes[i] === undefined).map((r) => r.id);
     const failed = rows.flatMap((row, i) => (outcomes[i] === undefined ? [] : [{ id: row.id, subject: row.subject, error: String(outcomes[i]) }]));
     await options.afterPublish?.(published);

@@ -317,13 +317,13 @@ export async function benchHeartbeats(): Promise<void> {
         "floor / ours": (floor / first.ms).toFixed(2),
         target: `< ${scenario.targetMs} ms: ${met ? "met" : "NOT met"}`,
       });
-      await sql`delete from heartbeats.heartbeats where name like ${prefix + "%"}`;
+      await sql`delete from heartbeats.heartbeats where name like ${`${prefix}%`}`;
     }
     printTable(
       `One sweep with ${REGISTERED} registered heartbeats (each overdue one opens an incident through the incident core); floor: as many incidents and entries inserted by two bare statements`,
       rows,
     );
-    console.log("\nOverdue lookup plan:\n" + plan.map((r) => "  " + r["QUERY PLAN"]).join("\n"));
+    console.log(`\nOverdue lookup plan:\n${plan.map((r) => `  ${r["QUERY PLAN"]}`).join("\n")}`);
     const ratio = pings.perSecond / bareSql;
     console.log(
       `\nPings: ours ${pings.perSecond}/s, floor (bare UPDATE) ${bareSql}/s, ratio ${ratio.toFixed(2)} (target >= 0.7: ${ratio >= 0.7 ? "met" : "NOT met"}); sweeps: ${allMet ? "all met" : "NOT all met"}`,

@@ -42,8 +42,6 @@ const TARGETS = {
   embedded: undefined,
 } as const;
 
-type ChildMessage = { url: string };
-
 // --- child processes -------------------------------------------------------------------------
 
 /**
@@ -311,8 +309,12 @@ async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string)
       let before: NodeJS.CpuUsage | undefined;
       let after: NodeJS.CpuUsage | undefined;
       const result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(run), {
-        onStart: async () => void (before = await cpuOf(app.child)),
-        onEnd: async () => void (after = await cpuOf(app.child)),
+        onStart: async () => {
+          before = await cpuOf(app.child);
+        },
+        onEnd: async () => {
+          after = await cpuOf(app.child);
+        },
       });
       const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
       const cpuMs = (after!.user + after!.system - before!.user - before!.system) / 1000;
@@ -347,7 +349,7 @@ async function tracingComparison(rounds: number): Promise<void> {
       if (together) {
         // All variants at once, each under its own load: whatever else the machine runs weighs on them alike.
         const runs = await Promise.all(variants.map((variant, i) => oneProcessRun(variant.entry, variant.env, `v${i}r${round}`)));
-        runs.forEach((run, i) => results[i]!.push(run));
+        for (const [i, run] of runs.entries()) results[i]!.push(run);
       } else {
         for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
       }

@@ -136,7 +136,8 @@ function rpcTimesOf(text: string): RpcTimes {
   for (const line of text.split("\n")) {
     const m = /^warroom_rpc_duration_seconds_(sum|count)\{method="([^"]+)",transport="[^"]+",code="ok"\} ([\d.e+-]+)$/.exec(line);
     if (!m) continue;
-    const entry = (out[m[2]!] ??= { sum: 0, count: 0 });
+    out[m[2]!] ??= { sum: 0, count: 0 };
+    const entry = out[m[2]!]!;
     entry[m[1] as "sum" | "count"] += Number(m[3]);
   }
   return out;

@@ -113,7 +113,7 @@ afterAll(async () => {
 
 describe("web console in a browser", () => {
   it("signs in with email, password and organization, keeping the token in sessionStorage", async () => {
-    await page.goto(app.url + "/");
+    await page.goto(`${app.url}/`);
     await page.getByRole("heading", { name: "warroom" }).waitFor();
     await expectLabelled();
     await page.getByLabel("Email").fill(OWNER.email);

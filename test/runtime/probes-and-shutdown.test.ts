@@ -16,7 +16,9 @@ import { freePort, startPrivateNats } from "../support/nats-server.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
 
 const dirs: Array<{ cleanup(): void }> = [];
-afterAll(() => dirs.forEach((d) => d.cleanup()));
+afterAll(() => {
+  for (const d of dirs) d.cleanup();
+});
 const dataDir = () => {
   const d = tempDataDir("wr-probes-");
   dirs.push(d);

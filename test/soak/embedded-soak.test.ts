@@ -146,7 +146,10 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     const total = actions.reduce((sum, [w]) => sum + w, 0);
     const choose = () => {
       let r = Math.random() * total;
-      for (const [w, action] of actions) if ((r -= w) < 0) return action;
+      for (const [w, action] of actions) {
+        r -= w;
+        if (r < 0) return action;
+      }
       return actions[0]![1];
     };
 

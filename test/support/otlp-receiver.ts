@@ -1,7 +1,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { gunzipSync } from "node:zlib";
-import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { BinaryReader, type WireType } from "@bufbuild/protobuf/wire";
 
 /**
  * A test OTLP/HTTP receiver: accepts `POST /v1/traces` with a protobuf ExportTraceServiceRequest
@@ -78,7 +78,10 @@ function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
     else if (field === 7) span.startNanos = BigInt(r.fixed64());
     else if (field === 8) span.endNanos = BigInt(r.fixed64());
     else if (field === 9) keyValues(span.attributes, r.bytes());
-    else if (field === 15) fields(r.bytes(), (f, _w, s) => (f === 3 ? (span.statusCode = s.int32()) : undefined));
+    else if (field === 15)
+      fields(r.bytes(), (f, _w, s) => {
+        if (f === 3) span.statusCode = s.int32();
+      });
   });
   return span;
 }

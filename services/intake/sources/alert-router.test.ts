@@ -176,7 +176,7 @@ describe("alert-router mapping rules", () => {
     );
     const alert = alertOf(body);
     expect(alert.title).toBe("A");
-    expect(Object.getPrototypeOf(alert.data?.["commonLabels"])).toBe(Object.prototype);
+    expect(Object.getPrototypeOf(alert.data?.commonLabels)).toBe(Object.prototype);
   });
 });
 

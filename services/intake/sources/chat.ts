@@ -108,7 +108,7 @@ function messageTime(value: unknown) {
  */
 function rawDelivery(fields: Record<string, unknown>, keptText: string): JsonObject {
   const raw = jsonObjectSnapshot(fields, { maxDepth: 4, maxEntries: 50, maxStringBytes: MAX_OTHER_FIELD_BYTES });
-  if (Object.hasOwn(fields, "text") && typeof fields["text"] === "string") raw["text"] = keptText;
+  if (Object.hasOwn(fields, "text") && typeof fields.text === "string") raw.text = keptText;
   return raw;
 }
 

@@ -28,7 +28,7 @@ function eventBridge(change: (event: any) => void = () => {}): Record<string, un
 /** The SNS fixture with its `Message` decoded, changed and encoded again. */
 function sns(change: (message: any) => void = () => {}): Record<string, unknown> {
   const envelope = fixture("aws/sns-notification-cloudwatch-alarm.json");
-  const message = JSON.parse(envelope["Message"] as string);
+  const message = JSON.parse(envelope.Message as string);
   change(message);
   return { ...envelope, Message: JSON.stringify(message) };
 }

@@ -48,7 +48,7 @@ function exercise(source: TriggerSource, body: unknown): void {
   // Plain checks rather than `expect` per call: the sweeps below make tens of thousands of calls.
   const recognized = source.recognize(body);
   if (typeof recognized !== "boolean") throw new Error(`${source.badge}.recognize returned ${String(recognized)}`);
-  let delivery;
+  let delivery: ReturnType<TriggerSource["map"]>;
   try {
     delivery = source.map(body, context);
   } catch (error) {
@@ -181,6 +181,6 @@ describe("hostile input never crashes a mapping", () => {
       for (const source of ALL_SOURCES) exercise(source, body);
     }
     exercise(chatSource, new URLSearchParams("__proto__[polluted]=1&channel_id=C&message_id=M"));
-    expect(({} as Record<string, unknown>)["polluted"]).toBeUndefined();
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 });

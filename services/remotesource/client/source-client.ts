@@ -146,7 +146,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
       headers["content-type"] = "application/json";
       body = encodeProtocolJson(route.method.input, request as never);
     }
-    let response;
+    let response: Awaited<ReturnType<ReturnType<typeof createEgressClient>["request"]>>;
     try {
       response = await egress(timeoutMs).request({
         url: base + route.path,
@@ -177,7 +177,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const started = Date.now();
     const creds = credentialsFor(present);
     const client = egress(timeoutMs);
-    let target;
+    let target: Awaited<ReturnType<ReturnType<typeof createEgressClient>["vet"]>>;
     try {
       // Resolution counts against the budget like the rest of the call.
       target = await Promise.race([
@@ -190,7 +190,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const extraCas = [options.ca, connection.credentials.caPem].filter((ca): ca is string | Buffer => ca !== undefined).map(String);
     const metadata: Record<string, string> = injectHeaders();
     if (creds.authorization) metadata.authorization = creds.authorization;
-    let answer;
+    let answer: Awaited<ReturnType<typeof grpcUnary>>;
     try {
       answer = await grpcUnary({
         target,
@@ -257,7 +257,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
 
   async function read(name: ReadCall, request: JsonObject, readOptions: { budgetMs?: number } = {}): Promise<ReadOutcome> {
     const route = routeOf(name);
-    let message;
+    let message: ReturnType<typeof fromProtocolJson>;
     try {
       message = fromProtocolJson(route.method.input, { ...request, tenant: { ref: connection.tenantRef } });
     } catch (err) {

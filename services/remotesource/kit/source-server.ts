@@ -1,7 +1,8 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
-import net, { type AddressInfo, type Socket } from "node:net";
+import type net from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { create, toBinary, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";

@@ -116,7 +116,7 @@ export function App() {
     return <LoginPage org={decodeURIComponent(room[1]!)} next={next} note={`This incident belongs to the organization ${decodeURIComponent(room[1]!)}. Sign in to it to open the room.`} />;
   }
 
-  let page;
+  let page: ComponentChildren;
   if (room) page = <RoomPage id={decodeURIComponent(room[2]!)} />;
   else if (loc.path === "/" || loc.path === "/incidents") page = <IncidentsPage state={loc.query.get("state") ?? "open"} org={session.org} />;
   else if (loc.path === "/integrations") page = <IntegrationsPage org={session.org} />;

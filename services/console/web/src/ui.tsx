@@ -259,6 +259,7 @@ export function Tabs(props: { label: string; tabs: { id: string; label: string }
           </button>
         ))}
       </div>
+      {/* biome-ignore lint/a11y/noNoninteractiveTabindex: the ARIA tabs pattern makes a tab panel focusable so a keyboard reaches content without a focusable element. */}
       <div role="tabpanel" id={`panel-${props.selected}`} aria-labelledby={`tab-${props.selected}`} tabIndex={0}>
         {props.children}
       </div>

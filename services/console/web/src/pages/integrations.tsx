@@ -227,6 +227,7 @@ function EgressSwitch() {
           type="checkbox"
           role="switch"
           checked={enabled}
+          aria-checked={enabled}
           disabled={egress.loading || action.busy}
           aria-describedby="egress-warning"
           onChange={(e) => toggle(e.currentTarget.checked)}

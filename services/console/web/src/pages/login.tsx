@@ -20,7 +20,7 @@ export function LoginPage(props: { org?: string; next?: string; note?: string })
       const orgSlug = org.trim();
       const res = await api<{ accessToken: string }>("POST", "/auth/login", { email: email.trim(), password, orgSlug });
       saveSession({ token: res.accessToken, org: orgSlug, email: email.trim() });
-      navigate(props.next && props.next.startsWith("/") && !props.next.startsWith("//") ? props.next : "/incidents", { replace: true });
+      navigate(props.next?.startsWith("/") && !props.next.startsWith("//") ? props.next : "/incidents", { replace: true });
     } catch (err) {
       setError(errorText(err));
     } finally {
