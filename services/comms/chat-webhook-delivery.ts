@@ -78,7 +78,9 @@ export function describeDeliveryFailure(err: EgressError, timeoutSeconds: number
     case "tls":
       return `Chat webhook TLS handshake failed${code}`;
     case "network":
-      return err.code === "ECONNREFUSED" ? "Chat webhook unreachable: connection refused (ECONNREFUSED)" : `Chat webhook unreachable: the connection failed${code}`;
+      return err.code === "ECONNREFUSED"
+        ? "Chat webhook unreachable: connection refused (ECONNREFUSED)"
+        : `Chat webhook unreachable: the connection failed${code}`;
     case "resolution_failed":
       return `Chat webhook unreachable: its host name does not resolve${code}`;
     case "forbidden_address": {

@@ -60,7 +60,11 @@ export interface ErrorAnswer {
   headers: Record<string, string>;
 }
 
-export function errorAnswer(method: DescMethod | undefined, err: ConnectError, context: { requestId: string; took: number } = { requestId: "", took: 0 }): ErrorAnswer {
+export function errorAnswer(
+  method: DescMethod | undefined,
+  err: ConnectError,
+  context: { requestId: string; took: number } = { requestId: "", took: 0 },
+): ErrorAnswer {
   const key = method ? methodKey(method) : "";
   const dropin = dropinErrorAnswer(key, err, context);
   if (dropin) return dropin;

@@ -85,10 +85,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
         body: route.body === "*" ? parseJsonObject(body) : undefined,
         pathParams: params,
         query: url.searchParams,
-        rawBody:
-          route.body && route.body !== "*"
-            ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" }
-            : undefined,
+        rawBody: route.body && route.body !== "*" ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" } : undefined,
       });
     } catch (err) {
       if (err instanceof RequestShapeError) {

@@ -64,7 +64,10 @@ describe("register", () => {
     [{ name: "ok-name" }, "expectedIntervalSeconds is required"],
     [{ name: "ok-name", expectedIntervalSeconds: 0, graceSeconds: 30 }, "expectedIntervalSeconds is required"],
     [{ name: "ok-name", expectedIntervalSeconds: -5, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
-    [{ name: "ok-name", expectedIntervalSeconds: 31 * 86400 + 1, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
+    [
+      { name: "ok-name", expectedIntervalSeconds: 31 * 86400 + 1, graceSeconds: 30 },
+      "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400",
+    ],
     [{ name: "ok-name", expectedIntervalSeconds: 1.5, graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
     [{ name: "ok-name", expectedIntervalSeconds: "often", graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
     [{ name: "ok-name", expectedIntervalSeconds: 60 }, "graceSeconds is required"],

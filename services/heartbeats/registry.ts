@@ -24,11 +24,7 @@ function notFound(name: string): NotFoundError {
 }
 
 /** The deadline: the next expected ping after `since`, plus grace. */
-export function deadlineAfter(
-  since: Date,
-  kind: { interval: number | null; schedule: string | null; timezone: string | null },
-  graceSeconds: number,
-): Date {
+export function deadlineAfter(since: Date, kind: { interval: number | null; schedule: string | null; timezone: string | null }, graceSeconds: number): Date {
   const next = kind.schedule ? nextScheduled(kind.schedule, kind.timezone ?? "UTC", since) : new Date(since.getTime() + kind.interval! * 1000);
   return new Date(next.getTime() + graceSeconds * 1000);
 }
@@ -146,7 +142,9 @@ export function createRegistryHandlers(deps: {
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await sql.begin(async (tx) => {
-        const [current] = await tx<{ expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]>`
+        const [current] = await tx<
+          { expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]
+        >`
           select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
           from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${target} for update`;
         if (!current) throw notFound(target);

@@ -203,7 +203,9 @@ describe("history", () => {
     expect(res.body.pings).toHaveLength(100);
     const times = res.body.pings.map((p: { at: string }) => Date.parse(p.at));
     expect(times).toEqual([...times].sort((x, y) => y - x));
-    const [count] = await db<{ n: number }[]>`select count(*)::int as n from heartbeats.pings p join heartbeats.heartbeats h on h.id = p.heartbeat_id where h.name = 'busy'`;
+    const [count] = await db<
+      { n: number }[]
+    >`select count(*)::int as n from heartbeats.pings p join heartbeats.heartbeats h on h.id = p.heartbeat_id where h.name = 'busy'`;
     expect(count!.n).toBe(100);
     expect((await app.call("GET", "/o/acme/heartbeats/nope/pings", { token: cast.member })).status).toBe(404);
     expect((await app.call("GET", "/o/acme/heartbeats/busy/pings", { token: cast.otherAdmin })).status).toBe(403);

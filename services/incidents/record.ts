@@ -84,9 +84,7 @@ type Written = Partial<IncidentRow> & {
 };
 
 /** What the writes concluded; the response is built from it. */
-type Decision =
-  | { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string }
-  | { outcome: "ignored"; reason: string };
+type Decision = { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string } | { outcome: "ignored"; reason: string };
 
 const REASONS = {
   noIdentity: "the delivery carries no attach identity, so it cannot belong to an open incident",

@@ -100,10 +100,7 @@ export function createDirectTransport(
           responseTrailer: new Headers(),
           values: req.contextValues,
         } as unknown as HandlerContext;
-        const message = await untilAborted(
-          invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors),
-          req.signal,
-        );
+        const message = await untilAborted(invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors), req.signal);
         const replyBytes = toBinary(method.output, message as never).byteLength;
         if (replyBytes > maxMessageBytes) throw replyTooLarge(replyBytes, maxMessageBytes, path);
         return { stream: false, service: method.parent, method, header: context.responseHeader, message, trailer: context.responseTrailer } as UnaryResponse;

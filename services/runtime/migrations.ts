@@ -20,9 +20,7 @@ export async function migrate(sql: Sql, schema: string, migrations: readonly Mig
     await tx.unsafe(
       `create table if not exists ${schema}.schema_migrations (id integer primary key, name text not null, applied_at timestamptz not null default now())`,
     );
-    const applied = new Set(
-      (await tx.unsafe<{ id: number }[]>(`select id from ${schema}.schema_migrations`)).map((r) => r.id),
-    );
+    const applied = new Set((await tx.unsafe<{ id: number }[]>(`select id from ${schema}.schema_migrations`)).map((r) => r.id));
     let count = 0;
     for (const migration of sorted) {
       if (applied.has(migration.id)) continue;

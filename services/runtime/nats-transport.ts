@@ -249,7 +249,9 @@ function exchange(
     };
     const onAbort = () => finish(abortReason(signal!));
     const timer = setTimeout(() => finish(new errors.TimeoutError()), timeoutMs);
-    const stopWatching = state.onDisconnect(() => finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)));
+    const stopWatching = state.onDisconnect(() =>
+      finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)),
+    );
     const sub = nc.subscribe(inbox, {
       callback: (err, msg) => {
         if (err) return finish(err);
@@ -484,7 +486,8 @@ async function answer(
     const timeoutHeader = Number(msg.headers?.get("connect-timeout-ms"));
     const timeoutMs = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : limits.defaultTimeoutMs;
     const data = count > 1 ? await receiveParts(nc, msg, count, timeoutMs) : msg.data;
-    if (data.byteLength > limits.maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
+    if (data.byteLength > limits.maxMessageBytes)
+      return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
     const response = await handler({
       httpVersion: "1.1",
       url: `nats://rpc${handler.requestPath}`,
@@ -508,7 +511,9 @@ async function answer(
     const parts = split(body, partBytes(nc));
     for (const [i, part] of parts.entries()) {
       const extra: Record<string, string> = parts.length > 1 ? { [PART_HEADER]: String(i), [PARTS_HEADER]: String(parts.length) } : {};
-      nc.publish(replyTo, part, { headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra) });
+      nc.publish(replyTo, part, {
+        headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra),
+      });
     }
   } catch (err) {
     if (err instanceof ConnectError) {

@@ -64,7 +64,10 @@ export async function startClusterProcess(app: IntakeApp, name: string): Promise
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} while starting`);
-    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return child;
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
@@ -168,7 +171,12 @@ export async function duringMaintenance<T>(
   const now = Date.now();
   const created = await app.call("POST", `/o/${OWNER.org}/maintenance-windows`, {
     token,
-    body: { startsAt: new Date(now - 60_000).toISOString(), endsAt: new Date(now + 3_600_000).toISOString(), reason: "planned work", ...(match ? { match } : {}) },
+    body: {
+      startsAt: new Date(now - 60_000).toISOString(),
+      endsAt: new Date(now + 3_600_000).toISOString(),
+      reason: "planned work",
+      ...(match ? { match } : {}),
+    },
   });
   if (created.status !== 201 && created.status !== 200) throw new Error(`maintenance window: ${created.status} ${JSON.stringify(created.body)}`);
   const remove = async () => {

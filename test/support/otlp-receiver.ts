@@ -68,7 +68,18 @@ function keyValues(into: Record<string, AttributeValue>, bytes: Uint8Array): voi
 }
 
 function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
-  const span: ReceivedSpan = { service, traceId: "", spanId: "", parentSpanId: "", name: "", kind: 0, startNanos: 0n, endNanos: 0n, attributes: {}, statusCode: 0 };
+  const span: ReceivedSpan = {
+    service,
+    traceId: "",
+    spanId: "",
+    parentSpanId: "",
+    name: "",
+    kind: 0,
+    startNanos: 0n,
+    endNanos: 0n,
+    attributes: {},
+    statusCode: 0,
+  };
   fields(bytes, (field, _wt, r) => {
     if (field === 1) span.traceId = hex(r.bytes());
     else if (field === 2) span.spanId = hex(r.bytes());

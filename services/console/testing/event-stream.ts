@@ -35,7 +35,15 @@ export async function openEventStream(url: string, headers: Record<string, strin
     } catch {
       // Kept as text.
     }
-    return { status: res.status, headers: res.headers, body, frames, ended, next: () => Promise.reject(new Error(`stream refused: ${res.status}`)), close() {} };
+    return {
+      status: res.status,
+      headers: res.headers,
+      body,
+      frames,
+      ended,
+      next: () => Promise.reject(new Error(`stream refused: ${res.status}`)),
+      close() {},
+    };
   }
   let done = false;
   void (async () => {

@@ -29,7 +29,7 @@ function notification(parts: {
 }) {
   return {
     version: "4",
-    groupKey: "{}:{alertname=\"X\"}",
+    groupKey: '{}:{alertname="X"}',
     status: parts.status ?? "firing",
     receiver: "intake",
     groupLabels: parts.groupLabels ?? {},

@@ -103,9 +103,7 @@ describe("chat message mapping", () => {
   });
 
   it("an http(s) permalink sent along is the link back", () => {
-    expect(alertOf({ ...message, message_link: "https://chat.example.com/archives/C0LAN2Q65/p1" }).link).toBe(
-      "https://chat.example.com/archives/C0LAN2Q65/p1",
-    );
+    expect(alertOf({ ...message, message_link: "https://chat.example.com/archives/C0LAN2Q65/p1" }).link).toBe("https://chat.example.com/archives/C0LAN2Q65/p1");
     expect(alertOf({ ...message, message_link: "javascript:alert(1)" }).link).toBe("chat://C0LAN2Q65/1718186712.348119");
     expect(alertOf({ channel_id: "a/b", message_id: "c d" }).link).toBe("chat://a%2Fb/c%20d");
   });

@@ -30,8 +30,7 @@ export function parseChatForm(formBody: string): Record<string, string> {
 }
 
 export function map(body: unknown, context: MapContext): MappedDelivery {
-  const fields: Record<string, unknown> =
-    body instanceof URLSearchParams ? formFields(body) : isRecord(body) ? body : Object.create(null);
+  const fields: Record<string, unknown> = body instanceof URLSearchParams ? formFields(body) : isRecord(body) ? body : Object.create(null);
   const read = (name: string) => (Object.hasOwn(fields, name) ? fields[name] : undefined);
 
   const channelId = asIdentifier(read("channel_id"));

@@ -23,7 +23,7 @@ export function timeKey(value: string): bigint | undefined {
   const fraction = match[7] ?? "";
   const millis = Date.parse(value.replace(/\.\d+/, `.${(`${fraction}000`).slice(0, 3)}`));
   if (!Number.isFinite(millis)) return undefined;
-  const belowMillis = BigInt((`${fraction.slice(3)}000000`).slice(0, 6));
+  const belowMillis = BigInt(`${fraction.slice(3)}000000`.slice(0, 6));
   return BigInt(millis) * 1_000_000n + belowMillis;
 }
 

@@ -113,7 +113,13 @@ export function App() {
   }
   if (loc.path === "/login") return <Redirect to={loc.query.get("next") ?? "/incidents"} />;
   if (room && decodeURIComponent(room[1]!) !== session.org) {
-    return <LoginPage org={decodeURIComponent(room[1]!)} next={next} note={`This incident belongs to the organization ${decodeURIComponent(room[1]!)}. Sign in to it to open the room.`} />;
+    return (
+      <LoginPage
+        org={decodeURIComponent(room[1]!)}
+        next={next}
+        note={`This incident belongs to the organization ${decodeURIComponent(room[1]!)}. Sign in to it to open the room.`}
+      />
+    );
   }
 
   let page: ComponentChildren;
