@@ -51,7 +51,7 @@ const codeNeeds = Object.fromEntries(
       name,
       {
         /** Seals secrets at rest: needs the shared SECRETS_KEYS. */
-        seals: text.includes("secretBoxFromConfig("),
+        seals: /\b(secretBoxFromConfig|serviceSecretBox)\(/.test(text),
         /** Creates the first organization and owner. */
         bootstraps: text.includes("BOOTSTRAP_ORG_SLUG"),
         /** Calls out to the internet through the egress client. */
