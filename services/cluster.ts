@@ -82,7 +82,14 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   let stopping = false;
   const launch = (proc: ClusterProcess, instance: number) => {
     const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
-      env: { ...options.env, ...options.envFor?.(proc.name), ...proc.env, PORT: String(proc.port), METRICS_PORT: String(proc.metricsPort), SERVICE_INSTANCE: `${proc.name}-${instance}` },
+      env: {
+        ...options.env,
+        ...options.envFor?.(proc.name),
+        ...proc.env,
+        PORT: String(proc.port),
+        METRICS_PORT: String(proc.metricsPort),
+        SERVICE_INSTANCE: `${proc.name}-${instance}`,
+      },
       stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
     });
     for (const stream of [child.stdout, child.stderr]) {
@@ -113,7 +120,14 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   }
   for (const extra of options.extra ?? []) {
     const instance = processes.filter((p) => p.name === extra.name).length;
-    const proc: ClusterProcess = { name: extra.name, port: await freePort(), metricsPort: await freePort(), env: extra.env, child: undefined as never, output: [] };
+    const proc: ClusterProcess = {
+      name: extra.name,
+      port: await freePort(),
+      metricsPort: await freePort(),
+      env: extra.env,
+      child: undefined as never,
+      output: [],
+    };
     proc.child = launch(proc, instance);
     processes.push(proc);
   }
@@ -144,7 +158,10 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
         await cluster.stop();
         throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting`);
       }
-      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then((r) => r.ok, () => false);
+      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      );
       if (ok) break;
       if (Date.now() > deadline) {
         await cluster.stop();

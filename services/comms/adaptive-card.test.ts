@@ -31,11 +31,18 @@ describe("adaptive card", () => {
   it("an update card: title, severity, the text and the room link written out, no action buttons, version 1.4", () => {
     const payload = buildUpdateCard(update);
     expect(chatWebhookPayloadProblems(payload)).toEqual([]);
-    const card = payload.attachments[0].content as { version: string; body: { type: string; text?: string; color?: string; facts?: unknown }[]; actions?: unknown };
+    const card = payload.attachments[0].content as {
+      version: string;
+      body: { type: string; text?: string; color?: string; facts?: unknown }[];
+      actions?: unknown;
+    };
     expect(card.version).toBe("1.4");
     expect(card.actions).toBeUndefined();
     expect(card.body[0]).toMatchObject({ type: "TextBlock", text: update.incidentTitle, color: "Attention" });
-    expect(card.body[1]!.facts).toEqual([{ title: "Severity", value: "SEV1" }, { title: "State", value: "open" }]);
+    expect(card.body[1]!.facts).toEqual([
+      { title: "Severity", value: "SEV1" },
+      { title: "State", value: "open" },
+    ]);
     expect(card.body[2]!.text).toBe(update.text);
     expect(card.body[3]!.text).toBe(`War room: [${update.workspaceUrl}](${update.workspaceUrl})`);
     expect(JSON.stringify(payload)).not.toMatch(/Action\./);

@@ -24,6 +24,9 @@ export function parseChannel(raw: string): Channel {
     if (/\p{Cc}/u.test(label)) throw new InvalidArgumentError("channel label must not contain control characters");
     return { value: `${CHANNEL_KIND}:${label}`, label };
   }
-  const shown = [...value].slice(0, 40).join("").replace(/\p{Cc}/gu, "?");
+  const shown = [...value]
+    .slice(0, 40)
+    .join("")
+    .replace(/\p{Cc}/gu, "?");
   throw new InvalidArgumentError(`channel "${shown}" is not accepted: use ${ACCEPTED} (the chat-webhook connection is the only outbound channel)`);
 }

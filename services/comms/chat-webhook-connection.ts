@@ -53,9 +53,7 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
   return url;
 }
 
-export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
-  "saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"
-> {
+export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
   const { sql, clients, outbox, config } = deps.ctx;
 
   return {
@@ -79,7 +77,12 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
           values (${principal.orgId}, ${CONNECTION_NAME}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
           on conflict (org_id, name) do update
             set key_id = excluded.key_id, url_ciphertext = excluded.url_ciphertext, saved_by = excluded.saved_by, saved_at = now()`;
-        await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookSaved, actor: principal.email, data: { connection: CONNECTION_NAME, replaced: previous !== undefined } });
+        await recordAudit(deps.ctx.outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.chatWebhookSaved,
+          actor: principal.email,
+          data: { connection: CONNECTION_NAME, replaced: previous !== undefined },
+        });
       });
       outbox.poke();
       return { name: CONNECTION_NAME, connected: true };
@@ -104,11 +107,16 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
         config.CHAT_WEBHOOK_TIMEOUT_SECONDS,
       );
       await sql.begin((tx) =>
-        recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookTested, actor: principal.email, data: {
-          connection: CONNECTION_NAME,
-          ok: outcome.ok,
-          ...(outcome.ok ? {} : { error: outcome.error }),
-        } }),
+        recordAudit(deps.ctx.outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.chatWebhookTested,
+          actor: principal.email,
+          data: {
+            connection: CONNECTION_NAME,
+            ok: outcome.ok,
+            ...(outcome.ok ? {} : { error: outcome.error }),
+          },
+        }),
       );
       outbox.poke();
       return outcome.ok ? { ok: true } : { ok: false, error: outcome.error };
@@ -119,7 +127,12 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<
       await sql.begin(async (tx) => {
         const deleted = await tx`delete from comms.chat_connections where org_id = ${principal.orgId} and name = ${CONNECTION_NAME} returning 1`;
         if (deleted.length > 0) {
-          await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.chatWebhookDeleted, actor: principal.email, data: { connection: CONNECTION_NAME } });
+          await recordAudit(deps.ctx.outbox, tx, {
+            orgId: principal.orgId,
+            kind: AUDIT_KINDS.chatWebhookDeleted,
+            actor: principal.email,
+            data: { connection: CONNECTION_NAME },
+          });
         }
       });
       outbox.poke();

@@ -26,7 +26,7 @@ export function createChatWebhookEgress(config: Config): EgressClient {
       throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
     }
   }
-  let policy;
+  let policy: ReturnType<typeof createAddressPolicy>;
   try {
     policy = createAddressPolicy({ allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS, requireHttps: true });
   } catch (err) {
@@ -78,7 +78,9 @@ export function describeDeliveryFailure(err: EgressError, timeoutSeconds: number
     case "tls":
       return `Chat webhook TLS handshake failed${code}`;
     case "network":
-      return err.code === "ECONNREFUSED" ? "Chat webhook unreachable: connection refused (ECONNREFUSED)" : `Chat webhook unreachable: the connection failed${code}`;
+      return err.code === "ECONNREFUSED"
+        ? "Chat webhook unreachable: connection refused (ECONNREFUSED)"
+        : `Chat webhook unreachable: the connection failed${code}`;
     case "resolution_failed":
       return `Chat webhook unreachable: its host name does not resolve${code}`;
     case "forbidden_address": {
@@ -143,7 +145,7 @@ async function postCardOnce(
   timeoutSeconds: number,
   outcome: (result: string) => void,
 ): Promise<DeliveryOutcome> {
-  let response;
+  let response: Awaited<ReturnType<EgressClient["request"]>>;
   try {
     response = await egress.request({
       url: webhookUrl,

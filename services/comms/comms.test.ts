@@ -85,8 +85,7 @@ async function approved(incidentId: string, body: string, channel = "chatwebhook
   return drafted.messageId;
 }
 
-const send = (incidentId: string, messageId: string, token = memberKey) =>
-  app.call("POST", `${messagesPath(incidentId)}/${messageId}/send`, { token });
+const send = (incidentId: string, messageId: string, token = memberKey) => app.call("POST", `${messagesPath(incidentId)}/${messageId}/send`, { token });
 
 async function saveConnection(url: string): Promise<void> {
   const res = await app.call("PUT", CONNECTION, { token: owner, body: { webhookUrl: url } });
@@ -258,7 +257,10 @@ describe("drafts and approval", () => {
     expect(byKey.status).toBe(201);
     expect(Object.keys(byKey.body).sort()).toEqual(["messageId", "version"]);
     expect(byKey.body.version).toBe("1");
-    const bySession = await app.call("POST", messagesPath(incidentId), { token: memberSession, body: { channel: "chatwebhook:#ops-updates", body: "Still investigating." } });
+    const bySession = await app.call("POST", messagesPath(incidentId), {
+      token: memberSession,
+      body: { channel: "chatwebhook:#ops-updates", body: "Still investigating." },
+    });
     expect(bySession.status).toBe(201);
     expect(bySession.body.messageId).not.toBe(byKey.body.messageId);
     expect((await app.call("POST", messagesPath(incidentId), { body: { channel: "chatwebhook", body: "x" } })).status).toBe(401);
@@ -308,7 +310,10 @@ describe("drafts and approval", () => {
     const again = await app.call("POST", approvePath, { token: memberKey, body: { version: drafted.version } });
     expect(again.status).toBe(409);
     expect(again.body.error).toMatch(/already approved/);
-    const unknown = await app.call("POST", `${messagesPath(incidentId)}/00000000-0000-4000-8000-000000000000/approve`, { token: memberKey, body: { version: "1" } });
+    const unknown = await app.call("POST", `${messagesPath(incidentId)}/00000000-0000-4000-8000-000000000000/approve`, {
+      token: memberKey,
+      body: { version: "1" },
+    });
     expect(unknown.status).toBe(404);
   });
 
@@ -365,7 +370,9 @@ describe("egress switch and send", () => {
     const switched = async () => {
       const res = await app.call("GET", "/o/acme/audit-events", { token: owner });
       expect(res.status).toBe(200);
-      return (res.body.events as { kind: string; actor: string; data: { enabled: boolean; previous: boolean } }[]).filter((e) => e.kind === "comms.egress.switched");
+      return (res.body.events as { kind: string; actor: string; data: { enabled: boolean; previous: boolean } }[]).filter(
+        (e) => e.kind === "comms.egress.switched",
+      );
     };
     // Published outbox rows have been handed to the in-process subscribers, identity's included.
     const drained = () =>
@@ -442,7 +449,10 @@ describe("egress switch and send", () => {
     expect(entry?.summary).toMatch(/^Chat webhook HTTP 404: update not delivered/);
     expect(entry?.data).toMatchObject({ state: "failed", error: "Chat webhook HTTP 404" });
     const listed = await app.call("GET", messagesPath(incidentId), { token: memberKey });
-    expect(listed.body.messages.find((m: { messageId: string }) => m.messageId === messageId)).toMatchObject({ state: "failed", error: "Chat webhook HTTP 404" });
+    expect(listed.body.messages.find((m: { messageId: string }) => m.messageId === messageId)).toMatchObject({
+      state: "failed",
+      error: "Chat webhook HTTP 404",
+    });
     const again = await send(incidentId, messageId);
     expect(again.status).toBe(409);
     expect(again.body.error).toMatch(/already failed to send \(Chat webhook HTTP 404\)/);

@@ -22,10 +22,15 @@ export function egressSwitchHandlers(deps: CommsDeps): Handlers<"setEgress" | "g
         await tx`
           insert into comms.egress_settings (org_id, enabled, changed_by) values (${principal.orgId}, ${req.enabled}, ${principal.email})
           on conflict (org_id) do update set enabled = excluded.enabled, changed_by = excluded.changed_by, changed_at = now()`;
-        await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.egressSwitched, actor: principal.email, data: {
-          enabled: req.enabled,
-          previous: previous?.enabled ?? false,
-        } });
+        await recordAudit(deps.ctx.outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.egressSwitched,
+          actor: principal.email,
+          data: {
+            enabled: req.enabled,
+            previous: previous?.enabled ?? false,
+          },
+        });
       });
       outbox.poke();
       return { enabled: req.enabled };

@@ -45,7 +45,9 @@ function notSendable(row: MessageRow): ConflictError {
     case "sending":
       return new ConflictError(`message ${row.id} is already being sent; each message is sent at most once`);
     case "failed":
-      return new ConflictError(`message ${row.id} already failed to send (${row.error ?? "unknown error"}); each message is sent at most once: draft a new update`);
+      return new ConflictError(
+        `message ${row.id} already failed to send (${row.error ?? "unknown error"}); each message is sent at most once: draft a new update`,
+      );
     default:
       return new ConflictError(`message ${row.id} was already sent (state: ${row.state}); each message is sent at most once: draft a new update to post again`);
   }
@@ -67,10 +69,11 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
     if (!isUuid(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
-    const [row] = await sql.unsafe<MessageRow[]>(
-      `select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`,
-      [messageId, orgId, incidentId],
-    );
+    const [row] = await sql.unsafe<MessageRow[]>(`select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`, [
+      messageId,
+      orgId,
+      incidentId,
+    ]);
     if (!row) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
     return row;
   }

@@ -74,7 +74,7 @@ describe("console files", () => {
       expect(res.headers.get("x-content-type-options")).toBe("nosniff");
       expect(await res.text()).toBe(INDEX);
     }
-    const head = await fetch(app.url + "/", { method: "HEAD" });
+    const head = await fetch(`${app.url}/`, { method: "HEAD" });
     expect(head.status).toBe(200);
     expect(await head.text()).toBe("");
   });
@@ -140,7 +140,10 @@ describe("console files", () => {
     const apiClient = await fetch(`${app.url}/o/acme/incidents/${incidentId}`);
     expect(apiClient.status).toBe(401);
 
-    const login = await app.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "correct horse battery", orgSlug: "acme" }, headers: HTML });
+    const login = await app.call("POST", "/auth/login", {
+      body: { email: "owner@acme.test", password: "correct horse battery", orgSlug: "acme" },
+      headers: HTML,
+    });
     expect(login.status).toBe(200);
     expect(typeof login.body.accessToken).toBe("string");
     const health = await fetch(`${app.url}/healthz`, { headers: HTML });
@@ -159,7 +162,11 @@ describe("console files", () => {
 
   it("says the console is not built, with a 503 page, when its folder is empty", async () => {
     const empty = mkdtempSync(join(tmpdir(), "console-empty-"));
-    const handler = createConsoleHttp(app.process.config, { events: createInMemoryEventBus(app.process.logger), clients, logger: app.process.logger }, { staticDir: empty });
+    const handler = createConsoleHttp(
+      app.process.config,
+      { events: createInMemoryEventBus(app.process.logger), clients, logger: app.process.logger },
+      { staticDir: empty },
+    );
     const server = http.createServer((req, res) => {
       void handler.handle(req, res, new URL(req.url ?? "/", "http://localhost")).then((handled) => {
         if (!handled) res.writeHead(404).end();
@@ -210,9 +217,15 @@ describe("live events: GET /o/{org}/events", () => {
     const recorded = await s.next((f) => f.event === "incident.timeline_recorded" && JSON.parse(f.data).incidentId === incidentId);
     expect(JSON.parse(recorded.data)).toMatchObject({ incidentId, kind: "opened" });
 
-    const draft = await app.call("POST", `/o/acme/incidents/${incidentId}/comms/messages`, { token: owner, body: { channel: "chatwebhook", body: "Rolling back" } });
+    const draft = await app.call("POST", `/o/acme/incidents/${incidentId}/comms/messages`, {
+      token: owner,
+      body: { channel: "chatwebhook", body: "Rolling back" },
+    });
     expect(draft.status).toBe(201);
-    const approved = await app.call("POST", `/o/acme/incidents/${incidentId}/comms/messages/${draft.body.messageId}/approve`, { token: owner, body: { version: draft.body.version } });
+    const approved = await app.call("POST", `/o/acme/incidents/${incidentId}/comms/messages/${draft.body.messageId}/approve`, {
+      token: owner,
+      body: { version: draft.body.version },
+    });
     expect(approved.status).toBe(200);
     const sent = await app.call("POST", `/o/acme/incidents/${incidentId}/comms/messages/${draft.body.messageId}/send`, { token: owner });
     expect(sent.body.state).toBe("simulated");
@@ -280,7 +293,10 @@ describe("live events over NATS", () => {
     const s = await openEventStream(`${natsApp.url}/o/acme/events`, { authorization: `Bearer ${token}` });
     opened.push(s);
     await s.next((f) => f.event === "ready");
-    const res = await natsApp.call("POST", "/triggers", { token: natsIngest, body: { title: "Over NATS", alert_type: "error", alert_id: "nats-1", event_id: "n1" } });
+    const res = await natsApp.call("POST", "/triggers", {
+      token: natsIngest,
+      body: { title: "Over NATS", alert_type: "error", alert_id: "nats-1", event_id: "n1" },
+    });
     expect(res.status).toBe(201);
     const frame = await s.next((f) => f.event === "incident.opened" && JSON.parse(f.data).incidentId === res.body.incidentId, 10_000);
     expect(JSON.parse(frame.data).title).toBe("Over NATS");

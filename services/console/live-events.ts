@@ -1,4 +1,4 @@
-import { fromBinary, type JsonObject } from "@bufbuild/protobuf";
+import { fromBinary, type JsonObject, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
@@ -98,7 +98,7 @@ export function createLiveEvents(options: LiveEventsOptions) {
 
   /** A revoked session or API key ends its streams at once, on every replica. */
   function revoked(event: DomainEvent): void {
-    let changed;
+    let changed: MessageShape<typeof EVENTS.credentialChanged.schema>;
     try {
       changed = fromBinary(EVENTS.credentialChanged.schema, event.payload);
     } catch {
@@ -160,7 +160,7 @@ export function createLiveEvents(options: LiveEventsOptions) {
         sendJson(res, 401, { error: "missing credential: send Authorization: Bearer <session token or API key>" });
         return;
       }
-      let principal;
+      let principal: Awaited<ReturnType<Clients["identity"]["authenticate"]>>;
       try {
         principal = await clients.identity.authenticate({ org }, { headers: { authorization } });
       } catch (err) {

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { existsSync } from "node:fs";
+import { existsSync, type Stats } from "node:fs";
 import { readFile, stat } from "node:fs/promises";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
@@ -85,7 +85,7 @@ export function createStaticFiles(root: string): StaticFiles {
   async function load(relativePath: string): Promise<{ path: string; file: CachedFile } | undefined> {
     const path = resolve(base, relativePath);
     if (path !== base && !path.startsWith(base + sep)) return undefined;
-    let info;
+    let info: Stats;
     try {
       info = await stat(path);
     } catch {

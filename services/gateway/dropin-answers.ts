@@ -93,7 +93,11 @@ export function dropinErrorAnswer(key: string, err: ConnectError, context: Answe
       case Code.PermissionDenied:
         return pagerDutyInvalid(["Invalid routing key"]);
       case Code.ResourceExhausted:
-        return withRetry({ status: 429, body: { status: "throttle event", message: "Requests for this service are arriving too quickly. Please retry later." }, headers: {} });
+        return withRetry({
+          status: 429,
+          body: { status: "throttle event", message: "Requests for this service are arriving too quickly. Please retry later." },
+          headers: {},
+        });
       default:
         // 5xx: PagerDuty's senders retry these.
         return { status: 503, body: { status: "unavailable", message: "Event could not be processed; retry" }, headers: {} };

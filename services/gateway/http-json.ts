@@ -39,7 +39,7 @@ function fillNulls(schema: DescMessage, message: Record<string, unknown>, json: 
       if (field.listKind === "message") {
         const items = message[field.localName] as Record<string, unknown>[];
         const jsonItems = object[field.jsonName];
-        if (Array.isArray(jsonItems)) items.forEach((item, i) => fillNulls(field.message, item, jsonItems[i] ?? null));
+        if (Array.isArray(jsonItems)) for (const [i, item] of items.entries()) fillNulls(field.message, item, jsonItems[i] ?? null);
       }
       continue;
     }
@@ -70,7 +70,7 @@ export function requestFromHttp<Desc extends DescMessage>(
   }
   for (const [name, value] of parts.query) {
     const field = fieldByName(schema, name);
-    if (!field || field.fieldKind !== "scalar") continue;
+    if (field?.fieldKind !== "scalar") continue;
     json[field.jsonName] = scalarFromQuery(field, value);
   }
   let message: MessageShape<Desc>;

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
 import { dropinErrorAnswer, dropinSuccessStatus } from "./dropin-answers.js";
 
@@ -60,7 +60,11 @@ export interface ErrorAnswer {
   headers: Record<string, string>;
 }
 
-export function errorAnswer(method: DescMethod | undefined, err: ConnectError, context: { requestId: string; took: number } = { requestId: "", took: 0 }): ErrorAnswer {
+export function errorAnswer(
+  method: DescMethod | undefined,
+  err: ConnectError,
+  context: { requestId: string; took: number } = { requestId: "", took: 0 },
+): ErrorAnswer {
   const key = method ? methodKey(method) : "";
   const dropin = dropinErrorAnswer(key, err, context);
   if (dropin) return dropin;

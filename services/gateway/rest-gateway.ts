@@ -79,16 +79,13 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       else sendJson(res, 413, { error: `request body is larger than ${limit} bytes` }, { connection: "close" });
       return true;
     }
-    let input;
+    let input: ReturnType<typeof requestFromHttp>;
     try {
       input = requestFromHttp(route.method.input, {
         body: route.body === "*" ? parseJsonObject(body) : undefined,
         pathParams: params,
         query: url.searchParams,
-        rawBody:
-          route.body && route.body !== "*"
-            ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" }
-            : undefined,
+        rawBody: route.body && route.body !== "*" ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" } : undefined,
       });
     } catch (err) {
       if (err instanceof RequestShapeError) {

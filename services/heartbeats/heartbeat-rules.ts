@@ -40,7 +40,9 @@ export function checkMaxRun(value: number): number {
 
 function checkSeconds(field: string, value: number | undefined, max: number, maxInWords: string): number {
   if (value === undefined || value === 0) {
-    throw new InvalidArgumentError(`${field} is required: a positive whole number of seconds${field === "graceSeconds" ? " (1 is the smallest, and behaves as none)" : ""}`);
+    throw new InvalidArgumentError(
+      `${field} is required: a positive whole number of seconds${field === "graceSeconds" ? " (1 is the smallest, and behaves as none)" : ""}`,
+    );
   }
   if (!Number.isInteger(value) || value < 1 || value > max) {
     throw new InvalidArgumentError(`${field} must be a whole number of seconds from 1 to ${max} (${maxInWords})`);

@@ -64,7 +64,10 @@ describe("register", () => {
     [{ name: "ok-name" }, "expectedIntervalSeconds is required"],
     [{ name: "ok-name", expectedIntervalSeconds: 0, graceSeconds: 30 }, "expectedIntervalSeconds is required"],
     [{ name: "ok-name", expectedIntervalSeconds: -5, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
-    [{ name: "ok-name", expectedIntervalSeconds: 31 * 86400 + 1, graceSeconds: 30 }, "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400"],
+    [
+      { name: "ok-name", expectedIntervalSeconds: 31 * 86400 + 1, graceSeconds: 30 },
+      "expectedIntervalSeconds must be a whole number of seconds from 1 to 2678400",
+    ],
     [{ name: "ok-name", expectedIntervalSeconds: 1.5, graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
     [{ name: "ok-name", expectedIntervalSeconds: "often", graceSeconds: 30 }, "invalid value for expectedIntervalSeconds"],
     [{ name: "ok-name", expectedIntervalSeconds: 60 }, "graceSeconds is required"],
@@ -76,7 +79,7 @@ describe("register", () => {
   });
 
   it("accepts the bounds themselves and a 63-character name", async () => {
-    const res = await register(cast.admin, { name: "a" + "b.c_d-9".repeat(8) + "xxxxxx", expectedIntervalSeconds: 31 * 86400, graceSeconds: 7 * 86400 });
+    const res = await register(cast.admin, { name: `a${"b.c_d-9".repeat(8)}xxxxxx`, expectedIntervalSeconds: 31 * 86400, graceSeconds: 7 * 86400 });
     expect(res.status).toBe(201);
     expect(res.body.name).toHaveLength(63);
   });
@@ -248,7 +251,8 @@ describe("ping", () => {
       for (const [name, call] of Object.entries(kinds)) {
         const started = process.hrtime.bigint();
         await call();
-        (samples[name] ??= []).push(Number(process.hrtime.bigint() - started) / 1e6);
+        samples[name] ??= [];
+        samples[name].push(Number(process.hrtime.bigint() - started) / 1e6);
       }
     }
     const medians = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!]));

@@ -24,7 +24,9 @@ afterAll(async () => {
 
 describe("the ping pool", () => {
   it("answers pings while background work holds every connection of the shared pool", async () => {
-    expect((await app.call("POST", "/o/acme/heartbeats", { token: cast.admin, body: { name: "unstarved", expectedIntervalSeconds: 60, graceSeconds: 30 } })).status).toBe(201);
+    expect(
+      (await app.call("POST", "/o/acme/heartbeats", { token: cast.admin, body: { name: "unstarved", expectedIntervalSeconds: 60, graceSeconds: 30 } })).status,
+    ).toBe(201);
     // The token is resolved once and then served from the process's cache.
     expect((await ping(app, "unstarved", cast.ingestToken)).status).toBe(204);
     const token = cast.member;

@@ -1,5 +1,5 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { HeartbeatsService, type PingRequest } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { HeartbeatsService, PingRequest } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { bearerToken } from "../runtime/auth.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Sql } from "../runtime/database.js";

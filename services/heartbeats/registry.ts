@@ -1,7 +1,7 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
@@ -24,11 +24,7 @@ function notFound(name: string): NotFoundError {
 }
 
 /** The deadline: the next expected ping after `since`, plus grace. */
-export function deadlineAfter(
-  since: Date,
-  kind: { interval: number | null; schedule: string | null; timezone: string | null },
-  graceSeconds: number,
-): Date {
+export function deadlineAfter(since: Date, kind: { interval: number | null; schedule: string | null; timezone: string | null }, graceSeconds: number): Date {
   const next = kind.schedule ? nextScheduled(kind.schedule, kind.timezone ?? "UTC", since) : new Date(since.getTime() + kind.interval! * 1000);
   return new Date(next.getTime() + graceSeconds * 1000);
 }
@@ -146,7 +142,9 @@ export function createRegistryHandlers(deps: {
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await sql.begin(async (tx) => {
-        const [current] = await tx<{ expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]>`
+        const [current] = await tx<
+          { expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]
+        >`
           select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
           from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${target} for update`;
         if (!current) throw notFound(target);

@@ -92,7 +92,11 @@ describe("sweeping from three processes", () => {
     await registerOverdue(names);
     const rounds = [];
     for (let round = 0; round < 4; round++) rounds.push(await sweepEverywhere());
-    const total = rounds.reduce((a, r) => ({ silent: a.silent + r.silent, opened: a.opened + r.opened, failed: a.failed + r.failed }), { silent: 0, opened: 0, failed: 0 });
+    const total = rounds.reduce((a, r) => ({ silent: a.silent + r.silent, opened: a.opened + r.opened, failed: a.failed + r.failed }), {
+      silent: 0,
+      opened: 0,
+      failed: 0,
+    });
     expect(total).toEqual({ silent: names.length, opened: names.length, failed: 0 });
     const incidents = await heartbeatIncidents(names);
     expect(incidents).toHaveLength(names.length);

@@ -1,5 +1,5 @@
 import type { ServiceImpl } from "@connectrpc/connect";
-import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";

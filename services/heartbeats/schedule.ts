@@ -50,7 +50,7 @@ export function checkTimezone(value: string | undefined): string {
 
 export function checkSchedule(value: string, timezoneValue: string | undefined): CheckedSchedule {
   const text = value.trim().replace(/\s+/g, " ");
-  if (!text) throw new InvalidArgumentError("schedule is empty: send a cron expression such as \"0 3 * * *\" or @daily");
+  if (!text) throw new InvalidArgumentError('schedule is empty: send a cron expression such as "0 3 * * *" or @daily');
   if (text.length > MAX_SCHEDULE_CHARACTERS) throw new InvalidArgumentError(`schedule must be at most ${MAX_SCHEDULE_CHARACTERS} characters`);
   const timezone = checkTimezone(timezoneValue);
   let schedule: string;

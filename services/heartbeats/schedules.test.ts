@@ -42,7 +42,13 @@ describe("register, read, update and list a scheduled heartbeat", () => {
   it("shows the schedule, its time zone and the next expected time; the interval is 0", async () => {
     const res = await register({ name: "nightly-dump", schedule: "30 2 * * *", timezone: "Europe/Berlin" });
     expect(res.status).toBe(201);
-    expect(res.body).toMatchObject({ name: "nightly-dump", schedule: "30 2 * * *", timezone: "Europe/Berlin", expectedIntervalSeconds: 0, graceSeconds: GRACE });
+    expect(res.body).toMatchObject({
+      name: "nightly-dump",
+      schedule: "30 2 * * *",
+      timezone: "Europe/Berlin",
+      expectedIntervalSeconds: 0,
+      graceSeconds: GRACE,
+    });
     const next = new Date(res.body.nextExpectedAt);
     // 02:30 in Berlin is 00:30 or 01:30 UTC, within the next day.
     expect([0, 1]).toContain(next.getUTCHours());

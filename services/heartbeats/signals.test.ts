@@ -158,7 +158,7 @@ describe("signals", () => {
     expect(hb.lastPing.body).toBe("x".repeat(10 * 1024));
     const incident = await firstIncident("chatty");
     const [opened] = await timelineOf(incident.id);
-    expect(opened!.summary).toContain("x".repeat(10 * 1024) + "\n[… cut: the first 10240 of 12288 bytes are shown]");
+    expect(opened!.summary).toContain(`${"x".repeat(10 * 1024)}\n[… cut: the first 10240 of 12288 bytes are shown]`);
     // A multi-byte character across the cut is not split; binary is not kept.
     const accents = "é".repeat(6000);
     expect((await signal("chatty", "", { body: accents })).status).toBe(204);
@@ -203,7 +203,9 @@ describe("history", () => {
     expect(res.body.pings).toHaveLength(100);
     const times = res.body.pings.map((p: { at: string }) => Date.parse(p.at));
     expect(times).toEqual([...times].sort((x, y) => y - x));
-    const [count] = await db<{ n: number }[]>`select count(*)::int as n from heartbeats.pings p join heartbeats.heartbeats h on h.id = p.heartbeat_id where h.name = 'busy'`;
+    const [count] = await db<
+      { n: number }[]
+    >`select count(*)::int as n from heartbeats.pings p join heartbeats.heartbeats h on h.id = p.heartbeat_id where h.name = 'busy'`;
     expect(count!.n).toBe(100);
     expect((await app.call("GET", "/o/acme/heartbeats/nope/pings", { token: cast.member })).status).toBe(404);
     expect((await app.call("GET", "/o/acme/heartbeats/busy/pings", { token: cast.otherAdmin })).status).toBe(403);

@@ -294,7 +294,10 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
           const error = response.errors[j];
           if (error !== undefined) {
             refused.push(chunkRows[j]!.id);
-            logger.warn({ err: error, heartbeat: chunkRows[j]!.name, silence: chunkRows[j]!.id }, "the incident core refused a silence; the next sweep retries");
+            logger.warn(
+              { err: error, heartbeat: chunkRows[j]!.name, silence: chunkRows[j]!.id },
+              "the incident core refused a silence; the next sweep retries",
+            );
             continue;
           }
           results[chunk[j]!] = await interpret(chunkRows[j]!, response.results[j]!);

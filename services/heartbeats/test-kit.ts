@@ -57,7 +57,12 @@ export function heartbeatsClient(transport: Transport): Client<typeof Heartbeats
   return createClient(HeartbeatsService, transport);
 }
 
-export async function ping(app: TestApp, name: string, ingestToken: string | undefined, org = "acme"): Promise<{ status: number; text: string; contentType: string | null }> {
+export async function ping(
+  app: TestApp,
+  name: string,
+  ingestToken: string | undefined,
+  org = "acme",
+): Promise<{ status: number; text: string; contentType: string | null }> {
   const headers: Record<string, string> = {};
   if (ingestToken !== undefined) headers.authorization = `Bearer ${ingestToken}`;
   const res = await fetch(`${app.url}/o/${org}/heartbeats/${encodeURIComponent(name)}/ping`, { method: "POST", headers });

@@ -63,7 +63,11 @@ async function run(): Promise<number> {
       ownerEmail: values.email,
       ownerPassword: values.password,
     });
-    console.log(result.created ? `created organization ${result.organization?.slug} with owner ${values.email}` : `organization ${values.org} already exists; nothing changed`);
+    console.log(
+      result.created
+        ? `created organization ${result.organization?.slug} with owner ${values.email}`
+        : `organization ${values.org} already exists; nothing changed`,
+    );
     return 0;
   } catch (err) {
     console.error(err instanceof Error ? err.message : err);

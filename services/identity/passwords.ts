@@ -109,7 +109,14 @@ function createHashPool(size: number) {
       if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
       return new Promise((resolve, reject) => {
         const id = nextId++;
-        queue.push({ id, message: { id, password, salt: new Uint8Array(salt), keyLength, options }, queuedAt: performance.now(), startedAt: 0, resolve, reject });
+        queue.push({
+          id,
+          message: { id, password, salt: new Uint8Array(salt), keyLength, options },
+          queuedAt: performance.now(),
+          startedAt: 0,
+          resolve,
+          reject,
+        });
         pump();
       });
     },

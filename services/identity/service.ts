@@ -61,7 +61,7 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     const passwordHash = await hashPassword(password);
     return sql.begin(async (tx) => {
       // Replicas starting together race here; the advisory lock makes one of them do the work.
-      await tx`select pg_advisory_xact_lock(hashtext(${"bootstrap:" + orgSlug}))`;
+      await tx`select pg_advisory_xact_lock(hashtext(${`bootstrap:${orgSlug}`}))`;
       const [existing] = await tx<{ id: string; slug: string }[]>`select id, slug from identity.organizations where slug = ${orgSlug}`;
       if (existing) return { ...existing, created: false };
       const [org] = await tx<{ id: string; slug: string }[]>`insert into identity.organizations (slug) values (${orgSlug}) returning id, slug`;
@@ -75,7 +75,13 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
     });
   }
 
-  async function issueOrgCredential(context: HandlerContext, org: string, kind: (typeof CREDENTIAL_KINDS)[keyof typeof CREDENTIAL_KINDS], allowed: readonly Role[], auditKind: string): Promise<string> {
+  async function issueOrgCredential(
+    context: HandlerContext,
+    org: string,
+    kind: (typeof CREDENTIAL_KINDS)[keyof typeof CREDENTIAL_KINDS],
+    allowed: readonly Role[],
+    auditKind: string,
+  ): Promise<string> {
     const principal = await authorize(clients, context, org, allowed);
     const value = newHexSecret();
     const hash = sha256(value);
@@ -259,7 +265,9 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       const limit = Math.min(Math.max(req.limit || 100, 1), 1000);
       const after = req.cursor ? decodeCursor("a", req.cursor, (v) => /^\d{1,19}$/.test(v)) : undefined;
       const afterClause =
-        after === undefined ? sql`` : sql`and (at, id) < (select at, id from identity.audit_events where org_id = ${principal.orgId} and id = ${after}::bigint)`;
+        after === undefined
+          ? sql``
+          : sql`and (at, id) < (select at, id from identity.audit_events where org_id = ${principal.orgId} and id = ${after}::bigint)`;
       const rows = await sql<{ id: string; kind: string; actor: string; at: Date; data: JsonObject }[]>`
         select id, kind, actor, at, data from identity.audit_events where org_id = ${principal.orgId} ${afterClause}
         order by at desc, id desc limit ${limit + 1}`;

@@ -27,7 +27,11 @@ export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox })
         throw new InvalidArgumentError(`entry.kind must be one of ${APPENDABLE_ENTRY_KINDS.join(", ")}`);
       }
       if ((entry.summary?.length ?? 0) > MAX_SUMMARY_CHARACTERS) throw new InvalidArgumentError(`entry.summary is longer than ${MAX_SUMMARY_CHARACTERS}`);
-      for (const [name, value] of [["link", entry.link], ["alertRef", entry.alertRef], ["eventId", entry.eventId]] as const) {
+      for (const [name, value] of [
+        ["link", entry.link],
+        ["alertRef", entry.alertRef],
+        ["eventId", entry.eventId],
+      ] as const) {
         if ((value?.length ?? 0) > MAX_REFERENCE_CHARACTERS) throw new InvalidArgumentError(`entry.${name} is longer than ${MAX_REFERENCE_CHARACTERS}`);
       }
       if (!isUuid(req.incidentId)) throw new NotFoundError("no such incident");

@@ -85,7 +85,6 @@ export function maintenanceWindowShape(row: MaintenanceWindowRow): MessageInitSh
   };
 }
 
-
 /** Postgres text and jsonb cannot hold U+0000; a sender's stray NUL must not fail the delivery. */
 export function storableText(value: string): string {
   return value.includes("\u0000") ? value.replaceAll("\u0000", "\uFFFD") : value;

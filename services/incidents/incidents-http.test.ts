@@ -26,9 +26,13 @@ beforeAll(async () => {
   const identity = createClient(IdentityService, app.process.transport);
   orgId = (await identity.getOrganization({ slug: OWNER.org })).id;
   ownerToken = await app.ownerToken();
-  const added = await app.call("POST", `/o/${OWNER.org}/members`, { token: ownerToken, body: { email: "member@acme.test", password: "member password", role: "member" } });
+  const added = await app.call("POST", `/o/${OWNER.org}/members`, {
+    token: ownerToken,
+    body: { email: "member@acme.test", password: "member password", role: "member" },
+  });
   expect(added.status).toBe(201);
-  memberToken = (await app.call("POST", "/auth/login", { body: { email: "member@acme.test", password: "member password", orgSlug: OWNER.org } })).body.accessToken;
+  memberToken = (await app.call("POST", "/auth/login", { body: { email: "member@acme.test", password: "member password", orgSlug: OWNER.org } })).body
+    .accessToken;
   otherOrgId = (await identity.bootstrap({ orgSlug: OTHER.org, ownerEmail: OTHER.email, ownerPassword: OTHER.password })).organization!.id;
   otherOrgToken = (await app.call("POST", "/auth/login", { body: { email: OTHER.email, password: OTHER.password, orgSlug: OTHER.org } })).body.accessToken;
   db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
@@ -86,7 +90,11 @@ describe("authentication and organizations", () => {
     const theirs = await open({}, { id: otherOrgId, slug: OTHER.org });
     const mine = await open();
     for (const id of ["00000000-0000-4000-8000-000000000000", "not-an-id", theirs.id]) {
-      for (const [method, action] of [["GET", ""], ["POST", "resolve"], ["POST", "archive"]] as const) {
+      for (const [method, action] of [
+        ["GET", ""],
+        ["POST", "resolve"],
+        ["POST", "archive"],
+      ] as const) {
         const res = await app.call(method, path(id, action), { token: memberToken });
         expect(res.status, `${method} ${id} ${action}`).toBe(404);
         expect(res.body).toEqual({ error: "no such incident" });
@@ -111,13 +119,35 @@ describe("GET /o/{org}/incidents/{id}", () => {
       link: "https://monitor.example/a/1",
       alertRef: "alert 1",
     });
-    await client.record({ orgId, orgSlug: OWNER.org, alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity: identity, eventId: "g2", title: "x", severity: "sev3" }) });
-    await client.record({ orgId, orgSlug: OWNER.org, alert: create(AlertSchema, { source: "metrics-monitor", kind: "recovery", attachIdentity: identity, eventId: "g3" }) });
+    await client.record({
+      orgId,
+      orgSlug: OWNER.org,
+      alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity: identity, eventId: "g2", title: "x", severity: "sev3" }),
+    });
+    await client.record({
+      orgId,
+      orgSlug: OWNER.org,
+      alert: create(AlertSchema, { source: "metrics-monitor", kind: "recovery", attachIdentity: identity, eventId: "g3" }),
+    });
     const res = await app.call("GET", path(incident.id), { token: memberToken });
     expect(res.status).toBe(200);
     const body = res.body;
     expect(Object.keys(body).sort()).toEqual(
-      ["archivedAt", "entity", "id", "openedAt", "resolvedAt", "runbookUrl", "severity", "source", "state", "timeline", "timelineNextCursor", "title", "workspaceUrl"].sort(),
+      [
+        "archivedAt",
+        "entity",
+        "id",
+        "openedAt",
+        "resolvedAt",
+        "runbookUrl",
+        "severity",
+        "source",
+        "state",
+        "timeline",
+        "timelineNextCursor",
+        "title",
+        "workspaceUrl",
+      ].sort(),
     );
     expect(body).toMatchObject({
       id: incident.id,
@@ -133,7 +163,14 @@ describe("GET /o/{org}/incidents/{id}", () => {
     });
     expect(Number.isNaN(Date.parse(body.openedAt))).toBe(false);
     expect(body.timeline.map((e: { kind: string }) => e.kind)).toEqual(["opened", "repeat", "recovery"]);
-    expect(body.timeline[0]).toMatchObject({ kind: "opened", summary: "p99 latency above 2s", link: "https://monitor.example/a/1", alertRef: "alert 1", eventId: "g1", data: null });
+    expect(body.timeline[0]).toMatchObject({
+      kind: "opened",
+      summary: "p99 latency above 2s",
+      link: "https://monitor.example/a/1",
+      alertRef: "alert 1",
+      eventId: "g1",
+      data: null,
+    });
     expect(body.timeline[2]).toMatchObject({ kind: "recovery", summary: null, link: null, alertRef: null, eventId: "g3" });
   });
 
@@ -240,7 +277,11 @@ describe("resolve and archive by a person", () => {
     const attachIdentity = `metrics-monitor:http:race:${++sequence}`;
     const first = await open({ attachIdentity, eventId: "r0" });
     const deliveries = Array.from({ length: 40 }, (_, i) =>
-      client.record({ orgId, orgSlug: OWNER.org, alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: `r${i + 1}`, title: "race", severity: "sev3" }) }),
+      client.record({
+        orgId,
+        orgSlug: OWNER.org,
+        alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: `r${i + 1}`, title: "race", severity: "sev3" }),
+      }),
     );
     const resolve = app.call("POST", path(first.id, "resolve"), { token: memberToken });
     const results = await Promise.all(deliveries);
@@ -287,22 +328,32 @@ describe("domain events through the outbox", () => {
   it("writes incident.opened, incident.timeline_recorded and incident.resolved for each change", async () => {
     const attachIdentity = `metrics-monitor:http:events:${++sequence}`;
     const incident = await open({ attachIdentity, eventId: "v1", title: "Disk full" });
-    await client.record({ orgId, orgSlug: OWNER.org, alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: "v2", title: "Disk full", severity: "sev3" }) });
+    await client.record({
+      orgId,
+      orgSlug: OWNER.org,
+      alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: "v2", title: "Disk full", severity: "sev3" }),
+    });
     // A redelivery writes no event.
-    await client.record({ orgId, orgSlug: OWNER.org, alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: "v2", title: "Disk full", severity: "sev3" }) });
+    await client.record({
+      orgId,
+      orgSlug: OWNER.org,
+      alert: create(AlertSchema, { source: "metrics-monitor", kind: "alert", attachIdentity, eventId: "v2", title: "Disk full", severity: "sev3" }),
+    });
     await app.call("POST", path(incident.id, "resolve"), { token: memberToken });
     await app.call("POST", path(incident.id, "archive"), { token: ownerToken });
     // Events of one transaction share created_at, so the comparison ignores order.
     const byText = (events: object[]) => events.map((e) => JSON.stringify(e)).sort();
-    expect(byText(await eventsOf(incident.id))).toEqual(byText([
-      { subject: "events.incident.opened", title: "Disk full" },
-      { subject: "events.incident.timeline_recorded", kind: "opened" },
-      { subject: "events.incident.timeline_recorded", kind: "repeat" },
-      { subject: "events.incident.resolved", state: "resolved", actor: "member@acme.test" },
-      { subject: "events.incident.timeline_recorded", kind: "resolved" },
-      { subject: "events.incident.resolved", state: "archived", actor: OWNER.email },
-      { subject: "events.incident.timeline_recorded", kind: "archived" },
-    ]));
+    expect(byText(await eventsOf(incident.id))).toEqual(
+      byText([
+        { subject: "events.incident.opened", title: "Disk full" },
+        { subject: "events.incident.timeline_recorded", kind: "opened" },
+        { subject: "events.incident.timeline_recorded", kind: "repeat" },
+        { subject: "events.incident.resolved", state: "resolved", actor: "member@acme.test" },
+        { subject: "events.incident.timeline_recorded", kind: "resolved" },
+        { subject: "events.incident.resolved", state: "archived", actor: OWNER.email },
+        { subject: "events.incident.timeline_recorded", kind: "archived" },
+      ]),
+    );
   });
 
   it("publishes what it wrote (the relay marks the rows published)", async () => {
@@ -331,7 +382,11 @@ describe("AppendTimeline", () => {
 
   it("appends an update_sent or update_simulated entry, also after a resolve", async () => {
     const incident = await open();
-    const sent = await client.appendTimeline({ orgId, incidentId: incident.id, entry: { kind: "update_sent", summary: "Posted to chatwebhook", data: { messageId: "m1" } } });
+    const sent = await client.appendTimeline({
+      orgId,
+      incidentId: incident.id,
+      entry: { kind: "update_sent", summary: "Posted to chatwebhook", data: { messageId: "m1" } },
+    });
     expect(sent.kind).toBe("update_sent");
     expect(sent.at).toBeDefined();
     await app.call("POST", path(incident.id, "resolve"), { token: memberToken });
@@ -347,7 +402,9 @@ describe("AppendTimeline", () => {
       const err = await client.appendTimeline({ orgId, incidentId: incident.id, entry: { kind } }).catch((e: unknown) => ConnectError.from(e));
       expect((err as ConnectError).code, kind).toBe(Code.InvalidArgument);
     }
-    const other = await client.appendTimeline({ orgId: otherOrgId, incidentId: incident.id, entry: { kind: "update_sent" } }).catch((e: unknown) => ConnectError.from(e));
+    const other = await client
+      .appendTimeline({ orgId: otherOrgId, incidentId: incident.id, entry: { kind: "update_sent" } })
+      .catch((e: unknown) => ConnectError.from(e));
     expect((other as ConnectError).code).toBe(Code.NotFound);
     const unknown = await client.appendTimeline({ orgId, incidentId: "nope", entry: { kind: "update_sent" } }).catch((e: unknown) => ConnectError.from(e));
     expect((unknown as ConnectError).code).toBe(Code.NotFound);

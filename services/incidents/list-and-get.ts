@@ -1,5 +1,11 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { GetIncidentRequest, IncidentStateRequest, IncidentsService, ListIncidentsRequest, ListTimelineRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type {
+  GetIncidentRequest,
+  IncidentStateRequest,
+  IncidentsService,
+  ListIncidentsRequest,
+  ListTimelineRequest,
+} from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
@@ -39,7 +45,12 @@ function decodeCursor(kind: "t" | "i", cursor: string): string {
 type TimelinePageRow = TimelineEntryRow & { id: string };
 
 /** One page of an incident's timeline, oldest first, after the cursor's entry. */
-async function timelinePage(sql: Sql, incidentId: string, after: string | undefined, limit: number): Promise<{ entries: TimelineEntryRow[]; nextCursor?: string }> {
+async function timelinePage(
+  sql: Sql,
+  incidentId: string,
+  after: string | undefined,
+  limit: number,
+): Promise<{ entries: TimelineEntryRow[]; nextCursor?: string }> {
   const rows = await sql<TimelinePageRow[]>`
     select id, kind, at, summary, link, alert_ref, event_id, data from incidents.timeline_entries
     where incident_id = ${incidentId} and id > ${after ?? "0"}::bigint order by id limit ${limit + 1}`;
@@ -49,7 +60,11 @@ async function timelinePage(sql: Sql, incidentId: string, after: string | undefi
 }
 
 /** An incident of the organization with the first page of its timeline, in recording order; 404 otherwise. */
-export async function loadIncident(sql: Sql, orgId: string, id: string): Promise<{ row: IncidentRow; timeline: TimelineEntryRow[]; timelineNextCursor?: string }> {
+export async function loadIncident(
+  sql: Sql,
+  orgId: string,
+  id: string,
+): Promise<{ row: IncidentRow; timeline: TimelineEntryRow[]; timelineNextCursor?: string }> {
   if (!isUuid(id)) throw new NotFoundError("no such incident");
   const [row] = await sql<IncidentRow[]>`select * from incidents.incidents where id = ${id} and org_id = ${orgId}`;
   if (!row) throw new NotFoundError("no such incident");

@@ -32,7 +32,10 @@ beforeAll(async () => {
   orgId = (await identity.getOrganization({ slug: OWNER.org })).id;
   ownerToken = await app.ownerToken();
   for (const role of ["admin", "member"]) {
-    const res = await app.call("POST", `/o/${OWNER.org}/members`, { token: ownerToken, body: { email: `${role}@acme.test`, password: `${role} password`, role } });
+    const res = await app.call("POST", `/o/${OWNER.org}/members`, {
+      token: ownerToken,
+      body: { email: `${role}@acme.test`, password: `${role} password`, role },
+    });
     expect(res.status).toBe(201);
   }
   adminToken = await login("admin@acme.test", "admin password", OWNER.org);
@@ -198,7 +201,9 @@ describe("suppression", () => {
     let found: { kind: string; actor: string; data: Record<string, unknown> } | undefined;
     while (!found && Date.now() < deadline) {
       const audit = await app.call("GET", `/o/${OWNER.org}/audit-events`, { token: ownerToken });
-      found = audit.body.events.find((e: { kind: string; data: { title?: string } }) => e.kind === "trigger.suppressed" && e.data.title === "Suppressed but seen");
+      found = audit.body.events.find(
+        (e: { kind: string; data: { title?: string } }) => e.kind === "trigger.suppressed" && e.data.title === "Suppressed but seen",
+      );
       if (!found) await new Promise((r) => setTimeout(r, 50));
     }
     expect(found).toMatchObject({
@@ -217,7 +222,14 @@ describe("suppression", () => {
   });
 
   it("matches by entity exactly: another entity, or none, still opens", async () => {
-    await createWindow({ match: { entities: [{ kind: "service", id: "checkout" }, { kind: "host", id: "db-1" }] } });
+    await createWindow({
+      match: {
+        entities: [
+          { kind: "service", id: "checkout" },
+          { kind: "host", id: "db-1" },
+        ],
+      },
+    });
     expect((await deliver({ entity: { kind: "service", id: "checkout" } })).outcome).toBe("suppressed");
     expect((await deliver({ entity: { kind: "host", id: "db-1" } })).outcome).toBe("suppressed");
     expect((await deliver({ entity: { kind: "service", id: "payments" } })).outcome).toBe("opened");

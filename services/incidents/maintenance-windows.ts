@@ -112,8 +112,21 @@ export function createMaintenanceWindowHandlers(deps: {
       // A window that is over before it exists suppresses nothing: almost surely a mistake
       // (a time zone, a swapped date), so it is refused rather than stored.
       if (w.endsAt.getTime() <= now.getTime()) throw new InvalidArgumentError("endsAt is in the past");
-      const row: MaintenanceWindowRow = { id: randomUUID(), starts_at: w.startsAt, ends_at: w.endsAt, reason: w.reason, sources: w.sources, entities: w.entities };
-      const audit = outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowCreated, actor: principal.email, at: now, data: auditData(row) });
+      const row: MaintenanceWindowRow = {
+        id: randomUUID(),
+        starts_at: w.startsAt,
+        ends_at: w.endsAt,
+        reason: w.reason,
+        sources: w.sources,
+        entities: w.entities,
+      };
+      const audit = outboxRows.audit({
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.maintenanceWindowCreated,
+        actor: principal.email,
+        at: now,
+        data: auditData(row),
+      });
       await sql`
         with created as (
           insert into incidents.maintenance_windows (id, org_id, starts_at, ends_at, reason, sources, entities, created_by)
@@ -141,7 +154,13 @@ export function createMaintenanceWindowHandlers(deps: {
       const [found] = await sql<(MaintenanceWindowRow & { now: Date })[]>`
         select ${columns}, now() as now from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!found) throw new NotFoundError("no such maintenance window");
-      const audit = outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.maintenanceWindowDeleted, actor: principal.email, at: found.now, data: auditData(found) });
+      const audit = outboxRows.audit({
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.maintenanceWindowDeleted,
+        actor: principal.email,
+        at: found.now,
+        data: auditData(found),
+      });
       const deleted = await sql`
         with deleted as (
           delete from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId} returning id

@@ -52,7 +52,7 @@ interface Plain {
 /** The deliveries the batch statement can open; undefined sends it through Record. */
 function plain(req: RecordRequest, index: number): Plain | undefined {
   const a = req.alert;
-  if (!a || a.kind !== "alert" || !isUuid(req.orgId) || !req.orgSlug) return undefined;
+  if (a?.kind !== "alert" || !isUuid(req.orgId) || !req.orgSlug) return undefined;
   if (!isOneOf(SOURCE_BADGES, a.source) || !isOneOf(SEVERITIES, a.severity)) return undefined;
   const title = storableText(a.title.trim());
   if (!title || title.length > FAST_LIMITS.titleCharacters) return undefined;
@@ -62,7 +62,7 @@ function plain(req: RecordRequest, index: number): Plain | undefined {
   // Links, references and runbooks are not part of the fast path.
   if (a.link !== undefined || a.alertRef !== undefined || a.runbookUrl !== undefined) return undefined;
   let entity: Plain["entity"] = null;
-  if (a.entity && a.entity.kind && a.entity.id) {
+  if (a.entity?.kind && a.entity.id) {
     if (a.entity.kind.length > FAST_LIMITS.entityPartCharacters || a.entity.id.length > FAST_LIMITS.entityPartCharacters) return undefined;
     entity = { kind: storableText(a.entity.kind), id: storableText(a.entity.id) };
   }

@@ -303,7 +303,9 @@ describe.each([
       expect((err as ConnectError).code).toBe(Code.InvalidArgument);
       expect((err as ConnectError).rawMessage).toContain(message);
     }
-    const noOrg = await h.client.record({ orgId: "acme", orgSlug: OWNER.org, alert: alert({ attachIdentity: "x" }) }).catch((e: unknown) => ConnectError.from(e));
+    const noOrg = await h.client
+      .record({ orgId: "acme", orgSlug: OWNER.org, alert: alert({ attachIdentity: "x" }) })
+      .catch((e: unknown) => ConnectError.from(e));
     expect((noOrg as ConnectError).code).toBe(Code.InvalidArgument);
   });
 

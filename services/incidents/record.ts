@@ -84,9 +84,7 @@ type Written = Partial<IncidentRow> & {
 };
 
 /** What the writes concluded; the response is built from it. */
-type Decision =
-  | { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string }
-  | { outcome: "ignored"; reason: string };
+type Decision = { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string } | { outcome: "ignored"; reason: string };
 
 const REASONS = {
   noIdentity: "the delivery carries no attach identity, so it cannot belong to an open incident",
@@ -288,7 +286,7 @@ function checkDelivery(req: RecordRequest): Delivery {
   bounded("alert.alertRef", alert.alertRef?.length ?? 0, LIMITS.referenceCharacters);
   bounded("alert.runbookUrl", alert.runbookUrl?.length ?? 0, LIMITS.referenceCharacters);
   let entity: Delivery["entity"] = null;
-  if (alert.entity && alert.entity.kind && alert.entity.id) {
+  if (alert.entity?.kind && alert.entity.id) {
     bounded("alert.entity.kind", alert.entity.kind.length, LIMITS.entityPartCharacters);
     bounded("alert.entity.id", alert.entity.id.length, LIMITS.entityPartCharacters);
     entity = { kind: storableText(alert.entity.kind), id: storableText(alert.entity.id) };

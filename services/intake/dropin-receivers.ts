@@ -1,11 +1,7 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import type {
-  DeliverRequest,
-  GetOpsgenieRequestStatusRequest,
-  OpsgenieAlertActionRequest,
-} from "../../gen/warroom/intake/v1/intake_pb.js";
+import type { DeliverRequest, GetOpsgenieRequestStatusRequest, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
 import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
@@ -71,7 +67,11 @@ export const REQUEST_STATUS_RETENTION_DAYS = 7;
 /** What the request status says per outcome, in Opsgenie's words where it has them. */
 const STATUS_TEXT: Record<string, Record<string, string>> = {
   Create: { opened: "Created alert", attached: "Alert already exists; attached to its incident", suppressed: "Suppressed by a maintenance window" },
-  Close: { recorded: "Closed alert; recorded as a recovery, the incident stays open", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
+  Close: {
+    recorded: "Closed alert; recorded as a recovery, the incident stays open",
+    ignored: "Alert does not exist",
+    suppressed: "Suppressed by a maintenance window",
+  },
   Acknowledge: { recorded: "Acknowledged alert", ignored: "Alert does not exist", suppressed: "Suppressed by a maintenance window" },
 };
 
@@ -82,7 +82,10 @@ const STATUS_TEXT: Record<string, Record<string, string>> = {
 function generatedDedupKey(org: Organization, context: HandlerContext): string {
   const idempotencyKey = context.requestHeader.get(IDEMPOTENCY_KEY_HEADER)?.trim();
   if (!idempotencyKey) return randomBytes(16).toString("hex");
-  return createHash("sha256").update(JSON.stringify([org.id, idempotencyKey])).digest("hex").slice(0, 32);
+  return createHash("sha256")
+    .update(JSON.stringify([org.id, idempotencyKey]))
+    .digest("hex")
+    .slice(0, 32);
 }
 
 function elapsedSeconds(started: number): number {
@@ -186,7 +189,10 @@ export function createDropinReceivers(deps: DropinDeps) {
       throw new OpsgenieUnprocessableError({ identifierType: "Identifier type should be one of [id, alias, tiny]." });
     }
     if (req.identifier.trim() === "") throw new OpsgenieUnprocessableError({ identifier: "Identifier can not be empty." });
-    const body = req.body.byteLength === 0 ? undefined : parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
+    const body =
+      req.body.byteLength === 0
+        ? undefined
+        : parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
     const attachIdentity = await identityOf(org, req.identifier, identifierType);
     const delivery = mapOpsgenie(() => opsgenie.mapAction(action, attachIdentity ?? "", body, { receivedAt: new Date() }));
     const opsgenieAction = action === "close" ? "Close" : "Acknowledge";
@@ -248,13 +254,22 @@ export function createDropinReceivers(deps: DropinDeps) {
       const notFound = () => new NotFoundError("Request not found. It might not be processed, yet.");
       if (!isUuid(req.requestId)) throw notFound();
       const [row] = await sql<
-        { action: string; alias: string; state: string; outcome: string | null; is_success: boolean | null; status: string | null; alert_id: string | null; processed_at: Date | null }[]
+        {
+          action: string;
+          alias: string;
+          state: string;
+          outcome: string | null;
+          is_success: boolean | null;
+          status: string | null;
+          alert_id: string | null;
+          processed_at: Date | null;
+        }[]
       >`
         select action, alias, state, outcome, is_success, status, alert_id, processed_at
         from intake.opsgenie_requests where request_id = ${req.requestId} and org_id = ${org.id}`;
       // A request still processing (or whose processing a crash cut short) reads as Opsgenie's
       // not-yet-processed answer, so clients poll again.
-      if (!row || row.state !== "processed") throw notFound();
+      if (row?.state !== "processed") throw notFound();
       return {
         data: {
           success: true,

@@ -91,12 +91,15 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       entity: withIncident ? incident.entity : alert.entity,
       proposedSeverity: withIncident ? incident.severity : (alert.severity as string | undefined),
       workspaceUrl: withIncident ? incident.workspaceUrl : undefined,
-      reason: result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined,
+      reason:
+        result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined,
     };
   }
 
   function ignoredReason(alert: AlertInit): string {
-    return alert.kind === "no_data" ? "no open incident for this no-data notice, or already recorded" : "no open incident for this recovery, or already recorded";
+    return alert.kind === "no_data"
+      ? "no open incident for this no-data notice, or already recorded"
+      : "no open incident for this recovery, or already recorded";
   }
 
   async function audit(org: Organization, kind: string, data: JsonObject): Promise<void> {

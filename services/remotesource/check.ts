@@ -20,25 +20,29 @@ import { createAddressPolicy } from "../runtime/egress/index.js";
 
 const USAGE = `usage: [SOURCE_TOKEN=T] check.ts <url> [--token-file FILE] [--grpc] [--tenant REF] [--cert FILE --key FILE] [--ca FILE] [--expr EXPR] [--query QUERY] [--json]`;
 
+function parseCheckArgs(argv: string[]) {
+  return parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      token: { type: "string" },
+      "token-file": { type: "string" },
+      grpc: { type: "boolean", default: false },
+      tenant: { type: "string", default: "conformance-check" },
+      cert: { type: "string" },
+      key: { type: "string" },
+      ca: { type: "string" },
+      expr: { type: "string" },
+      query: { type: "string" },
+      json: { type: "boolean", default: false },
+    },
+  });
+}
+
 export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ exitCode: number; output: string }> {
-  let parsed;
+  let parsed: ReturnType<typeof parseCheckArgs>;
   try {
-    parsed = parseArgs({
-      args: argv,
-      allowPositionals: true,
-      options: {
-        token: { type: "string" },
-        "token-file": { type: "string" },
-        grpc: { type: "boolean", default: false },
-        tenant: { type: "string", default: "conformance-check" },
-        cert: { type: "string" },
-        key: { type: "string" },
-        ca: { type: "string" },
-        expr: { type: "string" },
-        query: { type: "string" },
-        json: { type: "boolean", default: false },
-      },
-    });
+    parsed = parseCheckArgs(argv);
   } catch (err) {
     return { exitCode: 2, output: `${err instanceof Error ? err.message : String(err)}\n${USAGE}` };
   }
@@ -58,7 +62,10 @@ export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = proc
   };
   // The author checks their own source, often on this machine: every address may be reached.
   const policy = createAddressPolicy({ allowPrivateCidrs: ["127.0.0.0/8", "::1/128", "0.0.0.0/0", "::/0"], requireHttps: false, allowPrivateByDefault: true });
-  const client = createSourceClient({ baseUrl: url, transport: values.grpc ? "grpc" : "http", tenantRef: values.tenant ?? "conformance-check", credentials }, { policy });
+  const client = createSourceClient(
+    { baseUrl: url, transport: values.grpc ? "grpc" : "http", tenantRef: values.tenant ?? "conformance-check", credentials },
+    { policy },
+  );
   const result = await runConformanceCheck(client, {
     ...(values.expr === undefined ? {} : { expr: values.expr }),
     ...(values.query === undefined ? {} : { query: values.query }),
@@ -74,7 +81,12 @@ export function formatReport(url: string, transport: string, result: Conformance
     for (const warning of check.warnings) lines.push(`      warning: ${warning}`);
   }
   const failed = result.checks.filter((c) => !c.ok).length;
-  lines.push("", result.ok ? "All checks passed: the service will mark this source connected." : `${failed} check(s) failed: the service will not mark this source connected.`);
+  lines.push(
+    "",
+    result.ok
+      ? "All checks passed: the service will mark this source connected."
+      : `${failed} check(s) failed: the service will not mark this source connected.`,
+  );
   return lines.join("\n");
 }
 

@@ -56,7 +56,10 @@ describe.each(["http", "grpc"] as const)("a source written from the spec alone, 
     const source = await bare({ healthAcceptsEmptyCredential: true });
     const result = await runConformanceCheck(clientOf(source, transport));
     for (const c of result.checks) expect(c.ok ? c.rule : RULES[c.name]).toBe(c.ok ? undefined : RULES[c.name]);
-    expect(check(result, CHECKS.healthFailsClosed)).toMatchObject({ ok: false, rule: "The health check fails closed: an empty or wrong credential is refused." });
+    expect(check(result, CHECKS.healthFailsClosed)).toMatchObject({
+      ok: false,
+      rule: "The health check fails closed: an empty or wrong credential is refused.",
+    });
   });
 });
 
@@ -111,7 +114,11 @@ describe.each(["http", "grpc"] as const)("a source written without the kit, over
     const client = clientOf(source, transport);
     const result = await runConformanceCheck(client);
     // The spec says what the service does with a larger answer, not that the source breaks a rule.
-    expect(check(result, CHECKS.size)).toMatchObject({ ok: true, detail: expect.stringContaining("response too large"), warnings: [expect.stringContaining("response too large")] });
+    expect(check(result, CHECKS.size)).toMatchObject({
+      ok: true,
+      detail: expect.stringContaining("response too large"),
+      warnings: [expect.stringContaining("response too large")],
+    });
 
     const read = await client.read("metrics/range", RANGE);
     expect(read.result).toMatchObject({ partial: true, error: "response too large", operation: "metrics/range", raw: "" });
@@ -123,7 +130,10 @@ describe.each(["http", "grpc"] as const)("a source written without the kit, over
     const client = clientOf(source, transport);
     const result = await runConformanceCheck(client);
     expect(result.ok).toBe(false);
-    expect(check(result, CHECKS.credentials)).toMatchObject({ ok: false, detail: expect.stringMatching(/^credentials rejected: capabilities answered (HTTP 401|UNAUTHENTICATED)/) });
+    expect(check(result, CHECKS.credentials)).toMatchObject({
+      ok: false,
+      detail: expect.stringMatching(/^credentials rejected: capabilities answered (HTTP 401|UNAUTHENTICATED)/),
+    });
     expect(check(result, CHECKS.capabilities).ok).toBe(false);
 
     const read = await client.read("invoke", { operation: "cpu", params: {} });
@@ -139,7 +149,8 @@ describe.each(["http", "grpc"] as const)("a source written without the kit, over
     expect(check(result, CHECKS.protocolVersion)).toMatchObject({
       name: CHECKS.protocolVersion,
       ok: false,
-      detail: 'the source reports protocol version "2"; this service speaks version 1 only, so the source is refused. Serve version 1, or upgrade the service to one that speaks 2.',
+      detail:
+        'the source reports protocol version "2"; this service speaks version 1 only, so the source is refused. Serve version 1, or upgrade the service to one that speaks 2.',
     });
     // Nothing else is tried against a protocol this service does not speak.
     expect(check(result, CHECKS.advertised)).toMatchObject({ ok: false, detail: 'not run: protocol version "2" is not 1' });
@@ -202,7 +213,10 @@ describe("the client's limits", () => {
     ["http", () => httpUrl],
     ["grpc", () => grpcUrl],
   ] as const)("over %s, stops reading at 4 MiB and answers 'response too large' without waiting for the rest", async (transport, url) => {
-    const client = createSourceClient({ baseUrl: url(), transport, tenantRef: TENANT, credentials: { bearerToken: "t" } }, { policy: loopbackPolicy, budgetMs: 4000 });
+    const client = createSourceClient(
+      { baseUrl: url(), transport, tenantRef: TENANT, credentials: { bearerToken: "t" } },
+      { policy: loopbackPolicy, budgetMs: 4000 },
+    );
     const started = Date.now();
     const read = await client.read("metrics/list", {});
     expect(read.result).toMatchObject({ partial: true, error: "response too large" });
@@ -210,7 +224,10 @@ describe("the client's limits", () => {
   });
 
   it("gives up at the read budget with a partial result", async () => {
-    const client = createSourceClient({ baseUrl: httpUrl, transport: "http", tenantRef: TENANT, credentials: { bearerToken: "t" } }, { policy: loopbackPolicy, budgetMs: 300 });
+    const client = createSourceClient(
+      { baseUrl: httpUrl, transport: "http", tenantRef: TENANT, credentials: { bearerToken: "t" } },
+      { policy: loopbackPolicy, budgetMs: 300 },
+    );
     const started = Date.now();
     const outcome = await client.call("health", undefined);
     expect(outcome).toMatchObject({ ok: false, failure: { kind: "timeout" } });
@@ -225,7 +242,10 @@ describe("the client's limits", () => {
       [denied, "Refused outbound address 127.0.0.1, in a denied range"],
     ] as const) {
       for (const transport of ["http", "grpc"] as const) {
-        const client = createSourceClient({ baseUrl: transport === "http" ? httpUrl : grpcUrl, transport, tenantRef: TENANT, credentials: { bearerToken: "t" } }, { policy });
+        const client = createSourceClient(
+          { baseUrl: transport === "http" ? httpUrl : grpcUrl, transport, tenantRef: TENANT, credentials: { bearerToken: "t" } },
+          { policy },
+        );
         const read = await client.read("metrics/list", {});
         expect(read.result).toMatchObject({ partial: true, error: text });
       }
@@ -233,7 +253,10 @@ describe("the client's limits", () => {
   });
 
   it("refuses a read request it cannot send, before calling anyone", async () => {
-    const client = createSourceClient({ baseUrl: httpUrl, transport: "http", tenantRef: TENANT, credentials: { bearerToken: "t" } }, { policy: loopbackPolicy });
+    const client = createSourceClient(
+      { baseUrl: httpUrl, transport: "http", tenantRef: TENANT, credentials: { bearerToken: "t" } },
+      { policy: loopbackPolicy },
+    );
     await expect(client.read("metrics/range", { expr: "up" })).rejects.toThrow("request.window {fromMs, toMs} is required");
     await expect(client.read("invoke", { params: {} })).rejects.toThrow("request.operation is required");
     await expect(client.read("logs/range", { window: { fromMs: 1.5, toMs: 2 } })).rejects.toThrow(/invalid value for WindowBounds\.fromMs/);

@@ -50,7 +50,7 @@ export type CheckName = (typeof CHECKS)[keyof typeof CHECKS];
  */
 export const RULES: Record<CheckName, string> = {
   [CHECKS.capabilities]:
-    "GET /v1/capabilities answers { protocolVersion: \"1\", source: string, kinds: array, operations: array of OperationDescriptor }; OperationDescriptor kind is one of metrics, logs, changes, chat; canonical, optional, one of list, range, streams",
+    'GET /v1/capabilities answers { protocolVersion: "1", source: string, kinds: array, operations: array of OperationDescriptor }; OperationDescriptor kind is one of metrics, logs, changes, chat; canonical, optional, one of list, range, streams',
   [CHECKS.protocolVersion]: "A source reporting a major version the service does not speak is refused at Test connection with a clear message.",
   [CHECKS.credentials]:
     "The source answers 401 or 403 (HTTP), or UNAUTHENTICATED or PERMISSION_DENIED (gRPC), for a bad credential. The service records a partial result with error `credentials rejected` and the connection shows failed until the credential is updated.",
@@ -112,7 +112,8 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
   const recorded: Recorded[] = [];
   const results = new Map<CheckName, CheckResult>();
   const warnings = new Map<CheckName, string[]>();
-  const set = (name: CheckName, ok: boolean, detail: string) => results.set(name, { name, ok, detail, ...(ok ? {} : { rule: RULES[name] }), warnings: warnings.get(name) ?? [] });
+  const set = (name: CheckName, ok: boolean, detail: string) =>
+    results.set(name, { name, ok, detail, ...(ok ? {} : { rule: RULES[name] }), warnings: warnings.get(name) ?? [] });
   const warn = (name: CheckName, text: string) => {
     const list = warnings.get(name) ?? [];
     list.push(text);
@@ -158,7 +159,8 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     const label = probeLabels[i]!;
     if (outcome.ok) openings.push(`health answered ${label}`);
     else if (outcome.failure.kind === "credentials-rejected") refusals.push(`${label}: ${outcome.failure.message}`);
-    else if (usesCertificate && (outcome.failure.kind === "unreachable" || outcome.failure.kind === "invalid-response")) refusals.push(`${label}: refused at the TLS handshake`);
+    else if (usesCertificate && (outcome.failure.kind === "unreachable" || outcome.failure.kind === "invalid-response"))
+      refusals.push(`${label}: refused at the TLS handshake`);
     else openings.push(`health ${label} did not answer 401/403 or UNAUTHENTICATED/PERMISSION_DENIED (${describe(outcome.failure)})`);
   });
   set(CHECKS.healthFailsClosed, openings.length === 0, openings.length === 0 ? `refused ${refusals.join("; ")}` : openings.join("; "));
@@ -213,7 +215,11 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     set(
       CHECKS.windows,
       windowProblems.length === 0,
-      windowProblems.length > 0 ? windowProblems.join("; ") : windowed.length === 0 ? "no windowed operations" : `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
+      windowProblems.length > 0
+        ? windowProblems.join("; ")
+        : windowed.length === 0
+          ? "no windowed operations"
+          : `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
     );
 
     // Phase 2: invoke everything advertised, one unadvertised name, and the canonical calls.
@@ -253,7 +259,11 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     set(
       CHECKS.advertised,
       badInvokes.length === 0,
-      badInvokes.length > 0 ? badInvokes.join("; ") : operations.length === 0 ? "no operations advertised" : `${operations.length} advertised operation(s) answered or refused with a typed error`,
+      badInvokes.length > 0
+        ? badInvokes.join("; ")
+        : operations.length === 0
+          ? "no operations advertised"
+          : `${operations.length} advertised operation(s) answered or refused with a typed error`,
     );
 
     // unadvertised operation refused
@@ -262,7 +272,13 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     } else {
       const f = unadvertised.failure;
       const refused = f.kind === "not-found" && (f.status === 404 || f.grpcCode === "NOT_FOUND");
-      set(CHECKS.unadvertised, refused, refused ? `an unadvertised operation was refused (${f.message})` : `an unadvertised operation must be refused with 404 (gRPC NOT_FOUND), not ${describe(f)}`);
+      set(
+        CHECKS.unadvertised,
+        refused,
+        refused
+          ? `an unadvertised operation was refused (${f.message})`
+          : `an unadvertised operation must be refused with 404 (gRPC NOT_FOUND), not ${describe(f)}`,
+      );
     }
 
     // canonical calls of each declared kind
@@ -276,7 +292,11 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
         if (problem) problems.push(`${names[i]}: ${problem}`);
       });
       const note = calls[1] && !calls[1].ok ? ` (${names[1]} refused the probe ${probe}: ${calls[1].failure.message})` : "";
-      set(kind === "metrics" ? CHECKS.metrics : CHECKS.logs, problems.length === 0, problems.length > 0 ? problems.join("; ") : `${names.join(" and ")} answered${note}`);
+      set(
+        kind === "metrics" ? CHECKS.metrics : CHECKS.logs,
+        problems.length === 0,
+        problems.length > 0 ? problems.join("; ") : `${names.join(" and ")} answered${note}`,
+      );
     };
     canonical("metrics", metricsCalls, ["metrics/list", "metrics/range"], `expression ${JSON.stringify(expr)}`);
     canonical("logs", logsCalls, ["logs/streams", "logs/range"], `query ${JSON.stringify(query)}`);
@@ -316,14 +336,21 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
 
   // responses within 4 MiB: the spec says what the service does with a larger answer (cuts it to a
   // partial result), not that a source giving one breaks the protocol, so this only warns.
-  const tooLarge = recorded.filter((r) => (!r.outcome.ok && r.outcome.failure.kind === "too-large") || (r.outcome.ok && (r.outcome.message as RawResult).error === "response too large"));
+  const tooLarge = recorded.filter(
+    (r) => (!r.outcome.ok && r.outcome.failure.kind === "too-large") || (r.outcome.ok && (r.outcome.message as RawResult).error === "response too large"),
+  );
   if (tooLarge.length > 0) {
-    warn(CHECKS.size, `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes; such reads are cut to a partial result`);
+    warn(
+      CHECKS.size,
+      `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes; such reads are cut to a partial result`,
+    );
   }
   set(
     CHECKS.size,
     true,
-    tooLarge.length === 0 ? `every answer was within ${MAX_RESPONSE_BYTES} bytes` : `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes (reads are cut to a partial result)`,
+    tooLarge.length === 0
+      ? `every answer was within ${MAX_RESPONSE_BYTES} bytes`
+      : `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes (reads are cut to a partial result)`,
   );
 
   const order = Object.values(CHECKS);
@@ -345,8 +372,10 @@ function capabilitiesProblems(c: CapabilitiesResponse): string[] {
   const problems: string[] = [];
   for (const [i, o] of c.operations.entries()) {
     const name = o.operation ? JSON.stringify(o.operation) : `operation ${i}`;
-    if (!(DESCRIPTOR_KINDS as readonly string[]).includes(o.kind)) problems.push(`${name}: kind ${JSON.stringify(o.kind)} is not one of ${DESCRIPTOR_KINDS.join(", ")}`);
-    if (o.canonical !== undefined && !(CANONICAL_ROLES as readonly string[]).includes(o.canonical)) problems.push(`${name}: canonical ${JSON.stringify(o.canonical)} is not one of ${CANONICAL_ROLES.join(", ")}`);
+    if (!(DESCRIPTOR_KINDS as readonly string[]).includes(o.kind))
+      problems.push(`${name}: kind ${JSON.stringify(o.kind)} is not one of ${DESCRIPTOR_KINDS.join(", ")}`);
+    if (o.canonical !== undefined && !(CANONICAL_ROLES as readonly string[]).includes(o.canonical))
+      problems.push(`${name}: canonical ${JSON.stringify(o.canonical)} is not one of ${CANONICAL_ROLES.join(", ")}`);
   }
   return problems;
 }
@@ -376,7 +405,8 @@ function windowProblemsOf(o: OperationDescriptor): string[] {
   if (!w) return [`${name} backs a range call but declares no window`];
   const problems: string[] = [];
   if (!w.start || !w.end) problems.push(`${name}: window.start and window.end must name its parameters`);
-  if (!(WINDOW_FORMATS as readonly string[]).includes(w.format)) problems.push(`${name}: window.format ${JSON.stringify(w.format)} is not one of ${WINDOW_FORMATS.join(", ")}`);
+  if (!(WINDOW_FORMATS as readonly string[]).includes(w.format))
+    problems.push(`${name}: window.format ${JSON.stringify(w.format)} is not one of ${WINDOW_FORMATS.join(", ")}`);
   if (w.minStepSeconds !== undefined && !Number.isFinite(w.minStepSeconds)) problems.push(`${name}: window.minStepSeconds must be a number`);
   return problems;
 }
@@ -391,14 +421,15 @@ function windowWarningsOf(o: OperationDescriptor): string[] {
   const w = o.window;
   const warnings: string[] = [];
   if (w.start && w.start === w.end) warnings.push(`${name}: window.start and window.end name the same parameter`);
-  if (w.minStepSeconds !== undefined && Number.isFinite(w.minStepSeconds) && w.minStepSeconds <= 0) warnings.push(`${name}: window.minStepSeconds ${w.minStepSeconds} is not positive; probes step by 60 s`);
+  if (w.minStepSeconds !== undefined && Number.isFinite(w.minStepSeconds) && w.minStepSeconds <= 0)
+    warnings.push(`${name}: window.minStepSeconds ${w.minStepSeconds} is not positive; probes step by 60 s`);
   return warnings;
 }
 
 /** Parameters a probe invokes an operation with: its window over the last hour, if it has one. */
 function probeParams(o: OperationDescriptor, startMs: number, endMs: number): JsonObject {
   const w = o.window;
-  if (!w || !w.start || !w.end || !(WINDOW_FORMATS as readonly string[]).includes(w.format)) return {};
+  if (!w?.start || !w.end || !(WINDOW_FORMATS as readonly string[]).includes(w.format)) return {};
   const params: JsonObject = { [w.start]: formatWindowValue(startMs, w.format), [w.end]: formatWindowValue(endMs, w.format) };
   if (w.step) params[w.step] = w.stepFormat === "duration" ? `${Math.max(60, w.minStepSeconds ?? 0)}s` : Math.max(60, w.minStepSeconds ?? 0);
   return params;

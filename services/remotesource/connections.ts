@@ -142,7 +142,9 @@ export function requireSafeBearerTransport(httpBearerHosts: readonly string[], b
   if (!bearerToken || baseUrl.startsWith("https:")) return;
   const host = new URL(baseUrl).hostname.toLowerCase();
   if (httpBearerHosts.includes(host)) return;
-  throw new InvalidArgumentError(`a bearer token is sent only over https; use an https baseUrl (an operator may allow ${host} with REMOTE_SOURCE_HTTP_BEARER_HOSTS)`);
+  throw new InvalidArgumentError(
+    `a bearer token is sent only over https; use an https baseUrl (an operator may allow ${host} with REMOTE_SOURCE_HTTP_BEARER_HOSTS)`,
+  );
 }
 
 export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl: string, httpBearerHosts: readonly string[] = []): SourceCredentials {
@@ -153,6 +155,7 @@ export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl:
   if (!bearerToken && !clientCertPem && !clientKeyPem) {
     throw new InvalidArgumentError("auth required: a bearerToken, or a clientCertPem with its clientKeyPem");
   }
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: control characters are what this check refuses.
   if (bearerToken && (bearerToken.length > TOKEN_MAX || /[\s\u0000-\u001f\u007f]/.test(bearerToken))) {
     throw new InvalidArgumentError(`auth.bearerToken must be at most ${TOKEN_MAX} characters without spaces or control characters`);
   }
@@ -160,7 +163,11 @@ export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl:
   const https = baseUrl.startsWith("https:");
   if ((clientCertPem || caPem) && !https) throw new InvalidArgumentError("a client certificate or CA needs an https baseUrl");
   requireSafeBearerTransport(httpBearerHosts, baseUrl, bearerToken);
-  for (const [field, pem] of [["clientCertPem", clientCertPem], ["clientKeyPem", clientKeyPem], ["caPem", caPem]] as const) {
+  for (const [field, pem] of [
+    ["clientCertPem", clientCertPem],
+    ["clientKeyPem", clientKeyPem],
+    ["caPem", caPem],
+  ] as const) {
     if (pem && pem.length > PEM_MAX) throw new InvalidArgumentError(`auth.${field} must be at most ${PEM_MAX} characters`);
   }
   try {
@@ -192,7 +199,9 @@ export function sealCredentials(deps: RemoteSourceDeps, orgId: string, id: strin
 
 export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): SourceCredentials {
   try {
-    return JSON.parse(deps.secretBox().open({ keyId: row.key_id, ciphertext: row.credential_ciphertext }, associatedData(row.org_id, row.id))) as SourceCredentials;
+    return JSON.parse(
+      deps.secretBox().open({ keyId: row.key_id, ciphertext: row.credential_ciphertext }, associatedData(row.org_id, row.id)),
+    ) as SourceCredentials;
   } catch (err) {
     if (err instanceof SecretBoxError) {
       deps.ctx.logger.error({ connectionId: row.id, keyId: row.key_id, reason: err.message }, "remote-source credential cannot be decrypted");
@@ -239,4 +248,3 @@ export async function recordStatus(
     returning *`;
   return updated ?? row;
 }
-

@@ -59,7 +59,18 @@ beforeAll(async () => {
       },
       range: async (call, context) => {
         tenantsSeen.push(context.tenant);
-        return { raw: { expr: call.expr }, series: [{ label: "up", points: [{ t: T0, v: 1 }, { t: T0 + 60_000, v: 0 }] }] };
+        return {
+          raw: { expr: call.expr },
+          series: [
+            {
+              label: "up",
+              points: [
+                { t: T0, v: 1 },
+                { t: T0 + 60_000, v: 0 },
+              ],
+            },
+          ],
+        };
       },
     },
   }).listen();
@@ -202,13 +213,33 @@ describe("remote source connections", () => {
       raw: { expr: "up" },
       partial: false,
       error: null,
-      series: [{ label: "up", points: [{ t: "2024-05-01T12:00:00.000Z", v: 1 }, { t: "2024-05-01T12:01:00.000Z", v: 0 }] }],
+      series: [
+        {
+          label: "up",
+          points: [
+            { t: "2024-05-01T12:00:00.000Z", v: 1 },
+            { t: "2024-05-01T12:01:00.000Z", v: 0 },
+          ],
+        },
+      ],
     });
-    const invoke = await app.call("POST", `/o/acme/remote-sources/${id}/read`, { token: member, body: { call: "invoke", request: { operation: "deploys", params: { service: "api" } } } });
-    expect(invoke.body).toMatchObject({ operation: "deploys", params: { service: "api" }, raw: { deploys: [{ service: "api", at: "2024-05-01T11:00:00Z" }] }, partial: false, error: null });
+    const invoke = await app.call("POST", `/o/acme/remote-sources/${id}/read`, {
+      token: member,
+      body: { call: "invoke", request: { operation: "deploys", params: { service: "api" } } },
+    });
+    expect(invoke.body).toMatchObject({
+      operation: "deploys",
+      params: { service: "api" },
+      raw: { deploys: [{ service: "api", at: "2024-05-01T11:00:00Z" }] },
+      partial: false,
+      error: null,
+    });
     expect(tenantsSeen).toEqual(["tenant-read", "tenant-read"]);
 
-    const unknown = await app.call("POST", `/o/acme/remote-sources/${id}/read`, { token: member, body: { call: "invoke", request: { operation: "nope", params: {} } } });
+    const unknown = await app.call("POST", `/o/acme/remote-sources/${id}/read`, {
+      token: member,
+      body: { call: "invoke", request: { operation: "nope", params: {} } },
+    });
     expect(unknown.status).toBe(200);
     expect(unknown.body).toMatchObject({ operation: "nope", partial: true, error: 'not found (NOT_FOUND: unknown operation "nope")', raw: null });
   });
@@ -233,7 +264,11 @@ describe("remote source connections", () => {
     const read = await app.call("POST", `/o/acme/remote-sources/${id}/read`, { token: member, body: { call: "metrics/list", request: {} } });
     expect(read.status).toBe(200);
     expect(read.body).toMatchObject({ operation: "metrics/list", partial: true, error: "credentials rejected", raw: null });
-    expect((await app.call("GET", `/o/acme/remote-sources/${id}`, { token: member })).body).toMatchObject({ status: "failed", lastError: "credentials rejected", lastTestedAt: null });
+    expect((await app.call("GET", `/o/acme/remote-sources/${id}`, { token: member })).body).toMatchObject({
+      status: "failed",
+      lastError: "credentials rejected",
+      lastTestedAt: null,
+    });
 
     // A rename is not a new credential: still failed.
     const renamed = await app.call("PATCH", `/o/acme/remote-sources/${id}`, { token: owner, body: { name: "rejecting" } });
@@ -244,7 +279,10 @@ describe("remote source connections", () => {
 
     const test = await app.call("POST", `/o/acme/remote-sources/${id}/test`, { token: owner });
     expect(test.body.ok).toBe(false);
-    expect(test.body.checks.find((c: { name: string }) => c.name === "credentials accepted")).toMatchObject({ ok: false, detail: expect.stringContaining("credentials rejected") });
+    expect(test.body.checks.find((c: { name: string }) => c.name === "credentials accepted")).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining("credentials rejected"),
+    });
     const after = (await app.call("GET", `/o/acme/remote-sources/${id}`, { token: member })).body;
     expect(after.status).toBe("failed");
     expect(after.lastError).toContain("credentials accepted: credentials rejected");
@@ -252,7 +290,10 @@ describe("remote source connections", () => {
   });
 
   it("cuts a response over 4 MiB to a partial 'response too large'", async () => {
-    for (const [transport, url] of [["http", bare.huge.httpUrl], ["grpc", bare.huge.grpcUrl]] as const) {
+    for (const [transport, url] of [
+      ["http", bare.huge.httpUrl],
+      ["grpc", bare.huge.grpcUrl],
+    ] as const) {
       const created = await createSource({ baseUrl: url, transport, auth: { bearerToken: bare.huge.token } });
       const read = await app.call("POST", `/o/acme/remote-sources/${created.body.id}/read`, { token: member, body: { call: "metrics/list", request: {} } });
       expect(read.body).toMatchObject({ operation: "metrics/list", partial: true, error: "response too large", raw: null });
@@ -260,7 +301,10 @@ describe("remote source connections", () => {
   });
 
   it("marks connected a source whose window parameters are not among its params hints (the spec does not ask it)", async () => {
-    for (const [transport, url] of [["http", bare.fromSpec.httpUrl], ["grpc", bare.fromSpec.grpcUrl]] as const) {
+    for (const [transport, url] of [
+      ["http", bare.fromSpec.httpUrl],
+      ["grpc", bare.fromSpec.grpcUrl],
+    ] as const) {
       const created = await createSource({ baseUrl: url, transport, auth: { bearerToken: bare.fromSpec.token } });
       const test = await app.call("POST", `/o/acme/remote-sources/${created.body.id}/test`, { token: owner });
       expect(test.body.checks.filter((c: { ok: boolean }) => !c.ok)).toEqual([]);
@@ -276,7 +320,9 @@ describe("remote source connections", () => {
     const version = test.body.checks.find((c: { name: string }) => c.name === "protocol version");
     expect(version.detail).toContain('the source reports protocol version "2"; this service speaks version 1 only');
     // A failing check quotes the rule it applies.
-    expect(version.detail).toContain('rule: "A source reporting a major version the service does not speak is refused at Test connection with a clear message."');
+    expect(version.detail).toContain(
+      'rule: "A source reporting a major version the service does not speak is refused at Test connection with a clear message."',
+    );
     expect((await app.call("GET", `/o/acme/remote-sources/${created.body.id}`, { token: member })).body.status).toBe("failed");
   });
 
@@ -296,8 +342,13 @@ describe("remote source connections", () => {
     const created = await createSource({ baseUrl: bare.good.httpUrl, auth: { bearerToken: bare.good.token } });
     const [row] = await db`select org_id from remotesource.connections where id = ${created.body.id}`;
     const internal = createClient(RemoteSourcesService, app.process.transport);
-    expect(await internal.resolveConnection({ orgId: row!.org_id, connectionId: created.body.id })).toMatchObject({ id: created.body.id, name: created.body.name });
-    const unknown = await internal.resolveConnection({ orgId: row!.org_id, connectionId: "00000000-0000-4000-8000-000000000000" }).catch((e) => ConnectError.from(e));
+    expect(await internal.resolveConnection({ orgId: row!.org_id, connectionId: created.body.id })).toMatchObject({
+      id: created.body.id,
+      name: created.body.name,
+    });
+    const unknown = await internal
+      .resolveConnection({ orgId: row!.org_id, connectionId: "00000000-0000-4000-8000-000000000000" })
+      .catch((e) => ConnectError.from(e));
     expect(unknown).toMatchObject({ code: Code.InvalidArgument, rawMessage: "Unknown remote connection" });
     expect((unknown as ConnectError).metadata.get("x-unprocessable")).toBe("1");
 

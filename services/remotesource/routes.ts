@@ -14,7 +14,7 @@ import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
-import { ReadRequestError } from "./client/source-client.js";
+import { ReadRequestError, type ReadOutcome } from "./client/source-client.js";
 import { runConformanceCheck, type CheckResult } from "./conformance.js";
 import {
   AUDIT_KINDS,
@@ -73,7 +73,12 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
               insert into remotesource.connections (id, org_id, name, base_url, transport, tenant_ref, key_id, credential_ciphertext, created_by)
               values (${id}, ${principal.orgId}, ${name}, ${baseUrl}, ${transport}, ${tenantRef}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
               returning *`;
-            await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.created, actor: principal.email, data: { id, name, baseUrl, transport } });
+            await recordAudit(deps.ctx.outbox, tx, {
+              orgId: principal.orgId,
+              kind: AUDIT_KINDS.created,
+              actor: principal.email,
+              data: { id, name, baseUrl, transport },
+            });
             return inserted!;
           }),
         name,
@@ -87,7 +92,9 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const limit = pageLimit(req.limit, 1000, 1000);
       const after = req.cursor ? decodeCursor("r", req.cursor, isUuid) : undefined;
       const afterClause =
-        after === undefined ? sql`` : sql`and (created_at, id) > (select created_at, id from remotesource.connections where org_id = ${principal.orgId} and id = ${after})`;
+        after === undefined
+          ? sql``
+          : sql`and (created_at, id) > (select created_at, id from remotesource.connections where org_id = ${principal.orgId} and id = ${after})`;
       const rows = await sql<ConnectionRow[]>`
         select * from remotesource.connections where org_id = ${principal.orgId} ${afterClause} order by created_at, id limit ${limit + 1}`;
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("r", last.id));
@@ -136,7 +143,13 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
                 updated_at = now()
               where id = ${current.id} and org_id = ${principal.orgId}
               returning *`;
-            if (updated) await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.updated, actor: principal.email, data: { id: current.id, changed } });
+            if (updated)
+              await recordAudit(deps.ctx.outbox, tx, {
+                orgId: principal.orgId,
+                kind: AUDIT_KINDS.updated,
+                actor: principal.email,
+                data: { id: current.id, changed },
+              });
             return updated;
           }),
         name,
@@ -150,7 +163,12 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const row = await loadConnection(deps, principal.orgId, req.id);
       await sql.begin(async (tx) => {
         await tx`delete from remotesource.connections where id = ${row.id} and org_id = ${principal.orgId}`;
-        await recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.deleted, actor: principal.email, data: { id: row.id, name: row.name } });
+        await recordAudit(deps.ctx.outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.deleted,
+          actor: principal.email,
+          data: { id: row.id, name: row.name },
+        });
       });
       deps.ctx.outbox.poke();
       return {};
@@ -163,7 +181,14 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const failed = result.checks.filter((c) => !c.ok);
       const lastError = failed.length === 0 ? null : summarize(failed.map((c) => `${c.name}: ${c.detail}`).join("; "));
       await recordStatus(deps, row, result.ok ? "connected" : "failed", lastError, { tested: true });
-      await sql.begin((tx) => recordAudit(deps.ctx.outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.tested, actor: principal.email, data: { id: row.id, ok: result.ok, failed: failed.map((c) => c.name) } }));
+      await sql.begin((tx) =>
+        recordAudit(deps.ctx.outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.tested,
+          actor: principal.email,
+          data: { id: row.id, ok: result.ok, failed: failed.map((c) => c.name) },
+        }),
+      );
       deps.ctx.outbox.poke();
       // The report keeps its shape {name, ok, detail}; the rule a failing check applies and any
       // warning are written into its detail.
@@ -177,7 +202,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const request: JsonObject = { ...(req.request ?? {}) };
       // The tenant is the connection's, whatever the caller sends.
       delete request.tenant;
-      let outcome;
+      let outcome: ReadOutcome;
       try {
         outcome = await clientFor(deps, row).read(req.call, request);
       } catch (err) {

@@ -23,14 +23,18 @@ export function createClientAddress(trustedProxyCidrs: readonly string[]) {
     const [address, bits] = ipaddr.parseCIDR(cidr);
     return [address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress() ? (address as ipaddr.IPv6).toIPv4Address() : address, bits] as Range;
   });
-  const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) => ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range as never, bits));
+  const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) =>
+    ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range as never, bits));
   return {
     /** The client of a request whose socket peer is `peer` and whose forwarding header is `forwarded`. */
     resolve(peer: string | undefined, forwarded: string | string[] | undefined): string {
       const socket = peer ? parse(peer) : undefined;
       if (!socket) return peer ?? "";
       if (!trusted(socket) || forwarded === undefined) return socket.toString();
-      const chain = (Array.isArray(forwarded) ? forwarded.join(",") : forwarded).split(",").map((s) => s.trim()).filter(Boolean);
+      const chain = (Array.isArray(forwarded) ? forwarded.join(",") : forwarded)
+        .split(",")
+        .map((s) => s.trim())
+        .filter(Boolean);
       let client = socket;
       for (let i = chain.length - 1; i >= 0; i--) {
         const hop = parse(chain[i]!);

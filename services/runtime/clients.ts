@@ -7,14 +7,7 @@ import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 
 /** Every internal service, in the order a one-process start registers them. */
-export const internalServices = [
-  IdentityService,
-  IncidentsService,
-  IntakeService,
-  HeartbeatsService,
-  CommsService,
-  RemoteSourcesService,
-] as const;
+export const internalServices = [IdentityService, IncidentsService, IntakeService, HeartbeatsService, CommsService, RemoteSourcesService] as const;
 
 export interface Clients {
   identity: Client<typeof IdentityService>;

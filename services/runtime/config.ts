@@ -6,7 +6,10 @@ const cidrList = z
   .string()
   .default("")
   .transform((value, ctx) => {
-    const entries = value.split(",").map((s) => s.trim()).filter(Boolean);
+    const entries = value
+      .split(",")
+      .map((s) => s.trim())
+      .filter(Boolean);
     for (const entry of entries) {
       if (!/^[0-9a-fA-F:.]+\/\d{1,3}$/.test(entry)) {
         ctx.addIssue({ code: "custom", message: `"${entry}" is not a CIDR range (e.g. 10.0.0.0/8)` });
@@ -48,7 +51,12 @@ export const configSchema = z.object({
   BOOTSTRAP_ORG_SLUG: optionalString,
   BOOTSTRAP_OWNER_EMAIL: optionalString,
   BOOTSTRAP_OWNER_PASSWORD: optionalString,
-  SESSION_TTL_SECONDS: z.coerce.number().int().min(60).max(30 * 86400).default(12 * 3600),
+  SESSION_TTL_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(60)
+    .max(30 * 86400)
+    .default(12 * 3600),
   HEARTBEAT_SWEEP_SECONDS: z.coerce.number().positive().max(86400).default(300),
   EGRESS_ALLOW_PRIVATE_CIDRS: cidrList,
   EGRESS_CA_FILE: optionalString,
@@ -61,7 +69,12 @@ export const configSchema = z.object({
   REMOTE_SOURCE_HTTP_BEARER_HOSTS: z
     .string()
     .default("")
-    .transform((v) => v.split(",").map((h) => h.trim().toLowerCase()).filter(Boolean)),
+    .transform((v) =>
+      v
+        .split(",")
+        .map((h) => h.trim().toLowerCase())
+        .filter(Boolean),
+    ),
   // Keys that encrypt secrets at rest (webhook URLs, remote-source credentials):
   // "<id>:<base64 of 32 bytes>" entries separated by commas; the first one encrypts.
   SECRETS_KEYS: optionalString,
@@ -88,9 +101,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   const config = parsed.data;
   const bootstrap = [config.BOOTSTRAP_ORG_SLUG, config.BOOTSTRAP_OWNER_EMAIL, config.BOOTSTRAP_OWNER_PASSWORD];
   if (bootstrap.some(Boolean) && !bootstrap.every(Boolean)) {
-    throw new ConfigError(
-      "invalid configuration:\n  BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD must be set together",
-    );
+    throw new ConfigError("invalid configuration:\n  BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD must be set together");
   }
   const natsProblem = natsCredentialProblem(config);
   if (natsProblem) throw new ConfigError(`invalid configuration:\n  ${natsProblem}`);

@@ -6,8 +6,8 @@ import type { Logger } from "./logger.js";
 import { tracedSql, tracingEnabled } from "./tracing.js";
 import { throwIfCallerGaveUp } from "./request-context.js";
 
-export type Sql = postgres.Sql<{}>;
-export type TransactionSql = postgres.TransactionSql<{}>;
+export type Sql = postgres.Sql;
+export type TransactionSql = postgres.TransactionSql;
 
 export interface PoolStats {
   max: number;
@@ -74,14 +74,15 @@ export async function openDatabase(options: { url?: string | undefined; dataDir:
     server,
     connection,
     close() {
-      return (closed ??= (async () => {
+      closed ??= (async () => {
         try {
           await sql.end({ timeout: 5 });
           await server.stop();
         } finally {
           lock.release();
         }
-      })());
+      })();
+      return closed;
     },
   };
 }

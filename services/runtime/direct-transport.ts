@@ -78,7 +78,7 @@ export function createDirectTransport(
     async unary(method, signal, timeoutMs, header, input, contextValues) {
       const path = `/${method.parent.typeName}/${method.name}`;
       const spec = registry.lookup(method);
-      if (!spec || spec.kind !== "unary") throw new ConnectError(`no service is answering ${path}`, Code.Unimplemented);
+      if (spec?.kind !== "unary") throw new ConnectError(`no service is answering ${path}`, Code.Unimplemented);
       const deadline = timeoutMs !== undefined && timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
       const callSignal =
         deadline !== undefined ? AbortSignal.any(signal ? [signal, AbortSignal.timeout(timeoutMs!)] : [AbortSignal.timeout(timeoutMs!)]) : (signal ?? NEVER);
@@ -100,10 +100,7 @@ export function createDirectTransport(
           responseTrailer: new Headers(),
           values: req.contextValues,
         } as unknown as HandlerContext;
-        const message = await untilAborted(
-          invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors),
-          req.signal,
-        );
+        const message = await untilAborted(invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors), req.signal);
         const replyBytes = toBinary(method.output, message as never).byteLength;
         if (replyBytes > maxMessageBytes) throw replyTooLarge(replyBytes, maxMessageBytes, path);
         return { stream: false, service: method.parent, method, header: context.responseHeader, message, trailer: context.responseTrailer } as UnaryResponse;

@@ -1,6 +1,20 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, chownSync, closeSync, existsSync, lstatSync, mkdirSync, openSync, readFileSync, rmSync, statSync, symlinkSync, truncateSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  closeSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  truncateSync,
+  writeFileSync,
+} from "node:fs";
 import { createRequire } from "node:module";
 import net, { type AddressInfo } from "node:net";
 import { arch, platform } from "node:os";
@@ -267,7 +281,19 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
       try {
         execFileSync(
           prefix[0] ?? bin.initdb,
-          [...prefix.slice(1), ...(prefix.length ? [bin.initdb] : []), "-D", pgDir, "-U", USER, "--auth=scram-sha-256", `--pwfile=${pwfile}`, "--encoding=UTF8", "--locale=C", "--no-instructions"],
+          [
+            ...prefix.slice(1),
+            ...(prefix.length ? [bin.initdb] : []),
+            "-D",
+            pgDir,
+            "-U",
+            USER,
+            "--auth=scram-sha-256",
+            `--pwfile=${pwfile}`,
+            "--encoding=UTF8",
+            "--locale=C",
+            "--no-instructions",
+          ],
           { ...spawnIds, stdio: ["ignore", "ignore", "pipe"], env: { ...process.env, LC_ALL: "C" } },
         );
       } catch (err) {
@@ -300,10 +326,24 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
     const child: ChildProcess = spawn(
       "/bin/sh",
       [
-        "-c", WATCHDOG, "embedded-postgres", logPath, ...prefix, bin.postgres,
-        "-D", pgDir, "-p", String(port),
-        "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-        "-c", "max_connections=200", "-c", "huge_pages=off",
+        "-c",
+        WATCHDOG,
+        "embedded-postgres",
+        logPath,
+        ...prefix,
+        bin.postgres,
+        "-D",
+        pgDir,
+        "-p",
+        String(port),
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "unix_socket_directories=",
+        "-c",
+        "max_connections=200",
+        "-c",
+        "huge_pages=off",
       ],
       { ...spawnIds, detached: true, stdio: ["pipe", "ignore", "ignore"], env: { ...process.env, LC_ALL: "C" } },
     );
@@ -320,7 +360,10 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
     let ready = false;
     while (!exited && Date.now() - started < startTimeoutMs) {
       const probe = postgres({ ...url, max: 1, connect_timeout: 2, onnotice: () => {} });
-      ready = await probe`select 1`.then(() => true, () => false);
+      ready = await probe`select 1`.then(
+        () => true,
+        () => false,
+      );
       await probe.end({ timeout: 1 }).catch(() => {});
       if (ready) break;
       await new Promise((r) => setTimeout(r, 50));
@@ -350,7 +393,7 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
       password,
       pid: () => readPostmasterPid(pgDir),
       stop(timeoutMs = 15_000) {
-        return (stopping ??= (async () => {
+        stopping ??= (async () => {
           if (exited) return;
           // Closing the pipe is what the watchdog waits for.
           child.stdin!.end();
@@ -364,7 +407,8 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
             }
             await exit;
           }
-        })());
+        })();
+        return stopping;
       },
     };
   }

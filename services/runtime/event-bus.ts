@@ -161,7 +161,10 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
   };
 }
 
-async function ensureStream(jsm: Awaited<ReturnType<typeof jetstreamManager>>, config: { name: string; subjects: string[]; duplicate_window: number; max_age: number }) {
+async function ensureStream(
+  jsm: Awaited<ReturnType<typeof jetstreamManager>>,
+  config: { name: string; subjects: string[]; duplicate_window: number; max_age: number },
+) {
   try {
     await jsm.streams.info(config.name);
   } catch {
@@ -189,7 +192,12 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
   const unprefixed = (subject: string) => (subjectPrefix && subject.startsWith(`${subjectPrefix}.`) ? subject.slice(subjectPrefix.length + 1) : subject);
   const jsm = await jetstreamManager(nc);
   await ensureStream(jsm, { name: EVENTS_STREAM, subjects: [subjectOf("events.>")], duplicate_window: 600 * SECOND_NS, max_age: 7 * 24 * 3600 * SECOND_NS });
-  await ensureStream(jsm, { name: DEAD_LETTER_STREAM, subjects: [subjectOf("deadletter.>")], duplicate_window: 600 * SECOND_NS, max_age: 30 * 24 * 3600 * SECOND_NS });
+  await ensureStream(jsm, {
+    name: DEAD_LETTER_STREAM,
+    subjects: [subjectOf("deadletter.>")],
+    duplicate_window: 600 * SECOND_NS,
+    max_age: 30 * 24 * 3600 * SECOND_NS,
+  });
   const js: JetStreamClient = jetstream(nc);
   const stops: (() => void)[] = [];
   /**
@@ -217,7 +225,12 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
       h.set("Warroom-Consumer", consumer);
       h.set("Warroom-Deliveries", String(m.info.deliveryCount));
       // A header value is one line.
-      h.set("Warroom-Error", errorOf(err).message.replace(/[\r\n]+/g, " ").slice(0, 1000));
+      h.set(
+        "Warroom-Error",
+        errorOf(err)
+          .message.replace(/[\r\n]+/g, " ")
+          .slice(0, 1000),
+      );
       await js.publish(subjectOf(`deadletter.${consumer}.${unprefixed(m.subject)}`), m.data, { msgID: key, headers: h });
       copied.add(key);
       if (copied.size > 10_000) copied.delete(copied.values().next().value!);
@@ -227,7 +240,10 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         "event handler keeps failing; copied to the dead letters and still retried",
       );
     } catch (copyErr) {
-      logger.error({ err: copyErr, consumer, subject: m.subject, id }, "could not copy a failing event to the dead letters; will try again on its next failure");
+      logger.error(
+        { err: copyErr, consumer, subject: m.subject, id },
+        "could not copy a failing event to the dead letters; will try again on its next failure",
+      );
     }
   }
 
@@ -236,17 +252,16 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
       await js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) });
     },
     async publishMany(events) {
-      const settled = await Promise.allSettled(events.map((event) => js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) })));
+      const settled = await Promise.allSettled(
+        events.map((event) => js.publish(subjectOf(event.subject), event.payload, { msgID: event.id, headers: eventHeaders(event) })),
+      );
       return settled.map((s) => (s.status === "fulfilled" ? undefined : errorOf(s.reason)));
     },
     async reachable() {
       if (nc.isClosed()) return false;
       let timer: NodeJS.Timeout | undefined;
       try {
-        await Promise.race([
-          jsm.streams.info(EVENTS_STREAM),
-          new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("timeout")), 2000))),
-        ]);
+        await Promise.race([jsm.streams.info(EVENTS_STREAM), new Promise((_, reject) => (timer = setTimeout(() => reject(new Error("timeout")), 2000)))]);
         return true;
       } catch {
         return false;
@@ -300,7 +315,11 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
         // A slow handler (a database failing over) keeps its claim instead of being redelivered alongside.
         const working = setInterval(() => settle(() => m.working()), 10_000);
         try {
-          await consume(handler, { id, subject: unprefixed(m.subject), payload: m.data, traceContext: m.headers?.get("traceparent") || null }, options.durableName);
+          await consume(
+            handler,
+            { id, subject: unprefixed(m.subject), payload: m.data, traceContext: m.headers?.get("traceparent") || null },
+            options.durableName,
+          );
           settle(() => m.ack());
         } catch (err) {
           const failures = m.info.deliveryCount;

@@ -6,7 +6,8 @@ import type { ConnectRouter, Transport } from "@connectrpc/connect";
  * gateway process answers Connect and gRPC for services that run as their own processes.
  */
 /** Protocol headers belong to the incoming call; only the caller's own headers travel on. */
-const PROTOCOL_HEADER = /^(content-type|content-length|content-encoding|accept-encoding|connection|host|te|keep-alive|transfer-encoding|connect-.*|grpc-.*|:.*)$/i;
+const PROTOCOL_HEADER =
+  /^(content-type|content-length|content-encoding|accept-encoding|connection|host|te|keep-alive|transfer-encoding|connect-.*|grpc-.*|:.*)$/i;
 
 function applicationHeaders(incoming: Headers): Headers {
   const out = new Headers();
@@ -20,7 +21,10 @@ export function registerForwarding(router: ConnectRouter, service: DescService, 
   const impl: Record<string, unknown> = {};
   for (const method of service.methods) {
     if (method.methodKind !== "unary") continue;
-    impl[method.localName] = async (req: never, context: { signal: AbortSignal; timeoutMs(): number | undefined; requestHeader: Headers; responseHeader: Headers }) => {
+    impl[method.localName] = async (
+      req: never,
+      context: { signal: AbortSignal; timeoutMs(): number | undefined; requestHeader: Headers; responseHeader: Headers },
+    ) => {
       const response = await transport.unary(method as DescMethodUnary, context.signal, context.timeoutMs(), applicationHeaders(context.requestHeader), req);
       response.header.forEach((value, key) => {
         if (key.startsWith("x-")) context.responseHeader.set(key, value);

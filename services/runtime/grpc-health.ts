@@ -14,7 +14,13 @@ export function registerGrpcHealth(router: ConnectRouter, probes: Probes): void 
   const status = async (service: string) => {
     let ok: boolean;
     if (service === "liveness") ok = probes.liveness().ok;
-    else if (service === "" || service === "readiness") ok = probes.liveness().ok && (await probes.readiness().then((r) => r.ok, () => false));
+    else if (service === "" || service === "readiness")
+      ok =
+        probes.liveness().ok &&
+        (await probes.readiness().then(
+          (r) => r.ok,
+          () => false,
+        ));
     else throw new ConnectError(`unknown service "${service}"`, Code.NotFound);
     return ok ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING;
   };

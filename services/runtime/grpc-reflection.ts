@@ -53,7 +53,10 @@ export function buildReflectionIndex(served: readonly DescService[]): Reflection
     if (index.files.has(name)) return;
     const copy = publicCopy(file, kept);
     index.files.set(name, toBinary(FileDescriptorProtoSchema, copy));
-    index.imports.set(name, file.dependencies.map((dep) => dep.proto.name));
+    index.imports.set(
+      name,
+      file.dependencies.map((dep) => dep.proto.name),
+    );
     const declare = (symbol: string) => index.symbols.set(symbol, name);
     const messages = (list: readonly DescMessage[]) => {
       for (const message of list) {
@@ -104,7 +107,9 @@ type Request = v1.ServerReflectionRequest | v1alpha.ServerReflectionRequest;
 function answer(index: ReflectionIndex, req: Request) {
   const notFound = (what: string) => ({ case: "errorResponse" as const, value: { errorCode: GRPC_NOT_FOUND, errorMessage: `${what} not found` } });
   const files = (name: string | undefined, what: string) =>
-    name !== undefined && index.files.has(name) ? { case: "fileDescriptorResponse" as const, value: { fileDescriptorProto: withImports(index, name) } } : notFound(what);
+    name !== undefined && index.files.has(name)
+      ? { case: "fileDescriptorResponse" as const, value: { fileDescriptorProto: withImports(index, name) } }
+      : notFound(what);
   const request = req.messageRequest;
   switch (request.case) {
     case "listServices":

@@ -15,14 +15,12 @@ export async function migrate(sql: Sql, schema: string, migrations: readonly Mig
   if (!/^[a-z_][a-z0-9_]*$/.test(schema)) throw new Error(`bad schema name ${schema}`);
   const sorted = [...migrations].sort((a, b) => a.id - b.id);
   return sql.begin(async (tx) => {
-    await tx`select pg_advisory_xact_lock(hashtext(${"migrate:" + schema}))`;
+    await tx`select pg_advisory_xact_lock(hashtext(${`migrate:${schema}`}))`;
     await tx.unsafe(`create schema if not exists ${schema}`);
     await tx.unsafe(
       `create table if not exists ${schema}.schema_migrations (id integer primary key, name text not null, applied_at timestamptz not null default now())`,
     );
-    const applied = new Set(
-      (await tx.unsafe<{ id: number }[]>(`select id from ${schema}.schema_migrations`)).map((r) => r.id),
-    );
+    const applied = new Set((await tx.unsafe<{ id: number }[]>(`select id from ${schema}.schema_migrations`)).map((r) => r.id));
     let count = 0;
     for (const migration of sorted) {
       if (applied.has(migration.id)) continue;

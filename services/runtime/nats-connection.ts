@@ -1,11 +1,5 @@
 import { readFileSync } from "node:fs";
-import {
-  credsAuthenticator,
-  nkeyAuthenticator,
-  tokenAuthenticator,
-  usernamePasswordAuthenticator,
-  type ConnectionOptions,
-} from "@nats-io/nats-core";
+import { credsAuthenticator, nkeyAuthenticator, tokenAuthenticator, usernamePasswordAuthenticator, type ConnectionOptions } from "@nats-io/nats-core";
 
 /** The NATS settings of the configuration (see config.ts). */
 export interface NatsSettings {
@@ -23,7 +17,12 @@ export interface NatsSettings {
 
 /** What is wrong with the NATS credentials of a configuration, or undefined. */
 export function natsCredentialProblem(s: Omit<NatsSettings, "NATS_SUBJECT_PREFIX">): string | undefined {
-  const kinds = [s.NATS_USER || s.NATS_PASSWORD ? "NATS_USER/NATS_PASSWORD" : "", s.NATS_TOKEN ? "NATS_TOKEN" : "", s.NATS_NKEY_SEED ? "NATS_NKEY_SEED" : "", s.NATS_CREDS_FILE ? "NATS_CREDS_FILE" : ""].filter(Boolean);
+  const kinds = [
+    s.NATS_USER || s.NATS_PASSWORD ? "NATS_USER/NATS_PASSWORD" : "",
+    s.NATS_TOKEN ? "NATS_TOKEN" : "",
+    s.NATS_NKEY_SEED ? "NATS_NKEY_SEED" : "",
+    s.NATS_CREDS_FILE ? "NATS_CREDS_FILE" : "",
+  ].filter(Boolean);
   if (kinds.length > 1) return `set one kind of NATS credential, not ${kinds.join(" and ")}`;
   if (Boolean(s.NATS_USER) !== Boolean(s.NATS_PASSWORD)) return "NATS_USER and NATS_PASSWORD must be set together";
   if (Boolean(s.NATS_TLS_CERT_FILE) !== Boolean(s.NATS_TLS_KEY_FILE)) return "NATS_TLS_CERT_FILE and NATS_TLS_KEY_FILE must be set together";

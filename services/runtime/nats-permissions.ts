@@ -101,11 +101,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
       ],
     },
     subscribe: {
-      allow: [
-        ...(served ? [prefixed(subjectPrefix, `rpc.${served}.>`)] : []),
-        `${inboxPrefix(subjectPrefix, user)}.>`,
-        prefixed(subjectPrefix, "broadcast.>"),
-      ],
+      allow: [...(served ? [prefixed(subjectPrefix, `rpc.${served}.>`)] : []), `${inboxPrefix(subjectPrefix, user)}.>`, prefixed(subjectPrefix, "broadcast.>")],
     },
     // Answers go to the requester's reply subject, whatever its name.
     allow_responses: true,

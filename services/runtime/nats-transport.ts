@@ -18,7 +18,7 @@ const DEFAULT_TIMEOUT_MS = 15_000;
 
 export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
-  return prefixed(subjectPrefix, "rpc" + requestPath.replace(/\//g, "."));
+  return prefixed(subjectPrefix, `rpc${requestPath.replace(/\//g, ".")}`);
 }
 
 async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
@@ -45,7 +45,9 @@ async function* once(data: Uint8Array): AsyncIterable<Uint8Array> {
 
 function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs {
   const h = natsHeaders();
-  source.forEach((value, key) => h.set(key, value));
+  source.forEach((value, key) => {
+    h.set(key, value);
+  });
   for (const [key, value] of Object.entries(extra ?? {})) h.set(key, value);
   return h;
 }
@@ -247,7 +249,9 @@ function exchange(
     };
     const onAbort = () => finish(abortReason(signal!));
     const timer = setTimeout(() => finish(new errors.TimeoutError()), timeoutMs);
-    const stopWatching = state.onDisconnect(() => finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)));
+    const stopWatching = state.onDisconnect(() =>
+      finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)),
+    );
     const sub = nc.subscribe(inbox, {
       callback: (err, msg) => {
         if (err) return finish(err);
@@ -482,7 +486,8 @@ async function answer(
     const timeoutHeader = Number(msg.headers?.get("connect-timeout-ms"));
     const timeoutMs = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : limits.defaultTimeoutMs;
     const data = count > 1 ? await receiveParts(nc, msg, count, timeoutMs) : msg.data;
-    if (data.byteLength > limits.maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
+    if (data.byteLength > limits.maxMessageBytes)
+      return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
     const response = await handler({
       httpVersion: "1.1",
       url: `nats://rpc${handler.requestPath}`,
@@ -493,7 +498,9 @@ async function answer(
     });
     // The handler's own headers object, made for this call: added to, not copied.
     const header = response.header ?? new Headers();
-    response.trailer?.forEach((value, key) => header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value));
+    response.trailer?.forEach((value, key) => {
+      header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value);
+    });
     const body = await readAll(response.body);
     if (body.byteLength > limits.maxMessageBytes) {
       // The work is done (perhaps committed); the caller gets a clean error it can act on rather
@@ -504,7 +511,9 @@ async function answer(
     const parts = split(body, partBytes(nc));
     for (const [i, part] of parts.entries()) {
       const extra: Record<string, string> = parts.length > 1 ? { [PART_HEADER]: String(i), [PARTS_HEADER]: String(parts.length) } : {};
-      nc.publish(replyTo, part, { headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra) });
+      nc.publish(replyTo, part, {
+        headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra),
+      });
     }
   } catch (err) {
     if (err instanceof ConnectError) {

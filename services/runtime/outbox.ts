@@ -128,7 +128,10 @@ const relayGates = new WeakMap<Sql, { tail: Promise<unknown> }>();
 
 function relayStatement<T>(sql: Sql, statement: () => Promise<T>): Promise<T> {
   let gate = relayGates.get(sql);
-  if (!gate) relayGates.set(sql, (gate = { tail: Promise.resolve() }));
+  if (!gate) {
+    gate = { tail: Promise.resolve() };
+    relayGates.set(sql, gate);
+  }
   const result = gate.tail.then(statement, statement);
   gate.tail = result.catch(() => undefined);
   return result;
@@ -238,9 +241,14 @@ export function createOutboxRelay(
     );
     // Pipelined: every publish of the batch is sent in sequence order before any ack is awaited.
     const outcomes = await bus.publishMany(
-      rows.map((row, i) => ({ id: row.id, subject: row.subject, payload: new Uint8Array(row.payload), traceContext: spans[i]?.traceparent ?? row.trace_context })),
+      rows.map((row, i) => ({
+        id: row.id,
+        subject: row.subject,
+        payload: new Uint8Array(row.payload),
+        traceContext: spans[i]?.traceparent ?? row.trace_context,
+      })),
     );
-    spans.forEach((span, i) => span?.end(outcomes[i]));
+    for (const [i, span] of spans.entries()) span?.end(outcomes[i]);
     const published = rows.filter((_, i) => outcomes[i] === undefined).map((r) => r.id);
     const failed = rows.flatMap((row, i) => (outcomes[i] === undefined ? [] : [{ id: row.id, subject: row.subject, error: String(outcomes[i]) }]));
     await options.afterPublish?.(published);
@@ -257,9 +265,15 @@ export function createOutboxRelay(
       const dead = await recordFailures(failed);
       if (dead > 0) {
         outboxDeadLetters.inc({ service: schema }, dead);
-        logger.error({ schema, dead, table: `${schema}.outbox_dead_letters`, firstError: failed[0]!.error }, "outbox events moved to the dead letters after repeated failures");
+        logger.error(
+          { schema, dead, table: `${schema}.outbox_dead_letters`, firstError: failed[0]!.error },
+          "outbox events moved to the dead letters after repeated failures",
+        );
       } else {
-        logger.warn({ schema, failed: failed.length, subjects: [...new Set(failed.map((f) => f.subject))], firstError: failed[0]!.error }, "outbox events could not be published; will retry");
+        logger.warn(
+          { schema, failed: failed.length, subjects: [...new Set(failed.map((f) => f.subject))], firstError: failed[0]!.error },
+          "outbox events could not be published; will retry",
+        );
       }
     }
     // Below a full batch (failures included) the drain stops: failed rows wait for their retry time.
@@ -306,7 +320,11 @@ export function createOutboxRelay(
     async write(tx, type, message) {
       const traceContext = currentTraceparent();
       if (traceContext) {
-        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [type.subject, Buffer.from(toBinary(type.schema, message)), traceContext]);
+        await tx.unsafe(`insert into ${table} (subject, payload, trace_context) values ($1, $2, $3)`, [
+          type.subject,
+          Buffer.from(toBinary(type.schema, message)),
+          traceContext,
+        ]);
         return;
       }
       await tx.unsafe(`insert into ${table} (subject, payload) values ($1, $2)`, [type.subject, Buffer.from(toBinary(type.schema, message))]);

@@ -29,4 +29,3 @@ export function pageOf<T>(rows: T[], limit: number, cursorOf: (last: T) => strin
   const page = rows.slice(0, limit);
   return { page, nextCursor: cursorOf(page.at(-1)!) };
 }
-

@@ -128,7 +128,12 @@ export function createProbes(options: {
       const [db, js, ...extra] = await Promise.all([
         within(pingDatabase(), CHECK_BUDGET_MS),
         nats ? within(pingJetStream(), CHECK_BUDGET_MS) : Promise.resolve("ok" as const),
-        ...options.extra.map((e) => within(e.ready().catch(() => false), CHECK_BUDGET_MS)),
+        ...options.extra.map((e) =>
+          within(
+            e.ready().catch(() => false),
+            CHECK_BUDGET_MS,
+          ),
+        ),
       ]);
       checks.database = db === timedOut ? `no answer within ${CHECK_BUDGET_MS} ms` : db;
       if (nats) {

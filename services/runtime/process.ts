@@ -141,7 +141,12 @@ async function startServices(
       sql: database.sql,
       backgroundSql: background.sql,
       openPool: (applicationName, size) => openPoolOn(database, size, applicationName),
-      logger: logger.child({ service: "pending" }), clients, outbox, events, broadcast });
+      logger: logger.child({ service: "pending" }),
+      clients,
+      outbox,
+      events,
+      broadcast,
+    });
     relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
     await migrate(database.sql, module.name, module.migrations);
     modules.push(module);
@@ -240,7 +245,8 @@ async function startServices(
           port: config.METRICS_PORT,
           handler: (req, res) => {
             void (async () => {
-              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
+              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")
+                return sendJson(res, 404, { error: "not found" });
               await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
               const pool = database.poolStats();
               for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
@@ -263,7 +269,16 @@ async function startServices(
   for (const module of modules) await module.start?.();
   probes.markStarted();
   markStarted();
-  logger.info({ port: server.port, metricsPort: metricsServer?.port, services: modules.map((m) => m.name), transport: nats ? "nats" : "in-memory", database: database.embedded ? "embedded" : "server" }, "serving");
+  logger.info(
+    {
+      port: server.port,
+      metricsPort: metricsServer?.port,
+      services: modules.map((m) => m.name),
+      transport: nats ? "nats" : "in-memory",
+      database: database.embedded ? "embedded" : "server",
+    },
+    "serving",
+  );
 
   // Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it.
   const bounded = async (what: string, ms: number, work: () => Promise<unknown>) => {
@@ -320,10 +335,13 @@ export async function main(options: ProcessOptions): Promise<void> {
     signalled = true;
     running.logger.info({ signal }, "draining");
     // Whatever hangs, the process ends within SHUTDOWN_GRACE_SECONDS + 5 s.
-    setTimeout(() => {
-      running.logger.error("shutdown did not finish in time: exiting");
-      process.exit(1);
-    }, (running.config.SHUTDOWN_GRACE_SECONDS + 4.5) * 1000).unref();
+    setTimeout(
+      () => {
+        running.logger.error("shutdown did not finish in time: exiting");
+        process.exit(1);
+      },
+      (running.config.SHUTDOWN_GRACE_SECONDS + 4.5) * 1000,
+    ).unref();
     running.stop().then(
       () => process.exit(0),
       (err) => {

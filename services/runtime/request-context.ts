@@ -53,7 +53,8 @@ export function throwIfCallerGaveUp(): void {
 
 function callerGaveUp(signal: AbortSignal | undefined): ConnectError {
   const reason: unknown = signal?.reason;
-  if (reason instanceof ConnectError) return reason.code === Code.Canceled ? reason : new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
+  if (reason instanceof ConnectError)
+    return reason.code === Code.Canceled ? reason : new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
   return new ConnectError("the caller's deadline has passed", Code.DeadlineExceeded);
 }
 
@@ -66,7 +67,10 @@ export function detachedFromCancellation<T>(fn: () => T): T {
   const context = storage.getStore();
   if (!context) return fn();
   const deadline = context.deadline;
-  return storage.run({ requestId: context.requestId, deadline, signal: deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now())) }, fn);
+  return storage.run(
+    { requestId: context.requestId, deadline, signal: deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now())) },
+    fn,
+  );
 }
 
 /** The deadline a request carries: Connect's `connect-timeout-ms` or gRPC's `grpc-timeout`. */

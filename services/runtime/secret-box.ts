@@ -90,7 +90,10 @@ export function createSecretBox(keys: readonly SecretKey[]): SecretBox {
  * Errors name the variable and the entry's id, never key material.
  */
 export function parseSecretKeys(value: string, variable = "SECRETS_KEYS"): SecretKey[] {
-  const entries = value.split(",").map((s) => s.trim()).filter(Boolean);
+  const entries = value
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
   if (entries.length === 0) throw new ConfigError(`invalid configuration:\n  ${variable}: no keys`);
   const seen = new Set<string>();
   return entries.map((entry, index) => {
@@ -173,7 +176,10 @@ export function secretBoxFromConfig(
  * and warns (once, when the key file is first used) that the key file was just created, that
  * others can read it, or that separate processes would each need the same keys.
  */
-export function serviceSecretBox(config: { SECRETS_KEYS?: string | undefined; DATA_DIR: string; NATS_URL?: string | undefined }, logger: Logger): () => SecretBox {
+export function serviceSecretBox(
+  config: { SECRETS_KEYS?: string | undefined; DATA_DIR: string; NATS_URL?: string | undefined },
+  logger: Logger,
+): () => SecretBox {
   return secretBoxFromConfig(config, (file) => {
     if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");
     if (file.loosePermissions) logger.warn({ path: file.path }, "the secrets key file is readable by others than its owner; chmod 600 it");

@@ -31,7 +31,9 @@ const tracer = () => trace.getTracer("warroom");
 /** Whether the environment asks for traces: any OTEL_* variable, unless the SDK or the exporter is turned off. */
 export function tracingRequested(env: NodeJS.ProcessEnv): boolean {
   if (env.OTEL_SDK_DISABLED?.trim().toLowerCase() === "true") return false;
-  const exporters = env.OTEL_TRACES_EXPORTER?.split(",").map((e) => e.trim().toLowerCase()).filter(Boolean);
+  const exporters = env.OTEL_TRACES_EXPORTER?.split(",")
+    .map((e) => e.trim().toLowerCase())
+    .filter(Boolean);
   if (exporters && exporters.length > 0 && exporters.every((e) => e === "none")) return false;
   return Object.entries(env).some(([key, value]) => key.startsWith("OTEL_") && value);
 }
@@ -200,10 +202,14 @@ export function tracingServerInterceptor(): Interceptor {
 export function tracingClientInterceptor(transport: string): Interceptor {
   return (next) => (req) => {
     const method = methodName(req);
-    return inSpan(method, { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc", "rpc.method": method, "warroom.transport": transport } }, async () => {
-      for (const [key, value] of Object.entries(injectHeaders())) req.header.set(key, value);
-      return next(req);
-    });
+    return inSpan(
+      method,
+      { kind: SpanKind.CLIENT, attributes: { "rpc.system": "connect_rpc", "rpc.method": method, "warroom.transport": transport } },
+      async () => {
+        for (const [key, value] of Object.entries(injectHeaders())) req.header.set(key, value);
+        return next(req);
+      },
+    );
   };
 }
 

@@ -107,7 +107,6 @@ function cpuMs(): number {
   return (usage.user + usage.system) / 1000;
 }
 
-
 function askChild<T>(child: ChildProcess, message: string, pick: (m: ChildMessage) => T | undefined): Promise<T> {
   return new Promise((resolve) => {
     const onMessage = (m: ChildMessage) => {
@@ -131,7 +130,11 @@ async function loadServer(child: ChildProcess, url: string, request: (i: number)
   return { ...result, serverCpuMsPerRequest: (after - before) / result.total };
 }
 
-async function load(url: string, request: (i: number) => { path: string; headers: Record<string, string> }, expectStatus: number): Promise<{ perSecond: number; unexpected: number; total: number }> {
+async function load(
+  url: string,
+  request: (i: number) => { path: string; headers: Record<string, string> },
+  expectStatus: number,
+): Promise<{ perSecond: number; unexpected: number; total: number }> {
   const agent = new http.Agent({ keepAlive: true, maxSockets: CONNECTIONS });
   const target = new URL(url);
   let counting = false;
@@ -272,7 +275,12 @@ export async function benchHeartbeats(): Promise<void> {
       headers: { authorization: `Bearer ${ingestToken}` },
     });
     const pings = await loadServer(child, url, pingRequest, 204);
-    const rejected = await loadServer(child, url, (i) => ({ path: `/o/${OWNER.org}/heartbeats/unknown-${i % PING_HEARTBEATS}/ping`, headers: { authorization: `Bearer ${ingestToken}` } }), 404);
+    const rejected = await loadServer(
+      child,
+      url,
+      (i) => ({ path: `/o/${OWNER.org}/heartbeats/unknown-${i % PING_HEARTBEATS}/ping`, headers: { authorization: `Bearer ${ingestToken}` } }),
+      404,
+    );
 
     const bare = await startChild(fileURLToPath(import.meta.url), ["--bare-http"]);
     const bareHttp = await loadServer(bare.child, bare.url, () => ({ path: "/", headers: {} }), 204);
@@ -282,8 +290,18 @@ export async function benchHeartbeats(): Promise<void> {
     const cpu = (r: { serverCpuMsPerRequest: number }) => r.serverCpuMsPerRequest.toFixed(3);
     printTable(`Pings at ${CONNECTIONS} concurrent connections (${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up), ${PING_HEARTBEATS} heartbeats`, [
       { what: "ping, accepted (204)", "requests/s": pings.perSecond, "server CPU ms/request": cpu(pings), "unexpected answers": pings.unexpected },
-      { what: "ping, refused (404, unknown name)", "requests/s": rejected.perSecond, "server CPU ms/request": cpu(rejected), "unexpected answers": rejected.unexpected },
-      { what: "floor: bare HTTP server answering 204", "requests/s": bareHttp.perSecond, "server CPU ms/request": cpu(bareHttp), "unexpected answers": bareHttp.unexpected },
+      {
+        what: "ping, refused (404, unknown name)",
+        "requests/s": rejected.perSecond,
+        "server CPU ms/request": cpu(rejected),
+        "unexpected answers": rejected.unexpected,
+      },
+      {
+        what: "floor: bare HTTP server answering 204",
+        "requests/s": bareHttp.perSecond,
+        "server CPU ms/request": cpu(bareHttp),
+        "unexpected answers": bareHttp.unexpected,
+      },
       { what: "floor: bare Postgres single-row UPDATE", "requests/s": bareSql, "server CPU ms/request": "-", "unexpected answers": 0 },
     ]);
 
@@ -317,13 +335,13 @@ export async function benchHeartbeats(): Promise<void> {
         "floor / ours": (floor / first.ms).toFixed(2),
         target: `< ${scenario.targetMs} ms: ${met ? "met" : "NOT met"}`,
       });
-      await sql`delete from heartbeats.heartbeats where name like ${prefix + "%"}`;
+      await sql`delete from heartbeats.heartbeats where name like ${`${prefix}%`}`;
     }
     printTable(
       `One sweep with ${REGISTERED} registered heartbeats (each overdue one opens an incident through the incident core); floor: as many incidents and entries inserted by two bare statements`,
       rows,
     );
-    console.log("\nOverdue lookup plan:\n" + plan.map((r) => "  " + r["QUERY PLAN"]).join("\n"));
+    console.log(`\nOverdue lookup plan:\n${plan.map((r) => `  ${r["QUERY PLAN"]}`).join("\n")}`);
     const ratio = pings.perSecond / bareSql;
     console.log(
       `\nPings: ours ${pings.perSecond}/s, floor (bare UPDATE) ${bareSql}/s, ratio ${ratio.toFixed(2)} (target >= 0.7: ${ratio >= 0.7 ? "met" : "NOT met"}); sweeps: ${allMet ? "all met" : "NOT all met"}`,

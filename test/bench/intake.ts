@@ -42,8 +42,6 @@ const TARGETS = {
   embedded: undefined,
 } as const;
 
-type ChildMessage = { url: string };
-
 // --- child processes -------------------------------------------------------------------------
 
 /**
@@ -88,7 +86,9 @@ async function serveChild(): Promise<void> {
     if (message === "database-url") {
       // Where a second client reaches the embedded database, when it is a server one can reach.
       const server = (running.database as { server?: { host: string; port: number; database: string; user: string; password: string } }).server;
-      const url = server ? `postgres://${encodeURIComponent(server.user)}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}` : null;
+      const url = server
+        ? `postgres://${encodeURIComponent(server.user)}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}`
+        : null;
       process.send!({ databaseUrl: url });
     }
     if (message === "cpu") process.send!({ cpu: process.cpuUsage() });
@@ -99,8 +99,6 @@ async function serveChild(): Promise<void> {
   });
   process.send!({ url: running.url });
 }
-
-
 
 /** The whole app in this process, as `npm start` runs it, on the given database (or its embedded one in dataDir). */
 export function startBenchApp(databaseUrl: string | undefined, dataDir?: string): Promise<RunningProcess> {
@@ -311,8 +309,12 @@ async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string)
       let before: NodeJS.CpuUsage | undefined;
       let after: NodeJS.CpuUsage | undefined;
       const result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(run), {
-        onStart: async () => void (before = await cpuOf(app.child)),
-        onEnd: async () => void (after = await cpuOf(app.child)),
+        onStart: async () => {
+          before = await cpuOf(app.child);
+        },
+        onEnd: async () => {
+          after = await cpuOf(app.child);
+        },
       });
       const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
       if (!before || !after || answered === 0) return result;
@@ -348,7 +350,7 @@ async function tracingComparison(rounds: number): Promise<void> {
       if (together) {
         // All variants at once, each under its own load: whatever else the machine runs weighs on them alike.
         const runs = await Promise.all(variants.map((variant, i) => oneProcessRun(variant.entry, variant.env, `v${i}r${round}`)));
-        runs.forEach((run, i) => results[i]!.push(run));
+        for (const [i, run] of runs.entries()) results[i]!.push(run);
       } else {
         for (const [i, variant] of variants.entries()) results[i]!.push(await oneProcessRun(variant.entry, variant.env, `v${i}r${round}`));
       }
@@ -370,7 +372,14 @@ async function tracingComparison(rounds: number): Promise<void> {
         "median p99": ms(median(runs.map((r) => r.p99))),
         "CPU ms/delivery (each run)": runs.map((r) => r.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
         "median CPU ms/delivery": medianCpu(runs).toFixed(3),
-        "5xx": runs.reduce((n, r) => n + Object.entries(r.statuses).filter(([s]) => s.startsWith("5")).reduce((m, [, c]) => m + c, 0), 0),
+        "5xx": runs.reduce(
+          (n, r) =>
+            n +
+            Object.entries(r.statuses)
+              .filter(([s]) => s.startsWith("5"))
+              .reduce((m, [, c]) => m + c, 0),
+          0,
+        ),
       };
     }),
   );
@@ -536,7 +545,13 @@ export async function benchIntake(): Promise<void> {
     if (!modes.includes(name)) return;
     const m = await measure();
     table.push(...figures(label, m, TARGETS[name]));
-    details.push({ mode: m.shape, statuses: JSON.stringify(m.ours.statuses), "client failures": m.ours.failures, incidents: m.rows.incidents, "timeline entries": m.rows.entries });
+    details.push({
+      mode: m.shape,
+      statuses: JSON.stringify(m.ours.statuses),
+      "client failures": m.ours.failures,
+      incidents: m.rows.incidents,
+      "timeline entries": m.rows.entries,
+    });
   };
   await run("one", "one process", async () => ({ ...(await onePerProcessMode()), shape: "one process" }));
   await run("cluster", "separate processes over NATS", clusterMode);

@@ -136,7 +136,8 @@ function rpcTimesOf(text: string): RpcTimes {
   for (const line of text.split("\n")) {
     const m = /^warroom_rpc_duration_seconds_(sum|count)\{method="([^"]+)",transport="[^"]+",code="ok"\} ([\d.e+-]+)$/.exec(line);
     if (!m) continue;
-    const entry = (out[m[2]!] ??= { sum: 0, count: 0 });
+    out[m[2]!] ??= { sum: 0, count: 0 };
+    const entry = out[m[2]!]!;
     entry[m[1] as "sum" | "count"] += Number(m[3]);
   }
   return out;
@@ -258,7 +259,13 @@ function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number
 
 function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number) {
   const per = (x: number) => (requests > 0 ? `${(x / requests).toFixed(3)} ms` : "n/a");
-  return { what, requests, "service CPU per request": per(serviceMs), "Postgres CPU per request": per(postgresMs), "total CPU per request": per(serviceMs + postgresMs) };
+  return {
+    what,
+    requests,
+    "service CPU per request": per(serviceMs),
+    "Postgres CPU per request": per(postgresMs),
+    "total CPU per request": per(serviceMs + postgresMs),
+  };
 }
 
 // --- the two modes ----------------------------------------------------------------------------
@@ -297,7 +304,10 @@ function printProfiles(dir: string, label: string, window: Window, names = new M
   for (const { file, summary } of byPid.values()) {
     const pid = /CPU\.\d+\.\d+\.(\d+)/.exec(basename(file))?.[1] ?? basename(file);
     const name = names.get(Number(pid)) ?? `pid ${pid}`;
-    printTable(`${label}: CPU profile of ${name} over the window (busy ${(summary.busy * 100).toFixed(0)} % of its samples), self time by package`, summary.packages);
+    printTable(
+      `${label}: CPU profile of ${name} over the window (busy ${(summary.busy * 100).toFixed(0)} % of its samples), self time by package`,
+      summary.packages,
+    );
     printTable(`${label}: ${name}, top functions by self time`, summary.functions);
   }
 }
@@ -474,7 +484,9 @@ async function profileCluster(): Promise<void> {
     ]);
     printTable(
       "separate processes: internal RPCs as each caller sees them (mean over the window)",
-      watched.flatMap((p) => rpcDelta(before[p.name] ?? {}, after[p.name] ?? {}).map((r) => ({ caller: p.name, method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) }))),
+      watched.flatMap((p) =>
+        rpcDelta(before[p.name] ?? {}, after[p.name] ?? {}).map((r) => ({ caller: p.name, method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) })),
+      ),
     );
     printTable("separate processes: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
     printTable(

@@ -5,7 +5,12 @@ import { chromium, type BrowserContext, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
-import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import {
+  makeTestCertificates,
+  startChatWebhookReceiver,
+  type ChatWebhookReceiver,
+  type TestCertificates,
+} from "../../services/comms/testing/https-receiver.js";
 import { startBareSource, type BareSource } from "../../services/remotesource/test-support/bare-source.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
@@ -113,7 +118,7 @@ afterAll(async () => {
 
 describe("web console in a browser", () => {
   it("signs in with email, password and organization, keeping the token in sessionStorage", async () => {
-    await page.goto(app.url + "/");
+    await page.goto(`${app.url}/`);
     await page.getByRole("heading", { name: "warroom" }).waitFor();
     await expectLabelled();
     await page.getByLabel("Email").fill(OWNER.email);
@@ -162,7 +167,13 @@ describe("web console in a browser", () => {
     await expect.poll(() => row.locator('td[data-label="Age"]').textContent()).toMatch(/just now|\d+ s ago/);
     expect(await inPage("window.loadedOnce")).toBe(true);
 
-    const second = await trigger({ title: "Disk almost full on db-2", alert_type: "warning", alert_id: "disk-db", event_id: "disk-1", tags: ["service:orders-db"] });
+    const second = await trigger({
+      title: "Disk almost full on db-2",
+      alert_type: "warning",
+      alert_id: "disk-db",
+      event_id: "disk-1",
+      tags: ["service:orders-db"],
+    });
     expect(second.status).toBe(201);
     await page.locator(`tr[data-incident-id="${second.body.incidentId}"]`).waitFor();
     await expect.poll(() => page.locator("tbody tr").count()).toBe(2);
@@ -180,10 +191,21 @@ describe("web console in a browser", () => {
     expect(await first.getByRole("link", { name: "Open in the source" }).getAttribute("href")).toBe("https://metrics.example.test/monitors/cpu-checkout");
     await expect.poll(() => first.textContent()).toContain("Alert cpu-checkout");
 
-    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Re-Triggered", alert_id: "cpu-checkout", event_id: "cpu-2" })).body.outcome).toBe("attached");
-    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "No Data", alert_id: "cpu-checkout", event_id: "cpu-3" })).body.outcome).toBe("recorded");
-    expect((await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Recovered", alert_id: "cpu-checkout", event_id: "cpu-4" })).body.outcome).toBe("recorded");
-    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT }).toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
+    expect(
+      (await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Re-Triggered", alert_id: "cpu-checkout", event_id: "cpu-2" }))
+        .body.outcome,
+    ).toBe("attached");
+    expect(
+      (await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "No Data", alert_id: "cpu-checkout", event_id: "cpu-3" })).body
+        .outcome,
+    ).toBe("recorded");
+    expect(
+      (await trigger({ title: "CPU high on checkout", alert_type: "error", alert_transition: "Recovered", alert_id: "cpu-checkout", event_id: "cpu-4" })).body
+        .outcome,
+    ).toBe("recorded");
+    await expect
+      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT })
+      .toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
     await expect.poll(() => page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
     await expectLabelled();
     await shot("room");
@@ -239,10 +261,25 @@ describe("web console in a browser", () => {
     expect(token).toMatch(/^[0-9a-f]{64}$/);
     expect(await page.getByLabel("Datadog webhook: custom headers").inputValue()).toBe(JSON.stringify({ Authorization: `Bearer ${token}` }, null, 2));
     const payload = JSON.parse(await page.getByLabel("Datadog webhook: payload").inputValue());
-    expect(payload).toMatchObject({ alert_id: "$ALERT_ID", event_id: "$ID", alert_transition: "$ALERT_TRANSITION", tags: expect.arrayContaining(["service:$TAGS[service]"]) });
+    expect(payload).toMatchObject({
+      alert_id: "$ALERT_ID",
+      event_id: "$ID",
+      alert_transition: "$ALERT_TRANSITION",
+      tags: expect.arrayContaining(["service:$TAGS[service]"]),
+    });
     expect(await page.getByLabel("Heartbeat ping (end of your job)").inputValue()).toContain(`Authorization: Bearer ${token}`);
     // The token on screen is the organization's token now; the one issued before stopped working.
-    const filled = { ...payload, title: "Pasted Datadog body", alert_id: "4242", event_id: "77", alert_type: "error", alert_transition: "Triggered", tags: ["service:payments"], link: "https://app.datadoghq.com/event/jump_to?event_id=77", date: "1718186712000" };
+    const filled = {
+      ...payload,
+      title: "Pasted Datadog body",
+      alert_id: "4242",
+      event_id: "77",
+      alert_type: "error",
+      alert_transition: "Triggered",
+      tags: ["service:payments"],
+      link: "https://app.datadoghq.com/event/jump_to?event_id=77",
+      date: "1718186712000",
+    };
     expect((await app.call("POST", "/triggers", { token, body: filled })).status).toBe(201);
     expect((await app.call("POST", "/triggers", { token: ingest, body: filled })).status).toBe(401);
     ingest = token;
@@ -322,14 +359,9 @@ describe("web console in a browser", () => {
     await shot("comms-sent");
 
     await page.getByRole("tab", { name: "Timeline" }).click();
-    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents()).toEqual([
-      "Opened",
-      "Repeat",
-      "No-data repeat",
-      "Recovery",
-      "Update simulated",
-      "Update sent",
-    ]);
+    await expect
+      .poll(() => page.locator(".timeline > li .kind").allTextContents())
+      .toEqual(["Opened", "Repeat", "No-data repeat", "Recovery", "Update simulated", "Update sent"]);
     await expect.poll(() => page.locator(".entry-update_simulated .delivery").textContent()).toBe("Simulated: recorded here, not delivered");
     await expect.poll(() => page.locator(".entry-update_sent .delivery").textContent()).toBe("Sent to the chat channel");
     await expect.poll(() => page.locator(".entry-update_sent").textContent()).toContain("Channel chatwebhook:status");
@@ -386,7 +418,9 @@ describe("web console in a browser", () => {
   });
 
   it("shows a heartbeat's pings, a chart of its run times and what the job said", async () => {
-    expect((await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: "backup-runs", expectedIntervalSeconds: 86400, graceSeconds: 600 } })).status).toBe(201);
+    expect(
+      (await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: "backup-runs", expectedIntervalSeconds: 86400, graceSeconds: 600 } })).status,
+    ).toBe(201);
     const signal = (what: string, body = "") =>
       app.call("POST", `/o/acme/heartbeats/backup-runs/ping/${what}`, { token: ingest, raw: body, headers: { "content-type": "text/plain" } });
     expect((await signal("start")).status).toBe(204);
@@ -403,7 +437,12 @@ describe("web console in a browser", () => {
     await row.getByRole("button", { name: "History of backup-runs" }).click();
     const history = page.getByRole("region", { name: "Runs and signals of backup-runs" });
     await history.locator("tr[data-ping-kind]").first().waitFor();
-    expect(await history.locator("tr[data-ping-kind]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-ping-kind")))).toEqual(["fail", "start", "success", "start"]);
+    expect(await history.locator("tr[data-ping-kind]").evaluateAll((rows) => rows.map((r) => r.getAttribute("data-ping-kind")))).toEqual([
+      "fail",
+      "start",
+      "success",
+      "start",
+    ]);
     expect(await history.getByRole("img").getAttribute("aria-label")).toMatch(/^Run times of the last 2 runs/);
     expect(await history.locator("svg rect").count()).toBe(2);
     expect(await history.locator("pre.last-body").textContent()).toBe("pg_dump: error: connection refused");

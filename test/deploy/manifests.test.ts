@@ -51,7 +51,7 @@ const codeNeeds = Object.fromEntries(
       name,
       {
         /** Seals secrets at rest: needs the shared SECRETS_KEYS. */
-        seals: text.includes("secretBoxFromConfig("),
+        seals: /\b(secretBoxFromConfig|serviceSecretBox)\(/.test(text),
         /** Creates the first organization and owner. */
         bootstraps: text.includes("BOOTSTRAP_ORG_SLUG"),
         /** Calls out to the internet through the egress client. */
@@ -65,10 +65,12 @@ const codeNeeds = Object.fromEntries(
 // Small readers: YAML documents, Dockerfile instructions, label selectors, quantities.
 
 function yamlDocuments(path: string): Obj[] {
-  return parseAllDocuments(readFileSync(path, "utf8")).map((doc) => {
-    if (doc.errors.length > 0) throw new Error(`${relative(root, path)}: ${doc.errors[0]!.message}`);
-    return doc.toJS() as Obj;
-  }).filter((doc) => doc !== null && doc !== undefined);
+  return parseAllDocuments(readFileSync(path, "utf8"))
+    .map((doc) => {
+      if (doc.errors.length > 0) throw new Error(`${relative(root, path)}: ${doc.errors[0]!.message}`);
+      return doc.toJS() as Obj;
+    })
+    .filter((doc) => doc !== null && doc !== undefined);
 }
 
 function matchesSelector(selector: Obj | undefined, labels: Obj): boolean {
@@ -220,7 +222,10 @@ function generatorData(dir: string, generator: Obj): Record<string, string> {
 
 function applyJsonPatch(target: Obj, ops: Obj[]): void {
   for (const op of ops) {
-    const path = (op.path as string).split("/").slice(1).map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
+    const path = (op.path as string)
+      .split("/")
+      .slice(1)
+      .map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
     const last = path.pop()!;
     let parent: any = target;
     for (const key of path) parent = Array.isArray(parent) ? parent[Number(key)] : parent[key];
@@ -242,7 +247,10 @@ function applyKustomization(dir: string, docs: Obj[], expectedKind: "Kustomizati
     else docs.push(...yamlDocuments(path));
   }
   for (const entry of (k.components ?? []) as string[]) applyKustomization(resolve(dir, entry), docs, "Component");
-  for (const [kind, generators] of [["ConfigMap", k.configMapGenerator], ["Secret", k.secretGenerator]] as const) {
+  for (const [kind, generators] of [
+    ["ConfigMap", k.configMapGenerator],
+    ["Secret", k.secretGenerator],
+  ] as const) {
     for (const generator of (generators ?? []) as Obj[]) {
       const data = generatorData(dir, generator);
       const encoded = kind === "Secret" ? Object.fromEntries(Object.entries(data).map(([key, v]) => [key, Buffer.from(v).toString("base64")])) : data;
@@ -268,7 +276,7 @@ function applyKustomization(dir: string, docs: Obj[], expectedKind: "Kustomizati
       for (const container of (doc.spec?.template?.spec?.containers ?? []) as Obj[]) {
         const [name, tag] = String(container.image).split(":");
         if (name !== image.name) continue;
-        container.image = `${image.newName ?? name}${image.newTag ?? tag ? `:${image.newTag ?? tag}` : ""}`;
+        container.image = `${image.newName ?? name}${(image.newTag ?? tag) ? `:${image.newTag ?? tag}` : ""}`;
       }
     }
   }
@@ -328,7 +336,8 @@ function lookup(docs: Obj[], kind: string, name: string): Obj | undefined {
 
 function dataOf(doc: Obj): Record<string, string> {
   const data: Record<string, string> = { ...(doc.stringData ?? {}) };
-  for (const [key, value] of Object.entries(doc.data ?? {})) data[key] = doc.kind === "Secret" ? Buffer.from(String(value), "base64").toString("utf8") : String(value);
+  for (const [key, value] of Object.entries(doc.data ?? {}))
+    data[key] = doc.kind === "Secret" ? Buffer.from(String(value), "base64").toString("utf8") : String(value);
   return data;
 }
 
@@ -377,7 +386,13 @@ function egressRules(docs: Obj[], workload: Workload): Obj[] {
 
 function rulePortAllows(rule: Obj, port: number, protocol = "TCP"): boolean {
   const ports = (rule.ports ?? []) as Obj[];
-  return ports.length === 0 || ports.some((p) => (p.protocol ?? "TCP") === protocol && (p.port === undefined || p.port === port || (p.endPort !== undefined && port >= p.port && port <= p.endPort)));
+  return (
+    ports.length === 0 ||
+    ports.some(
+      (p) =>
+        (p.protocol ?? "TCP") === protocol && (p.port === undefined || p.port === port || (p.endPort !== undefined && port >= p.port && port <= p.endPort)),
+    )
+  );
 }
 
 /** Whether some egress rule that selects the workload lets it reach `address` on `port` through an ipBlock. */
@@ -406,11 +421,7 @@ function podEgressAllowed(docs: Obj[], workload: Workload, labels: Obj, port: nu
 // ---------------------------------------------------------------------------------------------
 // Renderings: our own reading of the kustomizations always; kustomize's when it is installed.
 
-const kustomizeCommand: string[] | undefined = findOnPath("kustomize")
-  ? ["kustomize", "build"]
-  : findOnPath("kubectl")
-    ? ["kubectl", "kustomize"]
-    : undefined;
+const kustomizeCommand: string[] | undefined = findOnPath("kustomize") ? ["kustomize", "build"] : findOnPath("kubectl") ? ["kubectl", "kustomize"] : undefined;
 
 let workDir: string;
 /** A copy of deploy/ with every *.example file in place of the credentials an operator supplies. */
@@ -440,7 +451,9 @@ function renderWithKustomize(overlay: string): Obj[] {
   const [command, ...args] = kustomizeCommand!;
   const result = spawnSync(command!, [...args, join(deployCopy, "overlays", overlay)], { encoding: "utf8", timeout: 60_000 });
   if (result.status !== 0) throw new Error(`${kustomizeCommand!.join(" ")} failed: ${result.stderr || result.error?.message}`);
-  return parseAllDocuments(result.stdout).map((d) => d.toJS() as Obj).filter(Boolean);
+  return parseAllDocuments(result.stdout)
+    .map((d) => d.toJS() as Obj)
+    .filter(Boolean);
 }
 
 const renderers: { name: string; render(overlay: string): Obj[] }[] = [
@@ -504,14 +517,28 @@ describe("deploy/ files", () => {
     const examples = readdirSync(join(deployDir, "overlays"), { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".env.example"));
     expect(examples.length).toBeGreaterThan(0);
     for (const example of examples) {
-      expect(gitignore, `deploy/.gitignore names ${example.replace(/\.example$/, "")}`).toContain(example.split(sep).pop()!.replace(/\.example$/, ""));
-      const lines = readFileSync(join(deployDir, "overlays", example), "utf8").split("\n").filter((l) => l.trim() && !l.startsWith("#"));
+      expect(gitignore, `deploy/.gitignore names ${example.replace(/\.example$/, "")}`).toContain(
+        example
+          .split(sep)
+          .pop()!
+          .replace(/\.example$/, ""),
+      );
+      const lines = readFileSync(join(deployDir, "overlays", example), "utf8")
+        .split("\n")
+        .filter((l) => l.trim() && !l.startsWith("#"));
       for (const line of lines) {
         const [key] = line.split("=");
         if (key!.includes("PASSWORD") || key === "SECRETS_KEYS" || key === "DATABASE_URL") expect(line, `${example}: ${key}`).toContain("REPLACE_ME");
       }
     }
-    expect(dockerIgnored(readFileSync(join(root, ".dockerignore"), "utf8").split("\n").filter((l) => l.trim() && !l.startsWith("#")), "deploy/overlays/production/secrets.env")).toBe(true);
+    expect(
+      dockerIgnored(
+        readFileSync(join(root, ".dockerignore"), "utf8")
+          .split("\n")
+          .filter((l) => l.trim() && !l.startsWith("#")),
+        "deploy/overlays/production/secrets.env",
+      ),
+    ).toBe(true);
   });
 });
 
@@ -564,9 +591,14 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
       for (const w of warroomWorkloads(docs)) {
         const container = (w.pod.containers as Obj[])[0]!;
         const port = loadConfig(plainEnv(containerEnv(docs, container))).PORT;
-        const portOf = (ref: string | number) => (typeof ref === "number" ? ref : ((container.ports ?? []) as Obj[]).find((p) => p.name === ref)?.containerPort);
+        const portOf = (ref: string | number) =>
+          typeof ref === "number" ? ref : ((container.ports ?? []) as Obj[]).find((p) => p.name === ref)?.containerPort;
         expect(((container.ports ?? []) as Obj[]).map((p) => p.containerPort)).toContain(port);
-        for (const [probe, path] of [["readinessProbe", "/readyz"], ["livenessProbe", "/healthz"], ["startupProbe", "/healthz"]] as const) {
+        for (const [probe, path] of [
+          ["readinessProbe", "/readyz"],
+          ["livenessProbe", "/healthz"],
+          ["startupProbe", "/healthz"],
+        ] as const) {
           const spec = container[probe] as Obj | undefined;
           if (probe === "startupProbe" && !spec) continue;
           expect(spec?.httpGet?.path, `${w.name}: ${probe}`).toBe(path);
@@ -590,7 +622,10 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
     });
 
     it("runs every pod non-root with a read-only root filesystem, no privileges and no service-account token", () => {
-      const dockerUser = dockerfileStages(readFileSync(join(root, "Dockerfile"), "utf8")).at(-1)!.instructions.filter((i) => i.keyword === "USER").at(-1)!.args;
+      const dockerUser = dockerfileStages(readFileSync(join(root, "Dockerfile"), "utf8"))
+        .at(-1)!
+        .instructions.filter((i) => i.keyword === "USER")
+        .at(-1)!.args;
       for (const w of workloads(docs)) {
         const pod = w.pod;
         expect(pod.hostNetwork ?? false).toBe(false);
@@ -629,7 +664,8 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
       const namespaces = docs.filter((d) => d.kind === "Namespace");
       expect(namespaces.length).toBe(1);
       expect(namespaces[0]!.metadata.labels["pod-security.kubernetes.io/enforce"]).toBe("restricted");
-      for (const doc of docs) if (doc.kind !== "Namespace") expect(doc.metadata.namespace, `${doc.kind} ${doc.metadata.name}`).toBe(namespaces[0]!.metadata.name);
+      for (const doc of docs)
+        if (doc.kind !== "Namespace") expect(doc.metadata.namespace, `${doc.kind} ${doc.metadata.name}`).toBe(namespaces[0]!.metadata.name);
     });
 
     it("runs gateway and intake with two replicas, rolling without losing one, under a PodDisruptionBudget", () => {
@@ -668,7 +704,11 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
         const dns = egressRules(docs, w).some(
           (rule) =>
             rulePortAllows(rule, 53, "UDP") &&
-            ((rule.to ?? []) as Obj[]).some((peer) => peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" && peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns"),
+            ((rule.to ?? []) as Obj[]).some(
+              (peer) =>
+                peer.namespaceSelector?.matchLabels?.["kubernetes.io/metadata.name"] === "kube-system" &&
+                peer.podSelector?.matchLabels?.["k8s-app"] === "kube-dns",
+            ),
         );
         expect(dns, `${w.name}: DNS`).toBe(true);
 
@@ -682,7 +722,9 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
             expect((service.spec.ports as Obj[]).some((p) => p.port === port)).toBe(true);
             expect(podEgressAllowed(docs, w, target!.labels, port), `${w.name} -> ${url.hostname}:${port}`).toBe(true);
           } else {
-            const allowed = egressRules(docs, w).some((rule) => ((rule.ports ?? []) as Obj[]).some((p) => p.port === port) && ((rule.to ?? []) as Obj[]).some((peer) => peer.ipBlock));
+            const allowed = egressRules(docs, w).some(
+              (rule) => ((rule.ports ?? []) as Obj[]).some((p) => p.port === port) && ((rule.to ?? []) as Obj[]).some((peer) => peer.ipBlock),
+            );
             expect(allowed, `${w.name} -> ${url.hostname}:${port} by address`).toBe(true);
           }
         }
@@ -705,7 +747,10 @@ if (kustomizeCommand) {
             env: w.service ? Object.fromEntries([...containerEnv(docs, (w.pod.containers as Obj[])[0]!)].sort(([a], [b]) => a.localeCompare(b))) : {},
           }))
           .sort((a, b) => a.name.localeCompare(b.name)),
-        policies: docs.filter((d) => d.kind === "NetworkPolicy").map((d) => ({ name: d.metadata.name, spec: d.spec })).sort((a, b) => a.name.localeCompare(b.name)),
+        policies: docs
+          .filter((d) => d.kind === "NetworkPolicy")
+          .map((d) => ({ name: d.metadata.name, spec: d.spec }))
+          .sort((a, b) => a.name.localeCompare(b.name)),
       });
       expect(summary(renderers[0]!.render(overlay))).toEqual(summary(renderers[1]!.render(overlay)));
     });
@@ -718,7 +763,9 @@ describe("Dockerfile", () => {
   const text = readFileSync(join(root, "Dockerfile"), "utf8");
   const stages = dockerfileStages(text);
   const runtime = stages.at(-1)!;
-  const ignorePatterns = readFileSync(join(root, ".dockerignore"), "utf8").split("\n").filter((l) => l.trim() && !l.startsWith("#"));
+  const ignorePatterns = readFileSync(join(root, ".dockerignore"), "utf8")
+    .split("\n")
+    .filter((l) => l.trim() && !l.startsWith("#"));
   const packageJson = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { scripts: Record<string, string>; dependencies: Record<string, string> };
 
   let app: string;
@@ -791,7 +838,14 @@ describe("Dockerfile", () => {
     for (const run of runtime.instructions.filter((i) => i.keyword === "RUN")) expect(run.args).not.toMatch(/\bnpm (ci|install|i)\b(?!.*--omit=dev)/);
     const env = runtime.instructions.filter((i) => i.keyword === "ENV").flatMap((i) => [...i.args.matchAll(/(\w+)=/g)].map((m) => m[1]!));
     for (const key of env) expect(key === "NODE_ENV" || schemaKeys.has(key), `ENV ${key}`).toBe(true);
-    expect(/DATA_DIR=(\S+)/.exec(runtime.instructions.filter((i) => i.keyword === "ENV").map((i) => i.args).join(" "))?.[1]).toMatch(/^\/tmp\//);
+    expect(
+      /DATA_DIR=(\S+)/.exec(
+        runtime.instructions
+          .filter((i) => i.keyword === "ENV")
+          .map((i) => i.args)
+          .join(" "),
+      )?.[1],
+    ).toMatch(/^\/tmp\//);
   });
 
   it("starts node on a compiled main.js that npm run build produces, for every service the manifests run", () => {
@@ -826,7 +880,9 @@ describe("Dockerfile", () => {
       if (seen.has(file)) return;
       seen.add(file);
       const code = readFileSync(file, "utf8");
-      for (const match of code.matchAll(/(?:^|[\s;})])(?:import|export)\s[^'"]*?from\s*["']([^"']+)["']|(?:^|[\s;])import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/gm)) {
+      for (const match of code.matchAll(
+        /(?:^|[\s;})])(?:import|export)\s[^'"]*?from\s*["']([^"']+)["']|(?:^|[\s;])import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/gm,
+      )) {
         const specifier = (match[1] ?? match[2] ?? match[3])!;
         if (specifier.startsWith("node:")) continue;
         if (specifier.startsWith(".")) visit(resolve(dirname(file), specifier));

@@ -49,9 +49,12 @@ const anchors = new Set(
 
 /** Metric names the code registers, with the series a histogram adds. */
 const exported = new Set(
-  (registry.getMetricsAsArray() as unknown as { name: string; type?: string }[]).flatMap((m) =>
-    [m.name, `${m.name}_bucket`, `${m.name}_sum`, `${m.name}_count`],
-  ),
+  (registry.getMetricsAsArray() as unknown as { name: string; type?: string }[]).flatMap((m) => [
+    m.name,
+    `${m.name}_bucket`,
+    `${m.name}_sum`,
+    `${m.name}_count`,
+  ]),
 );
 function metricNames(expr: string): string[] {
   return [...new Set(expr.match(/\bwarroom_[a-z0-9_]+/g) ?? [])];
@@ -84,13 +87,19 @@ describe("alert rules of the service itself", () => {
         "WarroomOutboxLag",
       ].sort(),
     );
-    const tests = (parse(readFileSync(rulesTestPath, "utf8")) as { tests: { alert_rule_test: { alertname: string; exp_alerts: unknown[] }[] }[] }).tests.flatMap(
-      (t) => t.alert_rule_test,
-    );
+    const tests = (
+      parse(readFileSync(rulesTestPath, "utf8")) as { tests: { alert_rule_test: { alertname: string; exp_alerts: unknown[] }[] }[] }
+    ).tests.flatMap((t) => t.alert_rule_test);
     for (const rule of rules) {
       const own = tests.filter((t) => t.alertname === rule.alert);
-      expect(own.some((t) => t.exp_alerts.length > 0), `${rule.alert} is tested firing`).toBe(true);
-      expect(own.some((t) => t.exp_alerts.length === 0), `${rule.alert} is tested quiet`).toBe(true);
+      expect(
+        own.some((t) => t.exp_alerts.length > 0),
+        `${rule.alert} is tested firing`,
+      ).toBe(true);
+      expect(
+        own.some((t) => t.exp_alerts.length === 0),
+        `${rule.alert} is tested quiet`,
+      ).toBe(true);
     }
   });
 
@@ -104,7 +113,10 @@ describe("alert rules of the service itself", () => {
   });
 
   it("watch only metrics the service exports, each described in docs/OPERATIONS.md", () => {
-    const used = new Set([...rules.flatMap((r) => metricNames(r.expr)), ...dashboard.panels.flatMap((p) => (p.targets ?? []).flatMap((t) => metricNames(t.expr)))]);
+    const used = new Set([
+      ...rules.flatMap((r) => metricNames(r.expr)),
+      ...dashboard.panels.flatMap((p) => (p.targets ?? []).flatMap((t) => metricNames(t.expr))),
+    ]);
     expect(used.size).toBeGreaterThan(10);
     for (const name of used) {
       expect(exported.has(name), `${name} is exported`).toBe(true);

@@ -160,7 +160,11 @@ describe("a real Alertmanager posts straight to the service", () => {
     const incident = await lifecycle("opsgenie", "opsgenie");
     expect(incident).toMatchObject({ severity: "sev2", entity: { kind: "service", id: "checkout-api" } });
     const sent = recorder.recorded.filter((r) => r.path.startsWith("/v2/alerts"));
-    expect(sent.map((r) => r.path.replace(/\/v2\/alerts\/[0-9a-f]+\//, "/v2/alerts/{alias}/"))).toEqual(["/v2/alerts", "/v2/alerts", "/v2/alerts/{alias}/close?identifierType=alias"]);
+    expect(sent.map((r) => r.path.replace(/\/v2\/alerts\/[0-9a-f]+\//, "/v2/alerts/{alias}/"))).toEqual([
+      "/v2/alerts",
+      "/v2/alerts",
+      "/v2/alerts/{alias}/close?identifierType=alias",
+    ]);
     expect(sent[0]!.headers.authorization).toBe(`GenieKey ${creds.ingestToken}`);
     expect(incident.timeline[0].alertRef).toBe(sent[0]!.body.alias);
   }, 90_000);
@@ -172,7 +176,10 @@ describe("a real Alertmanager posts straight to the service", () => {
     const body = fixture("alertmanager/webhook-v4-firing.json");
     const wrong: Record<string, string>[] = [{ authorization: `Bearer ${"f".repeat(64)}` }, { "x-service-alertrouter-secret": "f".repeat(64) }, {}];
     for (const headers of wrong) {
-      const res = await callApi(app.url, "POST", "/triggers/alertrouter", { headers: { "content-type": "application/json", ...headers }, raw: JSON.stringify(body) });
+      const res = await callApi(app.url, "POST", "/triggers/alertrouter", {
+        headers: { "content-type": "application/json", ...headers },
+        raw: JSON.stringify(body),
+      });
       expect(res.status).toBe(401);
       expect(res.body).toEqual({ error: "unauthorized" });
     }
@@ -201,7 +208,12 @@ describe("a real Alertmanager posts straight to the service", () => {
 function shapeOf(value: unknown, path = ""): string[] {
   if (Array.isArray(value)) return [`${path}:array`, ...(value.length > 0 ? shapeOf(value[0], `${path}[]`) : [])];
   if (value !== null && typeof value === "object") {
-    return [`${path}:object`, ...Object.keys(value).sort().flatMap((key) => shapeOf((value as Record<string, unknown>)[key], `${path}.${key}`))];
+    return [
+      `${path}:object`,
+      ...Object.keys(value)
+        .sort()
+        .flatMap((key) => shapeOf((value as Record<string, unknown>)[key], `${path}.${key}`)),
+    ];
   }
   return [`${path}:${value === null ? "null" : typeof value}`];
 }

@@ -26,7 +26,12 @@ export function dropinFailureSuite(ctx: DropinContext): void {
     const pd = () =>
       callApi(ctx.app.url, "POST", "/v2/enqueue", {
         headers: { "content-type": "application/json" },
-        raw: JSON.stringify({ ...fixture("pagerduty/events-v2-trigger-minimal.json"), routing_key: ctx.creds.ingestToken, dedup_key: summary, payload: { summary, source: "h", severity: "critical" } }),
+        raw: JSON.stringify({
+          ...fixture("pagerduty/events-v2-trigger-minimal.json"),
+          routing_key: ctx.creds.ingestToken,
+          dedup_key: summary,
+          payload: { summary, source: "h", severity: "critical" },
+        }),
       });
     const og = () =>
       callApi(ctx.app.url, "POST", "/v2/alerts", {
@@ -41,12 +46,17 @@ export function dropinFailureSuite(ctx: DropinContext): void {
       await restore();
     }
     expect(failed[0]).toMatchObject({ status: 503, body: { status: "unavailable", message: "Event could not be processed; retry" } });
-    expect(failed[1]).toMatchObject({ status: 503, body: { message: "Service is temporarily unavailable; retry", took: expect.any(Number), requestId: expect.any(String) } });
+    expect(failed[1]).toMatchObject({
+      status: 503,
+      body: { message: "Service is temporarily unavailable; retry", took: expect.any(Number), requestId: expect.any(String) },
+    });
 
     // The Opsgenie request that failed was stored as processing before the core was called, and
     // never finished: its status reads as Opsgenie's "not processed yet", never as a success.
     const [stuck] = await db<{ request_id: string }[]>`select request_id from intake.opsgenie_requests where alias = ${message} and state = 'processing'`;
-    const stuckStatus = await callApi(ctx.app.url, "GET", `/v2/alerts/requests/${stuck!.request_id}`, { headers: { authorization: `GenieKey ${ctx.creds.ingestToken}` } });
+    const stuckStatus = await callApi(ctx.app.url, "GET", `/v2/alerts/requests/${stuck!.request_id}`, {
+      headers: { authorization: `GenieKey ${ctx.creds.ingestToken}` },
+    });
     expect(stuckStatus).toMatchObject({ status: 404, body: { message: "Request not found. It might not be processed, yet." } });
 
     expect((await pd()).status).toBe(202);

@@ -44,7 +44,13 @@ export function opsgenieSuite(ctx: DropinContext): void {
       requestId: res.body.requestId,
     });
     const incident = await getIncident(ctx.app, ctx.creds.owner, read.body.data.alertId);
-    expect(incident).toMatchObject({ title: body.message, severity: "sev1", state: "open", source: "opsgenie", entity: { kind: "service", id: "checkout-api" } });
+    expect(incident).toMatchObject({
+      title: body.message,
+      severity: "sev1",
+      state: "open",
+      source: "opsgenie",
+      entity: { kind: "service", id: "checkout-api" },
+    });
     expect(incident.timeline[0]).toMatchObject({ kind: "opened", summary: body.description, alertRef: alias });
     expect(incident.timeline[0].data).toMatchObject({
       alias,
@@ -66,7 +72,13 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const ack = await call("POST", `/v2/alerts/${alias}/acknowledge?identifierType=alias`, fixture("opsgenie/acknowledge-alert.json"));
     expect(ack.status).toBe(202);
     expect(ack.body).toEqual(ACCEPTED);
-    expect((await status(ack.body.requestId)).body.data).toMatchObject({ action: "Acknowledge", isSuccess: true, status: "Acknowledged alert", alertId: incident.id, alias });
+    expect((await status(ack.body.requestId)).body.data).toMatchObject({
+      action: "Acknowledge",
+      isSuccess: true,
+      status: "Acknowledged alert",
+      alertId: incident.id,
+      alias,
+    });
     const close = await call("POST", `/v2/alerts/${alias}/close?identifierType=alias`, fixture("opsgenie/close-alert.json"));
     expect(close.status).toBe(202);
     expect((await status(close.body.requestId)).body.data).toMatchObject({ action: "Close", isSuccess: true, alertId: incident.id, outcome: "recorded" });
@@ -77,7 +89,10 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const after = await getIncident(ctx.app, ctx.creds.owner, incident.id);
     expect(after.state).toBe("open");
     expect(after.timeline.map((entry: any) => entry.kind)).toEqual(["opened", "repeat", "acknowledged", "recovery", "recovery"]);
-    expect(after.timeline[2]).toMatchObject({ summary: "Looking into it", data: { action: "acknowledge", user: "sre@example.com", source: "Opsgenie mobile" } });
+    expect(after.timeline[2]).toMatchObject({
+      summary: "Looking into it",
+      data: { action: "acknowledge", user: "sre@example.com", source: "Opsgenie mobile" },
+    });
     expect(after.timeline[3]).toMatchObject({ summary: "The 5xx ratio is back under 5%" });
   });
 
@@ -90,7 +105,10 @@ export function opsgenieSuite(ctx: DropinContext): void {
       });
     const [first, second] = [await post(), await post()];
     expect([first.status, second.status]).toEqual([202, 202]);
-    expect((await status(second.body.requestId)).body.data).toMatchObject({ alertId: (await status(first.body.requestId)).body.data.alertId, outcome: "opened" });
+    expect((await status(second.body.requestId)).body.data).toMatchObject({
+      alertId: (await status(first.body.requestId)).body.data.alertId,
+      outcome: "opened",
+    });
     const rows = await byTitle(message);
     expect(rows).toHaveLength(1);
     expect((await getIncident(ctx.app, ctx.creds.owner, rows[0].id)).timeline.map((e: any) => e.kind)).toEqual(["opened"]);
@@ -103,7 +121,12 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const rows = await byTitle(message);
     expect(rows).toHaveLength(1);
     expect(rows[0]).toMatchObject({ severity: "sev3", entity: null });
-    for (const [priority, severity] of [["P2", "sev2"], ["P3", "sev3"], ["P4", "sev4"], ["P5", "sev4"]]) {
+    for (const [priority, severity] of [
+      ["P2", "sev2"],
+      ["P3", "sev3"],
+      ["P4", "sev4"],
+      ["P5", "sev4"],
+    ]) {
       const title = unique(`priority ${priority}`);
       await create({ message: title, priority });
       expect((await byTitle(title))[0].severity).toBe(severity);
@@ -112,10 +135,20 @@ export function opsgenieSuite(ctx: DropinContext): void {
 
   it("a close for an alert that does not exist is accepted, and its status says so; nothing opens", async () => {
     const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
-    for (const path of [`/v2/alerts/${unique("nothing")}/close?identifierType=alias`, "/v2/alerts/123/close?identifierType=tiny", `/v2/alerts/00000000-0000-4000-8000-000000000000/acknowledge`]) {
+    for (const path of [
+      `/v2/alerts/${unique("nothing")}/close?identifierType=alias`,
+      "/v2/alerts/123/close?identifierType=tiny",
+      `/v2/alerts/00000000-0000-4000-8000-000000000000/acknowledge`,
+    ]) {
       const res = await call("POST", path, {});
       expect(res.status).toBe(202);
-      expect((await status(res.body.requestId)).body.data).toMatchObject({ success: true, isSuccess: false, status: "Alert does not exist", alertId: "", outcome: "ignored" });
+      expect((await status(res.body.requestId)).body.data).toMatchObject({
+        success: true,
+        isSuccess: false,
+        status: "Alert does not exist",
+        alertId: "",
+        outcome: "ignored",
+      });
     }
     expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before);
   });
@@ -143,7 +176,12 @@ export function opsgenieSuite(ctx: DropinContext): void {
   });
 
   it("422 for a body that is not JSON and for an unknown identifierType; 413 over 1 MiB", async () => {
-    expect((await create(undefined, { raw: "message=hi" })).body).toEqual({ message: UNPROCESSABLE, errors: { body: "Request body should be valid JSON." }, took: expect.any(Number), requestId: expect.any(String) });
+    expect((await create(undefined, { raw: "message=hi" })).body).toEqual({
+      message: UNPROCESSABLE,
+      errors: { body: "Request body should be valid JSON." },
+      took: expect.any(Number),
+      requestId: expect.any(String),
+    });
     const bad = await call("POST", "/v2/alerts/x/close?identifierType=name", {});
     expect(bad.status).toBe(422);
     expect(bad.body.errors).toEqual({ identifierType: "Identifier type should be one of [id, alias, tiny]." });
@@ -167,13 +205,19 @@ export function opsgenieSuite(ctx: DropinContext): void {
     await duringMaintenance(ctx.app, ctx.creds.owner, { sources: ["opsgenie"] }, async () => {
       const res = await create({ message });
       expect(res.status).toBe(202);
-      expect((await status(res.body.requestId)).body.data).toMatchObject({ isSuccess: false, status: "Suppressed by a maintenance window", outcome: "suppressed" });
+      expect((await status(res.body.requestId)).body.data).toMatchObject({
+        isSuccess: false,
+        status: "Suppressed by a maintenance window",
+        outcome: "suppressed",
+      });
     });
     expect(await byTitle(message)).toHaveLength(0);
   });
 
   it("hostile bodies stay data: the message is cut to 130 characters as Opsgenie does", async () => {
-    const res = await create(undefined, { raw: JSON.stringify(fixture("opsgenie/hostile-create-alert.json")).replace('"message"', '"__proto__":{"polluted":true},"message"') });
+    const res = await create(undefined, {
+      raw: JSON.stringify(fixture("opsgenie/hostile-create-alert.json")).replace('"message"', '"__proto__":{"polluted":true},"message"'),
+    });
     expect(res.status).toBe(202);
     const read = await status(res.body.requestId);
     const incident = await getIncident(ctx.app, ctx.creds.owner, read.body.data.alertId);

@@ -1,6 +1,16 @@
 import { expect, it } from "vitest";
 import { callApi } from "../support/app.js";
-import { auditEvents, duringMaintenance, fixture, getIncident, listIncidents, unique, type Answer, type Credentials, type SuiteContext } from "./triggers-kit.js";
+import {
+  auditEvents,
+  duringMaintenance,
+  fixture,
+  getIncident,
+  listIncidents,
+  unique,
+  type Answer,
+  type Credentials,
+  type SuiteContext,
+} from "./triggers-kit.js";
 
 /** PagerDuty Events API v2 (`POST /v2/enqueue`, `POST /v2/change/enqueue`) over HTTP. */
 
@@ -26,18 +36,38 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const res = await enqueue(body);
     expect(res.status).toBe(202);
     expect(res.body).toEqual({ status: "success", message: "Event processed", dedup_key: dedupKey });
-    const [row] = (await listIncidents(ctx.app, ctx.creds.owner)).filter((incident) => incident.source === "pagerduty-events" && incident.title === body.payload.summary);
+    const [row] = (await listIncidents(ctx.app, ctx.creds.owner)).filter(
+      (incident) => incident.source === "pagerduty-events" && incident.title === body.payload.summary,
+    );
     const incident = await getIncident(ctx.app, ctx.creds.owner, row.id);
-    expect(incident).toMatchObject({ title: body.payload.summary, severity: "sev1", state: "open", source: "pagerduty-events", entity: { kind: "service", id: "checkout-api" } });
+    expect(incident).toMatchObject({
+      title: body.payload.summary,
+      severity: "sev1",
+      state: "open",
+      source: "pagerduty-events",
+      entity: { kind: "service", id: "checkout-api" },
+    });
     expect(incident.timeline).toHaveLength(1);
     const [opened] = incident.timeline;
-    expect(opened).toMatchObject({ kind: "opened", at: "2024-06-12T10:02:17.513Z", summary: body.payload.summary, link: "https://runbooks.example.com/HighErrorRate", alertRef: dedupKey });
+    expect(opened).toMatchObject({
+      kind: "opened",
+      at: "2024-06-12T10:02:17.513Z",
+      summary: body.payload.summary,
+      link: "https://runbooks.example.com/HighErrorRate",
+      alertRef: dedupKey,
+    });
     expect(opened.data).toMatchObject({
       eventAction: "trigger",
       dedupKey,
       client: "Alert Intake",
       clientUrl: "https://intake.example.com/alerts/7b1c",
-      payload: { source: "checkout-api.prod.example.com", component: "checkout-api", group: "checkout", class: "http 5xx rate", custom_details: { ratio: 0.073, window: "5m" } },
+      payload: {
+        source: "checkout-api.prod.example.com",
+        component: "checkout-api",
+        group: "checkout",
+        class: "http 5xx rate",
+        custom_details: { ratio: 0.073, window: "5m" },
+      },
       links: [{ href: "https://runbooks.example.com/HighErrorRate", text: "Runbook" }],
       images: [{ alt: "5xx ratio, last hour" }],
     });
@@ -45,7 +75,11 @@ export function pagerDutySuite(ctx: DropinContext): void {
 
     // Same dedup key: attached (a repeat); acknowledge: an entry; resolve: a recovery. Never resolved.
     expect((await enqueue(body)).status).toBe(202);
-    expect((await enqueue(event("events-v2-acknowledge.json", { dedup_key: dedupKey }))).body).toEqual({ status: "success", message: "Event processed", dedup_key: dedupKey });
+    expect((await enqueue(event("events-v2-acknowledge.json", { dedup_key: dedupKey }))).body).toEqual({
+      status: "success",
+      message: "Event processed",
+      dedup_key: dedupKey,
+    });
     expect((await enqueue(event("events-v2-resolve.json", { dedup_key: dedupKey }))).status).toBe(202);
     const after = await getIncident(ctx.app, ctx.creds.owner, row.id);
     expect(after.state).toBe("open");
@@ -73,7 +107,8 @@ export function pagerDutySuite(ctx: DropinContext): void {
   it("a retry with the same Idempotency-Key gets the same generated dedup key and records nothing more", async () => {
     const summary = unique("idempotent");
     const body = JSON.stringify(event("events-v2-trigger-minimal.json", { payload: { summary, source: "h", severity: "info" } }));
-    const post = () => callApi(ctx.app.url, "POST", "/v2/enqueue", { headers: { "content-type": "application/json", "idempotency-key": `retry-${summary}` }, raw: body });
+    const post = () =>
+      callApi(ctx.app.url, "POST", "/v2/enqueue", { headers: { "content-type": "application/json", "idempotency-key": `retry-${summary}` }, raw: body });
     const [first, second] = [await post(), await post()];
     expect(first.status).toBe(202);
     expect(second.body).toEqual(first.body);
@@ -86,7 +121,10 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
     for (const name of ["events-v2-acknowledge.json", "events-v2-resolve.json"]) {
       const dedupKey = unique("nothing open");
-      expect(await enqueue(event(name, { dedup_key: dedupKey }))).toMatchObject({ status: 202, body: { status: "success", message: "Event processed", dedup_key: dedupKey } });
+      expect(await enqueue(event(name, { dedup_key: dedupKey }))).toMatchObject({
+        status: 202,
+        body: { status: "success", message: "Event processed", dedup_key: dedupKey },
+      });
     }
     expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before);
   });
@@ -104,7 +142,13 @@ export function pagerDutySuite(ctx: DropinContext): void {
 
   it("client_url is the entry's link when no link is http(s); hostile values stay data", async () => {
     const summary = unique("client url");
-    await enqueue(event("events-v2-trigger-minimal.json", { payload: { summary, source: "db-02", severity: "info" }, client_url: "https://monitor.example.com/checks/9", links: [{ href: "ftp://x" }] }));
+    await enqueue(
+      event("events-v2-trigger-minimal.json", {
+        payload: { summary, source: "db-02", severity: "info" },
+        client_url: "https://monitor.example.com/checks/9",
+        links: [{ href: "ftp://x" }],
+      }),
+    );
     const [row] = await byTitle(summary);
     expect((await getIncident(ctx.app, ctx.creds.owner, row.id)).timeline[0].link).toBe("https://monitor.example.com/checks/9");
 
@@ -120,15 +164,31 @@ export function pagerDutySuite(ctx: DropinContext): void {
   });
 
   it.each([
-    ["no summary, source or severity on a trigger", { event_action: "trigger", payload: {} }, ["'payload.summary' is missing or blank", "'payload.source' is missing or blank", "'payload.severity' is missing or blank"]],
+    [
+      "no summary, source or severity on a trigger",
+      { event_action: "trigger", payload: {} },
+      ["'payload.summary' is missing or blank", "'payload.source' is missing or blank", "'payload.severity' is missing or blank"],
+    ],
     ["no payload on a trigger", { event_action: "trigger" }, ["'payload' is missing or blank"]],
     ["an unknown action", { event_action: "snooze", dedup_key: "k" }, ["'event_action' must be one of trigger, acknowledge, resolve"]],
     ["no action", { dedup_key: "k" }, ["'event_action' is missing or blank"]],
-    ["an unknown severity", { event_action: "trigger", payload: { summary: "s", source: "h", severity: "fatal" } }, ["'payload.severity' must be one of critical, error, warning, info"]],
+    [
+      "an unknown severity",
+      { event_action: "trigger", payload: { summary: "s", source: "h", severity: "fatal" } },
+      ["'payload.severity' must be one of critical, error, warning, info"],
+    ],
     ["a dedup key over 255 characters", { event_action: "resolve", dedup_key: "k".repeat(256) }, ["'dedup_key' is longer than 255 characters"]],
-    ["a summary over 1024 characters", { event_action: "trigger", payload: { summary: "s".repeat(1025), source: "h", severity: "info" } }, ["'payload.summary' is longer than 1024 characters"]],
+    [
+      "a summary over 1024 characters",
+      { event_action: "trigger", payload: { summary: "s".repeat(1025), source: "h", severity: "info" } },
+      ["'payload.summary' is longer than 1024 characters"],
+    ],
     ["acknowledge without a dedup key", { event_action: "acknowledge" }, ["'dedup_key' is missing or blank"]],
-    ["links that are not a list", { event_action: "trigger", payload: { summary: "s", source: "h", severity: "info" }, links: "x" }, ["'links' must be an array"]],
+    [
+      "links that are not a list",
+      { event_action: "trigger", payload: { summary: "s", source: "h", severity: "info" }, links: "x" },
+      ["'links' must be an array"],
+    ],
   ])("400 invalid event: %s", async (_name, changes, errors) => {
     const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
     const res = await enqueue({ routing_key: ctx.creds.ingestToken, ...changes });
@@ -144,12 +204,16 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const malformed = await enqueue(undefined, { raw: "{not json" });
     expect(malformed.status).toBe(400);
     expect(malformed.body).toEqual({ ...INVALID, errors: ["Malformed JSON: the body is not valid JSON"] });
-    const big = event("events-v2-trigger-minimal.json", { payload: { summary: "big", source: "h", severity: "info", custom_details: { blob: "x".repeat(512 * 1024) } } });
+    const big = event("events-v2-trigger-minimal.json", {
+      payload: { summary: "big", source: "h", severity: "info", custom_details: { blob: "x".repeat(512 * 1024) } },
+    });
     const tooBig = await enqueue(big);
     expect(tooBig.status).toBe(400);
     expect(tooBig.body).toEqual({ ...INVALID, errors: ["Event object is larger than 512 KB"] });
     // Just under the limit is accepted.
-    const justUnder = event("events-v2-trigger-minimal.json", { payload: { summary: unique("under"), source: "h", severity: "info", custom_details: { blob: "x".repeat(500 * 1024) } } });
+    const justUnder = event("events-v2-trigger-minimal.json", {
+      payload: { summary: unique("under"), source: "h", severity: "info", custom_details: { blob: "x".repeat(500 * 1024) } },
+    });
     expect((await enqueue(justUnder)).status).toBe(202);
   });
 
@@ -174,7 +238,11 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const incident = await getIncident(ctx.app, ctx.creds.owner, row.id);
     const changes = incident.timeline.filter((entry: any) => entry.kind === "change");
     expect(changes).toHaveLength(1);
-    expect(changes[0]).toMatchObject({ at: "2024-06-12T09:58:03Z", summary: "Deployed checkout-api v2.14.0 to prod", link: "https://ci.example.com/checkout-api/builds/4812" });
+    expect(changes[0]).toMatchObject({
+      at: "2024-06-12T09:58:03Z",
+      summary: "Deployed checkout-api v2.14.0 to prod",
+      link: "https://ci.example.com/checkout-api/builds/4812",
+    });
     expect(changes[0].data.payload.custom_details).toMatchObject({ build_number: "4812" });
     expect(incident.state).toBe("open");
   });
@@ -185,11 +253,20 @@ export function pagerDutySuite(ctx: DropinContext): void {
     expect(res.status).toBe(202);
     const events = await auditEvents(ctx.app, ctx.other.owner, "trigger.pagerduty_change", undefined, 10_000, ctx.other.slug);
     expect(events).toHaveLength(1);
-    expect(events[0]).toMatchObject({ actor: "trigger", data: { summary: "Deployed checkout-api v2.14.0 to prod", link: "https://ci.example.com/checkout-api/builds/4812" } });
+    expect(events[0]).toMatchObject({
+      actor: "trigger",
+      data: { summary: "Deployed checkout-api v2.14.0 to prod", link: "https://ci.example.com/checkout-api/builds/4812" },
+    });
     const otherIncidents = await ctx.app.call("GET", `/o/${ctx.other.slug}/incidents`, { token: ctx.other.owner });
     expect(otherIncidents.body.incidents).toEqual([]);
-    expect((await enqueue({ routing_key: ctx.other.ingestToken, payload: {} }, { path: "/v2/change/enqueue" })).body).toEqual({ ...INVALID, errors: ["'payload.summary' is missing or blank"] });
-    expect((await enqueue({ routing_key: "nope", payload: { summary: "x" } }, { path: "/v2/change/enqueue" })).body).toEqual({ ...INVALID, errors: ["Invalid routing key"] });
+    expect((await enqueue({ routing_key: ctx.other.ingestToken, payload: {} }, { path: "/v2/change/enqueue" })).body).toEqual({
+      ...INVALID,
+      errors: ["'payload.summary' is missing or blank"],
+    });
+    expect((await enqueue({ routing_key: "nope", payload: { summary: "x" } }, { path: "/v2/change/enqueue" })).body).toEqual({
+      ...INVALID,
+      errors: ["Invalid routing key"],
+    });
   });
 
   it("deliveries are counted in the shared metrics under their badge", async () => {

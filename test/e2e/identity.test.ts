@@ -29,7 +29,10 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       internal = createNatsTransport(nc);
     }
     owner = await app.ownerToken();
-    for (const [email, role] of [["admin@acme.test", "admin"], ["member@acme.test", "member"]] as const) {
+    for (const [email, role] of [
+      ["admin@acme.test", "admin"],
+      ["member@acme.test", "member"],
+    ] as const) {
       const res = await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "password-123", role } });
       expect(res.status).toBe(201);
     }
@@ -99,13 +102,20 @@ describe.each(modes)("identity and access (%s)", (mode) => {
     it("add a member: owner and admin may; member, other org's admin and no credential may not", async () => {
       let n = 0;
       for (const [name, token] of Object.entries(who())) {
-        const res = await app.call("POST", "/o/acme/members", { token, body: { email: `new${n++}-${mode.length}@acme.test`, password: "password-123", role: "member" } });
+        const res = await app.call("POST", "/o/acme/members", {
+          token,
+          body: { email: `new${n++}-${mode.length}@acme.test`, password: "password-123", role: "member" },
+        });
         const expected = ["owner", "admin"].includes(name) ? 201 : token === undefined ? 401 : 403;
         expect({ name, status: res.status }).toEqual({ name, status: expected });
       }
-      expect((await app.call("POST", "/o/acme/members", { token: admin, body: { email: "o2@acme.test", password: "password-123", role: "owner" } })).status).toBe(403);
+      expect(
+        (await app.call("POST", "/o/acme/members", { token: admin, body: { email: "o2@acme.test", password: "password-123", role: "owner" } })).status,
+      ).toBe(403);
       expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: "admin@acme.test", password: "x", role: "member" } })).status).toBe(409);
-      expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: "x@acme.test", password: "password-123", role: "root" } })).status).toBe(400);
+      expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: "x@acme.test", password: "password-123", role: "root" } })).status).toBe(
+        400,
+      );
     });
 
     it("a credential of one organization never reads another's data", async () => {
@@ -134,7 +144,11 @@ describe.each(modes)("identity and access (%s)", (mode) => {
 
   describe("token and secret rotation", () => {
     const identity = () => createClient(IdentityService, internal);
-    const refused = (p: Promise<unknown>) => p.then(() => undefined, (e: unknown) => ConnectError.from(e).code);
+    const refused = (p: Promise<unknown>) =>
+      p.then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e).code,
+      );
 
     it("replaces the ingest token at once: the old one is refused on the very next request", async () => {
       const first = await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner });
@@ -167,7 +181,10 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       }
     });
 
-    for (const [kind, path] of [["chat", "chat-secret"], ["alertrouter", "alertrouter-secret"]] as const) {
+    for (const [kind, path] of [
+      ["chat", "chat-secret"],
+      ["alertrouter", "alertrouter-secret"],
+    ] as const) {
       it(`replaces the ${kind} secret at once`, async () => {
         const first = (await app.call("POST", `/o/acme/triggers/${path}`, { token: admin })).body.secret;
         expect(first).toMatch(/^[0-9a-f]{64}$/);
@@ -234,12 +251,19 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       headers: { "connect-protocol-version": "1" },
     });
     expect(res.status).toBe(501);
-    const resolve = await app.call("POST", "/warroom.identity.v1.IdentityService/ResolveIngestToken", { body: { token: "0".repeat(64) }, headers: { "connect-protocol-version": "1" } });
+    const resolve = await app.call("POST", "/warroom.identity.v1.IdentityService/ResolveIngestToken", {
+      body: { token: "0".repeat(64) },
+      headers: { "connect-protocol-version": "1" },
+    });
     expect(resolve.status).toBe(501);
   });
 
   it("serves public methods over Connect too", async () => {
-    const res = await app.call("POST", "/warroom.identity.v1.IdentityService/ListMembers", { token: member, body: { org: "acme" }, headers: { "connect-protocol-version": "1" } });
+    const res = await app.call("POST", "/warroom.identity.v1.IdentityService/ListMembers", {
+      token: member,
+      body: { org: "acme" },
+      headers: { "connect-protocol-version": "1" },
+    });
     expect(res.status).toBe(200);
     expect(res.body.members.length).toBeGreaterThanOrEqual(3);
   });

@@ -29,7 +29,15 @@ async function openWithRepeats(alertId: string): Promise<string> {
   for (let i = 0; i <= REPEATS; i++) {
     const res = await app.call("POST", "/triggers", {
       token: ingest,
-      body: { title: `Disk full ${alertId}`, alert_type: "error", alert_transition: "Triggered", alert_id: alertId, event_id: `${alertId}-${i}`, body: summary(i), tags: ["service:db"] },
+      body: {
+        title: `Disk full ${alertId}`,
+        alert_type: "error",
+        alert_transition: "Triggered",
+        alert_id: alertId,
+        event_id: `${alertId}-${i}`,
+        body: summary(i),
+        tags: ["service:db"],
+      },
     });
     expect(res.status).toBe(i === 0 ? 201 : 200);
     incidentId ||= res.body.incidentId;
@@ -81,7 +89,10 @@ describe("an incident larger than one NATS message", () => {
 
   it("lists incidents page by page with a cursor, newest first, each once", async () => {
     for (let i = 0; i < 7; i++) {
-      const res = await app.call("POST", "/triggers", { token: ingest, body: { title: `Paged ${i}`, alert_type: "error", alert_id: `paged-${i}`, event_id: `paged-${i}` } });
+      const res = await app.call("POST", "/triggers", {
+        token: ingest,
+        body: { title: `Paged ${i}`, alert_type: "error", alert_id: `paged-${i}`, event_id: `paged-${i}` },
+      });
       expect(res.status).toBe(201);
     }
     const all = (await app.call("GET", "/o/acme/incidents?limit=1000", { token: owner })).body.incidents.map((i: { id: string }) => i.id);

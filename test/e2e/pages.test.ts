@@ -44,17 +44,32 @@ async function whole(path: string, field: string, key: (item: any) => string): P
 describe("paged lists", () => {
   it("heartbeats, members, remote sources, comms messages and audit events page with a cursor, each item once", async () => {
     for (let i = 0; i < 7; i++) {
-      expect((await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: `job-${i}`, expectedIntervalSeconds: 3600, graceSeconds: 60 } })).status).toBe(201);
-      expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: `m${i}@acme.test`, password: "member password 1", role: "member" } })).status).toBe(201);
       expect(
-        (await app.call("POST", "/o/acme/remote-sources", { token: owner, body: { name: `src-${i}`, baseUrl: "https://source.example.test", transport: "http", auth: { bearerToken: "t" }, tenantRef: "t" } })).status,
+        (await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: `job-${i}`, expectedIntervalSeconds: 3600, graceSeconds: 60 } })).status,
+      ).toBe(201);
+      expect(
+        (await app.call("POST", "/o/acme/members", { token: owner, body: { email: `m${i}@acme.test`, password: "member password 1", role: "member" } })).status,
+      ).toBe(201);
+      expect(
+        (
+          await app.call("POST", "/o/acme/remote-sources", {
+            token: owner,
+            body: { name: `src-${i}`, baseUrl: "https://source.example.test", transport: "http", auth: { bearerToken: "t" }, tenantRef: "t" },
+          })
+        ).status,
       ).toBe(201);
     }
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
-    const opened = await app.call("POST", "/triggers", { token: ingest, body: { title: "paged", alert_type: "error", alert_id: "paged", event_id: "paged-1" } });
+    const opened = await app.call("POST", "/triggers", {
+      token: ingest,
+      body: { title: "paged", alert_type: "error", alert_id: "paged", event_id: "paged-1" },
+    });
     const incident = opened.body.incidentId;
     for (let i = 0; i < 5; i++) {
-      expect((await app.call("POST", `/o/acme/incidents/${incident}/comms/messages`, { token: owner, body: { channel: "chatwebhook", body: `update ${i}` } })).status).toBe(201);
+      expect(
+        (await app.call("POST", `/o/acme/incidents/${incident}/comms/messages`, { token: owner, body: { channel: "chatwebhook", body: `update ${i}` } }))
+          .status,
+      ).toBe(201);
     }
 
     const lists: Array<[string, string, (item: any) => string]> = [

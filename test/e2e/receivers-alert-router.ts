@@ -32,7 +32,11 @@ export function alertRouterSuite(ctx: SuiteContext): void {
   /** `secret` null sends no secret header at all. */
   const post = (body: unknown, secret: string | null = ctx.creds.alertRouterSecret): Promise<Answer> =>
     callApi(ctx.app.url, "POST", "/triggers/alertrouter", {
-      headers: { "content-type": "application/json", "user-agent": "Alertmanager/0.28.1", ...(secret === null ? {} : { "x-service-alertrouter-secret": secret }) },
+      headers: {
+        "content-type": "application/json",
+        "user-agent": "Alertmanager/0.28.1",
+        ...(secret === null ? {} : { "x-service-alertrouter-secret": secret }),
+      },
       raw: JSON.stringify(body),
     });
   const incident = (id: string) => getIncident(ctx.app, ctx.creds.owner, id);
@@ -145,7 +149,11 @@ export function alertRouterSuite(ctx: SuiteContext): void {
   });
 
   it("the summary annotation is the row summary; unknown fields of newer versions are ignored", async () => {
-    const body = { ...group({ alertname: "SlowQueries", severity: "page" }, { summary: "p99 query time above 2s", runbook_url: "https://runbooks.example.com/slow" }), version: "5", groupAnnotations: { team: "db" } };
+    const body = {
+      ...group({ alertname: "SlowQueries", severity: "page" }, { summary: "p99 query time above 2s", runbook_url: "https://runbooks.example.com/slow" }),
+      version: "5",
+      groupAnnotations: { team: "db" },
+    };
     const res = await post(body);
     expect(res.status).toBe(202);
     const got = await incident(res.body.incidentId);

@@ -139,7 +139,11 @@ export function chatSuite(ctx: ChatContext): void {
     const before = await listIncidents(ctx.app, ctx.creds.owner);
     const { channel_id: _c, ...noChannel } = message();
     const { message_id: _m, ...noMessage } = message();
-    for (const [body, form] of [[noChannel, false], [noMessage, false], [noMessage, true]] as const) {
+    for (const [body, form] of [
+      [noChannel, false],
+      [noMessage, false],
+      [noMessage, true],
+    ] as const) {
       const res = await post(body, { form });
       expect(res.status).toBe(200);
       expect(res.body).toMatchObject({ outcome: "ignored", incidentId: null });

@@ -47,9 +47,7 @@ export function chatFailureSuite(ctx: FailureContext): void {
     await earlyInTheMinute(db);
     const urls = ctx.app.gatewayUrls;
     const within = await Promise.all(
-      Array.from({ length: CHAT_CALLS_PER_MINUTE }, (_, i) =>
-        post(urls[i % urls.length]!, slug, chatSecret, { channel_id: "C-limit", text: `call ${i}` }),
-      ),
+      Array.from({ length: CHAT_CALLS_PER_MINUTE }, (_, i) => post(urls[i % urls.length]!, slug, chatSecret, { channel_id: "C-limit", text: `call ${i}` })),
     );
     expect(within.map((a) => a.status)).toEqual(Array(CHAT_CALLS_PER_MINUTE).fill(200));
     for (const url of urls) {

@@ -63,7 +63,14 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
     const sentry = fixture("sentry/event-alert-triggered.json");
     sentry.data.event.event_id = unique("sentry-event");
 
-    const remote = { serviceSource: "remote", connectionId, title: "Burn rate", severity: "sev2", occurredAt: "2024-06-12T10:05:12Z", dedupKey: unique("burn") };
+    const remote = {
+      serviceSource: "remote",
+      connectionId,
+      title: "Burn rate",
+      severity: "sev2",
+      occurredAt: "2024-06-12T10:05:12Z",
+      dedupKey: unique("burn"),
+    };
 
     const firing = fixture("alertmanager/webhook-v4-firing.json");
     firing.groupKey = `{}:{alertname="${unique("Retry")}"}`;
@@ -77,7 +84,13 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
       { source: "log-analytics", path: "/triggers", body: logAlert, headers: ingest, retry: exact ?? "held-event-id" },
       { source: "error-tracker", path: "/triggers", body: sentry, headers: { ...ingest, "request-id": unique("req") }, retry: "exact" },
       { source: "remote", path: "/triggers", body: remote, headers: ingest, retry: exact ?? "held-event-id" },
-      { source: "alert-router", path: "/triggers/alertrouter", body: firing, headers: { "x-service-alertrouter-secret": creds.alertRouterSecret, ...key }, retry: "exact" },
+      {
+        source: "alert-router",
+        path: "/triggers/alertrouter",
+        body: firing,
+        headers: { "x-service-alertrouter-secret": creds.alertRouterSecret, ...key },
+        retry: "exact",
+      },
       { source: "chat", path: "/triggers/chat/acme", body: chat, headers: { "x-service-chat-secret": creds.chatSecret, ...key }, retry: "exact" },
     ];
   }
@@ -91,7 +104,10 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
 
   async function expectRecognized(d: Delivery, first: Answer, retry: Answer): Promise<void> {
     const label = `${d.source} (${d.retry})`;
-    expect([first.status, retry.status].every((s) => s >= 200 && s < 300), `${label}: ${first.status} ${retry.status} ${JSON.stringify(retry.body)}`).toBe(true);
+    expect(
+      [first.status, retry.status].every((s) => s >= 200 && s < 300),
+      `${label}: ${first.status} ${retry.status} ${JSON.stringify(retry.body)}`,
+    ).toBe(true);
     expect(first.body.incidentId, label).toEqual(expect.any(String));
     expect(retry.body.incidentId, label).toBe(first.body.incidentId);
     if (d.retry === "exact") {
@@ -103,24 +119,32 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
       expect([first.body.outcome, retry.body.outcome].sort(), label).toEqual(["attached", "opened"]);
     }
     const incident = await getIncident(app, creds.owner, first.body.incidentId);
-    expect(incident.timeline.map((e: { kind: string }) => e.kind), `${label}: recorded once`).toEqual(["opened"]);
+    expect(
+      incident.timeline.map((e: { kind: string }) => e.kind),
+      `${label}: recorded once`,
+    ).toEqual(["opened"]);
   }
 
   it.each([
     ["without", undefined],
     ["with", "idem"],
-  ] as const)("the same body twice at the same time, %s an Idempotency-Key, through two gateways", async (_label, idempotencyKey) => {
-    for (const d of deliveries(idempotencyKey)) {
-      const [a, b] = await Promise.all([send(d, 0), send(d, 1)]);
-      const [first, retry] = a.body.outcome === "opened" ? [a, b] : [b, a];
-      await expectRecognized(d, first, retry);
-    }
-  }, 120_000);
+  ] as const)(
+    "the same body twice at the same time, %s an Idempotency-Key, through two gateways",
+    async (_label, idempotencyKey) => {
+      for (const d of deliveries(idempotencyKey)) {
+        const [a, b] = await Promise.all([send(d, 0), send(d, 1)]);
+        const [first, retry] = a.body.outcome === "opened" ? [a, b] : [b, a];
+        await expectRecognized(d, first, retry);
+      }
+    },
+    120_000,
+  );
 
   it("the same body twice 10 s apart, for every source, with and without an Idempotency-Key", async () => {
     const all = [...deliveries(), ...deliveries("idem-late")];
     const firsts = await Promise.all(all.map((d) => send(d, 0)));
-    for (const [i, first] of firsts.entries()) expect(first.status, `${all[i]!.source}: ${JSON.stringify(first.body)}`).toBe(all[i]!.source === "alert-router" ? 202 : 201);
+    for (const [i, first] of firsts.entries())
+      expect(first.status, `${all[i]!.source}: ${JSON.stringify(first.body)}`).toBe(all[i]!.source === "alert-router" ? 202 : 201);
     await new Promise((r) => setTimeout(r, 10_000));
     const retries = await Promise.all(all.map((d) => send(d, 1)));
     for (const [i, d] of all.entries()) await expectRecognized(d, firsts[i]!, retries[i]!);

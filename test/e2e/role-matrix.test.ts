@@ -81,7 +81,9 @@ const OWN_AUTHENTICATION = new Set([
 const routes = buildRouteTable(internalServices);
 
 function pathFor(route: Route, org: string): string {
-  return route.template.replace(/\{([a-z_]+)\}/g, (_, name: string) => (name === "org" ? org : name === "name" || name === "heartbeat" ? "probe" : randomUUID()));
+  return route.template.replace(/\{([a-z_]+)\}/g, (_, name: string) =>
+    name === "org" ? org : name === "name" || name === "heartbeat" ? "probe" : randomUUID(),
+  );
 }
 
 describe("every route is classified", () => {
@@ -100,15 +102,21 @@ describe.each(["one process", "separate processes over NATS"] as const)("the rol
     app = mode === "one process" ? await startApp() : await startClusterApp();
     tokens.owner = await app.ownerToken();
     for (const role of ["admin", "member"]) {
-      expect((await app.call("POST", "/o/acme/members", { token: tokens.owner, body: { email: `${role}@acme.test`, password: "password-123", role } })).status).toBe(201);
-      tokens[role] = (await app.call("POST", "/auth/login", { body: { email: `${role}@acme.test`, password: "password-123", orgSlug: "acme" } })).body.accessToken;
+      expect(
+        (await app.call("POST", "/o/acme/members", { token: tokens.owner, body: { email: `${role}@acme.test`, password: "password-123", role } })).status,
+      ).toBe(201);
+      tokens[role] = (
+        await app.call("POST", "/auth/login", { body: { email: `${role}@acme.test`, password: "password-123", orgSlug: "acme" } })
+      ).body.accessToken;
     }
     tokens.memberApiKey = (await app.call("POST", "/o/acme/api-keys", { token: tokens.member, body: { name: "probe" } })).body.key;
     // A second organization and its owner, through the bootstrap path the admin CLI uses.
     nc = app.natsUrl ? await connect({ servers: app.natsUrl }) : undefined;
     const identity = createClient(IdentityService, nc ? createNatsTransport(nc) : app.process.transport);
     await identity.bootstrap({ orgSlug: "globex", ownerEmail: "boss@globex.test", ownerPassword: "password-123" });
-    tokens.otherOrgOwner = (await app.call("POST", "/auth/login", { body: { email: "boss@globex.test", password: "password-123", orgSlug: "globex" } })).body.accessToken;
+    tokens.otherOrgOwner = (
+      await app.call("POST", "/auth/login", { body: { email: "boss@globex.test", password: "password-123", orgSlug: "globex" } })
+    ).body.accessToken;
   }, 180_000);
 
   afterAll(async () => {
@@ -129,7 +137,10 @@ describe.each(["one process", "separate processes over NATS"] as const)("the rol
     for (const route of managed) {
       const label = `${route.httpMethod} ${route.template}`;
       // globex's owner on acme, and acme's owner on an organization that does not exist: the same answer.
-      for (const [token, org] of [[tokens.otherOrgOwner, "acme"], [tokens.owner, "no-such-org"]] as const) {
+      for (const [token, org] of [
+        [tokens.otherOrgOwner, "acme"],
+        [tokens.owner, "no-such-org"],
+      ] as const) {
         const res = await app.call(route.httpMethod, pathFor(route, org), { token, body: route.body === "*" ? {} : undefined });
         expect({ label, org, status: res.status }).toEqual({ label, org, status: 403 });
         expect(Object.keys(res.body ?? {})).toEqual(["error"]);

@@ -2,7 +2,12 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
-import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import {
+  makeTestCertificates,
+  startChatWebhookReceiver,
+  type ChatWebhookReceiver,
+  type TestCertificates,
+} from "../../services/comms/testing/https-receiver.js";
 import { startClusterApp } from "../support/cluster.js";
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 
@@ -54,7 +59,10 @@ describe("a trace across every hop of a delivery", () => {
     const owner = await app.ownerToken();
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
     const minutes = (n: number) => new Date(Date.now() + n * 60_000).toISOString();
-    const window = await app.call("POST", "/o/acme/maintenance-windows", { token: owner, body: { startsAt: minutes(-1), endsAt: minutes(30), reason: "traced upgrade" } });
+    const window = await app.call("POST", "/o/acme/maintenance-windows", {
+      token: owner,
+      body: { startsAt: minutes(-1), endsAt: minutes(30), reason: "traced upgrade" },
+    });
     expect(window.status).toBe(201);
     windowId = window.body.id;
 
@@ -84,7 +92,10 @@ describe("a trace across every hop of a delivery", () => {
     const spans = ofTrace();
     const one = (what: string, predicate: (s: ReceivedSpan) => boolean): ReceivedSpan => {
       const found = spans.filter(predicate);
-      expect(found.map((s) => `${s.service}: ${s.name}`), `${what} among ${spans.map((s) => `${s.service}: ${s.name}`).join(", ")}`).toHaveLength(1);
+      expect(
+        found.map((s) => `${s.service}: ${s.name}`),
+        `${what} among ${spans.map((s) => `${s.service}: ${s.name}`).join(", ")}`,
+      ).toHaveLength(1);
       return found[0]!;
     };
     const parentOf = (span: ReceivedSpan) => spans.find((s) => s.spanId === span.parentSpanId);
@@ -180,12 +191,16 @@ describe("a trace across every hop of a delivery", () => {
     expect(opened.status).toBe(201);
     const incidentId = opened.body.incidentId as string;
     const secret = randomBytes(16).toString("hex");
-    expect((await app.call("PUT", "/o/acme/integrations/chatwebhook/connections/default", { token: owner, body: { webhookUrl: chat.url("ok", secret) } })).status).toBe(200);
+    expect(
+      (await app.call("PUT", "/o/acme/integrations/chatwebhook/connections/default", { token: owner, body: { webhookUrl: chat.url("ok", secret) } })).status,
+    ).toBe(200);
     expect((await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } })).status).toBe(200);
     const messages = `/o/acme/incidents/${incidentId}/comms/messages`;
     const drafted = await app.call("POST", messages, { token: owner, body: { channel: "chatwebhook", body: "Mitigated; watching error rates." } });
     expect(drafted.status).toBe(201);
-    expect((await app.call("POST", `${messages}/${drafted.body.messageId}/approve`, { token: owner, body: { version: drafted.body.version } })).status).toBe(200);
+    expect((await app.call("POST", `${messages}/${drafted.body.messageId}/approve`, { token: owner, body: { version: drafted.body.version } })).status).toBe(
+      200,
+    );
 
     const traceId = randomBytes(16).toString("hex");
     const sent = await app.call("POST", `${messages}/${drafted.body.messageId}/send`, {
@@ -200,7 +215,12 @@ describe("a trace across every hop of a delivery", () => {
     const deadline = Date.now() + 15_000;
     const call = () => receiver.spans.find((s) => s.traceId === traceId && s.name === "POST chat-webhook");
     while (!call() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
-    expect(call()).toMatchObject({ service: "comms", kind: CLIENT, spanId: outbound?.[2], attributes: { "warroom.result": "ok", "http.response.status_code": 202n } });
+    expect(call()).toMatchObject({
+      service: "comms",
+      kind: CLIENT,
+      spanId: outbound?.[2],
+      attributes: { "warroom.result": "ok", "http.response.status_code": 202n },
+    });
     const everything = JSON.stringify(receiver.spans, (_k, v) => (typeof v === "bigint" ? String(v) : v));
     expect(everything).not.toContain(secret);
   }, 60_000);

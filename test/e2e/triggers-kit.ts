@@ -64,7 +64,10 @@ export async function startClusterProcess(app: IntakeApp, name: string): Promise
   const deadline = Date.now() + 60_000;
   for (;;) {
     if (child.exitCode !== null) throw new Error(`${name} exited with code ${child.exitCode} while starting`);
-    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return child;
     if (Date.now() > deadline) {
       child.kill("SIGKILL");
@@ -168,15 +171,28 @@ export async function duringMaintenance<T>(
   const now = Date.now();
   const created = await app.call("POST", `/o/${OWNER.org}/maintenance-windows`, {
     token,
-    body: { startsAt: new Date(now - 60_000).toISOString(), endsAt: new Date(now + 3_600_000).toISOString(), reason: "planned work", ...(match ? { match } : {}) },
+    body: {
+      startsAt: new Date(now - 60_000).toISOString(),
+      endsAt: new Date(now + 3_600_000).toISOString(),
+      reason: "planned work",
+      ...(match ? { match } : {}),
+    },
   });
   if (created.status !== 201 && created.status !== 200) throw new Error(`maintenance window: ${created.status} ${JSON.stringify(created.body)}`);
-  try {
-    return await body(created.body.id as string);
-  } finally {
+  const remove = async () => {
     const deleted = await app.call("DELETE", `/o/${OWNER.org}/maintenance-windows/${created.body.id}`, { token });
     if (deleted.status !== 204) throw new Error(`deleting the maintenance window: ${deleted.status}`);
+  };
+  let result: T;
+  try {
+    result = await body(created.body.id as string);
+  } catch (err) {
+    // The body's failure is the one to report; a failed clean-up after it would only hide it.
+    await remove().catch(() => undefined);
+    throw err;
   }
+  await remove();
+  return result;
 }
 
 /** The organization's audit events of `kind`, waiting up to `timeoutMs` for `until` to hold. */

@@ -72,14 +72,22 @@ export function metricsMonitorSuite(ctx: SuiteContext): void {
       const body = { ...fixture("datadog/custom-body-triggered.json"), alert_transition: "Re-Triggered", event_id: "7612990000000000001" };
       const res = await send(body);
       expect(res.status).toBe(200);
-      expect(res.body).toMatchObject({ outcome: "attached", incidentId, proposedSeverity: "sev2", workspaceUrl: `${PUBLIC_URL}/o/acme/incidents/${incidentId}` });
+      expect(res.body).toMatchObject({
+        outcome: "attached",
+        incidentId,
+        proposedSeverity: "sev2",
+        workspaceUrl: `${PUBLIC_URL}/o/acme/incidents/${incidentId}`,
+      });
       const { timeline } = await incident(incidentId);
       expect(timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
       expect(timeline[1].eventId).toBe("7612990000000000001");
     });
 
     it("3. the same event_id again answers attached and is not recorded again", async () => {
-      for (const body of [fixture("datadog/custom-body-triggered.json"), { ...fixture("datadog/custom-body-triggered.json"), alert_transition: "Re-Triggered", event_id: "7612990000000000001" }]) {
+      for (const body of [
+        fixture("datadog/custom-body-triggered.json"),
+        { ...fixture("datadog/custom-body-triggered.json"), alert_transition: "Re-Triggered", event_id: "7612990000000000001" },
+      ]) {
         const res = await send(body);
         expect(res.status).toBe(200);
         expect(res.body).toMatchObject({ outcome: "attached", incidentId });
@@ -291,14 +299,22 @@ export function metricsMonitorSuite(ctx: SuiteContext): void {
       const body = triggered({ body: "Checkout p99 above 2s", link: "https://monitor.example.com/monitors/42" });
       const res = await send(body);
       const [first] = (await incident(res.body.incidentId)).timeline;
-      expect(first).toMatchObject({ kind: "opened", summary: "Checkout p99 above 2s", link: "https://monitor.example.com/monitors/42", alertRef: body.alert_id });
+      expect(first).toMatchObject({
+        kind: "opened",
+        summary: "Checkout p99 above 2s",
+        link: "https://monitor.example.com/monitors/42",
+        alertRef: body.alert_id,
+      });
     });
   });
 
   describe("error rows", () => {
     it("401 Missing trigger ingest token without an Authorization: Bearer header, and nothing opens", async () => {
       const before = await listIncidents(ctx.app, ctx.creds.owner);
-      for (const headers of [{}, { authorization: `Basic ${Buffer.from("a:b").toString("base64")}` }, { authorization: "Bearer" }] as Record<string, string>[]) {
+      for (const headers of [{}, { authorization: `Basic ${Buffer.from("a:b").toString("base64")}` }, { authorization: "Bearer" }] as Record<
+        string,
+        string
+      >[]) {
         const res = await ctx.app.call("POST", "/triggers", { headers: { "content-type": "application/json", ...headers }, raw: JSON.stringify(triggered()) });
         expect(res.status).toBe(401);
         expect(res.body).toEqual({ error: "Missing trigger ingest token" });
@@ -317,12 +333,7 @@ export function metricsMonitorSuite(ctx: SuiteContext): void {
 
     it("422 Unrecognized trigger payload when neither a string alert_type nor an array tags is present, and no incident", async () => {
       const before = await listIncidents(ctx.app, ctx.creds.owner);
-      for (const body of [
-        { title: "no shape", tags: "service:checkout" },
-        { title: "alert_type must be a string", alert_type: 3 },
-        { hello: "world" },
-        {},
-      ]) {
+      for (const body of [{ title: "no shape", tags: "service:checkout" }, { title: "alert_type must be a string", alert_type: 3 }, { hello: "world" }, {}]) {
         const res = await send(body);
         expect(res.status, JSON.stringify(body)).toBe(422);
         expect(res.body).toEqual({ error: "Unrecognized trigger payload" });
@@ -347,7 +358,9 @@ export function metricsMonitorSuite(ctx: SuiteContext): void {
       const body = JSON.stringify(triggered({ title: unique("Thundering herd") }));
       // Spread over every gateway, so in the cluster the deliveries cross intake replicas.
       const answers = await Promise.all(
-        Array.from({ length: 200 }, (_, i) => postTrigger(ctx.app, ctx.creds.ingestToken, undefined, { raw: body, url: ctx.app.gatewayUrls[i % ctx.app.gatewayUrls.length] })),
+        Array.from({ length: 200 }, (_, i) =>
+          postTrigger(ctx.app, ctx.creds.ingestToken, undefined, { raw: body, url: ctx.app.gatewayUrls[i % ctx.app.gatewayUrls.length] }),
+        ),
       );
       const statuses = answers.map((a) => a.status);
       expect(statuses.filter((s) => s === 201)).toHaveLength(1);

@@ -1,15 +1,6 @@
 import { request } from "node:http";
 import { expect, it } from "vitest";
-import {
-  auditEvents,
-  duringMaintenance,
-  fixture,
-  getIncident,
-  listIncidents,
-  postTrigger,
-  unique,
-  type SuiteContext,
-} from "./triggers-kit.js";
+import { auditEvents, duringMaintenance, fixture, getIncident, listIncidents, postTrigger, unique, type SuiteContext } from "./triggers-kit.js";
 
 /** Maintenance windows on the shared endpoint, and bodies sent to break it. */
 
@@ -121,8 +112,7 @@ function rawPost(url: string, path: string, headers: Record<string, string | num
 }
 
 export function hostileBodiesSuite(ctx: SuiteContext): void {
-  const raw = (body: string | Buffer, contentType = "application/json") =>
-    postTrigger(ctx.app, ctx.creds.ingestToken, undefined, { raw: body, contentType });
+  const raw = (body: string | Buffer, contentType = "application/json") => postTrigger(ctx.app, ctx.creds.ingestToken, undefined, { raw: body, contentType });
   let incidentsBefore = 0;
 
   it("before: count the incidents", async () => {
@@ -165,10 +155,20 @@ export function hostileBodiesSuite(ctx: SuiteContext): void {
 
   it("a body over 1 MiB: 413, whether its length is declared or it is streamed", async () => {
     const big = Buffer.from(JSON.stringify({ alert_type: "error", title: "big", body: "x".repeat(1024 * 1024 + 10) }));
-    const declared = await rawPost(ctx.app.url, "/triggers", { authorization: `Bearer ${ctx.creds.ingestToken}`, "content-type": "application/json", "content-length": big.byteLength }, big);
+    const declared = await rawPost(
+      ctx.app.url,
+      "/triggers",
+      { authorization: `Bearer ${ctx.creds.ingestToken}`, "content-type": "application/json", "content-length": big.byteLength },
+      big,
+    );
     expect(declared.status).toBe(413);
     expect(declared.body).toEqual({ error: "request body is larger than 1048576 bytes" });
-    const streamed = await rawPost(ctx.app.url, "/triggers", { authorization: `Bearer ${ctx.creds.ingestToken}`, "content-type": "application/json", "transfer-encoding": "chunked" }, big);
+    const streamed = await rawPost(
+      ctx.app.url,
+      "/triggers",
+      { authorization: `Bearer ${ctx.creds.ingestToken}`, "content-type": "application/json", "transfer-encoding": "chunked" },
+      big,
+    );
     expect(streamed.status).toBe(413);
   });
 

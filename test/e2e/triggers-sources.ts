@@ -1,17 +1,7 @@
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  auditEvents,
-  fixture,
-  getIncident,
-  listIncidents,
-  postTrigger,
-  PUBLIC_URL,
-  unique,
-  UUID,
-  type SuiteContext,
-} from "./triggers-kit.js";
+import { auditEvents, fixture, getIncident, listIncidents, postTrigger, PUBLIC_URL, unique, UUID, type SuiteContext } from "./triggers-kit.js";
 
 /**
  * `POST /triggers` for the error-tracker, the remote-source payload, the cloud-monitor (CloudWatch
@@ -86,7 +76,11 @@ export function errorTrackerSuite(ctx: SuiteContext): void {
     expect(res.status).toBe(201);
     expect(res.body).toMatchObject({ outcome: "opened", entity: { kind: "service", id: "checkout-api" }, proposedSeverity: "sev2" });
     const got = await incident(res.body.incidentId);
-    expect(got).toMatchObject({ source: "error-tracker", title: "ConnectionError: could not connect to payments-db:5432", entity: { kind: "service", id: "checkout-api" } });
+    expect(got).toMatchObject({
+      source: "error-tracker",
+      title: "ConnectionError: could not connect to payments-db:5432",
+      entity: { kind: "service", id: "checkout-api" },
+    });
     expect(got.timeline[0].link).toBe("https://acme.sentry.io/issues/5123498765/?referrer=webhooks_plugin");
   });
 
@@ -151,7 +145,14 @@ export function errorTrackerSuite(ctx: SuiteContext): void {
     const resolved = {
       action: "resolved",
       actor: { id: "u_81723", name: "Dana", type: "user" },
-      data: { issue: { id: "5123498765", status: "resolved", title: "ConnectionError: could not connect to payments-db:5432", project: { id: "4504123456789504", slug: "checkout-api" } } },
+      data: {
+        issue: {
+          id: "5123498765",
+          status: "resolved",
+          title: "ConnectionError: could not connect to payments-db:5432",
+          project: { id: "4504123456789504", slug: "checkout-api" },
+        },
+      },
       installation: { uuid: "7a485448-a9e2-4c85-8a3c-4f44175783c9" },
     };
     const res = await send(resolved);
@@ -409,7 +410,8 @@ export function cloudAndLogSuite(ctx: SuiteContext): void {
         MessageId: unique("msg"),
         Token: token,
         TopicArn: "arn:aws:sns:us-east-1:123456789012:ops-alarms",
-        Message: "You have chosen to subscribe to the topic arn:aws:sns:us-east-1:123456789012:ops-alarms.\nTo confirm the subscription, visit the SubscribeURL included in this message.",
+        Message:
+          "You have chosen to subscribe to the topic arn:aws:sns:us-east-1:123456789012:ops-alarms.\nTo confirm the subscription, visit the SubscribeURL included in this message.",
         SubscribeURL: `http://127.0.0.1:${port}/?Action=ConfirmSubscription&Token=${token}`,
         Timestamp: "2024-06-12T10:00:00.000Z",
         SignatureVersion: "1",
@@ -475,7 +477,7 @@ export function cloudAndLogSuite(ctx: SuiteContext): void {
       const opened = await send(fired);
       expect(opened.status).toBe(201);
       expect(opened.body).toMatchObject({ entity: { kind: "resource", id: "vm-checkout-01" }, proposedSeverity: "sev3" });
-      expect((await incident(opened.body.incidentId))).toMatchObject({ source: "cloud-monitor", title: "vm-checkout-high-cpu" });
+      expect(await incident(opened.body.incidentId)).toMatchObject({ source: "cloud-monitor", title: "vm-checkout-high-cpu" });
 
       const recovery = await send(resolved);
       expect(recovery.body).toMatchObject({ outcome: "recorded", incidentId: opened.body.incidentId });
@@ -505,7 +507,7 @@ export function cloudAndLogSuite(ctx: SuiteContext): void {
       const first = await send(firing("2024-06-12T10:00:00Z", "2024-06-12T10:05:00Z"));
       expect(first.status).toBe(201);
       expect(first.body).toMatchObject({ entity: { kind: "resource", id: "auth-gateway" } });
-      expect((await incident(first.body.incidentId))).toMatchObject({ source: "log-analytics", title: rule });
+      expect(await incident(first.body.incidentId)).toMatchObject({ source: "log-analytics", title: rule });
       const next = await send(firing("2024-06-12T10:05:00Z", "2024-06-12T10:10:00Z"));
       expect(next.body).toMatchObject({ outcome: "attached", incidentId: first.body.incidentId });
       const redelivered = await send(firing("2024-06-12T10:05:00Z", "2024-06-12T10:10:00Z"));

@@ -114,7 +114,10 @@ describe("faults under load", () => {
         fraction: 0.3,
         action: async () => {
           await nats.stop();
-          const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/triggers", { token: ingest, body: { alert_type: "error", alert_id: "probe-during-outage" } });
+          const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/triggers", {
+            token: ingest,
+            body: { alert_type: "error", alert_id: "probe-during-outage" },
+          });
           sawUnavailable = res.status === 503;
           await new Promise((r) => setTimeout(r, 3000));
           await nats.start();

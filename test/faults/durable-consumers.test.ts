@@ -169,7 +169,9 @@ describe("durable consumers", () => {
       "the dead-letter copy",
       async () => {
         const info = await jsm.streams.info(DEAD_LETTER_STREAM);
-        return info.state.messages > 0 ? jsm.streams.getMessage(DEAD_LETTER_STREAM, { last_by_subj: "deadletter.poison-consumer.events.probe.poison" }) : undefined;
+        return info.state.messages > 0
+          ? jsm.streams.getMessage(DEAD_LETTER_STREAM, { last_by_subj: "deadletter.poison-consumer.events.probe.poison" })
+          : undefined;
       },
       15_000,
     );
@@ -177,7 +179,9 @@ describe("durable consumers", () => {
     expect(copy!.header.get("Warroom-Original-Subject")).toBe("events.probe.poison");
     expect(copy!.header.get("Warroom-Error")).toBe("handler bug at line 2");
     expect(new TextDecoder().decode(copy!.data)).toBe(poison!.id);
-    expect(await registry.getSingleMetricAsString("warroom_event_dead_letters_total")).toContain('warroom_event_dead_letters_total{consumer="poison-consumer"} 1');
+    expect(await registry.getSingleMetricAsString("warroom_event_dead_letters_total")).toContain(
+      'warroom_event_dead_letters_total{consumer="poison-consumer"} 1',
+    );
 
     // Still retried: once the handler is fixed, the event is handled, and copied only once.
     await until("more deliveries after the copy", async () => deliveries > 4, 10_000);

@@ -38,7 +38,10 @@ beforeAll(async () => {
     intakes: 1,
     extra: [
       { name: "heartbeats", env: {} },
-      { name: "heartbeats", env: { LOG_LEVEL: "info", CLOCK_SKEW_MS: String(3600_000), NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import ${skewedClock}` } },
+      {
+        name: "heartbeats",
+        env: { LOG_LEVEL: "info", CLOCK_SKEW_MS: String(3600_000), NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ""} --import ${skewedClock}` },
+      },
     ],
     output: "capture",
   });
@@ -67,7 +70,9 @@ describe("the heartbeat sweep on three processes, one with a clock an hour fast"
       else await new Promise((r) => setTimeout(r, 200));
     }
     const register = async (name: string, interval: number) =>
-      expect((await callApi(url, "POST", "/o/acme/heartbeats", { token: owner, body: { name, expectedIntervalSeconds: interval, graceSeconds: 1 } })).status).toBe(201);
+      expect(
+        (await callApi(url, "POST", "/o/acme/heartbeats", { token: owner, body: { name, expectedIntervalSeconds: interval, graceSeconds: 1 } })).status,
+      ).toBe(201);
     for (let i = 0; i < 30; i++) await register(`short-${i}`, 1);
     // Due in an hour by the database clock: only a process trusting its own (skewed) clock would call these silent.
     for (let i = 0; i < 10; i++) await register(`hourly-${i}`, 3600);
@@ -87,7 +92,9 @@ describe("the heartbeat sweep on three processes, one with a clock an hour fast"
     const repeats = await sql<{ n: number }[]>`
       select count(*)::int as n from incidents.timeline_entries t join incidents.incidents i on i.id = t.incident_id
       where i.source = 'heartbeat' and t.kind <> 'opened'`;
-    console.log(`heartbeat incidents: ${perHeartbeat.length} heartbeats, ${perHeartbeat.reduce((a, r) => a + r.n, 0)} incidents, ${repeats[0]!.n} later entries`);
+    console.log(
+      `heartbeat incidents: ${perHeartbeat.length} heartbeats, ${perHeartbeat.reduce((a, r) => a + r.n, 0)} incidents, ${repeats[0]!.n} later entries`,
+    );
     expect(perHeartbeat.map((r) => r.id).sort()).toEqual(Array.from({ length: 30 }, (_, i) => `short-${i}`).sort());
     expect(perHeartbeat.every((r) => r.n === 1)).toBe(true);
     expect(repeats[0]!.n).toBe(0);

@@ -95,7 +95,10 @@ function processNamed(name: string): ClusterProcess {
 async function untilReady(proc: ClusterProcess): Promise<void> {
   const deadline = Date.now() + 60_000;
   for (;;) {
-    const ok = await fetch(`http://127.0.0.1:${proc.port}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`http://127.0.0.1:${proc.port}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return;
     if (Date.now() > deadline) throw new Error(`${proc.name} did not come back`);
     await new Promise((r) => setTimeout(r, 200));
@@ -162,8 +165,16 @@ describe("faults in the seams", () => {
     const readLoop = async (gateway: string) => {
       while (reading) {
         reads.sent++;
-        const res = await callApi(gateway, "GET", `/o/acme/incidents/${incidentId}/timeline?limit=500`, { token: owner }).catch(() => ({ status: 0, body: null }));
-        if (res.status === 200 && res.body.entries.length === 141 && res.body.entries.every((e: { summary: string }, i: number) => e.summary === `entry ${i} `.padEnd(8192, "x"))) reads.whole++;
+        const res = await callApi(gateway, "GET", `/o/acme/incidents/${incidentId}/timeline?limit=500`, { token: owner }).catch(() => ({
+          status: 0,
+          body: null,
+        }));
+        if (
+          res.status === 200 &&
+          res.body.entries.length === 141 &&
+          res.body.entries.every((e: { summary: string }, i: number) => e.summary === `entry ${i} `.padEnd(8192, "x"))
+        )
+          reads.whole++;
         else if (res.status === 503 || res.status === 0) reads.cleanRefusals++;
         else reads.broken++;
       }
@@ -190,7 +201,15 @@ describe("faults in the seams", () => {
     while (reads.whole < afterRestart + 5 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
     reading = false;
     await Promise.all(readers);
-    report.push({ fault: "NATS restart with ~1.2 MiB replies in flight (reads)", sent: reads.sent, acknowledged: reads.whole, "found once": reads.whole, doubled: 0, lost: reads.broken, failures: `503 or reset: ${reads.cleanRefusals}` });
+    report.push({
+      fault: "NATS restart with ~1.2 MiB replies in flight (reads)",
+      sent: reads.sent,
+      acknowledged: reads.whole,
+      "found once": reads.whole,
+      doubled: 0,
+      lost: reads.broken,
+      failures: `503 or reset: ${reads.cleanRefusals}`,
+    });
     expect(reads.broken).toBe(0);
     expect(reads.whole).toBeGreaterThanOrEqual(afterRestart + 5);
     await verify("NATS restart with ~1.2 MiB replies in flight (deliveries)", result);
@@ -220,7 +239,12 @@ describe("faults in the seams", () => {
         const deadline = Date.now() + 60_000;
         for (let attempt = 1; ; attempt++) {
           attempts++;
-          const res = await fetch(`${cluster.gatewayUrls[(w + attempt) % 2]}/triggers`, { method: "POST", headers, body, signal: AbortSignal.timeout(20_000) }).catch(() => undefined);
+          const res = await fetch(`${cluster.gatewayUrls[(w + attempt) % 2]}/triggers`, {
+            method: "POST",
+            headers,
+            body,
+            signal: AbortSignal.timeout(20_000),
+          }).catch(() => undefined);
           const answer = res ? ((await res.json().catch(() => null)) as { incidentId?: string } | null) : null;
           if (res && (res.status === 200 || res.status === 201) && answer?.incidentId) {
             acknowledged.push(eventId);

@@ -25,11 +25,15 @@ async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
 }
 
 function runAdmin(dataDir: string): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "services/identity/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"], {
-    cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },
-    stdio: ["ignore", "pipe", "pipe"],
-  });
+  const child = spawn(
+    process.execPath,
+    ["--import", "tsx", "services/identity/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
+    {
+      cwd: ROOT,
+      env: { ...process.env, DATABASE_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },
+      stdio: ["ignore", "pipe", "pipe"],
+    },
+  );
   let output = "";
   child.stdout.on("data", (c: Buffer) => (output += c.toString()));
   child.stderr.on("data", (c: Buffer) => (output += c.toString()));
@@ -48,7 +52,9 @@ describe("one-process mode with the embedded database", () => {
       expect(Number.parseInt(version, 10)).toBeGreaterThanOrEqual(18);
       expect(server.host).toBe("127.0.0.1");
       // Same pool shape as server mode: DATABASE_POOL_SIZE connections, not one.
-      const [count] = await first.database.sql<{ backends: number }[]>`select count(*)::int as backends from pg_stat_activity where application_name = 'warroom'`;
+      const [count] = await first.database.sql<
+        { backends: number }[]
+      >`select count(*)::int as backends from pg_stat_activity where application_name = 'warroom'`;
       const backends = count!.backends;
       expect(backends).toBeGreaterThanOrEqual(1);
       await Promise.all(Array.from({ length: 5 }, () => first.database.sql`select pg_sleep(0.2)`));

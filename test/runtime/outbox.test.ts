@@ -387,7 +387,9 @@ describe("a row that can never be published over JetStream", () => {
     expect(await streamMessages(nc)).toBe(before + 2);
     relay.start();
     const dead = await until("both dead letters", async () => {
-      const rows = await sql<{ subject: string; attempts: number; error: string }[]>`select subject, attempts, error from probe.outbox_dead_letters order by seq`;
+      const rows = await sql<
+        { subject: string; attempts: number; error: string }[]
+      >`select subject, attempts, error from probe.outbox_dead_letters order by seq`;
       return rows.length === 2 ? rows : undefined;
     });
     await relay.stop();

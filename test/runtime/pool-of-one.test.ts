@@ -115,7 +115,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     const o = "/o/acme";
 
     // People and credentials (each audited through the identity service).
-    expectStatus(await call("POST", `${o}/members`, { token: owner, body: { email: "member@acme.test", password: "member password 1", role: "member" } }), 201, "add member");
+    expectStatus(
+      await call("POST", `${o}/members`, { token: owner, body: { email: "member@acme.test", password: "member password 1", role: "member" } }),
+      201,
+      "add member",
+    );
     expectStatus(await call("GET", `${o}/members`, { token: owner }), 200, "list members");
     const key = await call("POST", `${o}/api-keys`, { token: owner, body: { name: "pool" } });
     expectStatus(key, 201, "create api key");
@@ -128,7 +132,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(routerSecret, 200, "alert-router secret");
 
     // A chat-webhook connection first, so that a chat message that opens an incident gets its war-room link.
-    expectStatus(await call("PUT", `${o}/integrations/chatwebhook/connections/default`, { token: owner, body: { webhookUrl: receiver.url("ok", "pool") } }), 200, "save chat webhook");
+    expectStatus(
+      await call("PUT", `${o}/integrations/chatwebhook/connections/default`, { token: owner, body: { webhookUrl: receiver.url("ok", "pool") } }),
+      200,
+      "save chat webhook",
+    );
     expectStatus(await call("GET", `${o}/integrations/chatwebhook/connections/default`, { token: owner }), 200, "get chat webhook");
     expectStatus(await call("POST", `${o}/integrations/chatwebhook/connections/default/test`, { token: owner }), 200, "test chat webhook");
     expectStatus(await call("GET", `${o}/oncall/egress`, { token: owner }), 200, "get egress");
@@ -136,15 +144,27 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
 
     // Deliveries from every receiver.
     const triggered = readFileSync("test/fixtures/datadog/custom-body-triggered.json", "utf8");
-    const opened = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    const opened = await call("POST", "/triggers", {
+      headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" },
+      raw: triggered,
+    });
     expectStatus(opened, 201, "deliver");
     const incidentId: string = opened.body.incidentId;
-    const repeat = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    const repeat = await call("POST", "/triggers", {
+      headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" },
+      raw: triggered,
+    });
     expect(repeat.body.outcome).toBe("attached");
     const firing = readFileSync("test/fixtures/alertmanager/webhook-v4-firing.json", "utf8");
-    const routed = await call("POST", "/triggers/alertrouter", { headers: { "x-service-alertrouter-secret": routerSecret.body.secret, "content-type": "application/json" }, raw: firing });
+    const routed = await call("POST", "/triggers/alertrouter", {
+      headers: { "x-service-alertrouter-secret": routerSecret.body.secret, "content-type": "application/json" },
+      raw: firing,
+    });
     expectStatus(routed, 202, "deliver alert router");
-    const unauthorized = await call("POST", "/triggers/alertrouter", { headers: { "x-service-alertrouter-secret": "wrong", "content-type": "application/json" }, raw: firing });
+    const unauthorized = await call("POST", "/triggers/alertrouter", {
+      headers: { "x-service-alertrouter-secret": "wrong", "content-type": "application/json" },
+      raw: firing,
+    });
     expectStatus(unauthorized, 401, "alert router with a wrong secret (audited)");
     const chat = await call("POST", `/triggers/chat/acme`, {
       headers: { "x-service-chat-secret": chatSecret.body.secret },
@@ -165,7 +185,10 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
       return res.body.messages?.length > 0 ? res.body.messages : undefined;
     });
     expect(links[0].body).toContain("war room");
-    const drafted = await call("POST", `${o}/incidents/${incidentId}/comms/messages`, { token: owner, body: { channel: "chatwebhook", body: "Investigating" } });
+    const drafted = await call("POST", `${o}/incidents/${incidentId}/comms/messages`, {
+      token: owner,
+      body: { channel: "chatwebhook", body: "Investigating" },
+    });
     expectStatus(drafted, 201, "draft");
     const messagePath = `${o}/incidents/${incidentId}/comms/messages/${drafted.body.messageId}`;
     expectStatus(await call("POST", `${messagePath}/approve`, { token: owner, body: { version: drafted.body.version } }), 200, "approve");
@@ -199,7 +222,10 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     });
     expectStatus(window, 201, "create maintenance window");
     expectStatus(await call("GET", `${o}/maintenance-windows`, { token: owner }), 200, "list maintenance windows");
-    const suppressed = await call("POST", "/triggers", { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" }, raw: triggered });
+    const suppressed = await call("POST", "/triggers", {
+      headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "application/json" },
+      raw: triggered,
+    });
     expect(suppressed.body.outcome).toBe("suppressed");
     expectStatus(await call("DELETE", `${o}/maintenance-windows/${window.body.id}`, { token: owner }), 204, "delete maintenance window");
 
@@ -210,7 +236,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await pd("/v2/enqueue", { ...pdEvent, event_action: "trigger" }), 202, "PagerDuty trigger");
     expectStatus(await pd("/v2/enqueue", { routing_key: ingest.body.token, dedup_key: "pool-pd", event_action: "acknowledge" }), 202, "PagerDuty acknowledge");
     expectStatus(await pd("/v2/enqueue", { routing_key: ingest.body.token, dedup_key: "pool-pd", event_action: "resolve" }), 202, "PagerDuty resolve");
-    expectStatus(await pd("/v2/change/enqueue", { routing_key: ingest.body.token, payload: { summary: "Deployed db 1.2", source: "ci" } }), 202, "PagerDuty change");
+    expectStatus(
+      await pd("/v2/change/enqueue", { routing_key: ingest.body.token, payload: { summary: "Deployed db 1.2", source: "ci" } }),
+      202,
+      "PagerDuty change",
+    );
     const genie = { authorization: `GenieKey ${ingest.body.token}` };
     const genieCreated = await call("POST", "/v2/alerts", { headers: genie, body: { message: "Queue backlog", alias: "pool-og" } });
     expectStatus(genieCreated, 202, "Opsgenie create");
@@ -219,7 +249,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("GET", `/v2/alerts/requests/${genieCreated.body.requestId}`, { headers: genie }), 200, "Opsgenie request status");
 
     // Heartbeats: registered, silent (the sweep opens an incident), pinged (resumed), changed, deleted.
-    expectStatus(await call("POST", `${o}/heartbeats`, { token: owner, body: { name: "pool-job", expectedIntervalSeconds: 1, graceSeconds: 1 } }), 201, "register heartbeat");
+    expectStatus(
+      await call("POST", `${o}/heartbeats`, { token: owner, body: { name: "pool-job", expectedIntervalSeconds: 1, graceSeconds: 1 } }),
+      201,
+      "register heartbeat",
+    );
     expectStatus(await call("GET", `${o}/heartbeats`, { token: owner }), 200, "list heartbeats");
     expectStatus(await call("GET", `${o}/heartbeats/pool-job`, { token: owner }), 200, "get heartbeat");
     await eventually("the heartbeat's silence incident", async () => {
@@ -229,7 +263,10 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("POST", `${o}/heartbeats/pool-job/ping`, { headers: { authorization: `Bearer ${ingest.body.token}` } }), 204, "ping");
     const run = "0b5a6c9e-51f4-4c1e-9d0e-2f0a3d5b7c11";
     const signal = (name: string, raw = "") =>
-      call("POST", `${o}/heartbeats/pool-job/ping/${name}?run_id=${run}`, { headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "text/plain" }, raw });
+      call("POST", `${o}/heartbeats/pool-job/ping/${name}?run_id=${run}`, {
+        headers: { authorization: `Bearer ${ingest.body.token}`, "content-type": "text/plain" },
+        raw,
+      });
     expectStatus(await signal("start"), 204, "ping start");
     expectStatus(await signal("fail", "backup failed: disk full"), 204, "ping fail");
     expectStatus(await signal("0"), 204, "ping exit status 0");

@@ -90,7 +90,10 @@ describe("connection pools", () => {
         SubscribeURL: "https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription",
         Timestamp: "2024-06-12T10:00:00.000Z",
       };
-      const res = await app.call("POST", "/triggers", { headers: { authorization: `Bearer ${ingestToken}`, "content-type": "text/plain" }, raw: JSON.stringify(confirmation) });
+      const res = await app.call("POST", "/triggers", {
+        headers: { authorization: `Bearer ${ingestToken}`, "content-type": "text/plain" },
+        raw: JSON.stringify(confirmation),
+      });
       expect(res.status).toBe(200);
       const sql = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
       try {

@@ -37,7 +37,10 @@ describe("the patched Postgres driver", () => {
     process.on("uncaughtException", record);
     const settle = (query: PromiseLike<unknown>) =>
       Promise.race([
-        Promise.resolve(query).then(() => "answered", (err: { code?: string }) => `refused ${err.code}`),
+        Promise.resolve(query).then(
+          () => "answered",
+          (err: { code?: string }) => `refused ${err.code}`,
+        ),
         new Promise((resolve) => setTimeout(() => resolve("no answer"), 2000)),
       ]);
     try {

@@ -16,7 +16,9 @@ import { freePort, startPrivateNats } from "../support/nats-server.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
 
 const dirs: Array<{ cleanup(): void }> = [];
-afterAll(() => dirs.forEach((d) => d.cleanup()));
+afterAll(() => {
+  for (const d of dirs) d.cleanup();
+});
 const dataDir = () => {
   const d = tempDataDir("wr-probes-");
   dirs.push(d);
@@ -174,10 +176,12 @@ describe("shutdown", () => {
     try {
       const hanging = callApi(url, "POST", "/auth/login", { body: credentials }).catch(() => undefined);
       await new Promise((r) => setTimeout(r, 300));
-      const { ms } = await timed((async () => {
-        service.child.kill("SIGTERM");
-        await service.exited;
-      })());
+      const { ms } = await timed(
+        (async () => {
+          service.child.kill("SIGTERM");
+          await service.exited;
+        })(),
+      );
       expect(ms).toBeLessThan(7000);
       await hanging;
     } finally {
@@ -200,7 +204,12 @@ describe("shutdown", () => {
       const client = createClient(ContractService, createNatsTransport(clientConn, { defaultTimeoutMs: 10_000 }));
       const slow = client.echo({ payload: new Uint8Array([1]), delayMs: 800 });
       await new Promise((r) => setTimeout(r, 100));
-      const late = timed(client.echo({ payload: new Uint8Array([2]) }).then(() => "answered", (err) => ConnectError.from(err).code));
+      const late = timed(
+        client.echo({ payload: new Uint8Array([2]) }).then(
+          () => "answered",
+          (err) => ConnectError.from(err).code,
+        ),
+      );
       const drained = server.drain(5000);
       expect((await slow).payload).toEqual(new Uint8Array([1]));
       const { value: code, ms } = await late;

@@ -33,8 +33,7 @@ describe.each([{ nats: false }, { nats: true }])("live event stream revocation (
     await s.next((f) => f.event === "ready");
     return s;
   };
-  const endsWithin = (s: OpenStream, ms: number) =>
-    Promise.race([s.ended.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
+  const endsWithin = (s: OpenStream, ms: number) => Promise.race([s.ended.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), ms))]);
 
   it("an API key's stream ends within a second of the key's revocation; others stay open", async () => {
     const key = await app.call("POST", "/o/acme/api-keys", { token: owner, body: { name: "dashboard" } });
@@ -49,7 +48,8 @@ describe.each([{ nats: false }, { nats: true }])("live event stream revocation (
   });
 
   it("a session's stream ends within a second of its logout", async () => {
-    const session = (await app.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "correct horse battery", orgSlug: "acme" } })).body.accessToken;
+    const session = (await app.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "correct horse battery", orgSlug: "acme" } })).body
+      .accessToken;
     const s = await open(session);
     expect((await app.call("POST", "/auth/logout", { token: session })).status).toBe(204);
     expect(await endsWithin(s, 1000)).toBe(true);

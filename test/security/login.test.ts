@@ -90,6 +90,8 @@ describe("login", () => {
     expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
     const refused = answers.find((a) => a.status === 429)!;
     expect(refused.headers.get("retry-after")).toBe("1");
-    console.log(`64 logins at once: ${statuses.filter((s) => s === 200).length} answered, ${statuses.filter((s) => s === 429).length} refused, in ${Math.round(performance.now() - started)} ms`);
+    console.log(
+      `64 logins at once: ${statuses.filter((s) => s === 200).length} answered, ${statuses.filter((s) => s === 429).length} refused, in ${Math.round(performance.now() - started)} ms`,
+    );
   }, 120_000);
 });

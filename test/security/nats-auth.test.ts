@@ -45,7 +45,9 @@ describe("a cluster on an authenticated NATS", () => {
 
   it("works end to end with each service's own user", async () => {
     const owner = await app.ownerToken();
-    expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: "m@acme.test", password: "password-123", role: "member" } })).status).toBe(201);
+    expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email: "m@acme.test", password: "password-123", role: "member" } })).status).toBe(
+      201,
+    );
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
     const opened = await app.call("POST", "/triggers", { token: ingest, body: fixture("datadog/custom-body-triggered.json") });
     expect(opened.status).toBe(201);
@@ -58,7 +60,10 @@ describe("a cluster on an authenticated NATS", () => {
     const list = await app.call("GET", "/o/acme/incidents", { token: owner });
     expect(list.status).toBe(200);
     expect(list.body.incidents.length).toBeGreaterThanOrEqual(2);
-    const heartbeat = await app.call("POST", "/o/acme/heartbeats", { token: owner, body: { name: "nightly", expectedIntervalSeconds: 3600, graceSeconds: 60 } });
+    const heartbeat = await app.call("POST", "/o/acme/heartbeats", {
+      token: owner,
+      body: { name: "nightly", expectedIntervalSeconds: 3600, graceSeconds: 60 },
+    });
     expect(heartbeat.status).toBe(201);
   });
 
@@ -90,10 +95,17 @@ describe("a cluster on an authenticated NATS", () => {
         })();
       });
       const sub = nc.subscribe("rpc.warroom.identity.v1.IdentityService.>");
-      const err = await Promise.race([sub.closed.then((e) => e ?? new Error("closed")), refused, new Promise<Error>((r) => setTimeout(() => r(new Error("not refused")), 3000))]);
+      const err = await Promise.race([
+        sub.closed.then((e) => e ?? new Error("closed")),
+        refused,
+        new Promise<Error>((r) => setTimeout(() => r(new Error("not refused")), 3000)),
+      ]);
       expect(String(err)).toMatch(/permission/i);
       const inbox = nc.subscribe("_INBOX_identity.>");
-      const inboxErr = await Promise.race([inbox.closed.then((e) => e ?? new Error("closed")), new Promise<Error>((r) => setTimeout(() => r(new Error("not refused")), 3000))]);
+      const inboxErr = await Promise.race([
+        inbox.closed.then((e) => e ?? new Error("closed")),
+        new Promise<Error>((r) => setTimeout(() => r(new Error("not refused")), 3000)),
+      ]);
       expect(String(inboxErr)).toMatch(/permission/i);
     }
   });
@@ -127,9 +139,11 @@ describe("two installations sharing one NATS", () => {
     // Without a prefix both installations' replicas share one queue group, so about half of
     // these calls would be answered by the other installation's database.
     const logins: number[] = [];
-    for (let i = 0; i < 4; i++) logins.push((await b.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "team b's own password", orgSlug: "acme" } })).status);
+    for (let i = 0; i < 4; i++)
+      logins.push((await b.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "team b's own password", orgSlug: "acme" } })).status);
     expect(logins).toEqual(Array(4).fill(200));
-    const token = (await b.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "team b's own password", orgSlug: "acme" } })).body.accessToken as string;
+    const token = (await b.call("POST", "/auth/login", { body: { email: "owner@acme.test", password: "team b's own password", orgSlug: "acme" } })).body
+      .accessToken as string;
     const lists = await Promise.all(Array.from({ length: 16 }, () => b.call("GET", "/o/acme/members", { token }).then((r) => r.status)));
     expect(lists).toEqual(Array(16).fill(200));
     expect((await a.call("GET", "/o/acme/members", { token })).status).toBe(401);
@@ -138,7 +152,8 @@ describe("two installations sharing one NATS", () => {
   it("carry ingest tokens and receiver secrets in headers, never in a message body", async () => {
     const observer = await connect({ servers: nats.url });
     const bodies: string[] = [];
-    const sub = observer.subscribe("team-a.rpc.>", { callback: (_err, msg) => {
+    const sub = observer.subscribe("team-a.rpc.>", {
+      callback: (_err, msg) => {
         bodies.push(Buffer.from(msg.data).toString("latin1"));
       },
     });

@@ -32,7 +32,10 @@ describe("body limits on Connect and gRPC", () => {
 
   it("answers 413 over REST and resource_exhausted over Connect for a 300 KiB chat message", async () => {
     const body = chatBody(300 * 1024);
-    const rest = await app.call("POST", "/triggers/chat/acme", { raw: body, headers: { "content-type": "application/json", "x-service-chat-secret": chatSecret } });
+    const rest = await app.call("POST", "/triggers/chat/acme", {
+      raw: body,
+      headers: { "content-type": "application/json", "x-service-chat-secret": chatSecret },
+    });
     expect(rest.status).toBe(413);
     const connect = await app.call("POST", "/warroom.intake.v1.IntakeService/DeliverChat", {
       body: { orgSlug: "acme", body: body.toString("base64"), contentType: "application/json" },

@@ -74,14 +74,20 @@ describe("soak: the default mode under a realistic mix of every route", () => {
       }
     };
 
-    const owner = (await call("login", "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } })).body.accessToken as string;
+    const owner = (await call("login", "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } })).body
+      .accessToken as string;
     const ingest = (await call("issue ingest token", "POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
     expect(owner && ingest).toBeTruthy();
     // Deliveries a maintenance window covers are suppressed: the audit of a suppression goes
     // through an outbox, one of the paths that froze the single-connection embedded database.
     await call("create maintenance window", "POST", "/o/acme/maintenance-windows", {
       token: owner,
-      body: { startsAt: new Date(Date.now() - 60_000).toISOString(), endsAt: new Date(Date.now() + 3_600_000).toISOString(), reason: "soak", match: { entities: [{ kind: "service", id: "svc-maintenance" }] } },
+      body: {
+        startsAt: new Date(Date.now() - 60_000).toISOString(),
+        endsAt: new Date(Date.now() + 3_600_000).toISOString(),
+        reason: "soak",
+        match: { entities: [{ kind: "service", id: "svc-maintenance" }] },
+      },
     });
 
     const acknowledged: Array<{ incidentId: string; eventId: string }> = [];
@@ -91,51 +97,88 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     let members = 0;
 
     const actions: Array<[number, () => Promise<unknown>]> = [
-      [30, async () => {
-        const { eventId, body } = trigger(pick(ENTITIES));
-        const res = await call("POST /triggers", "POST", "/triggers", { token: ingest, body });
-        if ((res.status === 201 || res.status === 200) && (res.body.outcome === "opened" || res.body.outcome === "attached")) {
-          acknowledged.push({ incidentId: res.body.incidentId, eventId });
-          if (res.body.outcome === "opened") incidents.push(res.body.incidentId);
-        }
-      }],
+      [
+        30,
+        async () => {
+          const { eventId, body } = trigger(pick(ENTITIES));
+          const res = await call("POST /triggers", "POST", "/triggers", { token: ingest, body });
+          if ((res.status === 201 || res.status === 200) && (res.body.outcome === "opened" || res.body.outcome === "attached")) {
+            acknowledged.push({ incidentId: res.body.incidentId, eventId });
+            if (res.body.outcome === "opened") incidents.push(res.body.incidentId);
+          }
+        },
+      ],
       [4, () => call("POST /triggers (recovery)", "POST", "/triggers", { token: ingest, body: trigger(pick(ENTITIES), "Recovered").body })],
       [4, () => call("POST /triggers (suppressed)", "POST", "/triggers", { token: ingest, body: trigger("svc-maintenance").body })],
       [8, () => call("GET incidents", "GET", "/o/acme/incidents?state=open", { token: owner })],
       [6, async () => incidents.length > 0 && call("GET incident", "GET", `/o/acme/incidents/${pick(incidents)}`, { token: owner })],
       [3, async () => incidents.length > 0 && call("resolve incident", "POST", `/o/acme/incidents/${pick(incidents)}/resolve`, { token: owner, body: {} })],
       [1, async () => incidents.length > 0 && call("archive incident", "POST", `/o/acme/incidents/${pick(incidents)}/archive`, { token: owner, body: {} })],
-      [4, async () => {
-        const name = `job-${randomUUID().slice(0, 8)}`;
-        const res = await call("register heartbeat", "POST", "/o/acme/heartbeats", { token: owner, body: { name, expectedIntervalSeconds: 3600, graceSeconds: 600 } });
-        if (res.status === 201) heartbeats.push(name);
-      }],
+      [
+        4,
+        async () => {
+          const name = `job-${randomUUID().slice(0, 8)}`;
+          const res = await call("register heartbeat", "POST", "/o/acme/heartbeats", {
+            token: owner,
+            body: { name, expectedIntervalSeconds: 3600, graceSeconds: 600 },
+          });
+          if (res.status === 201) heartbeats.push(name);
+        },
+      ],
       [10, async () => heartbeats.length > 0 && call("ping heartbeat", "POST", `/o/acme/heartbeats/${pick(heartbeats)}/ping`, { token: ingest })],
       [3, () => call("GET heartbeats", "GET", "/o/acme/heartbeats", { token: owner })],
       [1, async () => heartbeats.length > 3 && call("delete heartbeat", "DELETE", `/o/acme/heartbeats/${heartbeats.shift()}`, { token: owner })],
-      [3, async () => {
-        const res = await call("create maintenance window", "POST", "/o/acme/maintenance-windows", {
-          token: owner,
-          body: { startsAt: new Date(Date.now() + 86_400_000).toISOString(), endsAt: new Date(Date.now() + 90_000_000).toISOString(), reason: "later", match: { sources: ["error-tracker"] } },
-        });
-        if (res.status === 201 && res.body.id) windows.push(res.body.id);
-      }],
+      [
+        3,
+        async () => {
+          const res = await call("create maintenance window", "POST", "/o/acme/maintenance-windows", {
+            token: owner,
+            body: {
+              startsAt: new Date(Date.now() + 86_400_000).toISOString(),
+              endsAt: new Date(Date.now() + 90_000_000).toISOString(),
+              reason: "later",
+              match: { sources: ["error-tracker"] },
+            },
+          });
+          if (res.status === 201 && res.body.id) windows.push(res.body.id);
+        },
+      ],
       [2, () => call("GET maintenance windows", "GET", "/o/acme/maintenance-windows", { token: owner })],
       [1, async () => windows.length > 0 && call("delete maintenance window", "DELETE", `/o/acme/maintenance-windows/${windows.shift()}`, { token: owner })],
-      [3, async () => {
-        const res = await call("create API key", "POST", "/o/acme/api-keys", { token: owner, body: { name: "soak" } });
-        if (res.status === 201) {
-          await call("GET incidents by API key", "GET", "/o/acme/incidents", { token: res.body.key });
-          await call("delete API key", "DELETE", `/o/acme/api-keys/${res.body.id}`, { token: owner });
-        }
-      }],
+      [
+        3,
+        async () => {
+          const res = await call("create API key", "POST", "/o/acme/api-keys", { token: owner, body: { name: "soak" } });
+          if (res.status === 201) {
+            await call("GET incidents by API key", "GET", "/o/acme/incidents", { token: res.body.key });
+            await call("delete API key", "DELETE", `/o/acme/api-keys/${res.body.id}`, { token: owner });
+          }
+        },
+      ],
       [2, () => call("GET audit events", "GET", "/o/acme/audit-events", { token: owner })],
       [2, () => call("GET members", "GET", "/o/acme/members", { token: owner })],
-      [1, () => call("add member", "POST", "/o/acme/members", { token: owner, body: { email: `m${members++}-${randomUUID().slice(0, 6)}@acme.test`, password: "password-123", role: "member" } })],
-      [2, () => call("create remote source", "POST", "/o/acme/remote-sources", {
-        token: owner,
-        body: { name: `rs-${randomUUID().slice(0, 8)}`, baseUrl: "https://metrics.example.com/api", transport: "http", auth: { bearerToken: "soak-token" }, tenantRef: "acme" },
-      })],
+      [
+        1,
+        () =>
+          call("add member", "POST", "/o/acme/members", {
+            token: owner,
+            body: { email: `m${members++}-${randomUUID().slice(0, 6)}@acme.test`, password: "password-123", role: "member" },
+          }),
+      ],
+      [
+        2,
+        () =>
+          call("create remote source", "POST", "/o/acme/remote-sources", {
+            token: owner,
+            body: {
+              name: `rs-${randomUUID().slice(0, 8)}`,
+              baseUrl: "https://metrics.example.com/api",
+              transport: "http",
+              auth: { bearerToken: "soak-token" },
+              tenantRef: "acme",
+            },
+          }),
+      ],
       [2, () => call("GET remote sources", "GET", "/o/acme/remote-sources", { token: owner })],
       [2, () => call("GET chat webhook", "GET", "/o/acme/integrations/chatwebhook/connections/default", { token: owner })],
       [2, () => call("login", "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } })],
@@ -146,7 +189,10 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     const total = actions.reduce((sum, [w]) => sum + w, 0);
     const choose = () => {
       let r = Math.random() * total;
-      for (const [w, action] of actions) if ((r -= w) < 0) return action;
+      for (const [w, action] of actions) {
+        r -= w;
+        if (r < 0) return action;
+      }
       return actions[0]![1];
     };
 

@@ -64,7 +64,10 @@ export async function startAlertmanager(configYaml: string): Promise<RunningAler
       await stop();
       throw new Error(`alertmanager exited with code ${child.exitCode}:\n${output.join("")}`);
     }
-    const ready = await fetch(`${url}/-/ready`).then((r) => r.ok, () => false);
+    const ready = await fetch(`${url}/-/ready`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ready) break;
     if (Date.now() > deadline) {
       await stop();

@@ -45,7 +45,11 @@ export interface TestApp {
   databaseUrl: string;
   stop(): Promise<void>;
   /** A fetch against the app: JSON body in, parsed JSON (or null) out. */
-  call(method: string, path: string, options?: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Buffer }): Promise<{ status: number; body: any; headers: Headers }>;
+  call(
+    method: string,
+    path: string,
+    options?: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string | Buffer },
+  ): Promise<{ status: number; body: any; headers: Headers }>;
   /** Logs the bootstrap owner in and returns the session token. */
   ownerToken(): Promise<string>;
 }

@@ -68,4 +68,3 @@ export async function startPrivateNats(options: { config?: string } = {}): Promi
     },
   };
 }
-

@@ -1,7 +1,7 @@
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { gunzipSync } from "node:zlib";
-import { BinaryReader, WireType } from "@bufbuild/protobuf/wire";
+import { BinaryReader, type WireType } from "@bufbuild/protobuf/wire";
 
 /**
  * A test OTLP/HTTP receiver: accepts `POST /v1/traces` with a protobuf ExportTraceServiceRequest
@@ -68,7 +68,18 @@ function keyValues(into: Record<string, AttributeValue>, bytes: Uint8Array): voi
 }
 
 function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
-  const span: ReceivedSpan = { service, traceId: "", spanId: "", parentSpanId: "", name: "", kind: 0, startNanos: 0n, endNanos: 0n, attributes: {}, statusCode: 0 };
+  const span: ReceivedSpan = {
+    service,
+    traceId: "",
+    spanId: "",
+    parentSpanId: "",
+    name: "",
+    kind: 0,
+    startNanos: 0n,
+    endNanos: 0n,
+    attributes: {},
+    statusCode: 0,
+  };
   fields(bytes, (field, _wt, r) => {
     if (field === 1) span.traceId = hex(r.bytes());
     else if (field === 2) span.spanId = hex(r.bytes());
@@ -78,7 +89,10 @@ function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
     else if (field === 7) span.startNanos = BigInt(r.fixed64());
     else if (field === 8) span.endNanos = BigInt(r.fixed64());
     else if (field === 9) keyValues(span.attributes, r.bytes());
-    else if (field === 15) fields(r.bytes(), (f, _w, s) => (f === 3 ? (span.statusCode = s.int32()) : undefined));
+    else if (field === 15)
+      fields(r.bytes(), (f, _w, s) => {
+        if (f === 3) span.statusCode = s.int32();
+      });
   });
   return span;
 }

@@ -41,17 +41,30 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
 
   const start = async () => {
     const [cmd, args] = asPostgresUser(join(bin, "postgres"), [
-      "-D", dataDir, "-p", String(port), "-h", "127.0.0.1", "-k", dir,
+      "-D",
+      dataDir,
+      "-p",
+      String(port),
+      "-h",
+      "127.0.0.1",
+      "-k",
+      dir,
       // fsync off is safe here: the tests stop the server, never the machine. Commits stay
       // synchronous, so an acknowledged commit survives an immediate stop.
-      "-c", "fsync=off", "-c", "max_connections=200",
+      "-c",
+      "fsync=off",
+      "-c",
+      "max_connections=200",
       ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
     ]);
     child = spawn(cmd, args, { stdio: "ignore" });
     const deadline = Date.now() + 30_000;
     for (;;) {
       const sql = postgres(url, { max: 1, connect_timeout: 1, onnotice: () => {} });
-      const ok = await sql`select 1`.then(() => true, () => false);
+      const ok = await sql`select 1`.then(
+        () => true,
+        () => false,
+      );
       await sql.end({ timeout: 1 });
       if (ok) return;
       if (Date.now() > deadline) throw new Error("the private Postgres did not start");

@@ -54,7 +54,8 @@ export function startServiceProcess(env: Record<string, string>, entry = "servic
     const onData = (chunk: Buffer) => {
       out += chunk.toString();
       const match = /"port":(\d+)(?:,"metricsPort":(\d+))?[^\n]*"msg":"serving"/.exec(out);
-      if (match) resolve({ url: `http://127.0.0.1:${match[1]}`, port: Number(match[1]), ...(match[2] ? { metricsUrl: `http://127.0.0.1:${match[2]}/metrics` } : {}) });
+      if (match)
+        resolve({ url: `http://127.0.0.1:${match[1]}`, port: Number(match[1]), ...(match[2] ? { metricsUrl: `http://127.0.0.1:${match[2]}/metrics` } : {}) });
     };
     child.stdout!.on("data", onData);
     child.stderr!.on("data", onData);
@@ -68,7 +69,10 @@ export function startServiceProcess(env: Record<string, string>, entry = "servic
 export async function waitFor(url: string, status = 200, timeoutMs = 30_000, intervalMs = 25): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const got = await fetch(url, { signal: AbortSignal.timeout(2000) }).then((r) => r.status, () => 0);
+    const got = await fetch(url, { signal: AbortSignal.timeout(2000) }).then(
+      (r) => r.status,
+      () => 0,
+    );
     if (got === status) return;
     if (Date.now() > deadline) throw new Error(`${url} did not answer ${status} within ${timeoutMs} ms (last ${got})`);
     await new Promise((r) => setTimeout(r, intervalMs));

@@ -72,7 +72,10 @@ describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transp
   it("carries back a domain error's code, message, metadata and details", async () => {
     const err = await client()
       .echo({ failCode: Code.NotFound, failMessage: "no such thing" })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(err?.code).toBe(Code.NotFound);
     expect(err?.rawMessage).toBe("no such thing");
     expect(err?.metadata.get("x-contract-reason")).toBe("asked");
@@ -86,7 +89,10 @@ describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transp
     const started = Date.now();
     const err = await client()
       .echo({ delayMs: 2000 }, { timeoutMs: 150 })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(err?.code).toBe(Code.DeadlineExceeded);
     expect(Date.now() - started).toBeLessThan(1500);
   });
@@ -114,7 +120,10 @@ describe.each(["direct", "nats"] as const)("the internal message limit and deadl
   it("answers a reply just over the limit with ResourceExhausted, and one at the limit in full", async () => {
     const over = await client()
       .echo({ replyBytes: payloadFor(LIMIT + 1) })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(over?.code).toBe(Code.ResourceExhausted);
     expect(over?.rawMessage).toMatch(/over the internal message limit/);
     const at = await client().echo({ replyBytes: payloadFor(LIMIT) });
@@ -125,7 +134,10 @@ describe.each(["direct", "nats"] as const)("the internal message limit and deadl
     const before = runs[name].length;
     const err = await client()
       .echo({ payload: new Uint8Array(payloadFor(LIMIT + 1)) })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(err?.code).toBe(Code.ResourceExhausted);
     expect(runs[name].length).toBe(before);
   });
@@ -134,7 +146,10 @@ describe.each(["direct", "nats"] as const)("the internal message limit and deadl
     const started = Date.now();
     const err = await client()
       .echo({ forwardDelayMs: 5000 }, { timeoutMs: 400 })
-      .then(() => undefined, (e: unknown) => ConnectError.from(e));
+      .then(
+        () => undefined,
+        (e: unknown) => ConnectError.from(e),
+      );
     expect(err?.code).toBe(Code.DeadlineExceeded);
     expect(Date.now() - started).toBeLessThan(2000);
     await new Promise((r) => setTimeout(r, 300));
@@ -168,7 +183,10 @@ describe("NATS-specific answers", () => {
     try {
       const err = await createClient(ContractService, createNatsTransport(lonely))
         .echo({}, { timeoutMs: 2000 })
-        .then(() => undefined, (e: unknown) => ConnectError.from(e));
+        .then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
       expect(err?.code).toBe(Code.Unavailable);
       expect(err?.rawMessage).toBe("no service is answering /warroom.contract.v1.ContractService/Echo");
     } finally {
@@ -187,7 +205,10 @@ describe("NATS-specific answers", () => {
       await silent.flush();
       const err = await createClient(ContractService, createNatsTransport(caller))
         .echo({}, { timeoutMs: 200 })
-        .then(() => undefined, (e: unknown) => ConnectError.from(e));
+        .then(
+          () => undefined,
+          (e: unknown) => ConnectError.from(e),
+        );
       expect(err?.code).toBe(Code.DeadlineExceeded);
     } finally {
       await caller.close();
@@ -202,7 +223,10 @@ describe("NATS-specific answers", () => {
       for await (const _ of client.echoStream({})) {
         /* unreachable */
       }
-    })().then(() => undefined, (e: unknown) => ConnectError.from(e));
+    })().then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
     expect(err?.code).toBe(Code.Unimplemented);
     expect(err?.rawMessage).toMatch(/streaming RPCs are not carried over the NATS transport/);
   });
@@ -218,14 +242,10 @@ describe("a plain @grpc/grpc-js client", () => {
         client.Echo({ payload: Buffer.from("grpc-js") }, (err: Error | null, value: unknown) => (err ? reject(err) : resolve(value))),
       );
       expect(Buffer.from(res.payload).toString()).toBe("grpc-js");
-      const err = await new Promise<any>((resolve) =>
-        client.Echo({ failCode: Code.PermissionDenied, failMessage: "nope" }, (e: unknown) => resolve(e)),
-      );
+      const err = await new Promise<any>((resolve) => client.Echo({ failCode: Code.PermissionDenied, failMessage: "nope" }, (e: unknown) => resolve(e)));
       expect(err.code).toBe(grpc.status.PERMISSION_DENIED);
       expect(err.details).toBe("nope");
-      const late = await new Promise<any>((resolve) =>
-        client.Echo({ delayMs: 2000 }, { deadline: new Date(Date.now() + 150) }, (e: unknown) => resolve(e)),
-      );
+      const late = await new Promise<any>((resolve) => client.Echo({ delayMs: 2000 }, { deadline: new Date(Date.now() + 150) }, (e: unknown) => resolve(e)));
       expect(late.code).toBe(grpc.status.DEADLINE_EXCEEDED);
     } finally {
       client.close();
@@ -260,7 +280,14 @@ describe("a 4 MiB remote-source read in NATS mode", () => {
         },
       },
     }).listen();
-    app = await startApp({ nats: true, env: { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1", SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}` } });
+    app = await startApp({
+      nats: true,
+      env: {
+        REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
+        REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
+        SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}`,
+      },
+    });
   }, 60_000);
 
   afterAll(async () => {

@@ -94,7 +94,9 @@ describe("gRPC server reflection", () => {
       expect(methods).toContain("GetIncident");
       expect(methods).toContain("CreateMaintenanceWindow");
       for (const internal of ["Record", "AppendTimeline", "FindLatestOpen"]) expect(methods).not.toContain(internal);
-      expect(described.map((f) => f.name)).toEqual(expect.arrayContaining(["google/protobuf/timestamp.proto", "google/api/annotations.proto", "google/api/http.proto"]));
+      expect(described.map((f) => f.name)).toEqual(
+        expect.arrayContaining(["google/protobuf/timestamp.proto", "google/api/annotations.proto", "google/api/http.proto"]),
+      );
 
       // What a reflection client does next: build the schema from the answer, and call.
       const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: importsFirst(described) }));
@@ -108,7 +110,10 @@ describe("gRPC server reflection", () => {
         const answer = await reflect(transport, service, { case: "fileContainingSymbol", value: symbol });
         expect(answer).toMatchObject({ case: "errorResponse", value: { errorCode: 5 } });
       }
-      expect(await reflect(transport, service, { case: "fileByFilename", value: "warroom/events/v1/events.proto" })).toMatchObject({ case: "errorResponse", value: { errorCode: 5 } });
+      expect(await reflect(transport, service, { case: "fileByFilename", value: "warroom/events/v1/events.proto" })).toMatchObject({
+        case: "errorResponse",
+        value: { errorCode: 5 },
+      });
       const health = files(await reflect(transport, service, { case: "fileByFilename", value: "grpc/health/v1/health.proto" }));
       expect(health[0]!.service[0]!.method.map((m) => m.name)).toEqual(["Check", "Watch"]);
       const method = files(await reflect(transport, service, { case: "fileContainingSymbol", value: "warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent" }));
@@ -117,10 +122,14 @@ describe("gRPC server reflection", () => {
   });
 
   it("buf curl --list-methods works without the proto files", async () => {
-    const { stdout } = await promisify(execFile)(join(repoRoot, "node_modules", ".bin", "buf"), ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", app.url], {
-      cwd: "/",
-      timeout: 30_000,
-    });
+    const { stdout } = await promisify(execFile)(
+      join(repoRoot, "node_modules", ".bin", "buf"),
+      ["curl", "--protocol", "grpc", "--http2-prior-knowledge", "--list-methods", app.url],
+      {
+        cwd: "/",
+        timeout: 30_000,
+      },
+    );
     const methods = stdout.trim().split("\n");
     expect(methods).toContain("warroom.intake.v1.IntakeService/Deliver");
     expect(methods).toContain("warroom.intake.v1.IntakeService/CreateOpsgenieAlert");

@@ -35,7 +35,15 @@ export async function openEventStream(url: string, headers: Record<string, strin
     } catch {
       // Kept as text.
     }
-    return { status: res.status, headers: res.headers, body, frames, ended, next: () => Promise.reject(new Error(`stream refused: ${res.status}`)), close() {} };
+    return {
+      status: res.status,
+      headers: res.headers,
+      body,
+      frames,
+      ended,
+      next: () => Promise.reject(new Error(`stream refused: ${res.status}`)),
+      close() {},
+    };
   }
   let done = false;
   void (async () => {
@@ -44,8 +52,7 @@ export async function openEventStream(url: string, headers: Record<string, strin
     try {
       for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
         buffer += decoder.decode(chunk, { stream: true });
-        let end: number;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
+        for (let end = buffer.indexOf("\n\n"); end >= 0; end = buffer.indexOf("\n\n")) {
           const raw = buffer.slice(0, end);
           buffer = buffer.slice(end + 2);
           const frame: Frame = { event: "message", data: "" };

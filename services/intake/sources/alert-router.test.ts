@@ -29,7 +29,7 @@ function notification(parts: {
 }) {
   return {
     version: "4",
-    groupKey: "{}:{alertname=\"X\"}",
+    groupKey: '{}:{alertname="X"}',
     status: parts.status ?? "firing",
     receiver: "intake",
     groupLabels: parts.groupLabels ?? {},
@@ -176,7 +176,7 @@ describe("alert-router mapping rules", () => {
     );
     const alert = alertOf(body);
     expect(alert.title).toBe("A");
-    expect(Object.getPrototypeOf(alert.data?.["commonLabels"])).toBe(Object.prototype);
+    expect(Object.getPrototypeOf(alert.data?.commonLabels)).toBe(Object.prototype);
   });
 });
 

@@ -47,9 +47,7 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
   const parsed = AlertRouterNotification.safeParse(body);
   if (!parsed.success) {
     const aboutAlerts = (parsed.error.issues[0]?.path.length ?? 0) > 0;
-    throw aboutAlerts
-      ? new PayloadError("alerts", "alerts must be an array")
-      : new PayloadError("body", "body must be a JSON object");
+    throw aboutAlerts ? new PayloadError("alerts", "alerts must be an array") : new PayloadError("body", "body must be a JSON object");
   }
   const notification = parsed.data;
   if (notification.groupKey === undefined) throw new PayloadError("groupKey", "groupKey is required");
@@ -61,8 +59,7 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
   const first = alerts[0];
   // Common labels hold for the whole group, group labels are what it was grouped by, and the
   // first alert speaks for the rest when neither carries the label.
-  const label = (name: string) =>
-    asText(commonLabels.get(name)) ?? asText(groupLabels.get(name)) ?? asText(first?.labels.get(name));
+  const label = (name: string) => asText(commonLabels.get(name)) ?? asText(groupLabels.get(name)) ?? asText(first?.labels.get(name));
   const annotation = (name: string) => asText(commonAnnotations.get(name)) ?? asText(first?.annotations.get(name));
   const resolved = notification.status?.toLowerCase() === "resolved";
 
@@ -179,10 +176,7 @@ function latest(timestamps: readonly (Timestamp | undefined)[]): Timestamp | und
   return pick(timestamps, (candidate, best) => compare(candidate, best) > 0);
 }
 
-function pick(
-  timestamps: readonly (Timestamp | undefined)[],
-  better: (candidate: Timestamp, best: Timestamp) => boolean,
-): Timestamp | undefined {
+function pick(timestamps: readonly (Timestamp | undefined)[], better: (candidate: Timestamp, best: Timestamp) => boolean): Timestamp | undefined {
   let best: Timestamp | undefined;
   for (const timestamp of timestamps) {
     if (timestamp !== undefined && (best === undefined || better(timestamp, best))) best = timestamp;

@@ -99,13 +99,9 @@ export function mapAzureCommonAlert(body: unknown, badge: AzureBadge): MappedDel
     severity: azureSeverity(essentials.severity),
     entity: resourceEntity(configurationItems),
     summary: essentials.description ?? `${essentials.alertRule ?? DEFAULT_TITLE} ${resolved ? "resolved" : "fired"}`,
-    link:
-      asHttpUrl(ownField(firstCondition, "linkToFilteredSearchResultsUI")) ??
-      asHttpUrl(ownField(firstCondition, "linkToSearchResultsUI")),
+    link: asHttpUrl(ownField(firstCondition, "linkToFilteredSearchResultsUI")) ?? asHttpUrl(ownField(firstCondition, "linkToSearchResultsUI")),
     alertRef: essentials.alertId,
-    occurredAt: resolved
-      ? (parseDateTime(essentials.resolvedDateTime) ?? parseDateTime(essentials.firedDateTime))
-      : parseDateTime(essentials.firedDateTime),
+    occurredAt: resolved ? (parseDateTime(essentials.resolvedDateTime) ?? parseDateTime(essentials.firedDateTime)) : parseDateTime(essentials.firedDateTime),
     data: compactJson({
       schema: "common",
       alertRule: essentials.alertRule,

@@ -78,16 +78,16 @@ describe("chat message mapping", () => {
 
   it("the first value of a repeated form field wins, and __proto__ fields are dropped", () => {
     const fields = chat.parseChatForm("channel_id=A&channel_id=B&message_id=M&__proto__=x&constructor=y");
-    expect(fields["channel_id"]).toBe("A");
+    expect(fields.channel_id).toBe("A");
     expect(Object.hasOwn(fields, "__proto__")).toBe(false);
-    expect(alertOf(fields).data?.["raw"]).toMatchObject({ constructor: "y" });
+    expect(alertOf(fields).data?.raw).toMatchObject({ constructor: "y" });
   });
 
   it("author is read when author_pubkey is missing", () => {
     expect(alertOf({ ...message, author: "alice" }).data).toMatchObject({ author: "alice" });
-    expect(alertOf({ ...message, author: "alice" }).data?.["authorPubkey"]).toBeUndefined();
+    expect(alertOf({ ...message, author: "alice" }).data?.authorPubkey).toBeUndefined();
     expect(alertOf({ ...message, author_pubkey: " ", author: "alice" }).data).toMatchObject({ author: "alice" });
-    expect(alertOf(message).data?.["author"]).toBeUndefined();
+    expect(alertOf(message).data?.author).toBeUndefined();
   });
 
   it("the message id is the attach identity; a repeat is recorded each time (no event id)", () => {
@@ -103,9 +103,7 @@ describe("chat message mapping", () => {
   });
 
   it("an http(s) permalink sent along is the link back", () => {
-    expect(alertOf({ ...message, message_link: "https://chat.example.com/archives/C0LAN2Q65/p1" }).link).toBe(
-      "https://chat.example.com/archives/C0LAN2Q65/p1",
-    );
+    expect(alertOf({ ...message, message_link: "https://chat.example.com/archives/C0LAN2Q65/p1" }).link).toBe("https://chat.example.com/archives/C0LAN2Q65/p1");
     expect(alertOf({ ...message, message_link: "javascript:alert(1)" }).link).toBe("chat://C0LAN2Q65/1718186712.348119");
     expect(alertOf({ channel_id: "a/b", message_id: "c d" }).link).toBe("chat://a%2Fb/c%20d");
   });
@@ -176,14 +174,14 @@ describe("chat text kept up to 8 KiB", () => {
     expect(text.startsWith(summary)).toBe(true);
     expect(summary.endsWith(unit)).toBe(true);
     expect(alert.data).toMatchObject({ textTruncated: true });
-    expect(utf8Bytes((alert.data?.["raw"] as Record<string, string>)["text"] ?? "")).toBe(expectedBytes);
+    expect(utf8Bytes((alert.data?.raw as Record<string, string> | undefined)?.text ?? "")).toBe(expectedBytes);
   });
 
   it("a text of exactly 8 KiB is kept whole", () => {
     const text = "a".repeat(8192);
     const alert = alertOf({ ...message, text });
     expect(alert.summary).toBe(text);
-    expect(alert.data?.["textTruncated"]).toBeUndefined();
+    expect(alert.data?.textTruncated).toBeUndefined();
   });
 });
 

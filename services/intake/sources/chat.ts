@@ -30,8 +30,7 @@ export function parseChatForm(formBody: string): Record<string, string> {
 }
 
 export function map(body: unknown, context: MapContext): MappedDelivery {
-  const fields: Record<string, unknown> =
-    body instanceof URLSearchParams ? formFields(body) : isRecord(body) ? body : Object.create(null);
+  const fields: Record<string, unknown> = body instanceof URLSearchParams ? formFields(body) : isRecord(body) ? body : Object.create(null);
   const read = (name: string) => (Object.hasOwn(fields, name) ? fields[name] : undefined);
 
   const channelId = asIdentifier(read("channel_id"));
@@ -108,7 +107,7 @@ function messageTime(value: unknown) {
  */
 function rawDelivery(fields: Record<string, unknown>, keptText: string): JsonObject {
   const raw = jsonObjectSnapshot(fields, { maxDepth: 4, maxEntries: 50, maxStringBytes: MAX_OTHER_FIELD_BYTES });
-  if (Object.hasOwn(fields, "text") && typeof fields["text"] === "string") raw["text"] = keptText;
+  if (Object.hasOwn(fields, "text") && typeof fields.text === "string") raw.text = keptText;
   return raw;
 }
 

@@ -7,8 +7,7 @@ import { PayloadError } from "./payload-error.js";
 import type { AlertInit, MappedDelivery, SubscriptionNoticeDelivery } from "./types.js";
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
-const fixture = (name: string): Record<string, unknown> =>
-  JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
+const fixture = (name: string): Record<string, unknown> => JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z") };
 
 const ALARM_ARN = "arn:aws:cloudwatch:us-east-1:123456789012:alarm:checkout-api-5xx-rate";
@@ -28,7 +27,7 @@ function eventBridge(change: (event: any) => void = () => {}): Record<string, un
 /** The SNS fixture with its `Message` decoded, changed and encoded again. */
 function sns(change: (message: any) => void = () => {}): Record<string, unknown> {
   const envelope = fixture("aws/sns-notification-cloudwatch-alarm.json");
-  const message = JSON.parse(envelope["Message"] as string);
+  const message = JSON.parse(envelope.Message as string);
   change(message);
   return { ...envelope, Message: JSON.stringify(message) };
 }
@@ -133,12 +132,40 @@ describe("CloudWatch alarm identity without an ARN", () => {
 
 describe("CloudWatch dimensions → entity", () => {
   it.each<[string, Array<{ name: string; value: string }>, { kind: string; id: string } | undefined]>([
-    ["ECS service", [{ name: "ClusterName", value: "prod" }, { name: "ServiceName", value: "checkout" }], { kind: "service", id: "checkout" }],
+    [
+      "ECS service",
+      [
+        { name: "ClusterName", value: "prod" },
+        { name: "ServiceName", value: "checkout" },
+      ],
+      { kind: "service", id: "checkout" },
+    ],
     ["EC2 instance", [{ name: "InstanceId", value: "i-0abc" }], { kind: "resource", id: "i-0abc" }],
-    ["target group beats its load balancer", [{ name: "LoadBalancer", value: "app/lb/1" }, { name: "TargetGroup", value: "targetgroup/tg/2" }], { kind: "resource", id: "targetgroup/tg/2" }],
+    [
+      "target group beats its load balancer",
+      [
+        { name: "LoadBalancer", value: "app/lb/1" },
+        { name: "TargetGroup", value: "targetgroup/tg/2" },
+      ],
+      { kind: "resource", id: "targetgroup/tg/2" },
+    ],
     ["a lone unknown dimension", [{ name: "Shard", value: "7" }], { kind: "resource", id: "7" }],
-    ["two unknown dimensions", [{ name: "Shard", value: "7" }, { name: "Zone", value: "a" }], undefined],
-    ["one name, several values", [{ name: "InstanceId", value: "i-1" }, { name: "InstanceId", value: "i-2" }], undefined],
+    [
+      "two unknown dimensions",
+      [
+        { name: "Shard", value: "7" },
+        { name: "Zone", value: "a" },
+      ],
+      undefined,
+    ],
+    [
+      "one name, several values",
+      [
+        { name: "InstanceId", value: "i-1" },
+        { name: "InstanceId", value: "i-2" },
+      ],
+      undefined,
+    ],
     ["no dimensions", [], undefined],
   ])("%s", (_name, dimensions, entity) => {
     expect(cloudMonitor.dimensionEntity(dimensions)).toEqual(entity);
@@ -146,9 +173,7 @@ describe("CloudWatch dimensions → entity", () => {
 
   it("SNS dimensions and EventBridge dimensions are read alike", () => {
     const viaSns = alertOf(sns((message) => (message.Trigger.Dimensions = [{ name: "FunctionName", value: "charge" }])));
-    const viaEventBridge = alertOf(
-      eventBridge((event) => (event.detail.configuration.metrics[0].metricStat.metric.dimensions = { FunctionName: "charge" })),
-    );
+    const viaEventBridge = alertOf(eventBridge((event) => (event.detail.configuration.metrics[0].metricStat.metric.dimensions = { FunctionName: "charge" })));
     expect(viaSns.entity).toEqual({ kind: "resource", id: "charge" });
     expect(viaEventBridge.entity).toEqual({ kind: "resource", id: "charge" });
   });

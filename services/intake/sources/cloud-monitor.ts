@@ -2,16 +2,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
 import { isAzureCommonAlert, isLogSignal, mapAzureCommonAlert } from "./azure-common-alert.js";
-import {
-  asArray,
-  asText,
-  compactJson,
-  isRecord,
-  looseArray,
-  looseRecord,
-  looseText,
-  ownField,
-} from "./foreign-json.js";
+import { asArray, asText, compactJson, isRecord, looseArray, looseRecord, looseText, ownField } from "./foreign-json.js";
 import { toAlertDelivery, type EntityRef } from "./normalized-alert.js";
 import { PayloadError } from "./payload-error.js";
 import { encodePathSegment } from "./text-limits.js";
@@ -32,12 +23,7 @@ const SNS_HANDSHAKES = new Set(["SubscriptionConfirmation", "UnsubscribeConfirma
 const MAX_SNS_MESSAGE_LENGTH = 256 * 1024;
 
 export function recognize(body: unknown): boolean {
-  return (
-    isEventBridgeAlarm(body) ||
-    isSnsHandshake(body) ||
-    snsAlarm(body) !== undefined ||
-    (isAzureCommonAlert(body) && !isLogSignal(body))
-  );
+  return isEventBridgeAlarm(body) || isSnsHandshake(body) || snsAlarm(body) !== undefined || (isAzureCommonAlert(body) && !isLogSignal(body));
 }
 
 export function map(body: unknown, _context: MapContext): MappedDelivery {

@@ -7,8 +7,7 @@ import { PayloadError } from "./payload-error.js";
 import type { AlertInit } from "./types.js";
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
-const fixture = (name: string): Record<string, unknown> =>
-  JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
+const fixture = (name: string): Record<string, unknown> => JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z") };
 
 function alertOf(body: unknown): AlertInit {

@@ -1,16 +1,5 @@
 import { z } from "zod";
-import {
-  asHttpUrl,
-  asIdentifier,
-  compactJson,
-  firstText,
-  looseIdentifier,
-  looseNumber,
-  looseRecord,
-  looseText,
-  looseValue,
-  ownField,
-} from "./foreign-json.js";
+import { asHttpUrl, asIdentifier, compactJson, firstText, looseIdentifier, looseNumber, looseRecord, looseText, looseValue, ownField } from "./foreign-json.js";
 import { toAlertDelivery } from "./normalized-alert.js";
 import { PayloadError } from "./payload-error.js";
 import { parseDateTime, timestampFromEpochSeconds } from "./timestamps.js";

@@ -48,7 +48,7 @@ function exercise(source: TriggerSource, body: unknown): void {
   // Plain checks rather than `expect` per call: the sweeps below make tens of thousands of calls.
   const recognized = source.recognize(body);
   if (typeof recognized !== "boolean") throw new Error(`${source.badge}.recognize returned ${String(recognized)}`);
-  let delivery;
+  let delivery: ReturnType<TriggerSource["map"]>;
   try {
     delivery = source.map(body, context);
   } catch (error) {
@@ -88,11 +88,7 @@ describe("hostile input never crashes a mapping", () => {
     ["array", [{ alert_type: "error" }], undefined],
     ["empty object", {}, undefined],
     ["__proto__ only", JSON.parse('{"__proto__": {"alert_type": "error", "serviceSource": "remote", "groupKey": "g"}}'), undefined],
-    [
-      "constructor keys",
-      JSON.parse('{"constructor": {"prototype": {"x": 1}}, "alert_type": "error", "toString": 5, "hasOwnProperty": 1}'),
-      "metrics-monitor",
-    ],
+    ["constructor keys", JSON.parse('{"constructor": {"prototype": {"x": 1}}, "alert_type": "error", "toString": 5, "hasOwnProperty": 1}'), "metrics-monitor"],
     ["deeply nested", JSON.parse(`${"[".repeat(5000)}${"]".repeat(5000)}`), undefined],
     ["deeply nested object", JSON.parse(`${'{"data":'.repeat(3000)}{}${"}".repeat(3000)}`), undefined],
   ])("%s", (_name, body, badge) => {
@@ -150,7 +146,11 @@ describe("hostile input never crashes a mapping", () => {
     const started = Date.now();
     const tags = Array.from({ length: 200_000 }, (_, index) => `tag:${index}`);
     const longText = "x".repeat(1_000_000);
-    const alerts = Array.from({ length: 20_000 }, (_, index) => ({ status: "firing", labels: { alertname: "A", i: String(index) }, fingerprint: String(index) }));
+    const alerts = Array.from({ length: 20_000 }, (_, index) => ({
+      status: "firing",
+      labels: { alertname: "A", i: String(index) },
+      fingerprint: String(index),
+    }));
     const bodies: Array<[TriggerSource, unknown]> = [
       [SHARED_TRIGGER_ORDER[2]!, { alert_type: "error", tags, title: longText, body: longText }],
       [alertRouterSource, { groupKey: longText, alerts }],
@@ -181,6 +181,6 @@ describe("hostile input never crashes a mapping", () => {
       for (const source of ALL_SOURCES) exercise(source, body);
     }
     exercise(chatSource, new URLSearchParams("__proto__[polluted]=1&channel_id=C&message_id=M"));
-    expect(({} as Record<string, unknown>)["polluted"]).toBeUndefined();
+    expect(({} as Record<string, unknown>).polluted).toBeUndefined();
   });
 });

@@ -51,13 +51,7 @@ describe("recognizeTrigger over every fixture", () => {
 
 describe("recognition order: remote, cloud-monitor, metrics-monitor, log-analytics, error-tracker", () => {
   it("the shared order is exactly that, without the receivers that have their own routes", () => {
-    expect(SHARED_TRIGGER_ORDER.map((source) => source.badge)).toEqual([
-      "remote",
-      "cloud-monitor",
-      "metrics-monitor",
-      "log-analytics",
-      "error-tracker",
-    ]);
+    expect(SHARED_TRIGGER_ORDER.map((source) => source.badge)).toEqual(["remote", "cloud-monitor", "metrics-monitor", "log-analytics", "error-tracker"]);
     expect(SHARED_TRIGGER_ORDER).not.toContain(alertRouterSource);
     expect(SHARED_TRIGGER_ORDER).not.toContain(chatSource);
   });

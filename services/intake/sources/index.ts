@@ -38,13 +38,7 @@ export const chatSource: TriggerSource = chat;
  * is recognized by an explicit `serviceSource: "remote"` that no vendor sends, so a remote body
  * that also happens to carry, say, a `tags` array is still read as what its sender declared.
  */
-export const SHARED_TRIGGER_ORDER: readonly TriggerSource[] = [
-  remoteSource,
-  cloudMonitorSource,
-  metricsMonitorSource,
-  logAnalyticsSource,
-  errorTrackerSource,
-];
+export const SHARED_TRIGGER_ORDER: readonly TriggerSource[] = [remoteSource, cloudMonitorSource, metricsMonitorSource, logAnalyticsSource, errorTrackerSource];
 
 /** The source whose shape the body has, for `POST /triggers`; undefined means 422. */
 export function recognizeTrigger(body: unknown): TriggerSource | undefined {

@@ -1,16 +1,6 @@
 import { z } from "zod";
 import { azureSeverity, isAzureCommonAlert, isLogSignal, mapAzureCommonAlert, resourceEntity, texts } from "./azure-common-alert.js";
-import {
-  asHttpUrl,
-  asText,
-  compactJson,
-  jsonSnapshot,
-  looseArray,
-  looseIdentifier,
-  looseText,
-  looseValue,
-  ownField,
-} from "./foreign-json.js";
+import { asHttpUrl, asText, compactJson, jsonSnapshot, looseArray, looseIdentifier, looseText, looseValue, ownField } from "./foreign-json.js";
 import { digestOf, toAlertDelivery } from "./normalized-alert.js";
 import { PayloadError } from "./payload-error.js";
 import { cutUtf8 } from "./text-limits.js";
@@ -89,10 +79,7 @@ function mapLegacyLogAlert(body: unknown): MappedDelivery {
     severity: azureSeverity(alert.Severity),
     entity: resourceEntity(items),
     summary: alert.Description ?? (alert.ResultCount !== undefined ? `${alert.ResultCount} results matched ${ruleName}` : undefined),
-    link:
-      asHttpUrl(alert.LinkToFilteredSearchResultsUI) ??
-      asHttpUrl(alert.LinkToSearchResultsUI) ??
-      asHttpUrl(alert.LinkToSearchResults),
+    link: asHttpUrl(alert.LinkToFilteredSearchResultsUI) ?? asHttpUrl(alert.LinkToSearchResultsUI) ?? asHttpUrl(alert.LinkToSearchResults),
     alertRef: ruleName,
     occurredAt: parseDateTime(windowEnd),
     data: compactJson({
@@ -109,8 +96,7 @@ function mapLegacyLogAlert(body: unknown): MappedDelivery {
       alertType: alert.AlertType,
       severity: typeof alert.Severity === "number" ? alert.Severity : asText(alert.Severity),
       affectedConfigurationItems: items.slice(0, 20),
-      dimensions:
-        alert.Dimensions === undefined ? undefined : jsonSnapshot(alert.Dimensions, { maxDepth: 2, maxEntries: 20, maxStringBytes: 1024 }),
+      dimensions: alert.Dimensions === undefined ? undefined : jsonSnapshot(alert.Dimensions, { maxDepth: 2, maxEntries: 20, maxStringBytes: 1024 }),
     }),
   });
 }

@@ -7,8 +7,7 @@ import * as metricsMonitor from "./metrics-monitor.js";
 import type { AlertInit } from "./types.js";
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
-const fixture = (name: string): Record<string, unknown> =>
-  JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
+const fixture = (name: string): Record<string, unknown> => JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8")) as Record<string, unknown>;
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z") };
 
 function alertOf(body: unknown): AlertInit {
@@ -33,16 +32,16 @@ describe("metrics-monitor fixtures", () => {
       attachIdentity: "metrics-monitor:alert:81234567",
       eventId,
       kind,
-      title: body["title"],
+      title: body.title,
       // `priority` holds the event priority ("normal"); the monitor's P2 is in `alert_priority`.
       severity: "sev2",
-      summary: body["body"],
-      link: body["link"],
+      summary: body.body,
+      link: body.link,
       alertRef: "81234567",
     });
     // The fixtures send `tags` as a comma-separated string, which is not read as tags.
     expect(alert.entity).toBeUndefined();
-    expect(alert.data).toMatchObject({ tags: body["tags"], alert_priority: "P2", priority: "normal" });
+    expect(alert.data).toMatchObject({ tags: body.tags, alert_priority: "P2", priority: "normal" });
     const occurred = alert.occurredAt as { seconds: bigint; nanos: number };
     expect(new Date(Number(occurred.seconds) * 1000).toISOString()).toBe(occurredAt);
   });

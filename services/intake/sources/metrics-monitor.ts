@@ -1,16 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { z } from "zod";
-import {
-  asHttpUrl,
-  asText,
-  compactJson,
-  jsonSnapshot,
-  looseIdentifier,
-  looseRecord,
-  looseText,
-  looseValue,
-  ownField,
-} from "./foreign-json.js";
+import { asHttpUrl, asText, compactJson, jsonSnapshot, looseIdentifier, looseRecord, looseText, looseValue, ownField } from "./foreign-json.js";
 import { toAlertDelivery, type EntityRef } from "./normalized-alert.js";
 import { PayloadError } from "./payload-error.js";
 import { timestampFromEpochMilliseconds, timestampFromEpochSeconds } from "./timestamps.js";
@@ -64,10 +54,7 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
 
   return toAlertDelivery({
     source: badge,
-    attachIdentity:
-      alertId !== undefined
-        ? `${badge}:alert:${alertId}`
-        : `${badge}:title:${identityTitle(title)}|${[...new Set(tags)].sort().join(",")}`,
+    attachIdentity: alertId !== undefined ? `${badge}:alert:${alertId}` : `${badge}:title:${identityTitle(title)}|${[...new Set(tags)].sort().join(",")}`,
     eventId: delivery.event_id ?? "",
     kind: alertKind(delivery.alert_transition, delivery.alert_type),
     title,
@@ -195,8 +182,7 @@ export function identityTitle(title: string): string {
  * read as seconds, which hand-written bodies sometimes use.
  */
 function occurredAt(value: unknown) {
-  const number =
-    typeof value === "number" ? value : typeof value === "string" && /^\d{1,16}$/.test(value.trim()) ? Number(value) : undefined;
+  const number = typeof value === "number" ? value : typeof value === "string" && /^\d{1,16}$/.test(value.trim()) ? Number(value) : undefined;
   if (number === undefined || !Number.isFinite(number) || number < 0) return undefined;
   return number >= 1e11 ? timestampFromEpochMilliseconds(number) : timestampFromEpochSeconds(number);
 }
@@ -205,5 +191,3 @@ function tagsAsSent(value: unknown): JsonValue | undefined {
   if (Array.isArray(value)) return readTags(value).slice(0, 100);
   return asText(value);
 }
-
-

@@ -30,7 +30,13 @@ describe("PagerDuty Events API v2 mapping", () => {
     const mapped = mapEvent(fixture(name), context);
     expect(mapped.action).toBe(action);
     expect(mapped.dedupKey).toBe(dedupKey);
-    expect(mapped.delivery.alert).toMatchObject({ source: "pagerduty-events", kind, attachIdentity: `pagerduty-events:${dedupKey}`, eventId: "", alertRef: dedupKey });
+    expect(mapped.delivery.alert).toMatchObject({
+      source: "pagerduty-events",
+      kind,
+      attachIdentity: `pagerduty-events:${dedupKey}`,
+      eventId: "",
+      alertRef: dedupKey,
+    });
     if (kind === "alert") expect(mapped.delivery.alert.severity).toBe(severity);
   });
 
@@ -43,7 +49,11 @@ describe("PagerDuty Events API v2 mapping", () => {
       link: "https://runbooks.example.com/HighErrorRate",
       occurredAt: { seconds: 1718186537n, nanos: 513_000_000 },
     });
-    expect(delivery.alert.data).toMatchObject({ client: "Alert Intake", clientUrl: "https://intake.example.com/alerts/7b1c", payload: { group: "checkout", class: "http 5xx rate" } });
+    expect(delivery.alert.data).toMatchObject({
+      client: "Alert Intake",
+      clientUrl: "https://intake.example.com/alerts/7b1c",
+      payload: { group: "checkout", class: "http 5xx rate" },
+    });
     expect(JSON.stringify(delivery.alert.data)).not.toContain("e93facc04764012d7bfb002500d5d1a6");
   });
 
@@ -59,7 +69,10 @@ describe("PagerDuty Events API v2 mapping", () => {
     [{ event_action: "trigger", payload: { source: "h", severity: "info" } }, ["'payload.summary' is missing or blank"]],
     [{ event_action: "trigger", payload: { summary: "s", severity: "info" } }, ["'payload.source' is missing or blank"]],
     [{ event_action: "trigger", payload: { summary: "s", source: "h" } }, ["'payload.severity' is missing or blank"]],
-    [{ event_action: "trigger", payload: { summary: 1, source: "h", severity: "info" } }, ["'payload.summary' must be a string", "'payload.summary' is missing or blank"]],
+    [
+      { event_action: "trigger", payload: { summary: 1, source: "h", severity: "info" } },
+      ["'payload.summary' must be a string", "'payload.summary' is missing or blank"],
+    ],
     [{ event_action: "trigger", payload: { summary: "s", source: "h", severity: "info" }, images: {} }, ["'images' must be an array"]],
     [{ event_action: "resolve", dedup_key: "x".repeat(255) }, []],
     [[], ["Event object must be a JSON object"]],
@@ -72,7 +85,11 @@ describe("PagerDuty Events API v2 mapping", () => {
     expect(routingKeyOf({ routing_key: " abc " })).toBe("abc");
     expect(routingKeyOf({ routing_key: 5 })).toBeUndefined();
     const change = mapChange(fixture("change-event-full.json"), context);
-    expect(change.alert).toMatchObject({ kind: "change", title: "Deployed checkout-api v2.14.0 to prod", link: "https://ci.example.com/checkout-api/builds/4812" });
+    expect(change.alert).toMatchObject({
+      kind: "change",
+      title: "Deployed checkout-api v2.14.0 to prod",
+      link: "https://ci.example.com/checkout-api/builds/4812",
+    });
     expect(change.alert.eventId).toMatch(/^change:[0-9a-f]{64}$/);
     expect(mapChange(fixture("change-event-full.json"), context).alert.eventId).toBe(change.alert.eventId);
   });

@@ -24,7 +24,11 @@ const requiredText = (field: string) =>
     .min(1, { error: `${field} must not be empty` });
 
 const optionalText = (field: string) =>
-  z.string({ error: `${field} must be a string` }).trim().min(1, { error: `${field} must not be empty` }).optional();
+  z
+    .string({ error: `${field} must be a string` })
+    .trim()
+    .min(1, { error: `${field} must not be empty` })
+    .optional();
 
 // Field order is the order problems are reported in: required fields first, as the spec lists them.
 const RemoteTriggerPayload = z.object({
@@ -32,8 +36,7 @@ const RemoteTriggerPayload = z.object({
   connectionId: requiredText("connectionId"),
   title: requiredText("title"),
   severity: z.enum(SEVERITIES, {
-    error: (issue) =>
-      issue.input === undefined ? "severity is required" : `severity must be one of ${SEVERITIES.join(", ")}`,
+    error: (issue) => (issue.input === undefined ? "severity is required" : `severity must be one of ${SEVERITIES.join(", ")}`),
   }),
   occurredAt: optionalText("occurredAt"),
   entityHints: z
@@ -51,7 +54,8 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
   const parsed = RemoteTriggerPayload.safeParse(body);
   if (!parsed.success) {
     const issue = parsed.error.issues[0];
-    const field = issue?.path.map((part, index) => (typeof part === "number" ? `[${part}]` : index === 0 ? String(part) : `.${String(part)}`)).join("") || "body";
+    const field =
+      issue?.path.map((part, index) => (typeof part === "number" ? `[${part}]` : index === 0 ? String(part) : `.${String(part)}`)).join("") || "body";
     throw new PayloadError(field, field === "body" ? "body must be a JSON object" : (issue?.message ?? `${field} is invalid`));
   }
   const payload = parsed.data;

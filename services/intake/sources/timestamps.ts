@@ -6,13 +6,11 @@ import { TimestampSchema, type Timestamp } from "@bufbuild/protobuf/wkt";
 const MIN_SECONDS = -62_135_596_800;
 const MAX_SECONDS = 253_402_300_799;
 
-const STRICT_RFC3339 =
-  /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$/;
+const STRICT_RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})$/;
 
 // Senders stretch the format: CloudWatch writes `+0000`, Azure seven fraction digits, some
 // templates a space instead of `T` or no offset at all (read as UTC).
-const LENIENT_DATE_TIME =
-  /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:?\d{2})?$/;
+const LENIENT_DATE_TIME = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:?\d{2})?$/;
 
 /** RFC 3339 exactly, as the remote-source protocol requires. */
 export function parseRfc3339(value: string): Timestamp | undefined {

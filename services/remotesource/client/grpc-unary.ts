@@ -97,7 +97,8 @@ export function grpcUnary(request: GrpcUnaryRequest): Promise<GrpcAnswer> {
       const status = Number(headers[":status"]);
       if (status !== 200) return answer({ kind: "http", status });
       const contentType = String(headers["content-type"] ?? "");
-      if (!contentType.startsWith("application/grpc")) return fail(new GrpcTransportError("protocol", `${host} did not answer gRPC (content-type ${contentType || "none"})`));
+      if (!contentType.startsWith("application/grpc"))
+        return fail(new GrpcTransportError("protocol", `${host} did not answer gRPC (content-type ${contentType || "none"})`));
       // A trailers-only answer carries its status in the headers.
       if (headers["grpc-status"] !== undefined) {
         headerStatus = String(headers["grpc-status"]);

@@ -146,7 +146,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
       headers["content-type"] = "application/json";
       body = encodeProtocolJson(route.method.input, request as never);
     }
-    let response;
+    let response: Awaited<ReturnType<ReturnType<typeof createEgressClient>["request"]>>;
     try {
       response = await egress(timeoutMs).request({
         url: base + route.path,
@@ -163,7 +163,8 @@ export function createSourceClient(connection: SourceConnection, options: Source
     if (response.truncated) return { ok: false, failure: { kind: "too-large", message: `the answer is larger than ${maxBytes} bytes`, status } };
     const text = response.body.toString("utf8");
     const typed = errorText(text) !== "";
-    if (status === 401 || status === 403) return { ok: false, failure: { kind: "credentials-rejected", message: `HTTP ${status}${errorText(text)}`, status, typed } };
+    if (status === 401 || status === 403)
+      return { ok: false, failure: { kind: "credentials-rejected", message: `HTTP ${status}${errorText(text)}`, status, typed } };
     if (status === 404) return { ok: false, failure: { kind: "not-found", message: `HTTP 404${errorText(text)}`, status, typed } };
     if (status !== 200) return { ok: false, failure: { kind: "source-error", message: `HTTP ${status}${errorText(text)}`, status, typed } };
     try {
@@ -177,12 +178,14 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const started = Date.now();
     const creds = credentialsFor(present);
     const client = egress(timeoutMs);
-    let target;
+    let target: Awaited<ReturnType<ReturnType<typeof createEgressClient>["vet"]>>;
     try {
       // Resolution counts against the budget like the rest of the call.
       target = await Promise.race([
         client.vet(base),
-        new Promise<never>((_, reject) => setTimeout(() => reject(new EgressError("timeout", `resolving took longer than ${timeoutMs} ms`)), timeoutMs).unref()),
+        new Promise<never>((_, reject) =>
+          setTimeout(() => reject(new EgressError("timeout", `resolving took longer than ${timeoutMs} ms`)), timeoutMs).unref(),
+        ),
       ]);
     } catch (err) {
       return { ok: false, failure: egressFailure(err, timeoutMs) };
@@ -190,7 +193,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     const extraCas = [options.ca, connection.credentials.caPem].filter((ca): ca is string | Buffer => ca !== undefined).map(String);
     const metadata: Record<string, string> = injectHeaders();
     if (creds.authorization) metadata.authorization = creds.authorization;
-    let answer;
+    let answer: Awaited<ReturnType<typeof grpcUnary>>;
     try {
       answer = await grpcUnary({
         target,
@@ -215,14 +218,16 @@ export function createSourceClient(connection: SourceConnection, options: Source
       case "too-large":
         return { ok: false, failure: { kind: "too-large", message: `the answer is ${answer.declaredBytes} bytes, larger than ${maxBytes}` } };
       case "http":
-        if (answer.status === 401 || answer.status === 403) return { ok: false, failure: { kind: "credentials-rejected", message: `HTTP ${answer.status}`, status: answer.status } };
+        if (answer.status === 401 || answer.status === 403)
+          return { ok: false, failure: { kind: "credentials-rejected", message: `HTTP ${answer.status}`, status: answer.status } };
         if (answer.status === 404) return { ok: false, failure: { kind: "not-found", message: "HTTP 404", status: 404 } };
         return { ok: false, failure: { kind: "source-error", message: `HTTP ${answer.status}`, status: answer.status } };
       case "status": {
         const grpcCode = GRPC_CODE_NAMES[answer.code] ?? `CODE_${answer.code}`;
         const message = `${grpcCode}${answer.message ? `: ${answer.message}` : ""}`;
         const typed = grpcCode !== "UNKNOWN";
-        if (grpcCode === "UNAUTHENTICATED" || grpcCode === "PERMISSION_DENIED") return { ok: false, failure: { kind: "credentials-rejected", message, grpcCode, typed } };
+        if (grpcCode === "UNAUTHENTICATED" || grpcCode === "PERMISSION_DENIED")
+          return { ok: false, failure: { kind: "credentials-rejected", message, grpcCode, typed } };
         if (grpcCode === "NOT_FOUND" || grpcCode === "UNIMPLEMENTED") return { ok: false, failure: { kind: "not-found", message, grpcCode, typed } };
         if (grpcCode === "DEADLINE_EXCEEDED") return { ok: false, failure: { kind: "timeout", message, grpcCode, typed } };
         return { ok: false, failure: { kind: "source-error", message, grpcCode, typed } };
@@ -247,7 +252,8 @@ export function createSourceClient(connection: SourceConnection, options: Source
       `remote-source ${route.method.name}`,
       { kind: SpanKind.CLIENT, attributes: { "rpc.method": route.method.name, "warroom.transport": connection.transport === "grpc" ? "grpc" : "http" } },
       async (span) => {
-        const outcome = connection.transport === "grpc" ? await callGrpc(route, message, present, timeoutMs) : await callHttp(route, message, present, timeoutMs);
+        const outcome =
+          connection.transport === "grpc" ? await callGrpc(route, message, present, timeoutMs) : await callHttp(route, message, present, timeoutMs);
         span?.setAttribute("warroom.result", outcome.ok ? "ok" : outcome.failure.kind);
         if (!outcome.ok) span?.setStatus({ code: SpanStatusCode.ERROR });
         return outcome;
@@ -257,14 +263,15 @@ export function createSourceClient(connection: SourceConnection, options: Source
 
   async function read(name: ReadCall, request: JsonObject, readOptions: { budgetMs?: number } = {}): Promise<ReadOutcome> {
     const route = routeOf(name);
-    let message;
+    let message: ReturnType<typeof fromProtocolJson>;
     try {
       message = fromProtocolJson(route.method.input, { ...request, tenant: { ref: connection.tenantRef } });
     } catch (err) {
       throw new ReadRequestError(err instanceof Error ? err.message : String(err));
     }
     checkReadRequest(name, message as never);
-    const params = name === "invoke" ? ((message as { params?: JsonObject }).params ?? {}) : withoutTenant(toProtocolJson(route.method.input, message as never));
+    const params =
+      name === "invoke" ? ((message as { params?: JsonObject }).params ?? {}) : withoutTenant(toProtocolJson(route.method.input, message as never));
     const operation = name === "invoke" ? (message as unknown as { operation: string }).operation : name;
     const outcome = await call(name, message, readOptions.budgetMs === undefined ? {} : { budgetMs: readOptions.budgetMs });
     if (!outcome.ok) {

@@ -57,7 +57,17 @@ function definition(overrides: Partial<SourceServerOptions> = {}): SourceServerO
       // Handed over unsorted, as epoch milliseconds, with a NaN: the kit sends them sorted, ISO, finite.
       range: async (call) => ({
         raw: { expr: call.expr, step: call.step ?? null },
-        series: [{ label: "up", unit: "1", points: [{ t: T0 + 60_000, v: 2 }, { t: T0, v: 1 }, { t: T0 + 120_000, v: Number.NaN }] }],
+        series: [
+          {
+            label: "up",
+            unit: "1",
+            points: [
+              { t: T0 + 60_000, v: 2 },
+              { t: T0, v: 1 },
+              { t: T0 + 120_000, v: Number.NaN },
+            ],
+          },
+        ],
       }),
     },
     logs: {
@@ -88,7 +98,9 @@ function loadSourceProto() {
 
 function unary(client: grpc.Client, method: string, request: object, metadata = new grpc.Metadata()): Promise<any> {
   return new Promise((resolve, reject) => {
-    (client as any)[method](request, metadata, { deadline: Date.now() + 5000 }, (err: grpc.ServiceError | null, response: unknown) => (err ? reject(err) : resolve(response)));
+    (client as any)[method](request, metadata, { deadline: Date.now() + 5000 }, (err: grpc.ServiceError | null, response: unknown) =>
+      err ? reject(err) : resolve(response),
+    );
   });
 }
 
@@ -116,7 +128,11 @@ describe("a kit-hosted source with bearer tokens", () => {
 
   const get = (path: string, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) => fetch(running.url + path, { headers });
   const post = (path: string, body: unknown, headers: Record<string, string> = { authorization: `Bearer ${TOKEN}` }) =>
-    fetch(running.url + path, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: typeof body === "string" ? body : JSON.stringify(body) });
+    fetch(running.url + path, {
+      method: "POST",
+      headers: { "content-type": "application/json", ...headers },
+      body: typeof body === "string" ? body : JSON.stringify(body),
+    });
 
   it("answers capabilities over HTTP in the spec's JSON", async () => {
     const res = await get("/v1/capabilities");
@@ -193,7 +209,13 @@ describe("a kit-hosted source with bearer tokens", () => {
     const res = await post("/v1/invoke", { operation: "query_range", params: { q: "up", from: 1, to: 2 }, tenant: { ref: "tenant-9" } });
     expect(res.status).toBe(200);
     const body = (await res.json()) as any;
-    expect(body).toMatchObject({ operation: "query_range", params: { q: "up", from: 1, to: 2 }, raw: { echo: { q: "up", from: 1, to: 2 }, tenant: "tenant-9" }, partial: false, error: null });
+    expect(body).toMatchObject({
+      operation: "query_range",
+      params: { q: "up", from: 1, to: 2 },
+      raw: { echo: { q: "up", from: 1, to: 2 }, tenant: "tenant-9" },
+      partial: false,
+      error: null,
+    });
   });
 
   it("answers 404 for an unknown operation, typed errors for refusals, and an opaque 500 for a bug", async () => {
@@ -231,7 +253,11 @@ describe("a kit-hosted source with bearer tokens", () => {
   it("talks to an @grpc/grpc-js client: capabilities, health, the canonical calls, raw as a JSON string", async () => {
     const capabilities = await unary(grpcClient, "Capabilities", {}, bearer());
     expect(capabilities).toMatchObject({ protocolVersion: "1", source: "kit-test", kinds: ["metrics", "logs"] });
-    expect(capabilities.operations[0]).toMatchObject({ operation: "query_range", canonical: "range", window: { start: "from", end: "to", format: "epoch-ms" } });
+    expect(capabilities.operations[0]).toMatchObject({
+      operation: "query_range",
+      canonical: "range",
+      window: { start: "from", end: "to", format: "epoch-ms" },
+    });
 
     expect(await unary(grpcClient, "Health", {}, bearer())).toMatchObject({ ok: true });
 
@@ -311,7 +337,10 @@ describe("a kit-hosted source with mutual TLS", () => {
 
   it("serves gRPC over TLS to an @grpc/grpc-js client with its certificate", async () => {
     const SourceService = loadSourceProto();
-    const good = new SourceService(`127.0.0.1:${running.port}`, grpc.credentials.createSsl(Buffer.from(pki.caPem), Buffer.from(pki.clientKeyPem), Buffer.from(pki.clientCertPem)));
+    const good = new SourceService(
+      `127.0.0.1:${running.port}`,
+      grpc.credentials.createSsl(Buffer.from(pki.caPem), Buffer.from(pki.clientKeyPem), Buffer.from(pki.clientCertPem)),
+    );
     const none = new SourceService(`127.0.0.1:${running.port}`, grpc.credentials.createSsl(Buffer.from(pki.caPem)));
     try {
       expect(await unary(good, "Capabilities", {})).toMatchObject({ source: "kit-test", protocolVersion: "1" });
@@ -325,7 +354,12 @@ describe("a kit-hosted source with mutual TLS", () => {
   it("passes the conformance check with the connection's client certificate, over HTTP and gRPC", async () => {
     for (const transport of ["http", "grpc"] as const) {
       const client = createSourceClient(
-        { baseUrl: running.url, transport, tenantRef: "t", credentials: { clientCertPem: pki.clientCertPem, clientKeyPem: pki.clientKeyPem, caPem: pki.caPem } },
+        {
+          baseUrl: running.url,
+          transport,
+          tenantRef: "t",
+          credentials: { clientCertPem: pki.clientCertPem, clientKeyPem: pki.clientKeyPem, caPem: pki.caPem },
+        },
         { policy: loopbackPolicy },
       );
       const result = await runConformanceCheck(client);
@@ -342,7 +376,9 @@ describe("createSourceServer", () => {
     expect(() => createSourceServer(definition({ auth: { bearerTokens: [""] } }))).toThrow("auth.bearerTokens must be non-empty strings without spaces");
     expect(() =>
       createSourceServer(
-        definition({ operations: [{ descriptor: { operation: "r", description: "", kind: "metrics", canonical: "range" }, handler: async () => ({ raw: null }) }] }),
+        definition({
+          operations: [{ descriptor: { operation: "r", description: "", kind: "metrics", canonical: "range" }, handler: async () => ({ raw: null }) }],
+        }),
       ),
     ).toThrow('operation "r" backs a range call: it must declare its window');
   });
@@ -352,7 +388,10 @@ describe("createSourceServer", () => {
       createSourceServer(
         definition({
           operations: [
-            { descriptor: { operation: "r", description: "", kind: "metrics", params: { a: "" }, window: { start: "from", end: "to", format: "epoch-ms" } }, handler: async () => ({ raw: null }) },
+            {
+              descriptor: { operation: "r", description: "", kind: "metrics", params: { a: "" }, window: { start: "from", end: "to", format: "epoch-ms" } },
+              handler: async () => ({ raw: null }),
+            },
           ],
         }),
       ),

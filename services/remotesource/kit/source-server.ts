@@ -1,7 +1,8 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { IncomingMessage, ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
-import net, { type AddressInfo, type Socket } from "node:net";
+import type net from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
 import { create, toBinary, type DescMessage, type JsonObject, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type Interceptor } from "@connectrpc/connect";
@@ -234,7 +235,12 @@ export function createSourceServer(options: SourceServerOptions): SourceServer {
   }
 
   async function capabilities(): Promise<CapabilitiesResponse> {
-    return create(CapabilitiesResponseSchema, { protocolVersion: PROTOCOL_VERSION, source: options.source, kinds: [...options.kinds], operations: descriptors });
+    return create(CapabilitiesResponseSchema, {
+      protocolVersion: PROTOCOL_VERSION,
+      source: options.source,
+      kinds: [...options.kinds],
+      operations: descriptors,
+    });
   }
 
   async function health(signal: AbortSignal): Promise<HealthResponse> {
@@ -537,7 +543,8 @@ function validateOptions(options: SourceServerOptions): ValidatedOptions {
   if (options.logs && !options.kinds.includes("logs")) problems.push("logs handlers are given: declare kind logs");
   if ("bearerTokens" in options.auth) {
     if (options.auth.bearerTokens.length === 0) problems.push("auth.bearerTokens must hold at least one token: health fails closed");
-    if (options.auth.bearerTokens.some((t) => typeof t !== "string" || !/^\S+$/.test(t))) problems.push("auth.bearerTokens must be non-empty strings without spaces");
+    if (options.auth.bearerTokens.some((t) => typeof t !== "string" || !/^\S+$/.test(t)))
+      problems.push("auth.bearerTokens must be non-empty strings without spaces");
   } else if (!("mtls" in options.auth) || !options.auth.mtls.ca || !options.auth.mtls.cert || !options.auth.mtls.key) {
     problems.push("auth must be {bearerTokens: [...]} or {mtls: {ca, cert, key}}");
   }
@@ -552,13 +559,15 @@ function validateOptions(options: SourceServerOptions): ValidatedOptions {
     if (!d.operation) problems.push("every operation needs a name");
     if (operations.has(d.operation)) problems.push(`operation ${name} is declared twice`);
     if (!(DESCRIPTOR_KINDS as readonly string[]).includes(d.kind)) problems.push(`operation ${name}: kind must be one of ${DESCRIPTOR_KINDS.join(", ")}`);
-    if (d.canonical !== undefined && !(CANONICAL_ROLES as readonly string[]).includes(d.canonical)) problems.push(`operation ${name}: canonical must be one of ${CANONICAL_ROLES.join(", ")}`);
+    if (d.canonical !== undefined && !(CANONICAL_ROLES as readonly string[]).includes(d.canonical))
+      problems.push(`operation ${name}: canonical must be one of ${CANONICAL_ROLES.join(", ")}`);
     if (d.canonical === "range" && !d.window) problems.push(`operation ${name} backs a range call: it must declare its window`);
     if (d.window) {
       // The window's start, end and step are the source's own parameter names; the spec does not
       // ask for them among the `params` hints (which describe what a caller supplies).
       if (!d.window.start || !d.window.end) problems.push(`operation ${name}: window.start and window.end name its parameters`);
-      if (!(WINDOW_FORMATS as readonly string[]).includes(d.window.format)) problems.push(`operation ${name}: window.format must be one of ${WINDOW_FORMATS.join(", ")}`);
+      if (!(WINDOW_FORMATS as readonly string[]).includes(d.window.format))
+        problems.push(`operation ${name}: window.format must be one of ${WINDOW_FORMATS.join(", ")}`);
     }
     operations.set(d.operation, operation);
     descriptors.push(
@@ -631,7 +640,6 @@ async function closeAll(server: net.Server, sessions: Set<http2.ServerHttp2Sessi
   for (const socket of sockets) socket.destroy();
   await closed;
 }
-
 
 function formatHost(host: string): string {
   return host.includes(":") ? `[${host}]` : host;

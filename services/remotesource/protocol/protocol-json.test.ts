@@ -83,11 +83,18 @@ describe("the HTTP-JSON form", () => {
       window: { fromMs: 1_714_564_800_000, toMs: 1_714_568_400_000 },
       tenant: { ref: "tenant-1" },
     });
-    expect(toProtocolJson(InvokeRequestSchema, create(InvokeRequestSchema, { operation: "op", tenant: { ref: "t" } }))).toEqual({ operation: "op", params: {}, tenant: { ref: "t" } });
+    expect(toProtocolJson(InvokeRequestSchema, create(InvokeRequestSchema, { operation: "op", tenant: { ref: "t" } }))).toEqual({
+      operation: "op",
+      params: {},
+      tenant: { ref: "t" },
+    });
   });
 
   it("reads fromMs/toMs given as numbers or as strings", () => {
-    for (const window of [{ fromMs: 1_714_564_800_000, toMs: 1_714_568_400_000 }, { fromMs: "1714564800000", toMs: "1714568400000" }]) {
+    for (const window of [
+      { fromMs: 1_714_564_800_000, toMs: 1_714_568_400_000 },
+      { fromMs: "1714564800000", toMs: "1714568400000" },
+    ]) {
       const message = fromProtocolJson(MetricsRangeRequestSchema, { expr: "rate(http_requests_total[5m])", window, tenant: { ref: "tenant-1" } });
       expect(message.window).toMatchObject({ fromMs: 1_714_564_800_000n, toMs: 1_714_568_400_000n });
     }
@@ -119,8 +126,23 @@ describe("the HTTP-JSON form", () => {
   });
 
   it("writes a partial RawResult with its error, and leaves out empty series, entries and labels", () => {
-    const partial = create(RawResultSchema, { source: "s", operation: "logs/range", fetchedAt: "2024-05-01T12:00:00Z", raw: "[]", partial: true, error: "response too large" });
-    expect(toProtocolJson(RawResultSchema, partial)).toEqual({ source: "s", operation: "logs/range", params: {}, fetchedAt: "2024-05-01T12:00:00Z", raw: [], partial: true, error: "response too large" });
+    const partial = create(RawResultSchema, {
+      source: "s",
+      operation: "logs/range",
+      fetchedAt: "2024-05-01T12:00:00Z",
+      raw: "[]",
+      partial: true,
+      error: "response too large",
+    });
+    expect(toProtocolJson(RawResultSchema, partial)).toEqual({
+      source: "s",
+      operation: "logs/range",
+      params: {},
+      fetchedAt: "2024-05-01T12:00:00Z",
+      raw: [],
+      partial: true,
+      error: "response too large",
+    });
     const entry = create(LogEntrySchema, { t: "2024-05-01T12:00:00Z", line: "x" });
     expect(toProtocolJson(LogEntrySchema, entry)).toEqual({ t: "2024-05-01T12:00:00Z", line: "x" });
   });
@@ -137,10 +159,15 @@ describe("the HTTP-JSON form", () => {
   });
 
   it("ignores fields it does not know (version 1 is additive) and names the field it cannot read", () => {
-    const capabilities = decodeProtocolJson(CapabilitiesResponseSchema, JSON.stringify({ protocolVersion: "1", source: "s", kinds: [], operations: [], addedLater: true }));
+    const capabilities = decodeProtocolJson(
+      CapabilitiesResponseSchema,
+      JSON.stringify({ protocolVersion: "1", source: "s", kinds: [], operations: [], addedLater: true }),
+    );
     expect(capabilities.protocolVersion).toBe("1");
     expect(() => fromProtocolJson(LogsRangeRequestSchema, { query: "", window: { fromMs: 1.5, toMs: 2 }, tenant: { ref: "t" } })).toThrow(ProtocolJsonError);
-    expect(() => fromProtocolJson(LogsRangeRequestSchema, { query: "", window: { fromMs: 1.5, toMs: 2 }, tenant: { ref: "t" } })).toThrow(/^invalid value for WindowBounds\.fromMs: .*1\.5/);
+    expect(() => fromProtocolJson(LogsRangeRequestSchema, { query: "", window: { fromMs: 1.5, toMs: 2 }, tenant: { ref: "t" } })).toThrow(
+      /^invalid value for WindowBounds\.fromMs: .*1\.5/,
+    );
     expect(() => fromProtocolJson(HealthResponseSchema, [])).toThrow("HealthResponse must be a JSON object");
     expect(() => decodeProtocolJson(HealthResponseSchema, "{")).toThrow("HealthResponse is not valid JSON");
   });

@@ -22,17 +22,31 @@ describe("rule 7: series and entries", () => {
   });
 
   it("accepts sorted points with finite values, and says what is wrong otherwise", () => {
-    expect(seriesProblem(series([{ t: "2024-05-01T12:00:00Z", v: 1 }, { t: "2024-05-01T12:01:00Z", v: -2.5 }]))).toBeUndefined();
-    expect(seriesProblem(series([{ t: "2024-05-01T12:01:00Z", v: 1 }, { t: "2024-05-01T12:00:00Z", v: 2 }]))).toBe(
-      'series "s": points are not sorted ascending by time (point 1 is earlier than point 0)',
-    );
+    expect(
+      seriesProblem(
+        series([
+          { t: "2024-05-01T12:00:00Z", v: 1 },
+          { t: "2024-05-01T12:01:00Z", v: -2.5 },
+        ]),
+      ),
+    ).toBeUndefined();
+    expect(
+      seriesProblem(
+        series([
+          { t: "2024-05-01T12:01:00Z", v: 1 },
+          { t: "2024-05-01T12:00:00Z", v: 2 },
+        ]),
+      ),
+    ).toBe('series "s": points are not sorted ascending by time (point 1 is earlier than point 0)');
     expect(seriesProblem(series([{ t: "2024-05-01T12:00:00Z", v: Number.NaN }]))).toBe('series "s": point 0 has value NaN, not a finite number');
     expect(seriesProblem(series([{ t: "yesterday", v: 1 }]))).toBe('series "s": point 0 has time "yesterday", not ISO 8601');
   });
 
   it("orders log entries below the millisecond and allows equal times", () => {
     expect(entriesProblem(entries(["2024-05-01T12:00:00.000100Z", "2024-05-01T12:00:00.000200Z", "2024-05-01T12:00:00.000200Z"]))).toBeUndefined();
-    expect(entriesProblem(entries(["2024-05-01T12:00:00.000200Z", "2024-05-01T12:00:00.000100Z"]))).toBe("entries are not sorted ascending by time (entry 1 is earlier than entry 0)");
+    expect(entriesProblem(entries(["2024-05-01T12:00:00.000200Z", "2024-05-01T12:00:00.000100Z"]))).toBe(
+      "entries are not sorted ascending by time (entry 1 is earlier than entry 0)",
+    );
     // Zones count: 14:00+02:00 is 12:00Z.
     expect(entriesProblem(entries(["2024-05-01T14:00:00+02:00", "2024-05-01T12:00:01Z"]))).toBeUndefined();
   });
@@ -42,7 +56,13 @@ describe("rule 7: series and entries", () => {
     expect(toIsoTime(new Date("2024-05-01T12:00:00Z"))).toBe("2024-05-01T12:00:00.000Z");
     expect(toIsoTime("2024-05-01T12:00:00Z")).toBe("2024-05-01T12:00:00Z");
     expect(() => toIsoTime("May 1")).toThrow('time "May 1" is not ISO 8601');
-    expect(sortByTime([{ t: "2024-05-01T12:00:02Z", n: 1 }, { t: "2024-05-01T12:00:01Z", n: 2 }, { t: "2024-05-01T12:00:01Z", n: 3 }]).map((x) => x.n)).toEqual([2, 3, 1]);
+    expect(
+      sortByTime([
+        { t: "2024-05-01T12:00:02Z", n: 1 },
+        { t: "2024-05-01T12:00:01Z", n: 2 },
+        { t: "2024-05-01T12:00:01Z", n: 3 },
+      ]).map((x) => x.n),
+    ).toEqual([2, 3, 1]);
   });
 });
 

@@ -21,9 +21,9 @@ export function timeKey(value: string): bigint | undefined {
   const match = ISO_8601.exec(value);
   if (!match) return undefined;
   const fraction = match[7] ?? "";
-  const millis = Date.parse(value.replace(/\.\d+/, `.${(fraction + "000").slice(0, 3)}`));
+  const millis = Date.parse(value.replace(/\.\d+/, `.${(`${fraction}000`).slice(0, 3)}`));
   if (!Number.isFinite(millis)) return undefined;
-  const belowMillis = BigInt((fraction.slice(3) + "000000").slice(0, 6));
+  const belowMillis = BigInt(`${fraction.slice(3)}000000`.slice(0, 6));
   return BigInt(millis) * 1_000_000n + belowMillis;
 }
 

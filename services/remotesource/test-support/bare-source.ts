@@ -60,14 +60,23 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
     { operation: "cpu", description: "CPU seconds of a host", params: { host: "host name" }, kind: "metrics" },
     ...(faults.advertisedOperationMissing ? [{ operation: "ghost", description: "listed, never served", params: {}, kind: "metrics" }] : []),
     ...(faults.windowOutsideParams
-      ? [{ operation: "search", description: "log search", params: { query: "search expression" }, kind: "logs", window: { start: "from", end: "to", format: "epoch-ms" } }]
+      ? [
+          {
+            operation: "search",
+            description: "log search",
+            params: { query: "search expression" },
+            kind: "logs",
+            window: { start: "from", end: "to", format: "epoch-ms" },
+          },
+        ]
       : []),
   ];
   const capabilities = { protocolVersion: faults.protocolVersion ?? "1", source: "bare", kinds: ["metrics"], operations };
 
   function allowed(call: string, authorization: string | undefined): boolean {
     if (faults.rejectEveryCall) return false;
-    if (call === "health" && faults.healthAcceptsEmptyCredential && (!authorization || authorization.trim() === "Bearer" || authorization.trim() === "")) return true;
+    if (call === "health" && faults.healthAcceptsEmptyCredential && (!authorization || authorization.trim() === "Bearer" || authorization.trim() === ""))
+      return true;
     return authorization === `Bearer ${token}`;
   }
 
@@ -124,7 +133,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         case "POST /v1/metrics/list":
           return send(200, envelope("metrics/list", params));
         case "POST /v1/metrics/range":
-          return send(200, envelope("metrics/range", params, { series: [{ label: "cpu{host=\"a\"}", unit: "s", points: points() }] }));
+          return send(200, envelope("metrics/range", params, { series: [{ label: 'cpu{host="a"}', unit: "s", points: points() }] }));
         default:
           return send(404, { error: "not found" });
       }
@@ -138,7 +147,15 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
     if (!allowed(call, authorization)) throw new ConnectError("unauthorized", Code.Unauthenticated);
   };
   const result = (operation: string, extra: Partial<{ series: Array<{ label: string; points: Array<{ t: string; v: number }> }> }> = {}) =>
-    create(RawResultSchema, { source: "bare", operation, params: {}, fetchedAt: new Date().toISOString(), raw: JSON.stringify(rawPayload(operation)), partial: false, ...extra });
+    create(RawResultSchema, {
+      source: "bare",
+      operation,
+      params: {},
+      fetchedAt: new Date().toISOString(),
+      raw: JSON.stringify(rawPayload(operation)),
+      partial: false,
+      ...extra,
+    });
   const grpcHandler = connectNodeAdapter({
     grpc: true,
     grpcWeb: false,
@@ -166,7 +183,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         },
         metricsRange(request: MetricsRangeRequest, ctx) {
           check("metrics/range", ctx, request);
-          return result("metrics/range", { series: [{ label: "cpu{host=\"a\"}", points: points() }] });
+          return result("metrics/range", { series: [{ label: 'cpu{host="a"}', points: points() }] });
         },
         logsStreams(request, ctx) {
           check("logs/streams", ctx, request);
@@ -196,10 +213,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
     async close() {
       httpServer.closeAllConnections();
       for (const s of sessions) s.destroy();
-      await Promise.all([
-        new Promise<void>((resolve) => httpServer.close(() => resolve())),
-        new Promise<void>((resolve) => grpcServer.close(() => resolve())),
-      ]);
+      await Promise.all([new Promise<void>((resolve) => httpServer.close(() => resolve())), new Promise<void>((resolve) => grpcServer.close(() => resolve()))]);
     },
   };
 }

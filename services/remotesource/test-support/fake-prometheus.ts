@@ -5,7 +5,11 @@ import type { AddressInfo } from "node:net";
  * A Prometheus HTTP API stand-in on loopback for tests: label values, instant and range queries,
  * answered the way Prometheus answers them (strings for sample values, seconds for times).
  */
-export async function startFakePrometheus(): Promise<{ url: string; requests: Array<{ path: string; params: URLSearchParams; headers: http.IncomingHttpHeaders }>; close(): Promise<void> }> {
+export async function startFakePrometheus(): Promise<{
+  url: string;
+  requests: Array<{ path: string; params: URLSearchParams; headers: http.IncomingHttpHeaders }>;
+  close(): Promise<void>;
+}> {
   const requests: Array<{ path: string; params: URLSearchParams; headers: http.IncomingHttpHeaders }> = [];
   const server = http.createServer((req, res) => {
     const url = new URL(req.url ?? "/", "http://prometheus.invalid");
@@ -35,7 +39,13 @@ export async function startFakePrometheus(): Promise<{ url: string; requests: Ar
           resultType: "matrix",
           result: [
             { metric: { __name__: "up", job: "api", instance: "api-1:9100" }, values },
-            { metric: { __name__: "up", job: "api", instance: "api-2:9100" }, values: values.map(([t]) => [t, "NaN"]).slice(0, 2).concat(values.slice(2)) },
+            {
+              metric: { __name__: "up", job: "api", instance: "api-2:9100" },
+              values: values
+                .map(([t]) => [t, "NaN"])
+                .slice(0, 2)
+                .concat(values.slice(2)),
+            },
           ],
         },
       });

@@ -1,5 +1,5 @@
-import ipaddr from 'ipaddr.js';
-import { EgressError } from './egress-error.js';
+import ipaddr from "ipaddr.js";
+import { EgressError } from "./egress-error.js";
 
 type IpAddress = ipaddr.IPv4 | ipaddr.IPv6;
 type Cidr = [IpAddress, number];
@@ -9,29 +9,29 @@ type Cidr = [IpAddress, number];
  * unless the policy says otherwise.
  */
 export type AddressCategory =
-  | 'public'
-  | 'invalid'
-  | 'unspecified'
-  | 'loopback'
-  | 'private'
-  | 'carrierGradeNat'
-  | 'linkLocal'
-  | 'cloudMetadata'
-  | 'broadcast'
-  | 'multicast'
-  | 'reserved'
-  | 'documentation'
-  | 'benchmarking'
-  | 'uniqueLocal'
-  | 'siteLocal'
-  | 'discard'
-  | 'ipv4Mapped'
-  | 'ipv4Translated'
-  | 'ipv4Compatible'
-  | 'nat64'
-  | 'nat64LocalUse'
-  | '6to4'
-  | 'teredo';
+  | "public"
+  | "invalid"
+  | "unspecified"
+  | "loopback"
+  | "private"
+  | "carrierGradeNat"
+  | "linkLocal"
+  | "cloudMetadata"
+  | "broadcast"
+  | "multicast"
+  | "reserved"
+  | "documentation"
+  | "benchmarking"
+  | "uniqueLocal"
+  | "siteLocal"
+  | "discard"
+  | "ipv4Mapped"
+  | "ipv4Translated"
+  | "ipv4Compatible"
+  | "nat64"
+  | "nat64LocalUse"
+  | "6to4"
+  | "teredo";
 
 interface SpecialRange {
   category: AddressCategory;
@@ -50,14 +50,14 @@ function cidr(spelled: string): Cidr {
  * specifically unlocks them.
  */
 const CLOUD_METADATA_RANGES: SpecialRange[] = [
-  '169.254.169.254/32', // AWS, GCP, Azure, OpenStack, Oracle instance metadata
-  '169.254.170.2/32', // AWS ECS task credentials
-  '169.254.170.23/32', // AWS EKS pod identity
-  '100.100.100.200/32', // Alibaba Cloud metadata, inside CGNAT space
-  '168.63.129.16/32', // Azure platform endpoint, inside public space
-  'fd00:ec2::254/128', // AWS metadata over IPv6
-  'fd00:ec2::23/128', // AWS EKS pod identity over IPv6
-].map((spelled) => ({ category: 'cloudMetadata', cidr: cidr(spelled) }));
+  "169.254.169.254/32", // AWS, GCP, Azure, OpenStack, Oracle instance metadata
+  "169.254.170.2/32", // AWS ECS task credentials
+  "169.254.170.23/32", // AWS EKS pod identity
+  "100.100.100.200/32", // Alibaba Cloud metadata, inside CGNAT space
+  "168.63.129.16/32", // Azure platform endpoint, inside public space
+  "fd00:ec2::254/128", // AWS metadata over IPv6
+  "fd00:ec2::23/128", // AWS EKS pod identity over IPv6
+].map((spelled) => ({ category: "cloudMetadata", cidr: cidr(spelled) }));
 
 /**
  * Our own table rather than only ipaddr.js's `range()`: the categories decide
@@ -67,70 +67,66 @@ const CLOUD_METADATA_RANGES: SpecialRange[] = [
  */
 const IPV4_SPECIAL_RANGES: SpecialRange[] = (
   [
-    ['unspecified', '0.0.0.0/8'],
-    ['loopback', '127.0.0.0/8'],
-    ['private', '10.0.0.0/8'],
-    ['private', '172.16.0.0/12'],
-    ['private', '192.168.0.0/16'],
-    ['carrierGradeNat', '100.64.0.0/10'],
-    ['linkLocal', '169.254.0.0/16'],
-    ['reserved', '192.0.0.0/24'],
-    ['documentation', '192.0.2.0/24'],
-    ['documentation', '198.51.100.0/24'],
-    ['documentation', '203.0.113.0/24'],
-    ['benchmarking', '198.18.0.0/15'],
-    ['reserved', '192.88.99.0/24'], // deprecated 6to4 relay anycast
-    ['multicast', '224.0.0.0/4'],
-    ['broadcast', '255.255.255.255/32'],
-    ['reserved', '240.0.0.0/4'],
+    ["unspecified", "0.0.0.0/8"],
+    ["loopback", "127.0.0.0/8"],
+    ["private", "10.0.0.0/8"],
+    ["private", "172.16.0.0/12"],
+    ["private", "192.168.0.0/16"],
+    ["carrierGradeNat", "100.64.0.0/10"],
+    ["linkLocal", "169.254.0.0/16"],
+    ["reserved", "192.0.0.0/24"],
+    ["documentation", "192.0.2.0/24"],
+    ["documentation", "198.51.100.0/24"],
+    ["documentation", "203.0.113.0/24"],
+    ["benchmarking", "198.18.0.0/15"],
+    ["reserved", "192.88.99.0/24"], // deprecated 6to4 relay anycast
+    ["multicast", "224.0.0.0/4"],
+    ["broadcast", "255.255.255.255/32"],
+    ["reserved", "240.0.0.0/4"],
   ] as const
 ).map(([category, spelled]) => ({ category, cidr: cidr(spelled) }));
 
 const IPV6_SPECIAL_RANGES: SpecialRange[] = (
   [
-    ['unspecified', '::/128'],
-    ['loopback', '::1/128'],
-    ['ipv4Mapped', '::ffff:0:0/96'],
-    ['ipv4Translated', '::ffff:0:0:0/96'],
-    ['ipv4Compatible', '::/96'], // deprecated; some stacks still route it to IPv4
-    ['nat64', '64:ff9b::/96'],
-    ['nat64LocalUse', '64:ff9b:1::/48'],
-    ['discard', '100::/64'],
-    ['uniqueLocal', 'fc00::/7'],
-    ['linkLocal', 'fe80::/10'],
-    ['siteLocal', 'fec0::/10'],
-    ['multicast', 'ff00::/8'],
-    ['teredo', '2001::/32'],
-    ['benchmarking', '2001:2::/48'],
-    ['reserved', '2001::/23'],
-    ['documentation', '2001:db8::/32'],
-    ['documentation', '3fff::/20'],
-    ['6to4', '2002::/16'],
+    ["unspecified", "::/128"],
+    ["loopback", "::1/128"],
+    ["ipv4Mapped", "::ffff:0:0/96"],
+    ["ipv4Translated", "::ffff:0:0:0/96"],
+    ["ipv4Compatible", "::/96"], // deprecated; some stacks still route it to IPv4
+    ["nat64", "64:ff9b::/96"],
+    ["nat64LocalUse", "64:ff9b:1::/48"],
+    ["discard", "100::/64"],
+    ["uniqueLocal", "fc00::/7"],
+    ["linkLocal", "fe80::/10"],
+    ["siteLocal", "fec0::/10"],
+    ["multicast", "ff00::/8"],
+    ["teredo", "2001::/32"],
+    ["benchmarking", "2001:2::/48"],
+    ["reserved", "2001::/23"],
+    ["documentation", "2001:db8::/32"],
+    ["documentation", "3fff::/20"],
+    ["6to4", "2002::/16"],
   ] as const
 ).map(([category, spelled]) => ({ category, cidr: cidr(spelled) }));
 
 /** All globally routed IPv6 unicast space lives here; anything outside is special. */
-const IPV6_GLOBAL_UNICAST = cidr('2000::/3');
+const IPV6_GLOBAL_UNICAST = cidr("2000::/3");
 
 /**
  * IPv6 forms that carry an IPv4 address in their last 32 bits and reach that
  * IPv4 host when connected to. They are judged by the address they carry.
  */
-const EMBEDS_IPV4: ReadonlySet<AddressCategory> = new Set(['ipv4Mapped', 'ipv4Translated', 'nat64']);
+const EMBEDS_IPV4: ReadonlySet<AddressCategory> = new Set(["ipv4Mapped", "ipv4Translated", "nat64"]);
 
 /** Ranges an in-cluster or on-premises service normally lives in. */
-const PRIVATE_NETWORK_CATEGORIES: ReadonlySet<AddressCategory> = new Set([
-  'private',
-  'carrierGradeNat',
-  'uniqueLocal',
-]);
+const PRIVATE_NETWORK_CATEGORIES: ReadonlySet<AddressCategory> = new Set(["private", "carrierGradeNat", "uniqueLocal"]);
 
 /**
  * Categories a broad allow entry such as `0.0.0.0/0` must not unlock: reaching
  * the service's own loopback ports, the "any" address (which connects to
  * loopback) or a metadata endpoint needs an entry that lies inside that range.
  */
-const NEEDS_SPECIFIC_ALLOW: ReadonlySet<AddressCategory> = new Set(['loopback', 'unspecified', 'cloudMetadata']);
+const NEEDS_SPECIFIC_ALLOW: ReadonlySet<AddressCategory> = new Set(["loopback", "unspecified", "cloudMetadata"]);
 
 function sameFamily(address: IpAddress, range: Cidr): boolean {
   return address.kind() === range[0].kind();
@@ -142,20 +138,17 @@ function inRange(address: IpAddress, range: Cidr): boolean {
 }
 
 function findSpecialRange(address: IpAddress): SpecialRange | undefined {
-  const table = address.kind() === 'ipv4' ? IPV4_SPECIAL_RANGES : IPV6_SPECIAL_RANGES;
-  return (
-    CLOUD_METADATA_RANGES.find((entry) => inRange(address, entry.cidr)) ??
-    table.find((entry) => inRange(address, entry.cidr))
-  );
+  const table = address.kind() === "ipv4" ? IPV4_SPECIAL_RANGES : IPV6_SPECIAL_RANGES;
+  return CLOUD_METADATA_RANGES.find((entry) => inRange(address, entry.cidr)) ?? table.find((entry) => inRange(address, entry.cidr));
 }
 
 function classifyParsed(address: IpAddress): { category: AddressCategory; range?: Cidr } {
   const special = findSpecialRange(address);
   if (special) return { category: special.category, range: special.cidr };
-  if (address.kind() === 'ipv6' && !inRange(address, IPV6_GLOBAL_UNICAST)) return { category: 'reserved' };
+  if (address.kind() === "ipv6" && !inRange(address, IPV6_GLOBAL_UNICAST)) return { category: "reserved" };
   // Second opinion: anything ipaddr.js knows as special (AS112, AMT, ORCHID…) is not ours to call public.
-  if (address.range() !== 'unicast') return { category: 'reserved' };
-  return { category: 'public' };
+  if (address.range() !== "unicast") return { category: "reserved" };
+  return { category: "public" };
 }
 
 function embeddedIpv4(address: ipaddr.IPv6): ipaddr.IPv4 {
@@ -169,7 +162,7 @@ function embeddedIpv4(address: ipaddr.IPv6): ipaddr.IPv4 {
  * spelling ipaddr.js knows, IPv6 with or without brackets or a zone id.
  */
 function parseAddress(spelled: string): IpAddress | undefined {
-  const unbracketed = spelled.startsWith('[') && spelled.endsWith(']') ? spelled.slice(1, -1) : spelled;
+  const unbracketed = spelled.startsWith("[") && spelled.endsWith("]") ? spelled.slice(1, -1) : spelled;
   if (!ipaddr.isValid(unbracketed)) return undefined;
   return ipaddr.parse(unbracketed);
 }
@@ -177,7 +170,7 @@ function parseAddress(spelled: string): IpAddress | undefined {
 /** The category of one address, without any policy applied. */
 export function classifyAddress(spelled: string): AddressCategory {
   const parsed = parseAddress(spelled);
-  return parsed ? classifyParsed(parsed).category : 'invalid';
+  return parsed ? classifyParsed(parsed).category : "invalid";
 }
 
 /** True when the text is an IP address literal (any spelling, brackets allowed). */
@@ -189,13 +182,13 @@ export function isIpLiteral(spelled: string): boolean {
 export function canonicalAddress(spelled: string): string | undefined {
   const parsed = parseAddress(spelled);
   if (!parsed) return undefined;
-  return parsed.kind() === 'ipv6' ? (parsed as ipaddr.IPv6).toRFC5952String() : parsed.toString();
+  return parsed.kind() === "ipv6" ? (parsed as ipaddr.IPv6).toRFC5952String() : parsed.toString();
 }
 
 function parseCidrEntry(entry: string): string {
-  const [addressPart, prefixPart, ...extra] = entry.split('/');
-  const example = 'such as 10.0.0.0/8, 192.168.1.5 or fd00::/8';
-  if (addressPart === undefined || extra.length > 0 || addressPart.includes('%')) {
+  const [addressPart, prefixPart, ...extra] = entry.split("/");
+  const example = "such as 10.0.0.0/8, 192.168.1.5 or fd00::/8";
+  if (addressPart === undefined || extra.length > 0 || addressPart.includes("%")) {
     throw new Error(`Invalid CIDR "${entry}": expected an address with an optional prefix length, ${example}`);
   }
   // Configuration must be unambiguous: dotted four-part decimal only, no 0x7f.1 or 2130706433.
@@ -213,10 +206,8 @@ function parseCidrEntry(entry: string): string {
     prefix = Number(prefixPart);
   }
   const address = ipaddr.parse(addressPart);
-  const network = isIpv4
-    ? ipaddr.IPv4.networkAddressFromCIDR(`${addressPart}/${prefix}`)
-    : ipaddr.IPv6.networkAddressFromCIDR(`${addressPart}/${prefix}`);
-  const canonical = (ip: IpAddress) => (ip.kind() === 'ipv6' ? (ip as ipaddr.IPv6).toRFC5952String() : ip.toString());
+  const network = isIpv4 ? ipaddr.IPv4.networkAddressFromCIDR(`${addressPart}/${prefix}`) : ipaddr.IPv6.networkAddressFromCIDR(`${addressPart}/${prefix}`);
+  const canonical = (ip: IpAddress) => (ip.kind() === "ipv6" ? (ip as ipaddr.IPv6).toRFC5952String() : ip.toString());
   // A set host part usually means a typo; say what was probably meant instead of guessing silently.
   if (canonical(network) !== canonical(address)) {
     throw new Error(`Invalid CIDR "${entry}": it has bits set after the prefix; did you mean ${canonical(network)}/${prefix}?`);
@@ -232,7 +223,7 @@ function parseCidrEntry(entry: string): string {
  */
 export function parseCidrList(value: string): string[] {
   return value
-    .split(',')
+    .split(",")
     .map((entry) => entry.trim())
     .filter((entry) => entry.length > 0)
     .map(parseCidrEntry);
@@ -263,12 +254,7 @@ export interface AddressPolicyOptions {
   allowPrivateByDefault?: boolean;
 }
 
-export type VerdictReason =
-  | 'public'
-  | 'explicitly_allowed'
-  | 'private_network_allowed'
-  | 'denied_by_policy'
-  | 'not_public';
+export type VerdictReason = "public" | "explicitly_allowed" | "private_network_allowed" | "denied_by_policy" | "not_public";
 
 export interface AddressVerdict {
   /** The address as judged, in canonical form (or as given when it is not an address). */
@@ -301,20 +287,20 @@ export class AddressPolicy {
 
   constructor(options: AddressPolicyOptions) {
     this.requireHttps = options.requireHttps;
-    this.allowCidrs = toCidrs(options.allowPrivateCidrs, 'allowPrivateCidrs');
-    this.denyCidrs = toCidrs(options.denyCidrs ?? [], 'denyCidrs');
+    this.allowCidrs = toCidrs(options.allowPrivateCidrs, "allowPrivateCidrs");
+    this.denyCidrs = toCidrs(options.denyCidrs ?? [], "denyCidrs");
     this.allowPrivateByDefault = options.allowPrivateByDefault ?? false;
   }
 
   /** Judges one address. Anything that does not parse as an address is refused. */
   checkAddress(spelled: string): AddressVerdict {
     const parsed = parseAddress(spelled);
-    if (!parsed) return { address: spelled, allowed: false, category: 'invalid', reason: 'not_public' };
+    if (!parsed) return { address: spelled, allowed: false, category: "invalid", reason: "not_public" };
     return this.judge(parsed);
   }
 
   private judge(address: IpAddress): AddressVerdict {
-    const spelled = address.kind() === 'ipv6' ? (address as ipaddr.IPv6).toRFC5952String() : address.toString();
+    const spelled = address.kind() === "ipv6" ? (address as ipaddr.IPv6).toRFC5952String() : address.toString();
     const { category, range } = classifyParsed(address);
     const verdict = (allowed: boolean, reason: VerdictReason): AddressVerdict => ({
       address: spelled,
@@ -323,7 +309,7 @@ export class AddressPolicy {
       reason,
     });
 
-    if (this.denyCidrs.some((entry) => inRange(address, entry))) return verdict(false, 'denied_by_policy');
+    if (this.denyCidrs.some((entry) => inRange(address, entry))) return verdict(false, "denied_by_policy");
 
     if (EMBEDS_IPV4.has(category)) {
       // Connecting to ::ffff:127.0.0.1 or 64:ff9b::7f00:1 reaches 127.0.0.1, so only the
@@ -332,13 +318,13 @@ export class AddressPolicy {
       return { ...verdict(inner.allowed, inner.reason), embeddedIpv4: inner };
     }
 
-    if (this.isExplicitlyAllowed(address, category, range)) return verdict(true, 'explicitly_allowed');
-    if (category === 'public') return verdict(true, 'public');
+    if (this.isExplicitlyAllowed(address, category, range)) return verdict(true, "explicitly_allowed");
+    if (category === "public") return verdict(true, "public");
 
     if (this.allowPrivateByDefault && PRIVATE_NETWORK_CATEGORIES.has(category)) {
-      return verdict(true, 'private_network_allowed');
+      return verdict(true, "private_network_allowed");
     }
-    return verdict(false, 'not_public');
+    return verdict(false, "not_public");
   }
 
   private isExplicitlyAllowed(address: IpAddress, category: AddressCategory, range: Cidr | undefined): boolean {
@@ -362,26 +348,26 @@ export class AddressPolicy {
       url = new URL(spelled);
     } catch {
       // The URL parser's error carries the input; do not let it travel.
-      throw new EgressError('invalid_url', 'The URL is not a valid absolute URL');
+      throw new EgressError("invalid_url", "The URL is not a valid absolute URL");
     }
-    const allowedSchemes = this.requireHttps ? ['https:'] : ['https:', 'http:'];
+    const allowedSchemes = this.requireHttps ? ["https:"] : ["https:", "http:"];
     if (!allowedSchemes.includes(url.protocol)) {
       throw new EgressError(
-        'forbidden_scheme',
-        `The URL scheme "${url.protocol.replace(/:$/, '')}" is not allowed; use ${allowedSchemes.map((scheme) => scheme.replace(/:$/, '')).join(' or ')}`,
+        "forbidden_scheme",
+        `The URL scheme "${url.protocol.replace(/:$/, "")}" is not allowed; use ${allowedSchemes.map((scheme) => scheme.replace(/:$/, "")).join(" or ")}`,
         { host: url.hostname },
       );
     }
-    if (url.username !== '' || url.password !== '') {
-      throw new EgressError('forbidden_userinfo', 'The URL must not contain a user name or password', {
+    if (url.username !== "" || url.password !== "") {
+      throw new EgressError("forbidden_userinfo", "The URL must not contain a user name or password", {
         host: url.hostname,
       });
     }
     // The WHATWG parser already turns 2130706433, 0177.0.0.1, 0x7f.1 and 127.1 into
     // 127.0.0.1; ipaddr.js is asked as well so no other spelling slips through as a "name".
-    const hostname = url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;
-    if (hostname === '') throw new EgressError('invalid_url', 'The URL has no host');
-    const port = url.port === '' ? (url.protocol === 'https:' ? 443 : 80) : Number(url.port);
+    const hostname = url.hostname.startsWith("[") ? url.hostname.slice(1, -1) : url.hostname;
+    if (hostname === "") throw new EgressError("invalid_url", "The URL has no host");
+    const port = url.port === "" ? (url.protocol === "https:" ? 443 : 80) : Number(url.port);
     const literalAddress = canonicalAddress(hostname);
     if (literalAddress === undefined) return { url, hostname, port };
 
@@ -396,36 +382,36 @@ export function createAddressPolicy(options: AddressPolicyOptions): AddressPolic
 }
 
 const CATEGORY_WORDS: Record<AddressCategory, string> = {
-  public: 'a public address',
-  invalid: 'not an IP address',
+  public: "a public address",
+  invalid: "not an IP address",
   unspecified: 'the unspecified ("any") address',
-  loopback: 'a loopback address',
-  private: 'an RFC 1918 private address',
-  carrierGradeNat: 'a carrier-grade NAT address',
-  linkLocal: 'a link-local address',
-  cloudMetadata: 'a cloud metadata endpoint',
-  broadcast: 'the broadcast address',
-  multicast: 'a multicast address',
-  reserved: 'a reserved address',
-  documentation: 'a documentation address',
-  benchmarking: 'a benchmarking address',
-  uniqueLocal: 'an IPv6 unique local address',
-  siteLocal: 'an IPv6 site-local address',
-  discard: 'an IPv6 discard-prefix address',
-  ipv4Mapped: 'an IPv4-mapped IPv6 address',
-  ipv4Translated: 'an IPv4-translated IPv6 address',
-  ipv4Compatible: 'an IPv4-compatible IPv6 address',
-  nat64: 'a NAT64 address',
-  nat64LocalUse: 'a local-use NAT64 address',
-  '6to4': 'a 6to4 address',
-  teredo: 'a Teredo address',
+  loopback: "a loopback address",
+  private: "an RFC 1918 private address",
+  carrierGradeNat: "a carrier-grade NAT address",
+  linkLocal: "a link-local address",
+  cloudMetadata: "a cloud metadata endpoint",
+  broadcast: "the broadcast address",
+  multicast: "a multicast address",
+  reserved: "a reserved address",
+  documentation: "a documentation address",
+  benchmarking: "a benchmarking address",
+  uniqueLocal: "an IPv6 unique local address",
+  siteLocal: "an IPv6 site-local address",
+  discard: "an IPv6 discard-prefix address",
+  ipv4Mapped: "an IPv4-mapped IPv6 address",
+  ipv4Translated: "an IPv4-translated IPv6 address",
+  ipv4Compatible: "an IPv4-compatible IPv6 address",
+  nat64: "a NAT64 address",
+  nat64LocalUse: "a local-use NAT64 address",
+  "6to4": "a 6to4 address",
+  teredo: "a Teredo address",
 };
 
 /** Says in words what an address is, naming the IPv4 address inside a mapped form. */
 export function describeVerdict(verdict: AddressVerdict): string {
   const inner = verdict.embeddedIpv4;
   if (inner) return `${verdict.address}, ${CATEGORY_WORDS[verdict.category]} of ${describeVerdict(inner)}`;
-  if (verdict.reason === 'denied_by_policy') return `${verdict.address}, in a denied range`;
+  if (verdict.reason === "denied_by_policy") return `${verdict.address}, in a denied range`;
   return `${verdict.address}, ${CATEGORY_WORDS[verdict.category]}`;
 }
 
@@ -434,5 +420,5 @@ export function forbiddenAddressError(hostname: string, verdict: AddressVerdict)
   const message = isIpLiteral(hostname)
     ? `Refused outbound address ${describeVerdict(verdict)}`
     : `Refused outbound host ${hostname}: it resolves to ${describeVerdict(verdict)}`;
-  return new EgressError('forbidden_address', message, { host: hostname });
+  return new EgressError("forbidden_address", message, { host: hostname });
 }

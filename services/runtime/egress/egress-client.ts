@@ -1,12 +1,12 @@
-import { promises as dnsPromises } from 'node:dns';
-import type { LookupAddress, LookupOptions } from 'node:dns';
-import http from 'node:http';
-import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from 'node:http';
-import https from 'node:https';
-import net from 'node:net';
-import tls from 'node:tls';
-import { forbiddenAddressError, type AddressPolicy } from './address-policy.js';
-import { EgressError } from './egress-error.js';
+import { promises as dnsPromises } from "node:dns";
+import type { LookupAddress, LookupOptions } from "node:dns";
+import http from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from "node:http";
+import https from "node:https";
+import net from "node:net";
+import tls from "node:tls";
+import { forbiddenAddressError, type AddressPolicy } from "./address-policy.js";
+import { EgressError } from "./egress-error.js";
 
 /** Every address a host name resolves to. Injectable so tests never touch real DNS. */
 export type HostResolver = (hostname: string) => Promise<string[]>;
@@ -70,42 +70,42 @@ export interface EgressClient {
 }
 
 const TLS_ERROR_CODES = new Set([
-  'DEPTH_ZERO_SELF_SIGNED_CERT',
-  'SELF_SIGNED_CERT_IN_CHAIN',
-  'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
-  'UNABLE_TO_GET_ISSUER_CERT',
-  'UNABLE_TO_GET_ISSUER_CERT_LOCALLY',
-  'CERT_HAS_EXPIRED',
-  'CERT_NOT_YET_VALID',
-  'CERT_UNTRUSTED',
-  'CERT_REJECTED',
-  'ERR_TLS_CERT_ALTNAME_INVALID',
-  'ERR_TLS_HANDSHAKE_TIMEOUT',
-  'EPROTO',
+  "DEPTH_ZERO_SELF_SIGNED_CERT",
+  "SELF_SIGNED_CERT_IN_CHAIN",
+  "UNABLE_TO_VERIFY_LEAF_SIGNATURE",
+  "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+  "CERT_HAS_EXPIRED",
+  "CERT_NOT_YET_VALID",
+  "CERT_UNTRUSTED",
+  "CERT_REJECTED",
+  "ERR_TLS_CERT_ALTNAME_INVALID",
+  "ERR_TLS_HANDSHAKE_TIMEOUT",
+  "EPROTO",
 ]);
 
 function errorCode(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' ? code : undefined;
+  return typeof code === "string" ? code : undefined;
 }
 
 /** Turns a low-level failure into an EgressError without copying its message, which may quote the URL. */
 function connectionError(error: unknown, hostname: string): EgressError {
   if (error instanceof EgressError) return error;
   const code = errorCode(error);
-  if (code !== undefined && (TLS_ERROR_CODES.has(code) || code.startsWith('ERR_SSL_') || code.startsWith('ERR_TLS_'))) {
-    return new EgressError('tls', `TLS with ${hostname} failed (${code})`, { host: hostname, code });
+  if (code !== undefined && (TLS_ERROR_CODES.has(code) || code.startsWith("ERR_SSL_") || code.startsWith("ERR_TLS_"))) {
+    return new EgressError("tls", `TLS with ${hostname} failed (${code})`, { host: hostname, code });
   }
-  const suffix = code === undefined ? '' : ` (${code})`;
-  return new EgressError('network', `The connection to ${hostname} failed${suffix}`, {
+  const suffix = code === undefined ? "" : ` (${code})`;
+  return new EgressError("network", `The connection to ${hostname} failed${suffix}`, {
     host: hostname,
     ...(code === undefined ? {} : { code }),
   });
 }
 
 function timeoutError(hostname: string | undefined, timeoutMs: number): EgressError {
-  const target = hostname === undefined ? 'The outbound call' : `The call to ${hostname}`;
-  return new EgressError('timeout', `${target} took longer than ${timeoutMs} ms`, {
+  const target = hostname === undefined ? "The outbound call" : `The call to ${hostname}`;
+  return new EgressError("timeout", `${target} took longer than ${timeoutMs} ms`, {
     ...(hostname === undefined ? {} : { host: hostname }),
   });
 }
@@ -137,7 +137,7 @@ function withoutHostHeader(headers: Record<string, string> | undefined): Outgoin
   const kept: OutgoingHttpHeaders = {};
   for (const [name, value] of Object.entries(headers ?? {})) {
     // The Host header would also steer SNI and the certificate check; it always follows the URL.
-    if (name.toLowerCase() !== 'host') kept[name] = value;
+    if (name.toLowerCase() !== "host") kept[name] = value;
   }
   return kept;
 }
@@ -157,14 +157,14 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
         addresses = await resolve(hostname);
       } catch (error) {
         const code = errorCode(error);
-        throw new EgressError('resolution_failed', `Could not resolve ${hostname}${code ? ` (${code})` : ''}`, {
+        throw new EgressError("resolution_failed", `Could not resolve ${hostname}${code ? ` (${code})` : ""}`, {
           host: hostname,
           ...(code === undefined ? {} : { code }),
         });
       }
     }
     if (addresses.length === 0) {
-      throw new EgressError('resolution_failed', `Could not resolve ${hostname} (no addresses)`, { host: hostname });
+      throw new EgressError("resolution_failed", `Could not resolve ${hostname} (no addresses)`, { host: hostname });
     }
     // Every answer must pass: a client library may pick any of them, and an
     // attacker only needs one private address among public ones.
@@ -178,16 +178,16 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
 
   function send(target: VettedTarget, request: EgressRequest, signal: AbortSignal): Promise<EgressResponse> {
     const { url, hostname, port, address, family } = target;
-    const isHttps = url.protocol === 'https:';
+    const isHttps = url.protocol === "https:";
     const body = request.body === undefined ? undefined : Buffer.from(request.body);
     const headers = withoutHostHeader(request.headers);
-    if (body !== undefined) headers['content-length'] = String(body.length);
+    if (body !== undefined) headers["content-length"] = String(body.length);
 
     const requestOptions: https.RequestOptions = {
       hostname,
       port,
       path: `${url.pathname}${url.search}`,
-      method: request.method ?? 'GET',
+      method: request.method ?? "GET",
       headers,
       // A fresh connection per call: no pooled socket from another call, no shared TLS options.
       agent: false,
@@ -207,7 +207,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
       const finish = (outcome: () => void) => {
         if (settled) return;
         settled = true;
-        signal.removeEventListener('abort', onAbort);
+        signal.removeEventListener("abort", onAbort);
         outcome();
       };
       const fail = (error: unknown) => finish(() => rejectPromise(connectionError(error, hostname)));
@@ -220,7 +220,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
         const code = errorCode(error);
         finish(() =>
           rejectPromise(
-            new EgressError('invalid_request', `The request to ${hostname} could not be built${code ? ` (${code})` : ''}`, {
+            new EgressError("invalid_request", `The request to ${hostname} could not be built${code ? ` (${code})` : ""}`, {
               host: hostname,
               ...(code === undefined ? {} : { code }),
             }),
@@ -229,7 +229,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
         return;
       }
       // Attached before anything can destroy the request, so no error goes unhandled.
-      outgoing.on('error', fail);
+      outgoing.on("error", fail);
 
       function onResponse(response: IncomingMessage) {
         const chunks: Buffer[] = [];
@@ -243,7 +243,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
               truncated,
             }),
           );
-        response.on('data', (chunk: Buffer) => {
+        response.on("data", (chunk: Buffer) => {
           if (settled) return;
           const room = maxResponseBytes - received;
           if (chunk.length <= room) {
@@ -260,10 +260,10 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
           // Stop reading: the rest is never wanted, and a hostile server may send forever.
           outgoing.destroy();
         });
-        response.on('end', () => done(false));
-        response.on('error', fail);
-        response.on('close', () => {
-          if (!response.complete) fail(Object.assign(new Error('response cut short'), { code: 'ECONNRESET' }));
+        response.on("end", () => done(false));
+        response.on("error", fail);
+        response.on("close", () => {
+          if (!response.complete) fail(Object.assign(new Error("response cut short"), { code: "ECONNRESET" }));
         });
       }
 
@@ -276,7 +276,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
         onAbort();
         return;
       }
-      signal.addEventListener('abort', onAbort);
+      signal.addEventListener("abort", onAbort);
       outgoing.end(body);
     });
   }
@@ -288,7 +288,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
       const hostname = hostnameForMessages(request.url);
       const timer = setTimeout(() => controller.abort(timeoutError(hostname, timeoutMs)), timeoutMs);
       const abandoned = new Promise<never>((_, reject) => {
-        controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true });
+        controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
       });
       // Only the race below listens to this; once the race is over its rejection is moot.
       abandoned.catch(() => undefined);

@@ -3,15 +3,15 @@
  * domain messages; the codes are stable, the messages are for people.
  */
 export type EgressErrorReason =
-  | 'invalid_url'
-  | 'forbidden_scheme'
-  | 'forbidden_userinfo'
-  | 'forbidden_address'
-  | 'invalid_request'
-  | 'resolution_failed'
-  | 'timeout'
-  | 'tls'
-  | 'network';
+  | "invalid_url"
+  | "forbidden_scheme"
+  | "forbidden_userinfo"
+  | "forbidden_address"
+  | "invalid_request"
+  | "resolution_failed"
+  | "timeout"
+  | "tls"
+  | "network";
 
 export interface EgressErrorDetails {
   /** The host name of the target; never its path or query, which may carry a secret. */
@@ -27,7 +27,7 @@ export interface EgressErrorDetails {
  * and the original error is deliberately not attached as `cause`.
  */
 export class EgressError extends Error {
-  override readonly name = 'EgressError';
+  override readonly name = "EgressError";
   readonly reason: EgressErrorReason;
   readonly host: string | undefined;
   readonly code: string | undefined;

@@ -10,7 +10,7 @@ export {
   type AddressVerdict,
   type CheckedUrl,
   type VerdictReason,
-} from './address-policy.js';
+} from "./address-policy.js";
 export {
   createEgressClient,
   systemResolver,
@@ -20,5 +20,5 @@ export {
   type EgressResponse,
   type HostResolver,
   type VettedTarget,
-} from './egress-client.js';
-export { EgressError, isEgressError, type EgressErrorReason } from './egress-error.js';
+} from "./egress-client.js";
+export { EgressError, isEgressError, type EgressErrorReason } from "./egress-error.js";

@@ -113,10 +113,16 @@ export function App() {
   }
   if (loc.path === "/login") return <Redirect to={loc.query.get("next") ?? "/incidents"} />;
   if (room && decodeURIComponent(room[1]!) !== session.org) {
-    return <LoginPage org={decodeURIComponent(room[1]!)} next={next} note={`This incident belongs to the organization ${decodeURIComponent(room[1]!)}. Sign in to it to open the room.`} />;
+    return (
+      <LoginPage
+        org={decodeURIComponent(room[1]!)}
+        next={next}
+        note={`This incident belongs to the organization ${decodeURIComponent(room[1]!)}. Sign in to it to open the room.`}
+      />
+    );
   }
 
-  let page;
+  let page: ComponentChildren;
   if (room) page = <RoomPage id={decodeURIComponent(room[2]!)} />;
   else if (loc.path === "/" || loc.path === "/incidents") page = <IncidentsPage state={loc.query.get("state") ?? "open"} org={session.org} />;
   else if (loc.path === "/integrations") page = <IntegrationsPage org={session.org} />;

@@ -180,7 +180,16 @@ export function OnceSecret(props: { label: string; value: string; id: string }) 
     <div class="secret">
       <label for={props.id}>{props.label}</label>
       <div class="secret-row">
-        <input id={props.id} ref={ref} class="mono" readOnly value={props.value} spellcheck={false} autoComplete="off" onFocus={(e) => e.currentTarget.select()} />
+        <input
+          id={props.id}
+          ref={ref}
+          class="mono"
+          readOnly
+          value={props.value}
+          spellcheck={false}
+          autoComplete="off"
+          onFocus={(e) => e.currentTarget.select()}
+        />
         <CopyButton text={props.value} label="Copy" target={() => ref.current} />
       </div>
       <p class="hint">Shown once. Store it in your secret manager now: the service keeps only a hash and cannot show it again.</p>
@@ -221,7 +230,13 @@ export function useAction() {
 }
 
 /** Accessible tabs: arrow keys move between tabs, the panel is labelled by its tab. */
-export function Tabs(props: { label: string; tabs: { id: string; label: string }[]; selected: string; onSelect(id: string): void; children: ComponentChildren }) {
+export function Tabs(props: {
+  label: string;
+  tabs: { id: string; label: string }[];
+  selected: string;
+  onSelect(id: string): void;
+  children: ComponentChildren;
+}) {
   const refs = useRef<Record<string, HTMLButtonElement | null>>({});
   const ids = props.tabs.map((t) => t.id);
   const move = (delta: number) => {
@@ -259,6 +274,7 @@ export function Tabs(props: { label: string; tabs: { id: string; label: string }
           </button>
         ))}
       </div>
+      {/* biome-ignore lint/a11y/noNoninteractiveTabindex: the ARIA tabs pattern makes a tab panel focusable so a keyboard reaches content without a focusable element. */}
       <div role="tabpanel" id={`panel-${props.selected}`} aria-labelledby={`tab-${props.selected}`} tabIndex={0}>
         {props.children}
       </div>

@@ -28,10 +28,18 @@ const iso = (offsetMs: number) => new Date(now + offsetMs).toISOString();
 beforeAll(async () => {
   prometheus = await startFakePrometheus();
   logDir = mkdtempSync(join(tmpdir(), "rs-example-logs-"));
-  writeFileSync(join(logDir, "api.log"), [`${iso(-120_000)} started`, `${iso(-60_000)} error: boom`, "  at handler (api.js:10)", `${iso(-30_000)} recovered`, ""].join("\n"));
+  writeFileSync(
+    join(logDir, "api.log"),
+    [`${iso(-120_000)} started`, `${iso(-60_000)} error: boom`, "  at handler (api.js:10)", `${iso(-30_000)} recovered`, ""].join("\n"),
+  );
   writeFileSync(join(logDir, "worker.log"), [`${iso(-90_000)} job 1 done`, `${iso(-7_200_000)} too old`].join("\n"));
   writeFileSync(join(logDir, "notes.txt"), "not a log file");
-  running = await createPrometheusFilesSource({ prometheusUrl: prometheus.url, logDir, auth: { bearerTokens: [TOKEN] }, tenantHeader: "X-Scope-OrgID" }).listen();
+  running = await createPrometheusFilesSource({
+    prometheusUrl: prometheus.url,
+    logDir,
+    auth: { bearerTokens: [TOKEN] },
+    tenantHeader: "X-Scope-OrgID",
+  }).listen();
   broken = await startBareSource({ rejectEveryCall: true });
 });
 
@@ -51,7 +59,10 @@ describe("the prometheus-files example source", () => {
   });
 
   it("reads metrics from the Prometheus API: the tenant in its header, series labelled, sorted, NaN left out", async () => {
-    const client = createSourceClient({ baseUrl: running.url, transport: "grpc", tenantRef: "team-a", credentials: { bearerToken: TOKEN } }, { policy: loopbackPolicy });
+    const client = createSourceClient(
+      { baseUrl: running.url, transport: "grpc", tenantRef: "team-a", credentials: { bearerToken: TOKEN } },
+      { policy: loopbackPolicy },
+    );
     const end = Math.floor(now / 60_000) * 60_000;
     const { result } = await client.read("metrics/range", { expr: "up", window: { fromMs: end - 600_000, toMs: end }, step: "60s" });
     expect(result.partial).toBe(false);
@@ -68,7 +79,10 @@ describe("the prometheus-files example source", () => {
   });
 
   it("reads logs from files: one stream per .log file, continuation lines kept, the window applied", async () => {
-    const client = createSourceClient({ baseUrl: running.url, transport: "http", tenantRef: "team-a", credentials: { bearerToken: TOKEN } }, { policy: loopbackPolicy });
+    const client = createSourceClient(
+      { baseUrl: running.url, transport: "http", tenantRef: "team-a", credentials: { bearerToken: TOKEN } },
+      { policy: loopbackPolicy },
+    );
     const streams = await client.read("logs/streams", {});
     expect(JSON.parse(streams.result.raw).streams.map((s: { name: string }) => s.name)).toEqual(["api.log", "worker.log"]);
 
@@ -93,13 +107,19 @@ describe("the prometheus-files example source", () => {
     expect(exitCode).toBe(1);
     const report = JSON.parse(output);
     expect(report.ok).toBe(false);
-    expect(report.checks.find((c: { name: string }) => c.name === "credentials accepted")).toMatchObject({ ok: false, detail: expect.stringContaining("credentials rejected") });
+    expect(report.checks.find((c: { name: string }) => c.name === "credentials accepted")).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining("credentials rejected"),
+    });
     expect((await checkCommand([])).exitCode).toBe(2);
   });
 
   it("ships as a command taking the token from SOURCE_TOKEN or a file, never from the command line", async () => {
     const run = promisify(execFile);
-    const { stdout } = await run("npx", ["tsx", "services/remotesource/check.ts", running.url], { timeout: 25_000, env: { ...process.env, SOURCE_TOKEN: TOKEN } });
+    const { stdout } = await run("npx", ["tsx", "services/remotesource/check.ts", running.url], {
+      timeout: 25_000,
+      env: { ...process.env, SOURCE_TOKEN: TOKEN },
+    });
     expect(stdout).toContain("PASS  health fails closed");
     expect(stdout).toContain("All checks passed");
     const dir = mkdtempSync(join(tmpdir(), "check-token-"));

@@ -17,7 +17,10 @@ function required(name: string): string {
   return value;
 }
 
-const tokens = (process.env.SOURCE_TOKENS ?? "").split(",").map((t) => t.trim()).filter(Boolean);
+const tokens = (process.env.SOURCE_TOKENS ?? "")
+  .split(",")
+  .map((t) => t.trim())
+  .filter(Boolean);
 const certFile = process.env.TLS_CERT_FILE?.trim();
 const keyFile = process.env.TLS_KEY_FILE?.trim();
 const clientCaFile = process.env.CLIENT_CA_FILE?.trim();

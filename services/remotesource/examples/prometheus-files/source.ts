@@ -67,7 +67,7 @@ export function createPrometheusFilesSource(options: PrometheusFilesOptions): So
         descriptor: {
           operation: "prometheus.label_values",
           description: "Values of one label (metric names by default), optionally for the series a selector matches.",
-          params: { label: "label name; __name__ (metric names) when left out", match: "series selector, e.g. {job=\"api\"}" },
+          params: { label: "label name; __name__ (metric names) when left out", match: 'series selector, e.g. {job="api"}' },
           kind: "metrics",
           canonical: "list",
         },
@@ -87,7 +87,8 @@ export function createPrometheusFilesSource(options: PrometheusFilesOptions): So
           const fromMs = windowParam(params, "start", "epoch-s");
           const toMs = windowParam(params, "end", "epoch-s");
           const step = params.step;
-          if (step !== undefined && step !== null && typeof step !== "string" && typeof step !== "number") throw new SourceError("invalid-argument", "step must be seconds or a duration");
+          if (step !== undefined && step !== null && typeof step !== "string" && typeof step !== "number")
+            throw new SourceError("invalid-argument", "step must be seconds or a duration");
           return prometheus.queryRange(query, fromMs, toMs, step ?? undefined, context);
         },
       },
@@ -98,7 +99,8 @@ export function createPrometheusFilesSource(options: PrometheusFilesOptions): So
           params: { query: "PromQL expression", time: "evaluation time, epoch seconds" },
           kind: "metrics",
         },
-        handler: (params, context) => prometheus.query(requiredString(params, "query"), params.time === undefined ? undefined : windowParam(params, "time", "epoch-s"), context),
+        handler: (params, context) =>
+          prometheus.query(requiredString(params, "query"), params.time === undefined ? undefined : windowParam(params, "time", "epoch-s"), context),
       },
       {
         descriptor: {
@@ -114,7 +116,13 @@ export function createPrometheusFilesSource(options: PrometheusFilesOptions): So
         descriptor: {
           operation: "files.read",
           description: "Log lines of a time range, oldest first, optionally of one file and containing a text.",
-          params: { from: "range start, ISO 8601", to: "range end, ISO 8601", file: "one file name", contains: "text a line must contain", limit: `most lines (default ${DEFAULT_LINES}, at most ${MAX_LINES})` },
+          params: {
+            from: "range start, ISO 8601",
+            to: "range end, ISO 8601",
+            file: "one file name",
+            contains: "text a line must contain",
+            limit: `most lines (default ${DEFAULT_LINES}, at most ${MAX_LINES})`,
+          },
           kind: "logs",
           canonical: "range",
           window: { start: "from", end: "to", format: "iso" },
@@ -173,7 +181,10 @@ function createPrometheusApi(options: PrometheusFilesOptions) {
       response = await fetch(`${base}${path}?${search}`, { headers, signal: AbortSignal.any([context.signal, AbortSignal.timeout(timeoutMs)]) });
     } catch (err) {
       const timedOut = err instanceof Error && err.name === "TimeoutError";
-      throw new SourceError(timedOut ? "deadline-exceeded" : "unavailable", timedOut ? `prometheus did not answer within ${timeoutMs} ms` : "prometheus is unreachable");
+      throw new SourceError(
+        timedOut ? "deadline-exceeded" : "unavailable",
+        timedOut ? `prometheus did not answer within ${timeoutMs} ms` : "prometheus is unreachable",
+      );
     }
     let body: JsonObject;
     try {
@@ -182,7 +193,8 @@ function createPrometheusApi(options: PrometheusFilesOptions) {
       throw new SourceError("unavailable", `prometheus answered HTTP ${response.status} without JSON`);
     }
     if (response.status === 400 || response.status === 422) throw new SourceError("invalid-argument", `prometheus: ${String(body.error ?? "bad request")}`);
-    if (!response.ok || body.status !== "success") throw new SourceError("unavailable", `prometheus answered HTTP ${response.status}: ${String(body.error ?? "error")}`);
+    if (!response.ok || body.status !== "success")
+      throw new SourceError("unavailable", `prometheus answered HTTP ${response.status}: ${String(body.error ?? "error")}`);
     return body;
   }
 

@@ -89,8 +89,8 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
           <p class="notice notice-warning">Real egress is on: an approved update is posted to the chat channel when you send it.</p>
         ) : (
           <p class="notice">
-            Real egress is off: a sent update is recorded in the room as <strong>simulated</strong> and delivered nowhere. An admin can switch it on
-            under <Link href="/integrations">Integrations</Link>.
+            Real egress is off: a sent update is recorded in the room as <strong>simulated</strong> and delivered nowhere. An admin can switch it on under{" "}
+            <Link href="/integrations">Integrations</Link>.
           </p>
         )
       ) : null}

@@ -48,7 +48,7 @@ export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
     <section class="history" aria-label={`Runs and signals of ${props.heartbeat.name}`}>
       <ErrorNotice error={history.error} />
       <RunTimeChart pings={pings} />
-      {last && last.body ? (
+      {last?.body ? (
         <div>
           <p class="hint">{`What the job said with its last ping (${last.kind}${last.bodyCut ? `, first 10 KiB of ${last.bodyBytes} bytes` : ""}):`}</p>
           <pre class="mono last-body">{last.body}</pre>

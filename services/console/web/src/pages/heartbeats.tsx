@@ -111,9 +111,7 @@ export function HeartbeatsPage(props: { org: string }) {
   return (
     <>
       <PageHeading title="Heartbeats">Heartbeats</PageHeading>
-      <p class="muted">
-        Jobs that ping when they run. When pings stop for longer than the interval plus the grace, an incident opens naming the heartbeat.
-      </p>
+      <p class="muted">Jobs that ping when they run. When pings stop for longer than the interval plus the grace, an incident opens naming the heartbeat.</p>
       <ErrorNotice error={list.error || rowAction.error} />
       {list.loading && !list.data ? (
         <p class="muted">Loading…</p>
@@ -153,45 +151,45 @@ export function HeartbeatsPage(props: { org: string }) {
                 </tr>
               ) : (
                 [
-                <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
-                  <td data-label="Name" class="mono">
-                    {heartbeat.name}
-                  </td>
-                  <td data-label="Interval + grace">{expectation(heartbeat)}</td>
-                  <td data-label="Last seen">
-                    <Ago at={heartbeat.lastSeenAt} now={now} />
-                  </td>
-                  <td data-label="Due">
-                    <Until at={heartbeat.dueAt} now={now} />
-                  </td>
-                  <td data-label="Status">
-                    <span class={`badge hb-${heartbeat.status}`}>{heartbeat.status}</span>
-                  </td>
-                  <td data-label="Actions" class="row-actions">
-                    <button
-                      type="button"
-                      class="secondary"
-                      onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
-                      aria-expanded={showing === heartbeat.name}
-                      aria-label={`History of ${heartbeat.name}`}
-                    >
-                      History
-                    </button>
-                    <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
-                      Edit
-                    </button>
-                    <button type="button" class="danger" onClick={() => remove(heartbeat)} disabled={rowAction.busy} aria-label={`Delete ${heartbeat.name}`}>
-                      Delete
-                    </button>
-                  </td>
-                </tr>,
-                showing === heartbeat.name ? (
-                  <tr key={`${heartbeat.name}-history`} class="history-row">
-                    <td colSpan={6}>
-                      <HeartbeatHistory heartbeat={heartbeat} />
+                  <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
+                    <td data-label="Name" class="mono">
+                      {heartbeat.name}
                     </td>
-                  </tr>
-                ) : null,
+                    <td data-label="Interval + grace">{expectation(heartbeat)}</td>
+                    <td data-label="Last seen">
+                      <Ago at={heartbeat.lastSeenAt} now={now} />
+                    </td>
+                    <td data-label="Due">
+                      <Until at={heartbeat.dueAt} now={now} />
+                    </td>
+                    <td data-label="Status">
+                      <span class={`badge hb-${heartbeat.status}`}>{heartbeat.status}</span>
+                    </td>
+                    <td data-label="Actions" class="row-actions">
+                      <button
+                        type="button"
+                        class="secondary"
+                        onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
+                        aria-expanded={showing === heartbeat.name}
+                        aria-label={`History of ${heartbeat.name}`}
+                      >
+                        History
+                      </button>
+                      <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
+                        Edit
+                      </button>
+                      <button type="button" class="danger" onClick={() => remove(heartbeat)} disabled={rowAction.busy} aria-label={`Delete ${heartbeat.name}`}>
+                        Delete
+                      </button>
+                    </td>
+                  </tr>,
+                  showing === heartbeat.name ? (
+                    <tr key={`${heartbeat.name}-history`} class="history-row">
+                      <td colSpan={6}>
+                        <HeartbeatHistory heartbeat={heartbeat} />
+                      </td>
+                    </tr>
+                  ) : null,
                 ]
               ),
             )}

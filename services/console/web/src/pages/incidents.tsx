@@ -91,7 +91,9 @@ export function IncidentsPage(props: { state: string; org: string }) {
                 <td data-label="Severity">
                   <Severity severity={incident.severity} />
                 </td>
-                <td data-label="Entity">{incident.entity ? <span class="entity">{`${incident.entity.kind}:${incident.entity.id}`}</span> : <span class="muted">none</span>}</td>
+                <td data-label="Entity">
+                  {incident.entity ? <span class="entity">{`${incident.entity.kind}:${incident.entity.id}`}</span> : <span class="muted">none</span>}
+                </td>
                 <td data-label="Age">
                   <Ago at={incident.openedAt} now={now} />
                 </td>

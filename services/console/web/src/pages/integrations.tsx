@@ -97,10 +97,14 @@ function Credentials(props: { org: string }) {
         <div class="issued" aria-live="polite">
           <OnceSecret id="issued-ingest" label="Ingest token" value={issued.value} />
           <p>
-            Metrics monitor (Datadog webhooks integration): URL <code>{`${origin}/triggers`}</code>, custom headers and payload below. A{" "}
-            <code>service:</code> tag names the affected service.
+            Metrics monitor (Datadog webhooks integration): URL <code>{`${origin}/triggers`}</code>, custom headers and payload below. A <code>service:</code>{" "}
+            tag names the affected service.
           </p>
-          <Snippet id="snippet-datadog-headers" title="Datadog webhook: custom headers" text={JSON.stringify({ Authorization: `Bearer ${issued.value}` }, null, 2)} />
+          <Snippet
+            id="snippet-datadog-headers"
+            title="Datadog webhook: custom headers"
+            text={JSON.stringify({ Authorization: `Bearer ${issued.value}` }, null, 2)}
+          />
           <Snippet id="snippet-datadog-body" title="Datadog webhook: payload" text={datadogPayload()} />
           <Snippet id="snippet-heartbeat" title="Heartbeat ping (end of your job)" text={heartbeatCurl(origin, props.org, issued.value)} />
         </div>
@@ -108,7 +112,11 @@ function Credentials(props: { org: string }) {
       {issued?.kind === "alertrouter" ? (
         <div class="issued" aria-live="polite">
           <OnceSecret id="issued-alertrouter" label="Alert-router secret" value={issued.value} />
-          <Snippet id="snippet-alertmanager" title="Alertmanager (0.28.0 or later): receiver with webhook_configs" text={alertmanagerBlock(origin, issued.value)} />
+          <Snippet
+            id="snippet-alertmanager"
+            title="Alertmanager (0.28.0 or later): receiver with webhook_configs"
+            text={alertmanagerBlock(origin, issued.value)}
+          />
         </div>
       ) : null}
       {issued?.kind === "chat" ? (
@@ -217,9 +225,9 @@ function EgressSwitch() {
     <section aria-labelledby="egress-heading" class="card">
       <h2 id="egress-heading">Real egress</h2>
       <p class="notice notice-warning" id="egress-warning">
-        <strong>Warning:</strong> while real egress is on, every approved update that is sent is posted to the real chat channel, for everyone in it
-        to read; a post cannot be edited or taken back. While it is off (the default), sent updates are recorded in the room as simulated and
-        delivered nowhere. Test connection posts in both cases.
+        <strong>Warning:</strong> while real egress is on, every approved update that is sent is posted to the real chat channel, for everyone in it to read; a
+        post cannot be edited or taken back. While it is off (the default), sent updates are recorded in the room as simulated and delivered nowhere. Test
+        connection posts in both cases.
       </p>
       <div class="switch-row">
         <input
@@ -227,6 +235,7 @@ function EgressSwitch() {
           type="checkbox"
           role="switch"
           checked={enabled}
+          aria-checked={enabled}
           disabled={egress.loading || action.busy}
           aria-describedby="egress-warning"
           onChange={(e) => toggle(e.currentTarget.checked)}
@@ -314,7 +323,9 @@ function RemoteSources() {
   return (
     <section aria-labelledby="remote-heading" class="card">
       <h2 id="remote-heading">Remote sources</h2>
-      <p class="muted">Telemetry sources hosted by third parties. Test connection runs the conformance check; a source is marked connected only when every check passes.</p>
+      <p class="muted">
+        Telemetry sources hosted by third parties. Test connection runs the conformance check; a source is marked connected only when every check passes.
+      </p>
       <ErrorNotice error={sources.error || test.error} />
       {list.length === 0 ? (
         <p class="empty">No remote sources yet.</p>

@@ -20,7 +20,7 @@ export function LoginPage(props: { org?: string; next?: string; note?: string })
       const orgSlug = org.trim();
       const res = await api<{ accessToken: string }>("POST", "/auth/login", { email: email.trim(), password, orgSlug });
       saveSession({ token: res.accessToken, org: orgSlug, email: email.trim() });
-      navigate(props.next && props.next.startsWith("/") && !props.next.startsWith("//") ? props.next : "/incidents", { replace: true });
+      navigate(props.next?.startsWith("/") && !props.next.startsWith("//") ? props.next : "/incidents", { replace: true });
     } catch (err) {
       setError(errorText(err));
     } finally {
@@ -42,7 +42,14 @@ export function LoginPage(props: { org?: string; next?: string; note?: string })
         <label for="login-email">Email</label>
         <input id="login-email" type="email" autoComplete="username" required value={email} onInput={(e) => setEmail(e.currentTarget.value)} />
         <label for="login-password">Password</label>
-        <input id="login-password" type="password" autoComplete="current-password" required value={password} onInput={(e) => setPassword(e.currentTarget.value)} />
+        <input
+          id="login-password"
+          type="password"
+          autoComplete="current-password"
+          required
+          value={password}
+          onInput={(e) => setPassword(e.currentTarget.value)}
+        />
         <label for="login-org">Organization</label>
         <input
           id="login-org"

@@ -103,10 +103,18 @@ export function MaintenancePage() {
                   </td>
                   <td data-label="Covers">{matchText(w)}</td>
                   <td data-label="Status">
-                    <span class={`badge mw-${p}`}>{p === "active" ? `active, ends ${until(w.endsAt, now)}` : p === "upcoming" ? `starts ${until(w.startsAt, now)}` : "ended"}</span>
+                    <span class={`badge mw-${p}`}>
+                      {p === "active" ? `active, ends ${until(w.endsAt, now)}` : p === "upcoming" ? `starts ${until(w.startsAt, now)}` : "ended"}
+                    </span>
                   </td>
                   <td data-label="Actions" class="row-actions">
-                    <button type="button" class={p === "active" ? "danger" : "secondary"} onClick={() => remove(w, verb)} disabled={end.busy} aria-label={`${verb}: ${w.reason}`}>
+                    <button
+                      type="button"
+                      class={p === "active" ? "danger" : "secondary"}
+                      onClick={() => remove(w, verb)}
+                      disabled={end.busy}
+                      aria-label={`${verb}: ${w.reason}`}
+                    >
                       {verb}
                     </button>
                   </td>
@@ -150,7 +158,13 @@ export function MaintenancePage() {
           </div>
         </fieldset>
         <label for="mw-entities">Entities (optional)</label>
-        <input id="mw-entities" placeholder="service:checkout, service:payments" value={entities} onInput={(e) => setEntities(e.currentTarget.value)} aria-describedby="mw-entities-hint" />
+        <input
+          id="mw-entities"
+          placeholder="service:checkout, service:payments"
+          value={entities}
+          onInput={(e) => setEntities(e.currentTarget.value)}
+          aria-describedby="mw-entities-hint"
+        />
         <p class="hint" id="mw-entities-hint">
           Comma-separated kind:id pairs; empty covers every entity.
         </p>

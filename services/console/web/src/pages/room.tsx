@@ -27,8 +27,7 @@ function text(value: unknown): string | undefined {
 /** How an update entry was delivered: sent, simulated (egress off) or failed. */
 function Delivery(props: { entry: TimelineEntry }) {
   const state = text(props.entry.data?.state) ?? (props.entry.kind === "update_simulated" ? "simulated" : "sent");
-  const label =
-    state === "simulated" ? "Simulated: recorded here, not delivered" : state === "failed" ? "Failed: not delivered" : "Sent to the chat channel";
+  const label = state === "simulated" ? "Simulated: recorded here, not delivered" : state === "failed" ? "Failed: not delivered" : "Sent to the chat channel";
   return <span class={`badge delivery delivery-${state === "simulated" ? "simulated" : state === "failed" ? "failed" : "sent"}`}>{label}</span>;
 }
 
