@@ -33,7 +33,12 @@ export interface ClusterProcess {
   child: ChildProcess;
   /** The log lines printed so far, with output "capture". */
   output: string[];
+  /** How often the process ended on its own and was started again. */
+  restarts?: number;
 }
+
+/** A process that ends on its own this often while the cluster starts is broken, not unlucky. */
+const START_RESTARTS = 3;
 
 export interface Cluster {
   /** The environment every process started with. */
@@ -102,9 +107,16 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     }
     // Like a Kubernetes restart policy: a process that ends on its own is started again.
     // One killed with SIGKILL stays down, so tests can take a replica away.
-    child.once("exit", (_code, signal) => {
+    child.once("exit", (code, signal) => {
       if (stopping || signal === "SIGKILL") return;
-      setTimeout(() => {
+      proc.restarts = (proc.restarts ?? 0) + 1;
+      setTimeout(async () => {
+        // A process that failed may have lost a port to another program (ports are picked free,
+        // then bound by the child): one no one addresses by port gets new ones.
+        if (code !== 0 && proc.name !== "gateway") {
+          proc.port = await freePort();
+          proc.metricsPort = await freePort();
+        }
         if (!stopping) proc.child = launch(proc, instance);
       }, 500).unref();
     });
@@ -154,9 +166,9 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   const deadline = Date.now() + 90_000;
   for (const p of processes) {
     for (;;) {
-      if (p.child.exitCode !== null) {
+      if (p.child.exitCode !== null && (p.restarts ?? 0) >= START_RESTARTS) {
         await cluster.stop();
-        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting`);
+        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting, ${START_RESTARTS} times`);
       }
       const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then(
         (r) => r.ok,
