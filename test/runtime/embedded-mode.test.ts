@@ -162,6 +162,9 @@ describe("one-process mode with the embedded database", () => {
     await first.exited;
     await new Promise((r) => setTimeout(r, 500));
     expect(processAlive(postmaster)).toBe(true);
+    // Frozen, the orphan can neither finish a shutdown begun before the kills nor answer SIGINT:
+    // the new start must find it and end it (SIGINT, then SIGKILL after its wait).
+    process.kill(postmaster, "SIGSTOP");
 
     const again = startServiceProcess(embeddedEnv(data.dir));
     try {
