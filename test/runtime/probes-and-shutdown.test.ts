@@ -202,8 +202,11 @@ describe("shutdown", () => {
       registerContractService(router);
       const server = serveRouterOverNats(serverConn, router, { logger: createLogger("silent", "drain") });
       const client = createClient(ContractService, createNatsTransport(clientConn, { defaultTimeoutMs: 10_000 }));
-      const slow = client.echo({ payload: new Uint8Array([1]), delayMs: 800 });
-      await new Promise((r) => setTimeout(r, 100));
+      // The subscription answers before anything else is measured.
+      expect((await client.echo({ payload: new Uint8Array([0]) })).payload).toEqual(new Uint8Array([0]));
+      const slow = client.echo({ payload: new Uint8Array([1]), delayMs: 1500 });
+      // Long enough for the slow call to reach its handler on a busy machine, well within its delay.
+      await new Promise((r) => setTimeout(r, 500));
       const late = timed(
         client.echo({ payload: new Uint8Array([2]) }).then(
           () => "answered",
