@@ -115,10 +115,18 @@ describe("probes", () => {
     try {
       expect((await app.call("GET", "/readyz")).status).toBe(200);
       nats.signal("SIGSTOP");
-      const { value: ready, ms } = await timed(app.call("GET", "/readyz"));
+      // A JetStream ping answered just before the stop can still stand for one probe: within a few
+      // probes readiness is 503 naming JetStream, and each probe answers within 2 s.
+      const first = await timed(app.call("GET", "/readyz"));
+      expect(first.ms).toBeLessThan(2000);
+      let ready = first.value;
+      for (let i = 0; i < 5 && ready.status === 200; i++) {
+        const probe = await timed(app.call("GET", "/readyz"));
+        expect(probe.ms).toBeLessThan(2000);
+        ready = probe.value;
+      }
       expect(ready.status).toBe(503);
       expect(ready.body.failing).toContain("jetstream");
-      expect(ms).toBeLessThan(2000);
       nats.signal("SIGCONT");
       await waitFor(`${app.url}/readyz`, 200, 10_000);
 
