@@ -42,6 +42,7 @@ function fields(bytes: Uint8Array, onField: (field: number, wireType: WireType, 
     const [field, wireType] = reader.tag();
     const before = reader.pos;
     onField(field, wireType, reader);
+    // A field the handler did not read is stepped over by its wire type (protobuf decoding, not a test skip).
     if (reader.pos === before) reader.skip(wireType, field);
   }
 }
