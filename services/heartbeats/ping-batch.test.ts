@@ -57,8 +57,13 @@ describe("concurrent pings", () => {
       }
     };
     const burst = (name: string) => Array.from({ length: BURST }, async () => statuses.push((await signal(name, "")).status));
-    // Another organization's token names the same heartbeats: refused, and not counted.
-    const refused = names.map((name) => signal(name, "", { token: cast.otherIngestToken }));
+    // Another organization's token names the same heartbeats: refused, and not counted. Names no
+    // heartbeat can have (a NUL, too long) are refused without failing the
+    // pings written beside them.
+    const refused = [
+      ...names.map((name) => signal(name, "", { token: cast.otherIngestToken })),
+      ...["bad%00name", "x".repeat(300)].map((name) => signal(name, "")),
+    ];
     await Promise.all([...names.flatMap((name) => [...Array.from({ length: CHAINS }, (_, c) => chain(name, c)), ...burst(name)]), ...refused]);
     for (const res of await Promise.all(refused)) expect(res.status).toBe(404);
     expect(statuses.filter((s) => s !== 204)).toEqual([]);

@@ -6,6 +6,7 @@ import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import type { Logger } from "../runtime/logger.js";
+import { NAME_PATTERN } from "./heartbeat-rules.js";
 import { createPingBatcher, type PingKind, type PingRow } from "./ping-batch.js";
 import { keepBody } from "./ping-body.js";
 import { nextScheduled } from "./schedule.js";
@@ -90,7 +91,10 @@ export function createPingHandler(deps: {
     const body = keepBody(req.body);
     const client = (context.requestHeader.get("x-forwarded-for") ?? "").split(",")[0]!.trim();
     const { kind, exitStatus } = signal;
-    const row = await batcher.write({ orgId, name: req.name, kind, exitStatus, runKey: runId ?? NO_RUN_ID, runId, body, client });
+    // A name no heartbeat can have is looked up as "" (same work, no match): whatever the path
+    // held (a NUL, a broken character) never reaches, and fails, a statement shared with others.
+    const name = NAME_PATTERN.test(req.name) ? req.name : "";
+    const row = await batcher.write({ orgId, name, kind, exitStatus, runKey: runId ?? NO_RUN_ID, runId, body, client });
     if (!row) throw new NotFoundError(PING_REJECTION);
     if (row.ended_silence_id) delivery.resumeSoon(row.ended_silence_id);
     if (row.failure_id) delivery.alertSoon(row.failure_id);
