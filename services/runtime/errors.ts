@@ -102,6 +102,7 @@ function isTransientFailure(err: unknown): boolean {
     typeof code === "string" &&
     (["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT"].includes(code) ||
       code.startsWith("57P") || // admin shutdown, cannot connect now
+      code === "53300" || // too many clients: max_connections or the role's limit used up
       code.startsWith("08")) // connection exceptions
   );
 }
