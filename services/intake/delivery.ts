@@ -40,6 +40,7 @@ export function mapOrRefuse(source: TriggerSource, body: unknown): MappedDeliver
   }
 }
 
+/** The delivery path over the incident core's client, intake's store and its retry recognition. */
 export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore; logger: Logger; retries: RetryRecognition }): DeliveryPath {
   const { clients, store, logger, retries } = deps;
 

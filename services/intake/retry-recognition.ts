@@ -44,6 +44,10 @@ export interface OnceOptions<T> {
   stillValid?: (answer: T) => Promise<boolean>;
 }
 
+/**
+ * Runs each delivery once per retry key and organization, held in intake's store for
+ * `HOLD_SECONDS`; a retry within that time gets the first answer.
+ */
 export function createRetryRecognition(store: RetryKeyStore, logger: Logger): RetryRecognition {
   const times = { holdSeconds: HOLD_SECONDS, leaseSeconds: LEASE_SECONDS };
 

@@ -8,7 +8,10 @@ import { createPostgresIntakeStore } from "./store.js";
 
 const FORGET_EVERY_MS = 10 * 60_000;
 
-/** The trigger endpoints: every sender's body read, mapped and handed to the incident core. */
+/**
+ * The intake service module: the trigger routes and drop-in receivers, their authentication and
+ * limits, and a timer that forgets expired retry keys.
+ */
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);

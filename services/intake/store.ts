@@ -97,6 +97,7 @@ export interface IntakeStore {
 /** Windows older than this are deleted, at most once a minute per process. */
 const WINDOW_CLEANUP_MS = 60_000;
 
+/** Intake's tables in its Postgres schema; the audit record is written with intake's outbox. */
 export function createPostgresIntakeStore(sql: Sql, outbox: Outbox): IntakeStore {
   let lastChatCleanup = 0;
   let lastFailureCleanup = 0;
