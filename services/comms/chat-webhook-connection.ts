@@ -40,6 +40,10 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
   return url;
 }
 
+/**
+ * The handlers of the organization's chat-webhook connection: save (sealed), read (never the URL),
+ * test and delete, each audited.
+ */
 export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
   const { store, clients, outbox, config } = deps;
 

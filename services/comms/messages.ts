@@ -16,6 +16,10 @@ import { recordOnTimeline, sendRecordOf } from "./timeline.js";
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
 
+/**
+ * The update text with trailing white space removed; empty or over the byte limit is
+ * InvalidArgument.
+ */
 export function checkBody(raw: string): string {
   const body = raw.replace(/\s+$/u, "");
   if (!body.trim()) throw new InvalidArgumentError("body required");
@@ -53,6 +57,10 @@ function toMessage(row: MessageRow) {
   };
 }
 
+/**
+ * The handlers of incident updates: draft, list, approve and send, each update leaving at most
+ * once.
+ */
 export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
   const { store, clients, outbox, logger, config } = deps;
 

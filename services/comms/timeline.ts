@@ -68,6 +68,10 @@ export async function recordOnTimeline(deps: TimelineDeps, record: SendRecord): 
   await deps.store.markTimelineRecorded(record.messageId);
 }
 
+/**
+ * The outcome of a send as the timeline and the `update.sent` event carry it, from the message's
+ * row.
+ */
 export function sendRecordOf(row: SentMessageRow): SendRecord {
   return {
     messageId: row.id,

@@ -3,7 +3,9 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSchema } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { HeartbeatRow } from "./store.js";
 
-/** A heartbeat row as the management routes answer it. */
+/**
+ * A heartbeat row as the API answers it (status, due time, schedule, latest ping, run in progress).
+ */
 export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof HeartbeatSchema> {
   return {
     name: row.name,

@@ -29,9 +29,10 @@ export interface Sweeper {
 }
 
 /**
- * Each sweep declares silent every heartbeat past its deadline and every run past its limit, a
- * batch at a time, then hands what is pending to the incident core. A silence is committed before
- * anything is delivered: a crash in between leaves it pending for the next sweep.
+ * The silence sweep: declares silent every heartbeat past its deadline and every run past its
+ * limit, a batch at a time, then delivers what is pending; run once with `sweep()` or on a timer
+ * with `start()`. A silence is committed before anything is delivered: a crash in between leaves
+ * it pending for the next sweep.
  */
 export function createSweeper(deps: { store: HeartbeatStore; outbox: Pick<Outbox, "poke">; delivery: SilenceDelivery; logger: Logger }): Sweeper {
   const { store, outbox, delivery, logger } = deps;
