@@ -78,6 +78,7 @@ export interface CommsStore {
 
 const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
 
+/** The comms store on Postgres; events and audit records go to `outbox` in the same transactions. */
 export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): CommsStore {
   const { sql, outbox } = deps;
 

@@ -195,6 +195,7 @@ interface DetectedRow {
   silent_seconds: number;
 }
 
+/** The heartbeats store on Postgres; events and audit records go to `outbox` in the same transactions. */
 export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; logger: Logger }): HeartbeatStore {
   const { sql, outbox, logger } = deps;
   const columns = heartbeatColumns(sql);

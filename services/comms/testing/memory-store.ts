@@ -25,6 +25,7 @@ export interface MemoryCommsStore extends CommsStore {
   updateSentEvents: string[];
 }
 
+/** An empty in-memory comms store. */
 export function createMemoryCommsStore(): MemoryCommsStore {
   const messages: MemoryMessage[] = [];
   const connections = new Map<string, Sealed>();

@@ -58,6 +58,7 @@ export interface MemoryHeartbeatStore extends HeartbeatStore {
   endSilence(name: string): MemorySilence;
 }
 
+/** An empty in-memory heartbeats store whose clock starts at `start`. */
 export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00Z")): MemoryHeartbeatStore {
   let clock = start.getTime();
   const now = () => new Date(clock);
