@@ -26,6 +26,11 @@ const ORG_ID = stubPrincipal().orgId;
 const INCIDENT = "5f0c1a3e-8d7b-4c2a-9e1f-0a1b2c3d4e5f";
 const WEBHOOK = "https://chat.example/webhook/secret-path";
 const auth = { headers: { authorization: `Bearer ${STUB_TOKEN}` } };
+/** A peer that is down, and one too slow to answer in time. */
+const PEER_FAILURES: [string, Code][] = [
+  ["Unavailable", Code.Unavailable],
+  ["DeadlineExceeded", Code.DeadlineExceeded],
+];
 
 /** The chat webhook: answers what `answer` gives, and keeps what it was sent. */
 interface FakeWebhook extends EgressClient {
@@ -142,7 +147,7 @@ describe("messages when the incident core fails", () => {
     expect(h.store.messages).toHaveLength(0);
   });
 
-  it.each([Code.Unavailable, Code.DeadlineExceeded])("a draft while the incident core answers %s fails with it, and nothing is drafted", async (code) => {
+  it.each(PEER_FAILURES)("a draft while the incident core answers %s fails with it, and nothing is drafted", async (_, code) => {
     h.peers.incidents.getIncident = failWith(code);
     expect(await codeOf(h.client.draftMessage({ org: ORG, incidentId: INCIDENT, channel: "chatwebhook", body: "hello" }, auth))).toBe(code);
     expect(h.store.messages).toHaveLength(0);

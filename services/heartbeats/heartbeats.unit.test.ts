@@ -19,6 +19,11 @@ import { createMemoryHeartbeatStore, type MemoryHeartbeatStore } from "./testing
 
 const ORG = stubPrincipal().orgSlug;
 const auth = { headers: { authorization: `Bearer ${STUB_TOKEN}` } };
+/** A peer that is down, and one too slow to answer in time. */
+const PEER_FAILURES: [string, Code][] = [
+  ["Unavailable", Code.Unavailable],
+  ["DeadlineExceeded", Code.DeadlineExceeded],
+];
 const logger = createLogger("silent", "heartbeats-unit");
 
 interface Harness {
@@ -195,7 +200,7 @@ describe("heartbeat routes when the identity service fails", () => {
     expect(await codeOf(h.client.listHeartbeats({ org: ORG }))).toBe(Code.Unauthenticated);
   });
 
-  it.each([Code.Unavailable, Code.DeadlineExceeded])("identity answering %s is passed on, and nothing is written", async (code) => {
+  it.each(PEER_FAILURES)("identity answering %s is passed on, and nothing is written", async (_, code) => {
     const h = harness();
     h.peers.identity.authenticate = failWith(code);
     expect(await codeOf(h.client.registerHeartbeat({ org: ORG, name: "x", expectedIntervalSeconds: 60, graceSeconds: 60 }, auth))).toBe(code);
@@ -232,24 +237,21 @@ describe("the sweep hands silences to the incident core", () => {
     expect(seen.alerts).toHaveLength(1);
   });
 
-  it.each([Code.Unavailable, Code.DeadlineExceeded])(
-    "RecordMany answering %s leaves the silence pending, and the next sweep delivers it under the same event id",
-    async (code) => {
-      h.peers.incidents.recordMany = failWith(code);
-      h.store.advance(400);
-      expect(await h.client.sweep({})).toMatchObject({ silent: 1, delivered: 0, failed: 1 });
-      const silence = h.store.silences[0]!;
-      expect(silence.alertRecordedAt).toBeNull();
-      // Released: the lease ends now, not after its full length.
-      expect(silence.claimUntil!.getTime()).toBe(h.store.now().getTime());
+  it.each(PEER_FAILURES)("RecordMany answering %s leaves the silence pending, and the next sweep delivers it under the same event id", async (_, code) => {
+    h.peers.incidents.recordMany = failWith(code);
+    h.store.advance(400);
+    expect(await h.client.sweep({})).toMatchObject({ silent: 1, delivered: 0, failed: 1 });
+    const silence = h.store.silences[0]!;
+    expect(silence.alertRecordedAt).toBeNull();
+    // Released: the lease ends now, not after its full length.
+    expect(silence.claimUntil!.getTime()).toBe(h.store.now().getTime());
 
-      const seen = healthyIncidents(h.peers);
-      h.store.advance(1);
-      expect(await h.client.sweep({})).toMatchObject({ silent: 0, delivered: 1, opened: 1, failed: 0 });
-      expect(seen.alerts.map((a) => a.alert?.eventId)).toEqual([silenceEventId(silence.id)]);
-      expect(silence.alertRecordedAt).not.toBeNull();
-    },
-  );
+    const seen = healthyIncidents(h.peers);
+    h.store.advance(1);
+    expect(await h.client.sweep({})).toMatchObject({ silent: 0, delivered: 1, opened: 1, failed: 0 });
+    expect(seen.alerts.map((a) => a.alert?.eventId)).toEqual([silenceEventId(silence.id)]);
+    expect(silence.alertRecordedAt).not.toBeNull();
+  });
 
   it("a silence the incident core refuses by itself in RecordMany stays pending while the others are delivered", async () => {
     await h.client.registerHeartbeat({ org: ORG, name: "cleanup", expectedIntervalSeconds: 300, graceSeconds: 60 }, auth);
