@@ -1,5 +1,4 @@
-import { create } from "@bufbuild/protobuf";
-import type { DescService } from "@bufbuild/protobuf";
+import { create, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport, type ConnectRouter, type HandlerContext, type ServiceImpl, type Transport } from "@connectrpc/connect";
 import { IdentityService, PrincipalSchema, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
@@ -35,6 +34,7 @@ export function serveUnderTest(routes: (router: ConnectRouter) => void): Transpo
 /** The credential the stand-in identity service accepts for `principal`. */
 export const STUB_TOKEN = "stub-session";
 
+/** The member the stand-in identity service authenticates: an owner of "acme", unless `init` says otherwise. */
 export function stubPrincipal(init: Partial<Principal> = {}): Principal {
   return create(PrincipalSchema, {
     orgId: "00000000-0000-4000-8000-000000000001",
