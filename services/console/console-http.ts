@@ -4,7 +4,7 @@ import { buildRouteTable, matchRoute, type Route } from "../gateway/route-table.
 import { sendJson } from "../gateway/rest-gateway.js";
 import { internalServices } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
-import type { ExtraHttp, ExtraHttpRuntime } from "../runtime/process.js";
+import type { ExtraHttp, ExtraHttpRuntime } from "../process/run-process.js";
 import { createLiveEvents } from "./live-events.js";
 import { createStaticFiles, defaultConsoleDir } from "./static-files.js";
 

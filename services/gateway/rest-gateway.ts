@@ -1,4 +1,4 @@
-import type { IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
@@ -173,9 +173,15 @@ async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-
   return Buffer.concat(chunks, length);
 }
 
-export function sendJson(res: Response, status: number, body: unknown, headers: Record<string, string> = {}): void {
+/** What sendJson needs of a response: node:http's, node:http2's, and the one a Connect fallback is given all have it. */
+interface JsonResponse {
+  writeHead(status: number, headers: OutgoingHttpHeaders): unknown;
+  end(text: string): unknown;
+}
+
+export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
-  (res as ServerResponse).writeHead(status, {
+  res.writeHead(status, {
     "content-type": "application/json; charset=utf-8",
     "content-length": Buffer.byteLength(text),
     ...headers,

@@ -14,7 +14,7 @@ import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { freshDatabase, NATS_URL, OWNER, startApp, type TestApp } from "../../test/support/app.js";
 import { createIdentityService } from "../identity/service.js";
 import { createNatsTransport } from "../runtime/nats-transport.js";
-import { runProcess, type RunningProcess } from "../runtime/process.js";
+import { runProcess, type RunningProcess } from "../process/run-process.js";
 import { createIncidentsService } from "./service.js";
 
 /**

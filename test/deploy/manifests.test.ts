@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import ipaddr from "ipaddr.js";
 import { parse, parseAllDocuments } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { serviceFolders } from "../../services/cluster.js";
+import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config.js";
 
 // The Dockerfile and the Kubernetes manifests in deploy/, checked against the code: the

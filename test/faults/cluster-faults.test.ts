@@ -2,7 +2,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/cluster.js";
+import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { callApi, OWNER } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";

@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/cluster.js";
+import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 

@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster, type ClusterProcess } from "../../services/cluster.js";
+import { startCluster, type Cluster, type ClusterProcess } from "../../services/process/cluster.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { makeDeliveries, runLoad, type LoadResult } from "./load.js";
