@@ -25,6 +25,6 @@ export {
   type SourceServer,
   type SourceServerOptions,
   type WindowFormat,
-} from "./source-server.js";
-export { formatWindowValue, parseWindowValue } from "../protocol/window-format.js";
-export { MAX_RESPONSE_BYTES, PROTOCOL_VERSION } from "../protocol/limits.js";
+} from "./server/source-server.js";
+export { formatWindowValue, parseWindowValue } from "./protocol/window-format.js";
+export { MAX_RESPONSE_BYTES, PROTOCOL_VERSION } from "./protocol/limits.js";
