@@ -26,7 +26,7 @@ const allServices = [...serviceFolders(), "gateway"].sort();
 // ---------------------------------------------------------------------------------------------
 // What the code says each service needs.
 
-/** The service's production sources: what tsconfig.build.json compiles, without tests and their kits. */
+/** The service's production sources: what tsconfig.build.json compiles, without tests and their helpers. */
 function sourcesOf(service: string): string {
   const dir = join(root, "services", service);
   const texts: string[] = [];
@@ -34,8 +34,8 @@ function sourcesOf(service: string): string {
     for (const entry of readdirSync(d, { withFileTypes: true })) {
       const path = join(d, entry.name);
       if (entry.isDirectory()) {
-        if (!["testing", "test-support", "examples"].includes(entry.name)) walk(path);
-      } else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".test.ts") && entry.name !== "test-kit.ts") texts.push(readFileSync(path, "utf8"));
+        if (!["testing", "examples"].includes(entry.name)) walk(path);
+      } else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".test.ts")) texts.push(readFileSync(path, "utf8"));
     }
   };
   walk(dir);
