@@ -32,6 +32,11 @@ const FORWARDED_HEADERS = [
 
 const CALL_TIMEOUT_MS = 15_000;
 
+/**
+ * The REST side of the public port: answers each request whose path matches a `google.api.http`
+ * route by calling the method through `transport`. Returns the request handler, which resolves
+ * false for any other path.
+ */
 export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
   const { routes, transport, logger } = options;
 
@@ -179,6 +184,7 @@ interface JsonResponse {
   end(text: string): unknown;
 }
 
+/** Writes a complete JSON answer with its status, content type and length. */
 export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
   res.writeHead(status, {

@@ -13,6 +13,7 @@ export interface Authenticator {
   authenticate(authorization: string | null | undefined, socket: Socket | undefined): void;
 }
 
+/** Checks callers against the source's `auth`: bearer tokens compared in constant time, or the TLS layer's verdict on a client certificate. */
 export function createAuthenticator(auth: SourceAuth): Authenticator {
   const tokenDigests = "bearerTokens" in auth ? auth.bearerTokens.map(digest) : undefined;
   return {

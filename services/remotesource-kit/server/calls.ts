@@ -43,6 +43,7 @@ export interface SourceCalls {
   logsRange(request: LogsRangeRequest, signal: AbortSignal): Promise<RawResult>;
 }
 
+/** The source's calls: requests checked and turned into the handlers' plain values, answers into schema messages. */
 export function createSourceCalls(options: SourceServerOptions, config: ValidatedOptions): SourceCalls {
   const { operations, descriptors } = config;
 

@@ -130,6 +130,7 @@ interface JsonResponse {
   end(text: string): unknown;
 }
 
+/** Writes a complete JSON answer with its status, content type and length. */
 export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   sendText(res, status, JSON.stringify(body), headers);
 }
