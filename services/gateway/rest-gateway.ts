@@ -1,8 +1,9 @@
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
@@ -176,21 +177,4 @@ async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-
     chunks.push(chunk);
   }
   return Buffer.concat(chunks, length);
-}
-
-/** What sendJson needs of a response: node:http's, node:http2's, and the one a Connect fallback is given all have it. */
-interface JsonResponse {
-  writeHead(status: number, headers: OutgoingHttpHeaders): unknown;
-  end(text: string): unknown;
-}
-
-/** Writes a complete JSON answer with its status, content type and length. */
-export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  res.writeHead(status, {
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
 }

@@ -1,4 +1,4 @@
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from "node:http";
+import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import type { Socket } from "node:net";
 import { create, type DescMessage, type DescMethod, type MessageShape } from "@bufbuild/protobuf";
@@ -6,6 +6,7 @@ import { RawResultSchema, SourceService, type RawResult } from "../../../gen/war
 import { MAX_REQUEST_BYTES } from "../protocol/limits.js";
 import { encodeProtocolJson, fromProtocolJson, ProtocolJsonError } from "../protocol/protocol-json.js";
 import { PROTOCOL_ROUTES } from "../protocol/protocol-routes.js";
+import { sendJson, sendJsonText } from "../../runtime/http-server.js";
 import { Unauthenticated, type Authenticator } from "./auth.js";
 import { callFailure, tooLarge, type OnCallError, type SourceCalls } from "./calls.js";
 
@@ -92,7 +93,7 @@ export function createJsonHandler(deps: {
       const answer = callFailure(err, route.call, onError);
       return sendJson(res, answer.status, { error: answer.message });
     }
-    sendText(res, 200, text);
+    sendJsonText(res, 200, text);
   }
 
   return (req, res) => {
@@ -122,24 +123,4 @@ async function readBody(req: Request): Promise<Buffer | "too-large"> {
     chunks.push(chunk);
   }
   return Buffer.concat(chunks, length);
-}
-
-/** What an answer needs of a response: node:http's, node:http2's, and the one a Connect fallback is given all have it. */
-interface JsonResponse {
-  writeHead(status: number, headers: OutgoingHttpHeaders): unknown;
-  end(text: string): unknown;
-}
-
-/** Writes a complete JSON answer with its status, content type and length. */
-export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  sendText(res, status, JSON.stringify(body), headers);
-}
-
-function sendText(res: JsonResponse, status: number, text: string, headers: Record<string, string> = {}): void {
-  res.writeHead(status, {
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
 }
