@@ -1,4 +1,5 @@
-import type { HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
@@ -7,7 +8,7 @@ import { SecretBoxError } from "../runtime/secret-box.js";
 import { buildTestCard } from "./adaptive-card.js";
 import { describeSaveRefusal, postCard } from "./chat-webhook-delivery.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
-import type { Handlers } from "./handlers.js";
+import type { ChatConnectionRow } from "./store.js";
 
 /** One connection per organization, and this is its name. */
 export const CONNECTION_NAME = "default";
@@ -19,7 +20,7 @@ export function associatedData(orgId: string): string {
 }
 
 export async function hasConnection(deps: CommsDeps, orgId: string): Promise<boolean> {
-  const rows = await deps.ctx.sql`select 1 from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
+  const rows = await deps.sql`select 1 from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
   return rows.length > 0;
 }
 
@@ -28,8 +29,8 @@ export async function hasConnection(deps: CommsDeps, orgId: string): Promise<boo
  * no connection is saved. A URL sealed under a key that is no longer the first is sealed again.
  */
 export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<string | undefined> {
-  const { sql, logger } = deps.ctx;
-  const [row] = await sql<{ key_id: string; url_ciphertext: Buffer }[]>`
+  const { sql, logger } = deps;
+  const [row] = await sql<ChatConnectionRow[]>`
     select key_id, url_ciphertext from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
   if (!row) return undefined;
   const box = deps.secretBox();
@@ -53,8 +54,10 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
   return url;
 }
 
-export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
-  const { sql, clients, outbox, config } = deps.ctx;
+export function createChatWebhookConnectionHandlers(
+  deps: CommsDeps,
+): Pick<ServiceImpl<typeof CommsService>, "saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
+  const { sql, clients, outbox, config } = deps;
 
   return {
     async saveChatWebhook(req, context: HandlerContext) {
@@ -77,7 +80,7 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveCh
           values (${principal.orgId}, ${CONNECTION_NAME}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
           on conflict (org_id, name) do update
             set key_id = excluded.key_id, url_ciphertext = excluded.url_ciphertext, saved_by = excluded.saved_by, saved_at = now()`;
-        await recordAudit(deps.ctx.outbox, tx, {
+        await recordAudit(deps.outbox, tx, {
           orgId: principal.orgId,
           kind: AUDIT_KINDS.chatWebhookSaved,
           actor: principal.email,
@@ -107,7 +110,7 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveCh
         config.CHAT_WEBHOOK_TIMEOUT_SECONDS,
       );
       await sql.begin((tx) =>
-        recordAudit(deps.ctx.outbox, tx, {
+        recordAudit(deps.outbox, tx, {
           orgId: principal.orgId,
           kind: AUDIT_KINDS.chatWebhookTested,
           actor: principal.email,
@@ -127,7 +130,7 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveCh
       await sql.begin(async (tx) => {
         const deleted = await tx`delete from comms.chat_connections where org_id = ${principal.orgId} and name = ${CONNECTION_NAME} returning 1`;
         if (deleted.length > 0) {
-          await recordAudit(deps.ctx.outbox, tx, {
+          await recordAudit(deps.outbox, tx, {
             orgId: principal.orgId,
             kind: AUDIT_KINDS.chatWebhookDeleted,
             actor: principal.email,

@@ -4,9 +4,8 @@ import type { EgressClient } from "../runtime/egress/index.js";
 import type { SecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
 
-/** What the comms handlers share. */
-export interface CommsDeps {
-  ctx: ServiceContext;
+/** What the comms handler groups share; service.ts builds it once. */
+export interface CommsDeps extends Pick<ServiceContext, "sql" | "config" | "clients" | "outbox" | "logger"> {
   /** Every chat-webhook call goes through it. */
   egress: EgressClient;
   /** The secret box for webhook URLs, created on first use. */
@@ -26,7 +25,7 @@ export const AUDIT_KINDS = {
  */
 export async function incidentAsCaller(deps: CommsDeps, context: HandlerContext, org: string, incidentId: string): Promise<Incident> {
   const authorization = context.requestHeader.get("authorization") ?? "";
-  return deps.ctx.clients.incidents.getIncident(
+  return deps.clients.incidents.getIncident(
     { org, id: incidentId },
     { headers: { authorization, "x-request-id": context.requestHeader.get("x-request-id") ?? "" }, signal: context.signal },
   );

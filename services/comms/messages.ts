@@ -1,7 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
-import type { HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
@@ -15,15 +16,11 @@ import { loadWebhookUrl } from "./chat-webhook-connection.js";
 import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
 import { incidentAsCaller, type CommsDeps } from "./deps.js";
 import { egressEnabled } from "./egress-switch.js";
-import type { Handlers } from "./handlers.js";
-import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.js";
+import { recordOnTimeline, sendRecordOf } from "./timeline.js";
+import type { MessageRow, MessageVersionRow } from "./store.js";
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
-
-interface MessageRow extends SentMessageRow {
-  version: number;
-}
 
 const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
 
@@ -64,8 +61,10 @@ function toMessage(row: MessageRow) {
   };
 }
 
-export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
-  const { sql, clients, outbox, logger, config } = deps.ctx;
+export function createMessageHandlers(
+  deps: CommsDeps,
+): Pick<ServiceImpl<typeof CommsService>, "draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
+  const { sql, clients, outbox, logger, config } = deps;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
     if (!isUuid(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
@@ -118,7 +117,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       const channel = parseChannel(req.channel);
       const body = checkBody(req.body);
       await incidentAsCaller(deps, context, req.org, req.incidentId);
-      const [row] = await sql<{ id: string; version: number }[]>`
+      const [row] = await sql<MessageVersionRow[]>`
         insert into comms.messages (org_id, incident_id, channel, label, body, drafted_by)
         values (${principal.orgId}, ${req.incidentId}, ${channel.value}, ${channel.label ?? null}, ${body}, ${principal.email})
         returning id, version`;
@@ -144,7 +143,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       const version = req.version.trim();
       if (!version) throw new InvalidArgumentError("version required: echo the version the draft returned");
       const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
-      const [approved] = await sql<{ version: number }[]>`
+      const [approved] = await sql<Pick<MessageVersionRow, "version">[]>`
         update comms.messages set state = 'approved', version = version + 1, approved_by = ${principal.email}, approved_at = now()
         where id = ${current.id} and state = 'drafted' and version::text = ${version}
         returning version`;

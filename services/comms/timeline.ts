@@ -1,5 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { CommsDeps } from "./deps.js";
+import type { SentMessageRow } from "./store.js";
 
 /** What a finished send leaves on the incident timeline. */
 export interface SendRecord {
@@ -58,24 +59,10 @@ export function timelineEntryOf(record: SendRecord): { kind: string; summary: st
 }
 
 /** Appends the entry and marks the message as recorded. Throws when the incident core is unreachable. */
-export async function recordOnTimeline(deps: CommsDeps, record: SendRecord): Promise<void> {
+export async function recordOnTimeline(deps: Pick<CommsDeps, "sql" | "clients">, record: SendRecord): Promise<void> {
   const entry = timelineEntryOf(record);
-  await deps.ctx.clients.incidents.appendTimeline({ orgId: record.orgId, incidentId: record.incidentId, entry });
-  await deps.ctx.sql`update comms.messages set timeline_recorded = true where id = ${record.messageId}`;
-}
-
-/** The columns of a message row the timeline needs. */
-export interface SentMessageRow {
-  id: string;
-  org_id: string;
-  incident_id: string;
-  channel: string;
-  label: string | null;
-  body: string;
-  state: string;
-  error: string | null;
-  approved_by: string | null;
-  sent_by: string | null;
+  await deps.clients.incidents.appendTimeline({ orgId: record.orgId, incidentId: record.incidentId, entry });
+  await deps.sql`update comms.messages set timeline_recorded = true where id = ${record.messageId}`;
 }
 
 export function sendRecordOf(row: SentMessageRow): SendRecord {
@@ -99,8 +86,8 @@ export function sendRecordOf(row: SentMessageRow): SendRecord {
  * are read, each entry is appended, and each row is marked in its own statement. Replicas may
  * pick the same row at the same moment; the entry's event id makes the incident hold it once.
  */
-export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSeconds: number): Promise<number> {
-  const { sql, logger } = deps.ctx;
+export async function recordPendingTimelineEntries(deps: Pick<CommsDeps, "sql" | "clients" | "logger">, olderThanSeconds: number): Promise<number> {
+  const { sql, logger } = deps;
   const rows = await sql<SentMessageRow[]>`
     select id, org_id, incident_id, channel, label, body, state, error, approved_by, sent_by
     from comms.messages
@@ -111,7 +98,7 @@ export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSec
   for (const row of rows) {
     const entry = timelineEntryOf(sendRecordOf(row));
     try {
-      await deps.ctx.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
+      await deps.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
     } catch (err) {
       logger.warn({ messageId: row.id, err: String(err) }, "timeline entry still not written; will retry");
       continue;
