@@ -19,6 +19,7 @@ export function associatedData(orgId: string): string {
   return `comms.chat_connections:${orgId}:${CONNECTION_NAME}`;
 }
 
+/** Whether the organization has a chat-webhook connection saved. */
 export async function hasConnection(deps: CommsDeps, orgId: string): Promise<boolean> {
   const rows = await deps.sql`select 1 from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
   return rows.length > 0;
@@ -54,6 +55,10 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
   return url;
 }
 
+/**
+ * The handlers of the organization's chat-webhook connection: save (sealed), read (never the URL),
+ * test and delete, each audited.
+ */
 export function createChatWebhookConnectionHandlers(
   deps: CommsDeps,
 ): Pick<ServiceImpl<typeof CommsService>, "saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {

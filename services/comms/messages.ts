@@ -24,6 +24,10 @@ export const BODY_MAX_BYTES = 8 * 1024;
 
 const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
 
+/**
+ * The update text with trailing white space removed; empty or over the byte limit is
+ * InvalidArgument.
+ */
 export function checkBody(raw: string): string {
   const body = raw.replace(/\s+$/u, "");
   if (!body.trim()) throw new InvalidArgumentError("body required");
@@ -61,6 +65,10 @@ function toMessage(row: MessageRow) {
   };
 }
 
+/**
+ * The handlers of incident updates: draft, list, approve and send, each update leaving at most
+ * once.
+ */
 export function createMessageHandlers(
   deps: CommsDeps,
 ): Pick<ServiceImpl<typeof CommsService>, "draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {

@@ -65,6 +65,10 @@ export async function recordOnTimeline(deps: Pick<CommsDeps, "sql" | "clients">,
   await deps.sql`update comms.messages set timeline_recorded = true where id = ${record.messageId}`;
 }
 
+/**
+ * The outcome of a send as the timeline and the `update.sent` event carry it, from the message's
+ * row.
+ */
 export function sendRecordOf(row: SentMessageRow): SendRecord {
   return {
     messageId: row.id,

@@ -10,8 +10,8 @@ import { createIdentityRoutes } from "./routes.js";
 import { storeRecordedAudit } from "./store.js";
 
 /**
- * Organizations, members and their credentials: sessions, API keys and the organization's own
- * ingest token and receiver secrets. Stores the audit log, its own and other services'.
+ * The identity service module: organizations, members, sessions, API keys, ingest tokens and
+ * receiver secrets, and the audit log other services write to.
  */
 export function createIdentityService(ctx: ServiceContext): ServiceModule {
   const { sql, config, clients, outbox, broadcast } = ctx;

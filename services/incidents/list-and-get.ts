@@ -78,6 +78,10 @@ export function incidentWithFirstPage(config: Config, orgSlug: string, loaded: A
   return incident;
 }
 
+/**
+ * The read handlers: list and get incidents, page through a timeline, and the internal
+ * IncidentState.
+ */
 export function createListAndGetHandlers(
   deps: Pick<IncidentsDeps, "sql" | "config" | "clients">,
 ): Pick<ServiceImpl<typeof IncidentsService>, "listIncidents" | "getIncident" | "listTimeline" | "incidentState"> {

@@ -94,6 +94,9 @@ function auditData(row: MaintenanceWindowRow): JsonObject {
   };
 }
 
+/**
+ * The maintenance-window handlers: create (admin), list, and delete (admin), each change audited.
+ */
 export function createMaintenanceWindowHandlers(
   deps: Pick<IncidentsDeps, "sql" | "clients" | "outbox">,
 ): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {

@@ -40,7 +40,10 @@ type Impl = ServiceImpl<typeof RemoteSourcesService>;
 
 const LAST_ERROR_MAX = 1000;
 
-/** Every RemoteSourcesService method. */
+/**
+ * Every RemoteSourcesService method: create, list, get, update, delete, test and read
+ * connections, and the internal ResolveConnection.
+ */
 export function createRemoteSourcesRoutes(deps: RemoteSourceDeps): Impl {
   const { sql, clients } = deps;
 
@@ -225,6 +228,7 @@ export function createRemoteSourcesRoutes(deps: RemoteSourceDeps): Impl {
   };
 }
 
+/** A check's detail as the report shows it, with its rule and warnings. */
 export function reportDetail(check: CheckResult): string {
   const parts = [check.detail];
   if (check.rule) parts.push(`rule: "${check.rule}"`);
