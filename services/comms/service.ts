@@ -7,6 +7,7 @@ import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { createCommsRoutes } from "./routes.js";
+import { createPostgresCommsStore } from "./store.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
 import { offerWarRoomLink } from "./war-room-link.js";
 
@@ -21,11 +22,11 @@ const TIMELINE_SWEEP_AGE_SECONDS = 60;
 export function createCommsService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "comms" });
   const deps: CommsDeps = {
-    sql: ctx.sql,
-    config: ctx.config,
     clients: ctx.clients,
-    outbox: ctx.outbox,
     logger,
+    config: ctx.config,
+    store: createPostgresCommsStore({ sql: ctx.sql, outbox: ctx.outbox }),
+    outbox: ctx.outbox,
     egress: createChatWebhookEgress(ctx.config),
     secretBox: serviceSecretBox(ctx.config, logger),
   };
