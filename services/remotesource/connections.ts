@@ -8,7 +8,7 @@ import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runti
 import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError } from "../runtime/secret-box.js";
-import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "./client/source-client.js";
+import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 import type { RemoteSourceDeps } from "./deps.js";
 import type { ConnectionRow } from "./store.js";
 

@@ -1,4 +1,4 @@
-import type { SourceTransport } from "./client/source-client.js";
+import type { SourceTransport } from "../remotesource-kit/client/source-client.js";
 
 /** The remotesource schema's rows, as the handlers read them. */
 
