@@ -10,7 +10,8 @@ import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
 import { createRecordHandlers } from "./record.js";
-import { createRecordManyHandlers } from "./record-many.js";
+import { groupCommitted } from "./group-commit.js";
+import { createRecordBatch, createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
 export interface IncidentsDeps {
@@ -24,7 +25,7 @@ export interface IncidentsDeps {
 export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDeps): void {
   const recordHandlers = createRecordHandlers(deps);
   router.service(IncidentsService, {
-    ...recordHandlers,
+    record: groupCommitted(recordHandlers.record, createRecordBatch(deps)),
     ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
     ...createFindLatestOpenHandlers(deps),
