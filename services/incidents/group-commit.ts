@@ -93,12 +93,14 @@ export function groupCommitted(record: RecordHandler, batch: RecordBatch, maxGro
         next();
       }
     }
+    // The caller's context (deadline, trace), for what runs on its behalf later.
+    const caller = new AsyncResource("RecordGroup");
     return new Promise<RecordResponseInit>((resolve, reject) => {
       waiting.push({
         req,
         traceContext: currentTraceparent(),
-        alone: AsyncResource.bind(() => record(req, context) as Promise<RecordResponseInit>),
-        checkCaller: AsyncResource.bind(throwIfCallerGaveUp),
+        alone: () => caller.runInAsyncScope(() => record(req, context) as Promise<RecordResponseInit>),
+        checkCaller: () => caller.runInAsyncScope(throwIfCallerGaveUp),
         resolve,
         reject,
       });
