@@ -305,6 +305,10 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
   };
 }
 
+/**
+ * RecordMany: decides a batch of deliveries as Record would, the plain ones in the batch path's
+ * statements and the rest through `record`.
+ */
 export function createRecordManyHandlers(deps: {
   sql: Sql;
   config: Config;

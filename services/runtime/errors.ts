@@ -76,6 +76,11 @@ export class UnavailableError extends DomainError {
   }
 }
 
+/**
+ * The ConnectError a handler's failure is answered with: a domain error keeps its code and message,
+ * a transient database or network failure becomes Unavailable, anything else is logged and
+ * Internal.
+ */
 export function toConnectError(err: unknown, logger: Logger, method: string): ConnectError {
   if (err instanceof DomainError) {
     return new ConnectError(err.message, err.code, err.metadata);

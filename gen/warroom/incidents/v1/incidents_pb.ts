@@ -1629,6 +1629,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentStateResponseSchema;
   },
   /**
+   * The organization's incidents, newest first, one page at a time, optionally of one state.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ListIncidents
    */
   listIncidents: {
@@ -1637,6 +1639,8 @@ export const IncidentsService: GenService<{
     output: typeof ListIncidentsResponseSchema;
   },
   /**
+   * One incident with the first page of its timeline.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.GetIncident
    */
   getIncident: {
@@ -1655,6 +1659,8 @@ export const IncidentsService: GenService<{
     output: typeof ListTimelineResponseSchema;
   },
   /**
+   * Resolves an open incident; an archived one cannot be resolved.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ResolveIncident
    */
   resolveIncident: {
@@ -1663,6 +1669,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentSchema;
   },
   /**
+   * Archives an incident, open or resolved.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ArchiveIncident
    */
   archiveIncident: {
@@ -1671,6 +1679,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentSchema;
   },
   /**
+   * Creates a window in which deliveries of the badges and entities it covers are suppressed.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.CreateMaintenanceWindow
    */
   createMaintenanceWindow: {
@@ -1679,6 +1689,8 @@ export const IncidentsService: GenService<{
     output: typeof MaintenanceWindowSchema;
   },
   /**
+   * The organization's maintenance windows.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ListMaintenanceWindows
    */
   listMaintenanceWindows: {
@@ -1687,6 +1699,8 @@ export const IncidentsService: GenService<{
     output: typeof ListMaintenanceWindowsResponseSchema;
   },
   /**
+   * Deletes a maintenance window; what it suppressed may be offered again.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.DeleteMaintenanceWindow
    */
   deleteMaintenanceWindow: {
