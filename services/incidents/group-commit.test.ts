@@ -15,7 +15,7 @@ const context = {} as HandlerContext;
 const request = (eventId: string): RecordRequest => create(RecordRequestSchema, { orgSlug: eventId, alert: { eventId } });
 const tick = () => new Promise((resolve) => setTimeout(resolve, 5));
 
-function harness(decide: (deliveries: RecordRequest[], decided: Map<number, { outcome?: string }>) => Promise<void>, maxGroup?: number) {
+function harness(decide: (deliveries: RecordRequest[], decided: Map<number, { outcome?: string }>) => Promise<void>, maxGroup?: number, lanes = 1) {
   const alone: string[] = [];
   const groups: string[][] = [];
   const record = async (req: RecordRequest) => {
@@ -29,7 +29,7 @@ function harness(decide: (deliveries: RecordRequest[], decided: Map<number, { ou
     await tick();
     await decide(deliveries, decided);
   };
-  return { alone, groups, record: groupCommitted(record, batch, maxGroup) };
+  return { alone, groups, record: groupCommitted(record, batch, { maxGroup, lanes }) };
 }
 
 describe("Record's group commit", () => {
@@ -37,6 +37,13 @@ describe("Record's group commit", () => {
     const h = harness(async () => {});
     expect(await h.record(request("a"), context)).toEqual({ outcome: "alone:a" });
     expect(await h.record(request("b"), context)).toEqual({ outcome: "alone:b" });
+    expect(h.groups).toEqual([]);
+  });
+
+  it("sends deliveries straight to Record while a lane is free", async () => {
+    const h = harness(async () => {}, undefined, 2);
+    const answers = await Promise.all(["a", "b"].map((id) => h.record(request(id), context)));
+    expect(answers.map((a) => a.outcome)).toEqual(["alone:a", "alone:b"]);
     expect(h.groups).toEqual([]);
   });
 

@@ -7,10 +7,11 @@ import { currentTraceparent, detached } from "../runtime/tracing.js";
 import type { RecordBatch } from "./record-many.js";
 
 /**
- * Group commit of Record: while one delivery's statement is in flight, the deliveries that arrive
- * wait, and when it ends they are decided together by the batch path of RecordMany, in a handful
- * of statements (and commits) instead of one each. A delivery that arrives when nothing is in
- * flight goes straight to Record: a quiet system waits for nothing.
+ * Group commit of Record: up to `lanes` deliveries or groups are in flight at once; the deliveries
+ * that arrive while all are busy wait, and when one ends they are decided together by the batch
+ * path of RecordMany, in a handful of statements (and commits) instead of one each. A delivery
+ * that arrives with a lane free goes straight to Record: a quiet system waits for nothing. More
+ * than one lane keeps a slow statement (a loaded database) from holding every delivery behind it.
  *
  * Each caller gets its own answer. What the batch path leaves undecided (suppressions, a second
  * delivery of an identity, a concurrent change since its read) goes through Record, each in its
@@ -23,6 +24,8 @@ type RecordHandler = ServiceImpl<typeof IncidentsService>["record"];
 
 /** The most deliveries one group decides; more wait for the next group. */
 export const MAX_GROUP = 100;
+/** Deliveries or groups in flight at once. */
+export const LANES = 4;
 
 interface Waiting {
   req: RecordRequest;
@@ -35,8 +38,10 @@ interface Waiting {
   reject: (err: unknown) => void;
 }
 
-export function groupCommitted(record: RecordHandler, batch: RecordBatch, maxGroup = MAX_GROUP): RecordHandler {
-  let busy = false;
+export function groupCommitted(record: RecordHandler, batch: RecordBatch, options: { maxGroup?: number; lanes?: number } = {}): RecordHandler {
+  const maxGroup = options.maxGroup ?? MAX_GROUP;
+  const lanes = options.lanes ?? LANES;
+  let inFlight = 0;
   const waiting: Waiting[] = [];
 
   async function decideGroup(group: Waiting[]): Promise<void> {
@@ -78,15 +83,15 @@ export function groupCommitted(record: RecordHandler, batch: RecordBatch, maxGro
   const next = detached((): void => {
     const group = waiting.splice(0, maxGroup);
     if (group.length === 0) {
-      busy = false;
+      inFlight--;
       return;
     }
     void decideGroup(group).finally(next);
   });
 
   return async (req: RecordRequest, context: HandlerContext) => {
-    if (!busy) {
-      busy = true;
+    if (inFlight < lanes) {
+      inFlight++;
       try {
         return await record(req, context);
       } finally {

@@ -60,6 +60,7 @@ interface Plain {
   traceContext: string | null;
 }
 
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 const within = (value: string | undefined, max: number) => (value?.length ?? 0) <= max;
 const optionalText = (value: string | undefined) => (value === undefined ? null : storableText(value));
 
@@ -207,6 +208,7 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
       ), held as (
         insert into incidents.held_event_ids (incident_id, event_id)
         select d.incident_id, d.event_id from d join target t on t.id = d.incident_id
+        order by d.incident_id, d.event_id
         on conflict do nothing
         returning incident_id, event_id
       ), entry as (
@@ -230,7 +232,7 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
       .map((d, i) => plain(d, i, traceContexts?.[i] ?? null))
       .filter((p): p is Plain => p !== undefined)
       // One order of identities in every batch: concurrent batches take their locks in one order.
-      .sort((a, b) => (a.orgId === b.orgId ? (a.identity < b.identity ? -1 : a.identity > b.identity ? 1 : 0) : a.orgId < b.orgId ? -1 : 1));
+      .sort((a, b) => compare(a.orgId, b.orgId) || compare(a.identity, b.identity) || a.index - b.index);
     if (candidates.length === 0) return;
     const { now, covered, open } = await probe(candidates);
 
