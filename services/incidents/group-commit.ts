@@ -25,7 +25,7 @@ type RecordHandler = ServiceImpl<typeof IncidentsService>["record"];
 /** The most deliveries one group decides; more wait for the next group. */
 export const MAX_GROUP = 100;
 /** Deliveries or groups in flight at once. */
-export const LANES = 4;
+export const LANES = 2;
 
 interface Waiting {
   req: RecordRequest;
