@@ -6,7 +6,8 @@ import type { ServiceContext, ServiceModule } from "../runtime/service-module.js
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
-import { registerRoutes } from "./routes.js";
+import { createCommsRoutes } from "./routes.js";
+import { createPostgresCommsStore } from "./store.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
 import { offerWarRoomLink } from "./war-room-link.js";
 
@@ -21,7 +22,11 @@ const TIMELINE_SWEEP_AGE_SECONDS = 60;
 export function createCommsService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "comms" });
   const deps: CommsDeps = {
-    ctx: { ...ctx, logger },
+    clients: ctx.clients,
+    logger,
+    config: ctx.config,
+    store: createPostgresCommsStore({ sql: ctx.sql, outbox: ctx.outbox }),
+    outbox: ctx.outbox,
     egress: createChatWebhookEgress(ctx.config),
     secretBox: serviceSecretBox(ctx.config, logger),
   };
@@ -33,7 +38,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
     migrations,
     services: [CommsService],
     register(router: ConnectRouter) {
-      registerRoutes(router, deps);
+      router.service(CommsService, createCommsRoutes(deps));
     },
     async start() {
       await onEvent(ctx.events, EVENTS.incidentOpened, (opened) => offerWarRoomLink(deps, opened), { durableName: "comms-war-room-link" });

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { messageToHttpJson } from "../gateway/http-json.js";
 import { errorAnswer } from "../gateway/response-rules.js";
-import { sendJson } from "../gateway/rest-gateway.js";
+import { sendJson } from "../runtime/http-server.js";
 import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import { EVENTS, eventTypeOf, type EventType } from "../runtime/events.js";
@@ -69,7 +69,7 @@ export function createLiveEvents(options: LiveEventsOptions) {
     let json: JsonObject;
     try {
       const message = fromBinary(known.schema, event.payload);
-      json = messageToHttpJson(known.schema, message as never) as JsonObject;
+      json = messageToHttpJson(known.schema, message) as JsonObject;
     } catch (err) {
       logger.warn({ err, subject: event.subject, id: event.id }, "live event not decoded");
       return;

@@ -3,6 +3,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
@@ -114,8 +115,8 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       if (!res.writableFinished) abort.abort();
     });
     try {
-      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never));
-      const json = messageToHttpJson(route.method.output, response.message as never);
+      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input));
+      const json = messageToHttpJson(route.method.output, response.message);
       const status = successStatus(route.method, json);
       if (status === 204) {
         res.writeHead(204);
@@ -176,15 +177,4 @@ async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-
     chunks.push(chunk);
   }
   return Buffer.concat(chunks, length);
-}
-
-/** Writes a complete JSON answer with its status, content type and length. */
-export function sendJson(res: Response, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  (res as ServerResponse).writeHead(status, {
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
 }

@@ -4,8 +4,8 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { createSourceServer, type RunningSourceServer } from "./kit/index.js";
-import { startBareSource, type BareSource } from "./test-support/bare-source.js";
+import { createSourceServer, type RunningSourceServer } from "../remotesource-kit/index.js";
+import { startBareSource, type BareSource } from "../remotesource-kit/testing/bare-source.js";
 
 // The connection routes end to end over real HTTP, against sources on loopback: a kit-hosted one
 // and sources written without the kit, some of them broken on purpose.
@@ -18,7 +18,8 @@ let owner: string;
 let member: string;
 let kitSource: RunningSourceServer;
 const tenantsSeen: string[] = [];
-const bare: Record<"good" | "rejecting" | "huge" | "v2" | "fromSpec", BareSource> = {} as never;
+// Filled in beforeAll, before any test reads it.
+const bare = {} as Record<"good" | "rejecting" | "huge" | "v2" | "fromSpec", BareSource>;
 let db: postgres.Sql;
 
 beforeAll(async () => {

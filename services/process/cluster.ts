@@ -1,0 +1,187 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, readdirSync } from "node:fs";
+import { createServer } from "node:net";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+/**
+ * Starts every service as its own process against DATABASE_URL and NATS_URL, with `gateways`
+ * gateway replicas and `intakes` intake replicas: the production shape on one machine.
+ */
+export interface ClusterOptions {
+  env: NodeJS.ProcessEnv;
+  /** Port of the first gateway; the others follow. 0 picks free ports. */
+  port: number;
+  gateways: number;
+  intakes: number;
+  /** More processes beside the plan, each with its own extra environment (e.g. a third sweeper). */
+  extra?: { name: string; env: NodeJS.ProcessEnv }[];
+  /** Environment of one service's processes only (e.g. its own NATS credentials). */
+  envFor?: (name: string) => NodeJS.ProcessEnv;
+  /** Where the processes' logs go: the terminal, nowhere, or kept on each ClusterProcess. */
+  output?: "inherit" | "ignore" | "capture";
+  /** Node options for every process that NODE_OPTIONS may not carry (e.g. `--cpu-prof`). */
+  nodeOptions?: string[];
+}
+
+export interface ClusterProcess {
+  name: string;
+  port: number;
+  /** Where the process serves GET /metrics (METRICS_PORT). */
+  metricsPort: number;
+  env?: NodeJS.ProcessEnv;
+  child: ChildProcess;
+  /** The log lines printed so far, with output "capture". */
+  output: string[];
+  /** How often the process ended on its own and was started again. */
+  restarts?: number;
+}
+
+/** A process that ends on its own this often while the cluster starts is broken, not unlucky. */
+const START_RESTARTS = 3;
+
+export interface Cluster {
+  /** The environment every process started with. */
+  env: NodeJS.ProcessEnv;
+  gatewayUrls: string[];
+  processes: ClusterProcess[];
+  stop(): Promise<void>;
+}
+
+const servicesDir = join(dirname(fileURLToPath(import.meta.url)), "..");
+
+/** The service folders that run as their own process (each has a main.ts). */
+export function serviceFolders(): string[] {
+  return readdirSync(servicesDir, { withFileTypes: true })
+    .filter((d) => d.isDirectory() && !["runtime", "all", "gateway", "console"].includes(d.name))
+    .filter((d) => existsSync(join(servicesDir, d.name, "main.ts")))
+    .map((d) => d.name);
+}
+
+/**
+ * A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it), for a process about
+ * to start.
+ */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const { port } = server.address() as { port: number };
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function entry(name: string): string[] {
+  const compiled = join(servicesDir, name, "main.js");
+  if (existsSync(compiled)) return [compiled];
+  return ["--import", "tsx", join(servicesDir, name, "main.ts")];
+}
+
+/**
+ * Starts every service as its own `main.ts` process, plus the gateways and intake replicas asked
+ * for, restarting any that ends on its own; resolves once every one is ready (`/readyz`), with the
+ * processes and a `stop()`.
+ */
+export async function startCluster(options: ClusterOptions): Promise<Cluster> {
+  if (!options.env.DATABASE_URL || !options.env.NATS_URL) throw new Error("the cluster needs DATABASE_URL and NATS_URL");
+  const plan: string[] = [];
+  for (const name of serviceFolders()) {
+    const replicas = name === "intake" ? options.intakes : 1;
+    for (let i = 0; i < replicas; i++) plan.push(name);
+  }
+  for (let i = 0; i < options.gateways; i++) plan.push("gateway");
+  const processes: ClusterProcess[] = [];
+  let stopping = false;
+  // The process object is complete once its first child is spawned; a restart replaces the child.
+  const launch = (proc: Omit<ClusterProcess, "child"> & { child?: ChildProcess }, instance: number): ChildProcess => {
+    const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
+      env: {
+        ...options.env,
+        ...options.envFor?.(proc.name),
+        ...proc.env,
+        PORT: String(proc.port),
+        METRICS_PORT: String(proc.metricsPort),
+        SERVICE_INSTANCE: `${proc.name}-${instance}`,
+      },
+      stdio: options.output === "inherit" ? ["ignore", "inherit", "inherit"] : options.output === "capture" ? ["ignore", "pipe", "pipe"] : "ignore",
+    });
+    for (const stream of [child.stdout, child.stderr]) {
+      let partial = "";
+      stream?.on("data", (chunk: Buffer) => {
+        const lines = (partial + chunk.toString("utf8")).split("\n");
+        partial = lines.pop() ?? "";
+        proc.output.push(...lines);
+      });
+    }
+    // Like a Kubernetes restart policy: a process that ends on its own is started again.
+    // One killed with SIGKILL stays down, so tests can take a replica away.
+    child.once("exit", (code, signal) => {
+      if (stopping || signal === "SIGKILL") return;
+      proc.restarts = (proc.restarts ?? 0) + 1;
+      setTimeout(async () => {
+        // A process that failed may have lost a port to another program (ports are picked free,
+        // then bound by the child): one no one addresses by port gets new ones.
+        if (code !== 0 && proc.name !== "gateway") {
+          proc.port = await freePort();
+          proc.metricsPort = await freePort();
+        }
+        if (!stopping) proc.child = launch(proc, instance);
+      }, 500).unref();
+    });
+    return child;
+  };
+  let gatewayIndex = 0;
+  for (const name of plan) {
+    const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
+    const instance = processes.filter((p) => p.name === name).length;
+    const proc: Omit<ClusterProcess, "child"> = { name, port, metricsPort: await freePort(), output: [] };
+    processes.push(Object.assign(proc, { child: launch(proc, instance) }));
+  }
+  for (const extra of options.extra ?? []) {
+    const instance = processes.filter((p) => p.name === extra.name).length;
+    const proc: Omit<ClusterProcess, "child"> = { name: extra.name, port: await freePort(), metricsPort: await freePort(), env: extra.env, output: [] };
+    processes.push(Object.assign(proc, { child: launch(proc, instance) }));
+  }
+  const cluster: Cluster = {
+    env: options.env,
+    gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),
+    processes,
+    async stop() {
+      stopping = true;
+      await Promise.all(
+        processes.map(
+          (p) =>
+            new Promise<void>((resolve) => {
+              if (p.child.exitCode !== null || p.child.signalCode !== null) return resolve();
+              p.child.once("exit", () => resolve());
+              p.child.kill("SIGTERM");
+              setTimeout(() => p.child.kill("SIGKILL"), 8000).unref();
+            }),
+        ),
+      );
+    },
+  };
+  // Ready when every process answers /readyz.
+  const deadline = Date.now() + 90_000;
+  for (const p of processes) {
+    for (;;) {
+      if (p.child.exitCode !== null && (p.restarts ?? 0) >= START_RESTARTS) {
+        await cluster.stop();
+        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting, ${START_RESTARTS} times`);
+      }
+      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (ok) break;
+      if (Date.now() > deadline) {
+        await cluster.stop();
+        throw new Error(`${p.name} did not become ready`);
+      }
+      await new Promise((r) => setTimeout(r, 200));
+    }
+  }
+  return cluster;
+}

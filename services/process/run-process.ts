@@ -1,0 +1,359 @@
+import { createConnectRouter, type ConnectRouter, type Transport } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import type { DescService } from "@bufbuild/protobuf";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { buildRouteTable } from "../gateway/route-table.js";
+import { createRestGateway } from "../gateway/rest-gateway.js";
+import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadcast.js";
+import { createClients, internalServices, type Clients } from "../runtime/clients.js";
+import { loadConfig, type Config } from "../runtime/config.js";
+import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
+import { errorInterceptor } from "../runtime/errors.js";
+import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/event-bus.js";
+import { registerForwarding } from "../runtime/forwarding.js";
+import { registerGrpcHealth } from "../runtime/grpc-health.js";
+import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
+import { BODY_LIMITS } from "../runtime/body-limits.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
+import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
+import { publicOnly } from "../runtime/public-surface.js";
+import { listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
+import { createLogger, type Logger } from "../runtime/logger.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
+import { migrate } from "../runtime/migrations.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
+import { createDirectRegistry, createDirectTransport } from "../runtime/direct-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "../runtime/nats-transport.js";
+import { createProbes } from "../runtime/probes.js";
+import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/outbox.js";
+import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
+
+export interface ProcessOptions {
+  /** Names the process in logs and NATS. */
+  name: string;
+  services: ServiceFactory[];
+  /** Serve the public REST routes (and forward Connect/gRPC for services not in this process). */
+  gateway: boolean;
+  env?: NodeJS.ProcessEnv;
+  /** Extra HTTP handling before the REST routes (the web console). */
+  extraHttp?: (config: Config, runtime: ExtraHttpRuntime) => ExtraHttp | undefined;
+}
+
+/** What the extra HTTP handling may use of the process. */
+export interface ExtraHttpRuntime {
+  events: EventBus;
+  clients: Clients;
+  logger: Logger;
+}
+
+export interface ExtraHttp {
+  /** Answers the request and returns true, or returns false to leave it to the REST routes and Connect. */
+  handle(req: Parameters<HttpHandler>[0], res: Parameters<HttpHandler>[1], url: URL): Promise<boolean>;
+  /** Called first on stop: ends long-lived responses (live streams) so draining does not wait for them. */
+  close?(): void;
+}
+
+export interface RunningProcess {
+  config: Config;
+  logger: Logger;
+  url: string;
+  port: number;
+  /** GET /metrics on METRICS_PORT, when set. */
+  metricsUrl?: string;
+  database: Database;
+  /** The background pool: outbox relays and sweeps. */
+  background: { sql: Database["sql"]; close(): Promise<void> };
+  nats?: NatsConnection;
+  modules: ServiceModule[];
+  transport: Transport;
+  relays: OutboxRelay[];
+  stop(): Promise<void>;
+}
+
+/** A transport whose target is fixed once the process's router is complete. */
+function deferredTransport(): { transport: Transport; bind(target: Transport): void } {
+  let target: Transport | undefined;
+  const get = () => {
+    if (!target) throw new Error("transport used before the process finished starting");
+    return target;
+  };
+  return {
+    transport: {
+      unary: (...args) => get().unary(...args),
+      stream: (...args) => get().stream(...args),
+    },
+    bind(t) {
+      target = t;
+    },
+  };
+}
+
+/**
+ * Starts one process: its configuration, database, migrations, services, transport (in-process or
+ * NATS), servers and relays; resolves with what it runs and a `stop()` that ends it in order.
+ */
+export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
+  const config = loadConfig(options.env);
+  // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
+  await startTracing(options.name);
+  const logger = createLogger(config.LOG_LEVEL, options.name);
+  const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
+  const background = openBackgroundPool(database);
+  try {
+    return await startServices(options, config, logger, database, background);
+  } catch (err) {
+    // A start that fails half way releases the database (and with it the DATA_DIR lock).
+    await background.close().catch(() => {});
+    await database.close().catch(() => {});
+    throw err;
+  }
+}
+
+async function startServices(
+  options: ProcessOptions,
+  config: Config,
+  logger: Logger,
+  database: Database,
+  background: ReturnType<typeof openBackgroundPool>,
+): Promise<RunningProcess> {
+  let nats: NatsConnection | undefined;
+  if (config.NATS_URL) {
+    const natsOptions = natsConnectionOptions(config, options.name);
+    nats = await connect(natsOptions);
+    setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
+    setInboxPrefix(nats, natsOptions.inboxPrefix);
+  }
+  const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
+  const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
+  const deferred = deferredTransport();
+  // Calls made while serving a call get its remaining budget and end when it is given up.
+  const clients = createClients(withCallerDeadline(deferred.transport));
+
+  const modules: ServiceModule[] = [];
+  const relays: OutboxRelay[] = [];
+  for (const factory of options.services) {
+    // The module's name is its schema; the relay is created once the name is known.
+    let relay: OutboxRelay | undefined;
+    const outbox: Outbox = {
+      write: (...args) => relay!.write(...args),
+      writeMany: (...args) => relay!.writeMany(...args),
+      poke: () => relay?.poke(),
+    };
+    const module = factory({
+      config,
+      sql: database.sql,
+      backgroundSql: background.sql,
+      openPool: (applicationName, size) => openPoolOn(database, size, applicationName),
+      logger: logger.child({ service: "pending" }),
+      clients,
+      outbox,
+      events,
+      broadcast,
+    });
+    relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
+    await migrate(database.sql, module.name, module.migrations);
+    modules.push(module);
+    relays.push(relay);
+  }
+
+  const tracing = tracingEnabled();
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  const clientInterceptors = (kind: "nats" | "in-memory") => [
+    requestIdClientInterceptor(),
+    rpcMetricsInterceptor(kind),
+    ...(tracing ? [tracingClientInterceptor(kind)] : []),
+  ];
+  const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
+  const registerLocal = (router: ConnectRouter) => {
+    for (const module of modules) module.register(router);
+  };
+  let transport: Transport;
+  let natsServer: NatsRpcServer | undefined;
+  if (nats) {
+    const router = createConnectRouter({ interceptors });
+    registerLocal(router);
+    natsServer = serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+    transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
+  } else {
+    const registry = createDirectRegistry();
+    registerLocal(registry.router);
+    transport = createDirectTransport(registry, { serverInterceptors: interceptors, clientInterceptors: clientInterceptors("in-memory") });
+  }
+  deferred.bind(transport);
+
+  const probes = createProbes({
+    sql: database.sql,
+    nats,
+    extra: modules.flatMap((m) => (m.ready ? [{ name: m.name, ready: m.ready }] : [])),
+    stuckMs: config.LIVENESS_STUCK_SECONDS * 1000,
+  });
+  // Requests other than the probes wait for start-up to finish (the bootstrap owner, consumers),
+  // so a call sent as soon as the port answers never sees a half-started process.
+  let markStarted!: () => void;
+  const started = new Promise<void>((resolve) => (markStarted = resolve));
+
+  const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
+  const connectHandler = connectNodeAdapter({
+    interceptors,
+    // Anything not registered with its own limit (gRPC health) reads at most the default.
+    readMaxBytes: BODY_LIMITS.default,
+    routes: (r) => {
+      const exposed = publicOnly(r);
+      registerLocal(exposed);
+      for (const service of remoteServices) registerForwarding(exposed, service, transport);
+      registerGrpcHealth(r, probes);
+      registerGrpcReflection(r, [...modules.flatMap((module) => module.services), ...remoteServices]);
+    },
+    fallback: (_req, res) => sendJson(res, 404, { error: "not found" }),
+  });
+  const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
+  const extra = options.extraHttp?.(config, { events, clients, logger });
+
+  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
+  const handler: HttpHandler = (req, res) => {
+    const url = new URL(req.url ?? "/", "http://localhost");
+    // The caller's own forwarding header never reaches a service: it is replaced by the address
+    // the request really came from (or the one a trusted proxy names).
+    req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(req.socket?.remoteAddress, req.headers[CLIENT_ADDRESS_HEADER]);
+    void (async () => {
+      if (req.method === "GET" && url.pathname === "/healthz") {
+        const live = probes.liveness();
+        return sendJson(res, live.ok ? 200 : 503, live.ok ? { status: "ok" } : { status: "wedged", failing: live.failing, checks: live.checks });
+      }
+      if (req.method === "GET" && url.pathname === "/readyz") {
+        const live = probes.liveness();
+        const ready = await probes.readiness();
+        const checks: Record<string, string> = { ...ready.checks, ...(live.ok ? {} : { liveness: `wedged: ${live.failing.join(", ")}` }) };
+        const ok = ready.ok && live.ok;
+        const failing = Object.keys(checks).filter((k) => checks[k] !== "ok");
+        return sendJson(res, ok ? 200 : 503, ok ? { status: "ready", checks } : { status: "not ready", failing, checks });
+      }
+      await started;
+      if (extra && (await extra.handle(req, res, url))) return;
+      if (rest && (await rest(req, res, url))) return;
+      connectHandler(req, res);
+    })().catch((err) => {
+      logger.error({ err }, "request failed");
+      if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+      else res.end();
+    });
+  };
+  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
+  // Metrics on a port of their own, never the public one: they describe traffic and load.
+  const metricsServer =
+    config.METRICS_PORT === undefined
+      ? undefined
+      : await listenHttp({
+          host: config.HOST,
+          port: config.METRICS_PORT,
+          handler: (req, res) => {
+            void (async () => {
+              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")
+                return sendJson(res, 404, { error: "not found" });
+              await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+              const pool = database.poolStats();
+              for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+              dbPoolWaiting.set(pool.waiting);
+              if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
+              const text = await registry.metrics();
+              (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
+              res.end(text);
+            })().catch((err) => {
+              logger.error({ err }, "metrics failed");
+              if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+            });
+          },
+        });
+  const metricsUrl = metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : undefined;
+  const url = `http://127.0.0.1:${server.port}`;
+  if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
+
+  for (const relay of relays) relay.start();
+  for (const module of modules) await module.start?.();
+  probes.markStarted();
+  markStarted();
+  logger.info(
+    {
+      port: server.port,
+      metricsPort: metricsServer?.port,
+      services: modules.map((m) => m.name),
+      transport: nats ? "nats" : "in-memory",
+      database: database.embedded ? "embedded" : "server",
+    },
+    "serving",
+  );
+
+  // Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it.
+  const bounded = async (what: string, ms: number, work: () => Promise<unknown>) => {
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<"timeout">((resolve) => {
+      timer = setTimeout(() => resolve("timeout"), ms);
+    });
+    const result = await Promise.race([work().catch((err) => logger.warn({ err }, `${what} failed`)), timeout]);
+    clearTimeout(timer);
+    if (result === "timeout") logger.warn({ ms }, `${what} did not finish in time; going on`);
+  };
+  let stopped: Promise<void> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      const graceMs = config.SHUTDOWN_GRACE_SECONDS * 1000;
+      probes.markStopping();
+      extra?.close?.();
+      // First the public port: in-flight requests are answered (they may still call services of
+      // this process over NATS), then the NATS side, then background work and the connections.
+      // One grace for both: what the HTTP drain used, the NATS drain does not get again.
+      const graceEnds = Date.now() + graceMs;
+      await bounded("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
+      if (metricsServer) await bounded("closing the metrics port", 1000, () => metricsServer.close(0));
+      const left = Math.max(500, graceEnds - Date.now());
+      if (natsServer) await bounded("draining NATS calls", left + 500, () => natsServer.drain(left));
+      for (const module of modules) await bounded(`stopping ${module.name}`, 1000, async () => module.stop?.());
+      for (const relay of relays) await bounded("stopping an outbox relay", 1000, () => relay.stop());
+      await bounded("closing the event bus", 1000, () => events.close());
+      if (nats) await bounded("draining NATS", 1000, () => nats.drain());
+      probes.close();
+      await bounded("closing the background pool", 1500, () => background.close());
+      await bounded("closing the database", 1500, () => database.close());
+      await bounded("sending the last spans", 1000, () => flushTracing());
+      logger.info("stopped");
+    })());
+  return { config, logger, url, port: server.port, metricsUrl, database, background, nats, modules, transport, relays, stop };
+}
+
+/** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */
+export async function main(options: ProcessOptions): Promise<void> {
+  let running: RunningProcess;
+  try {
+    running = await runProcess(options);
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : err);
+    process.exit(1);
+  }
+  let signalled = false;
+  const onSignal = (signal: string) => {
+    if (signalled) {
+      running.logger.warn({ signal }, "second signal: exiting now");
+      process.exit(1);
+    }
+    signalled = true;
+    running.logger.info({ signal }, "draining");
+    // Whatever hangs, the process ends within SHUTDOWN_GRACE_SECONDS + 5 s.
+    setTimeout(
+      () => {
+        running.logger.error("shutdown did not finish in time: exiting");
+        process.exit(1);
+      },
+      (running.config.SHUTDOWN_GRACE_SECONDS + 4.5) * 1000,
+    ).unref();
+    running.stop().then(
+      () => process.exit(0),
+      (err) => {
+        running.logger.error({ err }, "shutdown failed");
+        process.exit(1);
+      },
+    );
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+}
