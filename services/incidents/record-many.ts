@@ -10,27 +10,33 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
-import { isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES } from "./vocabulary.js";
+import { afterRecording, recordedAnswer } from "./record.js";
+import { ALERT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of
- * statements instead of two or three per delivery. It exists for the heartbeat sweep, which hands
- * a thousand silences to this core at once.
+ * statements instead of one per delivery. The heartbeat sweep hands a thousand silences to this
+ * core at once, and Record's group commit (`group-commit.ts`) hands it the deliveries that
+ * arrived while a statement was in flight.
  *
  * 1. One read for the whole batch: for each delivery, an active maintenance window covering it and
  *    the open incident for its attach identity.
  * 2. Every plain new alert (no window, nothing open, first of its identity in the batch) opens in
  *    one statement for the batch: incidents, held identifiers, `opened` entries and both events of
  *    each, with the same unique index deciding as in Record (`on conflict do nothing`).
- * 3. Everything else goes through Record itself, one by one: suppressions, attaches to an open
- *    incident, a second delivery of an identity in the batch, one a concurrent writer opened
- *    first, and anything Record's own checks should judge (unusual sizes, no identity, other
- *    kinds). Those are rare in a sweep, and Record is the single source of their rules.
+ * 3. Every plain delivery for an identity with an open incident (no window, first of its identity
+ *    in the batch) records on it in one statement: the incidents share-locked and re-checked open
+ *    as in Record, held identifiers (`on conflict do nothing`: a retried event is recorded once),
+ *    entries and events only where the identifier was new.
+ * 4. Everything else goes through Record itself, one by one: suppressions, a second delivery of an
+ *    identity in the batch, an incident resolved or opened concurrently since the read, and
+ *    anything Record's own checks should judge (unusual sizes, no identity or event identifier).
+ *    Record is the single source of their rules.
  */
 
 const MAX_DELIVERIES = 1000;
-/** What the fast path accepts; anything larger goes through Record and its own limits. */
-const FAST_LIMITS = { identifierBytes: 1024, titleCharacters: 2048, summaryCharacters: 65536, entityPartCharacters: 1024 };
+/** What the batch path accepts; anything larger goes through Record and its own limits. */
+const FAST_LIMITS = { identifierBytes: 1024, titleCharacters: 2048, summaryCharacters: 65536, referenceCharacters: 8192, entityPartCharacters: 1024 };
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
@@ -39,28 +45,38 @@ interface Plain {
   orgId: string;
   orgSlug: string;
   source: string;
+  kind: AlertKind;
   identity: string;
   eventId: string;
   title: string;
   severity: string;
   entity: { kind: string; id: string } | null;
   summary: string | null;
+  link: string | null;
+  alertRef: string | null;
+  runbookUrl: string | null;
   occurredAt: Date | null;
   data: string | null;
+  traceContext: string | null;
 }
 
-/** The deliveries the batch statement can open; undefined sends it through Record. */
-function plain(req: RecordRequest, index: number): Plain | undefined {
+const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+const within = (value: string | undefined, max: number) => (value?.length ?? 0) <= max;
+const optionalText = (value: string | undefined) => (value === undefined ? null : storableText(value));
+
+/** The deliveries the batch statements can decide; undefined sends it through Record. */
+function plain(req: RecordRequest, index: number, traceContext: string | null): Plain | undefined {
   const a = req.alert;
-  if (a?.kind !== "alert" || !isUuid(req.orgId) || !req.orgSlug) return undefined;
-  if (!isOneOf(SOURCE_BADGES, a.source) || !isOneOf(SEVERITIES, a.severity)) return undefined;
+  if (!a || !isUuid(req.orgId) || !req.orgSlug) return undefined;
+  if (!isOneOf(ALERT_KINDS, a.kind) || !isOneOf(SOURCE_BADGES, a.source)) return undefined;
   const title = storableText(a.title.trim());
-  if (!title || title.length > FAST_LIMITS.titleCharacters) return undefined;
+  if (title.length > FAST_LIMITS.titleCharacters) return undefined;
+  if (a.kind === "alert" && (!title || !isOneOf(SEVERITIES, a.severity))) return undefined;
   if (!a.attachIdentity || Buffer.byteLength(a.attachIdentity) > FAST_LIMITS.identifierBytes) return undefined;
   if (!a.eventId || Buffer.byteLength(a.eventId) > FAST_LIMITS.identifierBytes) return undefined;
-  if ((a.summary?.length ?? 0) > FAST_LIMITS.summaryCharacters) return undefined;
-  // Links, references and runbooks are not part of the fast path.
-  if (a.link !== undefined || a.alertRef !== undefined || a.runbookUrl !== undefined) return undefined;
+  if (!within(a.summary, FAST_LIMITS.summaryCharacters)) return undefined;
+  if (!within(a.link, FAST_LIMITS.referenceCharacters) || !within(a.alertRef, FAST_LIMITS.referenceCharacters)) return undefined;
+  if (!within(a.runbookUrl, FAST_LIMITS.referenceCharacters)) return undefined;
   let entity: Plain["entity"] = null;
   if (a.entity?.kind && a.entity.id) {
     if (a.entity.kind.length > FAST_LIMITS.entityPartCharacters || a.entity.id.length > FAST_LIMITS.entityPartCharacters) return undefined;
@@ -73,31 +89,33 @@ function plain(req: RecordRequest, index: number): Plain | undefined {
     orgId: req.orgId,
     orgSlug: req.orgSlug,
     source: a.source,
+    kind: a.kind,
     identity: storableText(a.attachIdentity),
     eventId: storableText(a.eventId),
     title,
     severity: a.severity,
     entity,
-    summary: a.summary === undefined ? null : storableText(a.summary),
+    summary: optionalText(a.summary),
+    link: optionalText(a.link),
+    alertRef: optionalText(a.alertRef),
+    runbookUrl: optionalText(a.runbookUrl),
     occurredAt,
     data: a.data && Object.keys(a.data).length > 0 ? JSON.stringify(storableJson(a.data)) : null,
+    traceContext,
   };
 }
 
 /**
- * RecordMany: decides a batch of deliveries as Record would, opening the plain new incidents in one
- * statement and passing the rest to `record`.
+ * Decides what it can of `deliveries` in a handful of statements and puts each answer under the
+ * delivery's index in `decided` as soon as its statement has committed (so a later statement's
+ * failure never loses an answer already written). Deliveries left out of `decided` are for Record.
  */
-export function createRecordManyHandlers(deps: {
-  sql: Sql;
-  config: Config;
-  outbox: Outbox;
-  /** Record itself, for every delivery the batch statement does not decide. */
-  record: ServiceImpl<typeof IncidentsService>["record"];
-}): Pick<ServiceImpl<typeof IncidentsService>, "recordMany"> {
-  const { sql, config, outbox, record } = deps;
+export type RecordBatch = (deliveries: RecordRequest[], decided: Map<number, RecordResponseInit>, traceContexts?: (string | null)[]) => Promise<void>;
 
-  async function probe(batch: Plain[]): Promise<{ now: Date; covered: Set<number>; open: Set<number> }> {
+export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outbox }): RecordBatch {
+  const { sql, config, outbox } = deps;
+
+  async function probe(batch: Plain[]): Promise<{ now: Date; covered: Set<number>; open: Map<number, string> }> {
     const rows = await sql<{ i: number; db_now: Date; window_id: string | null; open_id: string | null }[]>`
       select d.i, now() as db_now,
         (select w.id from incidents.maintenance_windows w
@@ -111,10 +129,10 @@ export function createRecordManyHandlers(deps: {
         ${batch.map((p) => p.identity)}::text[], ${batch.map((p) => (p.entity ? JSON.stringify([p.entity]) : null))}::text[])
         as d(i, org_id, source, identity, entity)`;
     const covered = new Set<number>();
-    const open = new Set<number>();
+    const open = new Map<number, string>();
     for (const r of rows) {
       if (r.window_id) covered.add(r.i);
-      if (r.open_id) open.add(r.i);
+      if (r.open_id) open.set(r.i, r.open_id);
     }
     return { now: rows[0]?.db_now ?? new Date(), covered, open };
   }
@@ -133,14 +151,16 @@ export function createRecordManyHandlers(deps: {
           ${batch.map((p) => p.index)}::int[], ${ids}::uuid[], ${batch.map((p) => p.orgId)}::uuid[], ${batch.map((p) => p.title)}::text[],
           ${batch.map((p) => p.severity)}::text[], ${batch.map((p) => p.source)}::text[], ${batch.map((p) => p.entity?.kind ?? null)}::text[],
           ${batch.map((p) => p.entity?.id ?? null)}::text[], ${batch.map((p) => p.identity)}::text[], ${batch.map((p) => p.eventId)}::text[],
-          ${entryAt.map((d) => d.toISOString())}::timestamptz[], ${batch.map((p) => p.summary)}::text[], ${batch.map((p) => p.data)}::text[],
+          ${entryAt.map((d) => d.toISOString())}::timestamptz[], ${batch.map((p) => p.summary)}::text[], ${batch.map((p) => p.link)}::text[],
+          ${batch.map((p) => p.alertRef)}::text[], ${batch.map((p) => p.runbookUrl)}::text[], ${batch.map((p) => p.data)}::text[],
           ${opened.map((o) => o.subject)}::text[], ${opened.map((o) => o.payload.toString("hex"))}::text[],
-          ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[])
-          as d(i, id, org_id, title, severity, source, entity_kind, entity_id, identity, event_id, entry_at, summary, data,
-               opened_subject, opened_payload, recorded_subject, recorded_payload)
+          ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
+          ${batch.map((p) => p.traceContext)}::text[])
+          as d(i, id, org_id, title, severity, source, entity_kind, entity_id, identity, event_id, entry_at, summary, link, alert_ref,
+               runbook_url, data, opened_subject, opened_payload, recorded_subject, recorded_payload, trace_context)
       ), opened as (
         insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
-        select id, org_id, title, severity, source, entity_kind, entity_id, identity, null, ${now}::timestamptz from d
+        select id, org_id, title, severity, source, entity_kind, entity_id, identity, runbook_url, ${now}::timestamptz from d
         on conflict (org_id, attach_identity) where state = 'open' do nothing
         returning *
       ), held as (
@@ -148,10 +168,10 @@ export function createRecordManyHandlers(deps: {
         select o.id, d.event_id from opened o join d on d.id = o.id
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select o.id, 'opened', d.entry_at, d.summary, null, null, d.event_id, d.data::jsonb from opened o join d on d.id = o.id
+        select o.id, 'opened', d.entry_at, d.summary, d.link, d.alert_ref, d.event_id, d.data::jsonb from opened o join d on d.id = o.id
       ), events as (
-        insert into incidents.outbox (subject, payload)
-        select e.subject, decode(e.payload, 'hex') from opened o join d on d.id = o.id
+        insert into incidents.outbox (subject, payload, trace_context)
+        select e.subject, decode(e.payload, 'hex'), d.trace_context from opened o join d on d.id = o.id
           cross join lateral (values (1, d.opened_subject, d.opened_payload), (2, d.recorded_subject, d.recorded_payload)) as e (n, subject, payload)
         order by d.i, e.n
       )
@@ -159,37 +179,159 @@ export function createRecordManyHandlers(deps: {
     return new Map(rows.map(({ i, ...row }) => [i, row as IncidentRow]));
   }
 
+  /**
+   * Records each delivery on its open incident, in one statement (no two with one event identifier
+   * for one incident); returns, by delivery index, the incident and whether an entry was written
+   * (not: the event identifier was already held). A delivery whose incident is no longer open is
+   * left out.
+   */
+  async function attachAll(batch: { p: Plain; incidentId: string }[], now: Date): Promise<Map<number, IncidentRow & { entry_at: Date | null }>> {
+    const entryAt = batch.map(({ p }) => p.occurredAt ?? now);
+    const recorded = batch.map(({ p, incidentId }, k) =>
+      outboxRows.timelineRecorded({ orgId: p.orgId, incidentId, kind: ENTRY_KIND_OF_DELIVERY[p.kind], at: entryAt[k]! }),
+    );
+    const rows = await sql<(IncidentRow & { i: number; entry_at: Date | null })[]>`
+      with d as (
+        select * from unnest(
+          ${batch.map(({ p }) => p.index)}::int[], ${batch.map(({ incidentId }) => incidentId)}::uuid[], ${batch.map(({ p }) => p.eventId)}::text[],
+          ${batch.map(({ p }) => ENTRY_KIND_OF_DELIVERY[p.kind])}::text[], ${entryAt.map((d) => d.toISOString())}::timestamptz[],
+          ${batch.map(({ p }) => p.summary)}::text[], ${batch.map(({ p }) => p.link)}::text[], ${batch.map(({ p }) => p.alertRef)}::text[],
+          ${batch.map(({ p }) => p.data)}::text[], ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
+          ${batch.map(({ p }) => p.traceContext)}::text[])
+          as d(i, incident_id, event_id, kind, at, summary, link, alert_ref, data, subject, payload, trace_context)
+      ), target as (
+        -- Share-locked in one order, so two batches never wait on each other in a cycle.
+        select i.* from incidents.incidents i
+        where i.id in (select incident_id from d) and i.state = 'open'
+        order by i.id
+        for share
+      ), held as (
+        insert into incidents.held_event_ids (incident_id, event_id)
+        select d.incident_id, d.event_id from d join target t on t.id = d.incident_id
+        order by d.incident_id, d.event_id
+        on conflict do nothing
+        returning incident_id, event_id
+      ), entry as (
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        select d.incident_id, d.kind, d.at, d.summary, d.link, d.alert_ref, d.event_id, d.data::jsonb
+        from d join held h on h.incident_id = d.incident_id and h.event_id = d.event_id
+        order by d.i
+      ), events as (
+        insert into incidents.outbox (subject, payload, trace_context)
+        select d.subject, decode(d.payload, 'hex'), d.trace_context from d join held h on h.incident_id = d.incident_id and h.event_id = d.event_id
+        order by d.i
+      )
+      select d.i, t.*,
+        case when exists (select 1 from held h where h.incident_id = d.incident_id and h.event_id = d.event_id) then d.at end as entry_at
+      from d join target t on t.id = d.incident_id`;
+    return new Map(rows.map(({ i, ...row }) => [i, row]));
+  }
+
+  return async (deliveries, decided, traceContexts) => {
+    const candidates = deliveries
+      .map((d, i) => plain(d, i, traceContexts?.[i] ?? null))
+      .filter((p): p is Plain => p !== undefined)
+      // One order of identities in every batch: concurrent batches take their locks in one order.
+      .sort((a, b) => compare(a.orgId, b.orgId) || compare(a.identity, b.identity) || a.index - b.index);
+    if (candidates.length === 0) return;
+    const { now, covered, open } = await probe(candidates);
+
+    const openers = new Map<string, Plain>();
+    const toAttach: { p: Plain; incidentId: string }[] = [];
+    /** Deliveries of an identity the batch opens, recorded on it once it has. */
+    const afterOpening: Plain[] = [];
+    /** A second delivery of one event identifier, answered as its first is. */
+    const echoes: { p: Plain; first: Plain }[] = [];
+    const firstOfEvent = new Map<string, Plain>();
+    for (const p of candidates) {
+      if (covered.has(p.index)) continue;
+      const identity = `${p.orgId}\u0000${p.identity}`;
+      const incidentId = open.get(p.index);
+      const opener = openers.get(identity);
+      if (!incidentId && !opener) {
+        if (p.kind === "alert") openers.set(identity, p);
+        continue;
+      }
+      const event = `${identity}\u0000${p.eventId}`;
+      const first = firstOfEvent.get(event) ?? (opener?.eventId === p.eventId ? opener : undefined);
+      if (first) {
+        echoes.push({ p, first });
+        continue;
+      }
+      firstOfEvent.set(event, p);
+      if (incidentId) toAttach.push({ p, incidentId });
+      else afterOpening.push(p);
+    }
+
+    /** The incident each decided delivery opened or recorded on, for its echoes. */
+    const incidentOfDelivery = new Map<number, IncidentRow>();
+    const attach = async (batch: { p: Plain; incidentId: string }[]) => {
+      if (batch.length === 0) return;
+      const attached = await attachAll(batch, now);
+      for (const { p } of batch) {
+        const row = attached.get(p.index);
+        if (!row) continue;
+        decided.set(p.index, recordedAnswer(config, p.orgSlug, afterRecording(p, row)));
+        incidentOfDelivery.set(p.index, row);
+      }
+    };
+    const opening = async () => {
+      if (openers.size === 0) return;
+      const opened = await openAll([...openers.values()], now);
+      const incidentOf = new Map<string, string>();
+      for (const [identity, p] of openers) {
+        const row = opened.get(p.index);
+        if (!row) continue;
+        decided.set(p.index, { outcome: OUTCOMES.opened, incident: incidentShape(config, p.orgSlug, row) });
+        incidentOfDelivery.set(p.index, row);
+        incidentOf.set(identity, row.id);
+      }
+      // A concurrent writer opened what an opener could not: its identity's others go through Record.
+      await attach(
+        afterOpening.flatMap((p) => {
+          const incidentId = incidentOf.get(`${p.orgId}\u0000${p.identity}`);
+          return incidentId ? [{ p, incidentId }] : [];
+        }),
+      );
+    };
+    try {
+      const settled = await Promise.allSettled([opening(), attach(toAttach)]);
+      for (const s of settled) if (s.status === "rejected") throw s.reason;
+    } finally {
+      if (decided.size > 0) outbox.poke();
+      for (const { p, first } of echoes) {
+        const incident = incidentOfDelivery.get(first.index);
+        if (incident) decided.set(p.index, recordedAnswer(config, p.orgSlug, afterRecording(p, { ...incident, entry_at: null })));
+      }
+    }
+  };
+}
+
+/**
+ * RecordMany: decides a batch of deliveries as Record would, the plain ones in the batch path's
+ * statements and the rest through `record`.
+ */
+export function createRecordManyHandlers(deps: {
+  sql: Sql;
+  config: Config;
+  outbox: Outbox;
+  /** Record itself, for every delivery the batch statements do not decide. */
+  record: ServiceImpl<typeof IncidentsService>["record"];
+}): Pick<ServiceImpl<typeof IncidentsService>, "recordMany"> {
+  const { record } = deps;
+  const batch = createRecordBatch(deps);
   return {
     async recordMany(req, context: HandlerContext) {
       if (req.deliveries.length > MAX_DELIVERIES) throw new InvalidArgumentError(`at most ${MAX_DELIVERIES} deliveries per call`);
-      const results: RecordResponseInit[] = new Array(req.deliveries.length);
-      const candidates = req.deliveries.map((d, i) => plain(d, i)).filter((p): p is Plain => p !== undefined);
-      const viaRecord = new Set(req.deliveries.map((_, i) => i));
-      if (candidates.length > 0) {
-        const { now, covered, open } = await probe(candidates);
-        const seen = new Set<string>();
-        const batch = candidates.filter((p) => {
-          const key = `${p.orgId}\u0000${p.identity}`;
-          if (covered.has(p.index) || open.has(p.index) || seen.has(key)) return false;
-          seen.add(key);
-          return true;
-        });
-        if (batch.length > 0) {
-          const opened = await openAll(batch, now);
-          for (const p of batch) {
-            const row = opened.get(p.index);
-            if (!row) continue;
-            results[p.index] = { outcome: OUTCOMES.opened, incident: incidentShape(config, p.orgSlug, row) };
-            viaRecord.delete(p.index);
-          }
-          if (opened.size > 0) outbox.poke();
-        }
-      }
+      const decided = new Map<number, RecordResponseInit>();
+      await batch(req.deliveries, decided);
+      const results: RecordResponseInit[] = req.deliveries.map((_, i) => decided.get(i) ?? {});
       // The rest, in request order (a second delivery of an identity attaches to what the first opened).
       const errors: Record<number, string> = {};
-      for (const i of viaRecord) {
+      for (const [i, delivery] of req.deliveries.entries()) {
+        if (decided.has(i)) continue;
         try {
-          results[i] = (await record(req.deliveries[i]!, context)) as RecordResponseInit;
+          results[i] = (await record(delivery, context)) as RecordResponseInit;
         } catch (err) {
           // One refused delivery never holds back the others.
           errors[i] = err instanceof Error ? err.message : String(err);

@@ -70,4 +70,23 @@ describe("Record's round trips", () => {
     expect(outcomes).toEqual(["opened", "attached", "attached", "recorded", "ignored", "opened"]);
     expect(await deliveryStatements()).toBe(outcomes.length);
   });
+
+  it("decides deliveries that arrive together in a few statements (group commit), each once", async () => {
+    const client = createClient(IncidentsService, app.process.transport);
+    const record = (a: Alert) => client.record({ orgId, orgSlug: OWNER.org, alert: a });
+    const id = `metrics-monitor:grouped:${Date.now()}`;
+    await record(alert({ attachIdentity: `${id}:warm`, eventId: "w" }));
+    await record(alert({ attachIdentity: `${id}:warm`, eventId: "w2" }));
+    await admin`select pg_stat_statements_reset()`;
+
+    // 10 identities × 10 deliveries, one of them a retry of another's event id.
+    const deliveries = Array.from({ length: 100 }, (_, k) => alert({ attachIdentity: `${id}:${k % 10}`, eventId: `e${Math.min(Math.floor(k / 10), 8)}` }));
+    const answers = await Promise.all(deliveries.map(record));
+    const outcomes = answers.map((a) => a.outcome);
+    expect(outcomes.filter((o) => o === "opened")).toHaveLength(10);
+    expect(outcomes.filter((o) => o === "attached")).toHaveLength(90);
+    expect(answers.filter((a) => a.reason?.includes("already recorded"))).toHaveLength(10);
+    expect(new Set(answers.map((a) => a.incident?.id)).size).toBe(10);
+    expect(await deliveryStatements()).toBeLessThan(deliveries.length / 2);
+  });
 });

@@ -86,6 +86,21 @@ type Written = Partial<IncidentRow> & {
 /** What the writes concluded; the response is built from it. */
 type Decision = { outcome: "opened" | "attached" | "recorded"; incident: IncidentRow; reason?: string } | { outcome: "ignored"; reason: string };
 
+/** The decision on a delivery to an open incident, from whether an entry was written (no: its event identifier was held). */
+export function afterRecording(d: { kind: AlertKind }, written: IncidentRow & { entry_at: Date | null }): Decision {
+  if (written.entry_at) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident: written };
+  return d.kind === "alert"
+    ? { outcome: OUTCOMES.attached, incident: written, reason: REASONS.eventHeld }
+    : { outcome: OUTCOMES.ignored, reason: REASONS.eventHeld };
+}
+
+export function recordedAnswer(config: Config, orgSlug: string, decision: Decision): RecordResponseInit {
+  if (decision.outcome === "ignored") return { outcome: decision.outcome, reason: decision.reason };
+  const response: RecordResponseInit = { outcome: decision.outcome, incident: incidentShape(config, orgSlug, decision.incident) };
+  if (decision.reason) response.reason = decision.reason;
+  return response;
+}
+
 const REASONS = {
   noIdentity: "the delivery carries no attach identity, so it cannot belong to an open incident",
   noOpenIncident: "no open incident for this attach identity",
@@ -189,20 +204,6 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
     return afterRecording(d, incident);
   }
 
-  function afterRecording(d: Delivery, written: IncidentRow & { entry_at: Date | null }): Decision {
-    if (written.entry_at) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident: written };
-    return d.kind === "alert"
-      ? { outcome: OUTCOMES.attached, incident: written, reason: REASONS.eventHeld }
-      : { outcome: OUTCOMES.ignored, reason: REASONS.eventHeld };
-  }
-
-  function respond(d: Delivery, decision: Decision): RecordResponseInit {
-    if (decision.outcome === "ignored") return { outcome: decision.outcome, reason: decision.reason };
-    const response: RecordResponseInit = { outcome: decision.outcome, incident: incidentShape(config, d.orgSlug, decision.incident) };
-    if (decision.reason) response.reason = decision.reason;
-    return response;
-  }
-
   async function suppress(d: Delivery, windowId: string, at: Date): Promise<RecordResponseInit> {
     // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
     throwIfCallerGaveUp();
@@ -233,7 +234,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         if (decision.outcome === "suppressed") return suppress(d, decision.windowId, decision.at);
         // Events were written with the entry (an opened incident always has its entry).
         if (written.entry_at) outbox.poke();
-        return respond(d, decision);
+        return recordedAnswer(config, d.orgSlug, decision);
       }
       throw new UnavailableError("the incident changed under this delivery too many times; retry it");
     },

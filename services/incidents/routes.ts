@@ -7,14 +7,15 @@ import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
 import { createMaintenanceWindowHandlers } from "./maintenance-windows.js";
 import { createRecordHandlers } from "./record.js";
-import { createRecordManyHandlers } from "./record-many.js";
+import { groupCommitted } from "./group-commit.js";
+import { createRecordBatch, createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
 /** Every IncidentsService method, from its handler groups. */
 export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof IncidentsService> {
   const recordHandlers = createRecordHandlers(deps);
   return {
-    ...recordHandlers,
+    record: groupCommitted(recordHandlers.record, createRecordBatch(deps)),
     ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
     ...createFindLatestOpenHandlers(deps),
