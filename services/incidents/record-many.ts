@@ -2,15 +2,14 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { type IncidentsService, type RecordRequest, RecordRequestSchema, type RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
-import { InvalidArgumentError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { isUuid } from "../runtime/ids.js";
 import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
-import { isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES } from "./vocabulary.js";
+import { OUTCOMES } from "./vocabulary.js";
+import { checkRequest } from "../runtime/validation.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of
@@ -27,10 +26,6 @@ import { isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES } from "./vocabulary.js";
  *    first, and anything Record's own checks should judge (unusual sizes, no identity, other
  *    kinds). Those are rare in a sweep, and Record is the single source of their rules.
  */
-
-const MAX_DELIVERIES = 1000;
-/** What the fast path accepts; anything larger goes through Record and its own limits. */
-const FAST_LIMITS = { identifierBytes: 1024, titleCharacters: 2048, summaryCharacters: 65536, entityPartCharacters: 1024 };
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
@@ -49,23 +44,18 @@ interface Plain {
   data: string | null;
 }
 
-/** The deliveries the batch statement can open; undefined sends it through Record. */
+/**
+ * The deliveries the batch statement can open; undefined sends it through Record. Each delivery has
+ * passed the schema's rules already (see recordMany).
+ */
 function plain(req: RecordRequest, index: number): Plain | undefined {
   const a = req.alert;
-  if (a?.kind !== "alert" || !isUuid(req.orgId) || !req.orgSlug) return undefined;
-  if (!isOneOf(SOURCE_BADGES, a.source) || !isOneOf(SEVERITIES, a.severity)) return undefined;
+  if (a?.kind !== "alert" || !a.severity) return undefined;
   const title = storableText(a.title.trim());
-  if (!title || title.length > FAST_LIMITS.titleCharacters) return undefined;
-  if (!a.attachIdentity || Buffer.byteLength(a.attachIdentity) > FAST_LIMITS.identifierBytes) return undefined;
-  if (!a.eventId || Buffer.byteLength(a.eventId) > FAST_LIMITS.identifierBytes) return undefined;
-  if ((a.summary?.length ?? 0) > FAST_LIMITS.summaryCharacters) return undefined;
+  if (!title || !a.attachIdentity || !a.eventId) return undefined;
   // Links, references and runbooks are not part of the fast path.
   if (a.link !== undefined || a.alertRef !== undefined || a.runbookUrl !== undefined) return undefined;
-  let entity: Plain["entity"] = null;
-  if (a.entity?.kind && a.entity.id) {
-    if (a.entity.kind.length > FAST_LIMITS.entityPartCharacters || a.entity.id.length > FAST_LIMITS.entityPartCharacters) return undefined;
-    entity = { kind: storableText(a.entity.kind), id: storableText(a.entity.id) };
-  }
+  const entity = a.entity?.kind && a.entity.id ? { kind: storableText(a.entity.kind), id: storableText(a.entity.id) } : null;
   const occurredAt = a.occurredAt ? timestampDate(a.occurredAt) : null;
   if (occurredAt && !(occurredAt.getUTCFullYear() >= 1 && occurredAt.getUTCFullYear() <= 9999)) return undefined;
   return {
@@ -157,10 +147,20 @@ export function createRecordManyHandlers(deps: {
 
   return {
     async recordMany(req, context: HandlerContext) {
-      if (req.deliveries.length > MAX_DELIVERIES) throw new InvalidArgumentError(`at most ${MAX_DELIVERIES} deliveries per call`);
       const results: RecordResponseInit[] = new Array(req.deliveries.length);
-      const candidates = req.deliveries.map((d, i) => plain(d, i)).filter((p): p is Plain => p !== undefined);
-      const viaRecord = new Set(req.deliveries.map((_, i) => i));
+      const errors: Record<number, string> = {};
+      // The schema checks the batch as a whole (its size); each delivery is checked here, on its own.
+      const viaRecord = new Set<number>();
+      req.deliveries.forEach((delivery, i) => {
+        try {
+          checkRequest(RecordRequestSchema, delivery);
+          viaRecord.add(i);
+        } catch (err) {
+          errors[i] = err instanceof Error ? err.message : String(err);
+          results[i] = {};
+        }
+      });
+      const candidates = [...viaRecord].map((i) => plain(req.deliveries[i]!, i)).filter((p): p is Plain => p !== undefined);
       if (candidates.length > 0) {
         const { now, covered, open } = await probe(candidates);
         const seen = new Set<string>();
@@ -182,7 +182,6 @@ export function createRecordManyHandlers(deps: {
         }
       }
       // The rest, in request order (a second delivery of an identity attaches to what the first opened).
-      const errors: Record<number, string> = {};
       for (const i of viaRecord) {
         try {
           results[i] = (await record(req.deliveries[i]!, context)) as RecordResponseInit;

@@ -9,6 +9,7 @@ import { createClients, internalServices, type Clients } from "./clients.js";
 import { loadConfig, type Config } from "./config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "./database.js";
 import { errorInterceptor } from "./errors.js";
+import { validationInterceptor } from "./validation.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
 import { registerForwarding } from "./forwarding.js";
 import { registerGrpcHealth } from "./grpc-health.js";
@@ -154,7 +155,9 @@ async function startServices(
   }
 
   const tracing = tracingEnabled();
-  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  // The same on every surface (Connect, gRPC, NATS, in process): a request breaking its schema's
+  // rules is refused before its handler runs.
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger), validationInterceptor()];
   const clientInterceptors = (kind: "nats" | "in-memory") => [
     requestIdClientInterceptor(),
     rpcMetricsInterceptor(kind),

@@ -1,9 +1,9 @@
-import { type DescField, type DescMessage, getOption, hasOption, type MessageShape } from "@bufbuild/protobuf";
-import { type FieldRules, field as fieldRulesOption } from "@bufbuild/protovalidate/gen/buf/validate/validate_pb.js";
-import { createValidator, ValidationError, type Violation } from "@bufbuild/protovalidate";
+import type { DescField, DescMessage, MessageShape } from "@bufbuild/protobuf";
+import { createValidator, ValidationError, type Violation, violationsToProto } from "@bufbuild/protovalidate";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { InvalidArgumentError } from "./errors.js";
+import { rulesOf } from "./schema-rules.js";
 
 /**
  * The rules written in the schema (protovalidate: `string.in`, `max_len`, `uuid`, ...) are checked
@@ -33,27 +33,14 @@ export function validationInterceptor(): Interceptor {
         return await validated(req);
       } catch (err) {
         if (err instanceof ConnectError && err.cause instanceof ValidationError) {
-          throw new ConnectError(violationsWording(err.cause.violations), Code.InvalidArgument, undefined, err.details, err.cause);
+          const [violations, schema] = violationsToProto(err.cause.violations);
+          const details = [{ desc: schema, value: violations }];
+          throw new ConnectError(violationsWording(err.cause.violations), Code.InvalidArgument, undefined, details, err.cause);
         }
         throw err;
       }
     };
   };
-}
-
-/**
- * The values a string field's `string.in` rule allows (for a repeated field, its items'): the
- * schema is the one place a vocabulary is written.
- */
-export function allowedValues(field: DescField): readonly string[] {
-  const rules = rulesOf(field);
-  const type = rules?.type.case === "repeated" ? rules.type.value.items?.type : rules?.type;
-  if (type?.case !== "string" || type.value.in.length === 0) throw new Error(`${field.parent.typeName}.${field.name} has no string.in rule`);
-  return type.value.in;
-}
-
-function rulesOf(field: DescField): FieldRules | undefined {
-  return hasOption(field, fieldRulesOption) ? getOption(field, fieldRulesOption) : undefined;
 }
 
 function violationsWording(violations: readonly Violation[]): string {
