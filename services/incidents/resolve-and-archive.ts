@@ -4,7 +4,7 @@ import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
-import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { FailedPreconditionError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
@@ -40,7 +40,7 @@ export function createResolveAndArchiveHandlers(deps: {
         select state, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!current) throw new NotFoundError("no such incident");
       if (current.state === target) break;
-      if (!FROM[target].includes(current.state)) throw new ConflictError("the incident is archived; an archived incident cannot be resolved");
+      if (!FROM[target].includes(current.state)) throw new FailedPreconditionError("the incident is archived; an archived incident cannot be resolved");
 
       // A compare-and-set on the state just read: if a concurrent resolve or archive got there
       // first, nothing is written and the state is read again. The update waits for deliveries

@@ -4,7 +4,7 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { DeliverRequest, GetOpsgenieRequestStatusRequest, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Sql } from "../runtime/database.js";
-import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
+import { DomainError, NotFoundError, UnauthenticatedError, UnprocessablePayloadError, unprocessableOf } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER, type TriggerRoute } from "./retry-keys.js";
@@ -48,12 +48,9 @@ export class PagerDutyInvalidEventError extends DomainError {
 }
 
 /** Opsgenie's 422, with its per-field `errors`. */
-export class OpsgenieUnprocessableError extends DomainError {
+export class OpsgenieUnprocessableError extends UnprocessablePayloadError {
   constructor(errors: Readonly<Record<string, string>>) {
-    super(Code.InvalidArgument, "Request body is not processable. Please check the errors.", {
-      "x-unprocessable": "1",
-      "x-opsgenie-errors": JSON.stringify(errors),
-    });
+    super("Request body is not processable. Please check the errors.", undefined, { "x-opsgenie-errors": JSON.stringify(errors) });
   }
 }
 
@@ -99,8 +96,7 @@ export function createDropinReceivers(deps: DropinDeps) {
     try {
       return parseTriggerBody(bytes, contentType, { allowForm: false });
     } catch (err) {
-      const details = err instanceof ConnectError || err instanceof DomainError ? (err as DomainError).metadata?.["x-error-details"] : undefined;
-      throw refuse(details ?? "the body is not valid JSON");
+      throw refuse(unprocessableOf(err)?.details || "the body is not valid JSON");
     }
   }
 
