@@ -58,6 +58,10 @@ export function serviceFolders(): string[] {
     .map((d) => d.name);
 }
 
+/**
+ * A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it), for a process about
+ * to start.
+ */
 export async function freePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
@@ -75,6 +79,11 @@ function entry(name: string): string[] {
   return ["--import", "tsx", join(servicesDir, name, "main.ts")];
 }
 
+/**
+ * Starts every service as its own `main.ts` process, plus the gateways and intake replicas asked
+ * for, restarting any that ends on its own; resolves once every one is ready (`/readyz`), with the
+ * processes and a `stop()`.
+ */
 export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   if (!options.env.DATABASE_URL || !options.env.NATS_URL) throw new Error("the cluster needs DATABASE_URL and NATS_URL");
   const plan: string[] = [];

@@ -93,6 +93,7 @@ function updateBody(input: UpdateCardInput, text: string): CardElement[] {
   ];
 }
 
+/** The size of a webhook post in UTF-8 bytes, as the channel counts it against its limit. */
 export function payloadBytes(payload: ChatWebhookPayload): number {
   return Buffer.byteLength(JSON.stringify(payload), "utf8");
 }

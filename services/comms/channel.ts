@@ -12,6 +12,10 @@ export interface Channel {
   label: string | undefined;
 }
 
+/**
+ * Reads a draft's channel, `chatwebhook` or `chatwebhook:<label>`, into its value and label;
+ * anything else is InvalidArgument naming the accepted forms.
+ */
 export function parseChannel(raw: string): Channel {
   const value = raw.trim();
   if (!value) throw new InvalidArgumentError(`channel required: use ${ACCEPTED}`);

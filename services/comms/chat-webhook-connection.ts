@@ -18,6 +18,7 @@ export function associatedData(orgId: string): string {
   return `comms.chat_connections:${orgId}:${CONNECTION_NAME}`;
 }
 
+/** Whether the organization has a chat-webhook connection saved. */
 export async function hasConnection(deps: CommsDeps, orgId: string): Promise<boolean> {
   const rows = await deps.ctx.sql`select 1 from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
   return rows.length > 0;
@@ -53,6 +54,10 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
   return url;
 }
 
+/**
+ * The handlers of the organization's chat-webhook connection: save (sealed), read (never the URL),
+ * test and delete, each audited.
+ */
 export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
   const { sql, clients, outbox, config } = deps.ctx;
 

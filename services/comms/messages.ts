@@ -27,6 +27,10 @@ interface MessageRow extends SentMessageRow {
 
 const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
 
+/**
+ * The update text with trailing white space removed; empty or over the byte limit is
+ * InvalidArgument.
+ */
 export function checkBody(raw: string): string {
   const body = raw.replace(/\s+$/u, "");
   if (!body.trim()) throw new InvalidArgumentError("body required");
@@ -64,6 +68,10 @@ function toMessage(row: MessageRow) {
   };
 }
 
+/**
+ * The handlers of incident updates: draft, list, approve and send, each update leaving at most
+ * once.
+ */
 export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
   const { sql, clients, outbox, logger, config } = deps.ctx;
 

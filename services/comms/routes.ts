@@ -5,6 +5,10 @@ import type { CommsDeps } from "./deps.js";
 import { egressSwitchHandlers } from "./egress-switch.js";
 import { messageHandlers } from "./messages.js";
 
+/**
+ * Registers CommsService on the router, built from the egress, connection and message handler
+ * groups.
+ */
 export function registerRoutes(router: ConnectRouter, deps: CommsDeps): void {
   router.service(CommsService, {
     ...egressSwitchHandlers(deps),

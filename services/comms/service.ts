@@ -14,6 +14,10 @@ import { offerWarRoomLink } from "./war-room-link.js";
 const TIMELINE_SWEEP_MS = 30_000;
 const TIMELINE_SWEEP_AGE_SECONDS = 60;
 
+/**
+ * The comms service module: its routes, migrations, the war-room link offered when a chat message
+ * opens an incident, and the sweep that writes timeline entries left over by a send.
+ */
 export function createCommsService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "comms" });
   const deps: CommsDeps = {

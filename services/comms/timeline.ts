@@ -78,6 +78,10 @@ export interface SentMessageRow {
   sent_by: string | null;
 }
 
+/**
+ * The outcome of a send as the timeline and the `update.sent` event carry it, from the message's
+ * row.
+ */
 export function sendRecordOf(row: SentMessageRow): SendRecord {
   return {
     messageId: row.id,

@@ -7,6 +7,7 @@ import type { CommsDeps } from "./deps.js";
 export const SYSTEM_AUTHOR = "warroom";
 const TITLE_MAX = 120;
 
+/** The text of the war-room link offer, the incident title cut to fit. */
 export function warRoomLinkText(title: string, workspaceUrl: string): string {
   const chars = [...title];
   const shown = chars.length <= TITLE_MAX ? title : `${chars.slice(0, TITLE_MAX - 1).join("")}…`;

@@ -23,6 +23,10 @@ function newestMtime(path: string): number {
   return newest;
 }
 
+/**
+ * Whether `dist/console` is missing or older than a console source or the lock file, so `npm run
+ * build:console` must run.
+ */
 export function consoleIsStale(): boolean {
   let built: number;
   try {

@@ -32,6 +32,10 @@ export interface AnswerContext {
   took: number;
 }
 
+/**
+ * Whether the method (`<service>.<method>`) is a PagerDuty or Opsgenie drop-in route, whose answers
+ * take the vendor's shape.
+ */
 export function isDropinMethod(key: string): boolean {
   return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS;
 }
@@ -80,6 +84,10 @@ function parsedRecord(value: string | null): Record<string, string> | undefined 
   }
 }
 
+/**
+ * The error answer in the vendor's shape (status, body, headers) for a drop-in route's failed call;
+ * undefined for any other method.
+ */
 export function dropinErrorAnswer(key: string, err: ConnectError, context: AnswerContext): DropinAnswer | undefined {
   const retryAfter = err.metadata.get("retry-after");
   const withRetry = (answer: DropinAnswer): DropinAnswer => (retryAfter ? { ...answer, headers: { ...answer.headers, "retry-after": retryAfter } } : answer);

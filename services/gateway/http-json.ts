@@ -89,6 +89,10 @@ export function requestFromHttp<Desc extends DescMessage>(
   return message;
 }
 
+/**
+ * The message's field named `name` in the proto (snake_case) or in JSON (camelCase); undefined when
+ * there is none.
+ */
 export function fieldByName(schema: DescMessage, name: string): DescField | undefined {
   return schema.fields.find((f) => f.name === name || f.jsonName === name);
 }

@@ -19,10 +19,15 @@ const ALERT_ROUTER_RECEIVER = "warroom.intake.v1.IntakeService.DeliverAlertRoute
 /** Methods that create a resource answer 201 Created. */
 const CREATES = /^(Register|Add|Create|Draft)[A-Z]/;
 
+/** The key the answer rules are written under: `<full service name>.<method name>`. */
 export function methodKey(method: DescMethod): string {
   return `${method.parent.typeName}.${method.name}`;
 }
 
+/**
+ * The HTTP status of a successful REST answer: the spec's 201/202 for triggers and creations, 204
+ * for an empty answer, the drop-in vendor's status, else 200.
+ */
 export function successStatus(method: DescMethod, body: unknown): number {
   const key = methodKey(method);
   const dropin = dropinSuccessStatus(key);
@@ -61,6 +66,10 @@ export interface ErrorAnswer {
   headers: Record<string, string>;
 }
 
+/**
+ * The REST answer (status, JSON body, headers) for a failed call: the Connect code mapped to HTTP,
+ * in the drop-in vendor's shape where the route is one.
+ */
 export function errorAnswer(
   method: DescMethod | undefined,
   err: ConnectError,

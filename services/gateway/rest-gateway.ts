@@ -32,6 +32,11 @@ const FORWARDED_HEADERS = [
 
 const CALL_TIMEOUT_MS = 15_000;
 
+/**
+ * The REST side of the public port: answers each request whose path matches a `google.api.http`
+ * route by calling the method through `transport`. Returns the request handler, which resolves
+ * false for any other path.
+ */
 export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
   const { routes, transport, logger } = options;
 
@@ -173,6 +178,7 @@ async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-
   return Buffer.concat(chunks, length);
 }
 
+/** Writes a complete JSON answer with its status, content type and length. */
 export function sendJson(res: Response, status: number, body: unknown, headers: Record<string, string> = {}): void {
   const text = JSON.stringify(body);
   (res as ServerResponse).writeHead(status, {

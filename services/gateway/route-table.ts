@@ -16,6 +16,10 @@ export interface Route {
   service: DescService;
 }
 
+/**
+ * The REST routes of the services' unary methods, most specific first, each with its compiled path
+ * pattern and body rule.
+ */
 export function buildRouteTable(services: readonly DescService[]): Route[] {
   const routes: Route[] = [];
   for (const service of services) {
@@ -67,6 +71,10 @@ export interface RouteMatch {
   params: Record<string, string>;
 }
 
+/**
+ * The route a request matches, with its path parameters decoded; "method-not-allowed" when only the
+ * path matches, undefined when nothing does.
+ */
 export function matchRoute(routes: readonly Route[], httpMethod: string, path: string): RouteMatch | "method-not-allowed" | undefined {
   let pathMatched = false;
   for (const route of routes) {

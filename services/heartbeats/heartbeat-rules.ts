@@ -11,11 +11,13 @@ export const MAX_GRACE_SECONDS = 7 * 86_400;
 
 export const NAME_RULE = "name must be 1-63 characters of lowercase letters, digits, '.', '_' or '-', starting with a letter or digit";
 
+/** Refuses an empty name or one outside the name rule (InvalidArgument). */
 export function checkName(name: string): void {
   if (!name) throw new InvalidArgumentError("name is required");
   if (!NAME_PATTERN.test(name)) throw new InvalidArgumentError(NAME_RULE);
 }
 
+/** The expected interval in whole seconds, from 1 to 31 days; anything else is InvalidArgument. */
 export function checkInterval(value: number | undefined): number {
   return checkSeconds("expectedIntervalSeconds", value, MAX_INTERVAL_SECONDS, "31 days");
 }
@@ -31,6 +33,7 @@ export function checkGrace(value: number | undefined): number {
 
 export const MAX_RUN_SECONDS = 7 * 86_400;
 
+/** The run limit in whole seconds, from 1 to 7 days; anything else is InvalidArgument. */
 export function checkMaxRun(value: number): number {
   if (!Number.isInteger(value) || value < 1 || value > MAX_RUN_SECONDS) {
     throw new InvalidArgumentError(`maxRunSeconds must be a whole number of seconds from 1 to ${MAX_RUN_SECONDS} (7 days)`);

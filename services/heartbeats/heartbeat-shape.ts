@@ -35,6 +35,9 @@ export function heartbeatColumns(sql: Sql) {
     (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since`;
 }
 
+/**
+ * A heartbeat row as the API answers it (status, due time, schedule, latest ping, run in progress).
+ */
 export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof HeartbeatSchema> {
   return {
     name: row.name,

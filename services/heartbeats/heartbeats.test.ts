@@ -246,20 +246,25 @@ describe("ping", () => {
       unknownName: () => ping(app, "no-such-heartbeat", cast.ingestToken),
       wrongToken: () => ping(app, "pinged", "e".repeat(64)),
     };
-    const samples: Record<string, number[]> = {};
-    for (let round = 0; round < 25; round++) {
-      for (const [name, call] of Object.entries(kinds)) {
-        const started = process.hrtime.bigint();
-        await call();
-        samples[name] ??= [];
-        samples[name].push(Number(process.hrtime.bigint() - started) / 1e6);
+    const measure = async () => {
+      const samples: Record<string, number[]> = {};
+      for (let round = 0; round < 25; round++) {
+        for (const [name, call] of Object.entries(kinds)) {
+          const started = process.hrtime.bigint();
+          await call();
+          samples[name] ??= [];
+          samples[name].push(Number(process.hrtime.bigint() - started) / 1e6);
+        }
       }
-    }
-    const medians = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!]));
-    const values = Object.values(medians);
-    const spread = Math.max(...values) - Math.min(...values);
-    // A shortcut (skipping the lookup or the update) would show as a whole database round trip.
-    expect(spread, JSON.stringify(medians)).toBeLessThan(Math.max(1.5, 0.5 * Math.min(...values)));
+      const medians = Object.fromEntries(Object.entries(samples).map(([k, v]) => [k, [...v].sort((a, b) => a - b)[Math.floor(v.length / 2)]!]));
+      const values = Object.values(medians);
+      return { medians, spread: Math.max(...values) - Math.min(...values), bound: Math.max(1.5, 0.5 * Math.min(...values)) };
+    };
+    // A shortcut (skipping the lookup or the update) would show as a whole database round trip in
+    // every measurement; a busy machine can skew one, so up to three are taken.
+    let result = await measure();
+    for (let attempt = 1; attempt < 3 && result.spread >= result.bound; attempt++) result = await measure();
+    expect(result.spread, JSON.stringify(result.medians)).toBeLessThan(result.bound);
   });
 
   it("is refused for a heartbeat of another organization with that organization's slug but this token", async () => {

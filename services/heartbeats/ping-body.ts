@@ -14,6 +14,10 @@ export interface KeptBody {
 
 const decoder = new TextDecoder("utf-8", { fatal: true });
 
+/**
+ * What is kept of a ping's body: its first 10 KiB as text, cut on a character boundary, with
+ * whether it was cut or binary and its full size.
+ */
 export function keepBody(body: Uint8Array): KeptBody {
   const bytes = body.byteLength;
   if (bytes === 0) return { text: "", cut: false, bytes, binary: false };

@@ -38,6 +38,7 @@ export interface CheckedSchedule {
   gapSeconds: number;
 }
 
+/** The IANA time zone given, or UTC when none is; an unknown one is InvalidArgument. */
 export function checkTimezone(value: string | undefined): string {
   const timezone = value?.trim() || "UTC";
   try {
@@ -48,6 +49,10 @@ export function checkTimezone(value: string | undefined): string {
   return timezone;
 }
 
+/**
+ * A cron expression (five fields or an @ alias) and its time zone, checked and normalized; a
+ * schedule that cannot be read is InvalidArgument saying why.
+ */
 export function checkSchedule(value: string, timezoneValue: string | undefined): CheckedSchedule {
   const text = value.trim().replace(/\s+/g, " ");
   if (!text) throw new InvalidArgumentError('schedule is empty: send a cron expression such as "0 3 * * *" or @daily');

@@ -39,8 +39,11 @@ const RECORD_MANY_BYTES = 768 * 1024;
 const RECORD_MANY_DELIVERIES = 1000;
 
 export const SOURCE_BADGE = "heartbeat";
+/** The attach identity of a heartbeat's alerts: one open incident per heartbeat. */
 export const attachIdentity = (name: string) => `heartbeat:${name}`;
+/** The event id of one silence's alert, so it is recorded once however often it is delivered. */
 export const silenceEventId = (silenceId: string) => `heartbeat-silence:${silenceId}`;
+/** The event id of the `resumed` entry that ends one silence. */
 export const resumedEventId = (silenceId: string) => `heartbeat-resumed:${silenceId}`;
 
 export interface AlertCounts {
@@ -118,6 +121,10 @@ export interface SilenceDelivery {
   settle(): Promise<void>;
 }
 
+/**
+ * Hands silences to the incident core: each one's alert, and the `resumed` a ping ends it with,
+ * exactly once, under a lease so replicas never deliver the same one together.
+ */
 export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger: Logger }): SilenceDelivery {
   const { sql, clients, logger } = deps;
   const background = new Set<Promise<unknown>>();

@@ -40,6 +40,10 @@ interface DetectedRow {
   silent_seconds: number;
 }
 
+/**
+ * The silence sweep: declares silent the heartbeats past their deadline, then delivers what is
+ * pending; run once with `sweep()` or on a timer with `start()`.
+ */
 export function createSweeper(deps: { sql: Sql; outbox: Outbox; delivery: SilenceDelivery; logger: Logger }): Sweeper {
   const { sql, outbox, delivery, logger } = deps;
   let timer: NodeJS.Timeout | undefined;

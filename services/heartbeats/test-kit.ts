@@ -57,6 +57,10 @@ export function heartbeatsClient(transport: Transport): Client<typeof Heartbeats
   return createClient(HeartbeatsService, transport);
 }
 
+/**
+ * Posts a plain ping to a heartbeat of the test app, with the ingest token when given; resolves
+ * with the answer's status, text and content type.
+ */
 export async function ping(
   app: TestApp,
   name: string,

@@ -16,6 +16,10 @@ export const LOGIN_THROTTLE = {
   forgetAfterSeconds: 15 * 60,
 } as const;
 
+/**
+ * Throttles password guessing per account and per client address, in the database so every replica
+ * counts alike: `lockedFor` before a login, `failed` and `succeeded` after it.
+ */
 export function createLoginThrottle(sql: Sql) {
   let lastCleanup = 0;
   const keys = (org: string, email: string, address: string) => [

@@ -129,12 +129,19 @@ function derive(password: string, salt: Buffer, options: { N: number; r: number;
   return pool.derive(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
 }
 
+/**
+ * The password's scrypt hash with a new salt, in the `scrypt$N$r$p$salt$key` form that is stored.
+ */
 export async function hashPassword(password: string): Promise<string> {
   const salt = randomBytes(16);
   const key = await derive(password, salt, PARAMS);
   return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString("base64")}$${key.toString("base64")}`;
 }
 
+/**
+ * Whether the password matches the stored hash, compared in constant time; a malformed hash, or one
+ * asking for more work than today's parameters, never matches.
+ */
 export async function verifyPassword(password: string, stored: string): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;

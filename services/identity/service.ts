@@ -33,6 +33,10 @@ export const AUDIT = {
   organizationCreated: "organization.created",
 } as const;
 
+/**
+ * The identity service module: organizations, members, sessions, API keys, ingest tokens and
+ * receiver secrets, and the audit log other services write to.
+ */
 export function createIdentityService(ctx: ServiceContext): ServiceModule {
   const { sql, config, outbox, clients } = ctx;
   const throttle = createLoginThrottle(sql);

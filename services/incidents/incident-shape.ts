@@ -43,10 +43,12 @@ export interface MaintenanceWindowRow {
 export type IncidentInit = MessageInitShape<typeof IncidentSchema>;
 export type TimelineEntryInit = MessageInitShape<typeof TimelineEntrySchema>;
 
+/** The incident's war-room URL in the console, under PUBLIC_URL. */
 export function workspaceUrl(config: Config, orgSlug: string, incidentId: string): string {
   return `${config.publicUrl}/o/${encodeURIComponent(orgSlug)}/incidents/${incidentId}`;
 }
 
+/** An incident row (with the timeline entries given) as the API answers it. */
 export function incidentShape(config: Config, orgSlug: string, row: IncidentRow, timeline: TimelineEntryRow[] = []): IncidentInit {
   const incident: IncidentInit = {
     id: row.id,
@@ -65,6 +67,7 @@ export function incidentShape(config: Config, orgSlug: string, row: IncidentRow,
   return incident;
 }
 
+/** A timeline row as the API answers it, unset fields left out. */
 export function timelineEntryShape(row: TimelineEntryRow): TimelineEntryInit {
   const entry: TimelineEntryInit = { kind: row.kind, at: timestampFromDate(row.at) };
   if (row.summary !== null) entry.summary = row.summary;
@@ -75,6 +78,7 @@ export function timelineEntryShape(row: TimelineEntryRow): TimelineEntryInit {
   return entry;
 }
 
+/** A maintenance-window row as the API answers it. */
 export function maintenanceWindowShape(row: MaintenanceWindowRow): MessageInitShape<typeof MaintenanceWindowSchema> {
   return {
     id: row.id,
@@ -90,6 +94,10 @@ export function storableText(value: string): string {
   return value.includes("\u0000") ? value.replaceAll("\u0000", "\uFFFD") : value;
 }
 
+/**
+ * A copy of the JSON that Postgres can store: every NUL in its strings replaced (see
+ * `storableText`).
+ */
 export function storableJson(value: JsonObject): JsonObject {
   return sanitize(value) as JsonObject;
 }

@@ -79,6 +79,10 @@ export function incidentWithFirstPage(config: Config, orgSlug: string, loaded: A
   return incident;
 }
 
+/**
+ * The read handlers: list and get incidents, page through a timeline, and the internal
+ * IncidentState.
+ */
 export function createListAndGetHandlers(deps: {
   sql: Sql;
   config: Config;

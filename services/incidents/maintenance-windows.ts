@@ -89,6 +89,9 @@ function auditData(row: MaintenanceWindowRow): JsonObject {
   };
 }
 
+/**
+ * The maintenance-window handlers: create (admin), list, and delete (admin), each change audited.
+ */
 export function createMaintenanceWindowHandlers(deps: {
   sql: Sql;
   clients: Clients;

@@ -74,6 +74,10 @@ function plain(req: RecordRequest, index: number): Plain | undefined {
   };
 }
 
+/**
+ * RecordMany: decides a batch of deliveries as Record would, opening the plain new incidents in one
+ * statement and passing the rest to `record`.
+ */
 export function createRecordManyHandlers(deps: {
   sql: Sql;
   config: Config;

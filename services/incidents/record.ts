@@ -82,6 +82,10 @@ const REASONS = {
   suppressed: "an active maintenance window covers this delivery",
 };
 
+/**
+ * Record: decides one normalized delivery (open, attach, record, ignore or suppress) in one
+ * statement, exactly once per event id.
+ */
 export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof IncidentsService>, "record"> {
   const { sql, config, outbox } = deps;
 

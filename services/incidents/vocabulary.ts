@@ -41,6 +41,7 @@ export const AUDIT_KINDS = {
   maintenanceWindowDeleted: "maintenance_window.deleted",
 } as const;
 
+/** Whether `value` is one of `values`, narrowing its type. */
 export function isOneOf<T extends string>(values: readonly T[], value: string): value is T {
   return (values as readonly string[]).includes(value);
 }

@@ -89,6 +89,10 @@ function elapsedSeconds(started: number): number {
   return Math.round(performance.now() - started) / 1000;
 }
 
+/**
+ * The PagerDuty Events v2 and Opsgenie Alert API handlers: each maps the vendor's body, delivers it
+ * like any trigger, and keeps what the vendor's status reads need.
+ */
 export function createDropinReceivers(deps: DropinDeps) {
   const { sql, clients, ingestTokens, deliver, audit } = deps;
 

@@ -27,6 +27,11 @@ export const ERROR_TRACKER_REQUEST_ID_HEADER = "request-id";
 /** `pagerduty` and `opsgenie` (the drop-in receivers) are recognized by `Idempotency-Key` only. */
 export type TriggerRoute = "shared" | "alertrouter" | "chat" | "pagerduty" | "opsgenie";
 
+/**
+ * The retry key of a delivery: from its `Idempotency-Key` header, else the error tracker's event
+ * id, the alert-router group or the chat body; undefined when the incident core's event id already
+ * makes a retry harmless.
+ */
 export function retryKeyOf(route: TriggerRoute, body: unknown, mapped: MappedDelivery, header: Headers): string | undefined {
   const idempotencyKey = header.get(IDEMPOTENCY_KEY_HEADER)?.trim();
   if (idempotencyKey) return stableDigest(["idempotency-key", route, idempotencyKey]);

@@ -52,6 +52,10 @@ interface HeldRow {
   answer: JsonValue | null;
 }
 
+/**
+ * Runs each delivery once per retry key and organization, held in the database for `holdSeconds`; a
+ * retry within that time gets the first answer.
+ */
 export function createRetryRecognition(sql: Sql, logger: Logger, options: { holdSeconds?: number; leaseSeconds?: number } = {}): RetryRecognition {
   const hold = options.holdSeconds ?? HOLD_SECONDS;
   const lease = options.leaseSeconds ?? LEASE_SECONDS;

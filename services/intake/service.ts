@@ -29,6 +29,10 @@ interface Organization {
   slug: string;
 }
 
+/**
+ * The intake service module: the trigger routes and drop-in receivers, their authentication and
+ * limits, and a timer that forgets expired retry keys.
+ */
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, sql, outbox, logger } = ctx;
   const chatLimit = createChatRateLimit(sql, CHAT_CALLS_PER_MINUTE);

@@ -39,6 +39,10 @@ function parseCheckArgs(argv: string[]) {
   });
 }
 
+/**
+ * The `check-source` command: runs the conformance check against a source URL with the token from
+ * the environment or a file, and answers the exit code and the report to print.
+ */
 export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = process.env): Promise<{ exitCode: number; output: string }> {
   let parsed: ReturnType<typeof parseCheckArgs>;
   try {
@@ -73,6 +77,10 @@ export async function checkCommand(argv: string[], env: NodeJS.ProcessEnv = proc
   return { exitCode: result.ok ? 0 : 1, output: values.json ? JSON.stringify(result, null, 2) : formatReport(url, values.grpc ? "gRPC" : "HTTP-JSON", result) };
 }
 
+/**
+ * The conformance result as the command prints it: each check with PASS or FAIL, its rule when it
+ * failed, its warnings, and a summary.
+ */
 export function formatReport(url: string, transport: string, result: ConformanceResult): string {
   const lines = [`Conformance check of ${url} over ${transport} (protocol version ${result.protocolVersion || "unknown"})`, ""];
   for (const check of result.checks) {

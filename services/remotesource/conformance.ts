@@ -103,6 +103,10 @@ interface Recorded {
   outcome: CallOutcome;
 }
 
+/**
+ * Runs every named check of the conformance check against the source, within the total budget;
+ * answers each check's verdict, detail, rule and warnings.
+ */
 export async function runConformanceCheck(client: SourceClient, options: ConformanceOptions = {}): Promise<ConformanceResult> {
   const now = options.now ?? Date.now;
   const deadline = now() + (options.totalBudgetMs ?? 12_000);

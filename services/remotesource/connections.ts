@@ -71,6 +71,9 @@ export function remoteSourcePolicy(config: Config): AddressPolicy {
   }
 }
 
+/**
+ * The PEM of EGRESS_CA_FILE, or undefined when unset; an unreadable file is a configuration error.
+ */
 export function readEgressCa(config: Config): Buffer | undefined {
   if (!config.EGRESS_CA_FILE) return undefined;
   try {
@@ -80,6 +83,7 @@ export function readEgressCa(config: Config): Buffer | undefined {
   }
 }
 
+/** A connection row as the API answers it, never with its credential. */
 export function toRemoteSource(row: ConnectionRow): RemoteSource {
   return create(RemoteSourceSchema, {
     id: row.id,
@@ -93,6 +97,7 @@ export function toRemoteSource(row: ConnectionRow): RemoteSource {
   });
 }
 
+/** The connection name, trimmed; empty or too long is InvalidArgument. */
 export function validateName(raw: string): string {
   const name = raw.trim();
   if (!name) throw new InvalidArgumentError("name required");
@@ -100,12 +105,16 @@ export function validateName(raw: string): string {
   return name;
 }
 
+/** The transport, `http` (the default) or `grpc`; anything else is InvalidArgument. */
 export function validateTransport(raw: string): SourceTransport {
   const transport = raw.trim() || "http";
   if (transport !== "http" && transport !== "grpc") throw new InvalidArgumentError("transport must be http or grpc");
   return transport;
 }
 
+/**
+ * The tenant reference, trimmed; empty, too long or the organization's own id is InvalidArgument.
+ */
 export function validateTenantRef(raw: string, orgId: string): string {
   const tenantRef = raw.trim();
   if (!tenantRef) throw new InvalidArgumentError("tenantRef required");
@@ -147,6 +156,10 @@ export function requireSafeBearerTransport(httpBearerHosts: readonly string[], b
   );
 }
 
+/**
+ * The credential to save: a bearer token, a client certificate with its key, or both, and an
+ * optional CA; each checked, and refused where the base URL would carry it in clear.
+ */
 export function validateCredentials(auth: RemoteSourceAuth | undefined, baseUrl: string, httpBearerHosts: readonly string[] = []): SourceCredentials {
   const bearerToken = auth?.bearerToken?.trim() || undefined;
   const clientCertPem = auth?.clientCertPem?.trim() || undefined;
@@ -193,10 +206,15 @@ function associatedData(orgId: string, id: string): string {
   return `remotesource.connections:${orgId}:${id}`;
 }
 
+/** Seals the credential for the connection's row, bound to its organization and id. */
 export function sealCredentials(deps: RemoteSourceDeps, orgId: string, id: string, credentials: SourceCredentials): { keyId: string; ciphertext: Buffer } {
   return deps.secretBox().seal(JSON.stringify(credentials), associatedData(orgId, id));
 }
 
+/**
+ * Opens the connection's credential; one that cannot be decrypted (key gone or replaced) is
+ * Unavailable, saying to update its auth.
+ */
 export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): SourceCredentials {
   try {
     return JSON.parse(
@@ -211,6 +229,7 @@ export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): Sou
   }
 }
 
+/** The organization's connection with this id; NotFound when there is none. */
 export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: string): Promise<ConnectionRow> {
   if (!isUuid(id)) throw new NotFoundError("no such remote source");
   const [row] = await deps.ctx.sql<ConnectionRow[]>`select * from remotesource.connections where org_id = ${orgId} and id = ${id}`;
@@ -218,6 +237,10 @@ export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: 
   return row;
 }
 
+/**
+ * A source client for the connection, with its credential opened and the bearer-over-http rule
+ * checked again.
+ */
 export function clientFor(deps: RemoteSourceDeps, row: ConnectionRow): SourceClient {
   const credentials = openCredentials(deps, row);
   // Checked at every call too: a connection saved before the rule, or before the host was

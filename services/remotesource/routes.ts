@@ -40,10 +40,15 @@ type Impl = ServiceImpl<typeof RemoteSourcesService>;
 
 const LAST_ERROR_MAX = 1000;
 
+/** Registers RemoteSourcesService on the router. */
 export function registerRoutes(router: ConnectRouter, deps: RemoteSourceDeps): void {
   router.service(RemoteSourcesService, remoteSourceHandlers(deps));
 }
 
+/**
+ * The connection handlers: create, list, get, update, delete, test and read, and the internal
+ * ResolveConnection.
+ */
 export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
   const { sql, clients } = deps.ctx;
 
@@ -228,6 +233,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
   };
 }
 
+/** A check's detail as the report shows it, with its rule and warnings. */
 export function reportDetail(check: CheckResult): string {
   const parts = [check.detail];
   if (check.rule) parts.push(`rule: "${check.rule}"`);

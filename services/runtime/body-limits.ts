@@ -13,6 +13,10 @@ export const BODY_LIMITS = {
   default: 1024 * 1024,
 } as const;
 
+/**
+ * The most bytes a method's request body may have (after decompression): its own limit, or the
+ * default.
+ */
 export function bodyLimit(method: DescMethod): number {
   const key = `${method.parent.typeName}.${method.name}`;
   return (BODY_LIMITS as Record<string, number>)[key] ?? BODY_LIMITS.default;

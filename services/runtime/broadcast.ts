@@ -20,6 +20,10 @@ export interface Broadcast {
   onStateChange(handler: () => void): void;
 }
 
+/**
+ * A broadcast for a process that has every service in it: a notice reaches this process's
+ * subscribers only, at once.
+ */
 export function createInProcessBroadcast(): Broadcast {
   const handlers = new Map<string, ((data: string) => void)[]>();
   return {
@@ -38,6 +42,10 @@ export function createInProcessBroadcast(): Broadcast {
 /** Status events around which messages may have been lost. */
 const CONNECTION_CHANGES = new Set<string>(["disconnect", "reconnecting", "reconnect", "staleConnection", "forceReconnect", "close"]);
 
+/**
+ * A broadcast over plain NATS publish: a notice reaches every process's subscribers, and the state
+ * listeners hear of every disconnect and reconnect.
+ */
 export function createNatsBroadcast(nc: NatsConnection): Broadcast {
   const state = connectionState(nc);
   const decoder = new TextDecoder();

@@ -18,6 +18,10 @@ function parse(address: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
   return parsed.kind() === "ipv6" && (parsed as ipaddr.IPv6).isIPv4MappedAddress() ? (parsed as ipaddr.IPv6).toIPv4Address() : parsed;
 }
 
+/**
+ * Resolves a request's client address: the socket peer, or the forwarding header's address when the
+ * peer is one of `trustedProxyCidrs`.
+ */
 export function createClientAddress(trustedProxyCidrs: readonly string[]) {
   const ranges: Range[] = trustedProxyCidrs.map((cidr) => {
     const [address, bits] = ipaddr.parseCIDR(cidr);

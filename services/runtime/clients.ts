@@ -18,6 +18,7 @@ export interface Clients {
   remoteSources: Client<typeof RemoteSourcesService>;
 }
 
+/** A Connect client of each service, all calling through `transport` (in-process or NATS). */
 export function createClients(transport: Transport): Clients {
   return {
     identity: createClient(IdentityService, transport),

@@ -29,6 +29,10 @@ export interface DirectRegistry {
   lookup(method: DescMethod): MethodImplSpec | undefined;
 }
 
+/**
+ * A router that records the handlers services register, and a lookup by method, for the direct (in-
+ * process) transport.
+ */
 export function createDirectRegistry(): DirectRegistry {
   const specs = new Map<string, MethodImplSpec>();
   const key = (service: DescService, name: string) => `${service.typeName}/${name}`;

@@ -104,6 +104,11 @@ export class UnavailableError extends DomainError {
   }
 }
 
+/**
+ * The ConnectError a handler's failure is answered with: a domain error keeps its code and message,
+ * a transient database or network failure becomes Unavailable, anything else is logged and
+ * Internal.
+ */
 export function toConnectError(err: unknown, logger: Logger, method: string): ConnectError {
   if (err instanceof DomainError) {
     return new ConnectError(err.message, err.code, err.metadata, err.details);
@@ -125,6 +130,7 @@ function isTransientFailure(err: unknown): boolean {
     typeof code === "string" &&
     (["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT"].includes(code) ||
       code.startsWith("57P") || // admin shutdown, cannot connect now
+      code === "53300" || // too many clients: max_connections or the role's limit used up
       code.startsWith("08")) // connection exceptions
   );
 }

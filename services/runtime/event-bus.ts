@@ -87,6 +87,7 @@ export function retryDelayMs(policy: RetryPolicy, failures: number): number {
   return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, failures - 1));
 }
 
+/** Whether a NATS subject matches a pattern with `*` (one token) and `>` (the rest) wildcards. */
 export function subjectMatches(pattern: string, subject: string): boolean {
   const p = pattern.split(".");
   const s = subject.split(".");

@@ -1,10 +1,6 @@
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter, Transport } from "@connectrpc/connect";
 
-/**
- * Serves a service that runs elsewhere by passing each call on through the transport: how the
- * gateway process answers Connect and gRPC for services that run as their own processes.
- */
 /** Protocol headers belong to the incoming call; only the caller's own headers travel on. */
 const PROTOCOL_HEADER =
   /^(content-type|content-length|content-encoding|accept-encoding|connection|host|te|keep-alive|transfer-encoding|connect-.*|grpc-.*|:.*)$/i;
@@ -17,6 +13,10 @@ function applicationHeaders(incoming: Headers): Headers {
   return out;
 }
 
+/**
+ * Serves a service that runs elsewhere by passing each call on through the transport: how the
+ * gateway process answers Connect and gRPC for services that run as their own processes.
+ */
 export function registerForwarding(router: ConnectRouter, service: DescService, transport: Transport): void {
   const impl: Record<string, unknown> = {};
   for (const method of service.methods) {

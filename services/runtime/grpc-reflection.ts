@@ -44,6 +44,10 @@ function publicCopy(file: DescFile, kept: ReadonlySet<string>): FileDescriptorPr
   return copy;
 }
 
+/**
+ * The reflection answers of the public surface: the served services that have public methods, plus
+ * health and reflection, with their file descriptors stripped of internal methods.
+ */
 export function buildReflectionIndex(served: readonly DescService[]): ReflectionIndex {
   const exposed = served.filter((service) => service.methods.some(isPublicMethod));
   const kept = new Set([...exposed, Health, v1.ServerReflection, v1alpha.ServerReflection].map((service) => service.typeName));
@@ -130,6 +134,10 @@ function answer(index: ReflectionIndex, req: Request) {
   }
 }
 
+/**
+ * Serves gRPC server reflection (v1 and v1alpha) for the public surface of `served`, so `grpcurl`
+ * and `buf curl` need no schema.
+ */
 export function registerGrpcReflection(router: ConnectRouter, served: readonly DescService[]): void {
   const index = buildReflectionIndex(served);
   router.service(v1.ServerReflection, {

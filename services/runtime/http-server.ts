@@ -55,6 +55,10 @@ function replayingStream(socket: Socket, first: Buffer): Duplex {
   return stream;
 }
 
+/**
+ * Listens on host and port with `handler`, serving HTTP/1.1 and h2c on the one port; the server it
+ * resolves with counts requests in flight and closes after they end.
+ */
 export async function listenHttp(options: { host: string; port: number; handler: HttpHandler }): Promise<HttpServer> {
   let inFlight = 0;
   let idle: (() => void) | undefined;

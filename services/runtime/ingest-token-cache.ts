@@ -27,6 +27,10 @@ export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
  */
 export type IngestTokenResolver = ReturnType<typeof createIngestTokenResolver>;
 
+/**
+ * Resolves an ingest token to its organization through identity, caching answers for `ttlMs` while
+ * the broadcast is up; a revocation notice drops the revoked token's entry.
+ */
 export function createIngestTokenResolver(options: { clients: Clients; broadcast: Broadcast; ttlMs?: number; maxEntries?: number }) {
   const { clients, broadcast } = options;
   const ttlMs = options.ttlMs ?? 30_000;

@@ -4,6 +4,10 @@ import { logFields } from "./tracing.js";
 
 export type { Logger };
 
+/**
+ * The process's pino logger, whose every line names the request id (and trace and span) of the call
+ * it is written in.
+ */
 export function createLogger(level: string, name: string): Logger {
   return pino({
     name,

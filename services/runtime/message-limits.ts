@@ -11,10 +11,12 @@ import { Code, ConnectError } from "@connectrpc/connect";
  */
 export const INTERNAL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024;
 
+/** The error a call is refused with when its request is over the internal message limit. */
 export function requestTooLarge(bytes: number, limit: number, path: string): ConnectError {
   return new ConnectError(`request of ${bytes} bytes is over the internal message limit of ${limit} bytes calling ${path}`, Code.ResourceExhausted);
 }
 
+/** The error a call fails with when its reply is over the internal message limit. */
 export function replyTooLarge(bytes: number, limit: number, path: string): ConnectError {
   return new ConnectError(`reply of ${bytes} bytes is over the internal message limit of ${limit} bytes from ${path}`, Code.ResourceExhausted);
 }

@@ -71,6 +71,10 @@ export interface NatsPermissions {
   allow_responses: boolean;
 }
 
+/**
+ * The publish and subscribe permissions of one service's NATS user: its own calls and answers, the
+ * events it publishes and consumes, and the JetStream API of its streams.
+ */
 export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermissions {
   const stream = eventsStreamName(subjectPrefix);
   const calls = new Set(INTERNAL_CALLS[user]);

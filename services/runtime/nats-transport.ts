@@ -16,6 +16,10 @@ import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./me
 const STATUS_HEADER = "Connect-Http-Status";
 const DEFAULT_TIMEOUT_MS = 15_000;
 
+/**
+ * The NATS subject a method's calls travel on, from its request path (`/pkg.Service/Method` to
+ * `rpc.pkg.Service.Method`).
+ */
 export function subjectForPath(requestPath: string, subjectPrefix = ""): string {
   // "/warroom.identity.v1.IdentityService/Login" -> "rpc.warroom.identity.v1.IdentityService.Login"
   return prefixed(subjectPrefix, `rpc${requestPath.replace(/\//g, ".")}`);
@@ -90,6 +94,10 @@ export interface ConnectionState {
   onDisconnect(listener: () => void): () => void;
 }
 
+/**
+ * Follows the connection's status: whether it is connected now, and listeners told once when it
+ * next drops.
+ */
 export function watchConnection(nc: NatsConnection): ConnectionState {
   let connected = true;
   const listeners = new Set<() => void>();
@@ -114,6 +122,9 @@ export function watchConnection(nc: NatsConnection): ConnectionState {
 
 const watched = new WeakMap<NatsConnection, ConnectionState>();
 
+/**
+ * The one watcher of a connection's status, made on first use and shared by everything that asks.
+ */
 export function connectionState(nc: NatsConnection): ConnectionState {
   let state = watched.get(nc);
   if (!state) {

@@ -145,6 +145,10 @@ interface PendingRow {
   created_at: Date;
 }
 
+/**
+ * The relay of one schema's outbox: while it holds the schema's lease, publishes pending rows to
+ * the bus in order and marks them; a row that keeps failing goes to the dead letters.
+ */
 export function createOutboxRelay(
   options: {
     sql: Sql;

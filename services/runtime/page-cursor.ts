@@ -9,6 +9,10 @@ export function encodeCursor(kind: string, value: string): string {
   return Buffer.from(`${kind}:${value}`).toString("base64url");
 }
 
+/**
+ * The value inside a page cursor of `kind`; a cursor this list did not give, or whose value is not
+ * `valid`, is InvalidArgument.
+ */
 export function decodeCursor(kind: string, cursor: string, valid: (value: string) => boolean): string {
   const text = Buffer.from(cursor, "base64url").toString();
   const value = text.startsWith(`${kind}:`) ? text.slice(kind.length + 1) : undefined;

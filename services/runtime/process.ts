@@ -90,6 +90,10 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
   };
 }
 
+/**
+ * Starts one process: its configuration, database, migrations, services, transport (in-process or
+ * NATS), servers and relays; resolves with what it runs and a `stop()` that ends it in order.
+ */
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
   const config = loadConfig(options.env);
   // Before anything that may be traced; a no-op unless OTEL_* asks for traces.

@@ -26,10 +26,12 @@ export const NEVER_ABORTS: AbortSignal = new AbortController().signal;
 
 export const REQUEST_ID_HEADER = "x-request-id";
 
+/** The request id of the call being served, if any. */
 export function currentRequestId(): string | undefined {
   return storage.getStore()?.requestId;
 }
 
+/** Runs `fn` with `requestId` as the current request id, for the log lines and calls it makes. */
 export function runWithRequestId<T>(requestId: string, fn: () => T): T {
   return storage.run({ requestId }, fn);
 }

@@ -44,6 +44,10 @@ export interface SecretBox {
   isStale(keyId: string): boolean;
 }
 
+/**
+ * Seals and opens secrets with AES-256-GCM: seals with the first key, opens with any, each sealed
+ * value naming its key.
+ */
 export function createSecretBox(keys: readonly SecretKey[]): SecretBox {
   if (keys.length === 0) throw new SecretBoxError("at least one key is needed");
   const byId = new Map<string, Buffer>();

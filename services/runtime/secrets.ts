@@ -10,10 +10,12 @@ export function sha256(value: string): Buffer {
   return createHash("sha256").update(value, "utf8").digest();
 }
 
+/** The SHA-256 of a string, as lowercase hex: how tokens and secrets are stored and looked up. */
 export function sha256Hex(value: string): string {
   return sha256(value).toString("hex");
 }
 
+/** Compares two buffers in time that does not depend on where they differ. */
 export function constantTimeEqual(a: Buffer, b: Buffer): boolean {
   return a.length === b.length && timingSafeEqual(a, b);
 }

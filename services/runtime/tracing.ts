@@ -38,6 +38,7 @@ export function tracingRequested(env: NodeJS.ProcessEnv): boolean {
   return Object.entries(env).some(([key, value]) => key.startsWith("OTEL_") && value);
 }
 
+/** Whether spans are recorded (the OTEL_* environment asked for traces). */
 export function tracingEnabled(): boolean {
   return enabled;
 }
@@ -167,6 +168,7 @@ export function openSpan(
   };
 }
 
+/** Marks the span failed, with the Connect code or error name as `error.type`. */
 export function recordFailure(span: Span, err: unknown): void {
   const code = err instanceof ConnectError ? Code[err.code] : err instanceof Error ? err.name : "error";
   span.setAttribute("error.type", code ?? "unknown");

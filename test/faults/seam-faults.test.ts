@@ -138,7 +138,9 @@ describe("faults in the seams", () => {
         action: async () => {
           const started = Date.now();
           incidents.child.kill("SIGSTOP");
-          await new Promise((r) => setTimeout(r, 5000));
+          // A timer may fire a little early by the wall clock when the event loop was busy as it
+          // was set (libuv measures from its cached loop time), so wait until 5 s have passed.
+          while (Date.now() - started < 5000) await new Promise((r) => setTimeout(r, 5000 - (Date.now() - started)));
           incidents.child.kill("SIGCONT");
           stalledFor = Date.now() - started;
         },

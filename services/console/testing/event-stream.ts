@@ -19,6 +19,10 @@ export interface OpenStream {
   close(): void;
 }
 
+/**
+ * Opens a server-sent event stream at `url` and collects its frames; resolves once the answer's
+ * head arrives, with the status, the frames so far and a way to wait for the next one.
+ */
 export async function openEventStream(url: string, headers: Record<string, string> = {}): Promise<OpenStream> {
   const controller = new AbortController();
   const res = await fetch(url, { headers: { accept: "text/event-stream", ...headers }, signal: controller.signal });

@@ -16,6 +16,10 @@ export const DEFAULT_TITLE = "Alert-router alert";
 // What is copied into `data` per notification; the digest still covers every alert.
 const MAX_ALERTS_KEPT = 20;
 
+/**
+ * Whether the body is an alert-router (Alertmanager) webhook notification: a `groupKey` and an
+ * `alerts` array.
+ */
 export function recognize(body: unknown): boolean {
   return typeof ownField(body, "groupKey") === "string" && Array.isArray(ownField(body, "alerts"));
 }
@@ -43,6 +47,10 @@ interface RoutedAlert {
   generatorUrl: string | undefined;
 }
 
+/**
+ * An alert-router notification as one delivery: firing attaches to the group's incident or opens
+ * it, resolved records a recovery.
+ */
 export function map(body: unknown, _context: MapContext): MappedDelivery {
   const parsed = AlertRouterNotification.safeParse(body);
   if (!parsed.success) {

@@ -32,10 +32,15 @@ export const DEFAULT_TITLE = "Azure Monitor alert";
 
 export type AzureBadge = "cloud-monitor" | "log-analytics";
 
+/** Whether the body is an Azure Monitor alert in the common alert schema. */
 export function isAzureCommonAlert(body: unknown): boolean {
   return ownField(body, "schemaId") === AZURE_COMMON_SCHEMA_ID && isRecord(ownField(ownField(body, "data"), "essentials"));
 }
 
+/**
+ * Whether a common-schema alert is a log alert (`signalType: Log`), which is log-analytics rather
+ * than cloud-monitor.
+ */
 export function isLogSignal(body: unknown): boolean {
   const signalType = ownField(ownField(ownField(body, "data"), "essentials"), "signalType");
   return typeof signalType === "string" && signalType.trim().toLowerCase() === "log";
@@ -66,6 +71,10 @@ const CommonAlert = z.object({
   }),
 });
 
+/**
+ * A common-schema alert as one delivery under `badge`: Fired opens or attaches to the rule's
+ * incident, Resolved records a recovery.
+ */
 export function mapAzureCommonAlert(body: unknown, badge: AzureBadge): MappedDelivery {
   const parsed = CommonAlert.safeParse(body);
   if (!parsed.success) throw new PayloadError("data.essentials", "data.essentials must be an object");
@@ -185,6 +194,7 @@ function conditionSummary(condition: unknown) {
   });
 }
 
+/** The non-blank strings among the first `max` values, trimmed. */
 export function texts(values: readonly unknown[] | undefined, max = 100): string[] {
   if (values === undefined) return [];
   return values.slice(0, max).flatMap((value) => asText(value) ?? []);

@@ -29,6 +29,10 @@ export function parseChatForm(formBody: string): Record<string, string> {
   return formFields(new URLSearchParams(formBody));
 }
 
+/**
+ * A chat message (JSON or form fields) as one delivery; without `channel_id` or `message_id` it is
+ * ignored.
+ */
 export function map(body: unknown, context: MapContext): MappedDelivery {
   const fields: Record<string, unknown> = body instanceof URLSearchParams ? formFields(body) : isRecord(body) ? body : Object.create(null);
   const read = (name: string) => (Object.hasOwn(fields, name) ? fields[name] : undefined);

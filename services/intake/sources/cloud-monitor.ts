@@ -22,10 +22,17 @@ const SNS_HANDSHAKES = new Set(["SubscriptionConfirmation", "UnsubscribeConfirma
 // The alarm JSON inside an SNS envelope is small; a huge `Message` is not an alarm.
 const MAX_SNS_MESSAGE_LENGTH = 256 * 1024;
 
+/**
+ * Whether the body is a cloud-monitor shape: a CloudWatch alarm through EventBridge or SNS, an SNS
+ * handshake, or a non-log Azure common alert.
+ */
 export function recognize(body: unknown): boolean {
   return isEventBridgeAlarm(body) || isSnsHandshake(body) || snsAlarm(body) !== undefined || (isAzureCommonAlert(body) && !isLogSignal(body));
 }
 
+/**
+ * A cloud-monitor body as one delivery; an SNS handshake becomes an audit notice, never a fetch.
+ */
 export function map(body: unknown, _context: MapContext): MappedDelivery {
   if (isEventBridgeAlarm(body)) return mapAlarm(fromEventBridge(body));
   if (isSnsHandshake(body)) return subscriptionNotice(body);

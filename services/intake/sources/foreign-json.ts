@@ -6,6 +6,7 @@ import { cutUtf8 } from "./text-limits.js";
 // string was meant, or null. These readers turn every such case into "absent" instead of
 // failing, and the per-source zod schemas below are built from them.
 
+/** Whether the value is a plain JSON object (not null, not an array). */
 export function isRecord(value: unknown): value is Record<string, unknown> {
   return typeof value === "object" && value !== null && !Array.isArray(value);
 }
@@ -23,14 +24,17 @@ export function asIdentifier(value: unknown): string | undefined {
   return asText(value);
 }
 
+/** The value when it is a finite number; anything else is absent. */
 export function asFiniteNumber(value: unknown): number | undefined {
   return typeof value === "number" && Number.isFinite(value) ? value : undefined;
 }
 
+/** The value when it is an array; anything else is absent. */
 export function asArray(value: unknown): readonly unknown[] | undefined {
   return Array.isArray(value) ? value : undefined;
 }
 
+/** The value when it is a plain object; anything else is absent. */
 export function asRecord(value: unknown): Record<string, unknown> | undefined {
   return isRecord(value) ? value : undefined;
 }
@@ -102,6 +106,7 @@ export function jsonSnapshot(value: unknown, limits: Partial<SnapshotLimits> = {
   return snapshot(value, { ...DEFAULT_SNAPSHOT_LIMITS, ...limits }, 0);
 }
 
+/** A bounded JSON copy of the value (see `jsonSnapshot`), or `{}` when it is not an object. */
 export function jsonObjectSnapshot(value: unknown, limits: Partial<SnapshotLimits> = {}): JsonObject {
   const copy = jsonSnapshot(value, limits);
   return isRecord(copy) ? (copy as JsonObject) : {};

@@ -14,10 +14,15 @@ import type { MapContext, MappedDelivery } from "./types.js";
 export const badge = "log-analytics" as const;
 export const DEFAULT_TITLE = "Log search alert";
 
+/**
+ * Whether the body is a log-analytics shape: an Azure common alert with a log signal, or the older
+ * flat Log Analytics webhook.
+ */
 export function recognize(body: unknown): boolean {
   return (isAzureCommonAlert(body) && isLogSignal(body)) || isLegacyLogAlert(body);
 }
 
+/** A log-analytics body as one delivery on the rule's incident. */
 export function map(body: unknown, _context: MapContext): MappedDelivery {
   if (isAzureCommonAlert(body)) return mapAzureCommonAlert(body, badge);
   if (isLegacyLogAlert(body)) return mapLegacyLogAlert(body);

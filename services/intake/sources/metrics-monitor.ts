@@ -43,6 +43,7 @@ const MetricsMonitorBody = z.object({
   org: looseRecord,
 });
 
+/** A metrics-monitor webhook body as one delivery. */
 export function map(body: unknown, _context: MapContext): MappedDelivery {
   const parsed = MetricsMonitorBody.safeParse(body);
   if (!parsed.success) throw new PayloadError("body", "body must be a JSON object");

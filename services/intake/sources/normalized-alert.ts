@@ -44,6 +44,10 @@ const MAX_ENTITY_PART_BYTES = 512;
 const MAX_IDENTITY_BYTES = 512;
 const MAX_EVENT_ID_BYTES = 256;
 
+/**
+ * The delivery the incident core records for a normalized alert, its texts and identifiers cut to
+ * the stored limits.
+ */
 export function toAlertDelivery(alert: NormalizedAlert): AlertDelivery {
   const text = storableText;
   const init: AlertInit = {

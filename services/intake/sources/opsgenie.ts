@@ -54,10 +54,15 @@ function capitalized(key: string): string {
   return key.charAt(0).toUpperCase() + key.slice(1);
 }
 
+/** The attach identity of an Opsgenie alias: one open incident per alias. */
 export function attachIdentityOfAlias(alias: string): string {
   return `${badge}:alias:${alias}`;
 }
 
+/**
+ * An Opsgenie create-alert body as one delivery; invalid fields are refused all at once with
+ * Opsgenie's messages.
+ */
 export function mapCreate(body: unknown, _context: MapContext): MappedOpsgenieAlert {
   if (!isRecord(body)) throw new OpsgenieRequestError({ body: "Request body should be a JSON object." });
   const errors: Record<string, string> = {};

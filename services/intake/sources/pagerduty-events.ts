@@ -59,6 +59,10 @@ function readString(record: unknown, key: string, path: string, errors: string[]
   return value.trim() === "" ? undefined : value;
 }
 
+/**
+ * A PagerDuty Events v2 event as one delivery; invalid fields are refused all at once with
+ * PagerDuty's messages.
+ */
 export function mapEvent(body: unknown, context: MapContext & { newDedupKey(): string }): MappedPagerDutyEvent {
   if (!isRecord(body)) throw new PagerDutyEventError(["Event object must be a JSON object"]);
   const errors: string[] = [];

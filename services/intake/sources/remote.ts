@@ -53,6 +53,10 @@ const RemoteTriggerPayload = z.object({
   kind: z.enum(["trigger", "recovery"], { error: "kind must be trigger or recovery" }).optional(),
 });
 
+/**
+ * A remote-source trigger (`serviceSource: "remote"`) as one delivery; an invalid field is refused
+ * naming it.
+ */
 export function map(body: unknown, _context: MapContext): MappedDelivery {
   const parsed = RemoteTriggerPayload.safeParse(body);
   if (!parsed.success) {

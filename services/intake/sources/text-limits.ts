@@ -26,6 +26,7 @@ export function cutCharacters(text: string, maxCharacters: number): string {
   return text.slice(0, end);
 }
 
+/** The length of a string in UTF-8 bytes. */
 export function utf8ByteLength(text: string): number {
   return Buffer.byteLength(text, "utf8");
 }

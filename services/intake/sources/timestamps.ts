@@ -25,6 +25,10 @@ export function parseDateTime(value: unknown): Timestamp | undefined {
   return match ? fromDateTimeMatch(match) : undefined;
 }
 
+/**
+ * A Timestamp from Unix seconds (fractions to the microsecond); undefined when not finite or
+ * outside years 1 to 9999.
+ */
 export function timestampFromEpochSeconds(value: number): Timestamp | undefined {
   if (!Number.isFinite(value)) return undefined;
   let seconds = Math.floor(value);
@@ -37,10 +41,12 @@ export function timestampFromEpochSeconds(value: number): Timestamp | undefined 
   return fromParts(seconds, nanos);
 }
 
+/** A Timestamp from Unix milliseconds; undefined when not finite or outside years 1 to 9999. */
 export function timestampFromEpochMilliseconds(value: number): Timestamp | undefined {
   return Number.isFinite(value) ? timestampFromEpochSeconds(value / 1000) : undefined;
 }
 
+/** A Timestamp from a Date; undefined for an invalid date or one outside years 1 to 9999. */
 export function timestampFromDate(date: Date): Timestamp | undefined {
   const ms = date.getTime();
   return Number.isNaN(ms) ? undefined : timestampFromEpochMilliseconds(ms);
@@ -51,6 +57,7 @@ export function canonicalInstant(timestamp: Timestamp): string {
   return `${timestamp.seconds}.${String(timestamp.nanos).padStart(9, "0")}`;
 }
 
+/** A Timestamp as Unix milliseconds. */
 export function timestampToMilliseconds(timestamp: Timestamp): number {
   return Number(timestamp.seconds) * 1000 + Math.floor(timestamp.nanos / 1e6);
 }

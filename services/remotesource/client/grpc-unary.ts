@@ -40,6 +40,10 @@ export class GrpcTransportError extends Error {
 
 const FRAME_HEADER_BYTES = 5;
 
+/**
+ * One unary gRPC call over HTTP/2 to the vetted target, within its time budget, never reading a
+ * message over `maxMessageBytes`: answers the message, the status, or what else came back.
+ */
 export function grpcUnary(request: GrpcUnaryRequest): Promise<GrpcAnswer> {
   const { target, timeoutMs, maxMessageBytes } = request;
   const isTls = target.url.protocol === "https:";

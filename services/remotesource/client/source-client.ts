@@ -112,6 +112,10 @@ const GRPC_CODE_NAMES = [
   "UNAUTHENTICATED",
 ];
 
+/**
+ * The service's client of one remote source: protocol calls over HTTP-JSON or gRPC, through the
+ * egress policy, within the read budget and size limit.
+ */
 export function createSourceClient(connection: SourceConnection, options: SourceClientOptions): SourceClient {
   const budget = options.budgetMs ?? READ_BUDGET_MS;
   const maxBytes = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;

@@ -37,12 +37,17 @@ export const PROTOCOL_ROUTES: readonly ProtocolRoute[] = SourceService.methods.m
   };
 });
 
+/** The protocol route of a call (its HTTP path and gRPC method). */
 export function routeOf(call: ProtocolCall): ProtocolRoute {
   const route = PROTOCOL_ROUTES.find((r) => r.call === call);
   if (!route) throw new Error(`unknown protocol call ${call}`);
   return route;
 }
 
+/**
+ * Whether the value names a call a read may make (invoke, metrics/list, metrics/range,
+ * logs/streams, logs/range).
+ */
 export function isReadCall(value: string): value is ReadCall {
   return (READ_CALLS as readonly string[]).includes(value);
 }

@@ -54,6 +54,10 @@ export interface BareSource {
 
 const FIVE_MIB = 5 * 1024 * 1024;
 
+/**
+ * Test-only: starts the bare source (HTTP-JSON and gRPC) with the faults asked for; answers its
+ * URLs and the calls it has recorded.
+ */
 export async function startBareSource(faults: BareSourceFaults = {}, token = "bare-source-token"): Promise<BareSource> {
   const calls: RecordedCall[] = [];
   const operations = [

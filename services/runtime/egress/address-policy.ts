@@ -377,6 +377,10 @@ export class AddressPolicy {
   }
 }
 
+/**
+ * The address policy of one purpose (chat webhooks, remote sources), built from its allow and deny
+ * ranges.
+ */
 export function createAddressPolicy(options: AddressPolicyOptions): AddressPolicy {
   return new AddressPolicy(options);
 }

@@ -11,6 +11,7 @@ import { EgressError } from "./egress-error.js";
 /** Every address a host name resolves to. Injectable so tests never touch real DNS. */
 export type HostResolver = (hostname: string) => Promise<string[]>;
 
+/** Resolves a host name through the system's resolver (getaddrinfo), every address it gives. */
 export const systemResolver: HostResolver = async (hostname) => {
   const answers = await dnsPromises.lookup(hostname, { all: true, verbatim: true });
   return answers.map((answer) => answer.address);
@@ -142,6 +143,11 @@ function withoutHostHeader(headers: Record<string, string> | undefined): Outgoin
   return kept;
 }
 
+/**
+ * The HTTP client for outbound calls: vets the URL and every address it resolves to against the
+ * policy, pins the connection to a vetted address, and keeps the whole call within its time and
+ * size budget.
+ */
 export function createEgressClient(options: EgressClientOptions): EgressClient {
   const { policy, timeoutMs, maxResponseBytes } = options;
   const resolve = options.resolver ?? systemResolver;

@@ -40,6 +40,7 @@ export class EgressError extends Error {
   }
 }
 
+/** Whether a thrown value is an egress refusal or failure, whose message is safe to show. */
 export function isEgressError(value: unknown): value is EgressError {
   return value instanceof EgressError;
 }

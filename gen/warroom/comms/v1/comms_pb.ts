@@ -800,6 +800,8 @@ export const DeleteChatWebhookRequestSchema: GenMessage<DeleteChatWebhookRequest
  */
 export const CommsService: GenService<{
   /**
+   * Switches real egress on or off for the organization; off, a send is simulated.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.SetEgress
    */
   setEgress: {
@@ -808,6 +810,8 @@ export const CommsService: GenService<{
     output: typeof EgressSchema;
   },
   /**
+   * Whether real egress is on for the organization.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.GetEgress
    */
   getEgress: {
@@ -816,6 +820,8 @@ export const CommsService: GenService<{
     output: typeof EgressSchema;
   },
   /**
+   * Drafts an update to an incident's chat channel; nothing leaves until a person approves it.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.DraftMessage
    */
   draftMessage: {
@@ -824,6 +830,8 @@ export const CommsService: GenService<{
     output: typeof DraftMessageResponseSchema;
   },
   /**
+   * The incident's updates with their states, one page at a time.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.ListMessages
    */
   listMessages: {
@@ -832,6 +840,8 @@ export const CommsService: GenService<{
     output: typeof ListMessagesResponseSchema;
   },
   /**
+   * Approves the draft at the given version, so it can be sent.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.ApproveMessage
    */
   approveMessage: {
@@ -840,6 +850,8 @@ export const CommsService: GenService<{
     output: typeof ApproveMessageResponseSchema;
   },
   /**
+   * Sends an approved update once, or simulates it while egress is off.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.SendMessage
    */
   sendMessage: {
@@ -848,6 +860,8 @@ export const CommsService: GenService<{
     output: typeof SendMessageResponseSchema;
   },
   /**
+   * Saves the organization's chat webhook URL, sealed; it is never returned.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.SaveChatWebhook
    */
   saveChatWebhook: {
@@ -856,6 +870,8 @@ export const CommsService: GenService<{
     output: typeof ChatWebhookConnectionSchema;
   },
   /**
+   * Whether a chat webhook is saved; never the URL.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.GetChatWebhook
    */
   getChatWebhook: {
@@ -864,6 +880,8 @@ export const CommsService: GenService<{
     output: typeof ChatWebhookConnectionSchema;
   },
   /**
+   * Posts a test card to the saved webhook, even while egress is off, and says whether it arrived.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.TestChatWebhook
    */
   testChatWebhook: {
@@ -872,6 +890,8 @@ export const CommsService: GenService<{
     output: typeof TestChatWebhookResponseSchema;
   },
   /**
+   * Deletes the saved chat webhook, if any.
+   *
    * @generated from rpc warroom.comms.v1.CommsService.DeleteChatWebhook
    */
   deleteChatWebhook: {

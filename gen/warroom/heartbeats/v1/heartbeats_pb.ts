@@ -1074,6 +1074,8 @@ export const SweepResponseSchema: GenMessage<SweepResponse, {jsonType: SweepResp
  */
 export const HeartbeatsService: GenService<{
   /**
+   * Registers a job that pings, on an interval or a cron schedule.
+   *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.RegisterHeartbeat
    */
   registerHeartbeat: {
@@ -1082,6 +1084,8 @@ export const HeartbeatsService: GenService<{
     output: typeof HeartbeatSchema;
   },
   /**
+   * The organization's heartbeats, by name.
+   *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.ListHeartbeats
    */
   listHeartbeats: {
@@ -1090,6 +1094,8 @@ export const HeartbeatsService: GenService<{
     output: typeof ListHeartbeatsResponseSchema;
   },
   /**
+   * One heartbeat with its status, next expected ping and latest ping.
+   *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.GetHeartbeat
    */
   getHeartbeat: {
@@ -1098,6 +1104,8 @@ export const HeartbeatsService: GenService<{
     output: typeof HeartbeatSchema;
   },
   /**
+   * Changes a heartbeat's interval or schedule, grace or run limit; the name is fixed.
+   *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.UpdateHeartbeat
    */
   updateHeartbeat: {
@@ -1106,6 +1114,8 @@ export const HeartbeatsService: GenService<{
     output: typeof HeartbeatSchema;
   },
   /**
+   * Deletes a heartbeat and its pings.
+   *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.DeleteHeartbeat
    */
   deleteHeartbeat: {

@@ -1650,6 +1650,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentStateResponseSchema;
   },
   /**
+   * The organization's incidents, newest first, one page at a time, optionally of one state.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ListIncidents
    */
   listIncidents: {
@@ -1658,6 +1660,8 @@ export const IncidentsService: GenService<{
     output: typeof ListIncidentsResponseSchema;
   },
   /**
+   * One incident with the first page of its timeline.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.GetIncident
    */
   getIncident: {
@@ -1676,6 +1680,8 @@ export const IncidentsService: GenService<{
     output: typeof ListTimelineResponseSchema;
   },
   /**
+   * Resolves an open incident; an archived one cannot be resolved.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ResolveIncident
    */
   resolveIncident: {
@@ -1684,6 +1690,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentSchema;
   },
   /**
+   * Archives an incident, open or resolved.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ArchiveIncident
    */
   archiveIncident: {
@@ -1692,6 +1700,8 @@ export const IncidentsService: GenService<{
     output: typeof IncidentSchema;
   },
   /**
+   * Creates a window in which deliveries of the badges and entities it covers are suppressed.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.CreateMaintenanceWindow
    */
   createMaintenanceWindow: {
@@ -1700,6 +1710,8 @@ export const IncidentsService: GenService<{
     output: typeof MaintenanceWindowSchema;
   },
   /**
+   * The organization's maintenance windows.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.ListMaintenanceWindows
    */
   listMaintenanceWindows: {
@@ -1708,6 +1720,8 @@ export const IncidentsService: GenService<{
     output: typeof ListMaintenanceWindowsResponseSchema;
   },
   /**
+   * Deletes a maintenance window; what it suppressed may be offered again.
+   *
    * @generated from rpc warroom.incidents.v1.IncidentsService.DeleteMaintenanceWindow
    */
   deleteMaintenanceWindow: {

@@ -759,6 +759,8 @@ export const ResolveConnectionRequestSchema: GenMessage<ResolveConnectionRequest
  */
 export const RemoteSourcesService: GenService<{
   /**
+   * Saves a connection to a remote source, its credential sealed; status untested.
+   *
    * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.CreateRemoteSource
    */
   createRemoteSource: {
@@ -767,6 +769,8 @@ export const RemoteSourcesService: GenService<{
     output: typeof RemoteSourceSchema;
   },
   /**
+   * The organization's remote-source connections, oldest first; never a credential.
+   *
    * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.ListRemoteSources
    */
   listRemoteSources: {
@@ -775,6 +779,8 @@ export const RemoteSourcesService: GenService<{
     output: typeof ListRemoteSourcesResponseSchema;
   },
   /**
+   * One remote-source connection; never its credential.
+   *
    * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.GetRemoteSource
    */
   getRemoteSource: {
@@ -793,6 +799,8 @@ export const RemoteSourcesService: GenService<{
     output: typeof RemoteSourceSchema;
   },
   /**
+   * Deletes a remote-source connection and its credential.
+   *
    * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.DeleteRemoteSource
    */
   deleteRemoteSource: {

@@ -36,6 +36,10 @@ export interface Session {
 const SESSION_KEY = "warroom.session";
 const sessionListeners = new Set<() => void>();
 
+/**
+ * The signed-in session kept in this tab's session storage, or null when there is none or it is
+ * malformed.
+ */
 export function loadSession(): Session | null {
   try {
     const raw = sessionStorage.getItem(SESSION_KEY);
@@ -48,6 +52,7 @@ export function loadSession(): Session | null {
   }
 }
 
+/** Keeps the session in this tab's session storage and tells every listener. */
 export function saveSession(session: Session): void {
   sessionStorage.setItem(SESSION_KEY, JSON.stringify(session));
   for (const listener of sessionListeners) listener();
@@ -56,18 +61,23 @@ export function saveSession(session: Session): void {
 /** Why the last session ended, shown on the sign-in page once. */
 let endedReason = "";
 
+/** Forgets the session, with the reason the sign-in page shows, and tells every listener. */
 export function clearSession(reason = ""): void {
   endedReason = reason;
   sessionStorage.removeItem(SESSION_KEY);
   for (const listener of sessionListeners) listener();
 }
 
+/** Why the last session ended, once: the next call answers "". */
 export function takeEndedReason(): string {
   const reason = endedReason;
   endedReason = "";
   return reason;
 }
 
+/**
+ * Calls `listener` whenever the session is saved or cleared; returns the function that stops it.
+ */
 export function onSessionChange(listener: () => void): () => void {
   sessionListeners.add(listener);
   return () => sessionListeners.delete(listener);
@@ -120,6 +130,7 @@ export async function api<T>(method: string, path: string, body?: unknown): Prom
   return json as T;
 }
 
+/** The message of a failed call or any thrown value, to show to a person. */
 export function errorText(err: unknown): string {
   if (err instanceof ApiError) return err.message;
   if (err instanceof Error) return err.message;

@@ -101,6 +101,10 @@ function NotFound() {
   );
 }
 
+/**
+ * The console's root: the sign-in page without a session (or for a room of another organization),
+ * else the page the location names.
+ */
 export function App() {
   const loc = useLocation();
   const session = useSession();

@@ -14,6 +14,7 @@ function span(ms: number): string {
 /** A time from the API: RFC 3339, or null when the service has none (a message field left unset). */
 export type Time = string | null;
 
+/** How long ago `at` was, in words ("just now", "4 min ago"). */
 export function ago(at: Time, now: number): string {
   if (!at) return "unknown";
   const ms = now - Date.parse(at);
@@ -21,18 +22,21 @@ export function ago(at: Time, now: number): string {
   return `${span(ms)} ago`;
 }
 
+/** How long until `at`, or how long it is overdue, in words. */
 export function until(at: Time, now: number): string {
   if (!at) return "unknown";
   const ms = Date.parse(at) - now;
   return ms >= 0 ? `in ${span(ms)}` : `overdue by ${span(ms)}`;
 }
 
+/** The exact local date and time of `at`, for a hover title. */
 export function exact(at: Time): string {
   if (!at) return "";
   const date = new Date(at);
   return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
 }
 
+/** A number of seconds in the largest whole unit (h, min or s). */
 export function seconds(value: number): string {
   if (value % 3600 === 0 && value >= 3600) return `${value / 3600} h`;
   if (value % 60 === 0 && value >= 60) return `${value / 60} min`;

@@ -131,6 +131,10 @@ export function useLiveEvents(handler: (event: LiveEvent) => void): void {
   }, []);
 }
 
+/**
+ * The live event stream's state (connecting, live or offline), kept current while the component is
+ * mounted.
+ */
 export function useLiveState(): LiveState {
   const [state, setLocal] = useState(currentState);
   useEffect(() => {

@@ -7,6 +7,10 @@ import { useEffect, useState } from "preact/hooks";
 const listeners = new Set<() => void>();
 let navigatedOnce = false;
 
+/**
+ * Goes to `to` without a page load (replacing the history entry when asked) and tells every
+ * listener.
+ */
 export function navigate(to: string, options: { replace?: boolean } = {}): void {
   if (options.replace) history.replaceState(null, "", to);
   else history.pushState(null, "", to);
@@ -33,6 +37,7 @@ function current(): Location {
   return { path: location.pathname, query: new URLSearchParams(location.search) };
 }
 
+/** The current path and query, kept current while the component is mounted. */
 export function useLocation(): Location {
   const [loc, setLoc] = useState(current);
   useEffect(() => {
@@ -45,6 +50,10 @@ export function useLocation(): Location {
   return loc;
 }
 
+/**
+ * A link that navigates within the console without a page load; a modified click still opens a new
+ * tab.
+ */
 export function Link(props: { href: string; children: ComponentChildren; class?: string; "aria-current"?: "page" | undefined; "aria-label"?: string }) {
   const { href, children, ...rest } = props;
   return (

@@ -93,6 +93,7 @@ export function PageHeading(props: { children: ComponentChildren; title: string 
   );
 }
 
+/** An error message announced to screen readers, or nothing when there is none. */
 export function ErrorNotice(props: { error: string }) {
   if (!props.error) return null;
   return (
@@ -102,10 +103,12 @@ export function ErrorNotice(props: { error: string }) {
   );
 }
 
+/** The badge of an incident's source. */
 export function SourceBadge(props: { source: string }) {
   return <span class={`badge source source-${props.source.replace(/[^a-z-]/g, "")}`}>{props.source || "unknown"}</span>;
 }
 
+/** The badge of a proposed severity. */
 export function Severity(props: { severity: string }) {
   const sev = /^sev[1-4]$/.test(props.severity) ? props.severity : "unknown";
   return (
@@ -115,10 +118,12 @@ export function Severity(props: { severity: string }) {
   );
 }
 
+/** The badge of an incident's state. */
 export function StateBadge(props: { state: string }) {
   return <span class={`badge state state-${props.state.replace(/[^a-z_]/g, "")}`}>{props.state.replace("_", " ")}</span>;
 }
 
+/** A time shown as how long ago it was, the exact time on hover. */
 export function Ago(props: { at: string | null; now: number; empty?: string }) {
   if (!props.at) return <span class="muted">{props.empty ?? "never"}</span>;
   return (
@@ -128,6 +133,7 @@ export function Ago(props: { at: string | null; now: number; empty?: string }) {
   );
 }
 
+/** A time shown as how long until it (or how overdue it is), the exact time on hover. */
 export function Until(props: { at: Time; now: number }) {
   const overdue = props.at !== null && Date.parse(props.at) < props.now;
   return (
@@ -151,6 +157,10 @@ async function copyText(text: string, fallbackFrom?: HTMLElement | null): Promis
   }
 }
 
+/**
+ * A button that copies `text` to the clipboard (or selects the target for Ctrl+C without one) and
+ * says whether it worked.
+ */
 export function CopyButton(props: { text: string; label: string; target?: () => HTMLElement | null }) {
   const [status, setStatus] = useState("");
   return (
@@ -197,6 +207,7 @@ export function OnceSecret(props: { label: string; value: string; id: string }) 
   );
 }
 
+/** A titled, read-only text block with a copy button. */
 export function Snippet(props: { title: string; text: string; id: string }) {
   const ref = useRef<HTMLTextAreaElement>(null);
   return (

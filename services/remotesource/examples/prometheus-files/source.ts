@@ -38,6 +38,10 @@ const MAX_LINES = 5000;
 /** Prometheus refuses more than 11,000 points per series; 250 is plenty for a chart. */
 const TARGET_POINTS = 250;
 
+/**
+ * The example source: metrics read from a Prometheus-compatible API and logs from files, served
+ * through the hosting kit.
+ */
 export function createPrometheusFilesSource(options: PrometheusFilesOptions): SourceServer {
   const prometheus = createPrometheusApi(options);
   const files = createLogFiles(options.logDir);

@@ -37,6 +37,10 @@ export function CardPreview(props: { incident: Incident; text: string; id?: stri
   );
 }
 
+/**
+ * The war room's comms tab: drafts, approval and sending of the incident's chat updates, and
+ * whether egress is on.
+ */
 export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
   const base = orgPath(`/incidents/${encodeURIComponent(props.incident.id)}/comms/messages`);
   const messages = useLoad(() => api<{ messages: CommsMessage[] }>("GET", base).then((r) => r.messages), [base]);

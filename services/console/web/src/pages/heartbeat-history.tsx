@@ -137,6 +137,10 @@ export function scheduleSnippets(origin: string, org: string, name: string): { i
   ];
 }
 
+/**
+ * Copy-paste ping snippets for a heartbeat (crontab, a systemd service and timer, a Kubernetes
+ * CronJob), with this console's origin filled in.
+ */
 export function ScheduleSnippets(props: { org: string; name: string }) {
   return (
     <>

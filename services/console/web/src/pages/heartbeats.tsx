@@ -75,6 +75,10 @@ function EditRow(props: { heartbeat: Heartbeat; onDone(changed: boolean): void }
   );
 }
 
+/**
+ * The heartbeats page: the organization's heartbeats with their status and next expected ping, and
+ * a form to register one.
+ */
 export function HeartbeatsPage(props: { org: string }) {
   const now = useNow(5_000);
   const list = useLoad(() => api<{ heartbeats: Heartbeat[] }>("GET", orgPath("/heartbeats")).then((r) => r.heartbeats), []);

@@ -21,6 +21,7 @@ export function roomPath(incident: Pick<Incident, "id" | "workspaceUrl">, org: s
   return `/o/${encodeURIComponent(org)}/incidents/${encodeURIComponent(incident.id)}`;
 }
 
+/** The incidents list of one state, updated live, announcing new incidents to screen readers. */
 export function IncidentsPage(props: { state: string; org: string }) {
   const state = STATES.some((s) => s.id === props.state) ? props.state : "open";
   const now = useNow();

@@ -5,6 +5,7 @@ import { Ago, ErrorNotice, OnceSecret, PageHeading, Snippet, useAction, useLoad,
 // Ready-to-paste configuration for each sender. The base address is the one this console is
 // served from, which is the address people and monitors reach the service at.
 
+/** The metrics monitor's webhook payload template, with its template variables. */
 export function datadogPayload(): string {
   return JSON.stringify(
     {
@@ -25,6 +26,7 @@ export function datadogPayload(): string {
   );
 }
 
+/** An Alertmanager receiver block that posts to this service with the alert-router secret. */
 export function alertmanagerBlock(origin: string, secret: string): string {
   return [
     "receivers:",
@@ -40,6 +42,7 @@ export function alertmanagerBlock(origin: string, secret: string): string {
   ].join("\n");
 }
 
+/** The curl command that pings a heartbeat with the ingest token. */
 export function heartbeatCurl(origin: string, org: string, token: string, name = "<heartbeat-name>"): string {
   return `curl -fsS -X POST -H "Authorization: Bearer ${token}" \\\n  ${origin}/o/${org}/heartbeats/${name}/ping`;
 }
@@ -389,6 +392,10 @@ function RemoteSources() {
   );
 }
 
+/**
+ * The integrations page: the organization's credentials, the chat webhook connection and each
+ * source's set-up.
+ */
 export function IntegrationsPage(props: { org: string }) {
   return (
     <>

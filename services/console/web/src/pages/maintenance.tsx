@@ -30,6 +30,7 @@ function parseEntities(text: string): Entity[] {
     });
 }
 
+/** The maintenance page: the organization's windows and a form to create one. */
 export function MaintenancePage() {
   const now = useNow(10_000);
   const list = useLoad(() => api<{ maintenanceWindows: MaintenanceWindow[] }>("GET", orgPath("/maintenance-windows")).then((r) => r.maintenanceWindows), []);

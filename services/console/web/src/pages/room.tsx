@@ -139,6 +139,7 @@ export function Timeline(props: { incident: Incident }) {
   );
 }
 
+/** The war room of one incident: its details, actions, and the timeline and comms tabs. */
 export function RoomPage(props: { id: string }) {
   const loc = useLocation();
   const tab = loc.query.get("tab") === "comms" ? "comms" : "timeline";
