@@ -29,7 +29,16 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: { name: "server", include: ["services/**/*.test.ts", "test/**/*.test.ts"], exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**"] },
+        test: {
+          name: "server",
+          include: ["services/**/*.test.ts", "test/**/*.test.ts"],
+          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", "services/**/*.unit.test.ts"],
+        },
+      },
+      {
+        // Handlers over in-memory stores and stub peers: no database, no NATS, seconds in all.
+        extends: true,
+        test: { name: "unit", include: ["services/**/*.unit.test.ts"] },
       },
       {
         extends: true,

@@ -1,6 +1,5 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { recordAudit } from "../runtime/events.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isEgressError } from "../runtime/egress/index.js";
 import { SecretBoxError } from "../runtime/secret-box.js";
@@ -18,39 +17,26 @@ export function associatedData(orgId: string): string {
   return `comms.chat_connections:${orgId}:${CONNECTION_NAME}`;
 }
 
-/** Whether the organization has a chat-webhook connection saved. */
-export async function hasConnection(deps: CommsDeps, orgId: string): Promise<boolean> {
-  const rows = await deps.ctx.sql`select 1 from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
-  return rows.length > 0;
-}
-
 /**
  * The organization's webhook URL in clear, for the one call about to be made, or undefined when
  * no connection is saved. A URL sealed under a key that is no longer the first is sealed again.
  */
 export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<string | undefined> {
-  const { sql, logger } = deps.ctx;
-  const [row] = await sql<{ key_id: string; url_ciphertext: Buffer }[]>`
-    select key_id, url_ciphertext from comms.chat_connections where org_id = ${orgId} and name = ${CONNECTION_NAME}`;
-  if (!row) return undefined;
+  const { store, logger } = deps;
+  const stored = await store.loadConnection(orgId, CONNECTION_NAME);
+  if (!stored) return undefined;
   const box = deps.secretBox();
   let url: string;
   try {
-    url = box.open({ keyId: row.key_id, ciphertext: row.url_ciphertext }, associatedData(orgId));
+    url = box.open(stored, associatedData(orgId));
   } catch (err) {
     if (err instanceof SecretBoxError) {
-      logger.error({ orgId, keyId: row.key_id, reason: err.message }, "chat-webhook URL cannot be decrypted");
+      logger.error({ orgId, keyId: stored.keyId, reason: err.message }, "chat-webhook URL cannot be decrypted");
       throw new UnavailableError(`the saved chat-webhook URL cannot be decrypted (${err.message}); save the connection again`);
     }
     throw err;
   }
-  if (box.isStale(row.key_id)) {
-    const sealed = box.seal(url, associatedData(orgId));
-    // Conditional on the old key id: a concurrent save is never overwritten with the older URL.
-    await sql`
-      update comms.chat_connections set key_id = ${sealed.keyId}, url_ciphertext = ${sealed.ciphertext}
-      where org_id = ${orgId} and name = ${CONNECTION_NAME} and key_id = ${row.key_id} and url_ciphertext = ${row.url_ciphertext}`;
-  }
+  if (box.isStale(stored.keyId)) await store.resealConnection(orgId, CONNECTION_NAME, stored, box.seal(url, associatedData(orgId)));
   return url;
 }
 
@@ -59,7 +45,7 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
  * test and delete, each audited.
  */
 export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
-  const { sql, clients, outbox, config } = deps.ctx;
+  const { store, clients, outbox, config } = deps;
 
   return {
     async saveChatWebhook(req, context: HandlerContext) {
@@ -75,27 +61,19 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveCh
         throw err;
       }
       const sealed = deps.secretBox().seal(webhookUrl, associatedData(principal.orgId));
-      await sql.begin(async (tx) => {
-        const [previous] = await tx`select 1 from comms.chat_connections where org_id = ${principal.orgId} and name = ${CONNECTION_NAME} for update`;
-        await tx`
-          insert into comms.chat_connections (org_id, name, key_id, url_ciphertext, saved_by)
-          values (${principal.orgId}, ${CONNECTION_NAME}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
-          on conflict (org_id, name) do update
-            set key_id = excluded.key_id, url_ciphertext = excluded.url_ciphertext, saved_by = excluded.saved_by, saved_at = now()`;
-        await recordAudit(deps.ctx.outbox, tx, {
-          orgId: principal.orgId,
-          kind: AUDIT_KINDS.chatWebhookSaved,
-          actor: principal.email,
-          data: { connection: CONNECTION_NAME, replaced: previous !== undefined },
-        });
-      });
+      await store.saveConnection(principal.orgId, CONNECTION_NAME, sealed, principal.email, (replaced) => ({
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.chatWebhookSaved,
+        actor: principal.email,
+        data: { connection: CONNECTION_NAME, replaced },
+      }));
       outbox.poke();
       return { name: CONNECTION_NAME, connected: true };
     },
 
     async getChatWebhook(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      return { name: CONNECTION_NAME, connected: await hasConnection(deps, principal.orgId) };
+      return { name: CONNECTION_NAME, connected: await store.hasConnection(principal.orgId, CONNECTION_NAME) };
     },
 
     async testChatWebhook(req, context: HandlerContext) {
@@ -111,34 +89,27 @@ export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveCh
         buildTestCard({ orgSlug: principal.orgSlug, consoleUrl: `${config.publicUrl}/o/${principal.orgSlug}/incidents` }),
         config.CHAT_WEBHOOK_TIMEOUT_SECONDS,
       );
-      await sql.begin((tx) =>
-        recordAudit(deps.ctx.outbox, tx, {
-          orgId: principal.orgId,
-          kind: AUDIT_KINDS.chatWebhookTested,
-          actor: principal.email,
-          data: {
-            connection: CONNECTION_NAME,
-            ok: outcome.ok,
-            ...(outcome.ok ? {} : { error: outcome.error }),
-          },
-        }),
-      );
+      await store.recordAudit({
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.chatWebhookTested,
+        actor: principal.email,
+        data: {
+          connection: CONNECTION_NAME,
+          ok: outcome.ok,
+          ...(outcome.ok ? {} : { error: outcome.error }),
+        },
+      });
       outbox.poke();
       return outcome.ok ? { ok: true } : { ok: false, error: outcome.error };
     },
 
     async deleteChatWebhook(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
-      await sql.begin(async (tx) => {
-        const deleted = await tx`delete from comms.chat_connections where org_id = ${principal.orgId} and name = ${CONNECTION_NAME} returning 1`;
-        if (deleted.length > 0) {
-          await recordAudit(deps.ctx.outbox, tx, {
-            orgId: principal.orgId,
-            kind: AUDIT_KINDS.chatWebhookDeleted,
-            actor: principal.email,
-            data: { connection: CONNECTION_NAME },
-          });
-        }
+      await store.deleteConnection(principal.orgId, CONNECTION_NAME, {
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.chatWebhookDeleted,
+        actor: principal.email,
+        data: { connection: CONNECTION_NAME },
       });
       outbox.poke();
       return {};

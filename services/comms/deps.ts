@@ -2,11 +2,20 @@ import type { HandlerContext } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { EgressClient } from "../runtime/egress/index.js";
 import type { SecretBox } from "../runtime/secret-box.js";
-import type { ServiceContext } from "../runtime/service-module.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Config } from "../runtime/config.js";
+import type { Logger } from "../runtime/logger.js";
+import type { Outbox } from "../runtime/outbox.js";
+import type { CommsStore } from "./store.js";
 
 /** What the comms handlers share. */
 export interface CommsDeps {
-  ctx: ServiceContext;
+  clients: Clients;
+  logger: Logger;
+  config: Pick<Config, "publicUrl" | "CHAT_WEBHOOK_TIMEOUT_SECONDS">;
+  store: CommsStore;
+  /** Asks the outbox relay to publish soon, after a write that carries an event. */
+  outbox: Pick<Outbox, "poke">;
   /** Every chat-webhook call goes through it. */
   egress: EgressClient;
   /** The secret box for webhook URLs, created on first use. */
@@ -24,9 +33,9 @@ export const AUDIT_KINDS = {
  * Reads the incident as the caller: it must exist in the caller's organization and the caller
  * must be allowed to see it. Not found answers 404.
  */
-export async function incidentAsCaller(deps: CommsDeps, context: HandlerContext, org: string, incidentId: string): Promise<Incident> {
+export async function incidentAsCaller(deps: Pick<CommsDeps, "clients">, context: HandlerContext, org: string, incidentId: string): Promise<Incident> {
   const authorization = context.requestHeader.get("authorization") ?? "";
-  return deps.ctx.clients.incidents.getIncident(
+  return deps.clients.incidents.getIncident(
     { org, id: incidentId },
     { headers: { authorization, "x-request-id": context.requestHeader.get("x-request-id") ?? "" }, signal: context.signal },
   );

@@ -1,12 +1,7 @@
-import { create } from "@bufbuild/protobuf";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
-import { timestampNow } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext } from "@connectrpc/connect";
-import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { TransactionSql } from "../runtime/database.js";
-import { EVENTS } from "../runtime/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { buildUpdateCard } from "./adaptive-card.js";
@@ -14,18 +9,12 @@ import { parseChannel } from "./channel.js";
 import { loadWebhookUrl } from "./chat-webhook-connection.js";
 import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
 import { incidentAsCaller, type CommsDeps } from "./deps.js";
-import { egressEnabled } from "./egress-switch.js";
 import type { Handlers } from "./handlers.js";
-import { recordOnTimeline, sendRecordOf, type SentMessageRow } from "./timeline.js";
+import type { MessageRow } from "./store.js";
+import { recordOnTimeline, sendRecordOf } from "./timeline.js";
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
-
-interface MessageRow extends SentMessageRow {
-  version: number;
-}
-
-const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
 
 /**
  * The update text with trailing white space removed; empty or over the byte limit is
@@ -73,25 +62,12 @@ function toMessage(row: MessageRow) {
  * once.
  */
 export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
-  const { sql, clients, outbox, logger, config } = deps.ctx;
+  const { store, clients, outbox, logger, config } = deps;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
-    if (!isUuid(messageId)) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
-    const [row] = await sql.unsafe<MessageRow[]>(`select ${COLUMNS} from comms.messages where id = $1 and org_id = $2 and incident_id = $3`, [
-      messageId,
-      orgId,
-      incidentId,
-    ]);
+    const row = isUuid(messageId) ? await store.findMessage(orgId, incidentId, messageId) : undefined;
     if (!row) throw new NotFoundError(`no message ${messageId} on incident ${incidentId}`);
     return row;
-  }
-
-  async function updateSent(tx: TransactionSql, row: MessageRow, state: "sent" | "simulated"): Promise<void> {
-    await outbox.write(
-      tx,
-      EVENTS.updateSent,
-      create(UpdateSentSchema, { orgId: row.org_id, incidentId: row.incident_id, messageId: row.id, state, at: timestampNow() }),
-    );
   }
 
   /** The timeline entry is written now; if the incident core cannot take it, a sweep writes it later. */
@@ -126,23 +102,22 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       const channel = parseChannel(req.channel);
       const body = checkBody(req.body);
       await incidentAsCaller(deps, context, req.org, req.incidentId);
-      const [row] = await sql<{ id: string; version: number }[]>`
-        insert into comms.messages (org_id, incident_id, channel, label, body, drafted_by)
-        values (${principal.orgId}, ${req.incidentId}, ${channel.value}, ${channel.label ?? null}, ${body}, ${principal.email})
-        returning id, version`;
-      return { messageId: row!.id, version: String(row!.version) };
+      const row = await store.draftMessage({
+        orgId: principal.orgId,
+        incidentId: req.incidentId,
+        channel: channel.value,
+        label: channel.label ?? null,
+        body,
+        draftedBy: principal.email,
+      });
+      return { messageId: row.id, version: String(row.version) };
     },
 
     async listMessages(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const limit = pageLimit(req.limit, 1000, 1000);
       const after = req.cursor ? decodeCursor("c", req.cursor, isUuid) : undefined;
-      const rows = await sql.unsafe<MessageRow[]>(
-        `select ${COLUMNS} from comms.messages where org_id = $1 and incident_id = $2
-           and ($3::uuid is null or (drafted_at, id) > (select drafted_at, id from comms.messages where org_id = $1 and id = $3::uuid))
-         order by drafted_at, id limit $4`,
-        [principal.orgId, req.incidentId, after ?? null, limit + 1],
-      );
+      const rows = await store.listMessages(principal.orgId, req.incidentId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("c", last.id));
       return { messages: page.map(toMessage), ...(nextCursor ? { nextCursor } : {}) };
     },
@@ -152,11 +127,8 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       const version = req.version.trim();
       if (!version) throw new InvalidArgumentError("version required: echo the version the draft returned");
       const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
-      const [approved] = await sql<{ version: number }[]>`
-        update comms.messages set state = 'approved', version = version + 1, approved_by = ${principal.email}, approved_at = now()
-        where id = ${current.id} and state = 'drafted' and version::text = ${version}
-        returning version`;
-      if (approved) return { messageId: current.id, version: String(approved.version), state: "approved" };
+      const approved = await store.approveMessage(current.id, version, principal.email);
+      if (approved !== undefined) return { messageId: current.id, version: String(approved), state: "approved" };
       const now = await findMessage(principal.orgId, req.incidentId, req.messageId);
       if (now.state !== "drafted") throw new ConflictError(`message ${now.id} is already ${now.state}; only a draft can be approved`);
       throw new ConflictError(`stale version ${version}: message ${now.id} is at version ${now.version}; read it again and approve what you read`);
@@ -167,7 +139,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
       if (current.state !== "approved") throw notSendable(current);
       const incident = await incidentAsCaller(deps, context, req.org, req.incidentId);
-      const real = await egressEnabled(sql, principal.orgId);
+      const real = await store.egressEnabled(principal.orgId);
       let webhookUrl: string | undefined;
       if (real) {
         webhookUrl = await loadWebhookUrl(deps, principal.orgId);
@@ -181,17 +153,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       // The claim: one conditional update moves the message out of `approved`, so of two racing
       // sends exactly one goes on; with egress off it is final at once.
       const target = real ? "sending" : "simulated";
-      const claimed = await sql.begin(async (tx) => {
-        const [row] = await tx.unsafe<MessageRow[]>(
-          `update comms.messages
-             set state = $1, sent_by = $2, claimed_at = now(), finished_at = case when $1 = 'simulated' then now() end
-           where id = $3 and state = 'approved'
-           returning ${COLUMNS}`,
-          [target, principal.email, current.id],
-        );
-        if (row && target === "simulated") await updateSent(tx, row, "simulated");
-        return row;
-      });
+      const claimed = await store.claimSend(current.id, target, principal.email);
       if (!claimed) throw notSendable(await findMessage(principal.orgId, req.incidentId, req.messageId));
       outbox.poke();
 
@@ -201,16 +163,7 @@ export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "lis
       }
 
       const outcome = await deliver(claimed, incident, webhookUrl!);
-      const finished = await sql.begin(async (tx) => {
-        const [row] = await tx.unsafe<MessageRow[]>(
-          `update comms.messages set state = $1, error = $2, finished_at = now()
-           where id = $3 and state = 'sending'
-           returning ${COLUMNS}`,
-          [outcome.ok ? "sent" : "failed", outcome.ok ? null : outcome.error, claimed.id],
-        );
-        if (row && outcome.ok) await updateSent(tx, row, "sent");
-        return row;
-      });
+      const finished = await store.finishSend(claimed.id, outcome.ok ? { ok: true } : { ok: false, error: outcome.error });
       outbox.poke();
       if (finished) await recordSoon(finished);
       if (!outcome.ok) throw new UnavailableError(outcome.error);

@@ -7,6 +7,7 @@ import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { registerRoutes } from "./routes.js";
+import { createPostgresCommsStore } from "./store.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
 import { offerWarRoomLink } from "./war-room-link.js";
 
@@ -21,7 +22,11 @@ const TIMELINE_SWEEP_AGE_SECONDS = 60;
 export function createCommsService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "comms" });
   const deps: CommsDeps = {
-    ctx: { ...ctx, logger },
+    clients: ctx.clients,
+    logger,
+    config: ctx.config,
+    store: createPostgresCommsStore({ sql: ctx.sql, outbox: ctx.outbox }),
+    outbox: ctx.outbox,
     egress: createChatWebhookEgress(ctx.config),
     secretBox: serviceSecretBox(ctx.config, logger),
   };

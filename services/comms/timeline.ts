@@ -1,5 +1,6 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { CommsDeps } from "./deps.js";
+import type { SentMessageRow } from "./store.js";
 
 /** What a finished send leaves on the incident timeline. */
 export interface SendRecord {
@@ -57,25 +58,14 @@ export function timelineEntryOf(record: SendRecord): { kind: string; summary: st
   return { kind, summary: clip(summary, SUMMARY_MAX), data, eventId: `comms-message:${record.messageId}` };
 }
 
-/** Appends the entry and marks the message as recorded. Throws when the incident core is unreachable. */
-export async function recordOnTimeline(deps: CommsDeps, record: SendRecord): Promise<void> {
-  const entry = timelineEntryOf(record);
-  await deps.ctx.clients.incidents.appendTimeline({ orgId: record.orgId, incidentId: record.incidentId, entry });
-  await deps.ctx.sql`update comms.messages set timeline_recorded = true where id = ${record.messageId}`;
-}
+/** What the timeline writes need. */
+type TimelineDeps = Pick<CommsDeps, "store" | "clients" | "logger">;
 
-/** The columns of a message row the timeline needs. */
-export interface SentMessageRow {
-  id: string;
-  org_id: string;
-  incident_id: string;
-  channel: string;
-  label: string | null;
-  body: string;
-  state: string;
-  error: string | null;
-  approved_by: string | null;
-  sent_by: string | null;
+/** Appends the entry and marks the message as recorded. Throws when the incident core is unreachable. */
+export async function recordOnTimeline(deps: TimelineDeps, record: SendRecord): Promise<void> {
+  const entry = timelineEntryOf(record);
+  await deps.clients.incidents.appendTimeline({ orgId: record.orgId, incidentId: record.incidentId, entry });
+  await deps.store.markTimelineRecorded(record.messageId);
 }
 
 /**
@@ -103,24 +93,19 @@ export function sendRecordOf(row: SentMessageRow): SendRecord {
  * are read, each entry is appended, and each row is marked in its own statement. Replicas may
  * pick the same row at the same moment; the entry's event id makes the incident hold it once.
  */
-export async function recordPendingTimelineEntries(deps: CommsDeps, olderThanSeconds: number): Promise<number> {
-  const { sql, logger } = deps.ctx;
-  const rows = await sql<SentMessageRow[]>`
-    select id, org_id, incident_id, channel, label, body, state, error, approved_by, sent_by
-    from comms.messages
-    where timeline_recorded = false and state in ('sent', 'simulated', 'failed')
-      and finished_at < now() - make_interval(secs => ${olderThanSeconds})
-    order by finished_at limit 50`;
+export async function recordPendingTimelineEntries(deps: TimelineDeps, olderThanSeconds: number): Promise<number> {
+  const { store, logger } = deps;
+  const rows = await store.unrecordedSends(olderThanSeconds, 50);
   let done = 0;
   for (const row of rows) {
     const entry = timelineEntryOf(sendRecordOf(row));
     try {
-      await deps.ctx.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
+      await deps.clients.incidents.appendTimeline({ orgId: row.org_id, incidentId: row.incident_id, entry });
     } catch (err) {
       logger.warn({ messageId: row.id, err: String(err) }, "timeline entry still not written; will retry");
       continue;
     }
-    await sql`update comms.messages set timeline_recorded = true where id = ${row.id}`;
+    await store.markTimelineRecorded(row.id);
     done++;
   }
   return done;

@@ -1,6 +1,6 @@
 import type { IncidentOpened } from "../../gen/warroom/events/v1/events_pb.js";
 import { CHANNEL_KIND } from "./channel.js";
-import { hasConnection } from "./chat-webhook-connection.js";
+import { CONNECTION_NAME } from "./chat-webhook-connection.js";
 import type { CommsDeps } from "./deps.js";
 
 /** Who drafted an offer nobody typed. */
@@ -21,13 +21,16 @@ export function warRoomLinkText(title: string, workspaceUrl: string): string {
  */
 export async function offerWarRoomLink(deps: CommsDeps, opened: IncidentOpened): Promise<void> {
   if (opened.source !== "chat") return;
-  if (!(await hasConnection(deps, opened.orgId))) return;
-  const org = await deps.ctx.clients.identity.getOrganization({ id: opened.orgId });
-  const workspaceUrl = `${deps.ctx.config.publicUrl}/o/${org.slug}/incidents/${opened.incidentId}`;
-  const drafted = await deps.ctx.sql`
-    insert into comms.messages (org_id, incident_id, channel, body, origin, drafted_by)
-    values (${opened.orgId}, ${opened.incidentId}, ${CHANNEL_KIND}, ${warRoomLinkText(opened.title, workspaceUrl)}, 'war_room_link', ${SYSTEM_AUTHOR})
-    on conflict (org_id, incident_id) where origin = 'war_room_link' do nothing
-    returning id`;
-  if (drafted.length > 0) deps.ctx.logger.info({ orgId: opened.orgId, incidentId: opened.incidentId, messageId: drafted[0]!.id }, "war-room link drafted");
+  if (!(await deps.store.hasConnection(opened.orgId, CONNECTION_NAME))) return;
+  const org = await deps.clients.identity.getOrganization({ id: opened.orgId });
+  const workspaceUrl = `${deps.config.publicUrl}/o/${org.slug}/incidents/${opened.incidentId}`;
+  const drafted = await deps.store.draftWarRoomLink({
+    orgId: opened.orgId,
+    incidentId: opened.incidentId,
+    channel: CHANNEL_KIND,
+    label: null,
+    body: warRoomLinkText(opened.title, workspaceUrl),
+    draftedBy: SYSTEM_AUTHOR,
+  });
+  if (drafted) deps.logger.info({ orgId: opened.orgId, incidentId: opened.incidentId, messageId: drafted }, "war-room link drafted");
 }

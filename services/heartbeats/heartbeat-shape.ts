@@ -1,39 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSchema } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import type { Sql } from "../runtime/database.js";
-
-/** A heartbeat row as the management routes read it. */
-export interface HeartbeatRow {
-  id: string;
-  name: string;
-  expected_interval_seconds: number | null;
-  grace_seconds: number;
-  schedule: string | null;
-  timezone: string | null;
-  max_run_seconds: number | null;
-  created_at: Date;
-  last_seen_at: Date | null;
-  deadline: Date;
-  silent: boolean;
-  last_ping_at: Date | null;
-  last_ping_kind: string | null;
-  last_ping_exit_status: number | null;
-  last_ping_run_seconds: number | null;
-  last_ping_body: string | null;
-  last_ping_body_cut: boolean | null;
-  last_ping_body_bytes: number | null;
-  running_since: Date | null;
-}
-
-/** The columns of HeartbeatRow, for `select` and `returning` on heartbeats.heartbeats (no alias). */
-export function heartbeatColumns(sql: Sql) {
-  // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
-  return sql`id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, created_at, last_seen_at,
-    deadline, (open_silence_id is not null or deadline < now()) as silent,
-    last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
-    (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since`;
-}
+import type { HeartbeatRow } from "./store.js";
 
 /**
  * A heartbeat row as the API answers it (status, due time, schedule, latest ping, run in progress).

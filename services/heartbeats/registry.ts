@@ -5,13 +5,13 @@ import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbea
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
-import { recordAudit } from "../runtime/events.js";
+import type { AuditRecord } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
-import { heartbeatColumns, toHeartbeat, type HeartbeatRow } from "./heartbeat-shape.js";
+import { toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
+import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
 
 export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
@@ -24,7 +24,7 @@ function notFound(name: string): NotFoundError {
 }
 
 /** The deadline: the next expected ping after `since`, plus grace. */
-export function deadlineAfter(since: Date, kind: { interval: number | null; schedule: string | null; timezone: string | null }, graceSeconds: number): Date {
+export function deadlineAfter(since: Date, kind: Expectation, graceSeconds: number): Date {
   const next = kind.schedule ? nextScheduled(kind.schedule, kind.timezone ?? "UTC", since) : new Date(since.getTime() + kind.interval! * 1000);
   return new Date(next.getTime() + graceSeconds * 1000);
 }
@@ -43,20 +43,14 @@ function auditData(row: HeartbeatRow): JsonObject {
 
 /** Register, list, read, update and delete: the management routes, for people. */
 export function createRegistryHandlers(deps: {
-  sql: Sql;
+  store: HeartbeatStore;
   clients: Clients;
-  outbox: Outbox;
+  outbox: Pick<Outbox, "poke">;
 }): Pick<ServiceImpl<typeof HeartbeatsService>, "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat"> {
-  const { sql, clients, outbox } = deps;
-  const columns = heartbeatColumns(sql);
+  const { store, clients, outbox } = deps;
 
-  async function audit(tx: TransactionSql, principal: Principal, kind: string, data: JsonObject): Promise<void> {
-    await recordAudit(outbox, tx, { orgId: principal.orgId, kind, actor: principal.email, data });
-  }
-
-  async function databaseNow(tx: TransactionSql): Promise<Date> {
-    const [row] = await tx<{ now: Date }[]>`select now() as now`;
-    return row!.now;
+  function auditBy(principal: Principal, kind: string, data: JsonObject): AuditRecord {
+    return { orgId: principal.orgId, kind, actor: principal.email, data };
   }
 
   return {
@@ -74,21 +68,13 @@ export function createRegistryHandlers(deps: {
       }
       const grace = checkGrace(req.graceSeconds);
       const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
-      const row = await sql.begin(async (tx) => {
-        // The database clock: created_at is this transaction's now().
-        const now = await databaseNow(tx);
-        const deadline = deadlineAfter(now, { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null }, grace);
-        const [inserted] = await tx<HeartbeatRow[]>`
-          insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
-            schedule_gap_seconds, max_run_seconds, deadline)
-          values (${principal.orgId}, ${principal.orgSlug}, ${req.name}, ${interval}, ${grace}, ${schedule?.schedule ?? null},
-            ${schedule?.timezone ?? null}, ${schedule?.gapSeconds ?? null}, ${maxRun}, ${deadline})
-          on conflict (org_id, name) do nothing
-          returning ${columns}`;
-        if (!inserted) throw new AlreadyExistsError(`a heartbeat named "${req.name}" already exists`);
-        await audit(tx, principal, AUDIT_KINDS.registered, auditData(inserted));
-        return inserted;
-      });
+      const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null };
+      const row = await store.register(
+        { orgId: principal.orgId, orgSlug: principal.orgSlug, name: req.name, ...expectation, gapSeconds: schedule?.gapSeconds ?? null, grace, maxRun },
+        (now) => deadlineAfter(now, expectation, grace),
+        (inserted) => auditBy(principal, AUDIT_KINDS.registered, auditData(inserted)),
+      );
+      if (!row) throw new AlreadyExistsError(`a heartbeat named "${req.name}" already exists`);
       outbox.poke();
       return toHeartbeat(row);
     },
@@ -99,17 +85,14 @@ export function createRegistryHandlers(deps: {
       // gets them a page at a time rather than as one reply over the internal message limit.
       const limit = pageLimit(req.limit, 1000, 10_000);
       const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
-      const rows = await sql<HeartbeatRow[]>`
-        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} ${after === undefined ? sql`` : sql`and name > ${after}`}
-        order by name limit ${limit + 1}`;
+      const rows = await store.list(principal.orgId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
       return { heartbeats: page.map(toHeartbeat), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async getHeartbeat(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      const [row] = await sql<HeartbeatRow[]>`
-        select ${columns} from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${req.name}`;
+      const row = await store.get(principal.orgId, req.name);
       if (!row) throw notFound(req.name);
       return toHeartbeat(row);
     },
@@ -141,52 +124,37 @@ export function createRegistryHandlers(deps: {
       // 0 removes the limit.
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
-      const row = await sql.begin(async (tx) => {
-        const [current] = await tx<
-          { expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]
-        >`
-          select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
-          from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${target} for update`;
-        if (!current) throw notFound(target);
-        let next = { interval: current.expected_interval_seconds, schedule: current.schedule, timezone: current.timezone };
-        let gap: number | null = null;
-        if (interval !== null) next = { interval, schedule: null, timezone: null };
-        else if (req.schedule !== undefined || (req.timezone !== undefined && current.schedule)) {
-          const checked = checkSchedule(req.schedule ?? current.schedule!, req.timezone ?? current.timezone ?? undefined);
-          next = { interval: null, schedule: checked.schedule, timezone: checked.timezone };
-          gap = checked.gapSeconds;
-        } else if (req.timezone !== undefined) {
-          throw new InvalidArgumentError("timezone goes with a schedule");
-        }
-        const newGrace = grace ?? current.grace_seconds;
-        // The deadline moves with the new expectation and grace. A silence in progress stays one
-        // silence: only a ping ends it, so a longer interval never opens a second incident.
-        const deadline = deadlineAfter(current.since, next, newGrace);
-        const [updated] = await tx<HeartbeatRow[]>`
-          update heartbeats.heartbeats set
-            expected_interval_seconds = ${next.interval},
-            schedule = ${next.schedule},
-            timezone = ${next.timezone},
-            schedule_gap_seconds = ${next.schedule ? sql`coalesce(${gap}::integer, schedule_gap_seconds)` : null},
-            grace_seconds = ${newGrace},
-            max_run_seconds = ${req.maxRunSeconds === undefined ? sql`max_run_seconds` : maxRun},
-            deadline = ${deadline}
-          where org_id = ${principal.orgId} and name = ${target}
-          returning ${columns}`;
-        await audit(tx, principal, AUDIT_KINDS.updated, auditData(updated!));
-        return updated!;
-      });
+      const row = await store.update(
+        principal.orgId,
+        target,
+        (current) => {
+          let next: Expectation = { interval: current.interval, schedule: current.schedule, timezone: current.timezone };
+          let gap: number | null = null;
+          if (interval !== null) next = { interval, schedule: null, timezone: null };
+          else if (req.schedule !== undefined || (req.timezone !== undefined && current.schedule)) {
+            const checked = checkSchedule(req.schedule ?? current.schedule!, req.timezone ?? current.timezone ?? undefined);
+            next = { interval: null, schedule: checked.schedule, timezone: checked.timezone };
+            gap = checked.gapSeconds;
+          } else if (req.timezone !== undefined) {
+            throw new InvalidArgumentError("timezone goes with a schedule");
+          }
+          const newGrace = grace ?? current.grace;
+          // The deadline moves with the new expectation and grace. A silence in progress stays one
+          // silence: only a ping ends it, so a longer interval never opens a second incident.
+          const deadline = deadlineAfter(current.since, next, newGrace);
+          return { ...next, gapSeconds: gap, grace: newGrace, maxRun: req.maxRunSeconds === undefined ? undefined : maxRun, deadline };
+        },
+        (updated) => auditBy(principal, AUDIT_KINDS.updated, auditData(updated)),
+      );
+      if (!row) throw notFound(target);
       outbox.poke();
       return toHeartbeat(row);
     },
 
     async deleteHeartbeat(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
-      await sql.begin(async (tx) => {
-        const deleted = await tx`delete from heartbeats.heartbeats where org_id = ${principal.orgId} and name = ${req.name} returning id`;
-        if (deleted.length === 0) throw notFound(req.name);
-        await audit(tx, principal, AUDIT_KINDS.deleted, { name: req.name });
-      });
+      const deleted = await store.delete(principal.orgId, req.name, auditBy(principal, AUDIT_KINDS.deleted, { name: req.name }));
+      if (!deleted) throw notFound(req.name);
       outbox.poke();
       return {};
     },

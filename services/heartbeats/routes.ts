@@ -9,6 +9,7 @@ import type { Logger } from "../runtime/logger.js";
 import { createPingHandler } from "./ping.js";
 import { createRegistryHandlers } from "./registry.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
+import type { HeartbeatStore } from "./store.js";
 import type { Sweeper } from "./sweep.js";
 
 /** Wires the handler groups into the service implementation. */
@@ -16,6 +17,7 @@ export function createHeartbeatsRoutes(deps: {
   sql: Sql;
   /** The pool pings use, apart from background work. */
   pingSql: Sql;
+  store: HeartbeatStore;
   clients: Clients;
   outbox: Outbox;
   ingestTokens: IngestTokenResolver;

@@ -5,19 +5,22 @@ import { migrations } from "./migrations.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import { createHeartbeatsRoutes } from "./routes.js";
 import { createSilenceDelivery } from "./silence-delivery.js";
+import { createPostgresHeartbeatStore } from "./store.js";
 import { createSweeper } from "./sweep.js";
 
 /** Registered jobs that ping; a sweep opens an incident, through the incident core, for each silence. */
 export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   const { sql, clients, outbox, config } = ctx;
   const logger = ctx.logger.child({ service: "heartbeats" });
-  const delivery = createSilenceDelivery({ sql, clients, logger });
-  const sweeper = createSweeper({ sql: ctx.backgroundSql, outbox, delivery, logger });
+  const store = createPostgresHeartbeatStore({ sql, outbox, logger });
+  const delivery = createSilenceDelivery({ store, clients, logger });
+  // Sweeps detect on a small pool of their own: a sweep never takes a connection from a request.
+  const sweeper = createSweeper({ store: createPostgresHeartbeatStore({ sql: ctx.backgroundSql, outbox, logger }), outbox, delivery, logger });
   const ingestTokens = createIngestTokenResolver({ clients, broadcast: ctx.broadcast });
   // Pings get a pool of their own (as large as the shared one), so that a sweep, its deliveries
   // and the outbox relay never make a ping wait for a connection.
   const pingSql = ctx.openPool("warroom-pings", config.DATABASE_POOL_SIZE);
-  const routes = createHeartbeatsRoutes({ sql, pingSql, clients, outbox, ingestTokens, delivery, sweeper, logger });
+  const routes = createHeartbeatsRoutes({ sql, pingSql, store, clients, outbox, ingestTokens, delivery, sweeper, logger });
 
   return {
     name: "heartbeats",

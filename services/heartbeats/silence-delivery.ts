@@ -3,12 +3,12 @@ import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbu
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RecordRequestSchema, type RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/clients.js";
-import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import { mapBounded } from "../runtime/map-bounded.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { formatDuration } from "./heartbeat-rules.js";
 import { describeBody } from "./ping-body.js";
+import type { ClaimedAlert, ClaimedResume, HeartbeatStore, RecordedAlert } from "./store.js";
 
 /**
  * Hands silences to the incident core: the `alert` that opens (or attaches to) the incident, and
@@ -58,54 +58,6 @@ export interface ResumeCounts {
   failed: number;
 }
 
-interface ClaimedAlert {
-  id: string;
-  cause: "silence" | "fail" | "overrun";
-  deadline: Date;
-  since: Date;
-  never_pinged: boolean;
-  org_id: string;
-  org_slug: string;
-  name: string;
-  expected_interval_seconds: number | null;
-  schedule: string | null;
-  timezone: string | null;
-  grace_seconds: number;
-  max_run_seconds: number | null;
-  silent_seconds: number;
-  exit_status: number | null;
-  body: string | null;
-  body_cut: boolean | null;
-  body_bytes: number | null;
-  run_id: string | null;
-  suppressed_by: string | null;
-  db_now: Date;
-}
-
-interface Recorded {
-  id: string;
-  outcome: string;
-  incidentId: string;
-  /** Set when a maintenance window suppressed the alert: when to offer it again. */
-  suppressedUntil: Date | null;
-  suppressedBy: string | null;
-}
-
-interface ClaimedResume {
-  id: string;
-  cause: "silence" | "fail" | "overrun";
-  since: Date;
-  org_id: string;
-  org_slug: string;
-  name: string;
-  ended_at: Date;
-  silent_seconds: number;
-  ended_body: string | null;
-  ended_body_cut: boolean | null;
-  ended_body_bytes: number | null;
-  ended_run_seconds: number | null;
-}
-
 export interface SilenceDelivery {
   /** Delivers every alert not yet recorded whose lease is free (all of them, or the one given). */
   deliverAlerts(token: string, onlySilenceId?: string): Promise<AlertCounts>;
@@ -125,51 +77,9 @@ export interface SilenceDelivery {
  * Hands silences to the incident core: each one's alert, and the `resumed` a ping ends it with,
  * exactly once, under a lease so replicas never deliver the same one together.
  */
-export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger: Logger }): SilenceDelivery {
-  const { sql, clients, logger } = deps;
+export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Clients; logger: Logger }): SilenceDelivery {
+  const { store, clients, logger } = deps;
   const background = new Set<Promise<unknown>>();
-
-  /**
-   * Claims alerts to deliver: those never recorded, and those a maintenance window suppressed
-   * whose recheck time has come while the heartbeat is still silent (still pointing at this
-   * silence). A re-offered one is unmarked as recorded in the claim itself, so its `resumed`
-   * waits for it, as for any alert.
-   */
-  async function claimAlerts(token: string, onlySilenceId: string | undefined): Promise<ClaimedAlert[]> {
-    return sql<ClaimedAlert[]>`
-      with never_recorded as (
-        select id from heartbeats.silences
-        where alert_recorded_at is null
-          ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
-          and (claim_until is null or claim_until < now())
-          and claim_token is distinct from ${token}
-        order by detected_at
-        limit ${BATCH}
-        for update skip locked
-      ), held_back as (
-        select s2.id from heartbeats.silences s2
-        where s2.suppressed_until <= now()
-          -- Still silent: the heartbeat still points at this silence.
-          and exists (select 1 from heartbeats.heartbeats h2 where h2.id = s2.heartbeat_id and h2.open_silence_id = s2.id)
-          ${onlySilenceId ? sql`and s2.id = ${onlySilenceId}` : sql``}
-          and (s2.claim_until is null or s2.claim_until < now())
-          and s2.claim_token is distinct from ${token}
-        order by s2.suppressed_until
-        limit ${BATCH}
-        for update skip locked
-      ), claimed as (
-        update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS}),
-          alert_recorded_at = case when s.suppressed_until is not null then null else s.alert_recorded_at end
-        where s.id in (select id from never_recorded union all select id from held_back)
-        returning s.*
-      )
-      -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
-      select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
-        h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
-        s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
-        extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds
-      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
-  }
 
   /** Words for what the heartbeat expects: "one every 5m with 1m of grace". */
   function expectation(row: { expected_interval_seconds: number | null; schedule: string | null; timezone: string | null; grace_seconds: number }): string {
@@ -256,7 +166,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     };
   }
 
-  async function interpret(row: ClaimedAlert, response: RecordResponse): Promise<Recorded> {
+  async function interpret(row: ClaimedAlert, response: RecordResponse): Promise<RecordedAlert> {
     if (response.outcome === "suppressed" && response.maintenanceWindowId) {
       const window = await suppressedUntil(row.org_id, response.maintenanceWindowId);
       return { id: row.id, outcome: response.outcome, incidentId: "", suppressedUntil: window.until, suppressedBy: response.maintenanceWindowId };
@@ -270,8 +180,8 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
    * statement. A call that fails releases its silences at once; the next sweep retries them under
    * the same event ids.
    */
-  async function recordAlerts(token: string, rows: ClaimedAlert[]): Promise<(Recorded | undefined)[]> {
-    const results: (Recorded | undefined)[] = new Array(rows.length);
+  async function recordAlerts(token: string, rows: ClaimedAlert[]): Promise<(RecordedAlert | undefined)[]> {
+    const results: (RecordedAlert | undefined)[] = new Array(rows.length);
     const pending: number[] = [];
     for (let k = 0; k < rows.length; k++) {
       const row = rows[k]!;
@@ -321,46 +231,6 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     return results;
   }
 
-  /**
-   * Marks a batch delivered in one statement. Until it commits the silences stay claimed; if it
-   * never does, the lease expires and they are handed over again under the same event ids.
-   */
-  async function markAlertsRecorded(token: string, recorded: Recorded[]): Promise<void> {
-    if (recorded.length === 0) return;
-    await sql`
-      update heartbeats.silences s
-      set alert_recorded_at = now(), alert_outcome = d.outcome, incident_id = coalesce(nullif(d.incident_id, ''), s.incident_id),
-          suppressed_until = d.suppressed_until, suppressed_by = coalesce(d.suppressed_by, s.suppressed_by),
-          claim_token = null, claim_until = null
-      from unnest(${recorded.map((r) => r.id)}::uuid[], ${recorded.map((r) => r.outcome)}::text[], ${recorded.map((r) => r.incidentId)}::text[],
-          ${recorded.map((r) => r.suppressedUntil?.toISOString() ?? null)}::timestamptz[], ${recorded.map((r) => r.suppressedBy)}::text[])
-        as d(id, outcome, incident_id, suppressed_until, suppressed_by)
-      where s.id = d.id and s.claim_token = ${token}`;
-  }
-
-  /** Silences a ping ended whose `resumed` is not recorded yet; the alert goes first. */
-  async function claimResumes(token: string, onlySilenceId: string | undefined): Promise<ClaimedResume[]> {
-    return sql<ClaimedResume[]>`
-      with claimed as (
-      update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${LEASE_SECONDS})
-      where s.id in (
-          select id from heartbeats.silences
-          where ended_at is not null and resume_recorded_at is null
-            ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
-            -- The alert goes first: a resume whose alert is still pending waits for it.
-            and alert_recorded_at is not null
-            and (claim_until is null or claim_until < now())
-            and claim_token is distinct from ${token}
-          order by ended_at
-          limit ${BATCH}
-          for update skip locked)
-      returning s.*
-      )
-      select s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
-        extract(epoch from s.ended_at - s.since)::float8 as silent_seconds
-      from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
-  }
-
   async function deliverResume(token: string, row: ClaimedResume): Promise<boolean> {
     const silentFor = formatDuration(row.silent_seconds);
     const said = describeBody({ text: row.ended_body ?? "", cut: row.ended_body_cut ?? false, bytes: row.ended_body_bytes ?? 0 });
@@ -397,10 +267,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
         },
         { timeoutMs: RECORD_TIMEOUT_MS },
       );
-      await sql`
-        update heartbeats.silences
-        set resume_recorded_at = now(), resume_outcome = ${response.outcome}, claim_token = null, claim_until = null
-        where id = ${row.id} and claim_token = ${token}`;
+      await store.markResumeRecorded(token, row.id, response.outcome);
       return true;
     } catch (err) {
       await release(token, [row.id]);
@@ -409,26 +276,19 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     }
   }
 
-  /**
-   * Ends the lease now but keeps this pass's token on the row, so the same pass does not pick the
-   * row again; the next pass (another token) retries it.
-   */
-  async function release(token: string, silenceIds: string[]): Promise<void> {
-    if (silenceIds.length === 0) return;
-    await sql`update heartbeats.silences set claim_until = now() where id = any(${silenceIds}::uuid[]) and claim_token = ${token}`.catch((err) =>
-      logger.warn({ err: String(err), silences: silenceIds.length }, "could not release a claim; it expires by itself"),
-    );
+  function release(token: string, silenceIds: string[]): Promise<void> {
+    return store.release(token, silenceIds);
   }
 
   const delivery: SilenceDelivery = {
     async deliverAlerts(token, onlySilenceId) {
       const counts: AlertCounts = { delivered: 0, opened: 0, suppressed: 0, failed: 0 };
       for (;;) {
-        const rows = await claimAlerts(token, onlySilenceId);
+        const rows = await store.claimAlerts({ token, onlySilenceId, limit: BATCH, leaseSeconds: LEASE_SECONDS });
         if (rows.length === 0) break;
         const results = await recordAlerts(token, rows);
-        const recorded = results.filter((r): r is Recorded => r !== undefined);
-        await markAlertsRecorded(token, recorded);
+        const recorded = results.filter((r): r is RecordedAlert => r !== undefined);
+        await store.markAlertsRecorded(token, recorded);
         const failedHere = rows.length - recorded.length;
         counts.delivered += recorded.length;
         counts.opened += recorded.filter((r) => r.outcome === "opened").length;
@@ -456,7 +316,7 @@ export function createSilenceDelivery(deps: { sql: Sql; clients: Clients; logger
     async deliverResumes(token, onlySilenceId) {
       const counts: ResumeCounts = { resumed: 0, failed: 0 };
       for (;;) {
-        const rows = await claimResumes(token, onlySilenceId);
+        const rows = await store.claimResumes({ token, onlySilenceId, limit: BATCH, leaseSeconds: LEASE_SECONDS });
         if (rows.length === 0) break;
         const results = await mapBounded(rows, CONCURRENCY, (row) => deliverResume(token, row));
         const failedHere = results.filter((ok) => !ok).length;

@@ -1,7 +1,3 @@
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
@@ -11,7 +7,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IncidentOpenedSchema, TimelineRecordedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { AlertSchema, IncidentsService, type Alert } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { freshDatabase, NATS_URL, OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { freshDatabase, OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { startPrivateNats, type PrivateNats } from "../../test/support/nats-server.js";
 import { createIdentityService } from "../identity/service.js";
 import { createNatsTransport } from "../runtime/nats-transport.js";
 import { runProcess, type RunningProcess } from "../runtime/process.js";
@@ -22,53 +19,9 @@ import { createIncidentsService } from "./service.js";
  * concurrency in one process and across three processes sharing one database and one NATS.
  *
  * NATS: RPC subjects carry no deployment prefix, so two test runs on one NATS server would answer
- * each other's calls (against each other's databases). These tests therefore start their own
- * NATS server on a free loopback port when the `nats-server` binary is installed, and use the
- * shared NATS_URL otherwise.
+ * each other's calls (against each other's databases). Each app over NATS therefore talks over a
+ * private NATS server of its own, and so do the three processes.
  */
-
-let natsServer: { url: string; stop(): Promise<void> } | undefined;
-
-async function privateNatsServer(): Promise<{ url: string; stop(): Promise<void> }> {
-  const storeDir = mkdtempSync(join(tmpdir(), "incidents-nats-"));
-  let child: ChildProcess;
-  try {
-    child = spawn("nats-server", ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", storeDir], { stdio: ["ignore", "ignore", "pipe"] });
-  } catch {
-    rmSync(storeDir, { recursive: true, force: true });
-    return { url: NATS_URL, stop: async () => {} };
-  }
-  const stop = async () => {
-    if (child.exitCode === null) {
-      const exited = new Promise((resolve) => child.once("exit", resolve));
-      child.kill("SIGTERM");
-      await exited;
-    }
-    rmSync(storeDir, { recursive: true, force: true });
-  };
-  const url = await new Promise<string | undefined>((resolve) => {
-    let log = "";
-    let port: string | undefined;
-    const timer = setTimeout(() => resolve(undefined), 10_000);
-    child.once("error", () => {
-      clearTimeout(timer);
-      resolve(undefined);
-    });
-    child.stderr!.on("data", (chunk: Buffer) => {
-      log += chunk.toString();
-      port ??= /Listening for client connections on [\d.]+:(\d+)/.exec(log)?.[1];
-      if (port && log.includes("Server is ready")) {
-        clearTimeout(timer);
-        resolve(`nats://127.0.0.1:${port}`);
-      }
-    });
-  });
-  if (!url) {
-    await stop();
-    return { url: NATS_URL, stop: async () => {} };
-  }
-  return { url, stop };
-}
 
 type AlertInit = MessageInitShape<typeof AlertSchema>;
 
@@ -90,20 +43,11 @@ interface Harness {
 }
 
 async function harness(nats: boolean): Promise<Harness> {
-  let env: Record<string, string> | undefined;
-  if (nats) {
-    natsServer ??= await privateNatsServer();
-    env = { NATS_URL: natsServer.url };
-  }
-  const app = await startApp({ nats, env });
+  const app = await startApp({ nats });
   const transport: Transport = app.process.transport;
   const org = await createClient(IdentityService, transport).getOrganization({ slug: OWNER.org });
   return { app, client: createClient(IncidentsService, transport), orgId: org.id, token: await app.ownerToken() };
 }
-
-afterAll(async () => {
-  await natsServer?.stop();
-});
 
 describe.each([
   { mode: "in-memory transport", nats: false },
@@ -423,9 +367,10 @@ describe("Record across three processes over NATS", () => {
   let client: Client<typeof IncidentsService>;
   let orgId: string;
   let db: postgres.Sql;
+  let natsServer: PrivateNats;
 
   beforeAll(async () => {
-    natsServer ??= await privateNatsServer();
+    natsServer = await startPrivateNats();
     database = await freshDatabase();
     // One after another: the process under test is Record, not start-up.
     for (let i = 0; i < 3; i++) {
@@ -461,6 +406,7 @@ describe("Record across three processes over NATS", () => {
     await db?.end();
     await nc?.drain();
     for (const p of processes) await p.stop();
+    await natsServer?.cleanup();
     await database?.drop();
   });
 

@@ -1,17 +1,20 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
-import type { DeliverRequest, GetOpsgenieRequestStatusRequest, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
+import type { DeliverRequest, GetOpsgenieRequestStatusRequest, IntakeService, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import type { Clients } from "../runtime/clients.js";
-import type { Sql } from "../runtime/database.js";
 import { DomainError, NotFoundError, UnauthenticatedError, UnprocessablePayloadError, unprocessableOf } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
+import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
+import type { DeliveryPath, TriggerAnswer } from "./delivery.js";
 import { parseTriggerBody } from "./request-body.js";
-import { IDEMPOTENCY_KEY_HEADER, type TriggerRoute } from "./retry-keys.js";
+import { IDEMPOTENCY_KEY_HEADER } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
-import type { AlertDelivery, MappedDelivery } from "./sources/index.js";
+import type { AlertDelivery } from "./sources/index.js";
 import * as opsgenie from "./sources/opsgenie.js";
 import * as pagerDuty from "./sources/pagerduty-events.js";
+import type { IntakeStore } from "./store.js";
 
 /**
  * The drop-in receivers: PagerDuty Events API v2 and the Opsgenie Alert API, so a monitor wired
@@ -20,25 +23,6 @@ import * as pagerDuty from "./sources/pagerduty-events.js";
  * vendors' own and are built in the gateway (`services/gateway/dropin-answers.ts`) from the
  * metadata these errors carry.
  */
-
-interface Organization {
-  id: string;
-  slug: string;
-}
-
-export interface DeliveredAnswer {
-  outcome: string;
-  incidentId?: string | undefined;
-}
-
-export interface DropinDeps {
-  sql: Sql;
-  clients: Clients;
-  ingestTokens: { resolve(token: string, signal?: AbortSignal): Promise<Organization> };
-  /** The shared delivery path: retry recognition (`Idempotency-Key`), the incident core, metrics. */
-  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<DeliveredAnswer>;
-  audit(org: Organization, kind: string, data: JsonObject): Promise<void>;
-}
 
 /** PagerDuty's 400 `invalid event`, with the list of problems it answers. */
 export class PagerDutyInvalidEventError extends DomainError {
@@ -93,8 +77,18 @@ function elapsedSeconds(started: number): number {
  * The PagerDuty Events v2 and Opsgenie Alert API handlers: each maps the vendor's body, delivers it
  * like any trigger, and keeps what the vendor's status reads need.
  */
-export function createDropinReceivers(deps: DropinDeps) {
-  const { sql, clients, ingestTokens, deliver, audit } = deps;
+export function createDropinHandlers(deps: {
+  store: IntakeStore;
+  clients: Clients;
+  ingestTokens: IngestTokenResolver;
+  /** The shared delivery path: retry recognition (`Idempotency-Key`), the incident core, metrics. */
+  delivery: DeliveryPath;
+}): Pick<
+  ServiceImpl<typeof IntakeService>,
+  "enqueuePagerDutyEvent" | "enqueuePagerDutyChange" | "createOpsgenieAlert" | "closeOpsgenieAlert" | "acknowledgeOpsgenieAlert" | "getOpsgenieRequestStatus"
+> {
+  const { store, clients, ingestTokens, delivery } = deps;
+  const deliver = delivery.deliver;
 
   function parse(bytes: Uint8Array, contentType: string, refuse: (reason: string) => Error): unknown {
     try {
@@ -148,25 +142,18 @@ export function createDropinReceivers(deps: DropinDeps) {
   /** Stores that a request arrived, before it is acted on: a crash leaves it `processing`. */
   async function beginRequest(org: Organization, action: string, alias: string): Promise<string> {
     const requestId = randomUUID();
-    await sql`
-      with expired as (
-        delete from intake.opsgenie_requests where request_id in (
-          select request_id from intake.opsgenie_requests
-          where created_at < now() - make_interval(days => ${REQUEST_STATUS_RETENTION_DAYS}) limit 100)
-      )
-      insert into intake.opsgenie_requests (request_id, org_id, action, alias, state)
-      values (${requestId}, ${org.id}, ${action}, ${cutUtf8(storableText(alias), 2048)}, 'processing')`;
+    await store.opsgenieRequests.begin({ requestId, orgId: org.id, action, alias: cutUtf8(storableText(alias), 2048) }, REQUEST_STATUS_RETENTION_DAYS);
     return requestId;
   }
 
-  async function finishRequest(requestId: string, action: string, answer: DeliveredAnswer, attachIdentity: string | null): Promise<void> {
-    const isSuccess = answer.outcome === "opened" || answer.outcome === "attached" || answer.outcome === "recorded";
-    const status = STATUS_TEXT[action]?.[answer.outcome] ?? answer.outcome;
-    await sql`
-      update intake.opsgenie_requests
-      set state = 'processed', outcome = ${answer.outcome}, is_success = ${isSuccess}, status = ${status},
-          alert_id = ${answer.incidentId ?? null}, attach_identity = ${attachIdentity === null ? null : storableText(attachIdentity)}, processed_at = now()
-      where request_id = ${requestId}`;
+  async function finishRequest(requestId: string, action: string, answer: TriggerAnswer, attachIdentity: string | null): Promise<void> {
+    await store.opsgenieRequests.finish(requestId, {
+      outcome: answer.outcome,
+      isSuccess: answer.outcome === "opened" || answer.outcome === "attached" || answer.outcome === "recorded",
+      status: STATUS_TEXT[action]?.[answer.outcome] ?? answer.outcome,
+      alertId: answer.incidentId ?? null,
+      attachIdentity: attachIdentity === null ? null : storableText(attachIdentity),
+    });
   }
 
   /** The attach identity an Opsgenie identifier names, or null when it names no alert we know. */
@@ -174,11 +161,7 @@ export function createDropinReceivers(deps: DropinDeps) {
     if (identifierType === "alias") return opsgenie.attachIdentityOfAlias(identifier);
     // Opsgenie's alert id is the incident id we answered; tiny ids are never issued here.
     if (identifierType === "tiny" || !isUuid(identifier)) return null;
-    const [row] = await sql<{ attach_identity: string }[]>`
-      select attach_identity from intake.opsgenie_requests
-      where org_id = ${org.id} and alert_id = ${identifier} and attach_identity is not null
-      order by created_at desc limit 1`;
-    return row?.attach_identity ?? null;
+    return (await store.opsgenieRequests.attachIdentityOf(org.id, identifier)) ?? null;
   }
 
   async function opsgenieAction(action: "close" | "acknowledge", req: OpsgenieAlertActionRequest, context: HandlerContext) {
@@ -199,7 +182,7 @@ export function createDropinReceivers(deps: DropinDeps) {
     const requestId = await beginRequest(org, opsgenieAction, identifierType === "alias" ? req.identifier : "");
     // An identifier that names nothing is still accepted, as Opsgenie does; the request status
     // says the alert does not exist.
-    const answer: DeliveredAnswer = attachIdentity === null ? { outcome: "ignored" } : await deliver(org, "opsgenie", opsgenie.badge, body, delivery, context);
+    const answer: TriggerAnswer = attachIdentity === null ? { outcome: "ignored" } : await deliver(org, "opsgenie", opsgenie.badge, body, delivery, context);
     await finishRequest(requestId, opsgenieAction, answer, attachIdentity);
     return { result: OPSGENIE_ACCEPTED, took: elapsedSeconds(started), requestId };
   }
@@ -218,13 +201,13 @@ export function createDropinReceivers(deps: DropinDeps) {
       const org = await pagerDutyOrg(body, context);
       const delivery: AlertDelivery = mapPagerDuty(() => pagerDuty.mapChange(body, { receivedAt: new Date() }));
       const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: pagerDuty.badge }, { signal: context.signal });
-      let answer: DeliveredAnswer = { outcome: "ignored" };
+      let answer: TriggerAnswer = { outcome: "ignored" };
       if (open.incidentId !== undefined) {
         answer = await deliver(org, "pagerduty", pagerDuty.badge, body, { alert: { ...delivery.alert, attachIdentity: open.attachIdentity } }, context);
       }
       // No open incident (or it was resolved in between): the change is kept in the audit log.
       if (answer.outcome === "ignored") {
-        await audit(org, "trigger.pagerduty_change", {
+        await store.audit(org.id, "trigger.pagerduty_change", {
           summary: delivery.alert.summary ?? "",
           ...(delivery.alert.link ? { link: delivery.alert.link } : {}),
           eventId: delivery.alert.eventId ?? "",
@@ -253,20 +236,7 @@ export function createDropinReceivers(deps: DropinDeps) {
       const org = await opsgenieOrg(context);
       const notFound = () => new NotFoundError("Request not found. It might not be processed, yet.");
       if (!isUuid(req.requestId)) throw notFound();
-      const [row] = await sql<
-        {
-          action: string;
-          alias: string;
-          state: string;
-          outcome: string | null;
-          is_success: boolean | null;
-          status: string | null;
-          alert_id: string | null;
-          processed_at: Date | null;
-        }[]
-      >`
-        select action, alias, state, outcome, is_success, status, alert_id, processed_at
-        from intake.opsgenie_requests where request_id = ${req.requestId} and org_id = ${org.id}`;
+      const row = await store.opsgenieRequests.find(org.id, req.requestId);
       // A request still processing (or whose processing a crash cut short) reads as Opsgenie's
       // not-yet-processed answer, so clients poll again.
       if (row?.state !== "processed") throw notFound();

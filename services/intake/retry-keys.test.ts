@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import { retryKeyOf } from "./retry-keys.js";
 import { stableDigest } from "./retry-recognition.js";
+import type { MappedDelivery } from "./sources/index.js";
 
-const alert = (source: string, eventId = "") => ({ alert: { source, eventId } }) as never;
+const alert = (source: string, eventId = ""): MappedDelivery => ({ alert: { source, eventId } });
 
 describe("retry keys", () => {
   it("a digest does not depend on key order, and tells form bodies apart", () => {

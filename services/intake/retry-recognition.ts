@@ -1,8 +1,8 @@
-import { createHash, randomUUID } from "node:crypto";
-import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
+import { createHash } from "node:crypto";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
+import type { RetryKeyStore } from "./store.js";
 
 /**
  * Retry recognition: a sender that times out and sends the same delivery again must not open a
@@ -35,8 +35,6 @@ export interface RetryRecognition {
    * result; a retry (at the same time or later) answers the first delivery's result.
    */
   once<T extends JsonObject>(orgId: string, key: string, work: () => Promise<T>, options?: OnceOptions<T>): Promise<T>;
-  /** Deletes keys held longer than the hold period; answers how many. */
-  forgetExpired(): Promise<number>;
 }
 
 export interface OnceOptions<T> {
@@ -46,57 +44,29 @@ export interface OnceOptions<T> {
   stillValid?: (answer: T) => Promise<boolean>;
 }
 
-interface HeldRow {
-  token: string;
-  state: "working" | "answered";
-  answer: JsonValue | null;
-}
-
 /**
- * Runs each delivery once per retry key and organization, held in the database for `holdSeconds`; a
- * retry within that time gets the first answer.
+ * Runs each delivery once per retry key and organization, held in intake's store for
+ * `HOLD_SECONDS`; a retry within that time gets the first answer.
  */
-export function createRetryRecognition(sql: Sql, logger: Logger, options: { holdSeconds?: number; leaseSeconds?: number } = {}): RetryRecognition {
-  const hold = options.holdSeconds ?? HOLD_SECONDS;
-  const lease = options.leaseSeconds ?? LEASE_SECONDS;
-
-  async function claim(orgId: string, key: string): Promise<string | undefined> {
-    const token = randomUUID();
-    // One statement: a new key is inserted; an expired one, or one whose claim ran out while
-    // still working, is taken over; anything else is left to its holder.
-    const rows = await sql<{ token: string }[]>`
-      insert into intake.retry_keys as k (org_id, key, token, state, claimed_until)
-      values (${orgId}, ${key}, ${token}, 'working', now() + make_interval(secs => ${lease}))
-      on conflict (org_id, key) do update
-        set token = excluded.token, state = 'working', answer = null, claimed_until = excluded.claimed_until, created_at = now()
-        where k.created_at < now() - make_interval(secs => ${hold})
-           or (k.state = 'working' and k.claimed_until < now())
-      returning token`;
-    return rows[0]?.token;
-  }
-
-  async function release(orgId: string, key: string, token: string): Promise<void> {
-    await sql`delete from intake.retry_keys where org_id = ${orgId} and key = ${key} and token = ${token}`;
-  }
+export function createRetryRecognition(store: RetryKeyStore, logger: Logger): RetryRecognition {
+  const times = { holdSeconds: HOLD_SECONDS, leaseSeconds: LEASE_SECONDS };
 
   return {
     async once<T extends JsonObject>(orgId: string, key: string, work: () => Promise<T>, onceOptions: OnceOptions<T> = {}): Promise<T> {
       const { signal, stillValid } = onceOptions;
       for (let turn = 0; ; turn++) {
         if (signal?.aborted) throw gaveUp(signal);
-        const token = await claim(orgId, key);
+        const token = await store.claim(orgId, key, times);
         if (token) {
           let answer: T;
           try {
             answer = await work();
           } catch (err) {
-            await release(orgId, key, token).catch((releaseError: unknown) => logger.warn({ err: releaseError }, "could not release a retry key"));
+            await store.release(orgId, key, token).catch((releaseError: unknown) => logger.warn({ err: releaseError }, "could not release a retry key"));
             throw err;
           }
           try {
-            await sql`
-              update intake.retry_keys set state = 'answered', answer = ${sql.json(answer as never)}
-              where org_id = ${orgId} and key = ${key} and token = ${token}`;
+            await store.answer(orgId, key, token, answer);
           } catch (err) {
             // The work is done; the sender gets its answer. A retry after the lease would do it
             // again, which the incident core's own identities absorb for most sources.
@@ -104,13 +74,13 @@ export function createRetryRecognition(sql: Sql, logger: Logger, options: { hold
           }
           return answer;
         }
-        const [held] = await sql<HeldRow[]>`
-          select token, state, answer from intake.retry_keys where org_id = ${orgId} and key = ${key}`;
+        const held = await store.held(orgId, key);
         if (!held) continue;
         if (held.state === "answered") {
+          // Stored by `once` with the same key: the answer of a delivery of the same route.
           const answer = held.answer as T;
           if (stillValid && !(await stillValid(answer))) {
-            await release(orgId, key, held.token);
+            await store.release(orgId, key, held.token);
             continue;
           }
           return answer;
@@ -118,13 +88,6 @@ export function createRetryRecognition(sql: Sql, logger: Logger, options: { hold
         // Another delivery of the same key is being worked on: wait for its answer.
         await sleep(POLL_MS[Math.min(turn, POLL_MS.length - 1)]!, signal);
       }
-    },
-
-    async forgetExpired() {
-      const rows = await sql`
-        delete from intake.retry_keys where (org_id, key) in (
-          select org_id, key from intake.retry_keys where created_at < now() - make_interval(secs => ${hold}) limit 10000)`;
-      return rows.count;
     },
   };
 }

@@ -8,7 +8,7 @@ import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceive
 import { createSourceServer } from "../../services/remotesource/kit/index.js";
 import postgres from "postgres";
 import { recordPendingTimelineEntries } from "../../services/comms/timeline.js";
-import type { CommsDeps } from "../../services/comms/deps.js";
+import { createPostgresCommsStore } from "../../services/comms/store.js";
 import { createClients } from "../../services/runtime/clients.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 
@@ -204,7 +204,12 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     } finally {
       await outside.end();
     }
-    const comms = { ctx: { sql: app.process.database.sql, clients: createClients(app.process.transport), logger: app.process.logger } } as unknown as CommsDeps;
+    const commsOutbox = app.process.relays[app.process.modules.findIndex((m) => m.name === "comms")]!;
+    const comms = {
+      store: createPostgresCommsStore({ sql: app.process.database.sql, outbox: commsOutbox }),
+      clients: createClients(app.process.transport),
+      logger: app.process.logger,
+    };
     const recorded = await Promise.race([
       recordPendingTimelineEntries(comms, 60),
       new Promise<never>((_, reject) => setTimeout(() => reject(new Error("the timeline sweep waited on itself")), BUDGET_MS)),

@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { RECEIVER_FAILURES_PER_MINUTE } from "../../services/intake/service.js";
+import { RECEIVER_FAILURES_PER_MINUTE } from "../../services/intake/receiver-secrets.js";
 import { startApp, type TestApp } from "../support/app.js";
 
 /**

@@ -1,0 +1,449 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Sql } from "../runtime/database.js";
+import { EVENTS, recordAudit, type AuditRecord } from "../runtime/events.js";
+import type { Logger } from "../runtime/logger.js";
+import type { Outbox } from "../runtime/outbox.js";
+import { NO_RUN_ID } from "./ping.js";
+
+/**
+ * What the management routes, the sweep and the silence deliveries need from the heartbeats
+ * tables. The ping and its history write their own statements (the hot path is one round trip).
+ */
+
+/** A heartbeat row as the management routes read it. */
+export interface HeartbeatRow {
+  id: string;
+  name: string;
+  expected_interval_seconds: number | null;
+  grace_seconds: number;
+  schedule: string | null;
+  timezone: string | null;
+  max_run_seconds: number | null;
+  created_at: Date;
+  last_seen_at: Date | null;
+  deadline: Date;
+  silent: boolean;
+  last_ping_at: Date | null;
+  last_ping_kind: string | null;
+  last_ping_exit_status: number | null;
+  last_ping_run_seconds: number | null;
+  last_ping_body: string | null;
+  last_ping_body_cut: boolean | null;
+  last_ping_body_bytes: number | null;
+  running_since: Date | null;
+}
+
+/** What a heartbeat expects: a ping every `interval` seconds, or one on a cron schedule. */
+export interface Expectation {
+  interval: number | null;
+  schedule: string | null;
+  timezone: string | null;
+}
+
+export interface NewHeartbeat extends Expectation {
+  orgId: string;
+  orgSlug: string;
+  name: string;
+  /** With a schedule: an upper bound of the time between two scheduled runs. */
+  gapSeconds: number | null;
+  grace: number;
+  maxRun: number | null;
+}
+
+/** A heartbeat as an update finds it, locked until the update commits. */
+export interface CurrentHeartbeat extends Expectation {
+  grace: number;
+  /** The last ping, or the registration when none came yet: where the deadline counts from. */
+  since: Date;
+}
+
+export interface HeartbeatChange extends Expectation {
+  /** A new gap for a schedule; null keeps the one stored (or clears it without a schedule). */
+  gapSeconds: number | null;
+  grace: number;
+  /** undefined keeps the limit, null removes it. */
+  maxRun: number | null | undefined;
+  deadline: Date;
+}
+
+export type SilenceCause = "silence" | "fail" | "overrun";
+
+/** A silence whose alert this pass delivers, with its heartbeat. */
+export interface ClaimedAlert {
+  id: string;
+  cause: SilenceCause;
+  deadline: Date;
+  since: Date;
+  never_pinged: boolean;
+  org_id: string;
+  org_slug: string;
+  name: string;
+  expected_interval_seconds: number | null;
+  schedule: string | null;
+  timezone: string | null;
+  grace_seconds: number;
+  max_run_seconds: number | null;
+  silent_seconds: number;
+  exit_status: number | null;
+  body: string | null;
+  body_cut: boolean | null;
+  body_bytes: number | null;
+  run_id: string | null;
+  suppressed_by: string | null;
+  db_now: Date;
+}
+
+/** A silence a ping ended whose `resumed` this pass delivers. */
+export interface ClaimedResume {
+  id: string;
+  cause: SilenceCause;
+  since: Date;
+  org_id: string;
+  org_slug: string;
+  name: string;
+  ended_at: Date;
+  silent_seconds: number;
+  ended_body: string | null;
+  ended_body_cut: boolean | null;
+  ended_body_bytes: number | null;
+  ended_run_seconds: number | null;
+}
+
+/** What the incident core answered for one alert. */
+export interface RecordedAlert {
+  id: string;
+  outcome: string;
+  incidentId: string;
+  /** Set when a maintenance window suppressed the alert: when to offer it again. */
+  suppressedUntil: Date | null;
+  suppressedBy: string | null;
+}
+
+/** A claim: a lease of `leaseSeconds` under `token` on at most `limit` silences. */
+export interface Claim {
+  token: string;
+  /** Only this silence, when given. */
+  onlySilenceId: string | undefined;
+  limit: number;
+  leaseSeconds: number;
+}
+
+export interface HeartbeatStore {
+  /**
+   * Inserts a heartbeat and its audit record in one transaction; `deadlineFrom` gets the database
+   * clock (the row's created_at). Undefined when the organization has a heartbeat of that name.
+   */
+  register(heartbeat: NewHeartbeat, deadlineFrom: (now: Date) => Date, audit: (row: HeartbeatRow) => AuditRecord): Promise<HeartbeatRow | undefined>;
+  /** A page of the organization's heartbeats by name, after `after` when given. */
+  list(orgId: string, after: string | undefined, limit: number): Promise<HeartbeatRow[]>;
+  get(orgId: string, name: string): Promise<HeartbeatRow | undefined>;
+  /**
+   * Locks the heartbeat, applies what `change` makes of it and writes the audit record, in one
+   * transaction (an error thrown by `change` rolls it back). Undefined when there is no such heartbeat.
+   */
+  update(
+    orgId: string,
+    name: string,
+    change: (current: CurrentHeartbeat) => HeartbeatChange,
+    audit: (row: HeartbeatRow) => AuditRecord,
+  ): Promise<HeartbeatRow | undefined>;
+  /** Deletes the heartbeat and writes the audit record; false when there is no such heartbeat. */
+  delete(orgId: string, name: string, audit: AuditRecord): Promise<boolean>;
+
+  /**
+   * Declares silent up to `limit` heartbeats past their deadline that are not silent already,
+   * with a `heartbeat.silent` event each; answers how many.
+   */
+  detectSilences(limit: number): Promise<number>;
+  /** Declares "ran too long" up to `limit` runs past their limit; answers how many. */
+  detectOverruns(limit: number): Promise<number>;
+  /** Forgets finished silences and abandoned runs older than `keepDays`. */
+  cleanup(keepDays: number): Promise<void>;
+
+  /**
+   * Claims alerts to deliver: those never recorded, and those a maintenance window suppressed
+   * whose recheck time has come while the heartbeat is still silent.
+   */
+  claimAlerts(claim: Claim): Promise<ClaimedAlert[]>;
+  /** Marks alerts delivered, and ends their claim; only rows still claimed under `token`. */
+  markAlertsRecorded(token: string, recorded: RecordedAlert[]): Promise<void>;
+  /** Claims silences a ping ended whose `resumed` is not recorded yet, once their alert is. */
+  claimResumes(claim: Claim): Promise<ClaimedResume[]>;
+  markResumeRecorded(token: string, silenceId: string, outcome: string): Promise<void>;
+  /**
+   * Ends the lease now but keeps `token` on the rows, so the same pass does not pick them again;
+   * the next pass (another token) retries them.
+   */
+  release(token: string, silenceIds: string[]): Promise<void>;
+}
+
+/** The columns of HeartbeatRow, for `select` and `returning` on heartbeats.heartbeats (no alias). */
+function heartbeatColumns(sql: Sql) {
+  // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
+  return sql`id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, created_at, last_seen_at,
+    deadline, (open_silence_id is not null or deadline < now()) as silent,
+    last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
+    (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since`;
+}
+
+interface DetectedRow {
+  org_id: string;
+  name: string;
+  now: Date;
+  silent_seconds: number;
+}
+
+/** The heartbeats store on Postgres; events and audit records go to `outbox` in the same transactions. */
+export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; logger: Logger }): HeartbeatStore {
+  const { sql, outbox, logger } = deps;
+  const columns = heartbeatColumns(sql);
+
+  return {
+    async register(heartbeat, deadlineFrom, audit) {
+      return sql.begin(async (tx) => {
+        // The database clock: created_at is this transaction's now().
+        const [clock] = await tx<{ now: Date }[]>`select now() as now`;
+        const deadline = deadlineFrom(clock!.now);
+        const [inserted] = await tx<HeartbeatRow[]>`
+          insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
+            schedule_gap_seconds, max_run_seconds, deadline)
+          values (${heartbeat.orgId}, ${heartbeat.orgSlug}, ${heartbeat.name}, ${heartbeat.interval}, ${heartbeat.grace}, ${heartbeat.schedule},
+            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${deadline})
+          on conflict (org_id, name) do nothing
+          returning ${columns}`;
+        if (!inserted) return undefined;
+        await recordAudit(outbox, tx, audit(inserted));
+        return inserted;
+      });
+    },
+
+    async list(orgId, after, limit) {
+      return sql<HeartbeatRow[]>`
+        select ${columns} from heartbeats.heartbeats where org_id = ${orgId} ${after === undefined ? sql`` : sql`and name > ${after}`}
+        order by name limit ${limit}`;
+    },
+
+    async get(orgId, name) {
+      const [row] = await sql<HeartbeatRow[]>`select ${columns} from heartbeats.heartbeats where org_id = ${orgId} and name = ${name}`;
+      return row;
+    },
+
+    async update(orgId, name, change, audit) {
+      return sql.begin(async (tx) => {
+        const [current] = await tx<
+          { expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]
+        >`
+          select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
+          from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
+        if (!current) return undefined;
+        const next = change({
+          interval: current.expected_interval_seconds,
+          schedule: current.schedule,
+          timezone: current.timezone,
+          grace: current.grace_seconds,
+          since: current.since,
+        });
+        const [updated] = await tx<HeartbeatRow[]>`
+          update heartbeats.heartbeats set
+            expected_interval_seconds = ${next.interval},
+            schedule = ${next.schedule},
+            timezone = ${next.timezone},
+            schedule_gap_seconds = ${next.schedule ? sql`coalesce(${next.gapSeconds}::integer, schedule_gap_seconds)` : null},
+            grace_seconds = ${next.grace},
+            max_run_seconds = ${next.maxRun === undefined ? sql`max_run_seconds` : next.maxRun},
+            deadline = ${next.deadline}
+          where org_id = ${orgId} and name = ${name}
+          returning ${columns}`;
+        await recordAudit(outbox, tx, audit(updated!));
+        return updated!;
+      });
+    },
+
+    async delete(orgId, name, audit) {
+      return sql.begin(async (tx) => {
+        const deleted = await tx`delete from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} returning id`;
+        if (deleted.length === 0) return false;
+        await recordAudit(outbox, tx, audit);
+        return true;
+      });
+    },
+
+    /**
+     * One statement per batch: rows are locked with SKIP LOCKED and `open_silence_id` is set in
+     * the same statement that creates the silence, so concurrent sweeps split the rows and a
+     * silence is detected once. The silence row is committed before anything is delivered; a
+     * crash after this point leaves it pending for the next sweep.
+     */
+    async detectSilences(limit) {
+      return sql.begin(async (tx) => {
+        const rows = await tx<DetectedRow[]>`
+          with due as (
+            select id, ctid as row_ctid, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
+            from heartbeats.heartbeats
+            where open_silence_id is null and deadline < now()
+            order by deadline
+            limit ${limit}
+            for update skip locked
+          ), opened as (
+            insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged)
+            select id, deadline, since, never_pinged from due
+            returning id, heartbeat_id, since
+          )
+          -- The rows are locked, so their ctids hold: a TID scan, where a join on id would read the
+          -- whole table into a hash (100,000 rows for 1,000 due).
+          update heartbeats.heartbeats h set open_silence_id = opened.id
+          from opened where h.ctid = any(array(select row_ctid from due)) and h.id = opened.heartbeat_id
+          returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
+        // One statement for the whole batch: a thousand silences cost one round trip, not a thousand.
+        await outbox.writeMany(
+          tx,
+          EVENTS.heartbeatSilent,
+          rows.map((row) =>
+            create(HeartbeatSilentSchema, {
+              orgId: row.org_id,
+              name: row.name,
+              silentSeconds: BigInt(Math.floor(row.silent_seconds)),
+              at: timestampFromDate(row.now),
+            }),
+          ),
+        );
+        return rows.length;
+      });
+    },
+
+    /**
+     * Like detectSilences: the run is marked with its silence in the same statement, so it is
+     * declared once. The silence becomes the heartbeat's open one unless one is open already;
+     * either way its alert is delivered (a second one attaches to the open incident).
+     */
+    async detectOverruns(limit) {
+      const [row] = await sql<{ n: number }[]>`
+        with due as (
+          select heartbeat_id, run_key, started_at, overrun_at from heartbeats.runs
+          where overrun_silence_id is null and overrun_at < now()
+          order by overrun_at
+          limit ${limit}
+          for update skip locked
+        ), opened as (
+          insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, run_id)
+          select heartbeat_id, overrun_at, started_at, false, 'overrun', nullif(run_key, ${NO_RUN_ID}::uuid) from due
+          returning id, heartbeat_id, coalesce(run_id, ${NO_RUN_ID}::uuid) as run_key
+        ), marked as (
+          update heartbeats.runs r set overrun_silence_id = opened.id
+          from opened where r.heartbeat_id = opened.heartbeat_id and r.run_key = opened.run_key
+        ), pointed as (
+          update heartbeats.heartbeats h set open_silence_id = opened.id
+          from opened where h.id = any(array(select heartbeat_id from opened)) and h.id = opened.heartbeat_id and h.open_silence_id is null
+        )
+        select count(*)::int as n from opened`;
+      return row!.n;
+    },
+
+    async cleanup(keepDays) {
+      // Finished silences, and alerts delivered alongside an open one that no ping will end.
+      await sql`
+        delete from heartbeats.silences s
+        where s.resume_recorded_at < now() - make_interval(days => ${keepDays})
+          or (s.ended_at is null and s.alert_recorded_at < now() - make_interval(days => ${keepDays})
+              and s.suppressed_until is null
+              and not exists (select 1 from heartbeats.heartbeats h where h.open_silence_id = s.id))`;
+      // A start never followed by an end: kept past the longest allowed run, then forgotten.
+      await sql`delete from heartbeats.runs where started_at < now() - make_interval(days => ${keepDays})`;
+    },
+
+    /**
+     * A re-offered alert is unmarked as recorded in the claim itself, so its `resumed` waits for
+     * it, as for any alert.
+     */
+    async claimAlerts({ token, onlySilenceId, limit, leaseSeconds }) {
+      return sql<ClaimedAlert[]>`
+        with never_recorded as (
+          select id from heartbeats.silences
+          where alert_recorded_at is null
+            ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
+            and (claim_until is null or claim_until < now())
+            and claim_token is distinct from ${token}
+          order by detected_at
+          limit ${limit}
+          for update skip locked
+        ), held_back as (
+          select s2.id from heartbeats.silences s2
+          where s2.suppressed_until <= now()
+            -- Still silent: the heartbeat still points at this silence.
+            and exists (select 1 from heartbeats.heartbeats h2 where h2.id = s2.heartbeat_id and h2.open_silence_id = s2.id)
+            ${onlySilenceId ? sql`and s2.id = ${onlySilenceId}` : sql``}
+            and (s2.claim_until is null or s2.claim_until < now())
+            and s2.claim_token is distinct from ${token}
+          order by s2.suppressed_until
+          limit ${limit}
+          for update skip locked
+        ), claimed as (
+          update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${leaseSeconds}),
+            alert_recorded_at = case when s.suppressed_until is not null then null else s.alert_recorded_at end
+          where s.id in (select id from never_recorded union all select id from held_back)
+          returning s.*
+        )
+        -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
+        select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
+          h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
+          s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
+          extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds
+        from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
+    },
+
+    /**
+     * One statement for the batch. Until it commits the silences stay claimed; if it never does,
+     * the lease expires and they are handed over again under the same event ids.
+     */
+    async markAlertsRecorded(token, recorded) {
+      if (recorded.length === 0) return;
+      await sql`
+        update heartbeats.silences s
+        set alert_recorded_at = now(), alert_outcome = d.outcome, incident_id = coalesce(nullif(d.incident_id, ''), s.incident_id),
+            suppressed_until = d.suppressed_until, suppressed_by = coalesce(d.suppressed_by, s.suppressed_by),
+            claim_token = null, claim_until = null
+        from unnest(${recorded.map((r) => r.id)}::uuid[], ${recorded.map((r) => r.outcome)}::text[], ${recorded.map((r) => r.incidentId)}::text[],
+            ${recorded.map((r) => r.suppressedUntil?.toISOString() ?? null)}::timestamptz[], ${recorded.map((r) => r.suppressedBy)}::text[])
+          as d(id, outcome, incident_id, suppressed_until, suppressed_by)
+        where s.id = d.id and s.claim_token = ${token}`;
+    },
+
+    async claimResumes({ token, onlySilenceId, limit, leaseSeconds }) {
+      return sql<ClaimedResume[]>`
+        with claimed as (
+        update heartbeats.silences s set claim_token = ${token}, claim_until = now() + make_interval(secs => ${leaseSeconds})
+        where s.id in (
+            select id from heartbeats.silences
+            where ended_at is not null and resume_recorded_at is null
+              ${onlySilenceId ? sql`and id = ${onlySilenceId}` : sql``}
+              -- The alert goes first: a resume whose alert is still pending waits for it.
+              and alert_recorded_at is not null
+              and (claim_until is null or claim_until < now())
+              and claim_token is distinct from ${token}
+            order by ended_at
+            limit ${limit}
+            for update skip locked)
+        returning s.*
+        )
+        select s.id, s.cause, s.since, h.org_id, h.org_slug, h.name, s.ended_at, s.ended_body, s.ended_body_cut, s.ended_body_bytes, s.ended_run_seconds,
+          extract(epoch from s.ended_at - s.since)::float8 as silent_seconds
+        from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
+    },
+
+    async markResumeRecorded(token, silenceId, outcome) {
+      await sql`
+        update heartbeats.silences
+        set resume_recorded_at = now(), resume_outcome = ${outcome}, claim_token = null, claim_until = null
+        where id = ${silenceId} and claim_token = ${token}`;
+    },
+
+    async release(token, silenceIds) {
+      if (silenceIds.length === 0) return;
+      await sql`update heartbeats.silences set claim_until = now() where id = any(${silenceIds}::uuid[]) and claim_token = ${token}`.catch((err) =>
+        logger.warn({ err: String(err), silences: silenceIds.length }, "could not release a claim; it expires by itself"),
+      );
+    },
+  };
+}

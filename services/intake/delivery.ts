@@ -1,0 +1,137 @@
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
+import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Clients } from "../runtime/clients.js";
+import { UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
+import type { Logger } from "../runtime/logger.js";
+import { deliveries } from "../runtime/metrics.js";
+import { detachedFromCancellation } from "../runtime/request-context.js";
+import { annotate } from "../runtime/tracing.js";
+import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
+import type { RetryRecognition } from "./retry-recognition.js";
+import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
+import type { IntakeStore } from "./store.js";
+
+/**
+ * The delivery path every receiver shares: retry recognition, the incident core, the answer,
+ * metrics. A receiver authenticates, reads and maps its body, then calls `deliver`.
+ */
+export interface DeliveryPath {
+  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer>;
+}
+
+/** The answer of a delivery: the fields of `TriggerResponse`, as plain JSON a retry gets back. */
+export type TriggerAnswer = {
+  outcome: string;
+  incidentId?: string;
+  entity?: { kind: string; id: string };
+  proposedSeverity?: string;
+  workspaceUrl?: string;
+  reason?: string;
+};
+
+/** Maps a recognized body; a body the mapping refuses is the sender's fault (422). */
+export function mapOrRefuse(source: TriggerSource, body: unknown): MappedDelivery {
+  try {
+    return source.map(body, { receivedAt: new Date() });
+  } catch (err) {
+    if (err instanceof PayloadError) throw new UnprocessablePayloadError(err.message);
+    throw err;
+  }
+}
+
+/** The delivery path over the incident core's client, intake's store and its retry recognition. */
+export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore; logger: Logger; retries: RetryRecognition }): DeliveryPath {
+  const { clients, store, logger, retries } = deps;
+
+  /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
+  async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
+    try {
+      // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
+      // the sender's retry, which would otherwise do the work again.
+      return await detachedFromCancellation(() =>
+        clients.incidents.record({ orgId: org.id, orgSlug: org.slug, alert }, { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } }),
+      );
+    } catch (err) {
+      const code = ConnectError.from(err).code;
+      if (code === Code.InvalidArgument) throw err;
+      logger.warn({ err: String(err) }, "the incident core did not answer");
+      throw new UnavailableError("unavailable");
+    }
+  }
+
+  /** A held answer naming an incident a person has since resolved or archived no longer stands. */
+  async function stillNamesOpenIncident(org: Organization, held: TriggerAnswer): Promise<boolean> {
+    if (!held.incidentId) return true;
+    try {
+      const { state } = await clients.incidents.incidentState({ orgId: org.id, incidentId: held.incidentId });
+      return state === "open";
+    } catch (err) {
+      // Unsure: answering as before can never double an incident.
+      logger.warn({ err: String(err) }, "could not read an incident's state for a retried delivery");
+      return true;
+    }
+  }
+
+  async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
+    if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
+    if (mapped.outcome === "subscription-notice") {
+      // Never fetched: an operator confirms with the token (see README).
+      await store.audit(org.id, "trigger.sns_subscription_notice", {
+        messageType: mapped.messageType,
+        topicArn: mapped.topicArn,
+        ...(mapped.subscribeUrl ? { subscribeUrl: mapped.subscribeUrl } : {}),
+        ...(mapped.token ? { token: mapped.token } : {}),
+      });
+      return { outcome: "ignored", reason: mapped.reason };
+    }
+    const result = await record(org, mapped.alert, context);
+    return answerOf(result, mapped.alert);
+  }
+
+  /**
+   * Delivers once per retry key: a sender's retry, at the same time or up to a day later, gets
+   * the first delivery's answer instead of opening or recording again.
+   */
+  async function deliverOnce(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
+    if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
+    const key = retryKeyOf(route, body, mapped, context.requestHeader);
+    if (!key) return deliverMapped(org, mapped, context);
+    return retries.once(org.id, key, () => deliverMapped(org, mapped, context), {
+      signal: context.signal,
+      stillValid: (held) => stillNamesOpenIncident(org, held),
+    });
+  }
+
+  return {
+    async deliver(org, route, source, body, mapped, context) {
+      const answered = await deliverOnce(org, route, body, mapped, context);
+      deliveries.inc({ source, outcome: answered.outcome });
+      annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
+      return answered;
+    },
+  };
+}
+
+/** The incident core's answer as the sender gets it; only the fields that are set. */
+function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
+  const answer: TriggerAnswer = { outcome: result.outcome };
+  const incident = result.incident;
+  if (incident && (result.outcome === "opened" || result.outcome === "attached" || result.outcome === "recorded")) {
+    answer.incidentId = incident.id;
+    if (incident.entity) answer.entity = { kind: incident.entity.kind, id: incident.entity.id };
+    if (incident.severity) answer.proposedSeverity = incident.severity;
+    if (incident.workspaceUrl) answer.workspaceUrl = incident.workspaceUrl;
+  } else {
+    if (alert.entity) answer.entity = { kind: alert.entity.kind ?? "", id: alert.entity.id ?? "" };
+    if (alert.severity) answer.proposedSeverity = alert.severity;
+  }
+  const reason =
+    result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined;
+  if (reason) answer.reason = reason;
+  return answer;
+}
+
+function ignoredReason(alert: AlertInit): string {
+  return alert.kind === "no_data" ? "no open incident for this no-data notice, or already recorded" : "no open incident for this recovery, or already recorded";
+}

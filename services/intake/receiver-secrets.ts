@@ -1,0 +1,42 @@
+import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
+import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
+import type { Clients } from "../runtime/clients.js";
+import { RateLimitedError } from "../runtime/errors.js";
+import type { IntakeStore } from "./store.js";
+
+/** Failed authentications a client address may make per minute on a chat route or the alert-router receiver. */
+export const RECEIVER_FAILURES_PER_MINUTE = 10;
+
+export type ReceiverKind = "chat" | "alertrouter";
+
+/**
+ * Resolves a receiver secret (chat or alert-router) to its organization. Failures are counted per
+ * scope (a chat route, or the alert-router receiver) and client address in one-minute windows
+ * shared by every replica; past the limit an address gets 429 on that scope until the window
+ * ends, whatever secret it sends: guessing is slowed, and a sender elsewhere with the right
+ * secret is not affected.
+ */
+export function createReceiverSecrets(deps: { clients: Clients; store: IntakeStore }) {
+  const { clients, store } = deps;
+  return {
+    async resolve(scope: string, kind: ReceiverKind, orgSlug: string, secret: string, context: HandlerContext): Promise<Organization> {
+      const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const failed = await store.receiverFailures.current(scope, address);
+      if (failed && failed.failures >= RECEIVER_FAILURES_PER_MINUTE) {
+        throw new RateLimitedError("too many failed attempts from this address; try again later", Math.max(1, failed.retry_after));
+      }
+      try {
+        // The secret travels in its header, never in the message body.
+        return await clients.identity.resolveReceiverSecret(
+          { kind, orgSlug },
+          { signal: context.signal, headers: { "x-forwarded-for": address, [`x-service-${kind}-secret`]: secret } },
+        );
+      } catch (err) {
+        if (ConnectError.from(err).code === Code.Unauthenticated) await store.receiverFailures.add(scope, address);
+        throw err;
+      }
+    },
+  };
+}
+
+export type ReceiverSecrets = ReturnType<typeof createReceiverSecrets>;

@@ -1,0 +1,75 @@
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
+import type { Broadcast } from "../runtime/broadcast.js";
+import type { Clients } from "../runtime/clients.js";
+import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
+import type { Logger } from "../runtime/logger.js";
+import { deliveries } from "../runtime/metrics.js";
+import { annotate } from "../runtime/tracing.js";
+import { createAlertRouterHandlers } from "./alert-router-receiver.js";
+import { createChatHandlers } from "./chat-receiver.js";
+import { createDeliveryPath } from "./delivery.js";
+import { createDropinHandlers } from "./dropin-receivers.js";
+import { createReceiverSecrets } from "./receiver-secrets.js";
+import { createRetryRecognition } from "./retry-recognition.js";
+import type { IntakeStore } from "./store.js";
+import { createTriggerEndpointHandlers } from "./trigger-endpoint.js";
+
+export interface IntakeDeps {
+  /** Identity resolves credentials, the incident core records, remote sources resolve connections. */
+  clients: Clients;
+  store: IntakeStore;
+  logger: Logger;
+  /** Carries identity's notice that an ingest token was replaced. */
+  broadcast: Broadcast;
+}
+
+type IntakeImpl = ServiceImpl<typeof IntakeService>;
+
+/** Every handler group of IntakeService, with refusals counted per source. */
+export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
+  const { clients, store, logger, broadcast } = deps;
+  const ingestTokens = createIngestTokenResolver({ clients, broadcast });
+  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger) });
+  const receiverSecrets = createReceiverSecrets({ clients, store });
+  return countRefusals({
+    ...createTriggerEndpointHandlers({ clients, ingestTokens, delivery }),
+    ...createAlertRouterHandlers({ receiverSecrets, delivery }),
+    ...createChatHandlers({ store, receiverSecrets, delivery }),
+    ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
+  });
+}
+
+/** The source a refused call is counted under; none for a read. */
+const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
+  deliver: "shared",
+  deliverAlertRouter: "alert-router",
+  deliverChat: "chat",
+  enqueuePagerDutyEvent: "pagerduty-events",
+  enqueuePagerDutyChange: "pagerduty-events",
+  createOpsgenieAlert: "opsgenie",
+  closeOpsgenieAlert: "opsgenie",
+  acknowledgeOpsgenieAlert: "opsgenie",
+  getOpsgenieRequestStatus: undefined,
+};
+
+/** A delivery refused before it reached the incident core is counted as `refused`. */
+function countRefusals<T extends Record<keyof IntakeImpl, (...args: never[]) => unknown>>(handlers: T): T {
+  const counted: Record<string, unknown> = {};
+  for (const [name, handler] of Object.entries(handlers)) {
+    const source = REFUSAL_SOURCE[name as keyof IntakeImpl];
+    counted[name] =
+      source === undefined
+        ? handler
+        : async (...args: never[]) => {
+            try {
+              return await handler(...args);
+            } catch (err) {
+              deliveries.inc({ source, outcome: "refused" });
+              annotate({ "warroom.outcome": "refused", "warroom.source": source });
+              throw err;
+            }
+          };
+  }
+  return counted as T;
+}
