@@ -1,10 +1,10 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { buildRouteTable, matchRoute, type Route } from "../gateway/route-table.js";
-import { sendJson } from "../gateway/rest-gateway.js";
+import { sendJson } from "../runtime/http-server.js";
 import { internalServices } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
-import type { ExtraHttp, ExtraHttpRuntime } from "../runtime/process.js";
+import type { ExtraHttp, ExtraHttpRuntime } from "../process/run-process.js";
 import { createLiveEvents } from "./live-events.js";
 import { createStaticFiles, defaultConsoleDir } from "./static-files.js";
 

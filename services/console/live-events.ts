@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { messageToHttpJson } from "../gateway/http-json.js";
 import { errorAnswer } from "../gateway/response-rules.js";
-import { sendJson } from "../gateway/rest-gateway.js";
+import { sendJson } from "../runtime/http-server.js";
 import type { Clients } from "../runtime/clients.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import { EVENTS, eventTypeOf, type EventType } from "../runtime/events.js";

@@ -3,6 +3,7 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
+import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
 import { runWithRequestId } from "../runtime/request-context.js";
@@ -176,15 +177,4 @@ async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-
     chunks.push(chunk);
   }
   return Buffer.concat(chunks, length);
-}
-
-/** Writes a complete JSON answer with its status, content type and length. */
-export function sendJson(res: Response, status: number, body: unknown, headers: Record<string, string> = {}): void {
-  const text = JSON.stringify(body);
-  (res as ServerResponse).writeHead(status, {
-    "content-type": "application/json; charset=utf-8",
-    "content-length": Buffer.byteLength(text),
-    ...headers,
-  });
-  res.end(text);
 }

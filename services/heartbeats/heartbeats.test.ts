@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, ping, type Cast } from "./test-kit.js";
+import { castOf, ping, type Cast } from "./testing/kit.js";
 
 // Management routes, roles and the ping, over real HTTP against a real Postgres.
 

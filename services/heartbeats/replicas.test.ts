@@ -6,7 +6,7 @@ import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js"
 import type { HeartbeatsService, SweepResponse } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+import { castOf, heartbeatsClient, ping, type Cast } from "./testing/kit.js";
 
 // Three processes share one database and sweep at the same moment; replicas that die mid-sweep
 // are stood in for by the state they leave behind. The periodic sweep is set far away so that

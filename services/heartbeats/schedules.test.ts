@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./testing/kit.js";
 
 // Cron schedules over HTTP: register, read, update and list show the schedule and the next
 // expected time; the deadline is the next scheduled time after the last ping plus grace, right

@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./testing/kit.js";
 
 // Where a heartbeat's alert used to be lost: a silence that began inside a maintenance window,
 // and a `resumed` still pending when the next silence began. Every sweep here is one the test

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, eventually, heartbeatsClient, type Cast } from "./test-kit.js";
+import { castOf, eventually, heartbeatsClient, type Cast } from "./testing/kit.js";
 
 // Signals on the ping route (start, fail, exit status, run_id), run times, "ran too long", what
 // the job said, and the ping history. Over real HTTP, real Postgres; the periodic sweep is an

@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, it } from "vitest";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./test-kit.js";
+import { castOf, eventually, heartbeatsClient, ping, type Cast } from "./testing/kit.js";
 
 // Silence detection by the periodic sweep (every second here), the incident it opens through the
 // incident core, the `resumed` entry, and maintenance windows. Over real HTTP, real Postgres.

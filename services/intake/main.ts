@@ -1,4 +1,4 @@
-import { main } from "../runtime/process.js";
+import { main } from "../process/run-process.js";
 import { createIntakeService } from "./service.js";
 
 await main({ name: "intake", services: [createIntakeService], gateway: false });

@@ -9,7 +9,7 @@ import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
-import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "./client/source-client.js";
+import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 
 /** What the remote-source handlers share. */
 export interface RemoteSourceDeps {

@@ -5,8 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UnprocessableSchema } from "../../gen/warroom/errors/v1/errors_pb.js";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
-import { createSourceServer, type RunningSourceServer } from "./kit/index.js";
-import { startBareSource, type BareSource } from "./test-support/bare-source.js";
+import { createSourceServer, type RunningSourceServer } from "../remotesource-kit/index.js";
+import { startBareSource, type BareSource } from "../remotesource-kit/testing/bare-source.js";
 
 // The connection routes end to end over real HTTP, against sources on loopback: a kit-hosted one
 // and sources written without the kit, some of them broken on purpose.

@@ -14,8 +14,8 @@ import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { recordAudit } from "../runtime/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError, InvalidArgumentError, UnprocessablePayloadError } from "../runtime/errors.js";
-import { ReadRequestError, type ReadOutcome } from "./client/source-client.js";
-import { runConformanceCheck, type CheckResult } from "./conformance.js";
+import { ReadRequestError, type ReadOutcome } from "../remotesource-kit/client/source-client.js";
+import { runConformanceCheck, type CheckResult } from "../remotesource-kit/conformance.js";
 import {
   AUDIT_KINDS,
   clientFor,
@@ -32,9 +32,9 @@ import {
   type ConnectionRow,
   type RemoteSourceDeps,
 } from "./connections.js";
-import { CREDENTIALS_REJECTED } from "./protocol/limits.js";
-import { toProtocolJson } from "./protocol/protocol-json.js";
-import { isReadCall, READ_CALLS } from "./protocol/protocol-routes.js";
+import { CREDENTIALS_REJECTED } from "../remotesource-kit/protocol/limits.js";
+import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";
+import { isReadCall, READ_CALLS } from "../remotesource-kit/protocol/protocol-routes.js";
 
 type Impl = ServiceImpl<typeof RemoteSourcesService>;
 

@@ -1,4 +1,4 @@
-import http, { type IncomingMessage, type ServerResponse } from "node:http";
+import http, { type IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from "node:http";
 import http2, { type Http2ServerRequest, type Http2ServerResponse } from "node:http2";
 import net, { type AddressInfo, type Socket } from "node:net";
 import { Duplex } from "node:stream";
@@ -116,4 +116,25 @@ export async function listenHttp(options: { host: string; port: number; handler:
       h2.close();
     },
   };
+}
+
+/** What a JSON answer needs of a response: node:http's, node:http2's, and the one a Connect fallback is given all have it. */
+export interface JsonResponse {
+  writeHead(status: number, headers: OutgoingHttpHeaders): unknown;
+  end(text: string): unknown;
+}
+
+/** Writes a complete JSON answer with its status, content type and length. */
+export function sendJson(res: JsonResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  sendJsonText(res, status, JSON.stringify(body), headers);
+}
+
+/** Writes a complete answer of JSON text already encoded. */
+export function sendJsonText(res: JsonResponse, status: number, text: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, {
+    "content-type": "application/json; charset=utf-8",
+    "content-length": Buffer.byteLength(text),
+    ...headers,
+  });
+  res.end(text);
 }

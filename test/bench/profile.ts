@@ -4,7 +4,7 @@ import { basename, join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
-import { startCluster } from "../../services/cluster.js";
+import { startCluster } from "../../services/process/cluster.js";
 import { OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";

@@ -11,7 +11,7 @@ import {
   type ChatWebhookReceiver,
   type TestCertificates,
 } from "../../services/comms/testing/https-receiver.js";
-import { startBareSource, type BareSource } from "../../services/remotesource/test-support/bare-source.js";
+import { startBareSource, type BareSource } from "../../services/remotesource-kit/testing/bare-source.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
 // The web console in Debian's Chromium, driven by playwright-core, against the whole service on

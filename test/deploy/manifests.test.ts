@@ -6,14 +6,12 @@ import { fileURLToPath } from "node:url";
 import ipaddr from "ipaddr.js";
 import { parse, parseAllDocuments } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { serviceFolders } from "../../services/cluster.js";
+import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config.js";
+import { readKustomization, renderKustomization, yamlDocuments, type Obj } from "../support/kustomize.js";
 
 // The Dockerfile and the Kubernetes manifests in deploy/, checked against the code: the
 // configuration schema, the service folders, the build output and the endpoints every process serves.
-
-// YAML is untyped; these helpers read it.
-type Obj = Record<string, any>;
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const deployDir = join(root, "deploy");
@@ -28,7 +26,7 @@ const allServices = [...serviceFolders(), "gateway"].sort();
 // ---------------------------------------------------------------------------------------------
 // What the code says each service needs.
 
-/** The service's production sources: what tsconfig.build.json compiles, without tests and their kits. */
+/** The service's production sources: what tsconfig.build.json compiles, without tests and their helpers. */
 function sourcesOf(service: string): string {
   const dir = join(root, "services", service);
   const texts: string[] = [];
@@ -36,8 +34,8 @@ function sourcesOf(service: string): string {
     for (const entry of readdirSync(d, { withFileTypes: true })) {
       const path = join(d, entry.name);
       if (entry.isDirectory()) {
-        if (!["testing", "test-support", "examples"].includes(entry.name)) walk(path);
-      } else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".test.ts") && entry.name !== "test-kit.ts") texts.push(readFileSync(path, "utf8"));
+        if (!["testing", "examples"].includes(entry.name)) walk(path);
+      } else if (entry.name.endsWith(".ts") && !entry.name.endsWith(".test.ts")) texts.push(readFileSync(path, "utf8"));
     }
   };
   walk(dir);
@@ -62,16 +60,7 @@ const codeNeeds = Object.fromEntries(
 );
 
 // ---------------------------------------------------------------------------------------------
-// Small readers: YAML documents, Dockerfile instructions, label selectors, quantities.
-
-function yamlDocuments(path: string): Obj[] {
-  return parseAllDocuments(readFileSync(path, "utf8"))
-    .map((doc) => {
-      if (doc.errors.length > 0) throw new Error(`${relative(root, path)}: ${doc.errors[0]!.message}`);
-      return doc.toJS() as Obj;
-    })
-    .filter((doc) => doc !== null && doc !== undefined);
-}
+// Small readers: Dockerfile instructions, label selectors, quantities.
 
 function matchesSelector(selector: Obj | undefined, labels: Obj): boolean {
   if (!selector) return true;
@@ -175,123 +164,6 @@ function findOnPath(command: string): string | undefined {
     if (dir && existsSync(candidate) && statSync(candidate).isFile()) return candidate;
   }
   return undefined;
-}
-
-// ---------------------------------------------------------------------------------------------
-// A kustomize subset, enough for deploy/: resources, components, generators (create and merge),
-// JSON 6902 patches, images, replicas and namespace. Anything else in a kustomization is refused, so this
-// reading never silently differs from what kustomize builds.
-
-const supportedFields = new Set([
-  "apiVersion",
-  "kind",
-  "namespace",
-  "resources",
-  "components",
-  "configMapGenerator",
-  "secretGenerator",
-  "patches",
-  "images",
-  "replicas",
-]);
-
-function readKustomization(dir: string): Obj {
-  const path = join(dir, "kustomization.yaml");
-  if (!existsSync(path)) throw new Error(`${relative(root, dir)} has no kustomization.yaml`);
-  const k = parse(readFileSync(path, "utf8")) as Obj;
-  for (const field of Object.keys(k)) if (!supportedFields.has(field)) throw new Error(`${relative(root, path)}: unsupported field ${field}`);
-  return k;
-}
-
-function generatorData(dir: string, generator: Obj): Record<string, string> {
-  const data: Record<string, string> = {};
-  for (const literal of (generator.literals ?? []) as string[]) {
-    const eq = literal.indexOf("=");
-    data[literal.slice(0, eq)] = literal.slice(eq + 1);
-  }
-  for (const file of (generator.files ?? []) as string[]) data[file.split("/").pop()!] = readFileSync(join(dir, file), "utf8");
-  for (const file of (generator.envs ?? []) as string[]) {
-    for (const line of readFileSync(join(dir, file), "utf8").split("\n")) {
-      if (line.trim() === "" || line.trimStart().startsWith("#")) continue;
-      const eq = line.indexOf("=");
-      data[line.slice(0, eq).trim()] = line.slice(eq + 1);
-    }
-  }
-  return data;
-}
-
-function applyJsonPatch(target: Obj, ops: Obj[]): void {
-  for (const op of ops) {
-    const path = (op.path as string)
-      .split("/")
-      .slice(1)
-      .map((p) => p.replace(/~1/g, "/").replace(/~0/g, "~"));
-    const last = path.pop()!;
-    let parent: any = target;
-    for (const key of path) parent = Array.isArray(parent) ? parent[Number(key)] : parent[key];
-    if (parent === undefined) throw new Error(`patch path ${op.path} does not exist`);
-    if (op.op === "add" && Array.isArray(parent)) parent.splice(last === "-" ? parent.length : Number(last), 0, op.value);
-    else if (op.op === "add" || op.op === "replace") parent[Array.isArray(parent) ? Number(last) : last] = op.value;
-    else if (op.op === "remove") Array.isArray(parent) ? parent.splice(Number(last), 1) : delete parent[last];
-    else throw new Error(`unsupported patch op ${op.op}`);
-  }
-}
-
-function applyKustomization(dir: string, docs: Obj[], expectedKind: "Kustomization" | "Component"): void {
-  const k = readKustomization(dir);
-  if ((k.kind ?? "Kustomization") !== expectedKind) throw new Error(`${relative(root, dir)} is a ${k.kind}, expected ${expectedKind}`);
-  for (const entry of (k.resources ?? []) as string[]) {
-    const path = resolve(dir, entry);
-    if (!existsSync(path)) throw new Error(`${relative(root, dir)} lists ${entry}, which does not exist`);
-    if (statSync(path).isDirectory()) docs.push(...renderKustomization(path));
-    else docs.push(...yamlDocuments(path));
-  }
-  for (const entry of (k.components ?? []) as string[]) applyKustomization(resolve(dir, entry), docs, "Component");
-  for (const [kind, generators] of [
-    ["ConfigMap", k.configMapGenerator],
-    ["Secret", k.secretGenerator],
-  ] as const) {
-    for (const generator of (generators ?? []) as Obj[]) {
-      const data = generatorData(dir, generator);
-      const encoded = kind === "Secret" ? Object.fromEntries(Object.entries(data).map(([key, v]) => [key, Buffer.from(v).toString("base64")])) : data;
-      const existing = docs.find((d) => d.kind === kind && d.metadata?.name === generator.name);
-      if (generator.behavior === "merge" || generator.behavior === "replace") {
-        if (!existing) throw new Error(`${relative(root, dir)}: ${generator.behavior} of missing ${kind} ${generator.name}`);
-        existing.data = generator.behavior === "merge" ? { ...existing.data, ...encoded } : encoded;
-      } else {
-        if (existing) throw new Error(`${relative(root, dir)}: ${kind} ${generator.name} generated twice`);
-        docs.push({ apiVersion: "v1", kind, metadata: { name: generator.name }, data: encoded, ...(kind === "Secret" ? { type: "Opaque" } : {}) });
-      }
-    }
-  }
-  for (const patch of (k.patches ?? []) as Obj[]) {
-    const ops = parse(readFileSync(join(dir, patch.path), "utf8")) as unknown;
-    if (!Array.isArray(ops)) throw new Error(`${relative(root, dir)}: only JSON 6902 patches are read here`);
-    const targets = docs.filter((d) => d.kind === patch.target?.kind && d.metadata?.name === patch.target?.name);
-    if (targets.length !== 1) throw new Error(`${relative(root, dir)}: patch ${patch.path} matches ${targets.length} objects`);
-    applyJsonPatch(targets[0]!, ops as Obj[]);
-  }
-  for (const image of (k.images ?? []) as Obj[]) {
-    for (const doc of docs) {
-      for (const container of (doc.spec?.template?.spec?.containers ?? []) as Obj[]) {
-        const [name, tag] = String(container.image).split(":");
-        if (name !== image.name) continue;
-        container.image = `${image.newName ?? name}${(image.newTag ?? tag) ? `:${image.newTag ?? tag}` : ""}`;
-      }
-    }
-  }
-  for (const entry of (k.replicas ?? []) as Obj[]) {
-    const targets = docs.filter((d) => ["Deployment", "StatefulSet"].includes(d.kind) && d.metadata?.name === entry.name);
-    if (targets.length === 0) throw new Error(`${relative(root, dir)}: replicas for missing ${entry.name}`);
-    for (const target of targets) target.spec.replicas = entry.count;
-  }
-  if (k.namespace) for (const doc of docs) if (doc.kind !== "Namespace") doc.metadata.namespace = k.namespace;
-}
-
-function renderKustomization(dir: string): Obj[] {
-  const docs: Obj[] = [];
-  applyKustomization(dir, docs, "Kustomization");
-  return docs;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,11 +2,11 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/cluster.js";
-import { callApi, OWNER } from "../support/app.js";
+import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import { callApi } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
-import { makeDeliveries, runLoad, type LoadResult } from "./load.js";
+import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLoad, type LoadResult } from "./load.js";
 
 /**
  * Faults under load against the production shape (every service its own process, two gateways,
@@ -25,32 +25,13 @@ beforeAll(async () => {
   pg = await startPrivatePostgres();
   nats = await startPrivateNats();
   cluster = await startCluster({
-    env: {
-      ...process.env,
-      DATABASE_URL: pg.url,
-      NATS_URL: nats.url,
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "silent",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      SHUTDOWN_GRACE_SECONDS: "1",
-      DATABASE_POOL_SIZE: "4",
-    },
+    env: faultClusterEnv(pg.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "4" }),
     port: 0,
     gateways: 2,
     intakes: 2,
   });
   sql = postgres(pg.url, { max: 2, onnotice: () => {} });
-  const deadline = Date.now() + 30_000;
-  let owner: string | undefined;
-  while (!owner) {
-    const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-    if (res.status === 200) owner = res.body.accessToken;
-    else if (Date.now() > deadline) throw new Error("login never succeeded");
-    else await new Promise((r) => setTimeout(r, 200));
-  }
-  ingest = (await callApi(cluster.gatewayUrls[0]!, "POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
+  ({ ingest } = await ownerAndIngestToken(cluster.gatewayUrls[0]!));
 }, 180_000);
 
 afterAll(async () => {
@@ -62,30 +43,7 @@ afterAll(async () => {
   await pg?.cleanup();
 });
 
-/** Every acknowledged delivery is held exactly once; nothing else is doubled. */
-async function verify(name: string, result: LoadResult): Promise<void> {
-  const acked = result.acknowledged.map((d) => d.eventId);
-  const held = await sql<{ event_id: string; n: number }[]>`
-    select event_id, count(*)::int as n from incidents.timeline_entries where event_id = any(${acked}) group by event_id`;
-  const found = held.filter((h) => h.n === 1).length;
-  const doubled = held.filter((h) => h.n > 1).length;
-  const [openPerAlert] = await sql<{ worst: number | null }[]>`
-    select max(n)::int as worst from (select count(*) as n from incidents.incidents where state = 'open' group by org_id, attach_identity) t`;
-  report.push({
-    fault: name,
-    sent: result.sent,
-    acknowledged: acked.length,
-    "found once": found,
-    doubled,
-    lost: acked.length - found - doubled,
-    "retried attempts": result.attempts - result.sent,
-    failures: JSON.stringify(result.failures),
-  });
-  expect(doubled).toBe(0);
-  expect(found).toBe(acked.length);
-  expect(openPerAlert!.worst).toBe(1);
-  expect(result.unacknowledged).toEqual([]);
-}
+const verify = (name: string, result: LoadResult) => verifyLoad(sql, report, name, result);
 
 describe("faults under load", () => {
   it("kill -9 of one intake replica loses and doubles nothing", async () => {

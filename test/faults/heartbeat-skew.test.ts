@@ -1,9 +1,10 @@
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/cluster.js";
+import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+import { faultClusterEnv } from "./load.js";
 
 /**
  * Three processes sweep the same heartbeats every second; one of them has a clock an hour fast.
@@ -21,18 +22,7 @@ beforeAll(async () => {
   database = await freshDatabase();
   nats = await startPrivateNats();
   cluster = await startCluster({
-    env: {
-      ...process.env,
-      DATABASE_URL: database.url,
-      NATS_URL: nats.url,
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "silent",
-      HEARTBEAT_SWEEP_SECONDS: "1",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      DATABASE_POOL_SIZE: "3",
-    },
+    env: faultClusterEnv(database.url, nats.url, { HEARTBEAT_SWEEP_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
     port: 0,
     gateways: 1,
     intakes: 1,

@@ -2,9 +2,9 @@ import { execFileSync, spawn } from "node:child_process";
 import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { allServices } from "../../services/all-services.js";
+import { allServices } from "../../services/process/all-services.js";
 import { processAlive } from "../../services/runtime/data-dir-lock.js";
-import { runProcess } from "../../services/runtime/process.js";
+import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER } from "../support/app.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
 

@@ -5,7 +5,7 @@ import { buildRouteTable, matchRoute } from "../../services/gateway/route-table.
 import { internalServices } from "../../services/runtime/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../../services/comms/testing/https-receiver.js";
-import { createSourceServer } from "../../services/remotesource/kit/index.js";
+import { createSourceServer } from "../../services/remotesource-kit/index.js";
 import postgres from "postgres";
 import { recordPendingTimelineEntries } from "../../services/comms/timeline.js";
 import { createPostgresCommsStore } from "../../services/comms/store.js";

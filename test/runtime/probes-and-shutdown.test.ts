@@ -5,11 +5,11 @@ import { Code, ConnectError, createClient, createConnectRouter } from "@connectr
 import { connect } from "@nats-io/transport-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
-import { allServices } from "../../services/all-services.js";
+import { allServices } from "../../services/process/all-services.js";
 import { processAlive } from "../../services/runtime/data-dir-lock.js";
 import { createLogger } from "../../services/runtime/logger.js";
 import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
-import { runProcess } from "../../services/runtime/process.js";
+import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER, startApp } from "../support/app.js";
 import { registerContractService } from "../support/contract-service.js";
 import { freePort, startPrivateNats } from "../support/nats-server.js";

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "../../services/cluster.js";
+import { freePort } from "../../services/process/cluster.js";
 
 /**
  * A real Prometheus Alertmanager (Debian's `prometheus-alertmanager`) on a free loopback port,

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
-import { allServices } from "../../services/all-services.js";
-import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/runtime/process.js";
+import { allServices } from "../../services/process/all-services.js";
+import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/process/run-process.js";
 import { startPrivateNats } from "./nats-server.js";
 import { tempDataDir } from "./service-process.js";
 

@@ -1,4 +1,4 @@
-import { startCluster, type Cluster } from "../../services/cluster.js";
+import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { callApi, freshDatabase, OWNER, type TestApp } from "./app.js";
 import { startPrivateNats } from "./nats-server.js";
 

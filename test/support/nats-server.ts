@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
-import { freePort } from "../../services/cluster.js";
+import { freePort } from "../../services/process/cluster.js";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 

@@ -1,7 +1,7 @@
 import { createClient, type Client, type Transport } from "@connectrpc/connect";
-import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import type { TestApp } from "../../test/support/app.js";
+import { HeartbeatsService } from "../../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { IdentityService } from "../../../gen/warroom/identity/v1/identity_pb.js";
+import type { TestApp } from "../../../test/support/app.js";
 
 /** The people and credentials the heartbeat tests act with. */
 export interface Cast {

@@ -11,7 +11,7 @@ import {
   type SeriesInput,
   type SourceAuth,
   type SourceServer,
-} from "../../kit/index.js";
+} from "../../index.js";
 
 /**
  * An example source: metrics from a Prometheus-compatible HTTP API (Prometheus, Thanos, Mimir,

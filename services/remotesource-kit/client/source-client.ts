@@ -1,6 +1,12 @@
 import tls from "node:tls";
-import { create, fromBinary, toBinary, type JsonObject } from "@bufbuild/protobuf";
-import { RawResultSchema, type RawResult } from "../../../gen/warroom/sourceprotocol/v1/source_pb.js";
+import { create, fromBinary, isMessage, toBinary, type JsonObject, type Message } from "@bufbuild/protobuf";
+import {
+  InvokeRequestSchema,
+  LogsRangeRequestSchema,
+  MetricsRangeRequestSchema,
+  RawResultSchema,
+  type RawResult,
+} from "../../../gen/warroom/sourceprotocol/v1/source_pb.js";
 import { createEgressClient, EgressError, type AddressPolicy, type HostResolver } from "../../runtime/egress/index.js";
 import { CREDENTIALS_REJECTED, MAX_RESPONSE_BYTES, READ_BUDGET_MS, RESPONSE_TOO_LARGE } from "../protocol/limits.js";
 import { decodeProtocolJson, encodeProtocolJson, fromProtocolJson, ProtocolJsonError, toProtocolJson } from "../protocol/protocol-json.js";
@@ -84,7 +90,7 @@ export class ReadRequestError extends Error {
 export interface SourceClient {
   readonly connection: SourceConnection;
   /** One protocol call with a schema message (tenant already set; none for capabilities and health); what happened, never a throw. */
-  call(call: ProtocolCall, request: unknown, options?: { present?: Presenting; budgetMs?: number }): Promise<CallOutcome>;
+  call(call: ProtocolCall, request: Message | undefined, options?: { present?: Presenting; budgetMs?: number }): Promise<CallOutcome>;
   /**
    * A read: the protocol request without `tenant` as JSON (the client adds it). Throws
    * ReadRequestError for a request that cannot be sent; otherwise answers a RawResult.
@@ -141,14 +147,14 @@ export function createSourceClient(connection: SourceConnection, options: Source
     };
   }
 
-  async function callHttp(route: ProtocolRoute, request: unknown, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
+  async function callHttp(route: ProtocolRoute, request: Message, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
     const creds = credentialsFor(present);
     const headers: Record<string, string> = injectHeaders({ accept: "application/json" });
     if (creds.authorization) headers.authorization = creds.authorization;
     let body: string | undefined;
     if (route.httpMethod === "POST") {
       headers["content-type"] = "application/json";
-      body = encodeProtocolJson(route.method.input, request as never);
+      body = encodeProtocolJson(route.method.input, request);
     }
     let response: Awaited<ReturnType<ReturnType<typeof createEgressClient>["request"]>>;
     try {
@@ -178,7 +184,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     }
   }
 
-  async function callGrpc(route: ProtocolRoute, request: unknown, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
+  async function callGrpc(route: ProtocolRoute, request: Message, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
     const started = Date.now();
     const creds = credentialsFor(present);
     const client = egress(timeoutMs);
@@ -203,7 +209,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
         target,
         path: new URL(base).pathname.replace(/\/+$/, "") + grpcPath(route.method),
         metadata,
-        body: toBinary(route.method.input, request as never),
+        body: toBinary(route.method.input, request),
         tls: {
           ...(extraCas.length > 0 ? { ca: [...tls.rootCertificates, ...extraCas] } : {}),
           ...(creds.cert ? { cert: creds.cert, key: creds.key } : {}),
@@ -245,7 +251,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     }
   }
 
-  async function call(name: ProtocolCall, request: unknown, callOptions: { present?: Presenting; budgetMs?: number } = {}): Promise<CallOutcome> {
+  async function call(name: ProtocolCall, request: Message | undefined, callOptions: { present?: Presenting; budgetMs?: number } = {}): Promise<CallOutcome> {
     const route = routeOf(name);
     const timeoutMs = Math.max(1, callOptions.budgetMs ?? budget);
     const present = callOptions.present ?? "connection";
@@ -267,16 +273,16 @@ export function createSourceClient(connection: SourceConnection, options: Source
 
   async function read(name: ReadCall, request: JsonObject, readOptions: { budgetMs?: number } = {}): Promise<ReadOutcome> {
     const route = routeOf(name);
-    let message: ReturnType<typeof fromProtocolJson>;
+    let message: Message;
     try {
       message = fromProtocolJson(route.method.input, { ...request, tenant: { ref: connection.tenantRef } });
     } catch (err) {
       throw new ReadRequestError(err instanceof Error ? err.message : String(err));
     }
-    checkReadRequest(name, message as never);
-    const params =
-      name === "invoke" ? ((message as { params?: JsonObject }).params ?? {}) : withoutTenant(toProtocolJson(route.method.input, message as never));
-    const operation = name === "invoke" ? (message as unknown as { operation: string }).operation : name;
+    checkReadRequest(message);
+    const invoked = isMessage(message, InvokeRequestSchema) ? message : undefined;
+    const params = invoked ? (invoked.params ?? {}) : withoutTenant(toProtocolJson(route.method.input, message));
+    const operation = invoked ? invoked.operation : name;
     const outcome = await call(name, message, readOptions.budgetMs === undefined ? {} : { budgetMs: readOptions.budgetMs });
     if (!outcome.ok) {
       return { result: partialResult(operation, params, failureText(outcome.failure, readOptions.budgetMs ?? budget)), failure: outcome.failure };
@@ -287,10 +293,11 @@ export function createSourceClient(connection: SourceConnection, options: Source
   return { connection, call, read };
 }
 
-function checkReadRequest(name: ReadCall, message: Record<string, unknown>): void {
-  if (name === "invoke" && !message.operation) throw new ReadRequestError("request.operation is required");
-  if (name === "metrics/range" && !message.expr) throw new ReadRequestError("request.expr is required");
-  if ((name === "metrics/range" || name === "logs/range") && !message.window) throw new ReadRequestError("request.window {fromMs, toMs} is required");
+function checkReadRequest(message: Message): void {
+  if (isMessage(message, InvokeRequestSchema) && !message.operation) throw new ReadRequestError("request.operation is required");
+  if (isMessage(message, MetricsRangeRequestSchema) && !message.expr) throw new ReadRequestError("request.expr is required");
+  if ((isMessage(message, MetricsRangeRequestSchema) || isMessage(message, LogsRangeRequestSchema)) && !message.window)
+    throw new ReadRequestError("request.window {fromMs, toMs} is required");
 }
 
 function withoutTenant(json: JsonObject): JsonObject {

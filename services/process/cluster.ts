@@ -48,7 +48,7 @@ export interface Cluster {
   stop(): Promise<void>;
 }
 
-const servicesDir = dirname(fileURLToPath(import.meta.url));
+const servicesDir = join(dirname(fileURLToPath(import.meta.url)), "..");
 
 /** The service folders that run as their own process (each has a main.ts). */
 export function serviceFolders(): string[] {
@@ -94,7 +94,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   for (let i = 0; i < options.gateways; i++) plan.push("gateway");
   const processes: ClusterProcess[] = [];
   let stopping = false;
-  const launch = (proc: ClusterProcess, instance: number) => {
+  // The process object is complete once its first child is spawned; a restart replaces the child.
+  const launch = (proc: Omit<ClusterProcess, "child"> & { child?: ChildProcess }, instance: number): ChildProcess => {
     const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
       env: {
         ...options.env,
@@ -135,22 +136,13 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   for (const name of plan) {
     const port = name === "gateway" && options.port ? options.port + gatewayIndex++ : await freePort();
     const instance = processes.filter((p) => p.name === name).length;
-    const proc: ClusterProcess = { name, port, metricsPort: await freePort(), child: undefined as never, output: [] };
-    proc.child = launch(proc, instance);
-    processes.push(proc);
+    const proc: Omit<ClusterProcess, "child"> = { name, port, metricsPort: await freePort(), output: [] };
+    processes.push(Object.assign(proc, { child: launch(proc, instance) }));
   }
   for (const extra of options.extra ?? []) {
     const instance = processes.filter((p) => p.name === extra.name).length;
-    const proc: ClusterProcess = {
-      name: extra.name,
-      port: await freePort(),
-      metricsPort: await freePort(),
-      env: extra.env,
-      child: undefined as never,
-      output: [],
-    };
-    proc.child = launch(proc, instance);
-    processes.push(proc);
+    const proc: Omit<ClusterProcess, "child"> = { name: extra.name, port: await freePort(), metricsPort: await freePort(), env: extra.env, output: [] };
+    processes.push(Object.assign(proc, { child: launch(proc, instance) }));
   }
   const cluster: Cluster = {
     env: options.env,

@@ -3,32 +3,32 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { buildRouteTable } from "../gateway/route-table.js";
-import { createRestGateway, sendJson } from "../gateway/rest-gateway.js";
-import { createInProcessBroadcast, createNatsBroadcast } from "./broadcast.js";
-import { createClients, internalServices, type Clients } from "./clients.js";
-import { loadConfig, type Config } from "./config.js";
-import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "./database.js";
-import { errorInterceptor } from "./errors.js";
-import { validationInterceptor } from "./validation.js";
-import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "./event-bus.js";
-import { registerForwarding } from "./forwarding.js";
-import { registerGrpcHealth } from "./grpc-health.js";
-import { registerGrpcReflection } from "./grpc-reflection.js";
-import { BODY_LIMITS } from "./body-limits.js";
-import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "./nats-connection.js";
-import { CLIENT_ADDRESS_HEADER, createClientAddress } from "./client-address.js";
-import { publicOnly } from "./public-surface.js";
-import { listenHttp, type HttpHandler, type HttpServer } from "./http-server.js";
-import { createLogger, type Logger } from "./logger.js";
-import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "./metrics.js";
-import { migrate } from "./migrations.js";
-import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "./tracing.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "./request-context.js";
-import { createDirectRegistry, createDirectTransport } from "./direct-transport.js";
-import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "./nats-transport.js";
-import { createProbes } from "./probes.js";
-import { createOutboxRelay, type Outbox, type OutboxRelay } from "./outbox.js";
-import type { ServiceFactory, ServiceModule } from "./service-module.js";
+import { createRestGateway } from "../gateway/rest-gateway.js";
+import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadcast.js";
+import { createClients, internalServices, type Clients } from "../runtime/clients.js";
+import { loadConfig, type Config } from "../runtime/config.js";
+import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
+import { errorInterceptor } from "../runtime/errors.js";
+import { validationInterceptor } from "../runtime/validation.js";
+import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/event-bus.js";
+import { registerForwarding } from "../runtime/forwarding.js";
+import { registerGrpcHealth } from "../runtime/grpc-health.js";
+import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
+import { BODY_LIMITS } from "../runtime/body-limits.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
+import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
+import { publicOnly } from "../runtime/public-surface.js";
+import { listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
+import { createLogger, type Logger } from "../runtime/logger.js";
+import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
+import { migrate } from "../runtime/migrations.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
+import { createDirectRegistry, createDirectTransport } from "../runtime/direct-transport.js";
+import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "../runtime/nats-transport.js";
+import { createProbes } from "../runtime/probes.js";
+import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/outbox.js";
+import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
 
 export interface ProcessOptions {
   /** Names the process in logs and NATS. */
@@ -208,7 +208,7 @@ async function startServices(
       registerGrpcHealth(r, probes);
       registerGrpcReflection(r, [...modules.flatMap((module) => module.services), ...remoteServices]);
     },
-    fallback: (_req, res) => sendJson(res as never, 404, { error: "not found" }),
+    fallback: (_req, res) => sendJson(res, 404, { error: "not found" }),
   });
   const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
@@ -235,7 +235,7 @@ async function startServices(
       await started;
       if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
-      connectHandler(req as never, res as never);
+      connectHandler(req, res);
     })().catch((err) => {
       logger.error({ err }, "request failed");
       if (!res.headersSent) sendJson(res, 500, { error: "internal error" });

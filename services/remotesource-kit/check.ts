@@ -9,7 +9,7 @@ import { createAddressPolicy } from "../runtime/egress/index.js";
 /**
  * The conformance check as a command, for whoever hosts a source:
  *
- *   SOURCE_TOKEN=T npx tsx services/remotesource/check.ts <url> [--grpc] [--tenant REF]
+ *   SOURCE_TOKEN=T npx tsx services/remotesource-kit/check.ts <url> [--grpc] [--tenant REF]
  *       [--token-file FILE] [--cert client.pem --key client-key.pem] [--ca ca.pem] [--expr EXPR] [--query QUERY] [--json]
  *
  * The bearer token comes from the SOURCE_TOKEN variable or a file, never from the command line:

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import type { SourceAuth } from "../../kit/index.js";
+import type { SourceAuth } from "../../index.js";
 import { createPrometheusFilesSource } from "./source.js";
 
 /**

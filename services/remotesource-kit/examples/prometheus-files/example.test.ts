@@ -7,9 +7,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAddressPolicy } from "../../../runtime/egress/index.js";
 import { checkCommand } from "../../check.js";
 import { createSourceClient } from "../../client/source-client.js";
-import type { RunningSourceServer } from "../../kit/index.js";
-import { startBareSource, type BareSource } from "../../test-support/bare-source.js";
-import { startFakePrometheus } from "../../test-support/fake-prometheus.js";
+import type { RunningSourceServer } from "../../index.js";
+import { startBareSource, type BareSource } from "../../testing/bare-source.js";
+import { startFakePrometheus } from "../../testing/fake-prometheus.js";
 import { createPrometheusFilesSource } from "./source.js";
 
 // The example source, against a Prometheus-compatible API stand-in and a directory of log files:
@@ -116,7 +116,7 @@ describe("the prometheus-files example source", () => {
 
   it("ships as a command taking the token from SOURCE_TOKEN or a file, never from the command line", async () => {
     const run = promisify(execFile);
-    const { stdout } = await run("npx", ["tsx", "services/remotesource/check.ts", running.url], {
+    const { stdout } = await run("npx", ["tsx", "services/remotesource-kit/check.ts", running.url], {
       timeout: 25_000,
       env: { ...process.env, SOURCE_TOKEN: TOKEN },
     });

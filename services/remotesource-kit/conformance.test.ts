@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createAddressPolicy } from "../runtime/egress/index.js";
 import { createSourceClient, type SourceTransport } from "./client/source-client.js";
 import { CHECKS, RULES, runConformanceCheck, type CheckName, type ConformanceResult } from "./conformance.js";
-import { startBareSource, type BareSource, type BareSourceFaults } from "./test-support/bare-source.js";
+import { startBareSource, type BareSource, type BareSourceFaults } from "./testing/bare-source.js";
 
 // Sources written without the kit: a healthy one, and one per broken rule. Each broken variant
 // must fail the named check over HTTP and over gRPC, and reads from it must give the partial

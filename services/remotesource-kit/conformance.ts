@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { create, type JsonObject } from "@bufbuild/protobuf";
+import { create, type JsonObject, type Message } from "@bufbuild/protobuf";
 import {
   CapabilitiesRequestSchema,
   HealthRequestSchema,
@@ -126,7 +126,7 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     if (existing) existing.warnings = list;
   };
 
-  async function call(name: ProtocolCall, request: unknown, label: string, present: Presenting = "connection"): Promise<CallOutcome> {
+  async function call(name: ProtocolCall, request: Message, label: string, present: Presenting = "connection"): Promise<CallOutcome> {
     const remaining = deadline - now();
     let outcome: CallOutcome;
     if (remaining <= 0) outcome = { ok: false, failure: { kind: "timeout", message: "the conformance check ran out of time before this call" } };

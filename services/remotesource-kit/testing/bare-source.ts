@@ -1,12 +1,13 @@
 import http from "node:http";
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
   CapabilitiesResponseSchema,
   HealthResponseSchema,
+  type OperationDescriptorSchema,
   RawResultSchema,
   SourceService,
   type InvokeRequest,
@@ -60,7 +61,7 @@ const FIVE_MIB = 5 * 1024 * 1024;
  */
 export async function startBareSource(faults: BareSourceFaults = {}, token = "bare-source-token"): Promise<BareSource> {
   const calls: RecordedCall[] = [];
-  const operations = [
+  const operations: MessageInitShape<typeof OperationDescriptorSchema>[] = [
     { operation: "cpu", description: "CPU seconds of a host", params: { host: "host name" }, kind: "metrics" },
     ...(faults.advertisedOperationMissing ? [{ operation: "ghost", description: "listed, never served", params: {}, kind: "metrics" }] : []),
     ...(faults.windowOutsideParams
@@ -169,7 +170,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
       router.service(SourceService, {
         capabilities(request, ctx) {
           check("capabilities", ctx, request);
-          return create(CapabilitiesResponseSchema, capabilities as never);
+          return create(CapabilitiesResponseSchema, capabilities);
         },
         health(request, ctx) {
           check("health", ctx, request);

@@ -8,8 +8,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { createAddressPolicy } from "../../runtime/egress/index.js";
 import { createSourceClient } from "../client/source-client.js";
 import { CHECKS, runConformanceCheck } from "../conformance.js";
-import { createTestPki, type TestPki } from "../test-support/certificates.js";
-import { createSourceServer, SourceError, type RunningSourceServer, type SourceServerOptions } from "./index.js";
+import { createTestPki, type TestPki } from "../testing/certificates.js";
+import { createSourceServer, SourceError, type RunningSourceServer, type SourceServerOptions } from "../index.js";
 
 // A kit-hosted source, reached by an @grpc/grpc-js client (the schema loaded from proto/ with
 // @grpc/proto-loader) and by a plain HTTP client: both forms of the one schema, on one port.
