@@ -1,4 +1,4 @@
-import type { HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isEgressError } from "../runtime/egress/index.js";
@@ -6,7 +6,7 @@ import { SecretBoxError } from "../runtime/secret-box.js";
 import { buildTestCard } from "./adaptive-card.js";
 import { describeSaveRefusal, postCard } from "./chat-webhook-delivery.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
-import type { Handlers } from "./handlers.js";
+import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 
 /** One connection per organization, and this is its name. */
 export const CONNECTION_NAME = "default";
@@ -44,7 +44,9 @@ export async function loadWebhookUrl(deps: CommsDeps, orgId: string): Promise<st
  * The handlers of the organization's chat-webhook connection: save (sealed), read (never the URL),
  * test and delete, each audited.
  */
-export function chatWebhookConnectionHandlers(deps: CommsDeps): Handlers<"saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
+export function createChatWebhookConnectionHandlers(
+  deps: CommsDeps,
+): Pick<ServiceImpl<typeof CommsService>, "saveChatWebhook" | "getChatWebhook" | "testChatWebhook" | "deleteChatWebhook"> {
   const { store, clients, outbox, config } = deps;
 
   return {

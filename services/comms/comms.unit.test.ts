@@ -10,7 +10,7 @@ import { EgressError, type EgressClient, type EgressRequest, type EgressResponse
 import { createLogger } from "../runtime/logger.js";
 import { createSecretBox } from "../runtime/secret-box.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
-import { registerRoutes } from "./routes.js";
+import { createCommsRoutes } from "./routes.js";
 import { createMemoryCommsStore, type MemoryCommsStore } from "./testing/memory-store.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
 import { offerWarRoomLink } from "./war-room-link.js";
@@ -100,7 +100,7 @@ function harness(): Harness {
   };
   const client = createClient(
     CommsService,
-    serveUnderTest((router) => registerRoutes(router, deps)),
+    serveUnderTest((router) => router.service(CommsService, createCommsRoutes(deps))),
   );
   return { store, peers, webhook, deps, client, timeline };
 }

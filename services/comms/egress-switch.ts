@@ -1,10 +1,10 @@
-import type { HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
-import type { Handlers } from "./handlers.js";
+import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 
 /** The per-organization switch; it covers every chat connection of the organization. */
-export function egressSwitchHandlers(deps: CommsDeps): Handlers<"setEgress" | "getEgress"> {
+export function createEgressSwitchHandlers(deps: CommsDeps): Pick<ServiceImpl<typeof CommsService>, "setEgress" | "getEgress"> {
   const { store, clients, outbox } = deps;
   return {
     async setEgress(req, context: HandlerContext) {

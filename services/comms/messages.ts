@@ -1,5 +1,5 @@
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
-import type { HandlerContext } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { isUuid } from "../runtime/ids.js";
@@ -9,7 +9,7 @@ import { parseChannel } from "./channel.js";
 import { loadWebhookUrl } from "./chat-webhook-connection.js";
 import { postCard, type DeliveryOutcome } from "./chat-webhook-delivery.js";
 import { incidentAsCaller, type CommsDeps } from "./deps.js";
-import type { Handlers } from "./handlers.js";
+import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import type { MessageRow } from "./store.js";
 import { recordOnTimeline, sendRecordOf } from "./timeline.js";
 
@@ -61,7 +61,9 @@ function toMessage(row: MessageRow) {
  * The handlers of incident updates: draft, list, approve and send, each update leaving at most
  * once.
  */
-export function messageHandlers(deps: CommsDeps): Handlers<"draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
+export function createMessageHandlers(
+  deps: CommsDeps,
+): Pick<ServiceImpl<typeof CommsService>, "draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
   const { store, clients, outbox, logger, config } = deps;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {

@@ -6,7 +6,7 @@ import type { ServiceContext, ServiceModule } from "../runtime/service-module.js
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
-import { registerRoutes } from "./routes.js";
+import { createCommsRoutes } from "./routes.js";
 import { createPostgresCommsStore } from "./store.js";
 import { recordPendingTimelineEntries } from "./timeline.js";
 import { offerWarRoomLink } from "./war-room-link.js";
@@ -38,7 +38,7 @@ export function createCommsService(ctx: ServiceContext): ServiceModule {
     migrations,
     services: [CommsService],
     register(router: ConnectRouter) {
-      registerRoutes(router, deps);
+      router.service(CommsService, createCommsRoutes(deps));
     },
     async start() {
       await onEvent(ctx.events, EVENTS.incidentOpened, (opened) => offerWarRoomLink(deps, opened), { durableName: "comms-war-room-link" });

@@ -26,6 +26,22 @@ export interface MessageRow extends SentMessageRow {
   version: number;
 }
 
+/** A message written or approved: its id and version, for optimistic updates. */
+export interface MessageVersionRow {
+  id: string;
+  version: number;
+}
+
+/** The organization's chat connection: the webhook URL, sealed. */
+export interface ChatConnectionRow {
+  key_id: string;
+  url_ciphertext: Buffer;
+}
+
+export interface EgressSettingRow {
+  enabled: boolean;
+}
+
 export interface NewMessage {
   orgId: string;
   incidentId: string;
@@ -92,13 +108,13 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
 
   return {
     async egressEnabled(orgId) {
-      const [row] = await sql<{ enabled: boolean }[]>`select enabled from comms.egress_settings where org_id = ${orgId}`;
+      const [row] = await sql<EgressSettingRow[]>`select enabled from comms.egress_settings where org_id = ${orgId}`;
       return row?.enabled ?? false;
     },
 
     async setEgress(orgId, enabled, changedBy, audit) {
       await sql.begin(async (tx) => {
-        const [previous] = await tx<{ enabled: boolean }[]>`select enabled from comms.egress_settings where org_id = ${orgId} for update`;
+        const [previous] = await tx<EgressSettingRow[]>`select enabled from comms.egress_settings where org_id = ${orgId} for update`;
         await tx`
           insert into comms.egress_settings (org_id, enabled, changed_by) values (${orgId}, ${enabled}, ${changedBy})
           on conflict (org_id) do update set enabled = excluded.enabled, changed_by = excluded.changed_by, changed_at = now()`;
@@ -112,7 +128,7 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
     },
 
     async loadConnection(orgId, name) {
-      const [row] = await sql<{ key_id: string; url_ciphertext: Buffer }[]>`
+      const [row] = await sql<ChatConnectionRow[]>`
         select key_id, url_ciphertext from comms.chat_connections where org_id = ${orgId} and name = ${name}`;
       return row && { keyId: row.key_id, ciphertext: row.url_ciphertext };
     },
@@ -148,7 +164,7 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
     },
 
     async draftMessage(message) {
-      const [row] = await sql<{ id: string; version: number }[]>`
+      const [row] = await sql<MessageVersionRow[]>`
         insert into comms.messages (org_id, incident_id, channel, label, body, drafted_by)
         values (${message.orgId}, ${message.incidentId}, ${message.channel}, ${message.label}, ${message.body}, ${message.draftedBy})
         returning id, version`;
@@ -156,7 +172,7 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
     },
 
     async draftWarRoomLink(message) {
-      const [row] = await sql<{ id: string }[]>`
+      const [row] = await sql<Pick<MessageVersionRow, "id">[]>`
         insert into comms.messages (org_id, incident_id, channel, body, origin, drafted_by)
         values (${message.orgId}, ${message.incidentId}, ${message.channel}, ${message.body}, 'war_room_link', ${message.draftedBy})
         on conflict (org_id, incident_id) where origin = 'war_room_link' do nothing
@@ -183,7 +199,7 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
     },
 
     async approveMessage(messageId, version, approvedBy) {
-      const [approved] = await sql<{ version: number }[]>`
+      const [approved] = await sql<Pick<MessageVersionRow, "version">[]>`
         update comms.messages set state = 'approved', version = version + 1, approved_by = ${approvedBy}, approved_at = now()
         where id = ${messageId} and state = 'drafted' and version::text = ${version}
         returning version`;

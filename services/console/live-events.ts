@@ -69,7 +69,7 @@ export function createLiveEvents(options: LiveEventsOptions) {
     let json: JsonObject;
     try {
       const message = fromBinary(known.schema, event.payload);
-      json = messageToHttpJson(known.schema, message as never) as JsonObject;
+      json = messageToHttpJson(known.schema, message) as JsonObject;
     } catch (err) {
       logger.warn({ err, subject: event.subject, id: event.id }, "live event not decoded");
       return;

@@ -7,6 +7,7 @@ import {
   type DescMessage,
   type JsonObject,
   type JsonValue,
+  type Message,
   type MessageShape,
 } from "@bufbuild/protobuf";
 import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
@@ -18,7 +19,7 @@ import { FeatureSet_FieldPresence } from "@bufbuild/protobuf/wkt";
  */
 export function messageToHttpJson<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): JsonValue {
   const json = toJson(schema, message, { alwaysEmitImplicit: true });
-  fillNulls(schema, message as Record<string, unknown>, json);
+  fillNulls(schema, message, json);
   return json;
 }
 
@@ -28,7 +29,7 @@ function hasExplicitPresence(field: DescField): boolean {
   return field.fieldKind === "message" || field.presence === FeatureSet_FieldPresence.EXPLICIT;
 }
 
-function fillNulls(schema: DescMessage, message: Record<string, unknown>, json: JsonValue): void {
+function fillNulls(schema: DescMessage, message: Message, json: JsonValue): void {
   if (schema.typeName.startsWith(WELL_KNOWN_PREFIX)) return;
   if (json === null || typeof json !== "object" || Array.isArray(json)) return;
   const object = json as JsonObject;
@@ -37,17 +38,17 @@ function fillNulls(schema: DescMessage, message: Record<string, unknown>, json: 
     if (field.oneof && field.fieldKind !== "message" && !field.proto.proto3Optional) continue;
     if (field.fieldKind === "list") {
       if (field.listKind === "message") {
-        const items = message[field.localName] as Record<string, unknown>[];
+        const items: Message[] = Reflect.get(message, field.localName);
         const jsonItems = object[field.jsonName];
         if (Array.isArray(jsonItems)) for (const [i, item] of items.entries()) fillNulls(field.message, item, jsonItems[i] ?? null);
       }
       continue;
     }
     if (!hasExplicitPresence(field)) continue;
-    if (!isFieldSet(message as never, field)) {
+    if (!isFieldSet(message, field)) {
       object[field.jsonName] = null;
     } else if (field.fieldKind === "message") {
-      fillNulls(field.message, message[field.localName] as Record<string, unknown>, object[field.jsonName] ?? null);
+      fillNulls(field.message, Reflect.get(message, field.localName), object[field.jsonName] ?? null);
     }
   }
 }

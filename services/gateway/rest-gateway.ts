@@ -115,8 +115,8 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       if (!res.writableFinished) abort.abort();
     });
     try {
-      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input as never));
-      const json = messageToHttpJson(route.method.output, response.message as never);
+      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input));
+      const json = messageToHttpJson(route.method.output, response.message);
       const status = successStatus(route.method, json);
       if (status === 204) {
         res.writeHead(204);

@@ -1,13 +1,13 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { AppendTimelineRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
-import { storableJson, storableText, timelineEntryShape, type TimelineEntryRow } from "./incident-shape.js";
+import { storableJson, storableText, timelineEntryShape } from "./incident-shape.js";
+import type { ClockRow, TimelineEntryRow } from "./store.js";
 import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
+import type { IncidentsDeps } from "./deps.js";
 
 const MAX_SUMMARY_CHARACTERS = 65536;
 const MAX_REFERENCE_CHARACTERS = 8192;
@@ -16,7 +16,7 @@ const MAX_REFERENCE_CHARACTERS = 8192;
  * AppendTimeline: entries that are not deliveries (an update sent to a channel, or recorded as
  * simulated while real egress is off). Allowed in any state: an update may follow a resolve.
  */
-export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox }): Pick<ServiceImpl<typeof IncidentsService>, "appendTimeline"> {
+export function createAppendTimelineHandlers(deps: Pick<IncidentsDeps, "sql" | "outbox">): Pick<ServiceImpl<typeof IncidentsService>, "appendTimeline"> {
   const { sql, outbox } = deps;
   return {
     async appendTimeline(req: AppendTimelineRequest) {
@@ -35,8 +35,8 @@ export function createAppendTimelineHandlers(deps: { sql: Sql; outbox: Outbox })
       }
       if (!isUuid(req.incidentId)) throw new NotFoundError("no such incident");
       const text = (value: string | undefined) => (value === undefined ? null : storableText(value));
-      const data = entry.data && Object.keys(entry.data).length > 0 ? sql.json(storableJson(entry.data) as never) : null;
-      const [clock] = await sql<{ now: Date }[]>`select now() as now`;
+      const data = entry.data && Object.keys(entry.data).length > 0 ? sql.json(storableJson(entry.data)) : null;
+      const [clock] = await sql<ClockRow[]>`select now() as now`;
       const at = clock!.now;
       const recorded = outboxRows.timelineRecorded({ orgId: req.orgId, incidentId: req.incidentId, kind: entry.kind, at });
       const eventId = text(entry.eventId);

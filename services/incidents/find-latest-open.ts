@@ -1,8 +1,8 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
 import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
+import type { IncidentsDeps } from "./deps.js";
 
 /**
  * FindLatestOpen: the most recently opened open incident of a source badge in an organization.
@@ -10,7 +10,7 @@ import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
  * The caller records on the returned attach identity through Record, which re-checks that the
  * incident is still open, so a resolve in between only makes the delivery `ignored`.
  */
-export function createFindLatestOpenHandlers(deps: { sql: Sql }): Pick<ServiceImpl<typeof IncidentsService>, "findLatestOpen"> {
+export function createFindLatestOpenHandlers(deps: Pick<IncidentsDeps, "sql">): Pick<ServiceImpl<typeof IncidentsService>, "findLatestOpen"> {
   const { sql } = deps;
   return {
     async findLatestOpen(req: FindLatestOpenRequest) {

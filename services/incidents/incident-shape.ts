@@ -2,43 +2,12 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IncidentSchema, MaintenanceWindowSchema, TimelineEntrySchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
+import type { IncidentRow, MaintenanceWindowRow, TimelineEntryRow } from "./store.js";
 
-/** Rows as stored, and their API shapes. */
+/** API shapes of the rows in store.ts. */
 
-export interface IncidentRow {
-  id: string;
-  org_id: string;
-  title: string;
-  severity: string;
-  state: string;
-  source: string;
-  entity_kind: string | null;
-  entity_id: string | null;
-  attach_identity: string | null;
-  runbook_url: string | null;
-  opened_at: Date;
-  resolved_at: Date | null;
-  archived_at: Date | null;
-}
-
-export interface TimelineEntryRow {
-  kind: string;
-  at: Date;
-  summary: string | null;
-  link: string | null;
-  alert_ref: string | null;
-  event_id: string | null;
-  data: JsonObject | null;
-}
-
-export interface MaintenanceWindowRow {
-  id: string;
-  starts_at: Date;
-  ends_at: Date;
-  reason: string;
-  sources: string[];
-  entities: { kind: string; id: string }[];
-}
+// record.ts and record-many.ts still import the row types from here.
+export type { IncidentRow, MaintenanceWindowRow, TimelineEntryRow } from "./store.js";
 
 export type IncidentInit = MessageInitShape<typeof IncidentSchema>;
 export type TimelineEntryInit = MessageInitShape<typeof TimelineEntrySchema>;

@@ -7,13 +7,14 @@ import type {
   ListTimelineRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { incidentShape, timelineEntryShape, type IncidentInit, type IncidentRow, type TimelineEntryRow } from "./incident-shape.js";
+import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
+import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
 import { INCIDENT_STATES, isOneOf } from "./vocabulary.js";
+import type { IncidentsDeps } from "./deps.js";
 
 const DEFAULT_LIMIT = 100;
 const MAX_LIMIT = 1000;
@@ -41,8 +42,6 @@ function decodeCursor(kind: "t" | "i", cursor: string): string {
   if (kind === "t" ? !/^\d{1,19}$/.test(value) : !isUuid(value)) throw new InvalidArgumentError("cursor is not one this list gave");
   return value;
 }
-
-type TimelinePageRow = TimelineEntryRow & { id: string };
 
 /** One page of an incident's timeline, oldest first, after the cursor's entry. */
 async function timelinePage(
@@ -83,11 +82,9 @@ export function incidentWithFirstPage(config: Config, orgSlug: string, loaded: A
  * The read handlers: list and get incidents, page through a timeline, and the internal
  * IncidentState.
  */
-export function createListAndGetHandlers(deps: {
-  sql: Sql;
-  config: Config;
-  clients: Clients;
-}): Pick<ServiceImpl<typeof IncidentsService>, "listIncidents" | "getIncident" | "listTimeline" | "incidentState"> {
+export function createListAndGetHandlers(
+  deps: Pick<IncidentsDeps, "sql" | "config" | "clients">,
+): Pick<ServiceImpl<typeof IncidentsService>, "listIncidents" | "getIncident" | "listTimeline" | "incidentState"> {
   const { sql, config, clients } = deps;
   return {
     async listIncidents(req: ListIncidentsRequest, context: HandlerContext) {
@@ -118,7 +115,7 @@ export function createListAndGetHandlers(deps: {
 
     async incidentState(req: IncidentStateRequest) {
       if (!isUuid(req.incidentId) || !isUuid(req.orgId)) return { state: "" };
-      const [row] = await sql<{ state: string }[]>`select state from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}`;
+      const [row] = await sql<IncidentStateRow[]>`select state from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}`;
       return { state: row?.state ?? "" };
     },
 
@@ -128,7 +125,7 @@ export function createListAndGetHandlers(deps: {
       if (limit < 1 || limit > TIMELINE_MAX_PAGE_SIZE) throw new InvalidArgumentError(`limit must be between 1 and ${TIMELINE_MAX_PAGE_SIZE}`);
       const after = req.cursor ? decodeCursor("t", req.cursor) : undefined;
       if (!isUuid(req.id)) throw new NotFoundError("no such incident");
-      const [row] = await sql<{ id: string }[]>`select id from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+      const [row] = await sql<IncidentIdRow[]>`select id from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!row) throw new NotFoundError("no such incident");
       const page = await timelinePage(sql, req.id, after, limit);
       return { entries: page.entries.map(timelineEntryShape), ...(page.nextCursor ? { nextCursor: page.nextCursor } : {}) };

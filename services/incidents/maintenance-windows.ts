@@ -9,15 +9,14 @@ import type {
   ListMaintenanceWindowsRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
-import { maintenanceWindowShape, storableText, type MaintenanceWindowRow } from "./incident-shape.js";
+import { maintenanceWindowShape, storableText } from "./incident-shape.js";
+import type { ClockRow, MaintenanceWindowRow } from "./store.js";
 import { AUDIT_KINDS, SOURCE_BADGES } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
+import type { IncidentsDeps } from "./deps.js";
 
 /**
  * Maintenance windows. A window is active while starts_at <= now() < ends_at by the database
@@ -92,11 +91,9 @@ function auditData(row: MaintenanceWindowRow): JsonObject {
 /**
  * The maintenance-window handlers: create (admin), list, and delete (admin), each change audited.
  */
-export function createMaintenanceWindowHandlers(deps: {
-  sql: Sql;
-  clients: Clients;
-  outbox: Outbox;
-}): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {
+export function createMaintenanceWindowHandlers(
+  deps: Pick<IncidentsDeps, "sql" | "clients" | "outbox">,
+): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {
   const { sql, clients, outbox } = deps;
   const columns = sql`id, starts_at, ends_at, reason, sources, entities`;
 
@@ -104,7 +101,7 @@ export function createMaintenanceWindowHandlers(deps: {
     async createMaintenanceWindow(req: CreateMaintenanceWindowRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const w = checkWindow(req);
-      const [clock] = await sql<{ now: Date }[]>`select now() as now`;
+      const [clock] = await sql<ClockRow[]>`select now() as now`;
       const now = clock!.now;
       // A window that is over before it exists suppresses nothing: almost surely a mistake
       // (a time zone, a swapped date), so it is refused rather than stored.
@@ -148,7 +145,7 @@ export function createMaintenanceWindowHandlers(deps: {
       if (!isUuid(req.id)) throw new NotFoundError("no such maintenance window");
       // Windows never change, so the row read here is the row deleted below, and its fields
       // go into the audit record written by the deleting statement itself.
-      const [found] = await sql<(MaintenanceWindowRow & { now: Date })[]>`
+      const [found] = await sql<(MaintenanceWindowRow & ClockRow)[]>`
         select ${columns}, now() as now from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!found) throw new NotFoundError("no such maintenance window");
       const audit = outboxRows.audit({

@@ -1,15 +1,13 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ArchiveIncidentRequest, IncidentsService, ResolveIncidentRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
 import { FailedPreconditionError, NotFoundError, UnavailableError } from "../runtime/errors.js";
-import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
+import type { ClockRow, IncidentIdRow, IncidentStateRow } from "./store.js";
 import { currentTraceparent } from "../runtime/tracing.js";
+import type { IncidentsDeps } from "./deps.js";
 
 type Target = "resolved" | "archived";
 
@@ -22,12 +20,9 @@ const FROM: Record<Target, string[]> = { resolved: ["open"], archived: ["open", 
  * nothing twice); resolving an archived incident is a conflict. Once out of `open`, the incident
  * leaves the partial unique index, so the next matching delivery opens a new one.
  */
-export function createResolveAndArchiveHandlers(deps: {
-  sql: Sql;
-  config: Config;
-  clients: Clients;
-  outbox: Outbox;
-}): Pick<ServiceImpl<typeof IncidentsService>, "resolveIncident" | "archiveIncident"> {
+export function createResolveAndArchiveHandlers(
+  deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
+): Pick<ServiceImpl<typeof IncidentsService>, "resolveIncident" | "archiveIncident"> {
   const { sql, config, clients, outbox } = deps;
 
   async function moveTo(target: Target, req: ResolveIncidentRequest | ArchiveIncidentRequest, context: HandlerContext) {
@@ -36,7 +31,7 @@ export function createResolveAndArchiveHandlers(deps: {
     const actor = principal.email;
     for (let turn = 0; ; turn++) {
       if (turn === 4) throw new UnavailableError("the incident kept changing; retry");
-      const [current] = await sql<{ state: string; now: Date }[]>`
+      const [current] = await sql<(IncidentStateRow & ClockRow)[]>`
         select state, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!current) throw new NotFoundError("no such incident");
       if (current.state === target) break;
@@ -49,7 +44,7 @@ export function createResolveAndArchiveHandlers(deps: {
       const resolved = outboxRows.resolved({ orgId: principal.orgId, incidentId: req.id, state: target, actor, at });
       const recorded = outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: target, at });
       const summary = `${target === "resolved" ? "Resolved" : "Archived"} by ${actor}`;
-      const moved = await sql<{ id: string }[]>`
+      const moved = await sql<IncidentIdRow[]>`
         with moved as (
           update incidents.incidents set
             state = ${target}::text,

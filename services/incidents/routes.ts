@@ -1,10 +1,7 @@
-import type { ConnectRouter } from "@connectrpc/connect";
-import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
+import type { IncidentsDeps } from "./deps.js";
 import { createFindLatestOpenHandlers } from "./find-latest-open.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-window-end.js";
@@ -13,17 +10,10 @@ import { createRecordHandlers } from "./record.js";
 import { createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
-export interface IncidentsDeps {
-  sql: Sql;
-  config: Config;
-  clients: Clients;
-  outbox: Outbox;
-}
-
-/** Wires every handler group of IncidentsService into the router. */
-export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDeps): void {
+/** Every IncidentsService method, from its handler groups. */
+export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof IncidentsService> {
   const recordHandlers = createRecordHandlers(deps);
-  router.service(IncidentsService, {
+  return {
     ...recordHandlers,
     ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
@@ -32,5 +22,5 @@ export function registerIncidentRoutes(router: ConnectRouter, deps: IncidentsDep
     ...createResolveAndArchiveHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
     ...createMaintenanceWindowEndHandlers(deps),
-  });
+  };
 }

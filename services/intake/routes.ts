@@ -1,9 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
-import type { Broadcast } from "../runtime/broadcast.js";
-import type { Clients } from "../runtime/clients.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
-import type { Logger } from "../runtime/logger.js";
 import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
@@ -12,17 +9,8 @@ import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";
 import { createRetryRecognition } from "./retry-recognition.js";
-import type { IntakeStore } from "./store.js";
+import type { IntakeDeps } from "./deps.js";
 import { createTriggerEndpointHandlers } from "./trigger-endpoint.js";
-
-export interface IntakeDeps {
-  /** Identity resolves credentials, the incident core records, remote sources resolve connections. */
-  clients: Clients;
-  store: IntakeStore;
-  logger: Logger;
-  /** Carries identity's notice that an ingest token was replaced. */
-  broadcast: Broadcast;
-}
 
 type IntakeImpl = ServiceImpl<typeof IntakeService>;
 

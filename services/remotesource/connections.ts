@@ -7,22 +7,10 @@ import { ConfigError, type Config } from "../runtime/config.js";
 import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
 import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
-import { SecretBoxError, type SecretBox } from "../runtime/secret-box.js";
-import type { ServiceContext } from "../runtime/service-module.js";
+import { SecretBoxError } from "../runtime/secret-box.js";
 import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
-
-/** What the remote-source handlers share. */
-export interface RemoteSourceDeps {
-  ctx: ServiceContext;
-  /** Private networks allowed, REMOTE_SOURCE_DENY_CIDRS refused; every call goes through it. */
-  policy: AddressPolicy;
-  /** REMOTE_SOURCE_HTTP_BEARER_HOSTS: hosts a bearer token may reach over plain http. */
-  httpBearerHosts: readonly string[];
-  /** EGRESS_CA_FILE: an extra trusted CA for every source. */
-  ca?: Buffer;
-  /** Credentials at rest, created on first use. */
-  secretBox(): SecretBox;
-}
+import type { RemoteSourceDeps } from "./deps.js";
+import type { ConnectionRow } from "./store.js";
 
 export const AUDIT_KINDS = {
   created: "remote_source.created",
@@ -30,21 +18,6 @@ export const AUDIT_KINDS = {
   deleted: "remote_source.deleted",
   tested: "remote_source.tested",
 } as const;
-
-export interface ConnectionRow {
-  id: string;
-  org_id: string;
-  name: string;
-  base_url: string;
-  transport: SourceTransport;
-  tenant_ref: string;
-  key_id: string;
-  credential_ciphertext: Buffer;
-  status: "untested" | "connected" | "failed";
-  last_error: string | null;
-  last_tested_at: Date | null;
-  revision: number;
-}
 
 const NAME_MAX = 100;
 const URL_MAX = 2048;
@@ -222,7 +195,7 @@ export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): Sou
     ) as SourceCredentials;
   } catch (err) {
     if (err instanceof SecretBoxError) {
-      deps.ctx.logger.error({ connectionId: row.id, keyId: row.key_id, reason: err.message }, "remote-source credential cannot be decrypted");
+      deps.logger.error({ connectionId: row.id, keyId: row.key_id, reason: err.message }, "remote-source credential cannot be decrypted");
       throw new UnavailableError(`the connection's credential cannot be decrypted (${err.message}); update its auth`);
     }
     throw err;
@@ -232,7 +205,7 @@ export function openCredentials(deps: RemoteSourceDeps, row: ConnectionRow): Sou
 /** The organization's connection with this id; NotFound when there is none. */
 export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: string): Promise<ConnectionRow> {
   if (!isUuid(id)) throw new NotFoundError("no such remote source");
-  const [row] = await deps.ctx.sql<ConnectionRow[]>`select * from remotesource.connections where org_id = ${orgId} and id = ${id}`;
+  const [row] = await deps.sql<ConnectionRow[]>`select * from remotesource.connections where org_id = ${orgId} and id = ${id}`;
   if (!row) throw new NotFoundError("no such remote source");
   return row;
 }
@@ -263,7 +236,7 @@ export async function recordStatus(
   lastError: string | null,
   options: { tested: boolean },
 ): Promise<ConnectionRow> {
-  const [updated] = await deps.ctx.sql<ConnectionRow[]>`
+  const [updated] = await deps.sql<ConnectionRow[]>`
     update remotesource.connections
     set status = ${status}, last_error = ${lastError},
         last_tested_at = case when ${options.tested} then now() else last_tested_at end

@@ -19,7 +19,8 @@ let owner: string;
 let member: string;
 let kitSource: RunningSourceServer;
 const tenantsSeen: string[] = [];
-const bare: Record<"good" | "rejecting" | "huge" | "v2" | "fromSpec", BareSource> = {} as never;
+// Filled in beforeAll, before any test reads it.
+const bare = {} as Record<"good" | "rejecting" | "huge" | "v2" | "fromSpec", BareSource>;
 let db: postgres.Sql;
 
 beforeAll(async () => {

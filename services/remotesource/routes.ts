@@ -2,11 +2,11 @@ import { randomUUID } from "node:crypto";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
 import { StructSchema } from "@bufbuild/protobuf/wkt";
-import type { ConnectRouter, HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   ConformanceReportSchema,
   ListRemoteSourcesResponseSchema,
-  RemoteSourcesService,
+  type RemoteSourcesService,
   type RemoteSourceAuth,
 } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { RawResultSchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
@@ -29,9 +29,9 @@ import {
   validateName,
   validateTenantRef,
   validateTransport,
-  type ConnectionRow,
-  type RemoteSourceDeps,
 } from "./connections.js";
+import type { RemoteSourceDeps } from "./deps.js";
+import type { ConnectionRow } from "./store.js";
 import { CREDENTIALS_REJECTED } from "../remotesource-kit/protocol/limits.js";
 import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";
 import { isReadCall, READ_CALLS } from "../remotesource-kit/protocol/protocol-routes.js";
@@ -40,17 +40,12 @@ type Impl = ServiceImpl<typeof RemoteSourcesService>;
 
 const LAST_ERROR_MAX = 1000;
 
-/** Registers RemoteSourcesService on the router. */
-export function registerRoutes(router: ConnectRouter, deps: RemoteSourceDeps): void {
-  router.service(RemoteSourcesService, remoteSourceHandlers(deps));
-}
-
 /**
- * The connection handlers: create, list, get, update, delete, test and read, and the internal
- * ResolveConnection.
+ * Every RemoteSourcesService method: create, list, get, update, delete, test and read
+ * connections, and the internal ResolveConnection.
  */
-export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
-  const { sql, clients } = deps.ctx;
+export function createRemoteSourcesRoutes(deps: RemoteSourceDeps): Impl {
+  const { sql, clients } = deps;
 
   async function uniqueName<T>(work: () => Promise<T>, name: string): Promise<T> {
     try {
@@ -78,7 +73,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
               insert into remotesource.connections (id, org_id, name, base_url, transport, tenant_ref, key_id, credential_ciphertext, created_by)
               values (${id}, ${principal.orgId}, ${name}, ${baseUrl}, ${transport}, ${tenantRef}, ${sealed.keyId}, ${sealed.ciphertext}, ${principal.email})
               returning *`;
-            await recordAudit(deps.ctx.outbox, tx, {
+            await recordAudit(deps.outbox, tx, {
               orgId: principal.orgId,
               kind: AUDIT_KINDS.created,
               actor: principal.email,
@@ -88,7 +83,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
           }),
         name,
       );
-      deps.ctx.outbox.poke();
+      deps.outbox.poke();
       return toRemoteSource(row);
     },
 
@@ -149,7 +144,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
               where id = ${current.id} and org_id = ${principal.orgId}
               returning *`;
             if (updated)
-              await recordAudit(deps.ctx.outbox, tx, {
+              await recordAudit(deps.outbox, tx, {
                 orgId: principal.orgId,
                 kind: AUDIT_KINDS.updated,
                 actor: principal.email,
@@ -159,7 +154,7 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
           }),
         name,
       );
-      deps.ctx.outbox.poke();
+      deps.outbox.poke();
       return toRemoteSource(row ?? (await loadConnection(deps, principal.orgId, req.id)));
     },
 
@@ -168,14 +163,14 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const row = await loadConnection(deps, principal.orgId, req.id);
       await sql.begin(async (tx) => {
         await tx`delete from remotesource.connections where id = ${row.id} and org_id = ${principal.orgId}`;
-        await recordAudit(deps.ctx.outbox, tx, {
+        await recordAudit(deps.outbox, tx, {
           orgId: principal.orgId,
           kind: AUDIT_KINDS.deleted,
           actor: principal.email,
           data: { id: row.id, name: row.name },
         });
       });
-      deps.ctx.outbox.poke();
+      deps.outbox.poke();
       return {};
     },
 
@@ -187,14 +182,14 @@ export function remoteSourceHandlers(deps: RemoteSourceDeps): Impl {
       const lastError = failed.length === 0 ? null : summarize(failed.map((c) => `${c.name}: ${c.detail}`).join("; "));
       await recordStatus(deps, row, result.ok ? "connected" : "failed", lastError, { tested: true });
       await sql.begin((tx) =>
-        recordAudit(deps.ctx.outbox, tx, {
+        recordAudit(deps.outbox, tx, {
           orgId: principal.orgId,
           kind: AUDIT_KINDS.tested,
           actor: principal.email,
           data: { id: row.id, ok: result.ok, failed: failed.map((c) => c.name) },
         }),
       );
-      deps.ctx.outbox.poke();
+      deps.outbox.poke();
       // The report keeps its shape {name, ok, detail}; the rule a failing check applies and any
       // warning are written into its detail.
       return create(ConformanceReportSchema, { ...result, checks: result.checks.map((c) => ({ name: c.name, ok: c.ok, detail: reportDetail(c) })) });

@@ -2,16 +2,20 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { serviceSecretBox } from "../runtime/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
-import { readEgressCa, remoteSourcePolicy, type RemoteSourceDeps } from "./connections.js";
+import { readEgressCa, remoteSourcePolicy } from "./connections.js";
+import type { RemoteSourceDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
-import { registerRoutes } from "./routes.js";
+import { createRemoteSourcesRoutes } from "./routes.js";
 
 /** Connections to remote sources hosted by third parties: saved, tested for conformance, read. */
 export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
   const logger = ctx.logger.child({ service: "remotesource" });
   const ca = readEgressCa(ctx.config);
   const deps: RemoteSourceDeps = {
-    ctx: { ...ctx, logger },
+    sql: ctx.sql,
+    clients: ctx.clients,
+    outbox: ctx.outbox,
+    logger,
     policy: remoteSourcePolicy(ctx.config),
     httpBearerHosts: ctx.config.REMOTE_SOURCE_HTTP_BEARER_HOSTS,
     ...(ca ? { ca } : {}),
@@ -22,7 +26,7 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
     migrations,
     services: [RemoteSourcesService],
     register(router: ConnectRouter) {
-      registerRoutes(router, deps);
+      router.service(RemoteSourcesService, createRemoteSourcesRoutes(deps));
     },
   };
 }

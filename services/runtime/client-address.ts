@@ -27,8 +27,7 @@ export function createClientAddress(trustedProxyCidrs: readonly string[]) {
     const [address, bits] = ipaddr.parseCIDR(cidr);
     return [address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress() ? (address as ipaddr.IPv6).toIPv4Address() : address, bits] as Range;
   });
-  const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) =>
-    ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range as never, bits));
+  const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) => ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range, bits));
   return {
     /** The client of a request whose socket peer is `peer` and whose forwarding header is `forwarded`. */
     resolve(peer: string | undefined, forwarded: string | string[] | undefined): string {

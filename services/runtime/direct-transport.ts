@@ -1,9 +1,20 @@
-import { create, isMessage, toBinary, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import {
+  create,
+  isMessage,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type DescMethodUnary,
+  type DescService,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
   createContextValues,
+  createMethodImplSpec,
   createServiceImplSpec,
+  type ContextValues,
   type ConnectRouter,
   type HandlerContext,
   type Interceptor,
@@ -36,23 +47,21 @@ export interface DirectRegistry {
 export function createDirectRegistry(): DirectRegistry {
   const specs = new Map<string, MethodImplSpec>();
   const key = (service: DescService, name: string) => `${service.typeName}/${name}`;
-  const router = {
+  const router: ConnectRouter = {
     handlers: [],
-    service(service: DescService, impl: object) {
-      const spec = createServiceImplSpec(service, impl as never);
+    service(service, impl) {
+      const spec = createServiceImplSpec(service, impl);
       for (const method of service.methods) {
         const methodSpec = spec.methods[method.localName];
         if (methodSpec && (impl as Record<string, unknown>)[method.localName] !== undefined) specs.set(key(service, method.name), methodSpec);
       }
-      return router;
+      return this;
     },
-    rpc(method: DescMethod, impl: unknown) {
-      const spec = createServiceImplSpec(method.parent, { [method.localName]: impl } as never);
-      const methodSpec = spec.methods[method.localName];
-      if (methodSpec) specs.set(key(method.parent, method.name), methodSpec);
-      return router;
+    rpc(method, impl) {
+      specs.set(key(method.parent, method.name), createMethodImplSpec(method, impl));
+      return this;
     },
-  } as unknown as ConnectRouter;
+  };
   return { router, lookup: (method) => specs.get(key(method.parent, method.name)) };
 }
 
@@ -60,9 +69,16 @@ export function createDirectRegistry(): DirectRegistry {
 const NEVER = NEVER_ABORTS;
 
 type UnaryNext = (req: UnaryRequest) => Promise<UnaryResponse>;
+/** What an interceptor wraps: a call of any kind, unary or streaming. */
+type AnyNext = Parameters<Interceptor>[0];
 
+/**
+ * Connect's interceptors are typed for calls of either kind; this transport makes only unary
+ * calls, so each wrapped call takes and answers unary messages (Connect's own call runner does
+ * the same).
+ */
 function chain(interceptors: readonly Interceptor[], last: UnaryNext): UnaryNext {
-  return interceptors.reduceRight<UnaryNext>((next, interceptor) => interceptor(next as never) as never, last);
+  return interceptors.reduceRight<UnaryNext>((next, interceptor) => interceptor(next as AnyNext) as UnaryNext, last);
 }
 
 /**
@@ -79,7 +95,14 @@ export function createDirectTransport(
   const serverInterceptors = options.serverInterceptors ?? [];
   const clientInterceptors = options.clientInterceptors ?? [];
   return {
-    async unary(method, signal, timeoutMs, header, input, contextValues) {
+    async unary<I extends DescMessage, O extends DescMessage>(
+      method: DescMethodUnary<I, O>,
+      signal: AbortSignal | undefined,
+      timeoutMs: number | undefined,
+      header: ConstructorParameters<typeof Headers>[0],
+      input: MessageInitShape<I>,
+      contextValues?: ContextValues,
+    ): Promise<UnaryResponse<I, O>> {
       const path = `/${method.parent.typeName}/${method.name}`;
       const spec = registry.lookup(method);
       if (spec?.kind !== "unary") throw new ConnectError(`no service is answering ${path}`, Code.Unimplemented);
@@ -89,7 +112,7 @@ export function createDirectTransport(
       const call = chain(clientInterceptors, async (req) => {
         // The same message limit as over NATS, so the two modes behave alike: an oversize request
         // is refused before the handler runs, an oversize reply answers a clean error.
-        const requestBytes = toBinary(method.input, req.message as never).byteLength;
+        const requestBytes = toBinary(req.method.input, req.message).byteLength;
         if (requestBytes > maxMessageBytes) throw requestTooLarge(requestBytes, maxMessageBytes, path);
         const context = {
           service: method.parent,
@@ -104,14 +127,15 @@ export function createDirectTransport(
           responseTrailer: new Headers(),
           values: req.contextValues,
         } as unknown as HandlerContext;
-        const message = await untilAborted(invokeUnaryImplementation(spec as never, context, req.message as never, serverInterceptors), req.signal);
-        const replyBytes = toBinary(method.output, message as never).byteLength;
+        const message = await untilAborted(invokeUnaryImplementation(spec, context, req.message, serverInterceptors), req.signal);
+        const replyBytes = toBinary(req.method.output, message).byteLength;
         if (replyBytes > maxMessageBytes) throw replyTooLarge(replyBytes, maxMessageBytes, path);
         return { stream: false, service: method.parent, method, header: context.responseHeader, message, trailer: context.responseTrailer } as UnaryResponse;
       });
       const requestHeader = new Headers(header);
       // The server side reads the deadline from the header, as over every other transport.
       if (deadline !== undefined) requestHeader.set("connect-timeout-ms", String(timeoutMs));
+      // The handler registered for the method answers with the method's output.
       return (await call({
         stream: false,
         service: method.parent,
@@ -122,7 +146,7 @@ export function createDirectTransport(
         contextValues: contextValues ?? createContextValues(),
         message: isMessage(input, method.input) ? input : create(method.input, input),
         signal: callSignal,
-      } as UnaryRequest)) as never;
+      } as UnaryRequest)) as UnaryResponse<I, O>;
     },
     async stream() {
       throw new ConnectError("streaming RPCs are not carried between services", Code.Unimplemented);

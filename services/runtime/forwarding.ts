@@ -1,5 +1,5 @@
 import type { DescMethodUnary, DescService } from "@bufbuild/protobuf";
-import type { ConnectRouter, Transport } from "@connectrpc/connect";
+import type { ConnectRouter, MethodImpl, ServiceImpl, Transport } from "@connectrpc/connect";
 
 /** Protocol headers belong to the incoming call; only the caller's own headers travel on. */
 const PROTOCOL_HEADER =
@@ -17,14 +17,11 @@ function applicationHeaders(incoming: Headers): Headers {
  * Serves a service that runs elsewhere by passing each call on through the transport: how the
  * gateway process answers Connect and gRPC for services that run as their own processes.
  */
-export function registerForwarding(router: ConnectRouter, service: DescService, transport: Transport): void {
-  const impl: Record<string, unknown> = {};
+export function registerForwarding<S extends DescService>(router: ConnectRouter, service: S, transport: Transport): void {
+  const impl: Record<string, MethodImpl<DescMethodUnary>> = {};
   for (const method of service.methods) {
     if (method.methodKind !== "unary") continue;
-    impl[method.localName] = async (
-      req: never,
-      context: { signal: AbortSignal; timeoutMs(): number | undefined; requestHeader: Headers; responseHeader: Headers },
-    ) => {
+    impl[method.localName] = async (req, context) => {
       const response = await transport.unary(method as DescMethodUnary, context.signal, context.timeoutMs(), applicationHeaders(context.requestHeader), req);
       response.header.forEach((value, key) => {
         if (key.startsWith("x-")) context.responseHeader.set(key, value);
@@ -32,5 +29,6 @@ export function registerForwarding(router: ConnectRouter, service: DescService, 
       return response.message;
     };
   }
-  router.service(service, impl as never);
+  // The service is known only at run time, so the compiler cannot tie a method to its handler.
+  router.service(service, impl as Partial<ServiceImpl<S>>);
 }

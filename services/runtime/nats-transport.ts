@@ -1,5 +1,5 @@
 import { Code, ConnectError, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
-import type { UniversalClientFn, UniversalHandler } from "@connectrpc/connect/protocol";
+import type { Compression, UniversalClientFn, UniversalHandler } from "@connectrpc/connect/protocol";
 import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { createInbox, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
@@ -325,8 +325,8 @@ function natsErrorToConnect(err: unknown, path: string): ConnectError {
 
 const transportDefaults = {
   useBinaryFormat: true,
-  interceptors: [] as never[],
-  acceptCompression: [] as never[],
+  interceptors: [] as Interceptor[],
+  acceptCompression: [] as Compression[],
   sendCompression: null,
   compressMinBytes: Number.MAX_SAFE_INTEGER,
 } as const;

@@ -1,5 +1,5 @@
 import { hasOption, type DescMethod, type DescService } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type MethodImpl } from "@connectrpc/connect";
 import { http } from "../../gen/google/api/annotations_pb.js";
 import { bodyLimit } from "./body-limits.js";
 
@@ -25,8 +25,9 @@ function unimplemented(method: DescMethod) {
  */
 export function publicOnly(router: ConnectRouter): ConnectRouter {
   const register = (method: DescMethod, fn: unknown, options?: object) => {
-    const impl = fn !== undefined && isPublicMethod(method) ? fn : unimplemented(method);
-    router.rpc(method as never, impl as never, { ...options, readMaxBytes: bodyLimit(method) });
+    // The method is known only at run time, so the compiler cannot tie it to its handler's type.
+    const impl = (fn !== undefined && isPublicMethod(method) ? fn : unimplemented(method)) as MethodImpl<DescMethod>;
+    router.rpc(method, impl, { ...options, readMaxBytes: bodyLimit(method) });
   };
   const wrapper: ConnectRouter = {
     get handlers() {

@@ -271,12 +271,15 @@ function traceQuery(q: QueryLike): void {
   };
 }
 
+type AnyFunction = (...args: unknown[]) => unknown;
+
 /** The database handle with a span per statement, in transactions too; used only when tracing is on. */
 export function tracedSql(sql: Sql): Sql {
   const wrap = <S extends object>(target: S): S =>
     new Proxy(target, {
       apply(fn, thisArg, args) {
-        const result = Reflect.apply(fn as never, thisArg, args);
+        // The apply trap runs only when the target is called, so it is a function.
+        const result = Reflect.apply(fn as AnyFunction, thisArg, args);
         if (isQuery(result)) traceQuery(result);
         return result;
       },

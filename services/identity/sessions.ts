@@ -1,0 +1,82 @@
+import { randomBytes } from "node:crypto";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { bearerToken } from "../runtime/auth.js";
+import { PermissionDeniedError, RateLimitedError, UnauthenticatedError } from "../runtime/errors.js";
+import { sha256 } from "../runtime/secrets.js";
+import type { IdentityDeps } from "./deps.js";
+import { DUMMY_HASH, hashPassword, needsRehash, verifyPassword } from "./passwords.js";
+import { type LoginRow, type PrincipalRow, type RevokedSessionRow, writeCredentialChanged } from "./store.js";
+
+/** Sessions: logging in and out, and who a session token or API key stands for. */
+export function createSessionHandlers(
+  deps: Pick<IdentityDeps, "sql" | "config" | "outbox" | "throttle">,
+): Pick<ServiceImpl<typeof IdentityService>, "login" | "logout" | "authenticate"> {
+  const { sql, config, outbox, throttle } = deps;
+  return {
+    async login(req, context) {
+      const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const wait = await throttle.lockedFor(req.orgSlug, req.email, address);
+      if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
+      // The password is the membership's: (organization, email) names it.
+      const [row] = await sql<LoginRow[]>`
+        select m.user_id, m.password_hash, m.org_id
+        from identity.memberships m
+        join identity.organizations o on o.id = m.org_id
+        join identity.users u on u.id = m.user_id
+        where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
+      // Same work and the same answer whichever part is wrong.
+      const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
+      if (!row || !passwordOk) {
+        await throttle.failed(req.orgSlug, req.email, address);
+        throw new UnauthenticatedError("invalid email, password or organization");
+      }
+      await throttle.succeeded(req.orgSlug, req.email);
+      if (needsRehash(row.password_hash)) {
+        // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
+        const upgraded = await hashPassword(req.password);
+        await sql`update identity.memberships set password_hash = ${upgraded}
+                  where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
+      }
+      const token = `wrs_${randomBytes(32).toString("hex")}`;
+      const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
+      await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
+      return { accessToken: token, expiresAt: timestampFromDate(expiresAt) };
+    },
+
+    async logout(_req, context) {
+      const token = bearerToken(context.requestHeader.get("authorization"));
+      if (!token) throw new UnauthenticatedError();
+      await sql.begin(async (tx) => {
+        const rows = await tx<RevokedSessionRow[]>`
+          update identity.sessions set revoked_at = now() where token_hash = ${sha256(token)} and revoked_at is null returning org_id, token_hash`;
+        // Live streams opened with this session end at once (services/console/live-events.ts).
+        if (rows[0]) await writeCredentialChanged(outbox, tx, rows[0].org_id, "session", rows[0].token_hash);
+      });
+      outbox.poke();
+      return {};
+    },
+
+    async authenticate(req, context) {
+      const token = bearerToken(context.requestHeader.get("authorization"));
+      if (!token) throw new UnauthenticatedError("missing credential: send Authorization: Bearer <session token or API key>");
+      const hash = sha256(token);
+      const [row] = await sql<PrincipalRow[]>`
+        select o.id as org_id, o.slug as org_slug, u.id as user_id, u.email, m.role, c.credential
+        from (
+          select org_id, user_id, 'session' as credential from identity.sessions
+            where token_hash = ${hash} and revoked_at is null and expires_at > now()
+          union all
+          select org_id, user_id, 'api_key' from identity.api_keys where key_hash = ${hash} and revoked_at is null
+        ) c
+        join identity.organizations o on o.id = c.org_id
+        join identity.users u on u.id = c.user_id
+        join identity.memberships m on m.org_id = c.org_id and m.user_id = c.user_id
+        limit 1`;
+      if (!row) throw new UnauthenticatedError("invalid or expired credential");
+      if (row.org_slug !== req.org) throw new PermissionDeniedError("this credential does not act on that organization");
+      return { orgId: row.org_id, orgSlug: row.org_slug, userId: row.user_id, email: row.email, role: row.role, credential: row.credential };
+    },
+  };
+}

@@ -1,0 +1,100 @@
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { type AuditRecorded, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Sql, TransactionSql } from "../runtime/database.js";
+import { EVENTS } from "../runtime/events.js";
+import type { Outbox } from "../runtime/outbox.js";
+
+/** The identity schema's rows, as the handlers read them. */
+export interface OrganizationRow {
+  id: string;
+  slug: string;
+}
+
+export interface UserRow {
+  id: string;
+}
+
+/** A membership found by organization slug and email, for a login. */
+export interface LoginRow {
+  user_id: string;
+  password_hash: string;
+  org_id: string;
+}
+
+/** The principal a session token or API key stands for. */
+export interface PrincipalRow {
+  org_id: string;
+  org_slug: string;
+  user_id: string;
+  email: string;
+  role: string;
+  credential: string;
+}
+
+export interface RevokedSessionRow {
+  org_id: string;
+  token_hash: Buffer;
+}
+
+export interface RevokedApiKeyRow {
+  key_hash: Buffer;
+}
+
+export interface ApiKeyRow {
+  id: string;
+}
+
+export interface MemberRow {
+  id: string;
+  email: string;
+  role: string;
+}
+
+export interface OrgCredentialRow {
+  hash: Buffer;
+}
+
+export interface AuditEventRow {
+  id: string;
+  kind: string;
+  actor: string;
+  at: Date;
+  data: JsonObject;
+}
+
+export const CREDENTIAL_KINDS = { ingest: "ingest_token", chat: "chat_secret", alertrouter: "alertrouter_secret" } as const;
+export type CredentialKind = (typeof CREDENTIAL_KINDS)[keyof typeof CREDENTIAL_KINDS];
+
+export const AUDIT = {
+  ingestTokenIssued: "trigger.ingest_token.issued",
+  chatSecretIssued: "trigger.chat_secret.issued",
+  alertRouterSecretIssued: "trigger.alertrouter_secret.issued",
+  apiKeyCreated: "api_key.created",
+  apiKeyRevoked: "api_key.revoked",
+  memberAdded: "member.added",
+  receiverAuthFailed: "receiver.auth_failed",
+  organizationCreated: "organization.created",
+} as const;
+
+export async function insertAuditEvent(tx: TransactionSql, orgId: string | null, kind: string, actor: string, data: JsonObject = {}): Promise<void> {
+  await tx`insert into identity.audit_events (org_id, kind, actor, data) values (${orgId}, ${kind}, ${actor}, ${tx.json(data)})`;
+}
+
+/** Tells every process that a credential changed; with the revoked hash, caches of it drop it. */
+export async function writeCredentialChanged(outbox: Outbox, tx: TransactionSql, orgId: string, kind: string, revokedHash?: Buffer): Promise<void> {
+  await outbox.write(tx, EVENTS.credentialChanged, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
+}
+
+export async function organizationBySlug(sql: Sql | TransactionSql, slug: string): Promise<OrganizationRow | undefined> {
+  const [row] = await sql<OrganizationRow[]>`select id, slug from identity.organizations where slug = ${slug}`;
+  return row;
+}
+
+/** Stores an audit record another service published; the event id makes a redelivery a no-op. */
+export async function storeRecordedAudit(sql: Sql, record: AuditRecorded, eventId: string): Promise<void> {
+  await sql`
+    insert into identity.audit_events (org_id, kind, actor, at, data, source_event_id)
+    values (${record.orgId || null}, ${record.kind}, ${record.actor}, ${record.at ? new Date(Number(record.at.seconds) * 1000) : new Date()},
+            ${sql.json(record.data ?? {})}, ${eventId})
+    on conflict (source_event_id) do nothing`;
+}

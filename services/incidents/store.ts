@@ -1,0 +1,59 @@
+import type { JsonObject } from "@bufbuild/protobuf";
+
+/** The incidents schema's rows, as the handlers read them. */
+
+export interface IncidentRow {
+  id: string;
+  org_id: string;
+  title: string;
+  severity: string;
+  state: string;
+  source: string;
+  entity_kind: string | null;
+  entity_id: string | null;
+  attach_identity: string | null;
+  runbook_url: string | null;
+  opened_at: Date;
+  resolved_at: Date | null;
+  archived_at: Date | null;
+}
+
+export interface TimelineEntryRow {
+  kind: string;
+  at: Date;
+  summary: string | null;
+  link: string | null;
+  alert_ref: string | null;
+  event_id: string | null;
+  data: JsonObject | null;
+}
+
+export interface MaintenanceWindowRow {
+  id: string;
+  starts_at: Date;
+  ends_at: Date;
+  reason: string;
+  sources: string[];
+  entities: { kind: string; id: string }[];
+}
+
+/** A timeline entry with its id, the page cursor. */
+export type TimelinePageRow = TimelineEntryRow & { id: string };
+
+/** The database's clock: every time the incident core stores comes from it. */
+export interface ClockRow {
+  now: Date;
+}
+
+export interface IncidentIdRow {
+  id: string;
+}
+
+export interface IncidentStateRow {
+  state: string;
+}
+
+export interface MaintenanceWindowEndRow {
+  now: Date;
+  ends_at: Date | null;
+}

@@ -1,0 +1,14 @@
+import type { Broadcast } from "../runtime/broadcast.js";
+import type { Clients } from "../runtime/clients.js";
+import type { Logger } from "../runtime/logger.js";
+import type { IntakeStore } from "./store.js";
+
+/** What intake's handlers are built from (see "A service's files" in docs/ARCHITECTURE.md). */
+export interface IntakeDeps {
+  /** Identity resolves credentials, the incident core records, remote sources resolve connections. */
+  clients: Clients;
+  store: IntakeStore;
+  logger: Logger;
+  /** Carries identity's notice that an ingest token was replaced. */
+  broadcast: Broadcast;
+}

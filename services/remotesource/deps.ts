@@ -1,0 +1,15 @@
+import type { AddressPolicy } from "../runtime/egress/index.js";
+import type { SecretBox } from "../runtime/secret-box.js";
+import type { ServiceContext } from "../runtime/service-module.js";
+
+/** What the remote-source handler groups share; service.ts builds it once. */
+export interface RemoteSourceDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger"> {
+  /** Private networks allowed, REMOTE_SOURCE_DENY_CIDRS refused; every call goes through it. */
+  policy: AddressPolicy;
+  /** REMOTE_SOURCE_HTTP_BEARER_HOSTS: hosts a bearer token may reach over plain http. */
+  httpBearerHosts: readonly string[];
+  /** EGRESS_CA_FILE: an extra trusted CA for every source. */
+  ca?: Buffer;
+  /** Credentials at rest, created on first use. */
+  secretBox(): SecretBox;
+}
