@@ -200,6 +200,9 @@ describe("live events: GET /o/{org}/events", () => {
     const post = await fetch(`${app.url}/o/acme/events`, { method: "POST", headers: { authorization: `Bearer ${owner}` } });
     expect(post.status).toBe(405);
     expect(post.headers.get("allow")).toBe("GET");
+    const malformed = await fetch(`${app.url}/o/%E9/events`, { headers: { authorization: `Bearer ${owner}` } });
+    expect(malformed.status).toBe(400);
+    expect(await malformed.json()).toEqual({ error: "request path is not valid UTF-8" });
   });
 
   it("streams the organization's incident and update events as they happen", async () => {

@@ -69,13 +69,20 @@ export function createConsoleHttp(_config: Config, runtime: ExtraHttpRuntime, op
           sendJson(res, 405, { error: `method ${method} is not allowed on ${url.pathname}` }, { allow: "GET" });
           return true;
         }
-        await live.handle(req, res, decodeURIComponent(events[1]!));
+        let org: string;
+        try {
+          org = decodeURIComponent(events[1]!);
+        } catch {
+          sendJson(res, 400, { error: "request path is not valid UTF-8" });
+          return true;
+        }
+        await live.handle(req, res, org);
         return true;
       }
       if (method !== "GET" && method !== "HEAD") return false;
       const api = matchRoute(routes, "GET", url.pathname);
       if (api !== undefined) {
-        if (api !== "method-not-allowed" && api.route.template === ROOM_TEMPLATE && isNavigation(req)) return serveIndex(req, res);
+        if (typeof api === "object" && api.route.template === ROOM_TEMPLATE && isNavigation(req)) return serveIndex(req, res);
         return false;
       }
       const relative = safeRelativePath(url.pathname);

@@ -50,6 +50,10 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       sendJson(res, 405, { error: `method ${req.method} is not allowed on ${url.pathname}` });
       return true;
     }
+    if (match === "malformed-path") {
+      sendJson(res, 400, { error: "request path is not valid UTF-8" });
+      return true;
+    }
     const { route, params } = match;
     if (!tracingEnabled()) return serve(req, res, url, route, params, requestId);
     // The route's span continues the caller's trace (traceparent), and the answer names it.

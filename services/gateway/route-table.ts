@@ -73,9 +73,10 @@ export interface RouteMatch {
 
 /**
  * The route a request matches, with its path parameters decoded; "method-not-allowed" when only the
- * path matches, undefined when nothing does.
+ * path matches, "malformed-path" when a parameter's percent-escapes are not UTF-8, undefined when
+ * nothing matches.
  */
-export function matchRoute(routes: readonly Route[], httpMethod: string, path: string): RouteMatch | "method-not-allowed" | undefined {
+export function matchRoute(routes: readonly Route[], httpMethod: string, path: string): RouteMatch | "method-not-allowed" | "malformed-path" | undefined {
   let pathMatched = false;
   for (const route of routes) {
     const m = route.pattern.exec(path);
@@ -83,9 +84,13 @@ export function matchRoute(routes: readonly Route[], httpMethod: string, path: s
     pathMatched = true;
     if (route.httpMethod !== httpMethod) continue;
     const params: Record<string, string> = {};
-    route.paramNames.forEach((name, i) => {
-      params[name] = decodeURIComponent(m[i + 1]!);
-    });
+    try {
+      route.paramNames.forEach((name, i) => {
+        params[name] = decodeURIComponent(m[i + 1]!);
+      });
+    } catch {
+      return "malformed-path";
+    }
     return { route, params };
   }
   return pathMatched ? "method-not-allowed" : undefined;

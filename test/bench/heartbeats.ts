@@ -1,4 +1,5 @@
 import type { ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 import http from "node:http";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { createClient } from "@connectrpc/connect";
@@ -18,6 +19,9 @@ import { startChild, stopChild } from "./child-process.js";
  * The service runs in a child process (the whole one-process app, as `npm start` runs it); this
  * process only generates load. Floors measured in the same run: a bare HTTP server answering 204
  * from a child process, and bare single-row UPDATEs by primary key at the same concurrency.
+ * Beside the rates (which move with whatever else runs on the machine), the CPU each request costs
+ * the service and Postgres, and the Postgres statements per ping (`pg_stat_statements`).
+ * `--pings-only` skips the sweeps; `--cpu-prof` writes a CPU profile of the service process.
  */
 
 const CONNECTIONS = 50;
@@ -122,12 +126,73 @@ function askChild<T>(child: ChildProcess, message: string, pick: (m: ChildMessag
 
 /** `CONNECTIONS` keep-alive connections, each sending requests back to back; counts answers in the window. */
 /** `load` plus the server's CPU time per answered request over the whole run (warm-up included). */
-async function loadServer(child: ChildProcess, url: string, request: (i: number) => { path: string; headers: Record<string, string> }, expectStatus: number) {
+async function loadServer(
+  child: ChildProcess,
+  url: string,
+  request: (i: number) => { path: string; headers: Record<string, string> },
+  expectStatus: number,
+  admin?: postgres.Sql,
+) {
   const pickCpu = (m: ChildMessage) => ("cpuMs" in m ? m.cpuMs : undefined);
   const before = await askChild(child, "cpu", pickCpu);
+  const pgBefore = admin ? await postgresCpuMs(admin) : undefined;
+  if (admin) await admin`select pg_stat_statements_reset()`;
   const result = await load(url, request, expectStatus);
   const after = await askChild(child, "cpu", pickCpu);
-  return { ...result, serverCpuMsPerRequest: (after - before) / result.total };
+  const statements = admin ? await topStatements(admin) : [];
+  const pgAfter = admin ? await postgresCpuMs(admin) : undefined;
+  return {
+    ...result,
+    serverCpuMsPerRequest: (after - before) / result.total,
+    postgresCpuMsPerRequest: pgBefore && pgAfter ? cpuDelta(pgBefore, pgAfter) / result.total : undefined,
+    statements,
+  };
+}
+
+/** CPU time of every Postgres backend, by process id, from /proc (backends outlive a run: pools). */
+async function postgresCpuMs(admin: postgres.Sql): Promise<Map<number, number>> {
+  const rows = await admin<{ pid: number }[]>`select pid from pg_stat_activity`;
+  const out = new Map<number, number>();
+  for (const { pid } of rows) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      out.set(pid, ((Number(fields[11]) + Number(fields[12])) / 100) * 1000);
+    } catch {
+      // The backend ended.
+    }
+  }
+  return out;
+}
+
+function cpuDelta(before: Map<number, number>, after: Map<number, number>): number {
+  let total = 0;
+  for (const [pid, ms] of after) total += ms - (before.get(pid) ?? 0);
+  return total;
+}
+
+interface StatementRow {
+  query: string;
+  calls: number;
+  total: number;
+  rows: number;
+}
+
+async function topStatements(admin: postgres.Sql): Promise<StatementRow[]> {
+  return admin<StatementRow[]>`
+    select query, calls::int as calls, total_exec_time as total, rows::int as rows from pg_stat_statements
+    where query not like '%pg_stat%' order by total_exec_time desc limit 5`;
+}
+
+function statementTable(rows: StatementRow[], requests: number) {
+  return rows.map((r) => ({
+    statement: r.query.replace(/\s+/g, " ").slice(0, 80),
+    calls: r.calls,
+    "calls per request": (r.calls / requests).toFixed(3),
+    "rows per call": (r.rows / Math.max(1, r.calls)).toFixed(1),
+    "mean ms per call": (r.total / Math.max(1, r.calls)).toFixed(3),
+    "Postgres ms per request": (r.total / requests).toFixed(4),
+  }));
 }
 
 async function load(
@@ -210,7 +275,7 @@ async function sweepFloor(sql: postgres.Sql, n: number): Promise<number> {
 }
 
 /** Bare Postgres: single-row UPDATEs by primary key at the same concurrency. */
-async function bareUpdates(databaseUrl: string): Promise<number> {
+async function bareUpdates(databaseUrl: string, admin: postgres.Sql): Promise<{ perSecond: number; postgresCpuMsPerRequest: number }> {
   const sql = postgres(databaseUrl, { max: CONNECTIONS, onnotice: () => {} });
   await sql`create table bench_floor (id int primary key, touched_at timestamptz)`;
   await sql`insert into bench_floor select g, now() from generate_series(1, ${PING_HEARTBEATS}) g`;
@@ -218,8 +283,13 @@ async function bareUpdates(databaseUrl: string): Promise<number> {
   let stop = false;
   let done = 0;
   let sequence = 0;
+  let total = 0;
+  // Every connection open before the CPU is first read.
+  await Promise.all(Array.from({ length: CONNECTIONS }, () => sql`select pg_sleep(0.05)`));
+  const cpuBefore = await postgresCpuMs(admin);
   const workers = Array.from({ length: CONNECTIONS }, async () => {
     while (!stop) {
+      total++;
       await sql`update bench_floor set touched_at = now() where id = ${(sequence++ % PING_HEARTBEATS) + 1}`;
       if (counting) done++;
     }
@@ -233,9 +303,10 @@ async function bareUpdates(databaseUrl: string): Promise<number> {
   const counted = done;
   stop = true;
   await Promise.all(workers);
+  const cpuAfter = await postgresCpuMs(admin);
   await sql`drop table bench_floor`;
   await sql.end();
-  return Math.round(counted / seconds);
+  return { perSecond: Math.round(counted / seconds), postgresCpuMsPerRequest: cpuDelta(cpuBefore, cpuAfter) / total };
 }
 
 function sweepRow(label: string, f: SweepFigures): Record<string, string | number> {
@@ -254,11 +325,16 @@ function sweepRow(label: string, f: SweepFigures): Record<string, string | numbe
 export async function benchHeartbeats(): Promise<void> {
   // A private Postgres server: the 50-connection floors need connections a shared server may not
   // have to spare, and figures are not disturbed by other databases' work.
-  const server = await startPrivatePostgres();
+  const pingsOnly = process.argv.includes("--pings-only");
+  const server = await startPrivatePostgres({ settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "top" } });
   const database = { url: server.url, drop: () => server.cleanup() };
-  const { child, url } = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url]);
+  // `--cpu-prof`: a CPU profile of the service process, written to the current directory.
+  const profiled = process.argv.includes("--cpu-prof") ? ["--cpu-prof"] : [];
+  const { child, url } = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { nodeOptions: profiled });
   const sql = postgres(database.url, { max: 2, onnotice: () => {} });
+  const admin = postgres(database.url, { max: 1, onnotice: () => {} });
   try {
+    await admin`create extension if not exists pg_stat_statements`;
     const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
     const issued = await callApi(url, "POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: login.body.accessToken });
     const ingestToken = issued.body.token as string;
@@ -274,36 +350,60 @@ export async function benchHeartbeats(): Promise<void> {
       path: `/o/${OWNER.org}/heartbeats/ping-${i % PING_HEARTBEATS}/ping`,
       headers: { authorization: `Bearer ${ingestToken}` },
     });
-    const pings = await loadServer(child, url, pingRequest, 204);
+    const pings = await loadServer(child, url, pingRequest, 204, admin);
     const rejected = await loadServer(
       child,
       url,
       (i) => ({ path: `/o/${OWNER.org}/heartbeats/unknown-${i % PING_HEARTBEATS}/ping`, headers: { authorization: `Bearer ${ingestToken}` } }),
       404,
+      admin,
     );
 
     const bare = await startChild(fileURLToPath(import.meta.url), ["--bare-http"]);
     const bareHttp = await loadServer(bare.child, bare.url, () => ({ path: "/", headers: {} }), 204);
     bare.child.kill();
-    const bareSql = await bareUpdates(database.url);
+    const floorSql = await bareUpdates(database.url, admin);
+    const bareSql = floorSql.perSecond;
 
     const cpu = (r: { serverCpuMsPerRequest: number }) => r.serverCpuMsPerRequest.toFixed(3);
+    const pgCpu = (r: { postgresCpuMsPerRequest: number | undefined }) => r.postgresCpuMsPerRequest?.toFixed(3) ?? "-";
     printTable(`Pings at ${CONNECTIONS} concurrent connections (${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up), ${PING_HEARTBEATS} heartbeats`, [
-      { what: "ping, accepted (204)", "requests/s": pings.perSecond, "server CPU ms/request": cpu(pings), "unexpected answers": pings.unexpected },
+      {
+        what: "ping, accepted (204)",
+        "requests/s": pings.perSecond,
+        "server CPU ms/request": cpu(pings),
+        "Postgres CPU ms/request": pgCpu(pings),
+        "unexpected answers": pings.unexpected,
+      },
       {
         what: "ping, refused (404, unknown name)",
         "requests/s": rejected.perSecond,
         "server CPU ms/request": cpu(rejected),
+        "Postgres CPU ms/request": pgCpu(rejected),
         "unexpected answers": rejected.unexpected,
       },
       {
         what: "floor: bare HTTP server answering 204",
         "requests/s": bareHttp.perSecond,
         "server CPU ms/request": cpu(bareHttp),
+        "Postgres CPU ms/request": "-",
         "unexpected answers": bareHttp.unexpected,
       },
-      { what: "floor: bare Postgres single-row UPDATE", "requests/s": bareSql, "server CPU ms/request": "-", "unexpected answers": 0 },
+      {
+        what: "floor: bare Postgres single-row UPDATE",
+        "requests/s": bareSql,
+        "server CPU ms/request": "-",
+        "Postgres CPU ms/request": pgCpu(floorSql),
+        "unexpected answers": 0,
+      },
     ]);
+    printTable("Postgres statements during the accepted pings (pg_stat_statements)", statementTable(pings.statements, pings.total));
+    const pingRatio = pings.perSecond / bareSql;
+    const pingSummary = `Pings: ours ${pings.perSecond}/s, floor (bare UPDATE) ${bareSql}/s, ratio ${pingRatio.toFixed(2)} (target >= 0.7: ${pingRatio >= 0.7 ? "met" : "NOT met"})`;
+    if (pingsOnly) {
+      console.log(`\n${pingSummary}`);
+      return;
+    }
 
     // Sweeps: 100,000 registered; 1,000 and 10,000 overdue on intervals; 1,000 overdue of a mix
     // of intervals and cron schedules in several time zones.
@@ -342,11 +442,9 @@ export async function benchHeartbeats(): Promise<void> {
       rows,
     );
     console.log(`\nOverdue lookup plan:\n${plan.map((r) => `  ${r["QUERY PLAN"]}`).join("\n")}`);
-    const ratio = pings.perSecond / bareSql;
-    console.log(
-      `\nPings: ours ${pings.perSecond}/s, floor (bare UPDATE) ${bareSql}/s, ratio ${ratio.toFixed(2)} (target >= 0.7: ${ratio >= 0.7 ? "met" : "NOT met"}); sweeps: ${allMet ? "all met" : "NOT all met"}`,
-    );
+    console.log(`\n${pingSummary}; sweeps: ${allMet ? "all met" : "NOT all met"}`);
   } finally {
+    await admin.end();
     await sql.end();
     await stopChild(child);
     await database.drop();

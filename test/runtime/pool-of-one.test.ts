@@ -35,7 +35,7 @@ async function call(
   options: { token?: string; body?: unknown; headers?: Record<string, string>; raw?: string } = {},
 ): Promise<{ status: number; body: any }> {
   const match = matchRoute(routes, method, path.split("?")[0]!);
-  if (match && match !== "method-not-allowed") covered.add(match.route.method.name);
+  if (typeof match === "object") covered.add(match.route.method.name);
   const started = Date.now();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {

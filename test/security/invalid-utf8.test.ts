@@ -45,4 +45,16 @@ describe("bodies that are not valid UTF-8", () => {
     expect(member.status).toBe(400);
     expect(member.body.error).toMatch(/UTF-8/);
   });
+
+  it("answers 400 to a path whose percent-escapes are not UTF-8, on every kind of route", async () => {
+    for (const [method, path, token] of [
+      ["GET", "/o/acme/incidents/%ED%A0%80", owner],
+      ["POST", "/o/acme/heartbeats/%ED%A0%80/ping", undefined],
+      ["GET", "/o/%E9/heartbeats", owner],
+    ] as const) {
+      const res = await app.call(method, path, { token });
+      expect(res.status, `${method} ${path}`).toBe(400);
+      expect(res.body.error, `${method} ${path}`).toMatch(/UTF-8/);
+    }
+  });
 });

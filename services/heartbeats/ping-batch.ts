@@ -1,0 +1,210 @@
+import type { Sql } from "../runtime/database.js";
+import type { KeptBody } from "./ping-body.js";
+
+export type PingKind = "success" | "start" | "fail";
+
+/** One ping to record: whose, what it signals, and what the job said. */
+export interface PingWrite {
+  orgId: string;
+  name: string;
+  kind: PingKind;
+  exitStatus: number | null;
+  /** The run_id, or the nil UUID for a run without one. */
+  runKey: string;
+  runId: string | null;
+  body: KeptBody;
+  client: string;
+}
+
+export interface PingRow {
+  id: string;
+  ended_silence_id: string | null;
+  failure_id: string | null;
+  schedule: string | null;
+  timezone: string | null;
+  grace_seconds: number;
+  /**
+   * now() of the ping, as text (to the microsecond; a Date keeps milliseconds only) and as a Date.
+   * Passed back as text: a timestamptz parameter would go through a Date and lose the microseconds.
+   */
+  seen_at: string;
+  seen: Date;
+}
+
+/**
+ * Statements in flight at once: few, so that pings arriving meanwhile make large batches. Two
+ * cost Postgres about a quarter less per ping than four (batches of 11 against 7) in the bench.
+ */
+const STATEMENTS_IN_FLIGHT = 2;
+/** Pings per statement at most. */
+const MAX_BATCH = 256;
+/** A deadlock between two writers aborts one statement whole; it is run again this many times. */
+const DEADLOCK_RETRIES = 3;
+
+interface Waiting {
+  write: PingWrite;
+  key: string;
+  resolve(row: PingRow | undefined): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * Group commit for pings: every ping is one round trip of its own statement to Postgres, but
+ * pings that arrive while statements are in flight are written together, in one statement and one
+ * transaction. A heartbeat appears at most once in a statement, and a heartbeat with a ping in
+ * flight waits for it: its pings are applied one after another in the order they arrived, exactly
+ * as sequential pings would be (counted, history in order, starts and ends paired by run id).
+ * Every statement locks its heartbeats in the same order (organization, name), so two of them
+ * never deadlock on each other.
+ *
+ * `write` answers the heartbeat's row after the ping, or undefined when no heartbeat matched.
+ */
+export function createPingBatcher(sql: Sql): { write(ping: PingWrite): Promise<PingRow | undefined> } {
+  const queue: Waiting[] = [];
+  /** Heartbeats (org and name) with a ping in a statement in flight. */
+  const busy = new Set<string>();
+  let inFlight = 0;
+
+  function dispatch(): void {
+    while (inFlight < STATEMENTS_IN_FLIGHT && queue.length > 0) {
+      const batch: Waiting[] = [];
+      // Once a heartbeat's ping is held back, its later pings are held back too: arrival order.
+      const held = new Set<string>();
+      for (let i = 0; i < queue.length && batch.length < MAX_BATCH; ) {
+        const waiting = queue[i]!;
+        if (busy.has(waiting.key) || held.has(waiting.key)) {
+          held.add(waiting.key);
+          i++;
+          continue;
+        }
+        busy.add(waiting.key);
+        batch.push(waiting);
+        queue.splice(i, 1);
+      }
+      if (batch.length === 0) return;
+      inFlight++;
+      void run(batch);
+    }
+  }
+
+  async function run(batch: Waiting[]): Promise<void> {
+    try {
+      const rows = await writeWithRetry(batch.map((w) => w.write));
+      for (const [n, waiting] of batch.entries()) waiting.resolve(rows.get(n));
+    } catch (err) {
+      for (const waiting of batch) waiting.reject(err);
+    } finally {
+      for (const waiting of batch) busy.delete(waiting.key);
+      inFlight--;
+      dispatch();
+    }
+  }
+
+  async function writeWithRetry(writes: PingWrite[]): Promise<Map<number, PingRow>> {
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return await writeAll(sql, writes);
+      } catch (err) {
+        if ((err as { code?: string }).code !== "40P01" || attempt >= DEADLOCK_RETRIES) throw err;
+      }
+    }
+  }
+
+  return {
+    write(ping) {
+      return new Promise((resolve, reject) => {
+        queue.push({ write: ping, key: `${ping.orgId}/${ping.name}`, resolve, reject });
+        dispatch();
+      });
+    },
+  };
+}
+
+/**
+ * Every part of each ping in one statement: last seen and the next deadline, the run it starts or
+ * ends, a failure, the silence it ends (whose `resumed` is then pending on that silence's own
+ * row), what the job said, and its slot in the history. `hb` locks the rows first, so each ping sees the silence the previous ping of its heartbeat left: a ping ends only the
+ * silence open when it runs, and every ended silence keeps its own pending `resumed`. The pings
+ * arrive as one JSON parameter: one prepared statement whatever the batch size.
+ */
+async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, PingRow>> {
+  const input = JSON.stringify(
+    writes.map((w, n) => ({
+      n,
+      org_id: w.orgId,
+      name: w.name,
+      kind: w.kind,
+      exit_status: w.exitStatus,
+      run_key: w.runKey,
+      run_id: w.runId,
+      body: w.body.text,
+      body_cut: w.body.cut,
+      body_bytes: w.body.bytes,
+      client: w.client,
+    })),
+  );
+  const rows = await sql<(PingRow & { n: number })[]>`
+    with input as (
+      select * from json_to_recordset((${input}::text)::json) as i(n integer, org_id uuid, name text, kind text, exit_status integer,
+        run_key uuid, run_id uuid, body text, body_cut boolean, body_bytes integer, client text)
+    ), hb as (
+      -- One index lookup per ping (a join could scan the table: the planner cannot count the
+      -- input), and the rows locked in (org, name) order.
+      select h.id, h.open_silence_id, h.max_run_seconds, i.n, i.kind, i.exit_status, i.run_key, i.run_id, i.body, i.body_cut, i.body_bytes, i.client
+      from (select * from input order by org_id, name) i
+      cross join lateral (
+        select id, open_silence_id, max_run_seconds from heartbeats.heartbeats
+        where org_id = i.org_id and name = i.name
+        for update
+      ) h
+    ), ended_run as (
+      delete from heartbeats.runs r using hb
+      where hb.kind <> 'start' and r.heartbeat_id = hb.id and r.run_key = hb.run_key
+      returning r.heartbeat_id, r.started_at
+    ), started_run as (
+      insert into heartbeats.runs (heartbeat_id, run_key, started_at, overrun_at)
+      select hb.id, hb.run_key, now(), now() + make_interval(secs => hb.max_run_seconds) from hb where hb.kind = 'start'
+      on conflict (heartbeat_id, run_key) do update
+        set started_at = excluded.started_at, overrun_at = excluded.overrun_at, overrun_silence_id = null
+    ), failure as (
+      insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, exit_status, body, body_cut, body_bytes, run_id)
+      select hb.id, now(), now(), false, 'fail', hb.exit_status, hb.body, hb.body_cut, hb.body_bytes, hb.run_id
+      from hb where hb.kind = 'fail'
+      returning id, heartbeat_id
+    ), upd as (
+      update heartbeats.heartbeats h set
+        last_seen_at = case when hb.kind = 'start' then h.last_seen_at else now() end,
+        deadline = case when hb.kind = 'start' then h.deadline
+          else now() + make_interval(secs => coalesce(h.expected_interval_seconds, h.schedule_gap_seconds) + h.grace_seconds) end,
+        open_silence_id = case hb.kind when 'success' then null
+          when 'fail' then coalesce(h.open_silence_id, failure.id) else h.open_silence_id end,
+        last_ping_at = now(), last_ping_kind = hb.kind, last_ping_exit_status = hb.exit_status,
+        last_ping_run_seconds = extract(epoch from now() - ended_run.started_at)::float8,
+        last_ping_body = hb.body, last_ping_body_cut = hb.body_cut, last_ping_body_bytes = hb.body_bytes,
+        ping_count = h.ping_count + 1
+      from hb
+        left join failure on failure.heartbeat_id = hb.id
+        left join ended_run on ended_run.heartbeat_id = hb.id
+      where h.id = hb.id
+      returning hb.n, h.id, h.ping_count, h.last_ping_run_seconds, h.schedule, h.timezone, h.grace_seconds,
+        now()::text as seen_at, now() as seen,
+        case when hb.kind = 'success' then hb.open_silence_id end as ended_silence_id,
+        failure.id as failure_id,
+        hb.kind, hb.exit_status, hb.run_id, hb.body, hb.body_cut, hb.body_bytes, hb.client
+    ), ended as (
+      update heartbeats.silences s
+      set ended_at = now(), ended_body = upd.body, ended_body_cut = upd.body_cut, ended_body_bytes = upd.body_bytes,
+        ended_run_seconds = upd.last_ping_run_seconds
+      from upd where s.id = upd.ended_silence_id
+    ), history as (
+      insert into heartbeats.pings (heartbeat_id, slot, seq, at, kind, run_id, run_seconds, exit_status, client_address, body_bytes)
+      select upd.id, (upd.ping_count % 100)::smallint, upd.ping_count, now(), upd.kind, upd.run_id,
+        upd.last_ping_run_seconds, upd.exit_status, upd.client, upd.body_bytes
+      from upd
+      on conflict (heartbeat_id, slot) do update set seq = excluded.seq, at = excluded.at, kind = excluded.kind,
+        run_id = excluded.run_id, run_seconds = excluded.run_seconds, exit_status = excluded.exit_status,
+        client_address = excluded.client_address, body_bytes = excluded.body_bytes
+    )
+    select n, id, ended_silence_id, failure_id, schedule, timezone, grace_seconds, seen_at, seen from upd`;
+  return new Map(rows.map((row) => [row.n, row]));
+}
