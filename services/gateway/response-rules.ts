@@ -1,5 +1,6 @@
 import { Code, type ConnectError } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
+import { unprocessableOf } from "../runtime/errors.js";
 import { dropinErrorAnswer, dropinSuccessStatus } from "./dropin-answers.js";
 
 /**
@@ -49,7 +50,7 @@ const CODE_TO_STATUS: Record<Code, number> = {
   [Code.AlreadyExists]: 409,
   [Code.PermissionDenied]: 403,
   [Code.ResourceExhausted]: 429,
-  [Code.FailedPrecondition]: 400,
+  [Code.FailedPrecondition]: 409,
   [Code.Aborted]: 409,
   [Code.OutOfRange]: 400,
   [Code.Unimplemented]: 501,
@@ -82,13 +83,14 @@ export function errorAnswer(
   if (retryAfter) headers["retry-after"] = retryAfter;
   let status = CODE_TO_STATUS[err.code] ?? 500;
   let message = err.rawMessage;
-  if (err.metadata.get("x-unprocessable") === "1") status = 422;
+  const unprocessable = unprocessableOf(err);
+  if (unprocessable) status = 422;
   if (key === CHAT_RECEIVER) {
     // The chat receiver's failures are uniform: the reason goes to the audit log only.
     if (status === 401 || status === 403) return { status: 401, body: { error: "unauthorized" }, headers };
     if (status >= 500) return { status: 503, body: { error: "unavailable" }, headers };
   }
   if (status === 500) message = "internal error";
-  const details = err.metadata.get("x-error-details");
+  const details = unprocessable?.details;
   return { status, body: details ? { error: message, details } : { error: message }, headers };
 }

@@ -20,7 +20,6 @@ export function createAppendTimelineHandlers(deps: Pick<IncidentsDeps, "sql" | "
   const { sql, outbox } = deps;
   return {
     async appendTimeline(req: AppendTimelineRequest) {
-      if (!isUuid(req.orgId)) throw new InvalidArgumentError("orgId must be an organization id");
       const entry = req.entry;
       if (!entry) throw new InvalidArgumentError("entry is required");
       if (!isOneOf(APPENDABLE_ENTRY_KINDS, entry.kind)) {

@@ -1,7 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
-import { isUuid } from "../runtime/ids.js";
 import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
 import type { IncidentsDeps } from "./deps.js";
 
@@ -15,7 +14,6 @@ export function createFindLatestOpenHandlers(deps: Pick<IncidentsDeps, "sql">): 
   const { sql } = deps;
   return {
     async findLatestOpen(req: FindLatestOpenRequest) {
-      if (!isUuid(req.orgId)) throw new InvalidArgumentError("orgId must be an organization id");
       if (!isOneOf(SOURCE_BADGES, req.source)) throw new InvalidArgumentError(`source must be one of ${SOURCE_BADGES.join(", ")}`);
       const [row] = await sql<{ id: string; attach_identity: string }[]>`
         select id, attach_identity from incidents.incidents

@@ -2,16 +2,15 @@ import { randomUUID } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import type { IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { type IncidentsService, type RecordRequest, RecordRequestSchema, type RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
-import { InvalidArgumentError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { isUuid } from "../runtime/ids.js";
 import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
 import { afterRecording, recordedAnswer } from "./record.js";
-import { ALERT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOURCE_BADGES, type AlertKind } from "./vocabulary.js";
+import { checkRequest } from "../runtime/validation.js";
+import { entryKindOfDelivery, OUTCOMES, type AlertKind } from "./vocabulary.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of
@@ -33,10 +32,6 @@ import { ALERT_KINDS, ENTRY_KIND_OF_DELIVERY, isOneOf, OUTCOMES, SEVERITIES, SOU
  *    anything Record's own checks should judge (unusual sizes, no identity or event identifier).
  *    Record is the single source of their rules.
  */
-
-const MAX_DELIVERIES = 1000;
-/** What the batch path accepts; anything larger goes through Record and its own limits. */
-const FAST_LIMITS = { identifierBytes: 1024, titleCharacters: 2048, summaryCharacters: 65536, referenceCharacters: 8192, entityPartCharacters: 1024 };
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
@@ -61,27 +56,20 @@ interface Plain {
 }
 
 const compare = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
-const within = (value: string | undefined, max: number) => (value?.length ?? 0) <= max;
 const optionalText = (value: string | undefined) => (value === undefined ? null : storableText(value));
 
-/** The deliveries the batch statements can decide; undefined sends it through Record. */
+/**
+ * The deliveries the batch statements can decide; undefined sends it through Record. Each delivery
+ * has passed the schema's rules already (Record's at the call, RecordMany's per delivery), so only
+ * what the schema cannot say is checked here.
+ */
 function plain(req: RecordRequest, index: number, traceContext: string | null): Plain | undefined {
   const a = req.alert;
-  if (!a || !isUuid(req.orgId) || !req.orgSlug) return undefined;
-  if (!isOneOf(ALERT_KINDS, a.kind) || !isOneOf(SOURCE_BADGES, a.source)) return undefined;
+  if (!a) return undefined;
   const title = storableText(a.title.trim());
-  if (title.length > FAST_LIMITS.titleCharacters) return undefined;
-  if (a.kind === "alert" && (!title || !isOneOf(SEVERITIES, a.severity))) return undefined;
-  if (!a.attachIdentity || Buffer.byteLength(a.attachIdentity) > FAST_LIMITS.identifierBytes) return undefined;
-  if (!a.eventId || Buffer.byteLength(a.eventId) > FAST_LIMITS.identifierBytes) return undefined;
-  if (!within(a.summary, FAST_LIMITS.summaryCharacters)) return undefined;
-  if (!within(a.link, FAST_LIMITS.referenceCharacters) || !within(a.alertRef, FAST_LIMITS.referenceCharacters)) return undefined;
-  if (!within(a.runbookUrl, FAST_LIMITS.referenceCharacters)) return undefined;
-  let entity: Plain["entity"] = null;
-  if (a.entity?.kind && a.entity.id) {
-    if (a.entity.kind.length > FAST_LIMITS.entityPartCharacters || a.entity.id.length > FAST_LIMITS.entityPartCharacters) return undefined;
-    entity = { kind: storableText(a.entity.kind), id: storableText(a.entity.id) };
-  }
+  if (a.kind === "alert" && (!title || !a.severity)) return undefined;
+  if (!a.attachIdentity || !a.eventId) return undefined;
+  const entity: Plain["entity"] = a.entity?.kind && a.entity.id ? { kind: storableText(a.entity.kind), id: storableText(a.entity.id) } : null;
   const occurredAt = a.occurredAt ? timestampDate(a.occurredAt) : null;
   if (occurredAt && !(occurredAt.getUTCFullYear() >= 1 && occurredAt.getUTCFullYear() <= 9999)) return undefined;
   return {
@@ -188,13 +176,13 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
   async function attachAll(batch: { p: Plain; incidentId: string }[], now: Date): Promise<Map<number, IncidentRow & { entry_at: Date | null }>> {
     const entryAt = batch.map(({ p }) => p.occurredAt ?? now);
     const recorded = batch.map(({ p, incidentId }, k) =>
-      outboxRows.timelineRecorded({ orgId: p.orgId, incidentId, kind: ENTRY_KIND_OF_DELIVERY[p.kind], at: entryAt[k]! }),
+      outboxRows.timelineRecorded({ orgId: p.orgId, incidentId, kind: entryKindOfDelivery(p.kind), at: entryAt[k]! }),
     );
     const rows = await sql<(IncidentRow & { i: number; entry_at: Date | null })[]>`
       with d as (
         select * from unnest(
           ${batch.map(({ p }) => p.index)}::int[], ${batch.map(({ incidentId }) => incidentId)}::uuid[], ${batch.map(({ p }) => p.eventId)}::text[],
-          ${batch.map(({ p }) => ENTRY_KIND_OF_DELIVERY[p.kind])}::text[], ${entryAt.map((d) => d.toISOString())}::timestamptz[],
+          ${batch.map(({ p }) => entryKindOfDelivery(p.kind))}::text[], ${entryAt.map((d) => d.toISOString())}::timestamptz[],
           ${batch.map(({ p }) => p.summary)}::text[], ${batch.map(({ p }) => p.link)}::text[], ${batch.map(({ p }) => p.alertRef)}::text[],
           ${batch.map(({ p }) => p.data)}::text[], ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
           ${batch.map(({ p }) => p.traceContext)}::text[])
@@ -322,18 +310,35 @@ export function createRecordManyHandlers(deps: {
   const batch = createRecordBatch(deps);
   return {
     async recordMany(req, context: HandlerContext) {
-      if (req.deliveries.length > MAX_DELIVERIES) throw new InvalidArgumentError(`at most ${MAX_DELIVERIES} deliveries per call`);
-      const decided = new Map<number, RecordResponseInit>();
-      await batch(req.deliveries, decided);
-      const results: RecordResponseInit[] = req.deliveries.map((_, i) => decided.get(i) ?? {});
-      // The rest, in request order (a second delivery of an identity attaches to what the first opened).
+      const results: RecordResponseInit[] = new Array(req.deliveries.length);
       const errors: Record<number, string> = {};
-      for (const [i, delivery] of req.deliveries.entries()) {
-        if (decided.has(i)) continue;
+      // The schema checks the batch as a whole (its size); each delivery is checked here, on its own,
+      // so one refused delivery never holds back the others.
+      const checked = req.deliveries.flatMap((delivery, i) => {
         try {
-          results[i] = (await record(delivery, context)) as RecordResponseInit;
+          checkRequest(RecordRequestSchema, delivery);
+          return [i];
         } catch (err) {
-          // One refused delivery never holds back the others.
+          errors[i] = err instanceof Error ? err.message : String(err);
+          results[i] = {};
+          return [];
+        }
+      });
+      const decided = new Map<number, RecordResponseInit>();
+      await batch(
+        checked.map((i) => req.deliveries[i]!),
+        decided,
+      );
+      // The rest, in request order (a second delivery of an identity attaches to what the first opened).
+      for (const [k, i] of checked.entries()) {
+        const answer = decided.get(k);
+        if (answer) {
+          results[i] = answer;
+          continue;
+        }
+        try {
+          results[i] = (await record(req.deliveries[i]!, context)) as RecordResponseInit;
+        } catch (err) {
           errors[i] = err instanceof Error ? err.message : String(err);
           results[i] = {};
         }

@@ -239,7 +239,7 @@ describe.each([
       [{ kind: "resolve" }, "alert.kind must be one of"],
       [{ severity: "critical" }, "alert.severity must be one of"],
       [{ title: "   " }, "alert.title is required"],
-      [{ attachIdentity: "x".repeat(2000) }, "alert.attachIdentity is longer than"],
+      [{ attachIdentity: "x".repeat(2000) }, "alert.attachIdentity must be at most 1024 bytes"],
     ];
     for (const [init, message] of cases) {
       const err = await record(alert({ attachIdentity: identity("bad"), ...init })).catch((e: unknown) => ConnectError.from(e));

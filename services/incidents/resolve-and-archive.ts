@@ -1,7 +1,7 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ArchiveIncidentRequest, IncidentsService, ResolveIncidentRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { ConflictError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { FailedPreconditionError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
@@ -35,7 +35,7 @@ export function createResolveAndArchiveHandlers(
         select state, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
       if (!current) throw new NotFoundError("no such incident");
       if (current.state === target) break;
-      if (!FROM[target].includes(current.state)) throw new ConflictError("the incident is archived; an archived incident cannot be resolved");
+      if (!FROM[target].includes(current.state)) throw new FailedPreconditionError("the incident is archived; an archived incident cannot be resolved");
 
       // A compare-and-set on the state just read: if a concurrent resolve or archive got there
       // first, nothing is written and the state is read again. The update waits for deliveries

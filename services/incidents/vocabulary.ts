@@ -1,41 +1,28 @@
-/** The fixed words of the incident core: source badges, delivery kinds, states, timeline kinds. */
+import { AlertSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { allowedValues } from "../runtime/schema-rules.js";
 
-export const SOURCE_BADGES = [
-  "metrics-monitor",
-  "cloud-monitor",
-  "log-analytics",
-  "error-tracker",
-  "remote",
-  "alert-router",
-  "chat",
-  "heartbeat",
-  "pagerduty-events",
-  "opsgenie",
-] as const;
-export type SourceBadge = (typeof SOURCE_BADGES)[number];
+// The fixed words of the incident core: source badges, delivery kinds, states, timeline kinds.
+//
+// Source badges, delivery kinds and severities are written once, as the `string.in` rules of the
+// schema's Alert (proto/warroom/incidents/v1/incidents.proto), and read from there.
+export const SOURCE_BADGES = allowedValues(AlertSchema.field.source);
+export type SourceBadge = string;
 
-export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
+export const SEVERITIES = allowedValues(AlertSchema.field.severity);
 
-/**
- * What a delivery is: an alert opens or repeats; the others only record on an open incident.
- * `acknowledge` (PagerDuty, Opsgenie) and `change` (PagerDuty change events) come only from the
- * drop-in receivers; neither changes the incident's state.
- */
-export const ALERT_KINDS = ["alert", "recovery", "no_data", "resumed", "acknowledge", "change"] as const;
-export type AlertKind = (typeof ALERT_KINDS)[number];
+/** What a delivery is: an alert opens or repeats; the others only record on an open incident. */
+export const ALERT_KINDS = allowedValues(AlertSchema.field.kind);
+export type AlertKind = string;
 
 export const INCIDENT_STATES = ["open", "resolved", "archived"] as const;
 export type IncidentState = (typeof INCIDENT_STATES)[number];
 
-/** The timeline entry a delivery of each kind writes on an incident that is already open. */
-export const ENTRY_KIND_OF_DELIVERY: Record<AlertKind, string> = {
-  alert: "repeat",
-  recovery: "recovery",
-  no_data: "no_data",
-  resumed: "resumed",
-  acknowledge: "acknowledged",
-  change: "change",
-};
+const ENTRY_KIND_OTHER_THAN_DELIVERY_KIND: Readonly<Record<string, string>> = { alert: "repeat", acknowledge: "acknowledged" };
+
+/** The timeline entry a delivery of this kind writes on an incident that is already open. */
+export function entryKindOfDelivery(kind: AlertKind): string {
+  return ENTRY_KIND_OTHER_THAN_DELIVERY_KIND[kind] ?? kind;
+}
 
 /** Entries other services append through AppendTimeline (never a delivery, never a state change). */
 export const APPENDABLE_ENTRY_KINDS = ["update_sent", "update_simulated"] as const;

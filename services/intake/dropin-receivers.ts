@@ -4,7 +4,7 @@ import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@conn
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverRequest, GetOpsgenieRequestStatusRequest, IntakeService, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
 import type { Clients } from "../runtime/clients.js";
-import { DomainError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
+import { DomainError, NotFoundError, UnauthenticatedError, UnprocessablePayloadError, unprocessableOf } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { DeliveryPath, TriggerAnswer } from "./delivery.js";
@@ -32,12 +32,9 @@ export class PagerDutyInvalidEventError extends DomainError {
 }
 
 /** Opsgenie's 422, with its per-field `errors`. */
-export class OpsgenieUnprocessableError extends DomainError {
+export class OpsgenieUnprocessableError extends UnprocessablePayloadError {
   constructor(errors: Readonly<Record<string, string>>) {
-    super(Code.InvalidArgument, "Request body is not processable. Please check the errors.", {
-      "x-unprocessable": "1",
-      "x-opsgenie-errors": JSON.stringify(errors),
-    });
+    super("Request body is not processable. Please check the errors.", undefined, { "x-opsgenie-errors": JSON.stringify(errors) });
   }
 }
 
@@ -97,8 +94,7 @@ export function createDropinHandlers(deps: {
     try {
       return parseTriggerBody(bytes, contentType, { allowForm: false });
     } catch (err) {
-      const details = err instanceof ConnectError || err instanceof DomainError ? (err as DomainError).metadata?.["x-error-details"] : undefined;
-      throw refuse(details ?? "the body is not valid JSON");
+      throw refuse(unprocessableOf(err)?.details || "the body is not valid JSON");
     }
   }
 

@@ -4,6 +4,7 @@ import { fileURLToPath } from "node:url";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, createRouterTransport, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
+import { UnprocessableSchema } from "../../gen/warroom/errors/v1/errors_pb.js";
 import { IdentityService, type Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService, type RecordRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
@@ -281,14 +282,13 @@ describe("the shared trigger endpoint", () => {
     const err = await refusal(app.intake.deliver({ body: json({ hello: "world" }), contentType: "application/json" }, withToken()));
     expect(err.code).toBe(Code.InvalidArgument);
     expect(err.rawMessage).toBe("Unrecognized trigger payload");
-    expect(err.metadata.get("x-unprocessable")).toBe("1");
+    expect(err.findDetails(UnprocessableSchema)).toHaveLength(1);
     expect(app.recorded).toEqual([]);
   });
 
   it("refuses a body that is not JSON as unprocessable, saying so", async () => {
     const err = await refusal(app.intake.deliver({ body: new TextEncoder().encode("{"), contentType: "application/json" }, withToken()));
-    expect(err.metadata.get("x-unprocessable")).toBe("1");
-    expect(err.metadata.get("x-error-details")).toBe("the body is not valid JSON");
+    expect(err.findDetails(UnprocessableSchema)).toMatchObject([{ details: "the body is not valid JSON" }]);
   });
 
   it("refuses a remote-source delivery whose connection the remote-source service does not find", async () => {
@@ -296,7 +296,7 @@ describe("the shared trigger endpoint", () => {
     const body = json({ serviceSource: "remote", connectionId: "conn-1", title: "Queue backlog", severity: "sev2", dedupKey: "q-1" });
     const err = await refusal(app.intake.deliver({ body, contentType: "application/json" }, withToken()));
     expect(err.code).toBe(Code.InvalidArgument);
-    expect(err.metadata.get("x-unprocessable")).toBe("1");
+    expect(err.findDetails(UnprocessableSchema)).toHaveLength(1);
     expect(err.rawMessage).toBe('connectionId "conn-1" is not a remote source of this organization');
     expect(app.recorded).toEqual([]);
   });

@@ -9,6 +9,7 @@ import { createClients, internalServices, type Clients } from "../runtime/client
 import { loadConfig, type Config } from "../runtime/config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
 import { errorInterceptor } from "../runtime/errors.js";
+import { validationInterceptor } from "../runtime/validation.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/event-bus.js";
 import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
@@ -158,7 +159,9 @@ async function startServices(
   }
 
   const tracing = tracingEnabled();
-  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger)];
+  // The same on every surface (Connect, gRPC, NATS, in process): a request breaking its schema's
+  // rules is refused before its handler runs.
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger), validationInterceptor()];
   const clientInterceptors = (kind: "nats" | "in-memory") => [
     requestIdClientInterceptor(),
     rpcMetricsInterceptor(kind),

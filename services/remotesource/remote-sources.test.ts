@@ -2,6 +2,7 @@ import { randomBytes } from "node:crypto";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { UnprocessableSchema } from "../../gen/warroom/errors/v1/errors_pb.js";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
 import { createSourceServer, type RunningSourceServer } from "../remotesource-kit/index.js";
@@ -351,7 +352,7 @@ describe("remote source connections", () => {
       .resolveConnection({ orgId: row!.org_id, connectionId: "00000000-0000-4000-8000-000000000000" })
       .catch((e) => ConnectError.from(e));
     expect(unknown).toMatchObject({ code: Code.InvalidArgument, rawMessage: "Unknown remote connection" });
-    expect((unknown as ConnectError).metadata.get("x-unprocessable")).toBe("1");
+    expect((unknown as ConnectError).findDetails(UnprocessableSchema)).toHaveLength(1);
 
     const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
     const payload = { serviceSource: "remote", title: "Queue backlog", severity: "sev2", dedupKey: `backlog-${randomBytes(4).toString("hex")}` };

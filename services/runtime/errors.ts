@@ -1,5 +1,13 @@
+import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { type Unprocessable, UnprocessableSchema } from "../../gen/warroom/errors/v1/errors_pb.js";
 import type { Logger } from "./logger.js";
+
+/** A typed error detail, as ConnectError carries it. */
+export interface ErrorDetail<Desc extends DescMessage = DescMessage> {
+  desc: Desc;
+  value: MessageShape<Desc>;
+}
 
 /**
  * Domain errors: a stable name and the Connect code it maps to. Handlers throw these; one
@@ -11,6 +19,7 @@ export class DomainError extends Error {
     readonly code: Code,
     message: string,
     readonly metadata: Record<string, string> = {},
+    readonly details: ErrorDetail[] = [],
   ) {
     super(message);
     this.name = new.target.name;
@@ -24,13 +33,25 @@ export class InvalidArgumentError extends DomainError {
 }
 
 /**
- * A body the endpoint cannot act on: HTTP 422. `details` says why, when the message is one the
- * spec fixes (e.g. "Unrecognized trigger payload").
+ * A body the endpoint cannot act on: InvalidArgument carrying an `Unprocessable` detail, which the
+ * REST gateway answers with HTTP 422. `details` says why, when the message is one the spec fixes
+ * (e.g. "Unrecognized trigger payload").
  */
 export class UnprocessablePayloadError extends DomainError {
-  constructor(message: string, details?: string) {
-    super(Code.InvalidArgument, message, { "x-unprocessable": "1", ...(details ? { "x-error-details": details } : {}) });
+  constructor(message: string, details?: string, metadata: Record<string, string> = {}) {
+    super(Code.InvalidArgument, message, metadata, [unprocessableDetail(details)]);
   }
+}
+
+export function unprocessableDetail(details = ""): ErrorDetail<typeof UnprocessableSchema> {
+  return { desc: UnprocessableSchema, value: create(UnprocessableSchema, { details }) };
+}
+
+/** The `Unprocessable` detail of an error (a DomainError thrown here, or a ConnectError received), if it has one. */
+export function unprocessableOf(err: unknown): Unprocessable | undefined {
+  if (err instanceof DomainError) return err.details.find((d) => d.desc === UnprocessableSchema)?.value as Unprocessable | undefined;
+  if (err instanceof ConnectError) return err.findDetails(UnprocessableSchema)[0];
+  return undefined;
 }
 
 export class UnauthenticatedError extends DomainError {
@@ -54,6 +75,13 @@ export class NotFoundError extends DomainError {
 export class AlreadyExistsError extends DomainError {
   constructor(message: string) {
     super(Code.AlreadyExists, message);
+  }
+}
+
+/** The resource's state rules the operation out (an archived incident cannot be resolved): HTTP 409. */
+export class FailedPreconditionError extends DomainError {
+  constructor(message: string) {
+    super(Code.FailedPrecondition, message);
   }
 }
 
@@ -83,7 +111,7 @@ export class UnavailableError extends DomainError {
  */
 export function toConnectError(err: unknown, logger: Logger, method: string): ConnectError {
   if (err instanceof DomainError) {
-    return new ConnectError(err.message, err.code, err.metadata);
+    return new ConnectError(err.message, err.code, err.metadata, err.details);
   }
   if (err instanceof ConnectError) return err;
   // Database and network failures are worth a retry by the caller; everything else is a bug.

@@ -1,4 +1,6 @@
 import { z } from "zod";
+import { AlertSchema } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { allowedValues } from "../../runtime/schema-rules.js";
 import { asHttpUrl, compactJson, ownField } from "./foreign-json.js";
 import { digestOf, toAlertDelivery, type EntityRef } from "./normalized-alert.js";
 import { PayloadError } from "./payload-error.js";
@@ -10,7 +12,8 @@ import type { MapContext, MappedDelivery } from "./types.js";
 
 export const badge = "remote" as const;
 
-export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
+/** The severities a trigger may name: the schema's Alert allows these (its `string.in` rule). */
+export const SEVERITIES = allowedValues(AlertSchema.field.severity);
 
 /** Recognized by `serviceSource: "remote"` alone; every other field is checked by `map`. */
 export function recognize(body: unknown): boolean {

@@ -1,22 +1,12 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
-import type { AlertSchema } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Alert, AlertSchema } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
 
-/** The badge on the incident row: which kind of system opened it. */
-export type SourceBadge =
-  | "metrics-monitor"
-  | "cloud-monitor"
-  | "log-analytics"
-  | "error-tracker"
-  | "remote"
-  | "alert-router"
-  | "chat"
-  | "pagerduty-events"
-  | "opsgenie";
-
-export type Severity = "sev1" | "sev2" | "sev3" | "sev4";
-
-/** What the delivery says about the thing it watches; the incident core decides the outcome. */
-export type AlertKind = "alert" | "recovery" | "no_data" | "acknowledge" | "change";
+// The badge on the incident row (which kind of system opened it), the severity and what the
+// delivery says about the thing it watches (the incident core decides the outcome): their values
+// are the `string.in` rules of the schema's Alert, checked on every delivery the core receives.
+export type SourceBadge = Alert["source"];
+export type Severity = Alert["severity"];
+export type AlertKind = Alert["kind"];
 
 export type AlertInit = MessageInitShape<typeof AlertSchema>;
 
