@@ -1597,7 +1597,9 @@ export const IncidentsService: GenService<{
   },
   /**
    * Internal: records many deliveries, each exactly as Record would (same outcomes, same
-   * exactly-once rules), opening the new incidents of the batch in one statement.
+   * exactly-once rules), opening the new incidents of the batch in one statement and recording
+   * on the open ones in another. The same batch path decides the deliveries Record groups (group
+   * commit).
    *
    * @generated from rpc warroom.incidents.v1.IncidentsService.RecordMany
    */
