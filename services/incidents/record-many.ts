@@ -8,9 +8,9 @@ import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
-import { afterRecording, recordedAnswer } from "./record.js";
+import { afterRecording, type Delivery, recordedAnswer } from "./record.js";
 import { checkRequest } from "../runtime/validation.js";
-import { entryKindOfDelivery, OUTCOMES, type AlertKind } from "./vocabulary.js";
+import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of
@@ -35,22 +35,10 @@ import { entryKindOfDelivery, OUTCOMES, type AlertKind } from "./vocabulary.js";
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
-interface Plain {
+/** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
+interface Plain extends Omit<Delivery, "attachIdentity" | "data"> {
   index: number;
-  orgId: string;
-  orgSlug: string;
-  source: string;
-  kind: AlertKind;
   identity: string;
-  eventId: string;
-  title: string;
-  severity: string;
-  entity: { kind: string; id: string } | null;
-  summary: string | null;
-  link: string | null;
-  alertRef: string | null;
-  runbookUrl: string | null;
-  occurredAt: Date | null;
   data: string | null;
   traceContext: string | null;
 }

@@ -46,7 +46,7 @@ interface RecordDeps {
 }
 
 /** A delivery checked and ready to store. */
-interface Delivery {
+export interface Delivery {
   orgId: string;
   orgSlug: string;
   source: string;

@@ -205,6 +205,10 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     if (outcome.ok) shaped.push({ call: label, result: outcome.message as RawResult });
   };
 
+  /** A check that passes when it found no problems; the detail lists them, or says what passed. */
+  const setFromProblems = (name: CheckName, problems: string[], passed: string | (() => string)) =>
+    set(name, problems.length === 0, problems.length > 0 ? problems.join("; ") : typeof passed === "string" ? passed : passed());
+
   if (!capabilities || notRun) {
     const reason = notRun ?? "not run";
     for (const name of [CHECKS.windows, CHECKS.advertised, CHECKS.unadvertised, CHECKS.metrics, CHECKS.logs, CHECKS.shapes]) set(name, false, reason);
@@ -216,14 +220,10 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     const windowProblems = operations.flatMap(windowProblemsOf);
     for (const w of operations.flatMap(windowWarningsOf)) warn(CHECKS.windows, w);
     const windowed = operations.filter(isWindowed);
-    set(
+    setFromProblems(
       CHECKS.windows,
-      windowProblems.length === 0,
-      windowProblems.length > 0
-        ? windowProblems.join("; ")
-        : windowed.length === 0
-          ? "no windowed operations"
-          : `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
+      windowProblems,
+      windowed.length === 0 ? "no windowed operations" : () => `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
     );
 
     // Phase 2: invoke everything advertised, one unadvertised name, and the canonical calls.
@@ -260,14 +260,10 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
       const problem = answerProblem(outcome, { acceptTypedErrors: true });
       return problem ? [`${operation}: ${problem}`] : [];
     });
-    set(
+    setFromProblems(
       CHECKS.advertised,
-      badInvokes.length === 0,
-      badInvokes.length > 0
-        ? badInvokes.join("; ")
-        : operations.length === 0
-          ? "no operations advertised"
-          : `${operations.length} advertised operation(s) answered or refused with a typed error`,
+      badInvokes,
+      operations.length === 0 ? "no operations advertised" : () => `${operations.length} advertised operation(s) answered or refused with a typed error`,
     );
 
     // unadvertised operation refused
