@@ -5,7 +5,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { type AppendTimelineRequest, IncidentSchema, TimelineEntrySchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { failWith, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal, type StubPeers } from "../../test/support/stub-peers.js";
+import { failWith, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal, type StubPeers, codeOf } from "../../test/support/stub-peers.js";
 import { EgressError, type EgressClient, type EgressRequest, type EgressResponse } from "../runtime/egress/index.js";
 import { createLogger } from "../runtime/logger.js";
 import { createSecretBox } from "../runtime/secret-box.js";
@@ -103,15 +103,6 @@ function harness(): Harness {
     serveUnderTest((router) => router.service(CommsService, createCommsRoutes(deps))),
   );
   return { store, peers, webhook, deps, client, timeline };
-}
-
-async function codeOf(call: Promise<unknown>): Promise<Code> {
-  try {
-    await call;
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-  throw new Error("the call succeeded");
 }
 
 async function errorOf(call: Promise<unknown>): Promise<ConnectError> {

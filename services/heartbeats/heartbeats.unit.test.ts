@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { Code, createClient, type Client } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { IncidentSchema, type RecordManyRequest, type RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { failWith, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal, type StubPeers } from "../../test/support/stub-peers.js";
+import { failWith, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal, type StubPeers, codeOf } from "../../test/support/stub-peers.js";
 import { createLogger } from "../runtime/logger.js";
 import { AUDIT_KINDS, createRegistryHandlers } from "./registry.js";
 import { createSilenceDelivery, silenceEventId } from "./silence-delivery.js";
@@ -48,15 +48,6 @@ function harness(role = "owner"): Harness {
   });
   h.client = createClient(HeartbeatsService, transport);
   return h;
-}
-
-async function codeOf(call: Promise<unknown>): Promise<Code> {
-  try {
-    await call;
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-  throw new Error("the call succeeded");
 }
 
 /** An incident core that opens one incident per delivery and keeps what it was sent. */

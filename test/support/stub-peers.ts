@@ -89,3 +89,13 @@ function dispatching<S extends DescService>(service: S, impl: Partial<ServiceImp
   }
   return handlers as Partial<ServiceImpl<S>>;
 }
+
+/** The Connect code a call failed with; throws when it succeeded. */
+export async function codeOf(call: Promise<unknown>): Promise<Code> {
+  try {
+    await call;
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
+  throw new Error("the call succeeded");
+}
