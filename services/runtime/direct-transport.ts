@@ -107,8 +107,10 @@ export function createDirectTransport(
       const spec = registry.lookup(method);
       if (spec?.kind !== "unary") throw new ConnectError(`no service is answering ${path}`, Code.Unimplemented);
       const deadline = timeoutMs !== undefined && timeoutMs > 0 ? Date.now() + timeoutMs : undefined;
+      // One signal per call at most: combining is only needed when there is both a caller's signal
+      // and a deadline.
       const callSignal =
-        deadline !== undefined ? AbortSignal.any(signal ? [signal, AbortSignal.timeout(timeoutMs!)] : [AbortSignal.timeout(timeoutMs!)]) : (signal ?? NEVER);
+        deadline === undefined ? (signal ?? NEVER) : signal ? AbortSignal.any([signal, AbortSignal.timeout(timeoutMs!)]) : AbortSignal.timeout(timeoutMs!);
       const call = chain(clientInterceptors, async (req) => {
         // The same message limit as over NATS, so the two modes behave alike: an oversize request
         // is refused before the handler runs, an oversize reply answers a clean error.
