@@ -177,6 +177,9 @@ async function startServices(
     const router = createConnectRouter({ interceptors });
     registerLocal(router);
     natsServer = serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+    // The subscriptions are on the server before the process says it is ready: a call right after
+    // start would otherwise find no responder.
+    await nats.flush();
     transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
   } else {
     const registry = createDirectRegistry();

@@ -209,6 +209,8 @@ describe("shutdown", () => {
       const router = createConnectRouter();
       registerContractService(router);
       const server = serveRouterOverNats(serverConn, router, { logger: createLogger("silent", "drain") });
+      // The subscription is on the server before the first call, or that call finds no responder.
+      await serverConn.flush();
       const client = createClient(ContractService, createNatsTransport(clientConn, { defaultTimeoutMs: 10_000 }));
       // The subscription answers before anything else is measured.
       expect((await client.echo({ payload: new Uint8Array([0]) })).payload).toEqual(new Uint8Array([0]));
