@@ -1,4 +1,4 @@
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSchema } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { HeartbeatRow } from "./store.js";
@@ -33,4 +33,9 @@ export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof Heartbea
         : undefined,
     runningSince: row.running_since ? timestampFromDate(row.running_since) : undefined,
   };
+}
+
+/** When a heartbeat expects its pings, as audit entries and silence alerts record it: a schedule or an interval. */
+export function cadenceData(row: { schedule: string | null; timezone: string | null; expected_interval_seconds: number | null }): JsonObject {
+  return row.schedule ? { schedule: row.schedule, timezone: row.timezone } : { expectedIntervalSeconds: row.expected_interval_seconds };
 }

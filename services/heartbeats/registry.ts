@@ -9,7 +9,7 @@ import type { AuditRecord } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
-import { toHeartbeat } from "./heartbeat-shape.js";
+import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
 import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
 
@@ -30,13 +30,7 @@ export function deadlineAfter(since: Date, kind: Expectation, graceSeconds: numb
 }
 
 function auditData(row: HeartbeatRow): JsonObject {
-  const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds };
-  if (row.schedule) {
-    data.schedule = row.schedule;
-    data.timezone = row.timezone;
-  } else {
-    data.expectedIntervalSeconds = row.expected_interval_seconds;
-  }
+  const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds, ...cadenceData(row) };
   if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
   return data;
 }

@@ -9,6 +9,7 @@ import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { formatDuration } from "./heartbeat-rules.js";
 import { describeBody } from "./ping-body.js";
 import type { ClaimedAlert, ClaimedResume, HeartbeatStore, RecordedAlert } from "./store.js";
+import { cadenceData } from "./heartbeat-shape.js";
 
 /**
  * Hands silences to the incident core: the `alert` that opens (or attaches to) the incident, and
@@ -95,13 +96,8 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
       cause: row.cause,
       graceSeconds: row.grace_seconds,
       deadline: row.deadline.toISOString(),
+      ...cadenceData(row),
     };
-    if (row.schedule) {
-      data.schedule = row.schedule;
-      data.timezone = row.timezone;
-    } else {
-      data.expectedIntervalSeconds = row.expected_interval_seconds;
-    }
     if (row.suppressed_by) data.suppressedByMaintenanceWindow = row.suppressed_by;
     const heldNote = row.suppressed_by
       ? ` It went silent while a maintenance window (${row.suppressed_by}) covered it; the alert was held until the window ended and it was still silent.`
