@@ -18,6 +18,16 @@ const TOKEN = "kit-test-token";
 const T0 = Date.parse("2024-05-01T12:00:00Z");
 const loopbackPolicy = createAddressPolicy({ allowPrivateCidrs: ["127.0.0.1/32"], requireHttps: false, allowPrivateByDefault: true });
 
+/** The range query both the kit-hosted source and the expected capabilities describe. */
+const QUERY_RANGE = {
+  operation: "query_range",
+  description: "a range query",
+  params: { q: "expression", from: "epoch ms", to: "epoch ms" },
+  kind: "metrics",
+  canonical: "range",
+  window: { start: "from", end: "to", format: "epoch-ms" },
+} as const;
+
 function definition(overrides: Partial<SourceServerOptions> = {}): SourceServerOptions {
   return {
     source: "kit-test",
@@ -25,14 +35,7 @@ function definition(overrides: Partial<SourceServerOptions> = {}): SourceServerO
     auth: { bearerTokens: [TOKEN] },
     operations: [
       {
-        descriptor: {
-          operation: "query_range",
-          description: "a range query",
-          params: { q: "expression", from: "epoch ms", to: "epoch ms" },
-          kind: "metrics",
-          canonical: "range",
-          window: { start: "from", end: "to", format: "epoch-ms" },
-        },
+        descriptor: QUERY_RANGE,
         handler: async (params, context) => ({ raw: { echo: params, tenant: context.tenant } }),
       },
       {
@@ -142,14 +145,7 @@ describe("a kit-hosted source with bearer tokens", () => {
       source: "kit-test",
       kinds: ["metrics", "logs"],
       operations: [
-        {
-          operation: "query_range",
-          description: "a range query",
-          params: { q: "expression", from: "epoch ms", to: "epoch ms" },
-          kind: "metrics",
-          canonical: "range",
-          window: { start: "from", end: "to", format: "epoch-ms" },
-        },
+        QUERY_RANGE,
         { operation: "huge", description: "more than 4 MiB", params: {}, kind: "changes" },
         { operation: "picky", description: "refuses", params: {}, kind: "changes" },
         { operation: "buggy", description: "throws", params: {}, kind: "changes" },
