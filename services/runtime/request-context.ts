@@ -36,11 +36,6 @@ export function runWithRequestId<T>(requestId: string, fn: () => T): T {
   return storage.run({ requestId }, fn);
 }
 
-/** The signal of the call being served, if any: work for it should stop once it aborts. */
-export function currentCallSignal(): AbortSignal | undefined {
-  return storage.getStore()?.signal;
-}
-
 /**
  * Throws DeadlineExceeded (or Canceled) when the call being served has been given up: a check to
  * make before starting work that cannot be taken back, such as a database transaction.
@@ -68,11 +63,9 @@ function callerGaveUp(signal: AbortSignal | undefined): ConnectError {
 export function detachedFromCancellation<T>(fn: () => T): T {
   const context = storage.getStore();
   if (!context) return fn();
-  const deadline = context.deadline;
-  return storage.run(
-    { requestId: context.requestId, deadline, signal: deadline === undefined ? undefined : AbortSignal.timeout(Math.max(1, deadline - Date.now())) },
-    fn,
-  );
+  // The deadline alone ends the work: the calls it makes carry it (withCallerDeadline) and
+  // throwIfCallerGaveUp reads it, so no signal of its own is needed.
+  return storage.run({ requestId: context.requestId, deadline: context.deadline }, fn);
 }
 
 /** The deadline a request carries: Connect's `connect-timeout-ms` or gRPC's `grpc-timeout`. */

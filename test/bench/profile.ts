@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
@@ -176,6 +176,12 @@ function perDelivery(rows: StatementRow[], deliveries: number) {
     "mean ms": r.mean.toFixed(3),
     "ms per delivery": (r.total / Math.max(1, deliveries)).toFixed(3),
   }));
+}
+
+/** `BENCH_PROFILE_DIR=<dir>`: the raw profiles are copied there, for a profiler's own viewer. */
+function keepProfiles(profDir: string): void {
+  const keep = process.env.BENCH_PROFILE_DIR;
+  if (keep) cpSync(profDir, keep, { recursive: true });
 }
 
 /** Self time of a `--cpu-prof` profile by package and by function, as shares of busy samples. */
@@ -393,6 +399,7 @@ async function profileOneProcess(): Promise<void> {
     ]);
     printProfiles(profDir, "one process", window, new Map([[app.child.pid!, "the app"]]));
   } finally {
+    keepProfiles(profDir);
     rmSync(profDir, { recursive: true, force: true });
     await admin.end();
     await pg.cleanup();
@@ -499,6 +506,7 @@ async function profileCluster(): Promise<void> {
     }
     printProfiles(profDir, "separate processes", window, pidNames);
   } finally {
+    keepProfiles(profDir);
     rmSync(profDir, { recursive: true, force: true });
     await nats.cleanup();
     await admin.end();
