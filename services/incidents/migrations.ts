@@ -156,5 +156,20 @@ export const migrations: Migration[] = [
       end $$;
     `,
   },
+  {
+    id: 4,
+    name: "the open incident of an identity found through one index, whatever the statistics say",
+    // A lookup by (org_id, attach_identity) and state = 'open' could be planned on the
+    // (org_id, state, ...) index: with statistics taken while an organization's incidents were
+    // mostly resolved, the planner believed it cheap, and every delivery of an alert storm read
+    // every open incident of the organization. A column that holds the identity only while the
+    // incident is open lets the lookup name no state at all, so only its unique index fits it.
+    sql: `
+      alter table incidents.incidents
+        add column open_identity text generated always as (case when state = 'open' then attach_identity end) stored;
+      create unique index incidents_one_open_identity on incidents.incidents (org_id, open_identity);
+      drop index incidents.incidents_one_open_per_identity;
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

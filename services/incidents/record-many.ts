@@ -100,7 +100,7 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
             and (jsonb_array_length(w.entities) = 0 or w.entities @> d.entity::jsonb)
           limit 1) as window_id,
         (select i.id from incidents.incidents i
-          where i.org_id = d.org_id and i.attach_identity = d.identity and i.state = 'open') as open_id
+          where i.org_id = d.org_id and i.open_identity = d.identity) as open_id
       from unnest(${batch.map((p) => p.index)}::int[], ${batch.map((p) => p.orgId)}::uuid[], ${batch.map((p) => p.source)}::text[],
         ${batch.map((p) => p.identity)}::text[], ${batch.map((p) => (p.entity ? JSON.stringify([p.entity]) : null))}::text[])
         as d(i, org_id, source, identity, entity)`;
@@ -137,7 +137,7 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
       ), opened as (
         insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
         select id, org_id, title, severity, source, entity_kind, entity_id, identity, runbook_url, ${now}::timestamptz from d
-        on conflict (org_id, attach_identity) where state = 'open' do nothing
+        on conflict (org_id, open_identity) do nothing
         returning *
       ), held as (
         insert into incidents.held_event_ids (incident_id, event_id)
@@ -175,12 +175,17 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
           ${batch.map(({ p }) => p.data)}::text[], ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
           ${batch.map(({ p }) => p.traceContext)}::text[])
           as d(i, incident_id, event_id, kind, at, summary, link, alert_ref, data, subject, payload, trace_context)
-      ), target as (
-        -- Share-locked in one order, so two batches never wait on each other in a cycle.
+      ), locked as (
+        -- Share-locked in one order, so two batches never wait on each other in a cycle. Found by
+        -- primary key alone (the ids are the statement's parameter): a condition on state could be
+        -- planned on another index and read every open incident. Whether each is still open is
+        -- checked on the version the lock returns.
         select i.* from incidents.incidents i
-        where i.id in (select incident_id from d) and i.state = 'open'
+        where i.id = any(${[...new Set(batch.map(({ incidentId }) => incidentId))]}::uuid[])
         order by i.id
         for share
+      ), target as (
+        select * from locked where state = 'open'
       ), held as (
         insert into incidents.held_event_ids (incident_id, event_id)
         select d.incident_id, d.event_id from d join target t on t.id = d.incident_id

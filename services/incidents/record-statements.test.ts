@@ -90,3 +90,58 @@ describe("Record's round trips", () => {
     expect(await deliveryStatements()).toBeLessThan(deliveries.length / 2);
   });
 });
+
+/** Shared buffers the delivery statements touched since the last reset (the relay's left out). */
+async function deliveryBuffers(): Promise<number> {
+  const [row] = await admin<{ buffers: number }[]>`
+    select coalesce(sum(s.shared_blks_hit + s.shared_blks_read), 0)::int as buffers
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${DATABASE} and s.query like '%incidents.%' and s.query not like '%published_at%'`;
+  return row!.buffers;
+}
+
+describe("Record under an alert storm with stale statistics", () => {
+  it("costs a delivery the same pages with 1,000 or 21,000 open incidents: the open incident is found by its identity", async () => {
+    const client = createClient(IncidentsService, app.process.transport);
+    const record = (a: Alert) => client.record({ orgId, orgSlug: OWNER.org, alert: a });
+    const db = new URL(pg.url);
+    db.pathname = `/${DATABASE}`;
+    const sql = postgres(db.toString(), { max: 1, onnotice: () => {} });
+    const storm = (from: number, to: number) => sql`
+      insert into incidents.incidents (org_id, title, severity, source, attach_identity)
+      select ${orgId}, 'Storm', 'sev2', 'metrics-monitor', 'metrics-monitor:storm:' || g from generate_series(${from}::int, ${to}::int) g`;
+    /** Shared buffers per delivery: one alone, then 60 together (group commit), each attaching to a storm incident. */
+    const buffersPerDelivery = async (round: string) => {
+      await admin`select pg_stat_statements_reset()`;
+      expect((await record(alert({ attachIdentity: "metrics-monitor:storm:500", eventId: `${round}-one` }))).outcome).toBe("attached");
+      const grouped = await Promise.all(
+        Array.from({ length: 60 }, (_, k) => record(alert({ attachIdentity: `metrics-monitor:storm:${100 + k}`, eventId: `${round}-${k}` }))),
+      );
+      expect(grouped.every((a) => a.outcome === "attached")).toBe(true);
+      return (await deliveryBuffers()) / (grouped.length + 1);
+    };
+    try {
+      // The statistics last saw an organization whose incidents were all resolved; then a storm
+      // opened thousands before autovacuum looked again (turned off here, so it never does).
+      await sql`alter table incidents.incidents set (autovacuum_enabled = false)`;
+      await sql`update incidents.incidents set state = 'resolved', resolved_at = now() where state = 'open'`;
+      await sql`
+        insert into incidents.incidents (org_id, title, severity, source, attach_identity, state, resolved_at)
+        select ${orgId}, 'Old', 'sev3', 'metrics-monitor', 'metrics-monitor:old:' || g, 'resolved', now() from generate_series(1, 300) g`;
+      await sql`analyze incidents.incidents`;
+      await storm(1, 1000);
+      // Prepared statements planned before the storm grew must not hide a plan made after it.
+      await record(alert({ attachIdentity: "metrics-monitor:storm:1", eventId: "warm" }));
+      const small = await buffersPerDelivery("small");
+      await storm(1001, 21000);
+      const large = await buffersPerDelivery("large");
+      // Each delivery writes an entry, a held identifier and an event, with their indexes and
+      // foreign keys: a few dozen pages either way. Reading every open incident would add
+      // hundreds of pages per statement, growing with the storm.
+      expect(large).toBeLessThan(small * 1.25 + 5);
+    } finally {
+      await sql`alter table incidents.incidents reset (autovacuum_enabled)`;
+      await sql.end();
+    }
+  });
+});

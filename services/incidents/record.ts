@@ -17,15 +17,15 @@ import { currentTraceparent } from "../runtime/tracing.js";
 /**
  * Record: one normalized delivery becomes opened, attached, recorded, ignored or suppressed.
  *
- * Exactly once comes from the database, never from this process: the partial unique index on
- * open incidents' attach identity decides which of many concurrent deliveries opens, and the
+ * Exactly once comes from the database, never from this process: the unique index on open
+ * incidents' attach identity (`open_identity`, null once an incident is not open) decides which of many concurrent deliveries opens, and the
  * primary key of held_event_ids decides which records an event identifier. Everything a decision
  * writes (incident, held identifier, timeline entry, outbox events) commits atomically.
  *
  * One statement per delivery, because every delivery pays it: its CTEs look for an active
  * maintenance window and the open incident for the identity (share-locked, which orders it
  * against a person resolving the incident), record on that incident (unless it already holds the
- * event identifier) or else open a new one (`on conflict do nothing` on the partial unique
+ * event identifier) or else open a new one (`on conflict do nothing` on that unique
  * index), and insert the outbox events of whatever they wrote. One statement is one transaction.
  * The events' times are the database clock and, on attach, their incident is the one the
  * statement found, so those two fields are encoded in SQL (migration 3) and appended to the rest
@@ -125,7 +125,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         order by w.starts_at, w.id limit 1
       ), target as (
         select i.* from incidents.incidents i
-        where i.org_id = ${d.orgId} and i.attach_identity = ${d.attachIdentity}::text and i.state = 'open'
+        where i.org_id = ${d.orgId} and i.open_identity = ${d.attachIdentity}::text
           and not exists (select 1 from win)
         for share
       ), held as (
@@ -145,7 +145,7 @@ export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof 
         select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
                ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now()
         where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
-        on conflict (org_id, attach_identity) where state = 'open' do nothing
+        on conflict (org_id, open_identity) do nothing
         returning *
       ), opened_held as (
         insert into incidents.held_event_ids (incident_id, event_id)

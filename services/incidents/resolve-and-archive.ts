@@ -17,8 +17,8 @@ const FROM: Record<Target, string[]> = { resolved: ["open"], archived: ["open", 
 /**
  * Only a person resolves or archives. Open -> resolved, open -> archived, resolved -> archived.
  * Asking for the state an incident is already in answers it unchanged (a retried click records
- * nothing twice); resolving an archived incident is a conflict. Once out of `open`, the incident
- * leaves the partial unique index, so the next matching delivery opens a new one.
+ * nothing twice); resolving an archived incident is a conflict. Once out of `open`, the incident's
+ * `open_identity` is null and it leaves the unique index, so the next matching delivery opens a new one.
  */
 export function createResolveAndArchiveHandlers(
   deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
