@@ -39,7 +39,12 @@ function openPool(connection: Connection, poolSize: number, applicationName = "w
     onnotice: () => {},
     // Prepared statements are reused across calls on a connection: fewer parse round trips.
     prepare: true,
-    connection: { application_name: applicationName },
+    // ...but planned on every call. A prepared statement's cached generic plan is kept until the
+    // table's statistics change, so a plan made while a table was nearly empty (a seq scan) was
+    // still used when an alert storm had filled it with thousands of rows before autovacuum
+    // looked (record-statements.test.ts). Planning each call measured no cost in the delivery
+    // benchmark: a batch statement is planned once per group.
+    connection: { application_name: applicationName, plan_cache_mode: "force_custom_plan" },
   };
   return guardTransactions("url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options }));
 }
