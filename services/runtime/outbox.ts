@@ -186,9 +186,16 @@ export function createOutboxRelay(
     return relayStatement(sql, () =>
       sql.unsafe<PendingRow[]>(
         `with lease as (
-           insert into ${schema}.outbox_relay_lease as l (id, holder, until) values (true, $1, now() + make_interval(secs => $2::float8))
+           insert into ${schema}.outbox_relay_lease as l (id, holder, until)
+           select true, $1, now() + make_interval(secs => $2::float8)
+           -- Only when there is something to take: no lease, this relay's past half its time, or
+           -- another's run out. An insert that meets the row locks it, a write and a WAL record,
+           -- even when the update's condition then refuses; every relay of every replica polls.
+           where not exists (
+             select 1 from ${schema}.outbox_relay_lease
+             where until >= now() + case when holder = $1 then make_interval(secs => $2::float8 / 2) else interval '0' end)
            on conflict (id) do update set holder = excluded.holder, until = excluded.until
-             -- Renewed once half of it has run, not on every run: an idle relay writes little.
+             -- Renewed once half of it has run, not on every run: an idle relay writes nothing.
              where (l.holder = excluded.holder and l.until < now() + make_interval(secs => $2::float8 / 2)) or l.until < now()
            returning holder)
          select id, subject, payload, trace_context, created_at from ${table}

@@ -200,6 +200,23 @@ describe("the relay holds nothing and orders by sequence", () => {
     expect(titles(seen)).toEqual(["lease-1", "lease-2"]);
   });
 
+  it("writes nothing to the lease while it holds it, and a relay that does not hold it writes nothing either", async () => {
+    const bus = createInMemoryEventBus(logger);
+    const a = createOutboxRelay({ sql, schema: "probe", bus, logger });
+    const b = createOutboxRelay({ sql, schema: "probe", bus, logger });
+    await a.drain();
+    // A lock or an update of the row gives it a new xmax or xmin: a write, and a WAL record.
+    const version = async () => (await sql`select xmin::text, xmax::text from probe.outbox_relay_lease`)[0];
+    const held = await version();
+    for (let i = 0; i < 5; i++) {
+      await a.drain();
+      await b.drain();
+    }
+    expect(await version()).toEqual(held);
+    await a.stop();
+    await b.stop();
+  });
+
   it("upgrades an existing outbox: waiting rows keep their order and are published", async () => {
     await migrate(sql, "legacy", [outboxMigration("legacy", 1)]);
     const at = (s: number) => new Date(Date.UTC(2024, 0, 1, 0, 0, s));
