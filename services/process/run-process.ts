@@ -145,7 +145,7 @@ async function startServices(
       config,
       sql: database.sql,
       backgroundSql: background.sql,
-      openPool: (applicationName, size) => openPoolOn(database, size, applicationName),
+      openPool: (applicationName, size, planEachCall) => openPoolOn(database, size, applicationName, planEachCall),
       logger: logger.child({ service: "pending" }),
       clients,
       outbox,

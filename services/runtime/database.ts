@@ -33,7 +33,7 @@ export interface Database {
 export type Connection = { url: string } | { host: string; port: number; database: string; username: string; password: string };
 
 /** One pool shape for both modes: only where the server is differs. */
-function openPool(connection: Connection, poolSize: number, applicationName = "warroom"): Sql {
+function openPool(connection: Connection, poolSize: number, applicationName = "warroom", planEachCall = true): Sql {
   const options = {
     max: poolSize,
     onnotice: () => {},
@@ -44,7 +44,7 @@ function openPool(connection: Connection, poolSize: number, applicationName = "w
     // still used when an alert storm had filled it with thousands of rows before autovacuum
     // looked (record-statements.test.ts). Planning each call measured no cost in the delivery
     // benchmark: a batch statement is planned once per group.
-    connection: { application_name: applicationName, plan_cache_mode: "force_custom_plan" },
+    connection: { application_name: applicationName, ...(planEachCall ? { plan_cache_mode: "force_custom_plan" } : {}) },
   };
   return guardTransactions("url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options }));
 }
@@ -107,8 +107,8 @@ export function openBackgroundPool(database: Database): { sql: Sql; close(): Pro
 }
 
 /** Another pool on the database's server, named in pg_stat_activity; its opener ends it. */
-export function openPoolOn(database: Database, size: number, applicationName: string): Sql {
-  return traced(openPool(database.connection, size, applicationName));
+export function openPoolOn(database: Database, size: number, applicationName: string, planEachCall = true): Sql {
+  return traced(openPool(database.connection, size, applicationName, planEachCall));
 }
 
 /** With tracing on, every statement is a span; off, the handle is postgres.js's own. */

@@ -20,8 +20,11 @@ export interface ServiceContext {
    * behind the relay's own two connections.
    */
   backgroundSql: Sql;
-  /** Opens a pool of its own on the same server (the module ends it when it stops). */
-  openPool(applicationName: string, size: number): Sql;
+  /**
+   * Opens a pool of its own on the same server (the module ends it when it stops). Its statements
+   * are planned on every call unless `planEachCall` is false (see database.ts).
+   */
+  openPool(applicationName: string, size: number, planEachCall?: boolean): Sql;
   logger: Logger;
   /** Clients of every internal service, over this process's transport (in-memory or NATS). */
   clients: Clients;
