@@ -535,9 +535,14 @@ async function answer(
       safely(() => respondError(nc, replyTo, new ConnectError("internal error", Code.Internal)), logger);
     }
   } finally {
-    controller.abort();
+    // Anything still listening learns the call is over. With a reason of its own: abort() without
+    // one builds a DOMException, with its stack, on every call.
+    controller.abort(CALL_ENDED);
   }
 }
+
+/** The reason a served call's signal aborts with once its answer is sent. */
+const CALL_ENDED = new ConnectError("the call has ended", Code.Canceled);
 
 function safely(fn: () => void, logger: Logger): void {
   try {
