@@ -1,5 +1,5 @@
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { availableParallelism, tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -263,15 +263,29 @@ function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number
   };
 }
 
-function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number) {
+function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number, loadMsPerRequest: number) {
   const per = (x: number) => (requests > 0 ? `${(x / requests).toFixed(3)} ms` : "n/a");
   return {
     what,
     requests,
     "service CPU per request": per(serviceMs),
     "Postgres CPU per request": per(postgresMs),
-    "total CPU per request": per(serviceMs + postgresMs),
+    "load generator CPU per request": `${loadMsPerRequest.toFixed(3)} ms`,
+    "total CPU per request": per(serviceMs + postgresMs + loadMsPerRequest * requests),
   };
+}
+
+/**
+ * What a target share of the floor asks of the machine: the CPU time all its cores have for one
+ * request at that rate, beside what the floor and ours spend (service, Postgres, load generator).
+ */
+function cpuBudget(label: string, share: number, floorPerSecond: number, floorMs: number, oursMs: number): void {
+  const cores = availableParallelism();
+  const budget = (cores * 1000) / (share * floorPerSecond);
+  console.log(
+    `\n${label}: at ${share} of the floor (${Math.round(share * floorPerSecond)}/s) ${cores} cores give ${budget.toFixed(3)} ms of CPU per request; ` +
+      `the floor spends ${floorMs.toFixed(3)} ms, ours ${oursMs.toFixed(3)} ms (${(oursMs / budget).toFixed(1)} times the budget)`,
+  );
 }
 
 // --- the two modes ----------------------------------------------------------------------------
@@ -379,9 +393,16 @@ async function profileOneProcess(): Promise<void> {
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
     printTable("one process: CPU per request (robust to a busy machine: the cost, not the wait)", [
-      cpuRow("POST /triggers", cpu.app * 1000, cpu.postgres * 1000, deliveries),
-      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+      cpuRow("POST /triggers", cpu.app * 1000, cpu.postgres * 1000, deliveries, result.loadCpuMsPerRequest),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests, floorResult.loadCpuMsPerRequest),
     ]);
+    cpuBudget(
+      "one process",
+      0.75,
+      floorResult.perSecond,
+      ((floorCpu.server + floorCpu.postgres) * 1000) / floorRequests + floorResult.loadCpuMsPerRequest,
+      ((cpu.app + cpu.postgres) * 1000) / deliveries + result.loadCpuMsPerRequest,
+    );
     printTable("one process: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
       { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
@@ -484,9 +505,16 @@ async function profileCluster(): Promise<void> {
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
     const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0);
     printTable("separate processes: CPU per request (robust to a busy machine: the cost, not the wait)", [
-      cpuRow("POST /triggers (gateway + intake + incidents)", servicesCpu * 1000, (cpu.postgres ?? 0) * 1000, deliveries),
-      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests),
+      cpuRow("POST /triggers (gateway + intake + incidents)", servicesCpu * 1000, (cpu.postgres ?? 0) * 1000, deliveries, result.loadCpuMsPerRequest),
+      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests, floorResult.loadCpuMsPerRequest),
     ]);
+    cpuBudget(
+      "separate processes",
+      0.5,
+      floorResult.perSecond,
+      ((floorCpu.server + floorCpu.postgres) * 1000) / floorRequests + floorResult.loadCpuMsPerRequest,
+      ((servicesCpu + (cpu.postgres ?? 0)) * 1000) / deliveries + result.loadCpuMsPerRequest,
+    );
     printTable("separate processes: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
       { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
