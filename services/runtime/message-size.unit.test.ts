@@ -3,6 +3,7 @@ import { create, type DescMessage, type JsonObject, toBinary } from "@bufbuild/p
 import { ListValueSchema, timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
 import { describe, expect, it } from "vitest";
 import { ServerReflectionResponseSchema } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ListMembersResponseSchema } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { RecordManyRequestSchema, RecordManyResponseSchema, RecordRequestSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { encodedSizeAtMost } from "./message-size.js";
 
@@ -71,7 +72,8 @@ describe("encodedSizeAtMost: a bound of the protobuf size, exact only when it mu
     expectSound(RecordRequestSchema, alert({ series: Array.from({ length: 5000 }, (_, i) => i % 10) }));
   });
 
-  it("is sound for lists of messages, maps, oneofs, bytes, Value and ListValue", () => {
+  it("is sound for lists of messages, maps, oneofs, proto3 optional fields, bytes, Value and ListValue", () => {
+    expectSound(ListMembersResponseSchema, create(ListMembersResponseSchema, { nextCursor: "c".repeat(1000) }));
     const batch = create(RecordManyRequestSchema, { deliveries: Array.from({ length: 50 }, (_, i) => alert({ i }, `alert ${i}`)) });
     expectSound(RecordManyRequestSchema, batch);
     expectSound(RecordManyResponseSchema, create(RecordManyResponseSchema, { errors: { 0: "refused", 12345: "x".repeat(300) } }));
