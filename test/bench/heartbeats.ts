@@ -57,36 +57,17 @@ async function serveChild(): Promise<void> {
     const sql = postgres(process.argv[3]!, { max: 20, onnotice: () => {} });
     await sql`create table if not exists bench_http_floor (id int primary key, touched_at timestamptz)`;
     await sql`insert into bench_http_floor select g, now() from generate_series(1, ${PING_HEARTBEATS}) g on conflict do nothing`;
-    const server = http.createServer((req, res) => {
+    serveFloor((req, res) => {
       req.resume();
       sql`update bench_http_floor set touched_at = now() where id = ${Number(req.url!.slice(1))}`.then(
-        () => {
-          res.writeHead(204);
-          res.end();
-        },
-        () => {
-          res.writeHead(500);
-          res.end();
-        },
+        () => answer(res, 204),
+        () => answer(res, 500),
       );
     });
-    server.keepAliveTimeout = 60_000;
-    process.on("message", (message: string) => {
-      if (message === "cpu") process.send!({ cpuMs: cpuMs() });
-    });
-    server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
     return;
   }
   if (mode === "--bare-http") {
-    const server = http.createServer((_req, res) => {
-      res.writeHead(204);
-      res.end();
-    });
-    server.keepAliveTimeout = 60_000;
-    process.on("message", (message: string) => {
-      if (message === "cpu") process.send!({ cpuMs: cpuMs() });
-    });
-    server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
+    serveFloor((_req, res) => answer(res, 204));
     return;
   }
   const running = await runProcess({
@@ -133,6 +114,21 @@ async function serveChild(): Promise<void> {
     }
   });
   process.send!({ url: running.url });
+}
+
+/** A floor's bare HTTP server: it answers the parent's "cpu" question and announces its url. */
+function serveFloor(handle: http.RequestListener): void {
+  const server = http.createServer(handle);
+  server.keepAliveTimeout = 60_000;
+  process.on("message", (message: string) => {
+    if (message === "cpu") process.send!({ cpuMs: cpuMs() });
+  });
+  server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
+}
+
+function answer(res: http.ServerResponse, status: number): void {
+  res.writeHead(status);
+  res.end();
 }
 
 function cpuMs(): number {

@@ -245,6 +245,10 @@ function profiles(dir: string): string[] {
     .map((f) => join(dir, f));
 }
 
+function floorSide(cpu: { server: number; postgres: number }, requests: number, result: LoadResult): CpuSide {
+  return { what: "floor (one INSERT)", serviceMs: cpu.server * 1000, postgresMs: cpu.postgres * 1000, requests, loadMsPerRequest: result.loadCpuMsPerRequest };
+}
+
 /** Times the floor's window: CPU of its server and of Postgres. */
 function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number }) {
   return (pid: number) => {
@@ -263,28 +267,41 @@ function floorWatch(admin: postgres.Sql, out: { server: number; postgres: number
   };
 }
 
-function cpuRow(what: string, serviceMs: number, postgresMs: number, requests: number, loadMsPerRequest: number) {
-  const per = (x: number) => (requests > 0 ? `${(x / requests).toFixed(3)} ms` : "n/a");
+/** One side of a CPU comparison: CPU times over the window, in milliseconds. */
+interface CpuSide {
+  what: string;
+  serviceMs: number;
+  postgresMs: number;
+  requests: number;
+  loadMsPerRequest: number;
+}
+
+const perRequest = (side: CpuSide) => (side.serviceMs + side.postgresMs) / Math.max(1, side.requests) + side.loadMsPerRequest;
+
+function cpuRow(side: CpuSide) {
+  const per = (x: number) => (side.requests > 0 ? `${(x / side.requests).toFixed(3)} ms` : "n/a");
   return {
-    what,
-    requests,
-    "service CPU per request": per(serviceMs),
-    "Postgres CPU per request": per(postgresMs),
-    "load generator CPU per request": `${loadMsPerRequest.toFixed(3)} ms`,
-    "total CPU per request": per(serviceMs + postgresMs + loadMsPerRequest * requests),
+    what: side.what,
+    requests: side.requests,
+    "service CPU per request": per(side.serviceMs),
+    "Postgres CPU per request": per(side.postgresMs),
+    "load generator CPU per request": `${side.loadMsPerRequest.toFixed(3)} ms`,
+    "total CPU per request": side.requests > 0 ? `${perRequest(side).toFixed(3)} ms` : "n/a",
   };
 }
 
 /**
- * What a target share of the floor asks of the machine: the CPU time all its cores have for one
- * request at that rate, beside what the floor and ours spend (service, Postgres, load generator).
+ * CPU per request, ours beside the floor's, and what the target share of the floor asks of the
+ * machine: the CPU time all its cores have for one request at that rate.
  */
-function cpuBudget(label: string, share: number, floorPerSecond: number, floorMs: number, oursMs: number): void {
+function printCpu(label: string, share: number, floorPerSecond: number, ours: CpuSide, floorSide: CpuSide): void {
+  printTable(`${label}: CPU per request (robust to a busy machine: the cost, not the wait)`, [cpuRow(ours), cpuRow(floorSide)]);
   const cores = availableParallelism();
   const budget = (cores * 1000) / (share * floorPerSecond);
+  const oursMs = perRequest(ours);
   console.log(
     `\n${label}: at ${share} of the floor (${Math.round(share * floorPerSecond)}/s) ${cores} cores give ${budget.toFixed(3)} ms of CPU per request; ` +
-      `the floor spends ${floorMs.toFixed(3)} ms, ours ${oursMs.toFixed(3)} ms (${(oursMs / budget).toFixed(1)} times the budget)`,
+      `the floor spends ${perRequest(floorSide).toFixed(3)} ms, ours ${oursMs.toFixed(3)} ms (${(oursMs / budget).toFixed(1)} times the budget)`,
   );
 }
 
@@ -392,16 +409,18 @@ async function profileOneProcess(): Promise<void> {
     const floorResult = await floor(url, floorWatch(admin, floorCpu));
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
-    printTable("one process: CPU per request (robust to a busy machine: the cost, not the wait)", [
-      cpuRow("POST /triggers", cpu.app * 1000, cpu.postgres * 1000, deliveries, result.loadCpuMsPerRequest),
-      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests, floorResult.loadCpuMsPerRequest),
-    ]);
-    cpuBudget(
+    printCpu(
       "one process",
       0.75,
       floorResult.perSecond,
-      ((floorCpu.server + floorCpu.postgres) * 1000) / floorRequests + floorResult.loadCpuMsPerRequest,
-      ((cpu.app + cpu.postgres) * 1000) / deliveries + result.loadCpuMsPerRequest,
+      {
+        what: "POST /triggers",
+        serviceMs: cpu.app * 1000,
+        postgresMs: cpu.postgres * 1000,
+        requests: deliveries,
+        loadMsPerRequest: result.loadCpuMsPerRequest,
+      },
+      floorSide(floorCpu, floorRequests, floorResult),
     );
     printTable("one process: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
@@ -504,16 +523,18 @@ async function profileCluster(): Promise<void> {
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
     const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0);
-    printTable("separate processes: CPU per request (robust to a busy machine: the cost, not the wait)", [
-      cpuRow("POST /triggers (gateway + intake + incidents)", servicesCpu * 1000, (cpu.postgres ?? 0) * 1000, deliveries, result.loadCpuMsPerRequest),
-      cpuRow("floor (one INSERT)", floorCpu.server * 1000, floorCpu.postgres * 1000, floorRequests, floorResult.loadCpuMsPerRequest),
-    ]);
-    cpuBudget(
+    printCpu(
       "separate processes",
       0.5,
       floorResult.perSecond,
-      ((floorCpu.server + floorCpu.postgres) * 1000) / floorRequests + floorResult.loadCpuMsPerRequest,
-      ((servicesCpu + (cpu.postgres ?? 0)) * 1000) / deliveries + result.loadCpuMsPerRequest,
+      {
+        what: "POST /triggers (gateway + intake + incidents)",
+        serviceMs: servicesCpu * 1000,
+        postgresMs: (cpu.postgres ?? 0) * 1000,
+        requests: deliveries,
+        loadMsPerRequest: result.loadCpuMsPerRequest,
+      },
+      floorSide(floorCpu, floorRequests, floorResult),
     );
     printTable("separate processes: throughput beside the floor (same server, same run)", [
       { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
