@@ -48,8 +48,7 @@ export default defineConfig({
       {
         // Minutes of load in the default mode: run by the test command, or on its own with
         // `npx vitest run --project soak`. After every other project has finished: its latency
-        // budgets measure the service, not the rest of the suite sharing the two cores (in one
-        // run beside the last test files its p99 was 1.95 s of a 2 s budget; 45 ms alone).
+        // budgets measure the service, not the rest of the suite sharing the two cores.
         extends: true,
         test: { name: "soak", sequence: { groupOrder: 1 }, include: ["test/soak/**/*.test.ts"], testTimeout: 300_000 },
       },
