@@ -1,8 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { ServiceImpl } from "@connectrpc/connect";
-import type { Alert, IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import type { Alert, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
@@ -42,7 +41,8 @@ type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 interface RecordDeps {
   sql: Sql;
   config: Config;
-  outbox: Outbox;
+  /** Only to wake the relay after a commit: the events are written by the statement itself. */
+  outbox: Pick<Outbox, "poke">;
 }
 
 /** A delivery checked and ready to store. */
@@ -101,7 +101,7 @@ const REASONS = {
  * Record: decides one normalized delivery (open, attach, record, ignore or suppress) in one
  * statement, exactly once per event id.
  */
-export function createRecordHandlers(deps: RecordDeps): Pick<ServiceImpl<typeof IncidentsService>, "record"> {
+export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequest): Promise<RecordResponseInit> } {
   const { sql, config, outbox } = deps;
 
   /**

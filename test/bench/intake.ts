@@ -5,7 +5,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
+import { create } from "@bufbuild/protobuf";
+import { RecordRequestSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { createRecordHandlers } from "../../services/incidents/record.js";
 import { allServices } from "../../services/process/all-services.js";
+import { loadConfig } from "../../services/runtime/config.js";
+import { openDatabase } from "../../services/runtime/database.js";
+import { createLogger } from "../../services/runtime/logger.js";
 import { startCluster } from "../../services/process/cluster.js";
 import { runProcess, type RunningProcess } from "../../services/process/run-process.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
@@ -22,7 +28,8 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
  *  - with every service as its own process over NATS (a private nats-server), as in production,
  *
  * each beside its floor measured in the same run: a bare node:http server in a child process
- * doing one INSERT per request into a table, loaded by the same client. This process only
+ * doing one INSERT per request into a table, loaded by the same client, and in one-process mode
+ * beside the delivery's transaction as one statement behind such a server. This process only
  * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
  *
  * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
@@ -41,12 +48,15 @@ const TARGETS = {
   // The issue sets no target for the embedded database; the figure is reported beside its floor.
   embedded: undefined,
 } as const;
+/** Issue 16's second row: one process against the delivery's transaction as one statement. */
+const TRANSACTION_FLOOR_RATIO = 0.75;
 
 // --- child processes -------------------------------------------------------------------------
 
 /**
  * `--serve <databaseUrl>`: the whole app; `--serve-embedded <dataDir>`: the whole app on its
- * embedded database; `--floor <databaseUrl>`: the bare INSERT server.
+ * embedded database; `--floor <databaseUrl>`: the bare INSERT server; `--floor-record
+ * <databaseUrl>`: the transaction floor (serveRecordFloor).
  */
 async function serveChild(): Promise<void> {
   const [, , mode, databaseUrl] = process.argv;
@@ -81,6 +91,10 @@ async function serveChild(): Promise<void> {
     });
     return;
   }
+  if (mode === "--floor-record") {
+    await serveRecordFloor(databaseUrl!);
+    return;
+  }
   const running = mode === "--serve-embedded" ? await startBenchApp(undefined, databaseUrl) : await startBenchApp(databaseUrl!);
   process.on("message", async (message: string) => {
     if (message === "database-url") {
@@ -98,6 +112,62 @@ async function serveChild(): Promise<void> {
     }
   });
   process.send!({ url: running.url });
+}
+
+/**
+ * The delivery's transaction alone: a bare HTTP server that reads the metrics-monitor body and
+ * runs the incident core's own single `Record` statement for it (no gateway, token, intake, RPC,
+ * group commit or relay; the outbox rows it writes stay unpublished). Run after the app, on its
+ * database, for the organization the app bootstrapped.
+ */
+async function serveRecordFloor(databaseUrl: string): Promise<void> {
+  const config = loadConfig({ ...process.env, DATABASE_URL: databaseUrl });
+  const database = await openDatabase({ url: databaseUrl, dataDir: "", poolSize: 10 }, createLogger("warn", "bench-floor"));
+  const [org] = await database.sql<{ id: string }[]>`select id from identity.organizations where slug = ${OWNER.org}`;
+  const { record } = createRecordHandlers({ sql: database.sql, config, outbox: { poke() {} } });
+  const kinds: Record<string, string> = { Triggered: "alert", "Re-Triggered": "alert", Recovered: "recovery" };
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      const body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+      const request = create(RecordRequestSchema, {
+        orgId: org!.id,
+        orgSlug: OWNER.org,
+        alert: {
+          source: "metrics-monitor",
+          attachIdentity: `metrics-monitor:alert:${body.alert_id}`,
+          eventId: body.event_id,
+          kind: kinds[body.alert_transition] ?? "alert",
+          title: body.title,
+          severity: "sev2",
+          summary: body.body,
+          link: body.link,
+          alertRef: body.alert_id,
+          data: { alert_type: body.alert_type, alert_transition: body.alert_transition, alert_priority: body.alert_priority, tags: body.tags },
+        },
+      });
+      record(request).then(
+        (answer) => {
+          const text = JSON.stringify({ outcome: answer.outcome });
+          res.writeHead(answer.outcome === "opened" ? 201 : 200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+          res.end(text);
+        },
+        () => {
+          res.writeHead(500);
+          res.end();
+        },
+      );
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
+  process.on("message", async (message: string) => {
+    if (message === "stop") {
+      await database.close();
+      process.exit(0);
+    }
+  });
 }
 
 /** The whole app in this process, as `npm start` runs it, on the given database (or its embedded one in dataDir). */
@@ -280,11 +350,19 @@ async function countRows(databaseUrl: string): Promise<{ incidents: number; entr
   }
 }
 
-/** The floor: a bare HTTP server doing one INSERT per request. `watch` may time its window (it gets the server's pid). */
-export async function floor(databaseUrl: string, watch?: (pid: number) => { onStart?(): Promise<void>; onEnd?(): Promise<void> }): Promise<LoadResult> {
-  const server = await startChild(fileURLToPath(import.meta.url), ["--floor", databaseUrl]);
+/**
+ * A floor: a bare HTTP server doing one INSERT per request (`insert`), or the delivery's own
+ * transaction as one statement (`transaction`, see serveRecordFloor; on a database the app has
+ * set up). `watch` may time its window (it gets the server's pid).
+ */
+export async function floor(
+  databaseUrl: string,
+  watch?: (pid: number) => { onStart?(): Promise<void>; onEnd?(): Promise<void> },
+  kind: "insert" | "transaction" = "insert",
+): Promise<LoadResult> {
+  const server = await startChild(fileURLToPath(import.meta.url), [kind === "insert" ? "--floor" : "--floor-record", databaseUrl]);
   try {
-    const next = deliveryMix("floor");
+    const next = deliveryMix(`floor-${kind}`);
     return await load([server.url], "/", {}, next, watch?.(server.child.pid!));
   } finally {
     await stopChild(server.child);
@@ -406,7 +484,7 @@ async function tracingComparison(rounds: number): Promise<void> {
   console.log(`the sink took ${sink.requests()} exports`);
 }
 
-async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResult; rows: { incidents: number; entries: number } }> {
+async function onePerProcessMode(): Promise<Omit<ModeFigures, "shape">> {
   const database = await freshDatabase();
   try {
     const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url]);
@@ -418,7 +496,7 @@ async function onePerProcessMode(): Promise<{ ours: LoadResult; floor: LoadResul
       await stopChild(app.child);
     }
     const rows = await countRows(database.url);
-    return { ours, floor: await floor(database.url), rows };
+    return { ours, floor: await floor(database.url), transactionFloor: await floor(database.url, undefined, "transaction"), rows };
   } finally {
     await database.drop();
   }
@@ -471,6 +549,8 @@ interface ModeFigures {
   ours: LoadResult;
   /** Undefined when the mode has no floor to measure against (see embeddedMode). */
   floor: LoadResult | undefined;
+  /** The delivery's transaction as one statement behind a bare server (one-process mode only). */
+  transactionFloor?: LoadResult;
   rows: { incidents: number; entries: number };
   shape: string;
 }
@@ -489,6 +569,28 @@ function figures(mode: string, m: ModeFigures, target: { ratio: number; perSecon
       target: target ? `≥ ${target.ratio} of the floor and ≥ ${target.perSecond}/s` : "none set",
       met: target && m.floor ? met(ratio >= target.ratio && m.ours.perSecond >= target.perSecond) : "",
     },
+    ...(m.transactionFloor
+      ? [
+          {
+            mode,
+            figure: "deliveries/s against the transaction floor",
+            ours: m.ours.perSecond,
+            "floor (same run)": m.transactionFloor.perSecond,
+            "ours / floor": (m.ours.perSecond / m.transactionFloor.perSecond).toFixed(2),
+            target: `≥ ${TRANSACTION_FLOOR_RATIO} of the floor`,
+            met: met(m.ours.perSecond / m.transactionFloor.perSecond >= TRANSACTION_FLOOR_RATIO),
+          },
+          {
+            mode,
+            figure: "transaction floor / INSERT floor",
+            ours: "",
+            "floor (same run)": "",
+            "ours / floor": m.floor ? (m.transactionFloor.perSecond / m.floor.perSecond).toFixed(2) : "n/a",
+            target: "",
+            met: "",
+          },
+        ]
+      : []),
     {
       mode,
       figure: "p50",
@@ -560,6 +662,10 @@ export async function benchIntake(): Promise<void> {
       mode: m.shape,
       statuses: JSON.stringify(m.ours.statuses),
       "client failures": m.ours.failures,
+      "floors' statuses": [m.floor, m.transactionFloor]
+        .filter((f) => f !== undefined)
+        .map((f) => JSON.stringify(f.statuses) + (f.failures ? ` + ${f.failures} failures` : ""))
+        .join("; "),
       incidents: m.rows.incidents,
       "timeline entries": m.rows.entries,
     });
@@ -568,7 +674,7 @@ export async function benchIntake(): Promise<void> {
   await run("cluster", "separate processes over NATS", clusterMode);
   await run("embedded", "one process, embedded database", embeddedMode);
   printTable(
-    `POST /triggers at ${CONNECTIONS} keep-alive connections, ${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up; mix 40 % new, 35 % repeat, 15 % redelivery, 10 % recovery; floor: one INSERT per request on the same server, same run`,
+    `POST /triggers at ${CONNECTIONS} keep-alive connections, ${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up; mix 40 % new, 35 % repeat, 15 % redelivery, 10 % recovery; floor: one INSERT per request on the same server, same run; transaction floor: the incident core's single Record statement behind a bare server`,
     table,
   );
   printTable("Answers and rows written", details);
@@ -576,7 +682,7 @@ export async function benchIntake(): Promise<void> {
   if (tracingRounds > 0) await tracingComparison(tracingRounds);
 }
 
-if (process.argv[2] === "--serve" || process.argv[2] === "--floor" || process.argv[2] === "--serve-embedded") {
+if (["--serve", "--floor", "--floor-record", "--serve-embedded"].includes(process.argv[2] ?? "")) {
   await serveChild();
 } else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   await benchIntake();

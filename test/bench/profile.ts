@@ -25,7 +25,9 @@ import { printTable } from "./stats.js";
  *  - CPU of the service processes and of Postgres over the window (`/proc`), and a CPU profile
  *    (`--cpu-prof`) of every service process summarized by package and by function.
  *
- * The load is the intake benchmark's (50 connections, the realistic mix).
+ * The load is the intake benchmark's (50 connections, the realistic mix). In one-process mode the
+ * CPU is also measured for the delivery's transaction as one statement behind a bare server (the
+ * intake benchmark's transaction floor): what Postgres spends when nothing is grouped.
  */
 
 const PROBE_EVERY_MS = 20;
@@ -245,8 +247,17 @@ function profiles(dir: string): string[] {
     .map((f) => join(dir, f));
 }
 
-function floorSide(cpu: { server: number; postgres: number }, requests: number, result: LoadResult): CpuSide {
-  return { what: "floor (one INSERT)", serviceMs: cpu.server * 1000, postgresMs: cpu.postgres * 1000, requests, loadMsPerRequest: result.loadCpuMsPerRequest };
+const throughputRow = (what: string, result: LoadResult) => ({
+  what,
+  "per second": result.perSecond,
+  p50: `${result.p50.toFixed(1)} ms`,
+  p99: `${result.p99.toFixed(1)} ms`,
+});
+
+const TRANSACTION_FLOOR = "floor (the delivery's transaction as one statement)";
+
+function floorSide(cpu: { server: number; postgres: number }, requests: number, result: LoadResult, what = "floor (one INSERT)"): CpuSide {
+  return { what, serviceMs: cpu.server * 1000, postgresMs: cpu.postgres * 1000, requests, loadMsPerRequest: result.loadCpuMsPerRequest };
 }
 
 /** Times the floor's window: CPU of its server and of Postgres. */
@@ -291,11 +302,11 @@ function cpuRow(side: CpuSide) {
 }
 
 /**
- * CPU per request, ours beside the floor's, and what the target share of the floor asks of the
- * machine: the CPU time all its cores have for one request at that rate.
+ * CPU per request, ours beside the floor's (and any other floor measured), and what the target
+ * share of the floor asks of the machine: the CPU time all its cores have for one request at that rate.
  */
-function printCpu(label: string, share: number, floorPerSecond: number, ours: CpuSide, floorSide: CpuSide): void {
-  printTable(`${label}: CPU per request (robust to a busy machine: the cost, not the wait)`, [cpuRow(ours), cpuRow(floorSide)]);
+function printCpu(label: string, share: number, floorPerSecond: number, ours: CpuSide, floorSide: CpuSide, ...otherFloors: CpuSide[]): void {
+  printTable(`${label}: CPU per request (robust to a busy machine: the cost, not the wait)`, [ours, floorSide, ...otherFloors].map(cpuRow));
   const cores = availableParallelism();
   const budget = (cores * 1000) / (share * floorPerSecond);
   const oursMs = perRequest(ours);
@@ -408,6 +419,9 @@ async function profileOneProcess(): Promise<void> {
     const floorCpu = { server: 0, postgres: 0 };
     const floorResult = await floor(url, floorWatch(admin, floorCpu));
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
+    const transactionCpu = { server: 0, postgres: 0 };
+    const transactionResult = await floor(url, floorWatch(admin, transactionCpu), "transaction");
+    const transactionRequests = Object.values(transactionResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
     printCpu(
       "one process",
@@ -421,10 +435,12 @@ async function profileOneProcess(): Promise<void> {
         loadMsPerRequest: result.loadCpuMsPerRequest,
       },
       floorSide(floorCpu, floorRequests, floorResult),
+      floorSide(transactionCpu, transactionRequests, transactionResult, TRANSACTION_FLOOR),
     );
-    printTable("one process: throughput beside the floor (same server, same run)", [
-      { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
-      { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
+    printTable("one process: throughput beside the floors (same server, same run)", [
+      throughputRow("POST /triggers", result),
+      throughputRow("floor (one INSERT)", floorResult),
+      throughputRow(TRANSACTION_FLOOR, transactionResult),
     ]);
     printTable(
       "one process: internal RPCs as the caller sees them (mean over the window)",
@@ -537,8 +553,8 @@ async function profileCluster(): Promise<void> {
       floorSide(floorCpu, floorRequests, floorResult),
     );
     printTable("separate processes: throughput beside the floor (same server, same run)", [
-      { what: "POST /triggers", "per second": result.perSecond, p50: `${result.p50.toFixed(1)} ms`, p99: `${result.p99.toFixed(1)} ms` },
-      { what: "floor (one INSERT)", "per second": floorResult.perSecond, p50: `${floorResult.p50.toFixed(1)} ms`, p99: `${floorResult.p99.toFixed(1)} ms` },
+      throughputRow("POST /triggers", result),
+      throughputRow("floor (one INSERT)", floorResult),
     ]);
     printTable(
       "separate processes: internal RPCs as each caller sees them (mean over the window)",
