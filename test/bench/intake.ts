@@ -30,7 +30,7 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
  * each beside its floor measured in the same run: a bare node:http server in a child process
  * doing one INSERT per request into a table, loaded by the same client, and in one-process mode
  * beside the delivery's transaction as one statement behind such a server. This process only
- * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 15 s per run).
+ * generates load. `INTAKE_BENCH_SECONDS` sets the measured window (default 12 s per run).
  *
  * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
  * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
@@ -40,7 +40,7 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
 
 export const CONNECTIONS = 50;
 const WARMUP_MS = 3_000;
-const MEASURE_MS = Number(process.env.INTAKE_BENCH_SECONDS ?? 15) * 1000;
+const MEASURE_MS = Number(process.env.INTAKE_BENCH_SECONDS ?? 12) * 1000;
 /** Issue 16's targets: a share of the same-run floor, a rate and a p99 per mode. */
 const TARGETS = {
   one: { ratio: 0.75, perSecond: 4000, p99Ms: 50 },

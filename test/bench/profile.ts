@@ -22,8 +22,9 @@ import { printTable } from "./stats.js";
  *    beside the same statement on a connection of its own; the difference is time queued for a
  *    connection,
  *  - event-loop lag of every process (`monitorEventLoopDelay`, read over the window),
- *  - CPU of the service processes and of Postgres over the window (`/proc`), and a CPU profile
- *    (`--cpu-prof`) of every service process summarized by package and by function.
+ *  - CPU of the service processes, of Postgres and (over NATS) of nats-server over the window
+ *    (`/proc`), and a CPU profile (`--cpu-prof`) of every service process summarized by package
+ *    and by function.
  *
  * The load is the intake benchmark's (50 connections, the realistic mix). In one-process mode the
  * CPU is also measured for the delivery's transaction as one statement behind a bare server (the
@@ -514,6 +515,7 @@ async function profileCluster(): Promise<void> {
             pidNames.set(p.child.pid!, p.name);
           }
           cpuBefore.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0);
+          cpuBefore["nats-server"] = cpuSeconds(nats.pid()!);
           started = performance.now();
           window.start = monotonicMicros();
         },
@@ -527,6 +529,7 @@ async function profileCluster(): Promise<void> {
             lag[p.name] = scraped.loop;
           }
           cpu.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - cpuBefore.postgres!;
+          cpu["nats-server"] = cpuSeconds(nats.pid()!) - cpuBefore["nats-server"]!;
           pgRows = await statements(admin, "bench_cluster");
         },
       });
@@ -538,13 +541,14 @@ async function profileCluster(): Promise<void> {
     const floorResult = await floor(url, floorWatch(admin, floorCpu));
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
-    const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0);
+    // The bus carries every hop, so its server's CPU is the services' as much as their own.
+    const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0) + (cpu["nats-server"] ?? 0);
     printCpu(
       "separate processes",
       0.5,
       floorResult.perSecond,
       {
-        what: "POST /triggers (gateway + intake + incidents)",
+        what: "POST /triggers (gateway + intake + incidents + nats-server)",
         serviceMs: servicesCpu * 1000,
         postgresMs: (cpu.postgres ?? 0) * 1000,
         requests: deliveries,

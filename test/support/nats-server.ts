@@ -15,6 +15,8 @@ export interface PrivateNats {
   start(): Promise<void>;
   /** Sends the server a signal: SIGSTOP makes it hang (connections open, nothing answered), SIGCONT resumes it. */
   signal(signal: NodeJS.Signals): void;
+  /** The server's process id while it runs (a benchmark counts its CPU). */
+  pid(): number | undefined;
   cleanup(): Promise<void>;
 }
 
@@ -61,6 +63,7 @@ export async function startPrivateNats(options: { config?: string } = {}): Promi
     start,
     stop,
     signal: (signal) => void child?.kill(signal),
+    pid: () => child?.pid,
     async cleanup() {
       child?.kill("SIGCONT");
       await stop();
