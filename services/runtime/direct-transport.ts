@@ -17,7 +17,7 @@ import {
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 import { encodedSizeAtMost } from "./message-size.js";
-import { NEVER_ABORTS } from "./request-context.js";
+import { NEVER_ABORTS, untilAborted } from "./request-context.js";
 
 /**
  * One-process mode's transport: a call goes straight to the handler, through the same client and
@@ -171,31 +171,4 @@ function signalUntil(timeoutMs: number, caller: AbortSignal | undefined): { sign
       caller.removeEventListener("abort", onCallerAbort);
     },
   };
-}
-
-/** Settles with the call, or rejects as soon as the signal aborts (deadline or cancellation). */
-function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  if (signal === NEVER) return promise;
-  if (signal.aborted) return Promise.reject(abortError(signal));
-  return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortError(signal));
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(
-      (value) => {
-        signal.removeEventListener("abort", onAbort);
-        resolve(value);
-      },
-      (err: unknown) => {
-        signal.removeEventListener("abort", onAbort);
-        reject(signal.aborted ? abortError(signal) : err);
-      },
-    );
-  });
-}
-
-function abortError(signal: AbortSignal): ConnectError {
-  const reason: unknown = signal.reason;
-  if (reason instanceof ConnectError) return reason;
-  if (reason instanceof DOMException && reason.name === "TimeoutError") return new ConnectError("deadline exceeded", Code.DeadlineExceeded);
-  return new ConnectError("the call was canceled", Code.Canceled);
 }

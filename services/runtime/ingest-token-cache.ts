@@ -2,6 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { Broadcast } from "./broadcast.js";
 import type { Clients } from "./clients.js";
+import { detachedFromCancellation, NEVER_ABORTS, untilAborted } from "./request-context.js";
 import { sha256Hex } from "./secrets.js";
 
 export const INVALID_INGEST_TOKEN = "Invalid trigger ingest token";
@@ -10,6 +11,9 @@ export const INVALID_INGEST_TOKEN = "Invalid trigger ingest token";
 function invalidToken(): ConnectError {
   return new ConnectError(INVALID_INGEST_TOKEN, Code.Unauthenticated);
 }
+
+/** A shared lookup's own bound, for when the request it began under carries no deadline. */
+const LOOKUP_TIMEOUT_MS = 10_000;
 
 /** Subject identity broadcasts the hash of a replaced ingest token on. */
 export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
@@ -24,6 +28,10 @@ export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
  *
  * Unknown tokens are remembered too: a 256-bit value nobody holds now is never issued later, and a
  * flood of wrong tokens then costs identity nothing.
+ *
+ * Requests that miss together share one lookup: in a storm, as many requests as are in flight
+ * miss at once when an entry expires, and would each ask identity. A request joins a lookup only
+ * if no revocation arrived since it began, and stops waiting when its own caller gives up.
  */
 export type IngestTokenResolver = ReturnType<typeof createIngestTokenResolver>;
 
@@ -40,6 +48,8 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
   // under; if a revocation arrived meanwhile, its answer may predate the rotation and is not
   // cached (it still answers the request that asked, which began before the rotation).
   let revocations = 0;
+  /** The lookup under way per token hash, and the revocation count it began under. */
+  const lookups = new Map<string, { startedUnder: number; org: Promise<Organization | undefined> }>();
   broadcast.subscribe(INGEST_TOKEN_REVOKED, (hash) => {
     revocations++;
     if (hash) entries.delete(hash);
@@ -58,10 +68,31 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
         if (!hit.org) throw invalidToken();
         return hit.org;
       }
-      const startedUnder = revocations;
+      let lookup = lookups.get(hash);
+      if (lookup?.startedUnder !== revocations) {
+        const started = { startedUnder: revocations, org: lookUp(token, hash, revocations) };
+        lookups.set(hash, started);
+        void started.org.then(
+          () => lookups.get(hash) === started && lookups.delete(hash),
+          () => lookups.get(hash) === started && lookups.delete(hash),
+        );
+        lookup = started;
+      }
+      const org = await untilAborted(lookup.org, signal ?? NEVER_ABORTS);
+      if (!org) throw invalidToken();
+      return org;
+    },
+  };
+
+  /**
+   * Asks identity, and caches the answer unless a revocation arrived meanwhile. Shared by every
+   * request that joins it, so no one caller's cancellation ends it; the deadline it began under does.
+   */
+  function lookUp(token: string, hash: string, startedUnder: number): Promise<Organization | undefined> {
+    return detachedFromCancellation(async () => {
       let org: Organization | undefined;
       try {
-        org = await clients.identity.resolveIngestToken({}, { signal, headers: { authorization: `Bearer ${token}` } });
+        org = await clients.identity.resolveIngestToken({}, { timeoutMs: LOOKUP_TIMEOUT_MS, headers: { authorization: `Bearer ${token}` } });
       } catch (err) {
         if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
       }
@@ -69,8 +100,7 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
         if (entries.size >= maxEntries) entries.delete(entries.keys().next().value!);
         entries.set(hash, { org, until: Date.now() + ttlMs });
       }
-      if (!org) throw invalidToken();
       return org;
-    },
-  };
+    });
+  }
 }

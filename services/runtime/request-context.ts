@@ -26,6 +26,33 @@ export const NEVER_ABORTS: AbortSignal = new AbortController().signal;
 
 export const REQUEST_ID_HEADER = "x-request-id";
 
+/** Settles with the call, or rejects as soon as the signal aborts (deadline or cancellation). */
+export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal === NEVER_ABORTS) return promise;
+  if (signal.aborted) return Promise.reject(abortError(signal));
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(abortError(signal));
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(value);
+      },
+      (err: unknown) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(signal.aborted ? abortError(signal) : err);
+      },
+    );
+  });
+}
+
+function abortError(signal: AbortSignal): ConnectError {
+  const reason: unknown = signal.reason;
+  if (reason instanceof ConnectError) return reason;
+  if (reason instanceof DOMException && reason.name === "TimeoutError") return new ConnectError("deadline exceeded", Code.DeadlineExceeded);
+  return new ConnectError("the call was canceled", Code.Canceled);
+}
+
 /** The request id of the call being served, if any. */
 export function currentRequestId(): string | undefined {
   return storage.getStore()?.requestId;

@@ -89,3 +89,86 @@ describe("a lookup that overlaps a revocation", () => {
     await next;
   });
 });
+
+describe("many requests with a token the cache does not hold", () => {
+  /** Identity's lookups, held until released: how many were asked and a way to answer them. */
+  function heldIdentity() {
+    const answers: ((value: Organization) => void)[] = [];
+    const clients = {
+      identity: {
+        resolveIngestToken: () => new Promise<Organization>((resolve) => answers.push(resolve)),
+      },
+    } as unknown as Clients;
+    return { clients, answers };
+  }
+  const org = create(OrganizationSchema, { id: "00000000-0000-0000-0000-000000000001", slug: "acme" });
+
+  it("ask identity once, not once each (an alert storm when the entry expires)", async () => {
+    const identity = heldIdentity();
+    const resolver = createIngestTokenResolver({ clients: identity.clients, broadcast: createInProcessBroadcast() });
+    const waiting = Array.from({ length: 50 }, () => resolver.resolve("storm-token"));
+    await new Promise((r) => setImmediate(r));
+    expect(identity.answers).toHaveLength(1);
+    identity.answers.shift()!(org);
+    expect((await Promise.all(waiting)).every((o) => o.slug === "acme")).toBe(true);
+  });
+
+  it("do not share a lookup that began before a revocation with a request that began after it", async () => {
+    const identity = heldIdentity();
+    const broadcast = createInProcessBroadcast();
+    const resolver = createIngestTokenResolver({ clients: identity.clients, broadcast });
+    const before = resolver.resolve("rotated-token");
+    await new Promise((r) => setImmediate(r));
+    await broadcast.publish(INGEST_TOKEN_REVOKED, sha256Hex("rotated-token"));
+    const after = resolver.resolve("rotated-token");
+    await new Promise((r) => setImmediate(r));
+    expect(identity.answers).toHaveLength(2);
+    identity.answers.shift()!(org);
+    expect((await before).slug).toBe("acme");
+    // Identity, asked after the rotation, no longer knows the token.
+    identity.answers.shift()!(undefined as unknown as Organization);
+    await expect(after).rejects.toThrow("Invalid trigger ingest token");
+  });
+
+  it("a caller that gives up leaves the others' lookup running", async () => {
+    const identity = heldIdentity();
+    const resolver = createIngestTokenResolver({ clients: identity.clients, broadcast: createInProcessBroadcast() });
+    const impatient = new AbortController();
+    const first = resolver.resolve("shared-token", impatient.signal);
+    const second = resolver.resolve("shared-token");
+    await new Promise((r) => setImmediate(r));
+    impatient.abort(new Error("the caller gave up"));
+    await expect(first).rejects.toThrow("the call was canceled");
+    identity.answers.shift()!(org);
+    expect((await second).slug).toBe("acme");
+  });
+});
+
+describe("a fresh ingest token under a burst of deliveries", () => {
+  let app: TestApp;
+  beforeAll(async () => {
+    app = await startApp();
+  }, 60_000);
+  afterAll(async () => {
+    await app?.stop();
+  });
+
+  /** Identity's token lookups the app has made so far, from its metrics. */
+  const lookups = async () => {
+    const text = await (await fetch(app.process.metricsUrl!)).text();
+    const line =
+      /warroom_rpc_duration_seconds_count\{method="warroom\.identity\.v1\.IdentityService\/ResolveIngestToken",transport="in-memory",code="ok"\} (\d+)/.exec(
+        text,
+      );
+    return Number(line?.[1] ?? 0);
+  };
+
+  it("costs identity one lookup, however many deliveries carry it at once", async () => {
+    const owner = await app.ownerToken();
+    const token = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
+    const before = await lookups();
+    const answers = await Promise.all(Array.from({ length: 50 }, () => app.call("POST", "/triggers", { token, body: alert() })));
+    expect(answers.every((a) => a.status === 201 || a.status === 200)).toBe(true);
+    expect((await lookups()) - before).toBe(1);
+  });
+});
