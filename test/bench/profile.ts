@@ -121,7 +121,10 @@ interface RpcTimes {
  * since the previous scrape (prom-client resets its monitorEventLoopDelay histogram on each).
  */
 async function scrape(metricsUrl: string): Promise<{ rpc: RpcTimes; loop: string }> {
-  const text = await fetch(metricsUrl).then((r) => r.text());
+  const res = await fetch(metricsUrl);
+  // A wrong address must fail the run, not read as a process that made no calls.
+  if (!res.ok) throw new Error(`${metricsUrl} answered ${res.status}`);
+  const text = await res.text();
   return { rpc: rpcTimesOf(text), loop: loopLagOf(text) };
 }
 
@@ -129,6 +132,9 @@ function loopLagOf(text: string): string {
   const read = (name: string) => Number(new RegExp(`^${name} ([\\d.e+-]+)$`, "m").exec(text)?.[1] ?? NaN) * 1000;
   return `${read("nodejs_eventloop_lag_p50_seconds").toFixed(1)} / ${read("nodejs_eventloop_lag_p99_seconds").toFixed(1)} / ${read("nodejs_eventloop_lag_max_seconds").toFixed(1)} ms`;
 }
+
+/** Where a cluster process serves its metrics. */
+const metricsUrlOf = (p: { metricsPort: number }) => `http://127.0.0.1:${p.metricsPort}/metrics`;
 
 async function rpcTimes(url: string): Promise<RpcTimes> {
   return (await scrape(url)).rpc;
@@ -510,7 +516,7 @@ async function profileCluster(): Promise<void> {
           await admin`select pg_stat_statements_reset()`;
           pgPids = await postgresPids(admin);
           for (const p of watched) {
-            before[p.name] = await rpcTimes(`http://127.0.0.1:${p.metricsPort}`);
+            before[p.name] = await rpcTimes(metricsUrlOf(p));
             cpuBefore[p.name] = cpuSeconds(p.child.pid!);
             pidNames.set(p.child.pid!, p.name);
           }
@@ -524,7 +530,7 @@ async function profileCluster(): Promise<void> {
           seconds = (performance.now() - started) / 1000;
           for (const p of watched) {
             cpu[p.name] = cpuSeconds(p.child.pid!) - cpuBefore[p.name]!;
-            const scraped = await scrape(`http://127.0.0.1:${p.metricsPort}/metrics`);
+            const scraped = await scrape(metricsUrlOf(p));
             after[p.name] = scraped.rpc;
             lag[p.name] = scraped.loop;
           }
