@@ -63,32 +63,13 @@ async function serveChild(): Promise<void> {
   if (mode === "--floor") {
     const sql = postgres(databaseUrl!, { max: 10, onnotice: () => {} });
     await sql`create table if not exists bench_floor (id bigserial primary key, received_at timestamptz not null default now(), body jsonb not null)`;
-    const server = http.createServer((req, res) => {
-      const chunks: Buffer[] = [];
-      req.on("data", (chunk: Buffer) => chunks.push(chunk));
-      req.on("end", () => {
-        const text = Buffer.concat(chunks).toString("utf8");
-        sql`insert into bench_floor (body) values (${text}::jsonb) returning id`.then(
-          ([row]) => {
-            const answer = JSON.stringify({ id: String(row!.id) });
-            res.writeHead(201, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) });
-            res.end(answer);
-          },
-          () => {
-            res.writeHead(500);
-            res.end();
-          },
-        );
-      });
-    });
-    server.keepAliveTimeout = 60_000;
-    server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
-    process.on("message", async (message: string) => {
-      if (message === "stop") {
-        await sql.end();
-        process.exit(0);
-      }
-    });
+    serveBare(
+      async (text) => {
+        const [row] = await sql`insert into bench_floor (body) values (${text}::jsonb) returning id`;
+        return { status: 201, answer: { id: String(row!.id) } };
+      },
+      () => sql.end(),
+    );
     return;
   }
   if (mode === "--floor-record") {
@@ -126,11 +107,9 @@ async function serveRecordFloor(databaseUrl: string): Promise<void> {
   const [org] = await database.sql<{ id: string }[]>`select id from identity.organizations where slug = ${OWNER.org}`;
   const { record } = createRecordHandlers({ sql: database.sql, config, outbox: { poke() {} } });
   const kinds: Record<string, string> = { Triggered: "alert", "Re-Triggered": "alert", Recovered: "recovery" };
-  const server = http.createServer((req, res) => {
-    const chunks: Buffer[] = [];
-    req.on("data", (chunk: Buffer) => chunks.push(chunk));
-    req.on("end", () => {
-      const body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+  serveBare(
+    async (text) => {
+      const body = JSON.parse(text);
       const request = create(RecordRequestSchema, {
         orgId: org!.id,
         orgSlug: OWNER.org,
@@ -147,10 +126,26 @@ async function serveRecordFloor(databaseUrl: string): Promise<void> {
           data: { alert_type: body.alert_type, alert_transition: body.alert_transition, alert_priority: body.alert_priority, tags: body.tags },
         },
       });
-      record(request).then(
-        (answer) => {
-          const text = JSON.stringify({ outcome: answer.outcome });
-          res.writeHead(answer.outcome === "opened" ? 201 : 200, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+      const answer = await record(request);
+      return { status: answer.outcome === "opened" ? 201 : 200, answer: { outcome: answer.outcome } };
+    },
+    () => database.close(),
+  );
+}
+
+/**
+ * A floor's HTTP side, the least a server can do: reads the body, answers what `handle` returns
+ * (500 if it throws), announces its address to the parent and closes `close` on "stop".
+ */
+function serveBare(handle: (body: string) => Promise<{ status: number; answer: object }>, close: () => Promise<void>): void {
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (chunk: Buffer) => chunks.push(chunk));
+    req.on("end", () => {
+      handle(Buffer.concat(chunks).toString("utf8")).then(
+        ({ status, answer }) => {
+          const text = JSON.stringify(answer);
+          res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
           res.end(text);
         },
         () => {
@@ -164,7 +159,7 @@ async function serveRecordFloor(databaseUrl: string): Promise<void> {
   server.listen(0, "127.0.0.1", () => process.send!({ url: `http://127.0.0.1:${(server.address() as { port: number }).port}` }));
   process.on("message", async (message: string) => {
     if (message === "stop") {
-      await database.close();
+      await close();
       process.exit(0);
     }
   });
