@@ -58,11 +58,21 @@ describe.each(modes)("identity and access (%s)", (mode) => {
     });
 
     it("gives the same answer for a wrong password, an unknown email and an unknown organization", async () => {
+      // The four hash at once. On a machine busy enough that the password-hash queue would wait
+      // past its limit, a login is shed with 429 and Retry-After before anything is checked; a
+      // client tries again then, and so does this test: what it checks is the answer to the check.
+      const login = async (body: object) => {
+        for (let attempt = 1; ; attempt++) {
+          const res = await app.call("POST", "/auth/login", { body });
+          if (res.status !== 429 || !String(res.body.error).startsWith("too many password checks") || attempt === 10) return res;
+          await new Promise((r) => setTimeout(r, 1000 * Number(res.headers.get("retry-after") ?? 1)));
+        }
+      };
       const answers = await Promise.all([
-        app.call("POST", "/auth/login", { body: { email: OWNER.email, password: "wrong password", orgSlug: OWNER.org } }),
-        app.call("POST", "/auth/login", { body: { email: "nobody@acme.test", password: OWNER.password, orgSlug: OWNER.org } }),
-        app.call("POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: "no-such-org" } }),
-        app.call("POST", "/auth/login", { body: { email: "member@acme.test", password: "password-123", orgSlug: "globex" } }),
+        login({ email: OWNER.email, password: "wrong password", orgSlug: OWNER.org }),
+        login({ email: "nobody@acme.test", password: OWNER.password, orgSlug: OWNER.org }),
+        login({ email: OWNER.email, password: OWNER.password, orgSlug: "no-such-org" }),
+        login({ email: "member@acme.test", password: "password-123", orgSlug: "globex" }),
       ]);
       for (const res of answers) {
         expect(res.status).toBe(401);
