@@ -27,7 +27,7 @@ export const INGEST_TOKEN_REVOKED = "credentials.ingest_token.revoked";
  * lookup that overlapped a revocation is not kept; entries also expire after `ttlMs`.
  *
  * Unknown tokens are remembered too: a 256-bit value nobody holds now is never issued later, and a
- * flood of wrong tokens then costs identity nothing.
+ * sender repeating a wrong token costs identity one lookup.
  *
  * Requests that miss together share one lookup: in a storm, as many requests as are in flight
  * miss at once when an entry expires, and would each ask identity. A request joins a lookup only
@@ -72,10 +72,8 @@ export function createIngestTokenResolver(options: { clients: Clients; broadcast
       if (lookup?.startedUnder !== revocations) {
         const started = { startedUnder: revocations, org: lookUp(token, hash, revocations) };
         lookups.set(hash, started);
-        void started.org.then(
-          () => lookups.get(hash) === started && lookups.delete(hash),
-          () => lookups.get(hash) === started && lookups.delete(hash),
-        );
+        const forget = () => lookups.get(hash) === started && lookups.delete(hash);
+        void started.org.then(forget, forget);
         lookup = started;
       }
       const org = await untilAborted(lookup.org, signal ?? NEVER_ABORTS);
