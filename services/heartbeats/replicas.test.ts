@@ -6,6 +6,7 @@ import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js"
 import type { HeartbeatsService, SweepResponse } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
+import { tapOutbox } from "../../test/support/outbox-tap.js";
 import { castOf, heartbeatsClient, ping, type Cast } from "./testing/kit.js";
 
 // Three processes share one database and sweep at the same moment; replicas that die mid-sweep
@@ -24,6 +25,7 @@ beforeAll(async () => {
   sweepers = apps.map((app) => heartbeatsClient(app.process.transport));
   cast = await castOf(first);
   db = postgres(first.databaseUrl, { max: 2, onnotice: () => {} });
+  await tapOutbox(db, "heartbeats");
 });
 
 afterAll(async () => {
@@ -107,10 +109,10 @@ describe("sweeping from three processes", () => {
       select count(*)::int as silences from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id where h.name like 'replicated-%'`;
     expect(silences).toBe(names.length);
     const [counts] = await db<{ events: number; all_silences: number }[]>`
-      select (select count(*)::int from heartbeats.outbox where subject = 'events.heartbeat.silent') as events,
+      select (select count(*)::int from heartbeats.outbox_tap where subject = 'events.heartbeat.silent') as events,
              (select count(*)::int from heartbeats.silences) as all_silences`;
     expect(counts!.events).toBe(counts!.all_silences);
-    const [event] = await db<{ payload: Buffer }[]>`select payload from heartbeats.outbox where subject = 'events.heartbeat.silent' limit 1`;
+    const [event] = await db<{ payload: Buffer }[]>`select payload from heartbeats.outbox_tap where subject = 'events.heartbeat.silent' limit 1`;
     const silent = fromBinary(HeartbeatSilentSchema, new Uint8Array(event!.payload));
     expect(silent.name).toMatch(/^replicated-\d+$/);
     expect(silent.silentSeconds).toBeGreaterThanOrEqual(2n);

@@ -9,6 +9,7 @@ import { AlertSchema, IncidentsService, type Alert } from "../../gen/warroom/inc
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { freshDatabase, OWNER, startApp, type TestApp } from "../../test/support/app.js";
 import { startPrivateNats, type PrivateNats } from "../../test/support/nats-server.js";
+import { tapOutbox } from "../../test/support/outbox-tap.js";
 import { createIdentityService } from "../identity/service.js";
 import { createNatsTransport } from "../runtime/nats-transport.js";
 import { runProcess, type RunningProcess } from "../process/run-process.js";
@@ -44,6 +45,8 @@ interface Harness {
 
 async function harness(nats: boolean): Promise<Harness> {
   const app = await startApp({ nats });
+  const sql = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+  await tapOutbox(sql, "incidents").finally(() => sql.end());
   const transport: Transport = app.process.transport;
   const org = await createClient(IdentityService, transport).getOrganization({ slug: OWNER.org });
   return { app, client: createClient(IncidentsService, transport), orgId: org.id, token: await app.ownerToken() };
@@ -276,7 +279,7 @@ describe.each([
       const entries = await sql<{ kind: string; s: string; ns: string }[]>`
         select kind, floor(extract(epoch from at))::bigint::text as s, ((extract(microseconds from at)::bigint % 1000000) * 1000)::text as ns
         from incidents.timeline_entries where incident_id = ${incidentId} order by id`;
-      const rows = await sql<{ subject: string; payload: Buffer }[]>`select subject, payload from incidents.outbox order by created_at`;
+      const rows = await sql<{ subject: string; payload: Buffer }[]>`select subject, payload from incidents.outbox_tap order by seq`;
       const openedEvents = rows
         .filter((r) => r.subject === "events.incident.opened")
         .map((r) => fromBinary(IncidentOpenedSchema, new Uint8Array(r.payload)))

@@ -12,11 +12,12 @@ import { currentTraceparent, detached, openSpan, SpanKind } from "./tracing.js";
  * The transactional outbox: a domain event is written in the same transaction as the change it
  * describes, and a relay publishes it afterwards with the outbox id as its message id. Nothing is
  * lost while the bus is down (rows wait), and nothing is doubled when the relay publishes and
- * dies before marking the row (the stream drops a repeated message id).
+ * dies before deleting the row (the stream drops a repeated message id).
  *
  * The relay never holds a transaction (or a connection) across a publish: it reads a batch in one
  * statement, publishes it (pipelined: every publish of the batch is in flight at once, acks
- * awaited together), then marks the batch in one statement. A row that keeps failing while the
+ * awaited together), then deletes the published rows in one statement: the stream keeps the
+ * event, so the table holds only what waits. A row that keeps failing while the
  * bus is reachable (too large, a subject no stream owns) is retried with backoff and, after
  * `maxAttempts`, moved to `<schema>.outbox_dead_letters` with its error, so it never blocks the
  * rows behind it.
@@ -147,7 +148,7 @@ interface PendingRow {
 
 /**
  * The relay of one schema's outbox: while it holds the schema's lease, publishes pending rows to
- * the bus in order and marks them; a row that keeps failing goes to the dead letters.
+ * the bus in order and deletes them; a row that keeps failing goes to the dead letters.
  */
 export function createOutboxRelay(
   options: {
@@ -159,7 +160,7 @@ export function createOutboxRelay(
     batchSize?: number;
     /** How long one relay keeps the schema's lease without renewing it. Default 15 s. */
     leaseSeconds?: number;
-    /** Test seam: runs after publishing and before marking the rows published. */
+    /** Test seam: runs after publishing and before deleting the published rows. */
     afterPublish?: (ids: string[]) => Promise<void>;
   } & OutboxRetryOptions,
 ): OutboxRelay {
@@ -264,7 +265,7 @@ export function createOutboxRelay(
     const failed = rows.flatMap((row, i) => (outcomes[i] === undefined ? [] : [{ id: row.id, subject: row.subject, error: String(outcomes[i]) }]));
     await options.afterPublish?.(published);
     if (published.length > 0) {
-      await relayStatement(sql, () => sql.unsafe(`update ${table} set published_at = now(), last_error = null where id = any($1::uuid[])`, [published]));
+      await relayStatement(sql, () => sql.unsafe(`delete from ${table} where id = any($1::uuid[])`, [published]));
       outboxPublished.inc({ service: schema }, published.length);
     }
     if (failed.length > 0) {
@@ -300,7 +301,8 @@ export function createOutboxRelay(
     }
     if (Date.now() - lastCleanup > 3600_000) {
       lastCleanup = Date.now();
-      await relayStatement(sql, () => sql.unsafe(`delete from ${table} where published_at < now() - interval '1 day'`));
+      // Rows that a release before this one marked published instead of deleting them.
+      await relayStatement(sql, () => sql.unsafe(`delete from ${table} where published_at is not null`));
     }
     return total;
   }

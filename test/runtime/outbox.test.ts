@@ -47,6 +47,24 @@ describe("the outbox", () => {
     expect(seen.map((e) => fromBinary(IncidentOpenedSchema, e.payload).title)).toEqual(["in-process"]);
   });
 
+  it("keeps only what waits: a published row is deleted, and so is one an earlier release marked published", async () => {
+    await migrate(sql, "kept", [outboxMigration("kept", 1), ...outboxUpgrades("kept")]);
+    await sql`insert into kept.outbox (subject, payload, published_at) values ('events.incident.opened', ${Buffer.from(toBinary(IncidentOpenedSchema, event("marked")))}, now())`;
+    const bus = createInMemoryEventBus(logger);
+    const seen: DomainEvent[] = [];
+    await bus.subscribe("events.incident.>", async (e) => void seen.push(e));
+    const relay = createOutboxRelay({ sql, schema: "kept", bus, logger });
+    await sql.begin(async (tx) => {
+      await relay.write(tx, EVENTS.incidentOpened, event("one"));
+      await relay.writeMany(tx, EVENTS.incidentOpened, [event("two"), event("three")]);
+    });
+    expect(await relay.drain()).toBe(3);
+    await relay.stop();
+    expect(titles(seen)).toEqual(["one", "two", "three"]);
+    const [left] = await sql`select count(*)::int as n from kept.outbox`;
+    expect(left!.n).toBe(0);
+  });
+
   describe("over JetStream", () => {
     let nats: PrivateNats;
     beforeAll(async () => {
