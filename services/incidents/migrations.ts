@@ -171,5 +171,12 @@ export const migrations: Migration[] = [
       drop index incidents.incidents_one_open_per_identity;
     `,
   },
+  {
+    id: 5,
+    name: "the newest open incident of a source found through an index of its own",
+    // FindLatestOpen (a PagerDuty change event) walked the organization's open incidents newest
+    // first until one was of its source: in a storm of another source's incidents, all of them.
+    sql: `create index incidents_open_by_source on incidents.incidents (org_id, source, opened_at desc, id desc) where state = 'open'`,
+  },
   ...outboxUpgrades("incidents"),
 ];

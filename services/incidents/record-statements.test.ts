@@ -149,3 +149,45 @@ describe("Record under an alert storm with stale statistics", () => {
     }
   });
 });
+
+describe("FindLatestOpen under a storm of another source", () => {
+  it("reads the same pages with 20 or 20,000 open incidents of other sources", async () => {
+    const client = createClient(IncidentsService, app.process.transport);
+    const db = new URL(pg.url);
+    db.pathname = `/${DATABASE}`;
+    const sql = postgres(db.toString(), { max: 1, onnotice: () => {} });
+    const storm = (from: number, to: number) => sql`
+      insert into incidents.incidents (org_id, title, severity, source, attach_identity)
+      select ${orgId}, 'Storm', 'sev2', 'metrics-monitor', 'metrics-monitor:other-storm:' || g from generate_series(${from}::int, ${to}::int) g`;
+    /** Shared buffers of one lookup of the open PagerDuty incident, opened before the storm. */
+    const buffersPerLookup = async () => {
+      await admin`select pg_stat_statements_reset()`;
+      for (let k = 0; k < 5; k++) {
+        expect((await client.findLatestOpen({ orgId, source: "pagerduty-events" })).attachIdentity).toBe("pagerduty-events:dedup:before");
+      }
+      const [row] = await admin<{ buffers: number }[]>`
+        select coalesce(sum(s.shared_blks_hit + s.shared_blks_read), 0)::int as buffers
+        from pg_stat_statements s join pg_database d on d.oid = s.dbid
+        where d.datname = ${DATABASE} and s.query like 'select id, attach_identity from incidents.incidents%'`;
+      return row!.buffers / 5;
+    };
+    try {
+      await sql`
+        insert into incidents.incidents (org_id, title, severity, source, attach_identity, opened_at)
+        values (${orgId}, 'Change target', 'sev2', 'pagerduty-events', 'pagerduty-events:dedup:before', now() - interval '1 hour')`;
+      await storm(1, 20);
+      await sql`analyze incidents.incidents`;
+      const small = await buffersPerLookup();
+      await storm(21, 20_020);
+      await sql`analyze incidents.incidents`;
+      const large = await buffersPerLookup();
+      // An index descent and the incident's page, a level deeper once the storm has grown the
+      // index. Walking the organization's open incidents newest first instead reads every storm
+      // incident before reaching the PagerDuty one: hundreds of pages.
+      expect(small).toBeLessThan(10);
+      expect(large).toBeLessThan(10);
+    } finally {
+      await sql.end();
+    }
+  });
+});
