@@ -228,9 +228,62 @@ function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageByte
   };
 }
 
+type ReplyListener = (err: Error | null, msg: Msg) => void;
+
+/**
+ * The replies of every call a connection makes arrive on one wildcard subscription under the
+ * connection's inbox prefix, each call on a subject of its own (`<inbox>.<token>`). A
+ * subscription per call would cost two more protocol messages and a change to the server's
+ * subscription table on every call.
+ */
+interface ReplyInbox {
+  /** A reply subject of its own for one call, and how to stop listening on it. */
+  open(listener: ReplyListener): { subject: string; close(): void };
+}
+
+const replyInboxes = new WeakMap<NatsConnection, ReplyInbox>();
+
+function replyInboxOf(nc: NatsConnection): ReplyInbox {
+  let inbox = replyInboxes.get(nc);
+  if (!inbox) {
+    inbox = openReplyInbox(nc);
+    replyInboxes.set(nc, inbox);
+  }
+  return inbox;
+}
+
+function openReplyInbox(nc: NatsConnection): ReplyInbox {
+  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
+  const prefix = `${createInbox(inboxPrefixOf(nc))}.`;
+  const listeners = new Map<string, ReplyListener>();
+  let next = 0;
+  nc.subscribe(`${prefix}*`, {
+    callback: (err, msg) => {
+      if (err) {
+        // The subscription is over (a permissions error, say): every call waiting fails, and the
+        // next call opens a new one.
+        if (replyInboxes.get(nc) === inbox) replyInboxes.delete(nc);
+        const waiting = [...listeners.values()];
+        listeners.clear();
+        for (const listener of waiting) listener(err, msg);
+        return;
+      }
+      listeners.get(msg.subject.slice(prefix.length))?.(null, msg);
+    },
+  });
+  const inbox: ReplyInbox = {
+    open(listener) {
+      const token = (next++).toString(36);
+      listeners.set(token, listener);
+      return { subject: prefix + token, close: () => listeners.delete(token) };
+    },
+  };
+  return inbox;
+}
+
 /**
  * One call: sends the request (in parts when it is larger than a NATS message) and collects the
- * reply's parts on a private inbox, until the deadline or the caller's signal.
+ * reply's parts on the call's own reply subject, until the deadline or the caller's signal.
  */
 function exchange(
   nc: NatsConnection,
@@ -242,8 +295,6 @@ function exchange(
   signal: AbortSignal | undefined,
 ): Promise<{ headers: MsgHdrs | undefined; data: Uint8Array }> {
   const parts = split(body, partBytes(nc));
-  // Under the connection's own inbox prefix: a NATS user may read only its own replies.
-  const inbox = createInbox(inboxPrefixOf(nc));
   return new Promise((resolve, reject) => {
     let first: MsgHdrs | undefined;
     const reply = assembler();
@@ -254,7 +305,7 @@ function exchange(
       clearTimeout(timer);
       stopWatching();
       signal?.removeEventListener("abort", onAbort);
-      sub.unsubscribe();
+      inbox.close();
       if (err) reject(err);
       else resolve(value!);
     };
@@ -263,34 +314,32 @@ function exchange(
     const stopWatching = state.onDisconnect(() =>
       finish(new ConnectError(`the NATS connection dropped while waiting for the reply on ${subject}`, Code.Unavailable)),
     );
-    const sub = nc.subscribe(inbox, {
-      callback: (err, msg) => {
-        if (err) return finish(err);
-        if (msg.data.length === 0 && msg.headers?.code === 503) return finish(new errors.NoRespondersError(subject));
-        const more = msg.headers?.get(CONTINUE_HEADER);
-        if (more) {
-          try {
-            for (let i = 1; i < parts.length; i++) {
-              const h = natsHeaders();
-              h.set(PART_HEADER, String(i));
-              nc.publish(more, parts[i]!, { headers: h });
-            }
-          } catch (publishError) {
-            finish(publishError);
+    const inbox = replyInboxOf(nc).open((err, msg) => {
+      if (err) return finish(err);
+      if (msg.data.length === 0 && msg.headers?.code === 503) return finish(new errors.NoRespondersError(subject));
+      const more = msg.headers?.get(CONTINUE_HEADER);
+      if (more) {
+        try {
+          for (let i = 1; i < parts.length; i++) {
+            const h = natsHeaders();
+            h.set(PART_HEADER, String(i));
+            nc.publish(more, parts[i]!, { headers: h });
           }
-          return;
+        } catch (publishError) {
+          finish(publishError);
         }
-        const index = headerNumber(msg.headers, PART_HEADER, 0);
-        if (index === 0) first = msg.headers;
-        const whole = reply.add(index, Math.max(1, headerNumber(msg.headers, PARTS_HEADER, 1)), msg.data);
-        if (whole) finish(undefined, { headers: first, data: whole });
-      },
+        return;
+      }
+      const index = headerNumber(msg.headers, PART_HEADER, 0);
+      if (index === 0) first = msg.headers;
+      const whole = reply.add(index, Math.max(1, headerNumber(msg.headers, PARTS_HEADER, 1)), msg.data);
+      if (whole) finish(undefined, { headers: first, data: whole });
     });
     if (signal?.aborted) return onAbort();
     signal?.addEventListener("abort", onAbort, { once: true });
     try {
       const extra: Record<string, string> = parts.length > 1 ? { [PARTS_HEADER]: String(parts.length), [SIZE_HEADER]: String(body.byteLength) } : {};
-      nc.publish(subject, parts[0]!, { reply: inbox, headers: toNatsHeaders(header, extra) });
+      nc.publish(subject, parts[0]!, { reply: inbox.subject, headers: toNatsHeaders(header, extra) });
     } catch (err) {
       finish(err);
     }

@@ -177,6 +177,35 @@ describe("NATS-specific answers", () => {
     expect(runs.nats.length).toBe(before);
   });
 
+  it("takes the replies of concurrent calls on one subscription, each to its own caller", async () => {
+    const caller = await connect({ servers: sharedNats.url });
+    let subscriptions = 0;
+    // The caller's connection, counting the subscriptions the transport makes on it.
+    const counted = new Proxy(caller, {
+      get(target, key) {
+        const value = Reflect.get(target, key);
+        if (key === "subscribe") {
+          return (...args: Parameters<NatsConnection["subscribe"]>) => {
+            subscriptions++;
+            return target.subscribe(...args);
+          };
+        }
+        return typeof value === "function" ? value.bind(target) : value;
+      },
+    });
+    try {
+      const client = createClient(ContractService, createNatsTransport(counted));
+      const payload = (text: string) => new TextEncoder().encode(text);
+      const texts = Array.from({ length: 100 }, (_, i) => `call ${i}`);
+      const answers = await Promise.all(texts.map((text) => client.echo({ payload: payload(text), delayMs: Math.floor(Math.random() * 20) })));
+      expect(answers.map((a) => new TextDecoder().decode(a.payload))).toEqual(texts);
+      expect(new TextDecoder().decode((await client.echo({ payload: payload("one more") })).payload)).toBe("one more");
+      expect(subscriptions).toBe(1);
+    } finally {
+      await caller.close();
+    }
+  });
+
   it("answers Unavailable with a clear message when nobody serves the method", async () => {
     const privateNats = await startPrivateNats();
     const lonely = await connect({ servers: privateNats.url });
