@@ -45,16 +45,12 @@ export function createAppendTimelineHandlers(deps: Pick<IncidentsDeps, "sql" | "
       const [row] = await sql<TimelineEntryRow[]>`
         with incident as (
           select id from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}
-        ), held as (
-          insert into incidents.held_event_ids (incident_id, event_id)
-          select id, ${eventId}::text from incident where ${eventId}::text is not null
-          on conflict do nothing
-          returning incident_id
         ), entry as (
           insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
           select id, ${entry.kind}::text, ${at}::timestamptz, ${text(entry.summary)}::text, ${text(entry.link)}::text,
                  ${text(entry.alertRef)}::text, ${eventId}::text, ${data}::jsonb
-          from incident where ${eventId}::text is null or exists (select 1 from held)
+          from incident
+          on conflict (incident_id, event_id) where event_id is not null do nothing
           returning kind, at, summary, link, alert_ref, event_id, data
         ), events as (
           insert into incidents.outbox (subject, payload, trace_context)

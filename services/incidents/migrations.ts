@@ -178,5 +178,16 @@ export const migrations: Migration[] = [
     // first until one was of its source: in a storm of another source's incidents, all of them.
     sql: `create index incidents_open_by_source on incidents.incidents (org_id, source, opened_at desc, id desc) where state = 'open'`,
   },
+  {
+    id: 6,
+    name: "event identifiers held by the timeline entries that recorded them",
+    // A recorded delivery wrote its event identifier twice: in held_event_ids (a row, its primary
+    // key and a foreign-key check) and in its timeline entry. The entry alone now holds it, through
+    // this unique index. Every held identifier has its entry (both were always written together),
+    // so nothing recorded before the upgrade is recorded again. held_event_ids is no longer
+    // written; it stays for replicas of the previous release during a rolling upgrade (they still
+    // write both, and this index keeps them from recording an identifier twice).
+    sql: `create unique index timeline_entries_one_per_event on incidents.timeline_entries (incident_id, event_id) where event_id is not null`,
+  },
   ...outboxUpgrades("incidents"),
 ];

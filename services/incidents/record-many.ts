@@ -21,12 +21,13 @@ import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
  * 1. One read for the whole batch: for each delivery, an active maintenance window covering it and
  *    the open incident for its attach identity.
  * 2. Every plain new alert (no window, nothing open, first of its identity in the batch) opens in
- *    one statement for the batch: incidents, held identifiers, `opened` entries and both events of
- *    each, with the same unique index deciding as in Record (`on conflict do nothing`).
+ *    one statement for the batch: incidents, `opened` entries (which hold the event identifiers)
+ *    and both events of each, with the same unique index deciding as in Record (`on conflict do
+ *    nothing`).
  * 3. Every plain delivery for an identity with an open incident (no window, first of its identity
  *    in the batch) records on it in one statement: the incidents share-locked and re-checked open
- *    as in Record, held identifiers (`on conflict do nothing`: a retried event is recorded once),
- *    entries and events only where the identifier was new.
+ *    as in Record, entries (`on conflict do nothing` on the incident's event identifier: a retried
+ *    event is recorded once), and events only where an entry was written.
  * 4. Everything else goes through Record itself, one by one: suppressions, a second delivery of an
  *    identity in the batch, an incident resolved or opened concurrently since the read, and
  *    anything Record's own checks should judge (unusual sizes, no identity or event identifier).
@@ -139,9 +140,6 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
         select id, org_id, title, severity, source, entity_kind, entity_id, identity, runbook_url, ${now}::timestamptz from d
         on conflict (org_id, open_identity) do nothing
         returning *
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select o.id, d.event_id from opened o join d on d.id = o.id
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
         select o.id, 'opened', d.entry_at, d.summary, d.link, d.alert_ref, d.event_id, d.data::jsonb from opened o join d on d.id = o.id
@@ -186,24 +184,21 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
         for share
       ), target as (
         select * from locked where state = 'open'
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select d.incident_id, d.event_id from d join target t on t.id = d.incident_id
-        order by d.incident_id, d.event_id
-        on conflict do nothing
-        returning incident_id, event_id
       ), entry as (
+        -- In one order in every batch, so two batches never wait on each other's identifiers in a cycle.
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
         select d.incident_id, d.kind, d.at, d.summary, d.link, d.alert_ref, d.event_id, d.data::jsonb
-        from d join held h on h.incident_id = d.incident_id and h.event_id = d.event_id
-        order by d.i
+        from d join target t on t.id = d.incident_id
+        order by d.incident_id, d.event_id
+        on conflict (incident_id, event_id) where event_id is not null do nothing
+        returning incident_id, event_id
       ), events as (
         insert into incidents.outbox (subject, payload, trace_context)
-        select d.subject, decode(d.payload, 'hex'), d.trace_context from d join held h on h.incident_id = d.incident_id and h.event_id = d.event_id
+        select d.subject, decode(d.payload, 'hex'), d.trace_context from d join entry e on e.incident_id = d.incident_id and e.event_id = d.event_id
         order by d.i
       )
       select d.i, t.*,
-        case when exists (select 1 from held h where h.incident_id = d.incident_id and h.event_id = d.event_id) then d.at end as entry_at
+        case when exists (select 1 from entry e where e.incident_id = d.incident_id and e.event_id = d.event_id) then d.at end as entry_at
       from d join target t on t.id = d.incident_id`;
     return new Map(rows.map(({ i, ...row }) => [i, row]));
   }

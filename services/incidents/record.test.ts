@@ -437,7 +437,8 @@ describe("Record across three processes over NATS", () => {
     const ids = new Set(results.map((r) => r.incident!.id));
     expect(ids.size).toBe(1);
     expect(await entriesOf([...ids][0]!)).toBe(200);
-    const [held] = await db<{ n: number }[]>`select count(*)::int as n from incidents.held_event_ids where incident_id = ${[...ids][0]!}`;
+    const [held] = await db<{ n: number }[]>`
+      select count(distinct event_id)::int as n from incidents.timeline_entries where incident_id = ${[...ids][0]!} and event_id is not null`;
     expect(held!.n).toBe(200);
   });
 });

@@ -18,8 +18,9 @@ import { currentTraceparent } from "../runtime/tracing.js";
  *
  * Exactly once comes from the database, never from this process: the unique index on open
  * incidents' attach identity (`open_identity`, null once an incident is not open) decides which of many concurrent deliveries opens, and the
- * primary key of held_event_ids decides which records an event identifier. Everything a decision
- * writes (incident, held identifier, timeline entry, outbox events) commits atomically.
+ * unique index on timeline entries' (incident, event identifier) decides which records an event
+ * identifier. Everything a decision writes (incident, timeline entry, outbox events) commits
+ * atomically.
  *
  * One statement per delivery, because every delivery pays it: its CTEs look for an active
  * maintenance window and the open incident for the identity (share-locked, which orders it
@@ -128,17 +129,12 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         where i.org_id = ${d.orgId} and i.open_identity = ${d.attachIdentity}::text
           and not exists (select 1 from win)
         for share
-      ), held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select id, ${d.eventId}::text from target where ${d.eventId}::text <> ''
-        on conflict do nothing
-        returning incident_id
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
         select id, ${kind}::text, coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
                ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
         from target
-        where ${d.eventId}::text = '' or exists (select 1 from held)
+        on conflict (incident_id, event_id) where event_id is not null do nothing
         returning incident_id, at
       ), opened as (
         insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
@@ -147,9 +143,6 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
         on conflict (org_id, open_identity) do nothing
         returning *
-      ), opened_held as (
-        insert into incidents.held_event_ids (incident_id, event_id)
-        select id, ${d.eventId}::text from opened where ${d.eventId}::text <> ''
       ), opened_entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
         select id, 'opened', coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,

@@ -226,8 +226,7 @@ describe("soak: the default mode under a realistic mix of every route", () => {
     let missing: Array<{ incidentId: string; eventId: string }>;
     try {
       const held = await sql<{ incident_id: string; event_id: string }[]>`
-        select incident_id::text, event_id from incidents.held_event_ids
-        union select incident_id::text, event_id from incidents.timeline_entries where event_id is not null`;
+        select incident_id::text, event_id from incidents.timeline_entries where event_id is not null`;
       const stored = new Set(held.map((r) => `${r.incident_id}/${r.event_id}`));
       missing = acknowledged.filter((a) => !stored.has(`${a.incidentId}/${a.eventId}`));
     } finally {
