@@ -37,8 +37,8 @@ afterAll(async () => {
   await pg?.cleanup();
 });
 
-/** The outbox relay's statements: its claim reads, and its cleanup deletes, what the deliveries wrote. */
-const RELAY_STATEMENTS = ["%published_at%", "delete from incidents.outbox %"];
+/** The outbox relay's statements: it reads, deletes and vacuums what the deliveries wrote. */
+const RELAY_STATEMENTS = ["%published_at%", "delete from incidents.outbox %", "vacuum incidents.outbox"];
 
 /** Calls of the statements that touch the incident tables, leaving out the outbox relay's. */
 async function deliveryStatements(): Promise<number> {
@@ -128,7 +128,7 @@ describe("Record under an alert storm with stale statistics", () => {
       // statements were planned while 20 were open; then a storm opened 20,000 more before
       // autovacuum looked again (turned off here, so it never does).
       await sql`alter table incidents.incidents set (autovacuum_enabled = false)`;
-      await sql`truncate incidents.incidents, incidents.timeline_entries, incidents.held_event_ids`;
+      await sql`truncate incidents.incidents cascade`;
       await sql`
         insert into incidents.incidents (org_id, title, severity, source, attach_identity, state, resolved_at)
         select ${orgId}, 'Old', 'sev3', 'metrics-monitor', 'metrics-monitor:old:' || g, 'resolved', now() from generate_series(1, 30) g`;

@@ -162,6 +162,8 @@ export function createOutboxRelay(
     leaseSeconds?: number;
     /** Test seam: runs after publishing and before deleting the published rows. */
     afterPublish?: (ids: string[]) => Promise<void>;
+    /** Published rows between two vacuums of the table. Default 10,000. */
+    vacuumEveryRows?: number;
   } & OutboxRetryOptions,
 ): OutboxRelay {
   const { sql, schema, bus, logger } = options;
@@ -178,6 +180,8 @@ export function createOutboxRelay(
   let stopped = true;
   let again = false;
   let lastCleanup = 0;
+  const vacuumEveryRows = options.vacuumEveryRows ?? 10_000;
+  let deletedSinceVacuum = 0;
 
   /**
    * One statement, no transaction held: takes (or renews) the schema's lease and reads the due
@@ -267,6 +271,7 @@ export function createOutboxRelay(
     if (published.length > 0) {
       await relayStatement(sql, () => sql.unsafe(`delete from ${table} where id = any($1::uuid[])`, [published]));
       outboxPublished.inc({ service: schema }, published.length);
+      deletedSinceVacuum += published.length;
     }
     if (failed.length > 0) {
       // When nothing got through, the bus itself may be down: that is no fault of the rows, and
@@ -297,6 +302,10 @@ export function createOutboxRelay(
     for (;;) {
       const n = await publishBatch();
       total += n;
+      if (deletedSinceVacuum >= vacuumEveryRows) {
+        deletedSinceVacuum = 0;
+        await vacuum();
+      }
       if (n < batchSize) break;
     }
     if (Date.now() - lastCleanup > 3600_000) {
@@ -305,6 +314,19 @@ export function createOutboxRelay(
       await relayStatement(sql, () => sql.unsafe(`delete from ${table} where published_at is not null`));
     }
     return total;
+  }
+
+  /**
+   * The claim walks the pending index from its lowest sequence number, over the entries of every
+   * row deleted since the table was last vacuumed: at 4,000 rows a second, autovacuum's minute
+   * between looks is 240,000 of them, and each claim cost 3.5 ms at 60,000 (1,700 pages) where it
+   * costs 0.5 ms after a vacuum. Vacuuming the small table itself every 10,000 rows costs about
+   * 3 ms. A vacuum that fails (a role that does not own the table) only costs the claims.
+   */
+  async function vacuum(): Promise<void> {
+    await relayStatement(sql, () => sql.unsafe(`vacuum ${table}`)).catch((err) =>
+      logger.warn({ err: String(err), schema }, "outbox vacuum failed; the relay's reads grow until autovacuum runs"),
+    );
   }
 
   function run(): void {
