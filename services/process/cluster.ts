@@ -94,6 +94,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   for (let i = 0; i < options.gateways; i++) plan.push("gateway");
   const processes: ClusterProcess[] = [];
   let stopping = false;
+  /** Until every process is ready, nobody holds a gateway's address yet. */
+  let starting = true;
   // The process object is complete once its first child is spawned; a restart replaces the child.
   const launch = (proc: Omit<ClusterProcess, "child"> & { child?: ChildProcess }, instance: number): ChildProcess => {
     const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
@@ -123,7 +125,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
       setTimeout(async () => {
         // A process that failed may have lost a port to another program (ports are picked free,
         // then bound by the child): one no one addresses by port gets new ones.
-        if (code !== 0 && proc.name !== "gateway") {
+        if (code !== 0 && (proc.name !== "gateway" || (starting && !options.port))) {
           proc.port = await freePort();
           proc.metricsPort = await freePort();
         }
@@ -146,7 +148,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   }
   const cluster: Cluster = {
     env: options.env,
-    gatewayUrls: processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`),
+    // Set once every process is ready (a gateway that lost its port while starting has a new one).
+    gatewayUrls: [],
     processes,
     async stop() {
       stopping = true;
@@ -169,7 +172,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
     for (;;) {
       if (p.child.exitCode !== null && (p.restarts ?? 0) >= START_RESTARTS) {
         await cluster.stop();
-        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting, ${START_RESTARTS} times`);
+        const said = p.output.length > 0 ? `; its last output:\n${p.output.slice(-20).join("\n")}` : "";
+        throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting, ${START_RESTARTS} times${said}`);
       }
       const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then(
         (r) => r.ok,
@@ -183,5 +187,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
       await new Promise((r) => setTimeout(r, 200));
     }
   }
+  starting = false;
+  cluster.gatewayUrls = processes.filter((p) => p.name === "gateway").map((p) => `http://127.0.0.1:${p.port}`);
   return cluster;
 }
