@@ -25,9 +25,7 @@ beforeAll(async () => {
   admin = postgres(pg.url, { max: 1, onnotice: () => {} });
   await admin`create extension if not exists pg_stat_statements`;
   await admin.unsafe(`create database ${DATABASE}`);
-  const url = new URL(pg.url);
-  url.pathname = `/${DATABASE}`;
-  app = await startApp({ databaseUrl: url.toString() });
+  app = await startApp({ databaseUrl: appDatabaseUrl() });
   orgId = (await createClient(IdentityService, app.process.transport).getOrganization({ slug: OWNER.org })).id;
 }, 60_000);
 
@@ -36,6 +34,19 @@ afterAll(async () => {
   await admin?.end();
   await pg?.cleanup();
 });
+
+function appDatabaseUrl(): string {
+  const url = new URL(pg.url);
+  url.pathname = `/${DATABASE}`;
+  return url.toString();
+}
+
+/** Opens metrics-monitor incidents `from` to `to`, their identities under `prefix`, in one statement. */
+function stormOn(sql: postgres.Sql, prefix: string) {
+  return (from: number, to: number) => sql`
+    insert into incidents.incidents (org_id, title, severity, source, attach_identity)
+    select ${orgId}, 'Storm', 'sev2', 'metrics-monitor', ${prefix} || g from generate_series(${from}::int, ${to}::int) g`;
+}
 
 /** The outbox relay's statements: it reads, deletes and vacuums what the deliveries wrote. */
 const RELAY_STATEMENTS = ["%published_at%", "delete from incidents.outbox %", "vacuum incidents.outbox"];
@@ -107,12 +118,8 @@ describe("Record under an alert storm with stale statistics", () => {
   it("costs a delivery the same pages with 20 or 20,000 open incidents: the open incident is found by its identity", async () => {
     const client = createClient(IncidentsService, app.process.transport);
     const record = (a: Alert) => client.record({ orgId, orgSlug: OWNER.org, alert: a });
-    const db = new URL(pg.url);
-    db.pathname = `/${DATABASE}`;
-    const sql = postgres(db.toString(), { max: 1, onnotice: () => {} });
-    const storm = (from: number, to: number) => sql`
-      insert into incidents.incidents (org_id, title, severity, source, attach_identity)
-      select ${orgId}, 'Storm', 'sev2', 'metrics-monitor', 'metrics-monitor:storm:' || g from generate_series(${from}::int, ${to}::int) g`;
+    const sql = postgres(appDatabaseUrl(), { max: 1, onnotice: () => {} });
+    const storm = stormOn(sql, "metrics-monitor:storm:");
     /** Shared buffers per delivery: one alone, then 20 together (group commit), each attaching to a storm incident. */
     const buffersPerDelivery = async (round: string) => {
       await admin`select pg_stat_statements_reset()`;
@@ -153,12 +160,8 @@ describe("Record under an alert storm with stale statistics", () => {
 describe("FindLatestOpen under a storm of another source", () => {
   it("reads the same pages with 20 or 20,000 open incidents of other sources", async () => {
     const client = createClient(IncidentsService, app.process.transport);
-    const db = new URL(pg.url);
-    db.pathname = `/${DATABASE}`;
-    const sql = postgres(db.toString(), { max: 1, onnotice: () => {} });
-    const storm = (from: number, to: number) => sql`
-      insert into incidents.incidents (org_id, title, severity, source, attach_identity)
-      select ${orgId}, 'Storm', 'sev2', 'metrics-monitor', 'metrics-monitor:other-storm:' || g from generate_series(${from}::int, ${to}::int) g`;
+    const sql = postgres(appDatabaseUrl(), { max: 1, onnotice: () => {} });
+    const storm = stormOn(sql, "metrics-monitor:other-storm:");
     /** Shared buffers of one lookup of the open PagerDuty incident, opened before the storm. */
     const buffersPerLookup = async () => {
       await admin`select pg_stat_statements_reset()`;
