@@ -49,7 +49,7 @@ function stormOn(sql: postgres.Sql, prefix: string) {
 }
 
 /** The outbox relay's statements: it reads, deletes and vacuums what the deliveries wrote. */
-const RELAY_STATEMENTS = ["%published_at%", "delete from incidents.outbox %", "vacuum incidents.outbox"];
+const RELAY_STATEMENTS = ["%published_at%", "delete from incidents.outbox %", "vacuum %incidents.outbox"];
 
 /** Calls of the statements that touch the incident tables, leaving out the outbox relay's. */
 async function deliveryStatements(): Promise<number> {
