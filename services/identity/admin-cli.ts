@@ -9,7 +9,8 @@ import { openDatabase, type Database } from "../runtime/database.js";
 import { createInMemoryEventBus } from "../runtime/event-bus.js";
 import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
-import { createDirectRegistry, createDirectTransport } from "../runtime/direct-transport.js";
+import { createDirectTransport } from "../runtime/direct-transport.js";
+import { createMethodRegistry } from "../runtime/unary-call.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
@@ -42,7 +43,7 @@ async function run(): Promise<number> {
     return 1;
   }
   try {
-    const registry = createDirectRegistry();
+    const registry = createMethodRegistry();
     const transport = createDirectTransport(registry);
     const identity = createIdentityService({
       config,

@@ -1,4 +1,4 @@
-import { createConnectRouter, type ConnectRouter, type Transport } from "@connectrpc/connect";
+import type { ConnectRouter, Transport } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -24,8 +24,9 @@ import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, r
 import { migrate } from "../runtime/migrations.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
-import { createDirectRegistry, createDirectTransport } from "../runtime/direct-transport.js";
-import { connectionState, createNatsTransport, serveRouterOverNats, type NatsRpcServer } from "../runtime/nats-transport.js";
+import { createDirectTransport } from "../runtime/direct-transport.js";
+import { createMethodRegistry } from "../runtime/unary-call.js";
+import { connectionState, createNatsTransport, serveOverNats, type NatsRpcServer } from "../runtime/nats-transport.js";
 import { createProbes } from "../runtime/probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/outbox.js";
 import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
@@ -174,15 +175,15 @@ async function startServices(
   let transport: Transport;
   let natsServer: NatsRpcServer | undefined;
   if (nats) {
-    const router = createConnectRouter({ interceptors });
-    registerLocal(router);
-    natsServer = serveRouterOverNats(nats, router, { logger, services: [...localServices] });
+    const registry = createMethodRegistry();
+    registerLocal(registry.router);
+    natsServer = serveOverNats(nats, registry, { logger, interceptors, services: [...localServices] });
     // The subscriptions are on the server before the process says it is ready: a call right after
     // start would otherwise find no responder.
     await nats.flush();
     transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
   } else {
-    const registry = createDirectRegistry();
+    const registry = createMethodRegistry();
     registerLocal(registry.router);
     transport = createDirectTransport(registry, { serverInterceptors: interceptors, clientInterceptors: clientInterceptors("in-memory") });
   }

@@ -1,10 +1,41 @@
-import { Code, ConnectError, type ConnectRouter, type Interceptor, type Transport } from "@connectrpc/connect";
-import type { Compression, UniversalClientFn, UniversalHandler } from "@connectrpc/connect/protocol";
-import { createTransport } from "@connectrpc/connect/protocol-connect";
+import {
+  create,
+  fromBinary,
+  isMessage,
+  toBinary,
+  type DescMessage,
+  type DescMethod,
+  type DescMethodUnary,
+  type MessageInitShape,
+  type MessageShape,
+} from "@bufbuild/protobuf";
+import {
+  Code,
+  ConnectError,
+  createContextValues,
+  type ContextValues,
+  type Interceptor,
+  type Transport,
+  type UnaryRequest,
+  type UnaryResponse,
+} from "@connectrpc/connect";
+import { appendHeaders } from "@connectrpc/connect";
+import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
+import {
+  codeFromHttpStatus,
+  codeToHttpStatus,
+  errorFromJsonBytes,
+  errorToJsonBytes,
+  parseTimeout,
+  trailerDemux,
+  trailerMux,
+} from "@connectrpc/connect/protocol-connect";
 import { createInbox, errors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import type { Logger } from "./logger.js";
 import { inboxPrefixOf, prefixed, subjectPrefixOf } from "./nats-connection.js";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
+import { NEVER_ABORTS, untilAborted } from "./request-context.js";
+import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, type UnaryImplSpec } from "./unary-call.js";
 
 /**
  * Connect over NATS request/reply. A call is the Connect unary protocol (binary protobuf body,
@@ -25,28 +56,6 @@ export function subjectForPath(requestPath: string, subjectPrefix = ""): string 
   return prefixed(subjectPrefix, `rpc${requestPath.replace(/\//g, ".")}`);
 }
 
-async function readAll(body: AsyncIterable<Uint8Array> | undefined): Promise<Uint8Array> {
-  if (!body) return new Uint8Array(0);
-  const chunks: Uint8Array[] = [];
-  let length = 0;
-  for await (const chunk of body) {
-    chunks.push(chunk);
-    length += chunk.byteLength;
-  }
-  if (chunks.length === 1) return chunks[0]!;
-  const out = new Uint8Array(length);
-  let offset = 0;
-  for (const chunk of chunks) {
-    out.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return out;
-}
-
-async function* once(data: Uint8Array): AsyncIterable<Uint8Array> {
-  yield data;
-}
-
 function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs {
   const h = natsHeaders();
   source.forEach((value, key) => {
@@ -56,20 +65,24 @@ function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs
   return h;
 }
 
-/** The path of a request URL, parsed once per method: the URLs are the transport's own, a few dozen. */
-const pathOfUrl = new Map<string, { path: string; subject: string }>();
-
-function route(url: string): { path: string; subject: string } {
-  let known = pathOfUrl.get(url);
-  if (!known) {
-    const path = new URL(url).pathname;
-    known = { path, subject: subjectForPath(path) };
-    pathOfUrl.set(url, known);
-  }
-  return known;
-}
-
 const encoder = new TextEncoder();
+
+const TIMEOUT_HEADER = "connect-timeout-ms";
+const PROTO_CONTENT_TYPE = "application/proto";
+const JSON_CONTENT_TYPE = "application/json";
+
+/**
+ * A message from the wire; bytes that are not one answer as Connect's own parsing does. Decoded
+ * from a copy: `bytes` is a view of the connection's read buffer, and the message's bytes fields
+ * would be views of it too, keeping the whole read alive for as long as the message lives.
+ */
+function parseBinary<D extends DescMessage>(schema: D, bytes: Uint8Array): MessageShape<D> {
+  try {
+    return fromBinary(schema, new Uint8Array(bytes));
+  } catch (err) {
+    throw new ConnectError(`parse binary: ${err instanceof Error ? err.message : String(err)}`, Code.Internal);
+  }
+}
 
 /** The Connect headers of a NATS message, without the transport's own (status, framing). */
 function fromNatsHeaders(source: MsgHdrs | undefined): Headers {
@@ -196,36 +209,6 @@ function assembler(): { add(index: number, count: number, data: Uint8Array): Uin
 function headerNumber(h: MsgHdrs | undefined, name: string, fallback: number): number {
   const value = Number(h?.get(name) || NaN);
   return Number.isSafeInteger(value) && value >= 0 ? value : fallback;
-}
-
-function natsClient(nc: NatsConnection, defaultTimeoutMs: number, maxMessageBytes: number): UniversalClientFn {
-  const state = connectionState(nc);
-  const subjectPrefix = subjectPrefixOf(nc);
-  return async (request) => {
-    const contentType = request.header.get("content-type") ?? "";
-    if (contentType.startsWith("application/connect+")) {
-      throw new ConnectError("streaming RPCs are not carried over the NATS transport", Code.Unimplemented);
-    }
-    const { path, subject } = route(request.url);
-    if (!state.connected()) throw new ConnectError(`NATS is unreachable calling ${path}`, Code.Unavailable);
-    const timeoutHeader = Number(request.header.get("connect-timeout-ms"));
-    const timeout = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
-    const body = await readAll(request.body);
-    // Refused here, before anything is sent: no handler runs for a message over the limit.
-    if (body.byteLength > maxMessageBytes) throw requestTooLarge(body.byteLength, maxMessageBytes, path);
-    try {
-      const reply = await exchange(nc, state, prefixed(subjectPrefix, subject), body, request.header, timeout, request.signal);
-      const status = Number(reply.headers?.get(STATUS_HEADER) || 200);
-      return {
-        status,
-        header: fromNatsHeaders(reply.headers),
-        body: once(reply.data),
-        trailer: new Headers(),
-      };
-    } catch (err) {
-      throw natsErrorToConnect(err, path);
-    }
-  };
 }
 
 type ReplyListener = (err: Error | null, msg: Msg) => void;
@@ -372,30 +355,85 @@ function natsErrorToConnect(err: unknown, path: string): ConnectError {
   return new ConnectError(`NATS request failed calling ${path}: ${message}`, Code.Unavailable);
 }
 
-const transportDefaults = {
-  useBinaryFormat: true,
-  interceptors: [] as Interceptor[],
-  acceptCompression: [] as Compression[],
-  sendCompression: null,
-  compressMinBytes: Number.MAX_SAFE_INTEGER,
-} as const;
-
-/** A Connect Transport whose calls travel as NATS requests. */
+/**
+ * A Connect Transport whose calls travel as NATS requests: the client interceptors, then the
+ * request encoded once and sent, and the reply decoded once (see unary-call.ts for why not
+ * Connect's own client).
+ */
 export function createNatsTransport(
   nc: NatsConnection,
   options: { defaultTimeoutMs?: number; interceptors?: Interceptor[]; maxMessageBytes?: number } = {},
 ): Transport {
   const maxMessageBytes = options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES;
-  return createTransport({
-    ...transportDefaults,
-    // Connect refuses to write a request or read a reply over the limit, with ResourceExhausted;
-    // the NATS client and server below check the same limit on the bytes.
-    readMaxBytes: maxMessageBytes,
-    writeMaxBytes: maxMessageBytes,
-    interceptors: options.interceptors ?? [],
-    httpClient: natsClient(nc, options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS, maxMessageBytes),
-    baseUrl: "nats://rpc",
-  });
+  const defaultTimeoutMs = options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS;
+  const interceptors = options.interceptors ?? [];
+  const state = connectionState(nc);
+  const subjectPrefix = subjectPrefixOf(nc);
+  // A method's path and subject, made once: a process calls a few dozen methods.
+  const routes = new Map<DescMethod, { path: string; subject: string }>();
+  const routeOf = (method: DescMethod) => {
+    let known = routes.get(method);
+    if (!known) {
+      const path = pathOf(method);
+      known = { path, subject: subjectForPath(path, subjectPrefix) };
+      routes.set(method, known);
+    }
+    return known;
+  };
+  return {
+    async unary<I extends DescMessage, O extends DescMessage>(
+      method: DescMethodUnary<I, O>,
+      signal: AbortSignal | undefined,
+      timeoutMs: number | undefined,
+      header: ConstructorParameters<typeof Headers>[0],
+      input: MessageInitShape<I>,
+      contextValues?: ContextValues,
+    ): Promise<UnaryResponse<I, O>> {
+      const { path, subject } = routeOf(method);
+      const call = chainUnary(interceptors, async (req) => {
+        const body = toBinary(method.input, req.message as MessageShape<I>);
+        // Refused here, before anything is sent: no handler runs for a message over the limit.
+        if (body.byteLength > maxMessageBytes) throw requestTooLarge(body.byteLength, maxMessageBytes, path);
+        if (!state.connected()) throw new ConnectError(`NATS is unreachable calling ${path}`, Code.Unavailable);
+        const timeoutHeader = Number(req.header.get(TIMEOUT_HEADER));
+        const waitMs = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : defaultTimeoutMs;
+        let reply: { headers: MsgHdrs | undefined; data: Uint8Array };
+        try {
+          reply = await exchange(nc, state, subject, body, req.header, waitMs, req.signal === NEVER_ABORTS ? undefined : req.signal);
+        } catch (err) {
+          throw natsErrorToConnect(err, path);
+        }
+        const status = Number(reply.headers?.get(STATUS_HEADER) || 200);
+        const [responseHeader, trailer] = trailerDemux(fromNatsHeaders(reply.headers));
+        if (reply.data.byteLength > maxMessageBytes) throw replyTooLarge(reply.data.byteLength, maxMessageBytes, path);
+        if (status !== 200) {
+          const fallback = new ConnectError(`HTTP ${status}`, codeFromHttpStatus(status), responseHeader);
+          if (!responseHeader.get("content-type")?.startsWith("application/json")) throw fallback;
+          throw errorFromJsonBytes(reply.data, appendHeaders(responseHeader, trailer), fallback);
+        }
+        const message = parseBinary(method.output, reply.data);
+        return { stream: false, service: method.parent, method, header: responseHeader, message, trailer } as UnaryResponse;
+      });
+      const requestHeader = new Headers(header);
+      requestHeader.set("content-type", PROTO_CONTENT_TYPE);
+      requestHeader.set("connect-protocol-version", "1");
+      if (timeoutMs !== undefined && timeoutMs > 0) requestHeader.set(TIMEOUT_HEADER, String(timeoutMs));
+      return (await call({
+        stream: false,
+        service: method.parent,
+        method,
+        requestMethod: "POST",
+        url: `nats://rpc${path}`,
+        header: requestHeader,
+        contextValues: contextValues ?? createContextValues(),
+        message: isMessage(input, method.input) ? input : create(method.input, input),
+        signal: signal ?? NEVER_ABORTS,
+      } as UnaryRequest)) as UnaryResponse<I, O>;
+    },
+    async stream() {
+      throw new ConnectError("streaming RPCs are not carried over the NATS transport", Code.Unimplemented);
+    },
+  };
 }
 
 /** The NATS side of a process's RPC server. */
@@ -411,35 +449,41 @@ export interface NatsRpcServer {
 }
 
 /**
- * Serves a router's unary methods over NATS. Each method is one subscription in the queue group
- * named after its proto service, so the replicas of a service share its calls.
+ * Serves the registry's unary methods over NATS, through `interceptors` as on every other surface.
+ * Each method is one subscription in the queue group named after its proto service, so the
+ * replicas of a service share its calls.
  */
-export function serveRouterOverNats(
+export function serveOverNats(
   nc: NatsConnection,
-  router: ConnectRouter,
-  options: { logger: Logger; services?: string[]; maxMessageBytes?: number; defaultTimeoutMs?: number },
+  registry: MethodRegistry,
+  options: { logger: Logger; interceptors?: Interceptor[]; services?: string[]; maxMessageBytes?: number; defaultTimeoutMs?: number },
 ): NatsRpcServer {
   const subscriptions: Subscription[] = [];
-  const limits = { maxMessageBytes: options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES, defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS };
+  const served = {
+    logger: options.logger,
+    interceptors: options.interceptors ?? [],
+    maxMessageBytes: options.maxMessageBytes ?? INTERNAL_MESSAGE_MAX_BYTES,
+    defaultTimeoutMs: options.defaultTimeoutMs ?? DEFAULT_TIMEOUT_MS,
+  };
   const inFlight = new Set<Promise<void>>();
   let draining = false;
-  for (const handler of router.handlers) {
-    if (handler.method.methodKind !== "unary") continue;
-    const typeName = handler.service.typeName;
+  for (const spec of registry.unaryMethods()) {
+    const typeName = spec.method.parent.typeName;
     if (options.services && !options.services.includes(typeName)) continue;
+    const path = pathOf(spec.method);
     subscriptions.push(
-      nc.subscribe(subjectForPath(handler.requestPath, subjectPrefixOf(nc)), {
+      nc.subscribe(subjectForPath(path, subjectPrefixOf(nc)), {
         queue: typeName,
         callback: (err, msg) => {
           if (err) {
-            options.logger.error({ err, method: handler.requestPath }, "NATS subscription failed");
+            options.logger.error({ err, method: path }, "NATS subscription failed");
             return;
           }
           if (draining) {
             refuse(msg, "unavailable", "the service is shutting down; retry", 503);
             return;
           }
-          const call = answer(nc, handler, msg, options.logger, limits);
+          const call = answer(nc, spec, path, msg, served);
           inFlight.add(call);
           void call.finally(() => inFlight.delete(call));
         },
@@ -528,70 +572,85 @@ function receiveParts(nc: NatsConnection, msg: Msg, count: number, timeoutMs: nu
   });
 }
 
-async function answer(
-  nc: NatsConnection,
-  handler: UniversalHandler,
-  msg: Msg,
-  logger: Logger,
-  limits: { maxMessageBytes: number; defaultTimeoutMs: number },
-): Promise<void> {
+interface Served {
+  logger: Logger;
+  interceptors: Interceptor[];
+  maxMessageBytes: number;
+  defaultTimeoutMs: number;
+}
+
+/**
+ * One call taken from NATS: its request (in parts, if it came in parts), the handler through the
+ * server interceptors, and the reply as Connect's unary protocol has it (status, headers with
+ * trailers as `trailer-*`, binary body or error JSON), in parts if it is larger than a NATS message.
+ */
+async function answer(nc: NatsConnection, spec: UnaryImplSpec, path: string, msg: Msg, served: Served): Promise<void> {
   if (!msg.reply) return;
   const replyTo = msg.reply;
-  const controller = new AbortController();
+  const { logger, maxMessageBytes } = served;
+  let deadline: { signal: AbortSignal; release(): void } | undefined;
   try {
     const count = Math.max(1, headerNumber(msg.headers, PARTS_HEADER, 1));
     const size = headerNumber(msg.headers, SIZE_HEADER, msg.data.byteLength);
     // Refused before the handler runs (and before the rest of the parts are asked for).
-    if (size > limits.maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(size, limits.maxMessageBytes, handler.requestPath));
-    const timeoutHeader = Number(msg.headers?.get("connect-timeout-ms"));
-    const timeoutMs = Number.isFinite(timeoutHeader) && timeoutHeader > 0 ? timeoutHeader : limits.defaultTimeoutMs;
-    const data = count > 1 ? await receiveParts(nc, msg, count, timeoutMs) : msg.data;
-    if (data.byteLength > limits.maxMessageBytes)
-      return respondError(nc, replyTo, requestTooLarge(data.byteLength, limits.maxMessageBytes, handler.requestPath));
-    const response = await handler({
-      httpVersion: "1.1",
-      url: `nats://rpc${handler.requestPath}`,
-      method: "POST",
-      header: fromNatsHeaders(msg.headers),
-      body: once(data),
-      signal: controller.signal,
+    if (size > maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(size, maxMessageBytes, path));
+    const requestHeader = fromNatsHeaders(msg.headers);
+    const timeout = parseTimeout(requestHeader.get(TIMEOUT_HEADER), Number.MAX_SAFE_INTEGER);
+    const data = count > 1 ? await receiveParts(nc, msg, count, timeout.timeoutMs || served.defaultTimeoutMs) : msg.data;
+    if (data.byteLength > maxMessageBytes) return respondError(nc, replyTo, requestTooLarge(data.byteLength, maxMessageBytes, path));
+    const responseHeader = new Headers({ "content-type": PROTO_CONTENT_TYPE });
+    let status = 200;
+    let body: Uint8Array;
+    // The handler's signal aborts at the deadline, and only then.
+    if (timeout.timeoutMs && !timeout.error) deadline = signalUntil(timeout.timeoutMs, undefined);
+    const context = handlerContext({
+      method: spec.method,
+      protocolName: "connect",
+      url: `nats://rpc${path}`,
+      signal: deadline?.signal ?? NEVER_ABORTS,
+      deadline: timeout.timeoutMs ? Date.now() + timeout.timeoutMs : undefined,
+      requestHeader,
+      responseHeader,
+      values: createContextValues(),
     });
-    // The handler's own headers object, made for this call: added to, not copied.
-    const header = response.header ?? new Headers();
-    response.trailer?.forEach((value, key) => {
-      header.set(key.startsWith("trailer-") ? key : `trailer-${key}`, value);
-    });
-    const body = await readAll(response.body);
-    if (body.byteLength > limits.maxMessageBytes) {
-      // The work is done (perhaps committed); the caller gets a clean error it can act on rather
-      // than a reply NATS would refuse.
-      logger.error({ method: handler.requestPath, bytes: body.byteLength }, "reply over the internal message limit");
-      return respondError(nc, replyTo, replyTooLarge(body.byteLength, limits.maxMessageBytes, handler.requestPath));
+    try {
+      if (timeout.error) throw timeout.error;
+      const contentType = requestHeader.get("content-type");
+      if (contentType !== PROTO_CONTENT_TYPE) throw new ConnectError(`unsupported content type ${contentType} calling ${path}`, Code.InvalidArgument);
+      const input = parseBinary(spec.method.input, data);
+      const output = await untilAborted(invokeUnaryImplementation(spec, context, input, served.interceptors), context.signal);
+      body = toBinary(spec.method.output, output);
+      if (body.byteLength > maxMessageBytes) {
+        // The work is done (perhaps committed); the caller gets a clean error it can act on rather
+        // than a reply NATS would refuse.
+        logger.error({ method: path, bytes: body.byteLength }, "reply over the internal message limit");
+        throw replyTooLarge(body.byteLength, maxMessageBytes, path);
+      }
+    } catch (err) {
+      const error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
+      status = codeToHttpStatus(error.code);
+      responseHeader.set("content-type", JSON_CONTENT_TYPE);
+      error.metadata.forEach((value, key) => {
+        responseHeader.set(key, value);
+      });
+      body = errorToJsonBytes(error, {});
     }
+    const header = trailerMux(responseHeader, context.responseTrailer);
     const parts = split(body, partBytes(nc));
     for (const [i, part] of parts.entries()) {
       const extra: Record<string, string> = parts.length > 1 ? { [PART_HEADER]: String(i), [PARTS_HEADER]: String(parts.length) } : {};
       nc.publish(replyTo, part, {
-        headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(response.status) }) : toNatsHeaders(new Headers(), extra),
+        headers: i === 0 ? toNatsHeaders(header, { ...extra, [STATUS_HEADER]: String(status) }) : toNatsHeaders(new Headers(), extra),
       });
     }
   } catch (err) {
-    if (err instanceof ConnectError) {
-      logger.warn({ err, method: handler.requestPath }, "NATS call failed before a response was written");
-      safely(() => respondError(nc, replyTo, err), logger);
-    } else {
-      logger.error({ err, method: handler.requestPath }, "NATS call failed before a response was written");
-      safely(() => respondError(nc, replyTo, new ConnectError("internal error", Code.Internal)), logger);
-    }
+    // Taking the request or sending the reply failed (a part that never came, a closed connection).
+    logger.warn({ err, method: path }, "NATS call failed before a response was written");
+    safely(() => respondError(nc, replyTo, err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal)), logger);
   } finally {
-    // Anything still listening learns the call is over. With a reason of its own: abort() without
-    // one builds a DOMException, with its stack, on every call.
-    controller.abort(CALL_ENDED);
+    deadline?.release();
   }
 }
-
-/** The reason a served call's signal aborts with once its answer is sent. */
-const CALL_ENDED = new ConnectError("the call has ended", Code.Canceled);
 
 function safely(fn: () => void, logger: Logger): void {
   try {

@@ -1,21 +1,22 @@
-import { createClient, createConnectRouter, type Transport } from "@connectrpc/connect";
+import { createClient, type Transport } from "@connectrpc/connect";
 import { connect } from "@nats-io/transport-node";
 import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { createDirectRegistry, createDirectTransport } from "../../services/runtime/direct-transport.js";
-import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { createDirectTransport } from "../../services/runtime/direct-transport.js";
+import { createMethodRegistry } from "../../services/runtime/unary-call.js";
+import { createNatsTransport, serveOverNats } from "../../services/runtime/nats-transport.js";
 import { registerContractService } from "../support/contract-service.js";
 import { fmt, printTable, summarize } from "./stats.js";
+
+const IN_FLIGHT = 50;
 
 /** The cost of one unary call over the one-process (direct) and the NATS transport (10,000 calls each). */
 export async function benchTransport(calls = 10_000): Promise<void> {
   const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
-  const router = createConnectRouter();
-  registerContractService(router);
-  const registry = createDirectRegistry();
+  const registry = createMethodRegistry();
   registerContractService(registry.router);
   const nc = await connect({ servers: natsUrl });
-  serveRouterOverNats(nc, router, { logger: createLogger("silent", "bench") });
+  serveOverNats(nc, registry, { logger: createLogger("silent", "bench") });
   const callerConnection = await connect({ servers: natsUrl });
   const transports: [string, Transport][] = [
     ["direct (one process)", createDirectTransport(registry)],
@@ -38,6 +39,28 @@ export async function benchTransport(calls = 10_000): Promise<void> {
     rows.push({ transport: name, calls: s.n, median: fmt(s.p50), p99: fmt(s.p99), "calls/s (sequential)": Math.round(s.n / seconds) });
   }
   printTable(`One unary call, 256-byte payload, ${calls} sequential calls`, rows);
+  const concurrentRows = [];
+  for (const [name, transport] of transports) {
+    const client = createClient(ContractService, transport);
+    const perWorker = Math.ceil((2 * calls) / IN_FLIGHT);
+    const cpu = process.cpuUsage();
+    const started = performance.now();
+    await Promise.all(
+      Array.from({ length: IN_FLIGHT }, async () => {
+        for (let i = 0; i < perWorker; i++) await client.echo({ payload });
+      }),
+    );
+    const seconds = (performance.now() - started) / 1000;
+    const used = process.cpuUsage(cpu);
+    const total = perWorker * IN_FLIGHT;
+    concurrentRows.push({
+      transport: name,
+      calls: total,
+      "calls/s": Math.round(total / seconds),
+      "caller + server CPU per call": `${((used.user + used.system) / 1000 / total).toFixed(3)} ms`,
+    });
+  }
+  printTable(`The same call, ${IN_FLIGHT} in flight (caller and server share this process; nats-server not counted)`, concurrentRows);
   await callerConnection.close();
   await nc.close();
 }

@@ -1,14 +1,15 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Code, ConnectError, createClient, createConnectRouter } from "@connectrpc/connect";
+import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { createMethodRegistry } from "../../services/runtime/unary-call.js";
 import { connect } from "@nats-io/transport-node";
 import { afterAll, describe, expect, it } from "vitest";
 import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
 import { allServices } from "../../services/process/all-services.js";
 import { processAlive } from "../../services/runtime/data-dir-lock.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { createNatsTransport, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { createNatsTransport, serveOverNats } from "../../services/runtime/nats-transport.js";
 import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER, startApp } from "../support/app.js";
 import { registerContractService } from "../support/contract-service.js";
@@ -206,9 +207,9 @@ describe("shutdown", () => {
     const serverConn = await connect({ servers: nats.url });
     const clientConn = await connect({ servers: nats.url });
     try {
-      const router = createConnectRouter();
-      registerContractService(router);
-      const server = serveRouterOverNats(serverConn, router, { logger: createLogger("silent", "drain") });
+      const registry = createMethodRegistry();
+      registerContractService(registry.router);
+      const server = serveOverNats(serverConn, registry, { logger: createLogger("silent", "drain") });
       // The subscription is on the server before the first call, or that call finds no responder.
       await serverConn.flush();
       const client = createClient(ContractService, createNatsTransport(clientConn, { defaultTimeoutMs: 10_000 }));

@@ -1,16 +1,17 @@
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { Code, ConnectError, createClient, createConnectRouter, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ContractService, EchoRequestSchema } from "../../gen/warroom/contract/v1/contract_pb.js";
-import { createDirectRegistry, createDirectTransport } from "../../services/runtime/direct-transport.js";
+import { createDirectTransport } from "../../services/runtime/direct-transport.js";
+import { createMethodRegistry } from "../../services/runtime/unary-call.js";
 import { listenHttp, type HttpServer } from "../../services/runtime/http-server.js";
 import { createLogger } from "../../services/runtime/logger.js";
 import { headers as natsHeaders } from "@nats-io/nats-core";
-import { createNatsTransport, partBytes, serveRouterOverNats } from "../../services/runtime/nats-transport.js";
+import { createNatsTransport, partBytes, serveOverNats } from "../../services/runtime/nats-transport.js";
 import { INTERNAL_MESSAGE_MAX_BYTES } from "../../services/runtime/message-limits.js";
 import { requestIdServerInterceptor } from "../../services/runtime/request-context.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
@@ -36,15 +37,15 @@ function later(name: string): Transport {
 
 beforeAll(async () => {
   // The runtime's server interceptor: it adopts the caller's deadline for the calls a handler makes.
-  const router = createConnectRouter({ interceptors: [requestIdServerInterceptor()] });
-  registerContractService(router, { next: later("nats"), runs: runs.nats });
-  const registry = createDirectRegistry();
+  const natsRegistry = createMethodRegistry();
+  registerContractService(natsRegistry.router, { next: later("nats"), runs: runs.nats });
+  const registry = createMethodRegistry();
   registerContractService(registry.router, { next: later("direct"), runs: runs.direct });
   transports.direct = createDirectTransport(registry, { serverInterceptors: [requestIdServerInterceptor()] });
 
   sharedNats = await startPrivateNats();
   nc = await connect({ servers: sharedNats.url });
-  serveRouterOverNats(nc, router, { logger });
+  serveOverNats(nc, natsRegistry, { logger, interceptors: [requestIdServerInterceptor()] });
   transports.nats = createNatsTransport(nc);
 
   const adapter = connectNodeAdapter({ routes: registerContractService });
