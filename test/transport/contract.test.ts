@@ -1,7 +1,9 @@
 import { join } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
-import { Code, ConnectError, createClient, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, createConnectRouter, type Transport } from "@connectrpc/connect";
+import type { UniversalHandler } from "@connectrpc/connect/protocol";
+import { createTransport } from "@connectrpc/connect/protocol-connect";
 import { connectNodeAdapter, createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -10,8 +12,8 @@ import { createDirectTransport } from "../../services/runtime/direct-transport.j
 import { createMethodRegistry } from "../../services/runtime/unary-call.js";
 import { listenHttp, type HttpServer } from "../../services/runtime/http-server.js";
 import { createLogger } from "../../services/runtime/logger.js";
-import { headers as natsHeaders } from "@nats-io/nats-core";
-import { createNatsTransport, partBytes, serveOverNats } from "../../services/runtime/nats-transport.js";
+import { headers as natsHeaders, type Msg } from "@nats-io/nats-core";
+import { createNatsTransport, partBytes, serveOverNats, subjectForPath } from "../../services/runtime/nats-transport.js";
 import { INTERNAL_MESSAGE_MAX_BYTES } from "../../services/runtime/message-limits.js";
 import { requestIdServerInterceptor } from "../../services/runtime/request-context.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
@@ -259,6 +261,127 @@ describe("NATS-specific answers", () => {
     );
     expect(err?.code).toBe(Code.Unimplemented);
     expect(err?.rawMessage).toMatch(/streaming RPCs are not carried over the NATS transport/);
+  });
+});
+
+/**
+ * The previous release's ends, as it ran them: Connect's own client over a NATS request, and
+ * Connect's own handler answering one. During a rolling upgrade each calls the other release's
+ * end, so the wire must be the same both ways.
+ */
+function connectClientOverNats(caller: NatsConnection): Transport {
+  return createTransport({
+    baseUrl: "nats://rpc",
+    useBinaryFormat: true,
+    interceptors: [],
+    acceptCompression: [],
+    sendCompression: null,
+    compressMinBytes: Number.MAX_SAFE_INTEGER,
+    readMaxBytes: INTERNAL_MESSAGE_MAX_BYTES,
+    writeMaxBytes: INTERNAL_MESSAGE_MAX_BYTES,
+    httpClient: async (request) => {
+      const chunks: Uint8Array[] = [];
+      for await (const chunk of request.body ?? []) chunks.push(chunk);
+      const h = natsHeaders();
+      for (const [key, value] of request.header) h.set(key, value);
+      const reply = await caller.request(subjectForPath(new URL(request.url).pathname), Buffer.concat(chunks), { headers: h, timeout: 5000 });
+      const header = new Headers();
+      for (const key of reply.headers?.keys() ?? []) if (key !== "Connect-Http-Status") header.set(key, reply.headers!.get(key));
+      return {
+        status: Number(reply.headers?.get("Connect-Http-Status") || 200),
+        header,
+        body: (async function* () {
+          yield reply.data;
+        })(),
+        trailer: new Headers(),
+      };
+    },
+  });
+}
+
+function serveWithConnectHandlers(server: NatsConnection): void {
+  const router = createConnectRouter();
+  registerContractService(router);
+  for (const handler of router.handlers) {
+    if (handler.method.methodKind !== "unary") continue;
+    server.subscribe(subjectForPath(handler.requestPath), {
+      callback: (_err, msg) => void answerWithConnect(handler, msg),
+    });
+  }
+}
+
+async function answerWithConnect(handler: UniversalHandler, msg: Msg): Promise<void> {
+  const header = new Headers();
+  for (const key of msg.headers?.keys() ?? []) header.set(key, msg.headers!.get(key));
+  const response = await handler({
+    httpVersion: "1.1",
+    url: `nats://rpc${handler.requestPath}`,
+    method: "POST",
+    header,
+    body: (async function* () {
+      yield msg.data;
+    })(),
+    signal: new AbortController().signal,
+  });
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of response.body ?? []) chunks.push(chunk);
+  const h = natsHeaders();
+  for (const [key, value] of response.header ?? []) h.set(key, value);
+  for (const [key, value] of response.trailer ?? []) h.set(`trailer-${key}`, value);
+  h.set("Connect-Http-Status", String(response.status));
+  msg.respond(Buffer.concat(chunks), { headers: h });
+}
+
+describe("over NATS, this release and the previous one call each other", () => {
+  let privateNats: PrivateNats;
+  let oldServer: NatsConnection;
+  let newServer: NatsConnection;
+  let caller: NatsConnection;
+
+  beforeAll(async () => {
+    privateNats = await startPrivateNats();
+    oldServer = await connect({ servers: privateNats.url });
+    newServer = await connect({ servers: privateNats.url });
+    caller = await connect({ servers: privateNats.url });
+  });
+
+  afterAll(async () => {
+    await Promise.all([oldServer, newServer, caller].map((c) => c?.close()));
+    await privateNats?.cleanup();
+  });
+
+  async function exercise(transport: Transport): Promise<void> {
+    const client = createClient(ContractService, transport);
+    const res = await client.echo({ payload: new TextEncoder().encode("across releases") }, { headers: { "x-contract-request-id": "r-9" }, timeoutMs: 4000 });
+    expect(new TextDecoder().decode(res.payload)).toBe("across releases");
+    expect(res.headers["x-contract-request-id"]).toBe("r-9");
+    expect(res.timeoutMs).toBeGreaterThan(3000);
+    const err = await client.echo({ failCode: Code.NotFound, failMessage: "no such thing" }).then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+    expect(err?.code).toBe(Code.NotFound);
+    expect(err?.rawMessage).toBe("no such thing");
+    expect(err?.metadata.get("x-contract-reason")).toBe("asked");
+    expect(err?.findDetails(EchoRequestSchema)[0]?.failMessage).toBe("detail");
+  }
+
+  it("a caller of the previous release gets this release's answers and errors", async () => {
+    const registry = createMethodRegistry();
+    registerContractService(registry.router);
+    const server = serveOverNats(newServer, registry, { logger });
+    await newServer.flush();
+    try {
+      await exercise(connectClientOverNats(caller));
+    } finally {
+      await server.drain(1000);
+    }
+  });
+
+  it("this release's caller gets the previous release's answers and errors", async () => {
+    serveWithConnectHandlers(oldServer);
+    await oldServer.flush();
+    await exercise(createNatsTransport(caller));
   });
 });
 
