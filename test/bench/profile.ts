@@ -321,6 +321,17 @@ function printCpu(label: string, share: number, floorPerSecond: number, ours: Cp
     `\n${label}: at ${share} of the floor (${Math.round(share * floorPerSecond)}/s) ${cores} cores give ${budget.toFixed(3)} ms of CPU per request; ` +
       `the floor spends ${perRequest(floorSide).toFixed(3)} ms, ours ${oursMs.toFixed(3)} ms (${(oursMs / budget).toFixed(1)} times the budget)`,
   );
+  // The most any service could do with what a delivery costs Postgres: one as cheap as the floor's
+  // bare server, beside the same load generator, keeping the cores as busy as the floor kept them.
+  const each = (ms: number, side: CpuSide) => ms / Math.max(1, side.requests);
+  const oursPostgres = each(ours.postgresMs, ours);
+  const ceilingMs = each(floorSide.serviceMs, floorSide) + oursPostgres + floorSide.loadMsPerRequest;
+  const ceilingPerSecond = (floorPerSecond * perRequest(floorSide)) / ceilingMs;
+  console.log(
+    `${label}: a service no costlier than the floor's bare server, with Postgres at ours per request ` +
+      `(${oursPostgres.toFixed(3)} ms, ${(oursPostgres / each(floorSide.postgresMs, floorSide)).toFixed(1)} times the floor's), ` +
+      `would reach at most ${Math.round(ceilingPerSecond)}/s: ${(ceilingPerSecond / floorPerSecond).toFixed(2)} of the floor`,
+  );
 }
 
 // --- the two modes ----------------------------------------------------------------------------
