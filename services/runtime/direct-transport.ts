@@ -1,19 +1,10 @@
-import { create, isMessage, type DescMessage, type DescMethodUnary, type MessageInitShape } from "@bufbuild/protobuf";
-import {
-  Code,
-  ConnectError,
-  createContextValues,
-  type ContextValues,
-  type Interceptor,
-  type Transport,
-  type UnaryRequest,
-  type UnaryResponse,
-} from "@connectrpc/connect";
+import type { DescMessage, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
 import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 import { encodedSizeAtMost } from "./message-size.js";
 import { NEVER_ABORTS, untilAborted } from "./request-context.js";
-import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil } from "./unary-call.js";
+import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, unaryRequest } from "./unary-call.js";
 
 /**
  * One-process mode's transport: a call goes straight to the handler, through the same client and
@@ -70,17 +61,14 @@ export function createDirectTransport(
       if (deadline !== undefined) requestHeader.set("connect-timeout-ms", String(timeoutMs));
       try {
         // The handler registered for the method answers with the method's output.
-        return (await call({
-          stream: false,
-          service: method.parent,
-          method,
-          requestMethod: "POST",
+        const request = unaryRequest(method, {
           url: `direct://${path}`,
           header: requestHeader,
-          contextValues: contextValues ?? createContextValues(),
-          message: isMessage(input, method.input) ? input : create(method.input, input),
+          input,
+          contextValues,
           signal: callSignal?.signal ?? signal ?? NEVER_ABORTS,
-        } as UnaryRequest)) as UnaryResponse<I, O>;
+        });
+        return (await call(request as UnaryRequest)) as UnaryResponse<I, O>;
       } finally {
         callSignal?.release();
       }

@@ -1,14 +1,4 @@
-import {
-  create,
-  fromBinary,
-  isMessage,
-  toBinary,
-  type DescMessage,
-  type DescMethod,
-  type DescMethodUnary,
-  type MessageInitShape,
-  type MessageShape,
-} from "@bufbuild/protobuf";
+import { fromBinary, toBinary, type DescMessage, type DescMethod, type DescMethodUnary, type MessageInitShape, type MessageShape } from "@bufbuild/protobuf";
 import {
   Code,
   ConnectError,
@@ -35,7 +25,7 @@ import type { Logger } from "./logger.js";
 import { inboxPrefixOf, prefixed, subjectPrefixOf } from "./nats-connection.js";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 import { NEVER_ABORTS, untilAborted } from "./request-context.js";
-import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, type UnaryImplSpec } from "./unary-call.js";
+import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, type UnaryImplSpec, unaryRequest } from "./unary-call.js";
 
 /**
  * Connect over NATS request/reply. A call is the Connect unary protocol (binary protobuf body,
@@ -418,17 +408,8 @@ export function createNatsTransport(
       requestHeader.set("content-type", PROTO_CONTENT_TYPE);
       requestHeader.set("connect-protocol-version", "1");
       if (timeoutMs !== undefined && timeoutMs > 0) requestHeader.set(TIMEOUT_HEADER, String(timeoutMs));
-      return (await call({
-        stream: false,
-        service: method.parent,
-        method,
-        requestMethod: "POST",
-        url: `nats://rpc${path}`,
-        header: requestHeader,
-        contextValues: contextValues ?? createContextValues(),
-        message: isMessage(input, method.input) ? input : create(method.input, input),
-        signal: signal ?? NEVER_ABORTS,
-      } as UnaryRequest)) as UnaryResponse<I, O>;
+      const request = unaryRequest(method, { url: `nats://rpc${path}`, header: requestHeader, input, contextValues, signal: signal ?? NEVER_ABORTS });
+      return (await call(request as UnaryRequest)) as UnaryResponse<I, O>;
     },
     async stream() {
       throw new ConnectError("streaming RPCs are not carried over the NATS transport", Code.Unimplemented);

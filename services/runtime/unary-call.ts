@@ -1,5 +1,6 @@
-import type { DescMethod, DescService } from "@bufbuild/protobuf";
+import { create, isMessage, type DescMessage, type DescMethod, type DescMethodUnary, type DescService, type MessageInitShape } from "@bufbuild/protobuf";
 import {
+  createContextValues,
   createMethodImplSpec,
   createServiceImplSpec,
   type ConnectRouter,
@@ -71,6 +72,24 @@ type AnyNext = Parameters<Interceptor>[0];
  */
 export function chainUnary(interceptors: readonly Interceptor[], last: UnaryNext): UnaryNext {
   return interceptors.reduceRight<UnaryNext>((next, interceptor) => interceptor(next as AnyNext) as UnaryNext, last);
+}
+
+/** The request a transport hands its client interceptors: the caller's input as a message, once. */
+export function unaryRequest<I extends DescMessage, O extends DescMessage>(
+  method: DescMethodUnary<I, O>,
+  init: { url: string; header: Headers; input: MessageInitShape<I>; contextValues: ContextValues | undefined; signal: AbortSignal },
+): UnaryRequest<I, O> {
+  return {
+    stream: false,
+    service: method.parent,
+    method,
+    requestMethod: "POST",
+    url: init.url,
+    header: init.header,
+    contextValues: init.contextValues ?? createContextValues(),
+    message: isMessage(init.input, method.input) ? init.input : create(method.input, init.input),
+    signal: init.signal,
+  };
 }
 
 /**

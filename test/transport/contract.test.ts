@@ -63,6 +63,20 @@ afterAll(async () => {
   await server?.close(100);
 });
 
+/** A handler's domain error reaches the caller with its code, message, metadata and details. */
+async function expectDomainErrorCarried(transport: Transport): Promise<void> {
+  const err = await createClient(ContractService, transport)
+    .echo({ failCode: Code.NotFound, failMessage: "no such thing" })
+    .then(
+      () => undefined,
+      (e: unknown) => ConnectError.from(e),
+    );
+  expect(err?.code).toBe(Code.NotFound);
+  expect(err?.rawMessage).toBe("no such thing");
+  expect(err?.metadata.get("x-contract-reason")).toBe("asked");
+  expect(err?.findDetails(EchoRequestSchema)[0]?.failMessage).toBe("detail");
+}
+
 describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transport contract over %s", (name) => {
   const client = () => createClient(ContractService, transports[name]!);
 
@@ -73,16 +87,7 @@ describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transp
   });
 
   it("carries back a domain error's code, message, metadata and details", async () => {
-    const err = await client()
-      .echo({ failCode: Code.NotFound, failMessage: "no such thing" })
-      .then(
-        () => undefined,
-        (e: unknown) => ConnectError.from(e),
-      );
-    expect(err?.code).toBe(Code.NotFound);
-    expect(err?.rawMessage).toBe("no such thing");
-    expect(err?.metadata.get("x-contract-reason")).toBe("asked");
-    expect(err?.findDetails(EchoRequestSchema)[0]?.failMessage).toBe("detail");
+    await expectDomainErrorCarried(transports[name]!);
   });
 
   it("propagates the deadline and answers DeadlineExceeded when it passes", async () => {
@@ -356,14 +361,7 @@ describe("over NATS, this release and the previous one call each other", () => {
     expect(new TextDecoder().decode(res.payload)).toBe("across releases");
     expect(res.headers["x-contract-request-id"]).toBe("r-9");
     expect(res.timeoutMs).toBeGreaterThan(3000);
-    const err = await client.echo({ failCode: Code.NotFound, failMessage: "no such thing" }).then(
-      () => undefined,
-      (e: unknown) => ConnectError.from(e),
-    );
-    expect(err?.code).toBe(Code.NotFound);
-    expect(err?.rawMessage).toBe("no such thing");
-    expect(err?.metadata.get("x-contract-reason")).toBe("asked");
-    expect(err?.findDetails(EchoRequestSchema)[0]?.failMessage).toBe("detail");
+    await expectDomainErrorCarried(transport);
   }
 
   it("a caller of the previous release gets this release's answers and errors", async () => {
