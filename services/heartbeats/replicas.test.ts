@@ -118,6 +118,29 @@ describe("sweeping from three processes", () => {
     expect(silent.silentSeconds).toBeGreaterThanOrEqual(2n);
   });
 
+  it("opens exactly one incident per silence when more silences than one batch are swept by three processes, two batches at a time each", async () => {
+    // Over two batches per process: each process hands two to the incident core at once.
+    const count = 2600;
+    const [org] = await db<{ org_id: string; org_slug: string }[]>`select org_id, org_slug from heartbeats.heartbeats limit 1`;
+    await db`
+      insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, created_at, deadline)
+      select ${org!.org_id}, ${org!.org_slug}, 'many-' || g, 60, 10, now() - interval '1 hour', now() - interval '1 minute'
+      from generate_series(1, ${count}) g`;
+    const first = await sweepEverywhere();
+    const second = await sweepEverywhere();
+    expect(first.silent + second.silent).toBe(count);
+    expect(first.opened + second.opened).toBe(count);
+    expect(first.failed + second.failed).toBe(0);
+    const [counts] = await db<{ incidents: number; identities: number; entries: number; undelivered: number }[]>`
+      select count(*)::int as incidents, count(distinct attach_identity)::int as identities,
+             (select count(*)::int from incidents.timeline_entries e join incidents.incidents i on i.id = e.incident_id
+               where i.attach_identity like 'heartbeat:many-%') as entries,
+             (select count(*)::int from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id
+               where h.name like 'many-%' and s.alert_recorded_at is null) as undelivered
+      from incidents.incidents where attach_identity like 'heartbeat:many-%'`;
+    expect(counts).toEqual({ incidents: count, identities: count, entries: count, undelivered: 0 });
+  }, 120_000);
+
   it("records `resumed` once when the pinged heartbeat's silence is swept by three processes", async () => {
     const names = ["replicated-resume"];
     await registerOverdue(names);
