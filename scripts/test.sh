@@ -2,8 +2,9 @@
 # The one test command (`npm test`): installs and starts what the suite needs when it is missing,
 # then runs it. Needs: Node (see engines), the npm packages, a Postgres server and a NATS server with
 # JetStream on localhost (the "server" project; the "embedded" project and the soak run on the
-# embedded Postgres from node_modules), nats-server for the private servers of the fault tests, and
-# Debian's Chromium for the console's browser tests. Debian packages install with apt-get (as root,
+# embedded Postgres from node_modules), nats-server for the private servers of the fault tests,
+# Debian's Chromium for the console's browser tests, and Prometheus (with promtool) and
+# Alertmanager for the tests of the alert rules and of a real Alertmanager. Debian packages install with apt-get (as root,
 # or through sudo). Arguments go to vitest: `npm test -- test/e2e/identity.test.ts`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,10 @@ need_packages=()
 command -v pg_ctlcluster >/dev/null 2>&1 || need_packages+=(postgresql)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_packages+=(nats-server)
 [ -x /usr/bin/chromium ] || need_packages+=(chromium)
+# promtool and prometheus check the service's own alert rules (test/deploy/observability.test.ts,
+# test/e2e/prometheus-scrape.test.ts); a real Alertmanager posts to it (test/e2e/alertmanager-client.test.ts).
+command -v promtool >/dev/null 2>&1 || need_packages+=(prometheus)
+command -v prometheus-alertmanager >/dev/null 2>&1 || need_packages+=(prometheus-alertmanager)
 # The README's shell examples (test/docs/) call curl and jq.
 command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || need_packages+=(curl jq)
 if [ ${#need_packages[@]} -gt 0 ]; then
