@@ -303,7 +303,8 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
           if (failedHere === rows.length || rows.length < BATCH) break;
         }
       };
-      await Promise.all(Array.from({ length: BATCHES_IN_FLIGHT }, worker));
+      // One silence (a failure a ping reported) needs one claim, not a second that finds nothing.
+      await Promise.all(Array.from({ length: onlySilenceId ? 1 : BATCHES_IN_FLIGHT }, worker));
       return counts;
     },
 
