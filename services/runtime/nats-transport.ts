@@ -55,8 +55,6 @@ function toNatsHeaders(source: Headers, extra?: Record<string, string>): MsgHdrs
   return h;
 }
 
-const encoder = new TextEncoder();
-
 const TIMEOUT_HEADER = "connect-timeout-ms";
 const PROTO_CONTENT_TYPE = "application/proto";
 const JSON_CONTENT_TYPE = "application/json";
@@ -461,7 +459,8 @@ export function serveOverNats(
             return;
           }
           if (draining) {
-            refuse(msg, "unavailable", "the service is shutting down; retry", 503);
+            if (msg.reply)
+              safely(() => respondError(nc, msg.reply!, new ConnectError("the service is shutting down; retry", Code.Unavailable)), options.logger);
             return;
           }
           const call = answer(nc, spec, path, msg, served);
@@ -490,39 +489,22 @@ export function serveOverNats(
   };
 }
 
-function refuse(msg: Msg, code: string, message: string, status: number): void {
-  try {
-    msg.respond(encoder.encode(JSON.stringify({ code, message })), {
-      headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: String(status) }),
-    });
-  } catch {
-    // The connection is already closed: the caller's deadline tells it.
-  }
-}
-
-/** Sends a Connect error as the reply, with the HTTP status Connect gives its code. */
-function respondError(nc: NatsConnection, replyTo: string, error: ConnectError): void {
-  const body = new TextEncoder().encode(JSON.stringify({ code: codeName(error.code), message: error.rawMessage }));
-  nc.publish(replyTo, body, {
-    headers: toNatsHeaders(new Headers({ "content-type": "application/json" }), { [STATUS_HEADER]: String(httpStatusOf(error.code)) }),
+/**
+ * A Connect error as Connect's unary protocol answers it: the HTTP status its code maps to, the
+ * error JSON, and its metadata as headers (beside any the handler set).
+ */
+function errorReply(error: ConnectError, header = new Headers()): { status: number; header: Headers; body: Uint8Array } {
+  header.set("content-type", JSON_CONTENT_TYPE);
+  error.metadata.forEach((value, key) => {
+    header.set(key, value);
   });
+  return { status: codeToHttpStatus(error.code), header, body: errorToJsonBytes(error, {}) };
 }
 
-function codeName(code: Code): string {
-  return Code[code]!.replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
-}
-
-function httpStatusOf(code: Code): number {
-  switch (code) {
-    case Code.ResourceExhausted:
-      return 429;
-    case Code.DeadlineExceeded:
-      return 504;
-    case Code.Unavailable:
-      return 503;
-    default:
-      return 500;
-  }
+/** Sends a Connect error as the whole reply, before or instead of the handler. */
+function respondError(nc: NatsConnection, replyTo: string, error: ConnectError): void {
+  const reply = errorReply(error);
+  nc.publish(replyTo, reply.body, { headers: toNatsHeaders(reply.header, { [STATUS_HEADER]: String(reply.status) }) });
 }
 
 /** The rest of a request sent in parts, on a private inbox the caller is told of. */
@@ -608,13 +590,12 @@ async function answer(nc: NatsConnection, spec: UnaryImplSpec, path: string, msg
         throw replyTooLarge(body.byteLength, maxMessageBytes, path);
       }
     } catch (err) {
-      const error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
-      status = codeToHttpStatus(error.code);
-      responseHeader.set("content-type", JSON_CONTENT_TYPE);
-      error.metadata.forEach((value, key) => {
-        responseHeader.set(key, value);
-      });
-      body = errorToJsonBytes(error, {});
+      const reply = errorReply(
+        err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err),
+        responseHeader,
+      );
+      status = reply.status;
+      body = reply.body;
     }
     const header = trailerMux(responseHeader, context.responseTrailer);
     const parts = split(body, partBytes(nc));
