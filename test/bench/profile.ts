@@ -95,16 +95,28 @@ async function serveProfiledChild(databaseUrl: string): Promise<void> {
 
 // --- measurements read from outside -------------------------------------------------------------
 
-/** CPU seconds (user + system) of a process so far, from /proc. */
-function cpuSeconds(pid: number): number {
+/** CPU seconds of a process so far, from /proc: in all (user + system), and in the kernel alone. */
+function cpuTimes(pid: number): { total: number; kernel: number } {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / 100;
+    return { total: (Number(fields[11]) + Number(fields[12])) / 100, kernel: Number(fields[12]) / 100 };
   } catch {
-    return 0;
+    return { total: 0, kernel: 0 };
   }
 }
+
+function cpuSeconds(pid: number): number {
+  return cpuTimes(pid).total;
+}
+
+/**
+ * V8's profiler charges a sample that lands as a system call returns to the function that made
+ * it, so `writeBuffer` and `writev` lead its tables; the kernel's own share, from /proc, is what
+ * the process's system calls (socket writes and reads among them) cost.
+ */
+const KERNEL_SHARE_NOTE =
+  "(the kernel's share is the system calls' cost, socket writes included; V8's profiler charges samples taken as a system call returns to writeBuffer and writev, so those rows overstate it)";
 
 /** Every process of the Postgres server (backends and background workers). */
 async function postgresPids(admin: postgres.Sql): Promise<number[]> {
@@ -387,7 +399,7 @@ async function profileOneProcess(): Promise<void> {
     const url = await freshOn(admin, pg.url, "bench_one");
     const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: ["--cpu-prof", "--cpu-prof-dir", profDir] });
     let stats: ChildStats | undefined;
-    let cpu = { app: 0, postgres: 0, seconds: 0 };
+    let cpu = { app: 0, appKernel: 0, postgres: 0, seconds: 0 };
     let before: RpcTimes = {};
     let after: RpcTimes = {};
     const ask = (message: string, key: "ack" | "stats") =>
@@ -412,7 +424,12 @@ async function profileOneProcess(): Promise<void> {
           await admin`select pg_stat_statements_reset()`;
           before = await rpcTimes(app.metricsUrl!);
           pgPids = await postgresPids(admin);
-          cpu = { app: cpuSeconds(app.child.pid!), postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0), seconds: 0 };
+          cpu = {
+            app: cpuSeconds(app.child.pid!),
+            appKernel: cpuTimes(app.child.pid!).kernel,
+            postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0),
+            seconds: 0,
+          };
           started = performance.now();
           window.start = monotonicMicros();
           await ask("window-start", "ack");
@@ -422,6 +439,7 @@ async function profileOneProcess(): Promise<void> {
           const seconds = (performance.now() - started) / 1000;
           cpu = {
             app: cpuSeconds(app.child.pid!) - cpu.app,
+            appKernel: cpuTimes(app.child.pid!).kernel - cpu.appKernel,
             postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - cpu.postgres,
             seconds,
           };
@@ -471,8 +489,10 @@ async function profileOneProcess(): Promise<void> {
       { measure: "pool wait (difference)", value: `${Math.max(0, stats!.poolProbeMs - stats!.directProbeMs).toFixed(2)} ms` },
       { measure: "event-loop delay p50 / p99 / max", value: `${stats!.loopP50.toFixed(1)} / ${stats!.loopP99.toFixed(1)} / ${stats!.loopMax.toFixed(1)} ms` },
       { measure: "CPU of the service process", value: `${((cpu.app / cpu.seconds) * 100).toFixed(0)} % of a core` },
+      { measure: "of which in the kernel", value: `${((cpu.appKernel / Math.max(cpu.app, 1e-9)) * 100).toFixed(0)} %` },
       { measure: "CPU of Postgres (all its processes)", value: `${((cpu.postgres / cpu.seconds) * 100).toFixed(0)} % of a core` },
     ]);
+    console.log(KERNEL_SHARE_NOTE);
     printProfiles(profDir, "one process", window, new Map([[app.child.pid!, "the app"]]));
   } finally {
     keepProfiles(profDir);
@@ -512,6 +532,8 @@ async function profileCluster(): Promise<void> {
     const after: Record<string, RpcTimes> = {};
     const cpuBefore: Record<string, number> = {};
     const cpu: Record<string, number> = {};
+    const kernelBefore: Record<string, number> = {};
+    const kernel: Record<string, number> = {};
     const lag: Record<string, string> = {};
     let pgPids: number[] = [];
     let pgRows: StatementRow[] = [];
@@ -529,6 +551,7 @@ async function profileCluster(): Promise<void> {
           for (const p of watched) {
             before[p.name] = await rpcTimes(metricsUrlOf(p));
             cpuBefore[p.name] = cpuSeconds(p.child.pid!);
+            kernelBefore[p.name] = cpuTimes(p.child.pid!).kernel;
             pidNames.set(p.child.pid!, p.name);
           }
           cpuBefore.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0);
@@ -541,6 +564,7 @@ async function profileCluster(): Promise<void> {
           seconds = (performance.now() - started) / 1000;
           for (const p of watched) {
             cpu[p.name] = cpuSeconds(p.child.pid!) - cpuBefore[p.name]!;
+            kernel[p.name] = cpuTimes(p.child.pid!).kernel - kernelBefore[p.name]!;
             const scraped = await scrape(metricsUrlOf(p));
             after[p.name] = scraped.rpc;
             lag[p.name] = scraped.loop;
@@ -586,8 +610,14 @@ async function profileCluster(): Promise<void> {
     printTable("separate processes: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
     printTable(
       "separate processes: CPU and event-loop delay (p50 / p99 / max) over the window",
-      Object.entries(cpu).map(([name, s]) => ({ process: name, cpu: `${((s / seconds) * 100).toFixed(0)} % of a core`, "event-loop delay": lag[name] ?? "" })),
+      Object.entries(cpu).map(([name, s]) => ({
+        process: name,
+        cpu: `${((s / seconds) * 100).toFixed(0)} % of a core`,
+        "in the kernel": kernel[name] === undefined ? "" : `${((kernel[name]! / Math.max(s, 1e-9)) * 100).toFixed(0)} %`,
+        "event-loop delay": lag[name] ?? "",
+      })),
     );
+    console.log(KERNEL_SHARE_NOTE);
     for (const file of profiles(profDir)) {
       const pid = Number(/CPU\.\d+\.\d+\.(\d+)/.exec(basename(file))?.[1]);
       if (!pidNames.has(pid)) rmSync(file);
