@@ -13,11 +13,10 @@ import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
 /** Every IncidentsService method, from its handler groups. */
 export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof IncidentsService> {
-  const delivery = { ...deps, sql: deps.deliverySql };
-  const recordHandlers = createRecordHandlers(delivery);
+  const recordHandlers = createRecordHandlers(deps);
   return {
-    record: groupCommitted(recordHandlers.record, createRecordBatch(delivery)),
-    ...createRecordManyHandlers({ ...delivery, record: recordHandlers.record }),
+    record: groupCommitted(recordHandlers.record, createRecordBatch(deps)),
+    ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
     ...createFindLatestOpenHandlers(deps),
     ...createListAndGetHandlers(deps),

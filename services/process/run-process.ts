@@ -146,7 +146,7 @@ async function startServices(
       config,
       sql: database.sql,
       backgroundSql: background.sql,
-      openPool: (applicationName, size, planning) => openPoolOn(database, size, applicationName, planning),
+      openPool: (applicationName, size, planEachCall) => openPoolOn(database, size, applicationName, planEachCall),
       logger: logger.child({ service: "pending" }),
       clients,
       outbox,
