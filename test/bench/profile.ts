@@ -110,11 +110,7 @@ function cpuSeconds(pid: number): number {
   return cpuTimes(pid).total;
 }
 
-/**
- * V8's profiler charges a sample that lands as a system call returns to the function that made
- * it, so `writeBuffer` and `writev` lead its tables; the kernel's own share, from /proc, is what
- * the process's system calls (socket writes and reads among them) cost.
- */
+/** Printed beside the kernel's share: how to read the `writeBuffer` and `writev` rows below it. */
 const KERNEL_SHARE_NOTE =
   "(the kernel's share is the system calls' cost, socket writes included; V8's profiler charges samples taken as a system call returns to writeBuffer and writev, so those rows overstate it)";
 
@@ -424,12 +420,8 @@ async function profileOneProcess(): Promise<void> {
           await admin`select pg_stat_statements_reset()`;
           before = await rpcTimes(app.metricsUrl!);
           pgPids = await postgresPids(admin);
-          cpu = {
-            app: cpuSeconds(app.child.pid!),
-            appKernel: cpuTimes(app.child.pid!).kernel,
-            postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0),
-            seconds: 0,
-          };
+          const app0 = cpuTimes(app.child.pid!);
+          cpu = { app: app0.total, appKernel: app0.kernel, postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0), seconds: 0 };
           started = performance.now();
           window.start = monotonicMicros();
           await ask("window-start", "ack");
@@ -437,9 +429,10 @@ async function profileOneProcess(): Promise<void> {
         async onEnd() {
           window.end = monotonicMicros();
           const seconds = (performance.now() - started) / 1000;
+          const app1 = cpuTimes(app.child.pid!);
           cpu = {
-            app: cpuSeconds(app.child.pid!) - cpu.app,
-            appKernel: cpuTimes(app.child.pid!).kernel - cpu.appKernel,
+            app: app1.total - cpu.app,
+            appKernel: app1.kernel - cpu.appKernel,
             postgres: pgPids.reduce((a, p) => a + cpuSeconds(p), 0) - cpu.postgres,
             seconds,
           };
@@ -550,8 +543,9 @@ async function profileCluster(): Promise<void> {
           pgPids = await postgresPids(admin);
           for (const p of watched) {
             before[p.name] = await rpcTimes(metricsUrlOf(p));
-            cpuBefore[p.name] = cpuSeconds(p.child.pid!);
-            kernelBefore[p.name] = cpuTimes(p.child.pid!).kernel;
+            const times = cpuTimes(p.child.pid!);
+            cpuBefore[p.name] = times.total;
+            kernelBefore[p.name] = times.kernel;
             pidNames.set(p.child.pid!, p.name);
           }
           cpuBefore.postgres = pgPids.reduce((a, p) => a + cpuSeconds(p), 0);
@@ -563,8 +557,9 @@ async function profileCluster(): Promise<void> {
           window.end = monotonicMicros();
           seconds = (performance.now() - started) / 1000;
           for (const p of watched) {
-            cpu[p.name] = cpuSeconds(p.child.pid!) - cpuBefore[p.name]!;
-            kernel[p.name] = cpuTimes(p.child.pid!).kernel - kernelBefore[p.name]!;
+            const times = cpuTimes(p.child.pid!);
+            cpu[p.name] = times.total - cpuBefore[p.name]!;
+            kernel[p.name] = times.kernel - kernelBefore[p.name]!;
             const scraped = await scrape(metricsUrlOf(p));
             after[p.name] = scraped.rpc;
             lag[p.name] = scraped.loop;
