@@ -4,8 +4,9 @@
 # JetStream on localhost (the "server" project; the "embedded" project and the soak run on the
 # embedded Postgres from node_modules), nats-server for the private servers of the fault tests,
 # Debian's Chromium for the console's browser tests, and Prometheus (with promtool) and
-# Alertmanager for the tests of the alert rules and of a real Alertmanager. Debian packages install with apt-get (as root,
-# or through sudo). Arguments go to vitest: `npm test -- test/e2e/identity.test.ts`.
+# Alertmanager for the tests of the alert rules and of a real Alertmanager. Debian packages
+# install with apt-get (as root, or through sudo). Arguments go to vitest:
+# `npm test -- test/e2e/identity.test.ts`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
