@@ -22,7 +22,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   // cached plan: planning it on every call doubled Postgres's CPU per ping (0.089 -> 0.155 ms in
   // `npm run bench -- heartbeats`), and the heartbeats table grows by registrations, which
   // autovacuum's analyze (and with it a new plan) follows, not by a storm.
-  const pingSql = ctx.openPool("warroom-pings", config.DATABASE_POOL_SIZE, false);
+  const pingSql = ctx.openPool("warroom-pings", config.DATABASE_POOL_SIZE, "cached");
   const routes = createHeartbeatsRoutes({ sql, pingSql, store, clients, outbox, ingestTokens, delivery, sweeper, logger });
 
   return {

@@ -189,5 +189,16 @@ export const migrations: Migration[] = [
     // write both, and this index keeps them from recording an identifier twice).
     sql: `create unique index timeline_entries_one_per_event on incidents.timeline_entries (incident_id, event_id) where event_id is not null`,
   },
+  {
+    id: 7,
+    name: "the open incident of an identity found by a key no other index holds",
+    // Record's statements keep one plan per connection (database.ts), made maybe while the table
+    // is empty; then every index that starts with the organization looks as good as the
+    // identity's unique one, and a plan that took one of them read every incident of the
+    // organization for each delivery. The lookup names this key, which only this index holds.
+    // Uniqueness stays with incidents_one_open_identity, the arbiter of the inserts. An
+    // organization's id is 36 characters as text, so the key needs no separator.
+    sql: `create index incidents_open_key on incidents.incidents ((org_id::text || open_identity)) where open_identity is not null`,
+  },
   ...outboxUpgrades("incidents"),
 ];

@@ -100,8 +100,9 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
             and (cardinality(w.sources) = 0 or d.source = any(w.sources))
             and (jsonb_array_length(w.entities) = 0 or w.entities @> d.entity::jsonb)
           limit 1) as window_id,
+        -- By the key of incidents_open_key, which no other index holds (migration 7).
         (select i.id from incidents.incidents i
-          where i.org_id = d.org_id and i.open_identity = d.identity) as open_id
+          where (i.org_id::text || i.open_identity) = (d.org_id::text || d.identity)) as open_id
       from unnest(${batch.map((p) => p.index)}::int[], ${batch.map((p) => p.orgId)}::uuid[], ${batch.map((p) => p.source)}::text[],
         ${batch.map((p) => p.identity)}::text[], ${batch.map((p) => (p.entity ? JSON.stringify([p.entity]) : null))}::text[])
         as d(i, org_id, source, identity, entity)`;

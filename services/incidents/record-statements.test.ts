@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { AlertSchema, IncidentsService, type Alert } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { DELIVERY_POOL_SIZE } from "./service.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../../test/support/postgres-server.js";
 
 /**
@@ -102,6 +103,80 @@ describe("Record's round trips", () => {
     expect(answers.filter((a) => a.reason?.includes("already recorded"))).toHaveLength(10);
     expect(new Set(answers.map((a) => a.incident?.id)).size).toBe(10);
     expect(await deliveryStatements()).toBeLessThan(deliveries.length / 2);
+  });
+});
+
+/** Turns pg_stat_statements' count of plans on or off for every session, the app's pooled ones too. */
+async function trackPlanning(value: "on" | "off"): Promise<void> {
+  await admin.unsafe(`alter system set pg_stat_statements.track_planning = ${value}`);
+  await admin`select pg_reload_conf()`;
+  // Each session rereads the file before its next statement, once its signal has arrived.
+  await new Promise((resolve) => setTimeout(resolve, 300));
+}
+
+/** The delivery statements pg_stat_statements has seen (the relay's left out), by calls and plans. */
+async function deliveryStatementRows(): Promise<{ query: string; calls: number; plans: number }[]> {
+  return admin<{ query: string; calls: number; plans: number }[]>`
+    select s.query, s.calls::int as calls, s.plans::int as plans
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${DATABASE} and s.query like '%incidents.%' and not s.query like any(${RELAY_STATEMENTS})`;
+}
+
+describe("Record's plans", () => {
+  it("plans each delivery statement once per connection of its pool, not on every call", async () => {
+    const client = createClient(IncidentsService, app.process.transport);
+    const record = (a: Alert) => client.record({ orgId, orgSlug: OWNER.org, alert: a });
+    const id = `metrics-monitor:plans:${Date.now()}`;
+    // Counted for this test only: planning's pages would count in the other tests' buffers.
+    await trackPlanning("on");
+    try {
+      await admin`select pg_stat_statements_reset()`;
+      // Alone (Record's single statement) and together (the group's), opening and attaching.
+      for (let round = 0; round < 5; round++) {
+        expect((await record(alert({ attachIdentity: `${id}:alone`, eventId: `alone-${round}` }))).outcome).toMatch(/opened|attached/);
+        const grouped = await Promise.all(Array.from({ length: 20 }, (_, k) => record(alert({ attachIdentity: `${id}:${k}`, eventId: `${round}-${k}` }))));
+        expect(grouped.every((a) => a.outcome === (round === 0 ? "opened" : "attached"))).toBe(true);
+      }
+    } finally {
+      await trackPlanning("off");
+    }
+    const statements = await deliveryStatementRows();
+    expect(statements.reduce((sum, s) => sum + s.calls, 0)).toBeGreaterThan(20);
+    // Planned on every call, a statement is planned as often as it is called.
+    for (const s of statements) expect(s.plans, `${s.calls} calls: ${s.query.replace(/\s+/g, " ").slice(0, 80)}`).toBeLessThanOrEqual(DELIVERY_POOL_SIZE);
+  });
+
+  it("keeps plans made on an empty table that read open incidents by their key, windows by organization, nothing whole", async () => {
+    const sql = postgres(appDatabaseUrl(), { max: 1, onnotice: () => {} });
+    try {
+      await admin`select pg_stat_statements_reset()`;
+      const client = createClient(IncidentsService, app.process.transport);
+      const id = `metrics-monitor:empty-plans:${Date.now()}`;
+      await client.record({ orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: `${id}:alone`, eventId: "a" }) });
+      await Promise.all(
+        Array.from({ length: 10 }, (_, k) => client.record({ orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: `${id}:${k}`, eventId: "g" }) })),
+      );
+      const statements = await deliveryStatementRows();
+      expect(statements.length).toBeGreaterThanOrEqual(3);
+      // The plan Postgres keeps for a statement planned while the table knows no rows, as the
+      // delivery pool's connections plan (database.ts). Every index that starts with the
+      // organization would fit a lookup by organization and identity as well as the identity's own.
+      await sql`truncate incidents.incidents cascade`;
+      await sql.unsafe("set enable_seqscan = off");
+      let lookups = 0;
+      for (const { query } of statements) {
+        const plan = (await sql.unsafe(`explain (generic_plan, costs off) ${query}`)).map((r) => r["QUERY PLAN"] as string).join("\n");
+        expect(plan, plan).not.toMatch(/Seq Scan|incidents_org_newest|incidents_org_state_newest|incidents_open_by_source/);
+        if (/from incidents\.incidents i\s+where/.test(query) && !/i\.id = any/.test(query)) {
+          lookups++;
+          expect(plan, plan).toMatch(/incidents_open_key/);
+        }
+      }
+      // The group's probe and Record's own statement each look the open incident up.
+      expect(lookups).toBe(2);
+    } finally {
+      await sql.end();
+    }
   });
 });
 

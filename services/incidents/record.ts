@@ -125,8 +125,9 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
           and (jsonb_array_length(w.entities) = 0 or w.entities @> ${entityMatch}::jsonb)
         order by w.starts_at, w.id limit 1
       ), target as (
+        -- By the key of incidents_open_key, which no other index holds (migration 7).
         select i.* from incidents.incidents i
-        where i.org_id = ${d.orgId} and i.open_identity = ${d.attachIdentity}::text
+        where (i.org_id::text || i.open_identity) = (${d.orgId}::uuid::text || ${d.attachIdentity}::text)
           and not exists (select 1 from win)
         for share
       ), entry as (

@@ -13,10 +13,11 @@ import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
 
 /** Every IncidentsService method, from its handler groups. */
 export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof IncidentsService> {
-  const recordHandlers = createRecordHandlers(deps);
+  const delivery = { ...deps, sql: deps.deliverySql };
+  const recordHandlers = createRecordHandlers(delivery);
   return {
-    record: groupCommitted(recordHandlers.record, createRecordBatch(deps)),
-    ...createRecordManyHandlers({ ...deps, record: recordHandlers.record }),
+    record: groupCommitted(recordHandlers.record, createRecordBatch(delivery)),
+    ...createRecordManyHandlers({ ...delivery, record: recordHandlers.record }),
     ...createAppendTimelineHandlers(deps),
     ...createFindLatestOpenHandlers(deps),
     ...createListAndGetHandlers(deps),

@@ -5,15 +5,29 @@ import type { IncidentsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { createIncidentsRoutes } from "./routes.js";
 
+/**
+ * Connections of the deliveries' pool. Record's group commit has at most two groups or deliveries
+ * in flight, and RecordMany (the sweep) two batches; what a group leaves to Record alone waits
+ * for a connection here, never for one of the shared pool.
+ */
+export const DELIVERY_POOL_SIZE = 4;
+
 /** The incident core: incidents, timelines, attach identities, event identifiers, maintenance windows. */
 export function createIncidentsService(ctx: ServiceContext): ServiceModule {
-  const deps: IncidentsDeps = { sql: ctx.sql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox };
+  // Record's and RecordMany's statements read every row through the one index that fits it (an
+  // open incident by its key, incidents by primary key, windows by organization), so they keep
+  // one plan per connection (database.ts).
+  const deliverySql = ctx.openPool("warroom-deliveries", DELIVERY_POOL_SIZE, "kept, by index");
+  const deps: IncidentsDeps = { sql: ctx.sql, deliverySql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox };
   return {
     name: "incidents",
     migrations,
     services: [IncidentsService],
     register(router: ConnectRouter) {
       router.service(IncidentsService, createIncidentsRoutes(deps));
+    },
+    async stop() {
+      await deliverySql.end({ timeout: 5 });
     },
   };
 }

@@ -146,7 +146,7 @@ async function startServices(
       config,
       sql: database.sql,
       backgroundSql: background.sql,
-      openPool: (applicationName, size, planEachCall) => openPoolOn(database, size, applicationName, planEachCall),
+      openPool: (applicationName, size, planning) => openPoolOn(database, size, applicationName, planning),
       logger: logger.child({ service: "pending" }),
       clients,
       outbox,

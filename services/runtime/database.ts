@@ -32,19 +32,37 @@ export interface Database {
 
 export type Connection = { url: string } | { host: string; port: number; database: string; username: string; password: string };
 
+/**
+ * How a pool's connections plan their prepared statements:
+ * - `per-call` (the default): planned on every call. A kept plan lasts until the table's
+ *   statistics change, so a plan made while a table was nearly empty (a seq scan) was still used
+ *   when an alert storm had filled it with thousands of rows before autovacuum looked
+ *   (record-statements.test.ts).
+ * - `cached`: Postgres's own choice, for a statement on a table that grows by registrations, which
+ *   autovacuum's analyze (and with it a new plan) follows, not by a storm.
+ * - `kept, by index`: planned once per connection and kept, with sequential scans off. Only for
+ *   statements that reach every row they read through the one index that fits it, so a plan made
+ *   on an empty table reads what one made on a full table does: planning each call was a third
+ *   of Postgres's CPU per delivery.
+ */
+export type Planning = "per-call" | "cached" | "kept, by index";
+
+const PLANNING_SETTINGS: Record<Planning, Record<string, string>> = {
+  "per-call": { plan_cache_mode: "force_custom_plan" },
+  cached: {},
+  // With sequential scans off, any plan that still holds one (postgres.js's array-types query on
+  // every new connection, say) costs past jit_above_cost, and compiling it takes 100 ms: no JIT.
+  "kept, by index": { plan_cache_mode: "force_generic_plan", enable_seqscan: "off", jit: "off" },
+};
+
 /** One pool shape for both modes: only where the server is differs. */
-function openPool(connection: Connection, poolSize: number, applicationName = "warroom", planEachCall = true): Sql {
+function openPool(connection: Connection, poolSize: number, applicationName = "warroom", planning: Planning = "per-call"): Sql {
   const options = {
     max: poolSize,
     onnotice: () => {},
     // Prepared statements are reused across calls on a connection: fewer parse round trips.
     prepare: true,
-    // ...but planned on every call. A prepared statement's cached generic plan is kept until the
-    // table's statistics change, so a plan made while a table was nearly empty (a seq scan) was
-    // still used when an alert storm had filled it with thousands of rows before autovacuum
-    // looked (record-statements.test.ts). Planning each call measured no cost in the delivery
-    // benchmark: a batch statement is planned once per group.
-    connection: { application_name: applicationName, ...(planEachCall ? { plan_cache_mode: "force_custom_plan" } : {}) },
+    connection: { application_name: applicationName, ...PLANNING_SETTINGS[planning] },
   };
   return guardTransactions("url" in connection ? postgres(connection.url, options) : postgres({ ...connection, ...options }));
 }
@@ -107,8 +125,8 @@ export function openBackgroundPool(database: Database): { sql: Sql; close(): Pro
 }
 
 /** Another pool on the database's server, named in pg_stat_activity; its opener ends it. */
-export function openPoolOn(database: Database, size: number, applicationName: string, planEachCall = true): Sql {
-  return traced(openPool(database.connection, size, applicationName, planEachCall));
+export function openPoolOn(database: Database, size: number, applicationName: string, planning: Planning = "per-call"): Sql {
+  return traced(openPool(database.connection, size, applicationName, planning));
 }
 
 /** With tracing on, every statement is a span; off, the handle is postgres.js's own. */

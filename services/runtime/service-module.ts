@@ -3,7 +3,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import type { Broadcast } from "./broadcast.js";
 import type { Clients } from "./clients.js";
 import type { Config } from "./config.js";
-import type { Sql } from "./database.js";
+import type { Planning, Sql } from "./database.js";
 import type { EventBus } from "./event-bus.js";
 import type { Logger } from "./logger.js";
 import type { Migration } from "./migrations.js";
@@ -22,9 +22,9 @@ export interface ServiceContext {
   backgroundSql: Sql;
   /**
    * Opens a pool of its own on the same server (the module ends it when it stops). Its statements
-   * are planned on every call unless `planEachCall` is false (see database.ts).
+   * are planned on every call unless `planning` says otherwise (see database.ts).
    */
-  openPool(applicationName: string, size: number, planEachCall?: boolean): Sql;
+  openPool(applicationName: string, size: number, planning?: Planning): Sql;
   logger: Logger;
   /** Clients of every internal service, over this process's transport (in-memory or NATS). */
   clients: Clients;
