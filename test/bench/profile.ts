@@ -11,6 +11,7 @@ import { startPrivatePostgres } from "../support/postgres-server.js";
 import { startChild, stopChild } from "./child-process.js";
 import { deliveryMix, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
 import { printTable } from "./stats.js";
+import { natsCallCpuMs } from "./transport.js";
 
 /**
  * `npm run bench -- profile`: where one delivery's time goes, in both modes, on a private
@@ -342,6 +343,24 @@ function printCpu(label: string, share: number, floorPerSecond: number, ours: Cp
   );
 }
 
+/**
+ * Over NATS a delivery makes two internal calls (gateway to intake, intake to the incident core).
+ * The least any such service could cost: one process as cheap as the floor's bare server, and
+ * two calls at the bare transport's cost (`callMs`, nats-server included), with Postgres at ours.
+ */
+function printHopCeiling(share: number, floorPerSecond: number, postgresMs: number, requests: number, floorSide: CpuSide, callMs: number): void {
+  const each = (ms: number, n: number) => ms / Math.max(1, n);
+  const leastMs = each(floorSide.serviceMs, floorSide.requests) + 2 * callMs + each(postgresMs, requests) + floorSide.loadMsPerRequest;
+  const ceilingPerSecond = (floorPerSecond * perRequest(floorSide)) / leastMs;
+  const budget = (availableParallelism() * 1000) / (share * floorPerSecond);
+  console.log(
+    `separate processes: one internal call over NATS costs at least ${callMs.toFixed(3)} ms of CPU (256-byte echo, 50 in flight, caller, server and nats-server); ` +
+      `a service as cheap as the floor's bare server plus two such calls, with Postgres at ours, needs ${leastMs.toFixed(3)} ms a request ` +
+      `(the budget at ${share} of the floor is ${budget.toFixed(3)} ms) and would reach at most ${Math.round(ceilingPerSecond)}/s: ` +
+      `${(ceilingPerSecond / floorPerSecond).toFixed(2)} of the floor`,
+  );
+}
+
 // --- the two modes ----------------------------------------------------------------------------
 
 async function privateServer() {
@@ -577,6 +596,7 @@ async function profileCluster(): Promise<void> {
     const floorResult = await floor(url, floorWatch(admin, floorCpu));
     const floorRequests = Object.values(floorResult.statuses).reduce((a, b) => a + b, 0);
     const deliveries = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+    const callMs = await natsCallCpuMs(nats.url, () => cpuSeconds(nats.pid()!));
     // The bus carries every hop, so its server's CPU is the services' as much as their own.
     const servicesCpu = watched.reduce((a, p) => a + (cpu[p.name] ?? 0), 0) + (cpu["nats-server"] ?? 0);
     printCpu(
@@ -592,6 +612,7 @@ async function profileCluster(): Promise<void> {
       },
       floorSide(floorCpu, floorRequests, floorResult),
     );
+    printHopCeiling(0.5, floorResult.perSecond, (cpu.postgres ?? 0) * 1000, deliveries, floorSide(floorCpu, floorRequests, floorResult), callMs);
     printTable("separate processes: throughput beside the floor (same server, same run)", [
       throughputRow("POST /triggers", result),
       throughputRow("floor (one INSERT)", floorResult),

@@ -41,26 +41,55 @@ export async function benchTransport(calls = 10_000): Promise<void> {
   printTable(`One unary call, 256-byte payload, ${calls} sequential calls`, rows);
   const concurrentRows = [];
   for (const [name, transport] of transports) {
-    const client = createClient(ContractService, transport);
-    const perWorker = Math.ceil((2 * calls) / IN_FLIGHT);
-    const cpu = process.cpuUsage();
-    const started = performance.now();
-    await Promise.all(
-      Array.from({ length: IN_FLIGHT }, async () => {
-        for (let i = 0; i < perWorker; i++) await client.echo({ payload });
-      }),
-    );
-    const seconds = (performance.now() - started) / 1000;
-    const used = process.cpuUsage(cpu);
-    const total = perWorker * IN_FLIGHT;
+    const run = await callsInFlight(transport, 2 * calls);
     concurrentRows.push({
       transport: name,
-      calls: total,
-      "calls/s": Math.round(total / seconds),
-      "caller + server CPU per call": `${((used.user + used.system) / 1000 / total).toFixed(3)} ms`,
+      calls: run.calls,
+      "calls/s": Math.round(run.callsPerSecond),
+      "caller + server CPU per call": `${run.cpuMsPerCall.toFixed(3)} ms`,
     });
   }
   printTable(`The same call, ${IN_FLIGHT} in flight (caller and server share this process; nats-server not counted)`, concurrentRows);
   await callerConnection.close();
   await nc.close();
+}
+
+/** `calls` echo calls of 256 bytes, 50 in flight, through `transport`: their rate and this process's CPU per call. */
+async function callsInFlight(transport: Transport, calls: number): Promise<{ calls: number; callsPerSecond: number; cpuMsPerCall: number }> {
+  const client = createClient(ContractService, transport);
+  const payload = new TextEncoder().encode("x".repeat(256));
+  const perWorker = Math.ceil(calls / IN_FLIGHT);
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: IN_FLIGHT }, async () => {
+      for (let i = 0; i < perWorker; i++) await client.echo({ payload });
+    }),
+  );
+  const seconds = (performance.now() - started) / 1000;
+  const used = process.cpuUsage(cpu);
+  const total = perWorker * IN_FLIGHT;
+  return { calls: total, callsPerSecond: total / seconds, cpuMsPerCall: (used.user + used.system) / 1000 / total };
+}
+
+/**
+ * The least CPU one internal call over NATS costs: a 256-byte echo, 50 in flight, caller and
+ * server in this process, plus what `natsServerCpuSeconds` says nats-server spent meanwhile.
+ */
+export async function natsCallCpuMs(natsUrl: string, natsServerCpuSeconds: () => number, calls = 20_000): Promise<number> {
+  const registry = createMethodRegistry();
+  registerContractService(registry.router);
+  const server = await connect({ servers: natsUrl });
+  const caller = await connect({ servers: natsUrl });
+  try {
+    serveOverNats(server, registry, { logger: createLogger("silent", "bench") });
+    const transport = createNatsTransport(caller);
+    await callsInFlight(transport, 1_000); // warm-up
+    const before = natsServerCpuSeconds();
+    const run = await callsInFlight(transport, calls);
+    return run.cpuMsPerCall + ((natsServerCpuSeconds() - before) * 1000) / run.calls;
+  } finally {
+    await caller.close();
+    await server.close();
+  }
 }
