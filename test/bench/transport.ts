@@ -10,17 +10,32 @@ import { fmt, printTable, summarize } from "./stats.js";
 
 const IN_FLIGHT = 50;
 
-/** The cost of one unary call over the one-process (direct) and the NATS transport (10,000 calls each). */
-export async function benchTransport(calls = 10_000): Promise<void> {
-  const natsUrl = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
+/** As the services connect (nats-connection.ts): no stack captured in advance for each request. */
+const connectLikeServices = (natsUrl: string) => connect({ servers: natsUrl, noAsyncTraces: true });
+
+/** The contract service served over NATS from this process, and a transport that calls it there. */
+async function echoOverNats(natsUrl: string) {
   const registry = createMethodRegistry();
   registerContractService(registry.router);
-  const nc = await connect({ servers: natsUrl });
-  serveOverNats(nc, registry, { logger: createLogger("silent", "bench") });
-  const callerConnection = await connect({ servers: natsUrl });
+  const server = await connectLikeServices(natsUrl);
+  serveOverNats(server, registry, { logger: createLogger("silent", "bench") });
+  const caller = await connectLikeServices(natsUrl);
+  return {
+    registry,
+    transport: createNatsTransport(caller),
+    async close() {
+      await caller.close();
+      await server.close();
+    },
+  };
+}
+
+/** The cost of one unary call over the one-process (direct) and the NATS transport (10,000 calls each). */
+export async function benchTransport(calls = 10_000): Promise<void> {
+  const echo = await echoOverNats(process.env.NATS_URL ?? "nats://127.0.0.1:4222");
   const transports: [string, Transport][] = [
-    ["direct (one process)", createDirectTransport(registry)],
-    ["nats", createNatsTransport(callerConnection)],
+    ["direct (one process)", createDirectTransport(echo.registry)],
+    ["nats", echo.transport],
   ];
   const payload = new TextEncoder().encode("x".repeat(256));
   const rows = [];
@@ -50,8 +65,7 @@ export async function benchTransport(calls = 10_000): Promise<void> {
     });
   }
   printTable(`The same call, ${IN_FLIGHT} in flight (caller and server share this process; nats-server not counted)`, concurrentRows);
-  await callerConnection.close();
-  await nc.close();
+  await echo.close();
 }
 
 /** `calls` echo calls of 256 bytes, 50 in flight, through `transport`: their rate and this process's CPU per call. */
@@ -77,19 +91,13 @@ async function callsInFlight(transport: Transport, calls: number): Promise<{ cal
  * server in this process, plus what `natsServerCpuSeconds` says nats-server spent meanwhile.
  */
 export async function natsCallCpuMs(natsUrl: string, natsServerCpuSeconds: () => number, calls = 20_000): Promise<number> {
-  const registry = createMethodRegistry();
-  registerContractService(registry.router);
-  const server = await connect({ servers: natsUrl });
-  const caller = await connect({ servers: natsUrl });
+  const echo = await echoOverNats(natsUrl);
   try {
-    serveOverNats(server, registry, { logger: createLogger("silent", "bench") });
-    const transport = createNatsTransport(caller);
-    await callsInFlight(transport, 1_000); // warm-up
+    await callsInFlight(echo.transport, 1_000); // warm-up
     const before = natsServerCpuSeconds();
-    const run = await callsInFlight(transport, calls);
+    const run = await callsInFlight(echo.transport, calls);
     return run.cpuMsPerCall + ((natsServerCpuSeconds() - before) * 1000) / run.calls;
   } finally {
-    await caller.close();
-    await server.close();
+    await echo.close();
   }
 }
