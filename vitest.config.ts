@@ -21,6 +21,10 @@ export const E2E_SUITES = [
 export default defineConfig({
   test: {
     exclude: ["node_modules", "dist", "test/bench/**"],
+    // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others.
+    globalSetup: ["test/support/global-setup.ts"],
+    // Lists every skipped test with its reason, and why a run fails besides its failed tests.
+    reporters: ["default", "./test/support/run-summary.ts"],
     testTimeout: 30_000,
     hookTimeout: 60_000,
     // Two cores: test files share one Postgres server and one NATS server.

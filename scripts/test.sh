@@ -1,22 +1,20 @@
 #!/usr/bin/env bash
-# The one test command (`npm test`): installs and starts what the suite needs when it is missing,
-# then runs it. Needs: Node (see engines), the npm packages, a Postgres server and a NATS server with
-# JetStream on localhost (the "server" project; the "embedded" project and the soak run on the
-# embedded Postgres from node_modules), nats-server for the private servers of the fault tests,
-# Debian's Chromium for the console's browser tests, and Prometheus (with promtool) and
-# Alertmanager for the tests of the alert rules and of a real Alertmanager. Debian packages
-# install with apt-get (as root, or through sudo). Arguments go to vitest:
-# `npm test -- test/e2e/identity.test.ts`.
+# The one test command (`npm test`): installs what the suite needs when it is missing, then runs it
+# on servers of its own. Needs: Node (see engines), the npm packages, nats-server (the run's NATS
+# and the private servers of the fault tests), Debian's Chromium for the console's browser tests,
+# and Prometheus (with promtool) and Alertmanager for the tests of the alert rules and of a real
+# Alertmanager. Only the Debian packages need root (apt-get, as root or through sudo).
+#
+# The run starts its own Postgres server from the embedded binaries in node_modules (a throw-away
+# data folder, a free port, a generated password checked with scram-sha-256) and its own nats-server
+# with JetStream on another free port (vitest's global setup: test/support/global-setup.ts), and
+# stops both when it ends, on failure and on Ctrl-C. Nothing on 5432 or 4222 is used, so two runs
+# on one machine do not meet. DATABASE_URL / NATS_URL point the run at external servers instead.
+# Arguments go to vitest: `npm test -- test/e2e/identity.test.ts`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n== %s\n' "$*"; }
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-wait_port() {
-  for _ in $(seq 1 60); do port_open "$1" && return 0; sleep 0.5; done
-  echo "nothing answers on 127.0.0.1:$1" >&2
-  return 1
-}
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"
   elif command -v sudo >/dev/null 2>&1; then sudo "$@"
@@ -25,7 +23,6 @@ as_root() {
 }
 
 need_packages=()
-command -v pg_ctlcluster >/dev/null 2>&1 || need_packages+=(postgresql)
 command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || need_packages+=(nats-server)
 [ -x /usr/bin/chromium ] || need_packages+=(chromium)
 # promtool and prometheus check the service's own alert rules (test/deploy/observability.test.ts,
@@ -39,20 +36,8 @@ if [ ${#need_packages[@]} -gt 0 ]; then
   as_root apt-get update -qq
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_packages[@]}"
 fi
-
-if [ -z "${DATABASE_URL:-}" ] && ! port_open 5432; then
-  log "starting Postgres"
-  as_root pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n 1)" main start
-  wait_port 5432
-fi
-if [ -z "${NATS_URL:-}" ] && ! port_open 4222; then
-  log "starting NATS with JetStream"
-  nats_bin=$(command -v nats-server || echo /usr/sbin/nats-server)
-  as_root mkdir -p /var/lib/nats-server
-  as_root start-stop-daemon --start --oknodo --background --exec "$nats_bin" -- \
-    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
-  wait_port 4222
-fi
+# Debian installs nats-server in /usr/sbin, which a non-root PATH may lack.
+command -v nats-server >/dev/null 2>&1 || export NATS_SERVER_BIN=/usr/sbin/nats-server
 
 # Install when node_modules is missing or older than the lock file.
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
@@ -60,17 +45,19 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund
 fi
 
-export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
-export NATS_URL="${NATS_URL:-nats://127.0.0.1:4222}"
-log "tests (Postgres server at $DATABASE_URL and the embedded Postgres, NATS at $NATS_URL)"
-results=$(mktemp)
+# This run's own folder: the summary vitest's reporter writes, and (TMPDIR) the data folders of
+# the servers the run starts, removed on any exit, so even a kill of vitest leaves no data behind.
+run_dir=$(mktemp -d "${TMPDIR:-/tmp}/wr-test-run-XXXXXX")
+chmod 755 "$run_dir"
+trap 'rm -rf "$run_dir"' EXIT
+export RUN_SUMMARY_FILE="$run_dir/summary.json"
+if [ -n "${DATABASE_URL:-}" ] || [ -n "${NATS_URL:-}" ]; then
+  log "tests (external servers: ${DATABASE_URL:+Postgres at $DATABASE_URL }${NATS_URL:+NATS at $NATS_URL}; the others private)"
+else
+  log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
+fi
 set +e
-npx vitest run --reporter=default --reporter=json --outputFile.json="$results" "$@"
+TMPDIR="$run_dir" npx vitest run "$@"
 status=$?
 set -e
-node -e '
-  const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-  console.log(`${r.numPassedTests} passed, ${r.numFailedTests} failed` + (r.numPendingTests ? `, ${r.numPendingTests} skipped` : ""));
-' "$results" || true
-rm -f "$results"
-exit $status
+npx tsx scripts/test-closing.ts "$RUN_SUMMARY_FILE" "$status"

@@ -1,0 +1,82 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { RunSummary } from "../support/run-summary.js";
+import { readSummary } from "../support/run-summary.js";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+const dir = mkdtempSync(join(tmpdir(), "wr-run-summary-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The environment of a nested run: this worker's, without the variables vitest sets for itself. */
+function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("VITEST") && k !== "TEST" && k !== "NODE_ENV") env[k] = v;
+  return { ...env, ...extra };
+}
+
+/** Runs vitest on one fixture file with the suite's reporters, then npm test's closing step. */
+function run(fixture: string, ci = false): { status: number; output: string; summary: RunSummary | undefined; closing: string; closingStatus: number } {
+  const file = join(dir, `${fixture}.json`);
+  const vitest = spawnSync(process.execPath, [join(ROOT, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/harness/fixtures/vitest.config.ts"], {
+    cwd: ROOT,
+    env: cleanEnv({ FIXTURE: `${fixture}.fixture.ts`, RUN_SUMMARY_FILE: file }),
+    encoding: "utf8",
+  });
+  const closing = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", file, String(vitest.status)], {
+    cwd: ROOT,
+    env: cleanEnv({ CI: ci ? "true" : "" }),
+    encoding: "utf8",
+  });
+  return {
+    status: vitest.status ?? -1,
+    output: vitest.stdout + vitest.stderr,
+    summary: readSummary(file),
+    closing: closing.stdout.trim(),
+    closingStatus: closing.status ?? -1,
+  };
+}
+
+describe("the closing of a test run", () => {
+  it("lists every skipped test with its reason; CI fails a run with a skipped test", () => {
+    const local = run("skips");
+    expect(local.status).toBe(0);
+    expect(local.summary?.skipped).toEqual([
+      { project: "", file: "skips.fixture.ts", name: "needs a tool this machine lacks", reason: "no frobnicator on this machine" },
+      { project: "", file: "skips.fixture.ts", name: "skipped without a word", reason: "no reason given (skip)" },
+    ]);
+    expect(local.output).toContain("skips.fixture.ts () > needs a tool this machine lacks: no frobnicator on this machine");
+    expect(local.closing).toBe("1 passed, 0 failed, 2 skipped");
+    expect(local.closingStatus).toBe(0);
+
+    const ci = run("skips", true);
+    expect(ci.closing).toContain("CI: 2 test(s) skipped");
+    expect(ci.closingStatus).toBe(1);
+  }, 120_000);
+
+  it("a run that exits non-zero with 0 failed says why: an error after a test ended", () => {
+    const r = run("late-rejection");
+    expect(r.status).toBe(1);
+    expect(r.summary).toMatchObject({ passed: 2, failed: 0 });
+    expect(r.closing).toMatch(/^2 passed, 0 failed, 0 skipped; exit status 1: 1 error\(s\) outside any test: Error: late failure of an unawaited call/);
+    expect(r.closingStatus).toBe(1);
+  }, 120_000);
+
+  it("a run that exits non-zero with 0 failed says why: a hook that failed outside the tests", () => {
+    const r = run("after-all");
+    expect(r.status).toBe(1);
+    expect(r.closing).toMatch(/^1 passed, 0 failed, 0 skipped; exit status 1: after-all\.fixture\.ts \(\) failed outside its tests: .*cleanup failed/);
+    expect(r.closingStatus).toBe(1);
+  }, 120_000);
+
+  it("a run that wrote no summary says so instead of printing counts", () => {
+    const closing = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", join(dir, "missing.json"), "1"], {
+      cwd: ROOT,
+      encoding: "utf8",
+    });
+    expect(closing.stdout.trim()).toMatch(/^exit status 1: vitest wrote no summary/);
+    expect(closing.status).toBe(1);
+  }, 60_000);
+});

@@ -1,0 +1,146 @@
+import { spawn } from "node:child_process";
+import { existsSync, rmSync } from "node:fs";
+import net from "node:net";
+import { resolve } from "node:path";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { connect } from "@nats-io/transport-node";
+import postgres from "postgres";
+import { afterAll, describe, expect, it } from "vitest";
+import { ADMIN_DATABASE_URL, NATS_URL } from "../support/app.js";
+import { startTestServers, type TestServers } from "../support/test-servers.js";
+
+const ROOT = resolve(import.meta.dirname, "../..");
+
+function answers(port: number): Promise<boolean> {
+  return new Promise((done) => {
+    const socket = net.connect(port, "127.0.0.1");
+    socket.once("connect", () => {
+      socket.destroy();
+      done(true);
+    });
+    socket.once("error", () => done(false));
+  });
+}
+
+/** Polls until nothing answers on the port; `hangMs` only detects a server that never stops. */
+async function closes(port: number, hangMs: number): Promise<boolean> {
+  const deadline = Date.now() + hangMs;
+  while (Date.now() < deadline) {
+    if (!(await answers(port))) return true;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return false;
+}
+
+async function checkPostgres(url: string): Promise<string> {
+  const sql = postgres(url, { max: 1, onnotice: () => {} });
+  try {
+    const [row] = await sql<[{ method: string }]>`show password_encryption`;
+    return row.method ?? (row as unknown as Record<string, string>).password_encryption!;
+  } finally {
+    await sql.end();
+  }
+}
+
+async function checkJetStream(url: string): Promise<void> {
+  const nc = await connect({ servers: url });
+  try {
+    const jsm = await jetstreamManager(nc);
+    await jsm.getAccountInfo();
+  } finally {
+    await nc.close();
+  }
+}
+
+describe("the servers of a test run", () => {
+  const runs: TestServers[] = [];
+  afterAll(async () => {
+    await Promise.all(runs.map((r) => r.stop()));
+  });
+
+  it("the workers find the run's servers through DATABASE_URL and NATS_URL", () => {
+    // The global setup exported them before any worker started.
+    expect(process.env.DATABASE_URL).toBe(ADMIN_DATABASE_URL);
+    expect(process.env.NATS_URL).toBe(NATS_URL);
+  });
+
+  it("two runs at once: their own free ports and folders, a generated password checked with scram-sha-256, JetStream on", async () => {
+    const [a, b] = await Promise.all([startTestServers({}), startTestServers({})]);
+    runs.push(a, b);
+    expect(a.started).toEqual({ postgres: true, nats: true });
+    const pgA = new URL(a.databaseUrl);
+    const pgB = new URL(b.databaseUrl);
+    const natsA = new URL(a.natsUrl);
+    const natsB = new URL(b.natsUrl);
+    const ports = [pgA.port, pgB.port, natsA.port, natsB.port];
+    expect(new Set(ports).size).toBe(4);
+    expect(ports).not.toContain("5432");
+    expect(ports).not.toContain("4222");
+    expect(a.dir).not.toBe(b.dir);
+    expect(pgA.password.length).toBeGreaterThanOrEqual(24);
+    expect(pgA.password).not.toBe(pgB.password);
+
+    expect(await checkPostgres(a.databaseUrl)).toBe("scram-sha-256");
+    expect(await checkPostgres(b.databaseUrl)).toBe("scram-sha-256");
+    // Without the password, or with another run's, the server refuses.
+    const noPassword = new URL(a.databaseUrl);
+    noPassword.password = "";
+    await expect(checkPostgres(noPassword.toString())).rejects.toThrow(/password/i);
+    const otherPassword = new URL(a.databaseUrl);
+    otherPassword.password = pgB.password;
+    await expect(checkPostgres(otherPassword.toString())).rejects.toThrow(/password authentication failed/);
+    await checkJetStream(a.natsUrl);
+    await checkJetStream(b.natsUrl);
+
+    // Stopping one run leaves the other answering; the stopped one leaves no port or folder.
+    await a.stop();
+    expect(await answers(Number(pgA.port))).toBe(false);
+    expect(await answers(Number(natsA.port))).toBe(false);
+    expect(existsSync(a.dir!)).toBe(false);
+    expect(await checkPostgres(b.databaseUrl)).toBe("scram-sha-256");
+    await checkJetStream(b.natsUrl);
+  });
+
+  it("DATABASE_URL and NATS_URL still name external servers: nothing is started", async () => {
+    const external = await startTestServers({ DATABASE_URL: ADMIN_DATABASE_URL, NATS_URL });
+    runs.push(external);
+    expect(external).toMatchObject({ databaseUrl: ADMIN_DATABASE_URL, natsUrl: NATS_URL, started: { postgres: false, nats: false } });
+    expect(external.dir).toBeUndefined();
+  });
+
+  it("a run killed with kill -9 leaves nothing running", async () => {
+    // A run as a separate process, which prints its URLs and waits to be killed.
+    const child = spawn(
+      process.execPath,
+      [
+        "--import",
+        "tsx",
+        "-e",
+        `const { startTestServers } = await import(${JSON.stringify(resolve(ROOT, "test/support/test-servers.ts"))});
+         const s = await startTestServers({});
+         console.log(JSON.stringify({ pg: s.databaseUrl, nats: s.natsUrl, dir: s.dir }));
+         setInterval(() => {}, 1000);`,
+      ],
+      { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] },
+    );
+    const line = await new Promise<string>((done, fail) => {
+      let out = "";
+      child.stdout!.on("data", (chunk) => {
+        out += chunk;
+        if (out.includes("\n")) done(out.split("\n")[0]!);
+      });
+      child.once("exit", (code) => fail(new Error(`the run exited (${code}) before it started its servers`)));
+    });
+    const started = JSON.parse(line) as { pg: string; nats: string; dir: string };
+    const pgPort = Number(new URL(started.pg).port);
+    const natsPort = Number(new URL(started.nats).port);
+    expect(await answers(pgPort)).toBe(true);
+    expect(await answers(natsPort)).toBe(true);
+    child.kill("SIGKILL");
+    // A hang detector: both stop within a second or two of the kill; 30 s means they never will.
+    expect(await closes(pgPort, 30_000)).toBe(true);
+    expect(await closes(natsPort, 30_000)).toBe(true);
+    // Only the folder stays after a kill -9 (test.sh removes its run's folder on exit).
+    rmSync(started.dir, { recursive: true, force: true });
+  }, 90_000);
+});

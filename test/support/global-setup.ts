@@ -1,0 +1,24 @@
+import { rmSync } from "node:fs";
+import { startTestServers } from "./test-servers.js";
+
+/**
+ * Vitest's global setup: starts the run's private Postgres and NATS (test/support/test-servers.ts)
+ * before any worker, and exports DATABASE_URL and NATS_URL, which the workers inherit
+ * (ADMIN_DATABASE_URL and NATS_URL in test/support/app.ts read them). Stops both at the end, on
+ * failure and on Ctrl-C; a kill -9 of the run stops them too (they watch this process).
+ */
+export default async function setup(): Promise<() => Promise<void>> {
+  const servers = await startTestServers(process.env);
+  process.env.DATABASE_URL = servers.databaseUrl;
+  process.env.NATS_URL = servers.natsUrl;
+  // The servers stop by themselves when this process exits; the folder is removed here, for an
+  // exit that skips the teardown (Ctrl-C, process.exit).
+  const removeDir = () => {
+    if (servers.dir) rmSync(servers.dir, { recursive: true, force: true });
+  };
+  process.once("exit", removeDir);
+  return async () => {
+    await servers.stop();
+    process.off("exit", removeDir);
+  };
+}

@@ -1,0 +1,95 @@
+import { readFileSync, writeFileSync } from "node:fs";
+import type { Reporter, SerializedError, TestModule, TestRunEndReason } from "vitest/node";
+
+/**
+ * What a test run ended with, beyond the counts: every skipped test with its reason, and every
+ * cause vitest fails a run for besides a failed test (an error outside any test, such as an
+ * unhandled rejection after a test ended; a file that failed to load or whose hooks failed; an
+ * interrupted run). `npm test` (scripts/test.sh) prints its closing line from it, so a run that
+ * exits non-zero with 0 failed says why.
+ */
+export interface RunSummary {
+  passed: number;
+  failed: number;
+  skipped: { project: string; file: string; name: string; reason: string }[];
+  /** Errors outside any test: vitest fails the run for each. */
+  unhandledErrors: string[];
+  /** Files or suites that failed outside their tests (import, beforeAll/afterAll). */
+  fileErrors: { project: string; file: string; error: string }[];
+  reason: TestRunEndReason;
+}
+
+function describeError(error: SerializedError): string {
+  const where = [error.VITEST_TEST_PATH, error.VITEST_TEST_NAME].filter(Boolean).join(" > ");
+  const after = error.VITEST_AFTER_ENV_TEARDOWN ? " (after the file's tests ended)" : "";
+  const first = `${error.name ?? "Error"}: ${error.message ?? String(error)}`.split("\n")[0]!;
+  return `${first}${where ? ` [in ${where}]` : ""}${after}`;
+}
+
+export function summarize(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): RunSummary {
+  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
+  for (const module of testModules) {
+    const project = module.project.name;
+    const file = module.relativeModuleId;
+    for (const error of module.errors()) summary.fileErrors.push({ project, file, error: describeError(error) });
+    for (const suite of module.children.allSuites()) {
+      for (const error of suite.errors()) summary.fileErrors.push({ project, file, error: `${suite.fullName}: ${describeError(error)}` });
+    }
+    for (const test of module.children.allTests()) {
+      const result = test.result();
+      if (result.state === "passed") summary.passed++;
+      else if (result.state === "failed") summary.failed++;
+      else if (result.state === "skipped") {
+        const reason = result.note ?? (test.options.mode === "todo" ? "todo" : `no reason given (${test.options.mode})`);
+        summary.skipped.push({ project, file, name: test.fullName, reason });
+      }
+    }
+  }
+  return summary;
+}
+
+/** Why vitest fails a run other than a failed test; empty when it has no such cause. */
+export function otherCauses(summary: RunSummary): string[] {
+  const causes: string[] = [];
+  if (summary.unhandledErrors.length) causes.push(`${summary.unhandledErrors.length} error(s) outside any test: ${summary.unhandledErrors.join("; ")}`);
+  for (const f of summary.fileErrors) causes.push(`${f.file} (${f.project}) failed outside its tests: ${f.error}`);
+  if (summary.reason === "interrupted") causes.push("the run was interrupted");
+  return causes;
+}
+
+/** The last line `npm test` prints: the counts, and when the exit status is not 0, why. */
+export function closingLine(summary: RunSummary | undefined, status: number): string {
+  if (!summary) return `exit status ${status}: vitest wrote no summary (it ended before its reporters did; see its output above)`;
+  const counts = `${summary.passed} passed, ${summary.failed} failed, ${summary.skipped.length} skipped`;
+  if (status === 0) return counts;
+  const causes = [...(summary.failed ? [`${summary.failed} failed test(s)`] : []), ...otherCauses(summary)];
+  return `${counts}; exit status ${status}: ${causes.length ? causes.join("; ") : "no failed test and no error reported: see vitest's output above"}`;
+}
+
+/**
+ * The reporter: prints the skipped tests with their reasons and the other causes at the end of
+ * every run (npx vitest too), and writes the summary to RUN_SUMMARY_FILE when it is set.
+ */
+export default class RunSummaryReporter implements Reporter {
+  onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): void {
+    const summary = summarize(testModules, unhandledErrors, reason);
+    if (summary.skipped.length) {
+      console.log(`\n${summary.skipped.length} skipped:`);
+      for (const s of summary.skipped) console.log(`  - ${s.file} (${s.project}) > ${s.name}: ${s.reason}`);
+    }
+    const causes = otherCauses(summary);
+    if (causes.length) {
+      console.log("\nthe run fails besides its tests:");
+      for (const cause of causes) console.log(`  - ${cause}`);
+    }
+    if (process.env.RUN_SUMMARY_FILE) writeFileSync(process.env.RUN_SUMMARY_FILE, JSON.stringify(summary));
+  }
+}
+
+export function readSummary(file: string): RunSummary | undefined {
+  try {
+    return JSON.parse(readFileSync(file, "utf8")) as RunSummary;
+  } catch {
+    return undefined;
+  }
+}
