@@ -71,6 +71,17 @@ describe("the closing of a test run", () => {
     expect(r.closingStatus).toBe(1);
   }, 120_000);
 
+  it("a run whose beforeAll failed: its tests are 'not run', not skipped, and the closing line names the file and the error", () => {
+    const r = run("before-all", true);
+    expect(r.status).toBe(1);
+    expect(r.summary).toMatchObject({ passed: 0, failed: 0, skipped: [], notRun: [{ name: "one" }, { name: "two" }] });
+    expect(r.closing).toBe(
+      "0 passed, 0 failed, 0 skipped, 2 not run (their file failed before them); exit status 1: " +
+        "before-all.fixture.ts () failed outside its tests (2 of them never ran): Error: the app did not start",
+    );
+    expect(r.closingStatus).toBe(1);
+  }, 120_000);
+
   it("a run that wrote no summary says so instead of printing counts", () => {
     const closing = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", join(dir, "missing.json"), "1"], {
       cwd: ROOT,

@@ -1,5 +1,5 @@
 import { readFileSync, writeFileSync } from "node:fs";
-import type { Reporter, SerializedError, TestModule, TestRunEndReason } from "vitest/node";
+import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason, TestSuite } from "vitest/node";
 
 /**
  * What a test run ended with, beyond the counts: every skipped test with its reason, and every
@@ -12,6 +12,11 @@ export interface RunSummary {
   passed: number;
   failed: number;
   skipped: { project: string; file: string; name: string; reason: string }[];
+  /**
+   * Tests meant to run that never did, because their file or a hook before them failed: vitest
+   * counts them as skipped, and the run fails with "0 failed" unless they are named apart.
+   */
+  notRun: { project: string; file: string; name: string }[];
   /** Errors outside any test: vitest fails the run for each. */
   unhandledErrors: string[];
   /** Files or suites that failed outside their tests (import, beforeAll/afterAll). */
@@ -26,8 +31,16 @@ function describeError(error: SerializedError): string {
   return `${first}${where ? ` [in ${where}]` : ""}${after}`;
 }
 
+/** Whether the test's file or a suite around it failed (a hook, an import), which stops its tests. */
+function failedAround(test: TestCase): boolean {
+  for (let parent: TestSuite | TestModule = test.parent; ; parent = parent.parent) {
+    if (parent.errors().length > 0) return true;
+    if (parent.type === "module") return false;
+  }
+}
+
 export function summarize(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): RunSummary {
-  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
+  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], notRun: [], unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
   for (const module of testModules) {
     const project = module.project.name;
     const file = module.relativeModuleId;
@@ -39,7 +52,9 @@ export function summarize(testModules: ReadonlyArray<TestModule>, unhandledError
       const result = test.result();
       if (result.state === "passed") summary.passed++;
       else if (result.state === "failed") summary.failed++;
-      else if (result.state === "skipped") {
+      else if (result.state === "skipped" && result.note === undefined && test.options.mode === "run" && failedAround(test)) {
+        summary.notRun.push({ project, file, name: test.fullName });
+      } else if (result.state === "skipped") {
         const reason = result.note ?? (test.options.mode === "todo" ? "todo" : `no reason given (${test.options.mode})`);
         summary.skipped.push({ project, file, name: test.fullName, reason });
       }
@@ -52,7 +67,10 @@ export function summarize(testModules: ReadonlyArray<TestModule>, unhandledError
 export function otherCauses(summary: RunSummary): string[] {
   const causes: string[] = [];
   if (summary.unhandledErrors.length) causes.push(`${summary.unhandledErrors.length} error(s) outside any test: ${summary.unhandledErrors.join("; ")}`);
-  for (const f of summary.fileErrors) causes.push(`${f.file} (${f.project}) failed outside its tests: ${f.error}`);
+  for (const f of summary.fileErrors) {
+    const notRun = summary.notRun.filter((t) => t.file === f.file && t.project === f.project).length;
+    causes.push(`${f.file} (${f.project}) failed outside its tests${notRun ? ` (${notRun} of them never ran)` : ""}: ${f.error}`);
+  }
   if (summary.reason === "interrupted") causes.push("the run was interrupted");
   return causes;
 }
@@ -60,7 +78,9 @@ export function otherCauses(summary: RunSummary): string[] {
 /** The last line `npm test` prints: the counts, and when the exit status is not 0, why. */
 export function closingLine(summary: RunSummary | undefined, status: number): string {
   if (!summary) return `exit status ${status}: vitest wrote no summary (it ended before its reporters did; see its output above)`;
-  const counts = `${summary.passed} passed, ${summary.failed} failed, ${summary.skipped.length} skipped`;
+  const counts =
+    `${summary.passed} passed, ${summary.failed} failed, ${summary.skipped.length} skipped` +
+    (summary.notRun.length ? `, ${summary.notRun.length} not run (their file failed before them)` : "");
   if (status === 0) return counts;
   const causes = [...(summary.failed ? [`${summary.failed} failed test(s)`] : []), ...otherCauses(summary)];
   return `${counts}; exit status ${status}: ${causes.length ? causes.join("; ") : "no failed test and no error reported: see vitest's output above"}`;
