@@ -108,7 +108,7 @@ describe("the servers of a test run", () => {
     expect(external.dir).toBeUndefined();
   });
 
-  it("a run killed with kill -9 leaves nothing running", async () => {
+  it("a run (or a test worker) killed with kill -9 leaves nothing running", async () => {
     // A run as a separate process, which prints its URLs and waits to be killed.
     const child = spawn(
       process.execPath,
@@ -117,8 +117,13 @@ describe("the servers of a test run", () => {
         "tsx",
         "-e",
         `const { startTestServers } = await import(${JSON.stringify(resolve(ROOT, "test/support/test-servers.ts"))});
+         const { startPrivatePostgres } = await import(${JSON.stringify(resolve(ROOT, "test/support/postgres-server.ts"))});
+         const { startPrivateNats } = await import(${JSON.stringify(resolve(ROOT, "test/support/nats-server.ts"))});
          const s = await startTestServers({});
-         console.log(JSON.stringify({ pg: s.databaseUrl, nats: s.natsUrl, dir: s.dir }));
+         // And a fault test's own servers, as a test worker starts them.
+         const faultPg = await startPrivatePostgres();
+         const faultNats = await startPrivateNats();
+         console.log(JSON.stringify({ pg: s.databaseUrl, nats: s.natsUrl, dir: s.dir, faultPg: faultPg.url, faultNats: faultNats.url }));
          setInterval(() => {}, 1000);`,
       ],
       { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] },
@@ -131,15 +136,12 @@ describe("the servers of a test run", () => {
       });
       child.once("exit", (code) => fail(new Error(`the run exited (${code}) before it started its servers`)));
     });
-    const started = JSON.parse(line) as { pg: string; nats: string; dir: string };
-    const pgPort = Number(new URL(started.pg).port);
-    const natsPort = Number(new URL(started.nats).port);
-    expect(await answers(pgPort)).toBe(true);
-    expect(await answers(natsPort)).toBe(true);
+    const started = JSON.parse(line) as { pg: string; nats: string; dir: string; faultPg: string; faultNats: string };
+    const ports = [started.pg, started.nats, started.faultPg, started.faultNats].map((url) => Number(new URL(url).port));
+    for (const port of ports) expect(await answers(port)).toBe(true);
     child.kill("SIGKILL");
-    // A hang detector: both stop within a second or two of the kill; 30 s means they never will.
-    expect(await closes(pgPort, 30_000)).toBe(true);
-    expect(await closes(natsPort, 30_000)).toBe(true);
+    // A hang detector: each stops within a second or two of the kill; 30 s means it never will.
+    for (const port of ports) expect(await closes(port, 30_000), `port ${port}`).toBe(true);
     // Only the folder stays after a kill -9 (test.sh removes its run's folder on exit).
     rmSync(started.dir, { recursive: true, force: true });
   }, 90_000);

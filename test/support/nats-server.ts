@@ -25,19 +25,22 @@ export interface PrivateNats {
 export const NATS_SERVER_BINARY = process.env.NATS_SERVER_BIN ?? "nats-server";
 
 /**
- * Kills `pid` when this process ends in any way (kill -9 included): a small shell holds the read
- * end of a pipe from this process, and the pipe closes only when this process is gone. Without it a
- * test worker that crashed, or a test run stopped with kill, would leave its nats-server running.
+ * Runs `script` (sh, with `args` as $1…) when this process ends in any way, kill -9 included: a
+ * small shell holds the read end of a pipe from this process, and the pipe closes only when this
+ * process is gone. Without it a test worker that crashed, or a test run stopped with kill, would
+ * leave its private servers running. Kill the returned watcher when the server stops normally.
  */
-function killWhenParentExits(pid: number): ChildProcess {
-  const watcher = spawn("/bin/sh", ["-c", 'read -r _; kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null; exit 0', "sh", String(pid)], {
-    stdio: ["pipe", "ignore", "ignore"],
-  });
+export function whenParentExits(script: string, args: string[]): ChildProcess {
+  const watcher = spawn("/bin/sh", ["-c", `read -r _; ${script}; exit 0`, "sh", ...args], { stdio: ["pipe", "ignore", "ignore"] });
   watcher.stdin!.on("error", () => {});
   // The pipe alone must not keep this process alive.
   watcher.unref();
   (watcher.stdin as unknown as { unref?: () => void }).unref?.();
   return watcher;
+}
+
+function killWhenParentExits(pid: number): ChildProcess {
+  return whenParentExits('kill -0 "$1" 2>/dev/null && kill -KILL "$1" 2>/dev/null', [String(pid)]);
 }
 
 function portAnswers(port: number): Promise<boolean> {

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { binaries } from "../../services/runtime/embedded-postgres.js";
-import { freePort } from "./nats-server.js";
+import { freePort, whenParentExits } from "./nats-server.js";
 
 /**
  * A private Postgres server on a free loopback port, for fault tests that stop and restart the
@@ -24,7 +24,26 @@ function binDir(): string {
 }
 
 function asPostgresUser(command: string, args: string[]): [string, string[]] {
-  return process.getuid?.() === 0 ? ["runuser", ["-u", "postgres", "--", command, ...args]] : [command, args];
+  if (process.getuid?.() !== 0) return [command, args];
+  ensurePostgresUser();
+  return ["runuser", ["-u", "postgres", "--", command, ...args]];
+}
+
+/**
+ * As root the server runs as the `postgres` user, which only a Postgres package creates: on a
+ * machine without one (npm test installs none), create it as the embedded mode does.
+ */
+function ensurePostgresUser(): void {
+  try {
+    execFileSync("id", ["-u", "postgres"], { stdio: "ignore" });
+  } catch {
+    try {
+      execFileSync("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"], { stdio: "ignore" });
+    } catch {
+      // Another test worker created it meanwhile (else this throws: nobody could).
+      execFileSync("id", ["-u", "postgres"], { stdio: "ignore" });
+    }
+  }
 }
 
 /** `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. */
@@ -37,6 +56,7 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
   const [initCmd, initArgs] = asPostgresUser(join(bin, "initdb"), ["-D", dataDir, "-A", "trust", "-U", "postgres", "--no-sync"]);
   execFileSync(initCmd, initArgs, { stdio: "ignore" });
   let child: ChildProcess | undefined;
+  let watcher: ChildProcess | undefined;
   const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
 
   const start = async () => {
@@ -58,6 +78,9 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
       ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
     ]);
     child = spawn(cmd, args, { stdio: "ignore" });
+    // An immediate shutdown of the postmaster (its pid from its own file) if this worker dies.
+    watcher?.kill("SIGKILL");
+    watcher = whenParentExits('pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) && kill -QUIT "$pid" 2>/dev/null', [dataDir]);
     const deadline = Date.now() + 30_000;
     for (;;) {
       const sql = postgres(url, { max: 1, connect_timeout: 1, onnotice: () => {} });
@@ -88,6 +111,7 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
     stop,
     async cleanup() {
       await stop("immediate");
+      watcher?.kill("SIGKILL");
       rmSync(dir, { recursive: true, force: true });
     },
   };
