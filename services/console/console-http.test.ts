@@ -50,7 +50,7 @@ beforeAll(async () => {
   writeFileSync(join(staticDir, ASSET), ASSET_BODY);
   writeFileSync(join(staticDir, "favicon.svg"), "<svg xmlns='http://www.w3.org/2000/svg'/>");
   writeFileSync(join(staticDir, ".env"), "SECRET=1");
-  app = await startConsoleApp({ env: { SHUTDOWN_GRACE_SECONDS: "5" }, console: { staticDir, keepaliveMs: 100, recheckMs: 300 } });
+  app = await startConsoleApp({ env: { SHUTDOWN_GRACE_SECONDS: "120" }, console: { staticDir, keepaliveMs: 100, recheckMs: 300 } });
   clients = createClients(app.process.transport);
   owner = await app.ownerToken();
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
@@ -276,8 +276,9 @@ describe("live events: GET /o/{org}/events", () => {
     const started = performance.now();
     await app.process.stop();
     await s.ended;
-    // SHUTDOWN_GRACE_SECONDS is 5 here: an open stream would hold the drain that long.
-    expect(performance.now() - started).toBeLessThan(3_000);
+    // SHUTDOWN_GRACE_SECONDS is 120 here: an open stream would hold the drain that long. 20 s
+    // tells the two apart on any machine (the stop takes well under a second).
+    expect(performance.now() - started).toBeLessThan(20_000);
   });
 });
 

@@ -215,12 +215,12 @@ describe("the client's limits", () => {
   ] as const)("over %s, stops reading at 4 MiB and answers 'response too large' without waiting for the rest", async (transport, url) => {
     const client = createSourceClient(
       { baseUrl: url(), transport, tenantRef: TENANT, credentials: { bearerToken: "t" } },
-      { policy: loopbackPolicy, budgetMs: 4000 },
+      { policy: loopbackPolicy, budgetMs: 20_000 },
     );
-    const started = Date.now();
+    // No clock decides it: the server never ends its answer, so a client that waited for the rest
+    // would end at its budget with a timeout, never with "response too large".
     const read = await client.read("metrics/list", {});
     expect(read.result).toMatchObject({ partial: true, error: "response too large" });
-    expect(Date.now() - started).toBeLessThan(3000);
   });
 
   it("gives up at the read budget with a partial result", async () => {
@@ -231,7 +231,8 @@ describe("the client's limits", () => {
     const started = Date.now();
     const outcome = await client.call("health", undefined);
     expect(outcome).toMatchObject({ ok: false, failure: { kind: "timeout" } });
-    expect(Date.now() - started).toBeLessThan(2000);
+    // A hang detector (over 25 times the 300 ms budget): the health route never answers.
+    expect(Date.now() - started).toBeLessThan(8000);
   });
 
   it("calls only what the address policy allows: loopback needs an allow entry, and denied ranges are refused", async () => {

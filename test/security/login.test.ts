@@ -68,18 +68,33 @@ describe("login", () => {
 
   it("a login flood does not starve DNS lookups of the process", async () => {
     const started = performance.now();
-    const flood = Promise.all(Array.from({ length: 16 }, (_, i) => login(OWNER.email, OWNER.password, `203.0.113.${i + 1}`)));
+    let answered = 0;
+    const flood = Promise.all(
+      Array.from({ length: 16 }, (_, i) =>
+        login(OWNER.email, OWNER.password, `203.0.113.${i + 1}`).then((res) => {
+          // Refusals (429) come at once by design; only a login that hashed counts.
+          if (res.status === 200) answered++;
+          return res;
+        }),
+      ),
+    );
     await new Promise((r) => setTimeout(r, 50));
     const lookupStarted = performance.now();
     await lookup("localhost");
     const lookupMs = performance.now() - lookupStarted;
+    // No clock decides it: a lookup that waited behind the hashing would come after (nearly) the
+    // whole flood; it comes while most logins still wait for their hash, however slow the machine.
+    const answeredBeforeLookup = answered;
     const answers = await flood;
     const floodMs = performance.now() - started;
     // Answered, or refused at once when the hashing queue is full: never left to time out.
     expect(answers.map((a) => a.status).filter((s) => s !== 200 && s !== 429)).toEqual([]);
     expect(answers.some((a) => a.status === 200)).toBe(true);
-    console.log(`flood of 16 logins: ${Math.round(floodMs)} ms; a DNS lookup during it: ${lookupMs.toFixed(1)} ms`);
-    expect(lookupMs).toBeLessThan(Math.min(150, floodMs / 4));
+    console.log(
+      `flood of 16 logins: ${Math.round(floodMs)} ms; a DNS lookup during it: ${lookupMs.toFixed(1)} ms, ` +
+        `with ${answeredBeforeLookup} of the logins that hashed answered before it`,
+    );
+    expect(answeredBeforeLookup).toBeLessThanOrEqual(answers.filter((a) => a.status === 200).length / 2);
   }, 120_000);
 
   it("refuses logins past the hashing queue at once instead of letting them time out", async () => {

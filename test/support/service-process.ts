@@ -65,16 +65,19 @@ export function startServiceProcess(env: Record<string, string>, entry = "servic
   return { child, output: () => out, serving, exited };
 }
 
-/** Polls until the path answers `status`, or throws after `timeoutMs`. */
-export async function waitFor(url: string, status = 200, timeoutMs = 30_000, intervalMs = 25): Promise<void> {
+/**
+ * Polls until the path answers `status`, or throws after `timeoutMs`, a hang detector: a service
+ * starts in seconds, but on two cores shared with a whole test run it has taken over 30 s.
+ */
+export async function waitFor(url: string, status = 200, timeoutMs = 90_000, intervalMs = 25): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const got = await fetch(url, { signal: AbortSignal.timeout(2000) }).then(
-      (r) => r.status,
-      () => 0,
+      async (r) => ({ status: r.status, body: await r.text().catch(() => "") }),
+      () => ({ status: 0, body: "" }),
     );
-    if (got === status) return;
-    if (Date.now() > deadline) throw new Error(`${url} did not answer ${status} within ${timeoutMs} ms (last ${got})`);
+    if (got.status === status) return;
+    if (Date.now() > deadline) throw new Error(`${url} did not answer ${status} within ${timeoutMs} ms (last ${got.status} ${got.body.slice(0, 300)})`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }

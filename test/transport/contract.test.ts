@@ -91,18 +91,21 @@ describe.each(["direct", "nats", "http connect-json", "http2 grpc"])("the transp
   });
 
   it("propagates the deadline and answers DeadlineExceeded when it passes", async () => {
+    // The handler sees the caller's deadline, less the time on the way (never the 15 s default);
+    // how much less depends on the machine's load, so only its bounds are checked.
     const seen = await client().echo({}, { timeoutMs: 5000 });
-    expect(seen.timeoutMs).toBeGreaterThan(4000);
+    expect(seen.timeoutMs).toBeGreaterThan(0);
     expect(seen.timeoutMs).toBeLessThanOrEqual(5000);
     const started = Date.now();
     const err = await client()
-      .echo({ delayMs: 2000 }, { timeoutMs: 150 })
+      .echo({ delayMs: 60_000 }, { timeoutMs: 150 })
       .then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );
     expect(err?.code).toBe(Code.DeadlineExceeded);
-    expect(Date.now() - started).toBeLessThan(1500);
+    // A hang detector: the call ends at its 150 ms deadline; 10 s means it waited for the handler's 60 s.
+    expect(Date.now() - started).toBeLessThan(10_000);
   });
 
   it("carries a large message intact", async () => {
@@ -153,21 +156,23 @@ describe.each(["direct", "nats"] as const)("the internal message limit and deadl
   it("gives a call made by a handler the caller's remaining budget, and aborts it when the caller gives up", async () => {
     const started = Date.now();
     const err = await client()
-      .echo({ forwardDelayMs: 5000 }, { timeoutMs: 400 })
+      .echo({ forwardDelayMs: 60_000 }, { timeoutMs: 400 })
       .then(
         () => undefined,
         (e: unknown) => ConnectError.from(e),
       );
     expect(err?.code).toBe(Code.DeadlineExceeded);
-    expect(Date.now() - started).toBeLessThan(2000);
-    await new Promise((r) => setTimeout(r, 300));
+    // Hang detectors, 25 times the 400 ms deadline: the inner call's 60 s is what they catch.
+    expect(Date.now() - started).toBeLessThan(10_000);
+    const hangAt = Date.now() + 10_000;
+    while (runs[name].at(-1)?.abortedAfterMs === undefined && Date.now() < hangAt) await new Promise((r) => setTimeout(r, 50));
     const inner = runs[name].at(-1)!;
     // The inner call had no deadline of its own: it got what was left of the caller's 400 ms.
     expect(inner.timeoutMs).toBeGreaterThan(0);
     expect(inner.timeoutMs).toBeLessThanOrEqual(400);
-    // ... and its handler saw its signal abort then, not after its 5 s (or the 15 s default).
+    // ... and its handler saw its signal abort then, not after its 60 s (or the 15 s default).
     expect(inner.abortedAfterMs).toBeDefined();
-    expect(inner.abortedAfterMs!).toBeLessThan(1500);
+    expect(inner.abortedAfterMs!).toBeLessThan(10_000);
   });
 });
 
@@ -360,7 +365,9 @@ describe("over NATS, this release and the previous one call each other", () => {
     const res = await client.echo({ payload: new TextEncoder().encode("across releases") }, { headers: { "x-contract-request-id": "r-9" }, timeoutMs: 4000 });
     expect(new TextDecoder().decode(res.payload)).toBe("across releases");
     expect(res.headers["x-contract-request-id"]).toBe("r-9");
-    expect(res.timeoutMs).toBeGreaterThan(3000);
+    // The caller's 4 s, less the time on the way (never the 15 s default).
+    expect(res.timeoutMs).toBeGreaterThan(0);
+    expect(res.timeoutMs).toBeLessThanOrEqual(4000);
     await expectDomainErrorCarried(transport);
   }
 
