@@ -1,7 +1,10 @@
+import { startTestServers } from "../support/test-servers.js";
+
 /**
  * `npm run bench -- <name>`: runs the named benchmark (or all) and prints its figures.
  * Benchmarks compare against a floor measured in the same run where one applies, because
- * absolute numbers on a shared machine mean little.
+ * absolute numbers on a shared machine mean little. Like `npm test`, it runs on a Postgres and a
+ * NATS of its own on free ports unless DATABASE_URL / NATS_URL name others.
  */
 const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
@@ -11,14 +14,26 @@ const benches: Record<string, () => Promise<void>> = {
   profile: async () => (await import("./profile.js")).benchProfile(),
 };
 
+// Before any benchmark is imported: test/support/app.ts reads them when it loads.
+const servers = await startTestServers(process.env);
+process.env.DATABASE_URL = servers.databaseUrl;
+process.env.NATS_URL = servers.natsUrl;
+
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));
 const names = wanted.length ? wanted : Object.keys(benches).filter((name) => name !== "profile");
 for (const name of names) {
   const bench = benches[name];
   if (!bench) {
     console.error(`unknown benchmark ${name}; known: ${Object.keys(benches).join(", ")}`);
+    await servers.stop();
     process.exit(2);
   }
-  await bench();
+  try {
+    await bench();
+  } catch (err) {
+    await servers.stop();
+    throw err;
+  }
 }
+await servers.stop();
 process.exit(0);
