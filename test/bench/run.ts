@@ -18,6 +18,10 @@ const benches: Record<string, () => Promise<void>> = {
 const servers = await startTestServers(process.env);
 process.env.DATABASE_URL = servers.databaseUrl;
 process.env.NATS_URL = servers.natsUrl;
+// The servers stop by themselves when this process dies; their folder goes with them here.
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => void servers.stop().finally(() => process.exit(130)));
+}
 
 const wanted = process.argv.slice(2).filter((a) => !a.startsWith("-"));
 const names = wanted.length ? wanted : Object.keys(benches).filter((name) => name !== "profile");

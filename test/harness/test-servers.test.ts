@@ -1,7 +1,8 @@
 import { spawn } from "node:child_process";
-import { existsSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
-import { resolve } from "node:path";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import postgres from "postgres";
@@ -110,6 +111,8 @@ describe("the servers of a test run", () => {
 
   it("a run (or a test worker) killed with kill -9 leaves nothing running", async () => {
     // A run as a separate process, which prints its URLs and waits to be killed.
+    const tmp = mkdtempSync(join(tmpdir(), "wr-killed-run-"));
+    chmodSync(tmp, 0o755);
     const child = spawn(
       process.execPath,
       [
@@ -126,7 +129,8 @@ describe("the servers of a test run", () => {
          console.log(JSON.stringify({ pg: s.databaseUrl, nats: s.natsUrl, dir: s.dir, faultPg: faultPg.url, faultNats: faultNats.url }));
          setInterval(() => {}, 1000);`,
       ],
-      { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"] },
+      // Its folders in one of this test's own, removed at the end: a kill -9 leaves them behind.
+      { cwd: ROOT, stdio: ["ignore", "pipe", "inherit"], env: { ...process.env, TMPDIR: tmp } },
     );
     const line = await new Promise<string>((done, fail) => {
       let out = "";
@@ -137,12 +141,16 @@ describe("the servers of a test run", () => {
       child.once("exit", (code) => fail(new Error(`the run exited (${code}) before it started its servers`)));
     });
     const started = JSON.parse(line) as { pg: string; nats: string; dir: string; faultPg: string; faultNats: string };
-    const ports = [started.pg, started.nats, started.faultPg, started.faultNats].map((url) => Number(new URL(url).port));
-    for (const port of ports) expect(await answers(port)).toBe(true);
-    child.kill("SIGKILL");
-    // A hang detector: each stops within a second or two of the kill; 30 s means it never will.
-    for (const port of ports) expect(await closes(port, 30_000), `port ${port}`).toBe(true);
-    // Only the folder stays after a kill -9 (test.sh removes its run's folder on exit).
-    rmSync(started.dir, { recursive: true, force: true });
+    try {
+      const ports = [started.pg, started.nats, started.faultPg, started.faultNats].map((url) => Number(new URL(url).port));
+      for (const port of ports) expect(await answers(port)).toBe(true);
+      child.kill("SIGKILL");
+      // A hang detector: each stops within a second or two of the kill; 30 s means it never will.
+      for (const port of ports) expect(await closes(port, 30_000), `port ${port}`).toBe(true);
+    } finally {
+      child.kill("SIGKILL");
+      // Only the folders stay after a kill -9 (test.sh removes its run's folder on exit).
+      rmSync(tmp, { recursive: true, force: true });
+    }
   }, 90_000);
 });
