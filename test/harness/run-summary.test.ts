@@ -89,5 +89,11 @@ describe("the closing of a test run", () => {
     });
     expect(closing.stdout.trim()).toMatch(/^exit status 1: vitest wrote no summary/);
     expect(closing.status).toBe(1);
+    const interrupted = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", join(dir, "missing.json"), "130"], {
+      cwd: ROOT,
+      encoding: "utf8",
+    });
+    expect(interrupted.stdout.trim()).toBe("exit status 130: stopped by SIGINT (Ctrl-C) before vitest wrote its summary");
+    expect(interrupted.status).toBe(130);
   }, 60_000);
 });

@@ -1,4 +1,5 @@
 import { readFileSync, writeFileSync } from "node:fs";
+import { constants } from "node:os";
 import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason, TestSuite } from "vitest/node";
 
 /**
@@ -77,7 +78,12 @@ export function otherCauses(summary: RunSummary): string[] {
 
 /** The last line `npm test` prints: the counts, and when the exit status is not 0, why. */
 export function closingLine(summary: RunSummary | undefined, status: number): string {
-  if (!summary) return `exit status ${status}: vitest wrote no summary (it ended before its reporters did; see its output above)`;
+  if (!summary) {
+    const signal = status > 128 ? Object.entries(constants.signals).find(([, n]) => n === status - 128)?.[0] : undefined;
+    return signal
+      ? `exit status ${status}: stopped by ${signal}${signal === "SIGINT" ? " (Ctrl-C)" : ""} before vitest wrote its summary`
+      : `exit status ${status}: vitest wrote no summary (it ended before its reporters did; see its output above)`;
+  }
   const counts =
     `${summary.passed} passed, ${summary.failed} failed, ${summary.skipped.length} skipped` +
     (summary.notRun.length ? `, ${summary.notRun.length} not run (their file failed before them)` : "");
