@@ -1,4 +1,5 @@
 import { rmSync } from "node:fs";
+import type { TestProject } from "vitest/node";
 import { startTestServers } from "./test-servers.js";
 
 /**
@@ -7,7 +8,9 @@ import { startTestServers } from "./test-servers.js";
  * (ADMIN_DATABASE_URL and NATS_URL in test/support/app.ts read them). Stops both at the end, on
  * failure and on Ctrl-C; a kill -9 of the run stops them too (they watch this process).
  */
-export default async function setup(): Promise<() => Promise<void>> {
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  // Each project runs this; the unit tests need neither server (a run of them alone starts none).
+  if (project.name === "unit") return async () => {};
   const servers = await startTestServers(process.env);
   process.env.DATABASE_URL = servers.databaseUrl;
   process.env.NATS_URL = servers.natsUrl;
