@@ -54,10 +54,13 @@ function portAnswers(port: number): Promise<boolean> {
   });
 }
 
-/** `config` is nats-server configuration text (e.g. an authorization block) the server starts with. */
-export async function startPrivateNats(options: { config?: string } = {}): Promise<PrivateNats> {
+/**
+ * `config` is nats-server configuration text (e.g. an authorization block) the server starts with;
+ * `parentDir` the folder its store is made in (the system's temporary folder unless given).
+ */
+export async function startPrivateNats(options: { config?: string; parentDir?: string } = {}): Promise<PrivateNats> {
   let port = await freePort();
-  const storeDir = mkdtempSync(join(tmpdir(), "wr-nats-"));
+  const storeDir = mkdtempSync(join(options.parentDir ?? tmpdir(), "wr-nats-"));
   const configArgs: string[] = [];
   if (options.config) {
     const file = join(storeDir, "server.conf");

@@ -48,7 +48,8 @@ export async function startTestServers(env: { DATABASE_URL?: string; NATS_URL?: 
     }
     let natsUrl = env.NATS_URL!;
     if (wantNats) {
-      const nats = await startPrivateNats();
+      // Its store in the run's folder, so that the exit handler that removes the folder takes it too.
+      const nats = await startPrivateNats({ parentDir: dir });
       stopNats = () => nats.cleanup();
       natsUrl = nats.url;
     }
