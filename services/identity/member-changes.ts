@@ -2,7 +2,7 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService, Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError } from "../runtime/errors.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
@@ -22,9 +22,9 @@ export const LAST_OWNER = "an organization needs an owner: make another member o
  * replica refuses them from the next request on.
  */
 export function createMemberChangeHandlers(
-  deps: Pick<IdentityDeps, "sql" | "clients" | "outbox">,
+  deps: Pick<IdentityDeps, "sql" | "clients" | "outbox" | "throttle">,
 ): Pick<ServiceImpl<typeof IdentityService>, "updateMember" | "removeMember" | "setMemberPassword" | "changeOwnPassword"> {
-  const { sql, clients, outbox } = deps;
+  const { sql, clients, outbox, throttle } = deps;
 
   /**
    * The target membership, locked, after the organization row: every change of roles and
@@ -122,10 +122,19 @@ export function createMemberChangeHandlers(
     async changeOwnPassword(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       if (req.newPassword.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`newPassword must be at least ${MIN_PASSWORD_LENGTH} characters`);
+      // The current password is checked like a login, under the same throttle: otherwise a stolen
+      // session or API key could guess it here unthrottled, then log in and lock the person out.
+      const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const wait = await throttle.lockedFor(principal.orgSlug, principal.email, address);
+      if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       const [current] = await sql<MembershipRow[]>`
         select password_hash from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
       if (!current) throw new NotFoundError("no such member");
-      if (!(await verifyPassword(req.currentPassword, current.password_hash))) throw new PermissionDeniedError("currentPassword is not your current password");
+      if (!(await verifyPassword(req.currentPassword, current.password_hash))) {
+        await throttle.failed(principal.orgSlug, principal.email, address);
+        throw new PermissionDeniedError("currentPassword is not your current password");
+      }
+      await throttle.succeeded(principal.orgSlug, principal.email);
       const passwordHash = await hashPassword(req.newPassword);
       await sql.begin(async (tx) => {
         // Only over the password just checked: a change made meanwhile (by an admin) wins.
