@@ -2,8 +2,8 @@ import { randomBytes } from "node:crypto";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, ANY_MEMBER, authorize, type Role } from "../runtime/auth.js";
-import { InvalidArgumentError, NotFoundError, PermissionDeniedError } from "../runtime/errors.js";
+import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
+import { InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
@@ -26,11 +26,23 @@ export function createApiKeyHandlers(
       const name = req.name.trim() || "api key";
       if (name.length > 100) throw new InvalidArgumentError("name must be at most 100 characters");
       const key = `wrk_${randomBytes(32).toString("hex")}`;
+      const session = sha256(bearerToken(context.requestHeader.get("authorization")) ?? "");
       const id = await sql.begin(async (tx) => {
+        // Only while the session that asks is live and its membership exists, under share locks on
+        // both: a removal or a session revocation that committed meanwhile leaves no key behind
+        // (it would outlive the revocation), and one in progress waits for this and revokes it.
         const [row] = await tx<ApiKeyRow[]>`
-          insert into identity.api_keys (key_hash, org_id, user_id, name) values (${sha256(key)}, ${principal.orgId}, ${principal.userId}, ${name}) returning id`;
-        await insertAuditEvent(tx, principal.orgId, AUDIT.apiKeyCreated, principal.email, { id: row!.id, name });
-        return row!.id;
+          insert into identity.api_keys (key_hash, org_id, user_id, name)
+          select ${sha256(key)}, m.org_id, m.user_id, ${name}
+          from identity.memberships m
+          join identity.sessions s on s.org_id = m.org_id and s.user_id = m.user_id
+          where m.org_id = ${principal.orgId} and m.user_id = ${principal.userId}
+            and s.token_hash = ${session} and s.revoked_at is null and s.expires_at > now()
+          for key share of m for share of s
+          returning id`;
+        if (!row) throw new UnauthenticatedError("invalid or expired credential");
+        await insertAuditEvent(tx, principal.orgId, AUDIT.apiKeyCreated, principal.email, { id: row.id, name });
+        return row.id;
       });
       return { id, key };
     },

@@ -50,15 +50,26 @@ export function createSessionHandlers(
         throw new UnauthenticatedError("invalid email, password or organization");
       }
       await throttle.succeeded(req.orgSlug, req.email);
+      const checked = [row.password_hash];
       if (needsRehash(row.password_hash)) {
         // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
         const upgraded = await hashPassword(req.password);
         await sql`update identity.memberships set password_hash = ${upgraded}
                   where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
+        checked.push(upgraded);
       }
       const token = `wrs_${randomBytes(32).toString("hex")}`;
       const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
-      await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
+      // Only while the membership still exists with the password just checked, under a share lock
+      // on it: a removal or a password change that committed meanwhile leaves no session behind
+      // (it would outlive the revocation), and one in progress waits for this one and revokes it.
+      const inserted = await sql`
+        insert into identity.sessions (token_hash, org_id, user_id, expires_at)
+        select ${sha256(token)}, m.org_id, m.user_id, ${expiresAt} from identity.memberships m
+        where m.org_id = ${row.org_id} and m.user_id = ${row.user_id} and m.password_hash in ${sql(checked)}
+        for share
+        returning id`;
+      if (inserted.length === 0) throw new UnauthenticatedError("invalid email, password or organization");
       return { accessToken: token, expiresAt: timestampFromDate(expiresAt) };
     },
 
