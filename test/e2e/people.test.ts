@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { fromBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -40,13 +40,17 @@ const unique = (prefix: string) => `${prefix}-${Date.now().toString(36)}-${n++}`
 const rest = (replica: number, method: string, path: string, options: Parameters<typeof callApi>[3] = {}): Promise<Answer> =>
   callApi(app.gatewayUrls[replica]!, method, path, options);
 
-/** Connect clients on a replica, calling with `token`. */
-function connectAs(replica: number, token: string | undefined) {
+/** Connect (or gRPC) clients on a replica, calling with `token`. */
+function connectAs(replica: number, token: string | undefined, protocol: "connect" | "grpc" = "connect") {
   const bearer: Interceptor = (next) => (req) => {
     if (token) req.header.set("authorization", `Bearer ${token}`);
     return next(req);
   };
-  const transport = createConnectTransport({ baseUrl: app.gatewayUrls[replica]!, httpVersion: "1.1", interceptors: [bearer] });
+  const baseUrl = app.gatewayUrls[replica]!;
+  const transport =
+    protocol === "grpc"
+      ? createGrpcTransport({ baseUrl, interceptors: [bearer] })
+      : createConnectTransport({ baseUrl, httpVersion: "1.1", interceptors: [bearer] });
   return { identity: createClient(IdentityService, transport), incidents: createClient(IncidentsService, transport) };
 }
 
@@ -515,5 +519,22 @@ describe("changing an incident's severity", () => {
     expect(await codeOf(incidents.updateIncident({ org: "acme", id: "00000000-0000-4000-8000-000000000000", severity: "sev1" }))).toBe("NotFound");
     expect(await codeOf(connectAs(1, globexOwner).incidents.updateIncident({ org: "acme", id, severity: "sev1" }))).toBe("PermissionDenied");
     expect(await codeOf(connectAs(1, undefined).incidents.updateIncident({ org: "acme", id, severity: "sev1" }))).toBe("Unauthenticated");
+  });
+});
+
+describe("over gRPC", () => {
+  it("serves the same methods with the same answers and refusals", async () => {
+    const m = await addMember("member");
+    const asOwner = connectAs(1, owner, "grpc");
+    expect(await asOwner.identity.updateMember({ org: "acme", id: m.id, role: "admin" })).toMatchObject({ role: "admin" });
+    expect(await codeOf(connectAs(0, m.token, "grpc").identity.updateMember({ org: "acme", id: m.id, role: "owner" }))).toBe("PermissionDenied");
+    const keys = await connectAs(0, m.token, "grpc").identity.listApiKeys({ org: "acme" });
+    expect(keys.apiKeys).toEqual([]);
+    const key = (await rest(0, "POST", "/o/acme/api-keys", { token: m.token, body: { name: "grpc" } })).body.key as string;
+    expect(await codeOf(connectAs(0, key, "grpc").identity.createApiKey({ org: "acme", name: "child" }))).toBe("PermissionDenied");
+    expect(await codeOf(connectAs(0, m.token, "grpc").incidents.updateIncident({ org: "acme", id: m.id, severity: "sev9" }))).toBe("InvalidArgument");
+    expect(await codeOf(asOwner.identity.removeMember({ org: "acme", id: m.id }))).toBe("ok");
+    expect(await codeOf(connectAs(1, key, "grpc").identity.listMembers({ org: "acme" }))).toBe("Unauthenticated");
+    expect(await codeOf(connectAs(0, m.token, "grpc").identity.listMembers({ org: "acme" }))).toBe("Unauthenticated");
   });
 });
