@@ -2,7 +2,14 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService, Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError } from "../runtime/errors.js";
+import {
+  FailedPreconditionError,
+  InvalidArgumentError,
+  NotFoundError,
+  PermissionDeniedError,
+  RateLimitedError,
+  UnauthenticatedError,
+} from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
@@ -32,7 +39,15 @@ export function createMemberChangeHandlers(
    * each other at once cannot both see the other one left.
    */
   async function lockedTarget(tx: TransactionSql, principal: Principal, id: string): Promise<MembershipRow> {
-    await tx`select 1 from identity.organizations where id = ${principal.orgId} for update`;
+    // `no key update`: it serializes these changes without holding up the foreign-key checks of
+    // logins and key creations, which take `key share` on the organization row.
+    await tx`select 1 from identity.organizations where id = ${principal.orgId} for no key update`;
+    // The caller's role as it is now, under the lock: two admins removing or demoting each other
+    // at once were both authorized before either committed, and only the first may go through.
+    const [caller] = await tx<MembershipRow[]>`select role from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
+    if (!caller) throw new UnauthenticatedError("invalid or expired credential");
+    if (!ADMINS.includes(caller.role as Role)) throw new PermissionDeniedError(`this needs the role admin; you are ${caller.role}`);
+    principal.role = caller.role;
     const [target] = await tx<MembershipRow[]>`
       select m.user_id, u.email, m.role, m.password_hash from identity.memberships m join identity.users u on u.id = m.user_id
       where m.org_id = ${principal.orgId} and m.user_id = ${id} for update of m`;
