@@ -16,7 +16,13 @@ type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
 /** The domain events a console watches; each is sent on the stream under its catalog name. */
-export const LIVE_EVENTS: readonly EventType[] = [EVENTS.incidentOpened, EVENTS.timelineRecorded, EVENTS.incidentResolved, EVENTS.updateSent];
+export const LIVE_EVENTS: readonly EventType[] = [
+  EVENTS.incidentOpened,
+  EVENTS.timelineRecorded,
+  EVENTS.incidentResolved,
+  EVENTS.severityChanged,
+  EVENTS.updateSent,
+];
 
 export interface LiveEventsOptions {
   events: EventBus;

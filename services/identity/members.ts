@@ -10,7 +10,7 @@ import { AUDIT, insertAuditEvent, type MemberRow, type UserRow } from "./store.j
 
 export const EMAIL = /^[^\s@]+@[^\s@]+$/;
 export const MIN_PASSWORD_LENGTH = 8;
-const ROLES: Role[] = ["owner", "admin", "member"];
+export const ROLES: readonly Role[] = ["owner", "admin", "member"];
 
 /** Members of an organization: adding one with its own password, listing them. */
 export function createMemberHandlers(deps: Pick<IdentityDeps, "sql" | "clients">): Pick<ServiceImpl<typeof IdentityService>, "addMember" | "listMembers"> {

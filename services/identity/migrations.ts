@@ -106,5 +106,16 @@ export const migrations: Migration[] = [
       );
     `,
   },
+  {
+    id: 6,
+    name: "API key last use, and a membership's credentials by member",
+    // last_used_at is written at most once a minute per key (see sessions.ts). Removing a member
+    // or setting a password revokes that membership's live sessions and keys in one statement.
+    sql: `
+      alter table identity.api_keys add column last_used_at timestamptz;
+      create index sessions_live_by_member on identity.sessions (org_id, user_id) where revoked_at is null;
+      create index api_keys_live_by_member on identity.api_keys (org_id, user_id) where revoked_at is null;
+    `,
+  },
   ...outboxUpgrades("identity"),
 ];

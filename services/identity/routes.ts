@@ -4,6 +4,7 @@ import { createApiKeyHandlers } from "./api-keys.js";
 import { createAuditEventHandlers } from "./audit-events.js";
 import type { IdentityDeps } from "./deps.js";
 import { createInternalHandlers } from "./internal.js";
+import { createMemberChangeHandlers } from "./member-changes.js";
 import { createMemberHandlers } from "./members.js";
 import { createOrgCredentialHandlers } from "./org-credentials.js";
 import { createSessionHandlers } from "./sessions.js";
@@ -13,6 +14,7 @@ export function createIdentityRoutes(deps: IdentityDeps): ServiceImpl<typeof Ide
   return {
     ...createSessionHandlers(deps),
     ...createMemberHandlers(deps),
+    ...createMemberChangeHandlers(deps),
     ...createApiKeyHandlers(deps),
     ...createOrgCredentialHandlers(deps),
     ...createAuditEventHandlers(deps),

@@ -14,6 +14,23 @@ export function createSessionHandlers(
   deps: Pick<IdentityDeps, "sql" | "config" | "outbox" | "throttle">,
 ): Pick<ServiceImpl<typeof IdentityService>, "login" | "logout" | "authenticate"> {
   const { sql, config, outbox, throttle } = deps;
+  // Keys whose last-use write is under way in this process: a burst of calls with one key starts one.
+  const lastUseWrites = new Set<string>();
+
+  /**
+   * Records an API key's use, at most once a minute per key across every replica (the condition
+   * is checked again under the row lock), after the answer and off its path: a failed or slow
+   * write never delays or fails the call.
+   */
+  function noteKeyUse(keyId: string): void {
+    if (lastUseWrites.has(keyId)) return;
+    lastUseWrites.add(keyId);
+    void sql`update identity.api_keys set last_used_at = now()
+             where id = ${keyId} and (last_used_at is null or last_used_at < now() - interval '1 minute')`
+      .catch(() => {})
+      .finally(() => lastUseWrites.delete(keyId));
+  }
+
   return {
     async login(req, context) {
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
@@ -33,15 +50,26 @@ export function createSessionHandlers(
         throw new UnauthenticatedError("invalid email, password or organization");
       }
       await throttle.succeeded(req.orgSlug, req.email);
+      const checked = [row.password_hash];
       if (needsRehash(row.password_hash)) {
         // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
         const upgraded = await hashPassword(req.password);
         await sql`update identity.memberships set password_hash = ${upgraded}
                   where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
+        checked.push(upgraded);
       }
       const token = `wrs_${randomBytes(32).toString("hex")}`;
       const expiresAt = new Date(Date.now() + config.SESSION_TTL_SECONDS * 1000);
-      await sql`insert into identity.sessions (token_hash, org_id, user_id, expires_at) values (${sha256(token)}, ${row.org_id}, ${row.user_id}, ${expiresAt})`;
+      // Only while the membership still exists with the password just checked, under a share lock
+      // on it: a removal or a password change that committed meanwhile leaves no session behind
+      // (it would outlive the revocation), and one in progress waits for this one and revokes it.
+      const inserted = await sql`
+        insert into identity.sessions (token_hash, org_id, user_id, expires_at)
+        select ${sha256(token)}, m.org_id, m.user_id, ${expiresAt} from identity.memberships m
+        where m.org_id = ${row.org_id} and m.user_id = ${row.user_id} and m.password_hash in ${sql(checked)}
+        for share
+        returning id`;
+      if (inserted.length === 0) throw new UnauthenticatedError("invalid email, password or organization");
       return { accessToken: token, expiresAt: timestampFromDate(expiresAt) };
     },
 
@@ -63,12 +91,13 @@ export function createSessionHandlers(
       if (!token) throw new UnauthenticatedError("missing credential: send Authorization: Bearer <session token or API key>");
       const hash = sha256(token);
       const [row] = await sql<PrincipalRow[]>`
-        select o.id as org_id, o.slug as org_slug, u.id as user_id, u.email, m.role, c.credential
+        select o.id as org_id, o.slug as org_slug, u.id as user_id, u.email, m.role, c.credential, c.key_id, c.use_unrecorded
         from (
-          select org_id, user_id, 'session' as credential from identity.sessions
+          select org_id, user_id, 'session' as credential, null::uuid as key_id, false as use_unrecorded from identity.sessions
             where token_hash = ${hash} and revoked_at is null and expires_at > now()
           union all
-          select org_id, user_id, 'api_key' from identity.api_keys where key_hash = ${hash} and revoked_at is null
+          select org_id, user_id, 'api_key', id, (last_used_at is null or last_used_at < now() - interval '1 minute')
+            from identity.api_keys where key_hash = ${hash} and revoked_at is null
         ) c
         join identity.organizations o on o.id = c.org_id
         join identity.users u on u.id = c.user_id
@@ -76,6 +105,7 @@ export function createSessionHandlers(
         limit 1`;
       if (!row) throw new UnauthenticatedError("invalid or expired credential");
       if (row.org_slug !== req.org) throw new PermissionDeniedError("this credential does not act on that organization");
+      if (row.key_id && row.use_unrecorded) noteKeyUse(row.key_id);
       return { orgId: row.org_id, orgSlug: row.org_slug, userId: row.user_id, email: row.email, role: row.role, credential: row.credential };
     },
   };

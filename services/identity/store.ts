@@ -29,6 +29,9 @@ export interface PrincipalRow {
   email: string;
   role: string;
   credential: string;
+  /** The API key's id, and whether its last use is more than a minute old; null for a session. */
+  key_id: string | null;
+  use_unrecorded: boolean;
 }
 
 export interface RevokedSessionRow {
@@ -42,6 +45,26 @@ export interface RevokedApiKeyRow {
 
 export interface ApiKeyRow {
   id: string;
+}
+
+export interface ApiKeyListRow {
+  id: string;
+  name: string;
+  email: string;
+  created_at: Date;
+  last_used_at: Date | null;
+}
+
+export interface MembershipRow {
+  user_id: string;
+  email: string;
+  role: string;
+  password_hash: string;
+}
+
+export interface RevokedCredentialRow {
+  kind: "session" | "api_key";
+  hash: Buffer;
 }
 
 export interface MemberRow {
@@ -72,6 +95,9 @@ export const AUDIT = {
   apiKeyCreated: "api_key.created",
   apiKeyRevoked: "api_key.revoked",
   memberAdded: "member.added",
+  memberRemoved: "member.removed",
+  memberRoleChanged: "member.role_changed",
+  memberPasswordSet: "member.password_set",
   receiverAuthFailed: "receiver.auth_failed",
   organizationCreated: "organization.created",
 } as const;
@@ -83,6 +109,35 @@ export async function insertAuditEvent(tx: TransactionSql, orgId: string | null,
 /** Tells every process that a credential changed; with the revoked hash, caches of it drop it. */
 export async function writeCredentialChanged(outbox: Outbox, tx: TransactionSql, orgId: string, kind: string, revokedHash?: Buffer): Promise<void> {
   await outbox.write(tx, EVENTS.credentialChanged, create(CredentialChangedSchema, { orgId, kind, revokedHash: revokedHash?.toString("hex") ?? "" }));
+}
+
+/**
+ * Revokes a membership's live sessions (all but `keepSessionHash`) and, with `apiKeys`, its API
+ * keys, in the caller's transaction; writes one credential-changed event per revoked value, so that
+ * live streams opened with it end on every replica. Authentication reads these rows on every
+ * request, so the next request with any of them is refused once this commits.
+ */
+export async function revokeMemberCredentials(
+  outbox: Outbox,
+  tx: TransactionSql,
+  orgId: string,
+  userId: string,
+  options: { apiKeys: boolean; keepSessionHash?: Buffer },
+): Promise<RevokedCredentialRow[]> {
+  const keep = options.keepSessionHash ?? Buffer.alloc(0);
+  const revoked = await tx<RevokedCredentialRow[]>`
+    with sessions as (
+      update identity.sessions set revoked_at = now()
+      where org_id = ${orgId} and user_id = ${userId} and revoked_at is null and expires_at > now() and token_hash <> ${keep}
+      returning 'session'::text as kind, token_hash as hash
+    ), keys as (
+      update identity.api_keys set revoked_at = now()
+      where ${options.apiKeys} and org_id = ${orgId} and user_id = ${userId} and revoked_at is null
+      returning 'api_key'::text as kind, key_hash as hash
+    )
+    select kind, hash from sessions union all select kind, hash from keys`;
+  for (const row of revoked) await writeCredentialChanged(outbox, tx, orgId, row.kind, row.hash);
+  return revoked;
 }
 
 export async function organizationBySlug(sql: Sql | TransactionSql, slug: string): Promise<OrganizationRow | undefined> {

@@ -29,6 +29,8 @@ export const outboxRows = {
     row(EVENTS.timelineRecorded, { ...e, at: timestampFromDate(e.at) }),
   resolved: (e: { orgId: string; incidentId: string; state: string; actor: string; at: Date }): OutboxRow =>
     row(EVENTS.incidentResolved, { ...e, at: timestampFromDate(e.at) }),
+  severityChanged: (e: { orgId: string; incidentId: string; from: string; to: string; actor: string; at: Date }): OutboxRow =>
+    row(EVENTS.severityChanged, { ...e, at: timestampFromDate(e.at) }),
   /** An audit record, stored by the identity service (which owns the audit log). */
   audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow =>
     row(EVENTS.auditRecorded, { ...e, at: timestampFromDate(e.at) }),

@@ -10,6 +10,7 @@ import { createRecordHandlers } from "./record.js";
 import { groupCommitted } from "./group-commit.js";
 import { createRecordBatch, createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
+import { createSeverityHandlers } from "./severity.js";
 
 /** Every IncidentsService method, from its handler groups. */
 export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof IncidentsService> {
@@ -22,6 +23,7 @@ export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof I
     ...createFindLatestOpenHandlers(deps),
     ...createListAndGetHandlers(deps),
     ...createResolveAndArchiveHandlers(deps),
+    ...createSeverityHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
     ...createMaintenanceWindowEndHandlers(deps),
   };

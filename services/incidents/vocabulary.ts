@@ -39,6 +39,7 @@ export const AUDIT_KINDS = {
   triggerSuppressed: "trigger.suppressed",
   maintenanceWindowCreated: "maintenance_window.created",
   maintenanceWindowDeleted: "maintenance_window.deleted",
+  severityChanged: "incident.severity_changed",
 } as const;
 
 /** Whether `value` is one of `values`, narrowing its type. */

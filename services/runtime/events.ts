@@ -6,6 +6,7 @@ import {
   HeartbeatSilentSchema,
   IncidentOpenedSchema,
   IncidentResolvedSchema,
+  SeverityChangedSchema,
   TimelineRecordedSchema,
   UpdateSentSchema,
 } from "../../gen/warroom/events/v1/events_pb.js";
@@ -35,6 +36,7 @@ export const EVENTS = {
   incidentOpened: eventType("incident.opened", IncidentOpenedSchema),
   timelineRecorded: eventType("incident.timeline_recorded", TimelineRecordedSchema),
   incidentResolved: eventType("incident.resolved", IncidentResolvedSchema),
+  severityChanged: eventType("incident.severity_changed", SeverityChangedSchema),
   heartbeatSilent: eventType("heartbeat.silent", HeartbeatSilentSchema),
   updateSent: eventType("update.sent", UpdateSentSchema),
   credentialChanged: eventType("credential.changed", CredentialChangedSchema),

@@ -17,6 +17,9 @@ import { startClusterApp } from "../support/cluster.js";
  */
 const ADMIN_ONLY = new Set([
   "AddMember",
+  "UpdateMember",
+  "RemoveMember",
+  "SetMemberPassword",
   "IssueIngestToken",
   "IssueChatSecret",
   "IssueAlertRouterSecret",
@@ -37,13 +40,15 @@ const ADMIN_ONLY = new Set([
 ]);
 const ANY_MEMBER = new Set([
   "ListMembers",
-  "CreateApiKey",
+  "ChangeOwnPassword",
+  "ListApiKeys",
   "DeleteApiKey",
   "ListIncidents",
   "GetIncident",
   "ListTimeline",
   "ResolveIncident",
   "ArchiveIncident",
+  "UpdateIncident",
   "ListMaintenanceWindows",
   "ListHeartbeats",
   "GetHeartbeat",
@@ -58,6 +63,8 @@ const ANY_MEMBER = new Set([
   "GetRemoteSource",
   "ReadRemoteSource",
 ]);
+/** Any member, but only with a session: an API key never mints another key. */
+const SESSION_ONLY = new Set(["CreateApiKey"]);
 /**
  * Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token,
  * the PagerDuty and Opsgenie receivers by routing key or GenieKey): tested in their own suites.
@@ -88,7 +95,9 @@ function pathFor(route: Route, org: string): string {
 
 describe("every route is classified", () => {
   it("has a role rule for every public method", () => {
-    const unclassified = routes.map((r) => r.method.name).filter((n) => !ADMIN_ONLY.has(n) && !ANY_MEMBER.has(n) && !OWN_AUTHENTICATION.has(n));
+    const unclassified = routes
+      .map((r) => r.method.name)
+      .filter((n) => !ADMIN_ONLY.has(n) && !ANY_MEMBER.has(n) && !SESSION_ONLY.has(n) && !OWN_AUTHENTICATION.has(n));
     expect(unclassified).toEqual([]);
   });
 });
@@ -167,6 +176,16 @@ describe.each(["one process", "separate processes over NATS"] as const)("the rol
         const res = await app.call(route.httpMethod, pathFor(route, "acme"), { token, body: route.body === "*" ? {} : undefined });
         expect({ label, refused: res.status === 401 || res.status === 403 }).toEqual({ label, refused: false });
       }
+    }
+  });
+
+  it("lets every member through on session-only routes with a session, and refuses an API key", async () => {
+    for (const route of managed.filter((r) => SESSION_ONLY.has(r.method.name))) {
+      const label = `${route.httpMethod} ${route.template}`;
+      const withSession = await app.call(route.httpMethod, pathFor(route, "acme"), { token: tokens.member, body: route.body === "*" ? {} : undefined });
+      expect({ label, refused: withSession.status === 401 || withSession.status === 403 }).toEqual({ label, refused: false });
+      const withKey = await app.call(route.httpMethod, pathFor(route, "acme"), { token: tokens.memberApiKey, body: route.body === "*" ? {} : undefined });
+      expect({ label, status: withKey.status }).toEqual({ label, status: 403 });
     }
   });
 });

@@ -118,14 +118,25 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     const o = "/o/acme";
 
     // People and credentials (each audited through the identity service).
-    expectStatus(
-      await call("POST", `${o}/members`, { token: owner, body: { email: "member@acme.test", password: "member password 1", role: "member" } }),
-      201,
-      "add member",
-    );
+    const added = await call("POST", `${o}/members`, { token: owner, body: { email: "member@acme.test", password: "member password 1", role: "member" } });
+    expectStatus(added, 201, "add member");
     expectStatus(await call("GET", `${o}/members`, { token: owner }), 200, "list members");
+    const memberPath = `${o}/members/${added.body.id}`;
+    expectStatus(await call("PATCH", memberPath, { token: owner, body: { role: "admin" } }), 200, "change a role");
+    expectStatus(await call("PUT", `${memberPath}/password`, { token: owner, body: { password: "member password 2" } }), 204, "set a password");
+    const memberLogin = await call("POST", "/auth/login", { body: { email: "member@acme.test", password: "member password 2", orgSlug: OWNER.org } });
+    expectStatus(memberLogin, 200, "member login");
+    expectStatus(
+      await call("PUT", `${o}/me/password`, {
+        token: memberLogin.body.accessToken,
+        body: { currentPassword: "member password 2", newPassword: "member password 3" },
+      }),
+      204,
+      "change own password",
+    );
     const key = await call("POST", `${o}/api-keys`, { token: owner, body: { name: "pool" } });
     expectStatus(key, 201, "create api key");
+    expectStatus(await call("GET", `${o}/api-keys`, { token: owner }), 200, "list api keys");
     expectStatus(await call("DELETE", `${o}/api-keys/${key.body.id}`, { token: owner }), 204, "delete api key");
     const ingest = await call("POST", `${o}/triggers/ingest-token`, { token: owner });
     expectStatus(ingest, 200, "ingest token");
@@ -219,6 +230,7 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     ]);
     expect(recorded).toBe(1);
 
+    expectStatus(await call("PATCH", `${o}/incidents/${incidentId}`, { token: owner, body: { severity: "sev1" } }), 200, "change severity");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/resolve`, { token: owner }), 200, "resolve");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/archive`, { token: owner }), 200, "archive");
 
@@ -312,6 +324,7 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
       return lag === 0 ? true : undefined;
     });
 
+    expectStatus(await call("DELETE", memberPath, { token: owner }), 204, "remove a member");
     expectStatus(await call("GET", "/readyz"), 200, "readyz");
     expectStatus(await call("POST", "/auth/logout", { token: owner }), 204, "logout");
 

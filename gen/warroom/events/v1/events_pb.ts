@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/events/v1/events.proto.
  */
 export const file_warroom_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJtChBUaW1lbGluZVJlY29yZGVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIMCgRraW5kGAMgASgJEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ9ChBJbmNpZGVudFJlc29sdmVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRINCgVhY3RvchgEIAEoCRImCgJhdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibwoPSGVhcnRiZWF0U2lsZW50Eg4KBm9yZ19pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDnNpbGVudF9zZWNvbmRzGAMgASgDEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ8CgpVcGRhdGVTZW50Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRISCgptZXNzYWdlX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChFDcmVkZW50aWFsQ2hhbmdlZBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxyZXZva2VkX2hhc2gYAyABKAkiiwEKDUF1ZGl0UmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFYWN0b3IYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0YgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJtChBUaW1lbGluZVJlY29yZGVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIMCgRraW5kGAMgASgJEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ9ChBJbmNpZGVudFJlc29sdmVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRINCgVhY3RvchgEIAEoCRImCgJhdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwEKD1NldmVyaXR5Q2hhbmdlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDAoEZnJvbRgDIAEoCRIKCgJ0bxgEIAEoCRINCgVhY3RvchgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibwoPSGVhcnRiZWF0U2lsZW50Eg4KBm9yZ19pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDnNpbGVudF9zZWNvbmRzGAMgASgDEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ8CgpVcGRhdGVTZW50Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRISCgptZXNzYWdlX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChFDcmVkZW50aWFsQ2hhbmdlZBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxyZXZva2VkX2hhc2gYAyABKAkiiwEKDUF1ZGl0UmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFYWN0b3IYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0YgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.events.v1.IncidentOpened
@@ -224,6 +224,95 @@ export const IncidentResolvedSchema: GenMessage<IncidentResolved, {jsonType: Inc
   messageDesc(file_warroom_events_v1_events, 2);
 
 /**
+ * A person changed an incident's severity (the delivery's is only a proposal).
+ *
+ * @generated from message warroom.events.v1.SeverityChanged
+ */
+export type SeverityChanged = Message<"warroom.events.v1.SeverityChanged"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * sev1 .. sev4.
+   *
+   * @generated from field: string from = 3;
+   */
+  from: string;
+
+  /**
+   * @generated from field: string to = 4;
+   */
+  to: string;
+
+  /**
+   * The email of the member who changed it.
+   *
+   * @generated from field: string actor = 5;
+   */
+  actor: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: Timestamp | undefined;
+};
+
+/**
+ * A person changed an incident's severity (the delivery's is only a proposal).
+ *
+ * @generated from message warroom.events.v1.SeverityChanged
+ */
+export type SeverityChangedJson = {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * sev1 .. sev4.
+   *
+   * @generated from field: string from = 3;
+   */
+  from?: string;
+
+  /**
+   * @generated from field: string to = 4;
+   */
+  to?: string;
+
+  /**
+   * The email of the member who changed it.
+   *
+   * @generated from field: string actor = 5;
+   */
+  actor?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.events.v1.SeverityChanged.
+ * Use `create(SeverityChangedSchema)` to create a new message.
+ */
+export const SeverityChangedSchema: GenMessage<SeverityChanged, {jsonType: SeverityChangedJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_events_v1_events, 3);
+
+/**
  * @generated from message warroom.events.v1.HeartbeatSilent
  */
 export type HeartbeatSilent = Message<"warroom.events.v1.HeartbeatSilent"> & {
@@ -278,7 +367,7 @@ export type HeartbeatSilentJson = {
  * Use `create(HeartbeatSilentSchema)` to create a new message.
  */
 export const HeartbeatSilentSchema: GenMessage<HeartbeatSilent, {jsonType: HeartbeatSilentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 3);
+  messageDesc(file_warroom_events_v1_events, 4);
 
 /**
  * @generated from message warroom.events.v1.UpdateSent
@@ -349,7 +438,7 @@ export type UpdateSentJson = {
  * Use `create(UpdateSentSchema)` to create a new message.
  */
 export const UpdateSentSchema: GenMessage<UpdateSent, {jsonType: UpdateSentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 4);
+  messageDesc(file_warroom_events_v1_events, 5);
 
 /**
  * A credential was issued or revoked: caches keyed by it must drop it at once.
@@ -408,7 +497,7 @@ export type CredentialChangedJson = {
  * Use `create(CredentialChangedSchema)` to create a new message.
  */
 export const CredentialChangedSchema: GenMessage<CredentialChanged, {jsonType: CredentialChangedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 5);
+  messageDesc(file_warroom_events_v1_events, 6);
 
 /**
  * An audit record written by a service other than identity, stored by identity.
@@ -479,5 +568,5 @@ export type AuditRecordedJson = {
  * Use `create(AuditRecordedSchema)` to create a new message.
  */
 export const AuditRecordedSchema: GenMessage<AuditRecorded, {jsonType: AuditRecordedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 6);
+  messageDesc(file_warroom_events_v1_events, 7);
 

@@ -13,7 +13,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/identity/v1/identity.proto.
  */
 export const file_warroom_identity_v1_identity: GenFile = /*@__PURE__*/
-  fileDesc("CiJ3YXJyb29tL2lkZW50aXR5L3YxL2lkZW50aXR5LnByb3RvEhN3YXJyb29tLmlkZW50aXR5LnYxIkEKDExvZ2luUmVxdWVzdBINCgVlbWFpbBgBIAEoCRIQCghwYXNzd29yZBgCIAEoCRIQCghvcmdfc2x1ZxgDIAEoCSJVCg1Mb2dpblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIPCg1Mb2dvdXRSZXF1ZXN0IjEKBk1lbWJlchIKCgJpZBgBIAEoCRINCgVlbWFpbBgCIAEoCRIMCgRyb2xlGAMgASgJIk4KEEFkZE1lbWJlclJlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEgwKBHJvbGUYBCABKAkiQAoSTGlzdE1lbWJlcnNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkibQoTTGlzdE1lbWJlcnNSZXNwb25zZRIsCgdtZW1iZXJzGAEgAygLMhsud2Fycm9vbS5pZGVudGl0eS52MS5NZW1iZXISGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiMAoTQ3JlYXRlQXBpS2V5UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSIvChRDcmVhdGVBcGlLZXlSZXNwb25zZRIKCgJpZBgBIAEoCRILCgNrZXkYAiABKAkiLgoTRGVsZXRlQXBpS2V5UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiJgoXSXNzdWVJbmdlc3RUb2tlblJlcXVlc3QSCwoDb3JnGAEgASgJIikKGElzc3VlSW5nZXN0VG9rZW5SZXNwb25zZRINCgV0b2tlbhgBIAEoCSIlChZJc3N1ZUNoYXRTZWNyZXRSZXF1ZXN0EgsKA29yZxgBIAEoCSIsCh1Jc3N1ZUFsZXJ0Um91dGVyU2VjcmV0UmVxdWVzdBILCgNvcmcYASABKAkiJQoTSXNzdWVTZWNyZXRSZXNwb25zZRIOCgZzZWNyZXQYASABKAkiRAoWTGlzdEF1ZGl0RXZlbnRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJIngKCkF1ZGl0RXZlbnQSDAoEa2luZBgBIAEoCRINCgVhY3RvchgCIAEoCRImCgJhdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgEIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QidAoXTGlzdEF1ZGl0RXZlbnRzUmVzcG9uc2USLwoGZXZlbnRzGAEgAygLMh8ud2Fycm9vbS5pZGVudGl0eS52MS5BdWRpdEV2ZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIiIKE0F1dGhlbnRpY2F0ZVJlcXVlc3QSCwoDb3JnGAEgASgJIm8KCVByaW5jaXBhbBIOCgZvcmdfaWQYASABKAkSEAoIb3JnX3NsdWcYAiABKAkSDwoHdXNlcl9pZBgDIAEoCRINCgVlbWFpbBgEIAEoCRIMCgRyb2xlGAUgASgJEhIKCmNyZWRlbnRpYWwYBiABKAkiKAoMT3JnYW5pemF0aW9uEgoKAmlkGAEgASgJEgwKBHNsdWcYAiABKAkiKgoZUmVzb2x2ZUluZ2VzdFRva2VuUmVxdWVzdBINCgV0b2tlbhgBIAEoCSJOChxSZXNvbHZlUmVjZWl2ZXJTZWNyZXRSZXF1ZXN0EgwKBGtpbmQYASABKAkSDgoGc2VjcmV0GAIgASgJEhAKCG9yZ19zbHVnGAMgASgJIjIKFkdldE9yZ2FuaXphdGlvblJlcXVlc3QSDAoEc2x1ZxgBIAEoCRIKCgJpZBgCIAEoCSJRChBCb290c3RyYXBSZXF1ZXN0EhAKCG9yZ19zbHVnGAEgASgJEhMKC293bmVyX2VtYWlsGAIgASgJEhYKDm93bmVyX3Bhc3N3b3JkGAMgASgJIl0KEUJvb3RzdHJhcFJlc3BvbnNlEjcKDG9yZ2FuaXphdGlvbhgBIAEoCzIhLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEg8KB2NyZWF0ZWQYAiABKAgiaAoSUmVjb3JkQXVkaXRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIMCgRraW5kGAIgASgJEg0KBWFjdG9yGAMgASgJEiUKBGRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0MtcOCg9JZGVudGl0eVNlcnZpY2USZgoFTG9naW4SIS53YXJyb29tLmlkZW50aXR5LnYxLkxvZ2luUmVxdWVzdBoiLndhcnJvb20uaWRlbnRpdHkudjEuTG9naW5SZXNwb25zZSIWgtPkkwIQOgEqIgsvYXV0aC9sb2dpbhJaCgZMb2dvdXQSIi53YXJyb29tLmlkZW50aXR5LnYxLkxvZ291dFJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiFILT5JMCDiIML2F1dGgvbG9nb3V0EmwKCUFkZE1lbWJlchIlLndhcnJvb20uaWRlbnRpdHkudjEuQWRkTWVtYmVyUmVxdWVzdBobLndhcnJvb20uaWRlbnRpdHkudjEuTWVtYmVyIhuC0+STAhU6ASoiEC9vL3tvcmd9L21lbWJlcnMSegoLTGlzdE1lbWJlcnMSJy53YXJyb29tLmlkZW50aXR5LnYxLkxpc3RNZW1iZXJzUmVxdWVzdBooLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdE1lbWJlcnNSZXNwb25zZSIYgtPkkwISEhAvby97b3JnfS9tZW1iZXJzEoEBCgxDcmVhdGVBcGlLZXkSKC53YXJyb29tLmlkZW50aXR5LnYxLkNyZWF0ZUFwaUtleVJlcXVlc3QaKS53YXJyb29tLmlkZW50aXR5LnYxLkNyZWF0ZUFwaUtleVJlc3BvbnNlIhyC0+STAhY6ASoiES9vL3tvcmd9L2FwaS1rZXlzEnAKDERlbGV0ZUFwaUtleRIoLndhcnJvb20uaWRlbnRpdHkudjEuRGVsZXRlQXBpS2V5UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIegtPkkwIYKhYvby97b3JnfS9hcGkta2V5cy97aWR9EpcBChBJc3N1ZUluZ2VzdFRva2VuEiwud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUluZ2VzdFRva2VuUmVxdWVzdBotLndhcnJvb20uaWRlbnRpdHkudjEuSXNzdWVJbmdlc3RUb2tlblJlc3BvbnNlIiaC0+STAiAiHi9vL3tvcmd9L3RyaWdnZXJzL2luZ2VzdC10b2tlbhKPAQoPSXNzdWVDaGF0U2VjcmV0Eisud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUNoYXRTZWNyZXRSZXF1ZXN0Gigud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZVNlY3JldFJlc3BvbnNlIiWC0+STAh8iHS9vL3tvcmd9L3RyaWdnZXJzL2NoYXQtc2VjcmV0EqQBChZJc3N1ZUFsZXJ0Um91dGVyU2VjcmV0EjIud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUFsZXJ0Um91dGVyU2VjcmV0UmVxdWVzdBooLndhcnJvb20uaWRlbnRpdHkudjEuSXNzdWVTZWNyZXRSZXNwb25zZSIsgtPkkwImIiQvby97b3JnfS90cmlnZ2Vycy9hbGVydHJvdXRlci1zZWNyZXQSiwEKD0xpc3RBdWRpdEV2ZW50cxIrLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdEF1ZGl0RXZlbnRzUmVxdWVzdBosLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdEF1ZGl0RXZlbnRzUmVzcG9uc2UiHYLT5JMCFxIVL28ve29yZ30vYXVkaXQtZXZlbnRzElgKDEF1dGhlbnRpY2F0ZRIoLndhcnJvb20uaWRlbnRpdHkudjEuQXV0aGVudGljYXRlUmVxdWVzdBoeLndhcnJvb20uaWRlbnRpdHkudjEuUHJpbmNpcGFsEmcKElJlc29sdmVJbmdlc3RUb2tlbhIuLndhcnJvb20uaWRlbnRpdHkudjEuUmVzb2x2ZUluZ2VzdFRva2VuUmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEm0KFVJlc29sdmVSZWNlaXZlclNlY3JldBIxLndhcnJvb20uaWRlbnRpdHkudjEuUmVzb2x2ZVJlY2VpdmVyU2VjcmV0UmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEmEKD0dldE9yZ2FuaXphdGlvbhIrLndhcnJvb20uaWRlbnRpdHkudjEuR2V0T3JnYW5pemF0aW9uUmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEloKCUJvb3RzdHJhcBIlLndhcnJvb20uaWRlbnRpdHkudjEuQm9vdHN0cmFwUmVxdWVzdBomLndhcnJvb20uaWRlbnRpdHkudjEuQm9vdHN0cmFwUmVzcG9uc2USTgoLUmVjb3JkQXVkaXQSJy53YXJyb29tLmlkZW50aXR5LnYxLlJlY29yZEF1ZGl0UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiJ3YXJyb29tL2lkZW50aXR5L3YxL2lkZW50aXR5LnByb3RvEhN3YXJyb29tLmlkZW50aXR5LnYxIkEKDExvZ2luUmVxdWVzdBINCgVlbWFpbBgBIAEoCRIQCghwYXNzd29yZBgCIAEoCRIQCghvcmdfc2x1ZxgDIAEoCSJVCg1Mb2dpblJlc3BvbnNlEhQKDGFjY2Vzc190b2tlbhgBIAEoCRIuCgpleHBpcmVzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCIPCg1Mb2dvdXRSZXF1ZXN0IjEKBk1lbWJlchIKCgJpZBgBIAEoCRINCgVlbWFpbBgCIAEoCRIMCgRyb2xlGAMgASgJIk4KEEFkZE1lbWJlclJlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWVtYWlsGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJEgwKBHJvbGUYBCABKAkiQAoSTGlzdE1lbWJlcnNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkibQoTTGlzdE1lbWJlcnNSZXNwb25zZRIsCgdtZW1iZXJzGAEgAygLMhsud2Fycm9vbS5pZGVudGl0eS52MS5NZW1iZXISGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiPAoTVXBkYXRlTWVtYmVyUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEcm9sZRgDIAEoCSIuChNSZW1vdmVNZW1iZXJSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJFChhTZXRNZW1iZXJQYXNzd29yZFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHBhc3N3b3JkGAMgASgJIlcKGENoYW5nZU93blBhc3N3b3JkUmVxdWVzdBILCgNvcmcYASABKAkSGAoQY3VycmVudF9wYXNzd29yZBgCIAEoCRIUCgxuZXdfcGFzc3dvcmQYAyABKAkiMAoTQ3JlYXRlQXBpS2V5UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSIvChRDcmVhdGVBcGlLZXlSZXNwb25zZRIKCgJpZBgBIAEoCRILCgNrZXkYAiABKAkiIQoSTGlzdEFwaUtleXNSZXF1ZXN0EgsKA29yZxgBIAEoCSKpAQoGQXBpS2V5EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFZW1haWwYAyABKAkSLgoKY3JlYXRlZF9hdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoMbGFzdF91c2VkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBQg8KDV9sYXN0X3VzZWRfYXQiRAoTTGlzdEFwaUtleXNSZXNwb25zZRItCghhcGlfa2V5cxgBIAMoCzIbLndhcnJvb20uaWRlbnRpdHkudjEuQXBpS2V5Ii4KE0RlbGV0ZUFwaUtleVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIiYKF0lzc3VlSW5nZXN0VG9rZW5SZXF1ZXN0EgsKA29yZxgBIAEoCSIpChhJc3N1ZUluZ2VzdFRva2VuUmVzcG9uc2USDQoFdG9rZW4YASABKAkiJQoWSXNzdWVDaGF0U2VjcmV0UmVxdWVzdBILCgNvcmcYASABKAkiLAodSXNzdWVBbGVydFJvdXRlclNlY3JldFJlcXVlc3QSCwoDb3JnGAEgASgJIiUKE0lzc3VlU2VjcmV0UmVzcG9uc2USDgoGc2VjcmV0GAEgASgJIkQKFkxpc3RBdWRpdEV2ZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCSJ4CgpBdWRpdEV2ZW50EgwKBGtpbmQYASABKAkSDQoFYWN0b3IYAiABKAkSJgoCYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBCABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0InQKF0xpc3RBdWRpdEV2ZW50c1Jlc3BvbnNlEi8KBmV2ZW50cxgBIAMoCzIfLndhcnJvb20uaWRlbnRpdHkudjEuQXVkaXRFdmVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciIiChNBdXRoZW50aWNhdGVSZXF1ZXN0EgsKA29yZxgBIAEoCSJvCglQcmluY2lwYWwSDgoGb3JnX2lkGAEgASgJEhAKCG9yZ19zbHVnGAIgASgJEg8KB3VzZXJfaWQYAyABKAkSDQoFZW1haWwYBCABKAkSDAoEcm9sZRgFIAEoCRISCgpjcmVkZW50aWFsGAYgASgJIigKDE9yZ2FuaXphdGlvbhIKCgJpZBgBIAEoCRIMCgRzbHVnGAIgASgJIioKGVJlc29sdmVJbmdlc3RUb2tlblJlcXVlc3QSDQoFdG9rZW4YASABKAkiTgocUmVzb2x2ZVJlY2VpdmVyU2VjcmV0UmVxdWVzdBIMCgRraW5kGAEgASgJEg4KBnNlY3JldBgCIAEoCRIQCghvcmdfc2x1ZxgDIAEoCSIyChZHZXRPcmdhbml6YXRpb25SZXF1ZXN0EgwKBHNsdWcYASABKAkSCgoCaWQYAiABKAkiUQoQQm9vdHN0cmFwUmVxdWVzdBIQCghvcmdfc2x1ZxgBIAEoCRITCgtvd25lcl9lbWFpbBgCIAEoCRIWCg5vd25lcl9wYXNzd29yZBgDIAEoCSJdChFCb290c3RyYXBSZXNwb25zZRI3Cgxvcmdhbml6YXRpb24YASABKAsyIS53YXJyb29tLmlkZW50aXR5LnYxLk9yZ2FuaXphdGlvbhIPCgdjcmVhdGVkGAIgASgIImgKElJlY29yZEF1ZGl0UmVxdWVzdBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRINCgVhY3RvchgDIAEoCRIlCgRkYXRhGAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdDLDEwoPSWRlbnRpdHlTZXJ2aWNlEmYKBUxvZ2luEiEud2Fycm9vbS5pZGVudGl0eS52MS5Mb2dpblJlcXVlc3QaIi53YXJyb29tLmlkZW50aXR5LnYxLkxvZ2luUmVzcG9uc2UiFoLT5JMCEDoBKiILL2F1dGgvbG9naW4SWgoGTG9nb3V0EiIud2Fycm9vbS5pZGVudGl0eS52MS5Mb2dvdXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IhSC0+STAg4iDC9hdXRoL2xvZ291dBJsCglBZGRNZW1iZXISJS53YXJyb29tLmlkZW50aXR5LnYxLkFkZE1lbWJlclJlcXVlc3QaGy53YXJyb29tLmlkZW50aXR5LnYxLk1lbWJlciIbgtPkkwIVOgEqIhAvby97b3JnfS9tZW1iZXJzEnoKC0xpc3RNZW1iZXJzEicud2Fycm9vbS5pZGVudGl0eS52MS5MaXN0TWVtYmVyc1JlcXVlc3QaKC53YXJyb29tLmlkZW50aXR5LnYxLkxpc3RNZW1iZXJzUmVzcG9uc2UiGILT5JMCEhIQL28ve29yZ30vbWVtYmVycxJ3CgxVcGRhdGVNZW1iZXISKC53YXJyb29tLmlkZW50aXR5LnYxLlVwZGF0ZU1lbWJlclJlcXVlc3QaGy53YXJyb29tLmlkZW50aXR5LnYxLk1lbWJlciIggtPkkwIaOgEqMhUvby97b3JnfS9tZW1iZXJzL3tpZH0SbwoMUmVtb3ZlTWVtYmVyEigud2Fycm9vbS5pZGVudGl0eS52MS5SZW1vdmVNZW1iZXJSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ih2C0+STAhcqFS9vL3tvcmd9L21lbWJlcnMve2lkfRKFAQoRU2V0TWVtYmVyUGFzc3dvcmQSLS53YXJyb29tLmlkZW50aXR5LnYxLlNldE1lbWJlclBhc3N3b3JkUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjOgEqGh4vby97b3JnfS9tZW1iZXJzL3tpZH0vcGFzc3dvcmQSewoRQ2hhbmdlT3duUGFzc3dvcmQSLS53YXJyb29tLmlkZW50aXR5LnYxLkNoYW5nZU93blBhc3N3b3JkUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIfgtPkkwIZOgEqGhQvby97b3JnfS9tZS9wYXNzd29yZBKBAQoMQ3JlYXRlQXBpS2V5Eigud2Fycm9vbS5pZGVudGl0eS52MS5DcmVhdGVBcGlLZXlSZXF1ZXN0Gikud2Fycm9vbS5pZGVudGl0eS52MS5DcmVhdGVBcGlLZXlSZXNwb25zZSIcgtPkkwIWOgEqIhEvby97b3JnfS9hcGkta2V5cxJ7CgtMaXN0QXBpS2V5cxInLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdEFwaUtleXNSZXF1ZXN0Gigud2Fycm9vbS5pZGVudGl0eS52MS5MaXN0QXBpS2V5c1Jlc3BvbnNlIhmC0+STAhMSES9vL3tvcmd9L2FwaS1rZXlzEnAKDERlbGV0ZUFwaUtleRIoLndhcnJvb20uaWRlbnRpdHkudjEuRGVsZXRlQXBpS2V5UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIegtPkkwIYKhYvby97b3JnfS9hcGkta2V5cy97aWR9EpcBChBJc3N1ZUluZ2VzdFRva2VuEiwud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUluZ2VzdFRva2VuUmVxdWVzdBotLndhcnJvb20uaWRlbnRpdHkudjEuSXNzdWVJbmdlc3RUb2tlblJlc3BvbnNlIiaC0+STAiAiHi9vL3tvcmd9L3RyaWdnZXJzL2luZ2VzdC10b2tlbhKPAQoPSXNzdWVDaGF0U2VjcmV0Eisud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUNoYXRTZWNyZXRSZXF1ZXN0Gigud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZVNlY3JldFJlc3BvbnNlIiWC0+STAh8iHS9vL3tvcmd9L3RyaWdnZXJzL2NoYXQtc2VjcmV0EqQBChZJc3N1ZUFsZXJ0Um91dGVyU2VjcmV0EjIud2Fycm9vbS5pZGVudGl0eS52MS5Jc3N1ZUFsZXJ0Um91dGVyU2VjcmV0UmVxdWVzdBooLndhcnJvb20uaWRlbnRpdHkudjEuSXNzdWVTZWNyZXRSZXNwb25zZSIsgtPkkwImIiQvby97b3JnfS90cmlnZ2Vycy9hbGVydHJvdXRlci1zZWNyZXQSiwEKD0xpc3RBdWRpdEV2ZW50cxIrLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdEF1ZGl0RXZlbnRzUmVxdWVzdBosLndhcnJvb20uaWRlbnRpdHkudjEuTGlzdEF1ZGl0RXZlbnRzUmVzcG9uc2UiHYLT5JMCFxIVL28ve29yZ30vYXVkaXQtZXZlbnRzElgKDEF1dGhlbnRpY2F0ZRIoLndhcnJvb20uaWRlbnRpdHkudjEuQXV0aGVudGljYXRlUmVxdWVzdBoeLndhcnJvb20uaWRlbnRpdHkudjEuUHJpbmNpcGFsEmcKElJlc29sdmVJbmdlc3RUb2tlbhIuLndhcnJvb20uaWRlbnRpdHkudjEuUmVzb2x2ZUluZ2VzdFRva2VuUmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEm0KFVJlc29sdmVSZWNlaXZlclNlY3JldBIxLndhcnJvb20uaWRlbnRpdHkudjEuUmVzb2x2ZVJlY2VpdmVyU2VjcmV0UmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEmEKD0dldE9yZ2FuaXphdGlvbhIrLndhcnJvb20uaWRlbnRpdHkudjEuR2V0T3JnYW5pemF0aW9uUmVxdWVzdBohLndhcnJvb20uaWRlbnRpdHkudjEuT3JnYW5pemF0aW9uEloKCUJvb3RzdHJhcBIlLndhcnJvb20uaWRlbnRpdHkudjEuQm9vdHN0cmFwUmVxdWVzdBomLndhcnJvb20uaWRlbnRpdHkudjEuQm9vdHN0cmFwUmVzcG9uc2USTgoLUmVjb3JkQXVkaXQSJy53YXJyb29tLmlkZW50aXR5LnYxLlJlY29yZEF1ZGl0UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eWIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.identity.v1.LoginRequest
@@ -323,6 +323,188 @@ export const ListMembersResponseSchema: GenMessage<ListMembersResponse, {jsonTyp
   messageDesc(file_warroom_identity_v1_identity, 6);
 
 /**
+ * @generated from message warroom.identity.v1.UpdateMemberRequest
+ */
+export type UpdateMemberRequest = Message<"warroom.identity.v1.UpdateMemberRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * owner, admin or member.
+   *
+   * @generated from field: string role = 3;
+   */
+  role: string;
+};
+
+/**
+ * @generated from message warroom.identity.v1.UpdateMemberRequest
+ */
+export type UpdateMemberRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+
+  /**
+   * owner, admin or member.
+   *
+   * @generated from field: string role = 3;
+   */
+  role?: string;
+};
+
+/**
+ * Describes the message warroom.identity.v1.UpdateMemberRequest.
+ * Use `create(UpdateMemberRequestSchema)` to create a new message.
+ */
+export const UpdateMemberRequestSchema: GenMessage<UpdateMemberRequest, {jsonType: UpdateMemberRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 7);
+
+/**
+ * @generated from message warroom.identity.v1.RemoveMemberRequest
+ */
+export type RemoveMemberRequest = Message<"warroom.identity.v1.RemoveMemberRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * @generated from message warroom.identity.v1.RemoveMemberRequest
+ */
+export type RemoveMemberRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+};
+
+/**
+ * Describes the message warroom.identity.v1.RemoveMemberRequest.
+ * Use `create(RemoveMemberRequestSchema)` to create a new message.
+ */
+export const RemoveMemberRequestSchema: GenMessage<RemoveMemberRequest, {jsonType: RemoveMemberRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 8);
+
+/**
+ * @generated from message warroom.identity.v1.SetMemberPasswordRequest
+ */
+export type SetMemberPasswordRequest = Message<"warroom.identity.v1.SetMemberPasswordRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string password = 3;
+   */
+  password: string;
+};
+
+/**
+ * @generated from message warroom.identity.v1.SetMemberPasswordRequest
+ */
+export type SetMemberPasswordRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+
+  /**
+   * @generated from field: string password = 3;
+   */
+  password?: string;
+};
+
+/**
+ * Describes the message warroom.identity.v1.SetMemberPasswordRequest.
+ * Use `create(SetMemberPasswordRequestSchema)` to create a new message.
+ */
+export const SetMemberPasswordRequestSchema: GenMessage<SetMemberPasswordRequest, {jsonType: SetMemberPasswordRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 9);
+
+/**
+ * @generated from message warroom.identity.v1.ChangeOwnPasswordRequest
+ */
+export type ChangeOwnPasswordRequest = Message<"warroom.identity.v1.ChangeOwnPasswordRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string current_password = 2;
+   */
+  currentPassword: string;
+
+  /**
+   * @generated from field: string new_password = 3;
+   */
+  newPassword: string;
+};
+
+/**
+ * @generated from message warroom.identity.v1.ChangeOwnPasswordRequest
+ */
+export type ChangeOwnPasswordRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string current_password = 2;
+   */
+  currentPassword?: string;
+
+  /**
+   * @generated from field: string new_password = 3;
+   */
+  newPassword?: string;
+};
+
+/**
+ * Describes the message warroom.identity.v1.ChangeOwnPasswordRequest.
+ * Use `create(ChangeOwnPasswordRequestSchema)` to create a new message.
+ */
+export const ChangeOwnPasswordRequestSchema: GenMessage<ChangeOwnPasswordRequest, {jsonType: ChangeOwnPasswordRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 10);
+
+/**
  * @generated from message warroom.identity.v1.CreateApiKeyRequest
  */
 export type CreateApiKeyRequest = Message<"warroom.identity.v1.CreateApiKeyRequest"> & {
@@ -357,7 +539,7 @@ export type CreateApiKeyRequestJson = {
  * Use `create(CreateApiKeyRequestSchema)` to create a new message.
  */
 export const CreateApiKeyRequestSchema: GenMessage<CreateApiKeyRequest, {jsonType: CreateApiKeyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 7);
+  messageDesc(file_warroom_identity_v1_identity, 11);
 
 /**
  * @generated from message warroom.identity.v1.CreateApiKeyResponse
@@ -398,7 +580,136 @@ export type CreateApiKeyResponseJson = {
  * Use `create(CreateApiKeyResponseSchema)` to create a new message.
  */
 export const CreateApiKeyResponseSchema: GenMessage<CreateApiKeyResponse, {jsonType: CreateApiKeyResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 8);
+  messageDesc(file_warroom_identity_v1_identity, 12);
+
+/**
+ * @generated from message warroom.identity.v1.ListApiKeysRequest
+ */
+export type ListApiKeysRequest = Message<"warroom.identity.v1.ListApiKeysRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.identity.v1.ListApiKeysRequest
+ */
+export type ListApiKeysRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.identity.v1.ListApiKeysRequest.
+ * Use `create(ListApiKeysRequestSchema)` to create a new message.
+ */
+export const ListApiKeysRequestSchema: GenMessage<ListApiKeysRequest, {jsonType: ListApiKeysRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 13);
+
+/**
+ * @generated from message warroom.identity.v1.ApiKey
+ */
+export type ApiKey = Message<"warroom.identity.v1.ApiKey"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * The email of the member the key belongs to.
+   *
+   * @generated from field: string email = 3;
+   */
+  email: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * To the minute: written at most once a minute per key.
+   *
+   * @generated from field: optional google.protobuf.Timestamp last_used_at = 5;
+   */
+  lastUsedAt?: Timestamp | undefined;
+};
+
+/**
+ * @generated from message warroom.identity.v1.ApiKey
+ */
+export type ApiKeyJson = {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id?: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name?: string;
+
+  /**
+   * The email of the member the key belongs to.
+   *
+   * @generated from field: string email = 3;
+   */
+  email?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 4;
+   */
+  createdAt?: TimestampJson;
+
+  /**
+   * To the minute: written at most once a minute per key.
+   *
+   * @generated from field: optional google.protobuf.Timestamp last_used_at = 5;
+   */
+  lastUsedAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.identity.v1.ApiKey.
+ * Use `create(ApiKeySchema)` to create a new message.
+ */
+export const ApiKeySchema: GenMessage<ApiKey, {jsonType: ApiKeyJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 14);
+
+/**
+ * @generated from message warroom.identity.v1.ListApiKeysResponse
+ */
+export type ListApiKeysResponse = Message<"warroom.identity.v1.ListApiKeysResponse"> & {
+  /**
+   * @generated from field: repeated warroom.identity.v1.ApiKey api_keys = 1;
+   */
+  apiKeys: ApiKey[];
+};
+
+/**
+ * @generated from message warroom.identity.v1.ListApiKeysResponse
+ */
+export type ListApiKeysResponseJson = {
+  /**
+   * @generated from field: repeated warroom.identity.v1.ApiKey api_keys = 1;
+   */
+  apiKeys?: ApiKeyJson[];
+};
+
+/**
+ * Describes the message warroom.identity.v1.ListApiKeysResponse.
+ * Use `create(ListApiKeysResponseSchema)` to create a new message.
+ */
+export const ListApiKeysResponseSchema: GenMessage<ListApiKeysResponse, {jsonType: ListApiKeysResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_identity_v1_identity, 15);
 
 /**
  * @generated from message warroom.identity.v1.DeleteApiKeyRequest
@@ -435,7 +746,7 @@ export type DeleteApiKeyRequestJson = {
  * Use `create(DeleteApiKeyRequestSchema)` to create a new message.
  */
 export const DeleteApiKeyRequestSchema: GenMessage<DeleteApiKeyRequest, {jsonType: DeleteApiKeyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 9);
+  messageDesc(file_warroom_identity_v1_identity, 16);
 
 /**
  * @generated from message warroom.identity.v1.IssueIngestTokenRequest
@@ -462,7 +773,7 @@ export type IssueIngestTokenRequestJson = {
  * Use `create(IssueIngestTokenRequestSchema)` to create a new message.
  */
 export const IssueIngestTokenRequestSchema: GenMessage<IssueIngestTokenRequest, {jsonType: IssueIngestTokenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 10);
+  messageDesc(file_warroom_identity_v1_identity, 17);
 
 /**
  * @generated from message warroom.identity.v1.IssueIngestTokenResponse
@@ -493,7 +804,7 @@ export type IssueIngestTokenResponseJson = {
  * Use `create(IssueIngestTokenResponseSchema)` to create a new message.
  */
 export const IssueIngestTokenResponseSchema: GenMessage<IssueIngestTokenResponse, {jsonType: IssueIngestTokenResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 11);
+  messageDesc(file_warroom_identity_v1_identity, 18);
 
 /**
  * @generated from message warroom.identity.v1.IssueChatSecretRequest
@@ -520,7 +831,7 @@ export type IssueChatSecretRequestJson = {
  * Use `create(IssueChatSecretRequestSchema)` to create a new message.
  */
 export const IssueChatSecretRequestSchema: GenMessage<IssueChatSecretRequest, {jsonType: IssueChatSecretRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 12);
+  messageDesc(file_warroom_identity_v1_identity, 19);
 
 /**
  * @generated from message warroom.identity.v1.IssueAlertRouterSecretRequest
@@ -547,7 +858,7 @@ export type IssueAlertRouterSecretRequestJson = {
  * Use `create(IssueAlertRouterSecretRequestSchema)` to create a new message.
  */
 export const IssueAlertRouterSecretRequestSchema: GenMessage<IssueAlertRouterSecretRequest, {jsonType: IssueAlertRouterSecretRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 13);
+  messageDesc(file_warroom_identity_v1_identity, 20);
 
 /**
  * @generated from message warroom.identity.v1.IssueSecretResponse
@@ -578,7 +889,7 @@ export type IssueSecretResponseJson = {
  * Use `create(IssueSecretResponseSchema)` to create a new message.
  */
 export const IssueSecretResponseSchema: GenMessage<IssueSecretResponse, {jsonType: IssueSecretResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 14);
+  messageDesc(file_warroom_identity_v1_identity, 21);
 
 /**
  * @generated from message warroom.identity.v1.ListAuditEventsRequest
@@ -633,7 +944,7 @@ export type ListAuditEventsRequestJson = {
  * Use `create(ListAuditEventsRequestSchema)` to create a new message.
  */
 export const ListAuditEventsRequestSchema: GenMessage<ListAuditEventsRequest, {jsonType: ListAuditEventsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 15);
+  messageDesc(file_warroom_identity_v1_identity, 22);
 
 /**
  * @generated from message warroom.identity.v1.AuditEvent
@@ -690,7 +1001,7 @@ export type AuditEventJson = {
  * Use `create(AuditEventSchema)` to create a new message.
  */
 export const AuditEventSchema: GenMessage<AuditEvent, {jsonType: AuditEventJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 16);
+  messageDesc(file_warroom_identity_v1_identity, 23);
 
 /**
  * @generated from message warroom.identity.v1.ListAuditEventsResponse
@@ -731,7 +1042,7 @@ export type ListAuditEventsResponseJson = {
  * Use `create(ListAuditEventsResponseSchema)` to create a new message.
  */
 export const ListAuditEventsResponseSchema: GenMessage<ListAuditEventsResponse, {jsonType: ListAuditEventsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 17);
+  messageDesc(file_warroom_identity_v1_identity, 24);
 
 /**
  * @generated from message warroom.identity.v1.AuthenticateRequest
@@ -762,7 +1073,7 @@ export type AuthenticateRequestJson = {
  * Use `create(AuthenticateRequestSchema)` to create a new message.
  */
 export const AuthenticateRequestSchema: GenMessage<AuthenticateRequest, {jsonType: AuthenticateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 18);
+  messageDesc(file_warroom_identity_v1_identity, 25);
 
 /**
  * @generated from message warroom.identity.v1.Principal
@@ -843,7 +1154,7 @@ export type PrincipalJson = {
  * Use `create(PrincipalSchema)` to create a new message.
  */
 export const PrincipalSchema: GenMessage<Principal, {jsonType: PrincipalJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 19);
+  messageDesc(file_warroom_identity_v1_identity, 26);
 
 /**
  * @generated from message warroom.identity.v1.Organization
@@ -880,7 +1191,7 @@ export type OrganizationJson = {
  * Use `create(OrganizationSchema)` to create a new message.
  */
 export const OrganizationSchema: GenMessage<Organization, {jsonType: OrganizationJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 20);
+  messageDesc(file_warroom_identity_v1_identity, 27);
 
 /**
  * @generated from message warroom.identity.v1.ResolveIngestTokenRequest
@@ -907,7 +1218,7 @@ export type ResolveIngestTokenRequestJson = {
  * Use `create(ResolveIngestTokenRequestSchema)` to create a new message.
  */
 export const ResolveIngestTokenRequestSchema: GenMessage<ResolveIngestTokenRequest, {jsonType: ResolveIngestTokenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 21);
+  messageDesc(file_warroom_identity_v1_identity, 28);
 
 /**
  * @generated from message warroom.identity.v1.ResolveReceiverSecretRequest
@@ -962,7 +1273,7 @@ export type ResolveReceiverSecretRequestJson = {
  * Use `create(ResolveReceiverSecretRequestSchema)` to create a new message.
  */
 export const ResolveReceiverSecretRequestSchema: GenMessage<ResolveReceiverSecretRequest, {jsonType: ResolveReceiverSecretRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 22);
+  messageDesc(file_warroom_identity_v1_identity, 29);
 
 /**
  * @generated from message warroom.identity.v1.GetOrganizationRequest
@@ -999,7 +1310,7 @@ export type GetOrganizationRequestJson = {
  * Use `create(GetOrganizationRequestSchema)` to create a new message.
  */
 export const GetOrganizationRequestSchema: GenMessage<GetOrganizationRequest, {jsonType: GetOrganizationRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 23);
+  messageDesc(file_warroom_identity_v1_identity, 30);
 
 /**
  * @generated from message warroom.identity.v1.BootstrapRequest
@@ -1046,7 +1357,7 @@ export type BootstrapRequestJson = {
  * Use `create(BootstrapRequestSchema)` to create a new message.
  */
 export const BootstrapRequestSchema: GenMessage<BootstrapRequest, {jsonType: BootstrapRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 24);
+  messageDesc(file_warroom_identity_v1_identity, 31);
 
 /**
  * @generated from message warroom.identity.v1.BootstrapResponse
@@ -1083,7 +1394,7 @@ export type BootstrapResponseJson = {
  * Use `create(BootstrapResponseSchema)` to create a new message.
  */
 export const BootstrapResponseSchema: GenMessage<BootstrapResponse, {jsonType: BootstrapResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 25);
+  messageDesc(file_warroom_identity_v1_identity, 32);
 
 /**
  * @generated from message warroom.identity.v1.RecordAuditRequest
@@ -1140,7 +1451,7 @@ export type RecordAuditRequestJson = {
  * Use `create(RecordAuditRequestSchema)` to create a new message.
  */
 export const RecordAuditRequestSchema: GenMessage<RecordAuditRequest, {jsonType: RecordAuditRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_identity_v1_identity, 26);
+  messageDesc(file_warroom_identity_v1_identity, 33);
 
 /**
  * Organizations, people, credentials and the audit log. Every other service asks this one who a
@@ -1187,6 +1498,50 @@ export const IdentityService: GenService<{
     output: typeof ListMembersResponseSchema;
   },
   /**
+   * Changes a member's role: an owner's only by an owner, and never to a role above the caller's.
+   * The organization keeps at least one owner. Takes effect on the member's next request.
+   *
+   * @generated from rpc warroom.identity.v1.IdentityService.UpdateMember
+   */
+  updateMember: {
+    methodKind: "unary";
+    input: typeof UpdateMemberRequestSchema;
+    output: typeof MemberSchema;
+  },
+  /**
+   * Removes a member: every session and API key of that membership is refused from the next
+   * request on. An owner only by an owner; the last owner stays.
+   *
+   * @generated from rpc warroom.identity.v1.IdentityService.RemoveMember
+   */
+  removeMember: {
+    methodKind: "unary";
+    input: typeof RemoveMemberRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * Sets a member's password (an owner's only by an owner) and ends that member's other sessions.
+   *
+   * @generated from rpc warroom.identity.v1.IdentityService.SetMemberPassword
+   */
+  setMemberPassword: {
+    methodKind: "unary";
+    input: typeof SetMemberPasswordRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * Changes the caller's own password, given the current one, and ends the caller's other sessions.
+   *
+   * @generated from rpc warroom.identity.v1.IdentityService.ChangeOwnPassword
+   */
+  changeOwnPassword: {
+    methodKind: "unary";
+    input: typeof ChangeOwnPasswordRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * Creates a personal API key; only with a session, so a key never mints another key.
+   *
    * @generated from rpc warroom.identity.v1.IdentityService.CreateApiKey
    */
   createApiKey: {
@@ -1195,6 +1550,18 @@ export const IdentityService: GenService<{
     output: typeof CreateApiKeyResponseSchema;
   },
   /**
+   * The caller's live API keys; an admin's or owner's list holds every member's. Never a key.
+   *
+   * @generated from rpc warroom.identity.v1.IdentityService.ListApiKeys
+   */
+  listApiKeys: {
+    methodKind: "unary";
+    input: typeof ListApiKeysRequestSchema;
+    output: typeof ListApiKeysResponseSchema;
+  },
+  /**
+   * Revokes an API key: one's own, or any of the organization's for an admin or owner.
+   *
    * @generated from rpc warroom.identity.v1.IdentityService.DeleteApiKey
    */
   deleteApiKey: {

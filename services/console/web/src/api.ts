@@ -6,6 +6,7 @@ import type {
   PingRecord as PingRecordShape,
   PingRecordJson,
 } from "../../../../gen/warroom/heartbeats/v1/heartbeats_pb";
+import type { ApiKey as ApiKeyShape, ApiKeyJson, Member as MemberShape, MemberJson } from "../../../../gen/warroom/identity/v1/identity_pb";
 import type {
   Entity as EntityShape,
   EntityJson,
@@ -168,6 +169,8 @@ export type PingRecord = Rest<PingRecordShape, PingRecordJson>;
 export type RemoteSource = Rest<RemoteSourceShape, RemoteSourceJson>;
 export type ConformanceReport = Rest<ConformanceReportShape, ConformanceReportJson>;
 export type MaintenanceWindow = Rest<MaintenanceWindowShape, MaintenanceWindowJson>;
+export type Member = Rest<MemberShape, MemberJson>;
+export type ApiKey = Rest<ApiKeyShape, ApiKeyJson>;
 
-/** The source badges an incident can carry. */
-export { SOURCE_BADGES } from "../../../incidents/vocabulary";
+/** The source badges an incident can carry, and the severities a person may set. */
+export { SEVERITIES, SOURCE_BADGES } from "../../../incidents/vocabulary";

@@ -3,11 +3,13 @@ import { useEffect, useState } from "preact/hooks";
 import { api, clearSession, loadSession, onSessionChange, type Session } from "./api";
 import { startLive, useLiveState } from "./live";
 import { Link, navigate, useLocation } from "./router";
+import { ApiKeysPage } from "./pages/api-keys";
 import { HeartbeatsPage } from "./pages/heartbeats";
 import { IncidentsPage } from "./pages/incidents";
 import { IntegrationsPage } from "./pages/integrations";
 import { LoginPage } from "./pages/login";
 import { MaintenancePage } from "./pages/maintenance";
+import { MembersPage } from "./pages/members";
 import { RoomPage } from "./pages/room";
 import { PageHeading } from "./ui";
 
@@ -16,6 +18,8 @@ const NAV = [
   { href: "/integrations", label: "Integrations" },
   { href: "/heartbeats", label: "Heartbeats" },
   { href: "/maintenance", label: "Maintenance" },
+  { href: "/members", label: "Members" },
+  { href: "/api-keys", label: "API keys" },
 ];
 
 /** The room's path is the incident's workspaceUrl path, so a link from a chat card opens it here. */
@@ -132,6 +136,8 @@ export function App() {
   else if (loc.path === "/integrations") page = <IntegrationsPage org={session.org} />;
   else if (loc.path === "/heartbeats") page = <HeartbeatsPage org={session.org} />;
   else if (loc.path === "/maintenance") page = <MaintenancePage />;
+  else if (loc.path === "/members") page = <MembersPage />;
+  else if (loc.path === "/api-keys") page = <ApiKeysPage />;
   else page = <NotFound />;
 
   return (

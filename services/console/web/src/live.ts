@@ -9,7 +9,7 @@ import { clearSession, type Session } from "./api";
 // missing.
 
 export interface LiveEvent {
-  /** ready, incident.opened, incident.timeline_recorded, incident.resolved, update.sent. */
+  /** ready, incident.opened, incident.timeline_recorded, incident.resolved, incident.severity_changed, update.sent. */
   type: string;
   data: Record<string, unknown>;
 }

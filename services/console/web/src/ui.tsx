@@ -108,11 +108,11 @@ export function SourceBadge(props: { source: string }) {
   return <span class={`badge source source-${props.source.replace(/[^a-z-]/g, "")}`}>{props.source || "unknown"}</span>;
 }
 
-/** The badge of a proposed severity. */
+/** The badge of a severity: the delivery's proposal until a person sets it. */
 export function Severity(props: { severity: string }) {
   const sev = /^sev[1-4]$/.test(props.severity) ? props.severity : "unknown";
   return (
-    <span class={`badge sev sev-${sev}`} title="Proposed severity">
+    <span class={`badge sev sev-${sev}`} title="Severity">
       {props.severity ? props.severity.toUpperCase() : "—"}
     </span>
   );

@@ -1,5 +1,5 @@
 import { useState } from "preact/hooks";
-import { api, orgPath, type Incident, type TimelineEntry } from "../api";
+import { api, orgPath, SEVERITIES, type Incident, type TimelineEntry } from "../api";
 import { exact, safeHref } from "../format";
 import { useLiveEvents } from "../live";
 import { Link, navigate, useLocation } from "../router";
@@ -16,6 +16,7 @@ const KIND_LABELS: Record<string, string> = {
   change: "Change",
   update_sent: "Update sent",
   update_simulated: "Update simulated",
+  severity_changed: "Severity changed",
   resolved: "Resolved",
   archived: "Archived",
 };
@@ -153,6 +154,13 @@ export function RoomPage(props: { id: string }) {
 
   const current = incident.data;
 
+  async function setSeverity(severity: string) {
+    await action.run(async () => {
+      await api<Incident>("PATCH", orgPath(`/incidents/${encodeURIComponent(props.id)}`), { severity });
+      incident.reload();
+    });
+  }
+
   async function change(verb: "resolve" | "archive") {
     const question =
       verb === "resolve"
@@ -226,6 +234,18 @@ export function RoomPage(props: { id: string }) {
           ) : null}
         </dl>
         <div class="actions">
+          {current.state !== "archived" ? (
+            <span class="severity-control">
+              <label for="room-severity">Severity</label>
+              <select id="room-severity" value={current.severity} disabled={action.busy} onChange={(e) => void setSeverity(e.currentTarget.value)}>
+                {SEVERITIES.map((sev) => (
+                  <option key={sev} value={sev}>
+                    {sev.toUpperCase()}
+                  </option>
+                ))}
+              </select>
+            </span>
+          ) : null}
           {current.state === "open" ? (
             <button type="button" onClick={() => change("resolve")} disabled={action.busy}>
               Resolve
