@@ -9,7 +9,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { EVENTS } from "../runtime/events.js";
-import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
 import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 
@@ -91,7 +91,11 @@ export function recordedAnswer(config: Config, orgSlug: string, decision: Decisi
   return response;
 }
 
+/** The event identifier a recovery without one is held under: this prefix and its alert entry's id. */
+const RECOVERY_AFTER_ENTRY = "recovery-after-entry:";
+
 const REASONS = {
+  recoveryHeld: "a recovery is already recorded since the incident's latest alert",
   noIdentity: "the delivery carries no attach identity, so it cannot belong to an open incident",
   noOpenIncident: "no open incident for this attach identity",
   eventHeld: "this event identifier is already recorded on the open incident",
@@ -116,6 +120,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
     throwIfCallerGaveUp();
     const kind = entryKindOfDelivery(d.kind);
     const data = d.data ? sql.json(d.data) : null;
+    // A later entry is stamped when it arrived; the sender's own time goes in its data.
+    const entryData = d.occurredAt ? sql.json(withSenderTime(d.data, d.occurredAt)) : data;
     const traceContext = currentTraceparent();
     const [row] = await sql<Written[]>`
       with win as (
@@ -132,8 +138,14 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         for share
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, ${kind}::text, coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
+        -- A recovery that names no event (a PagerDuty resolve, an Opsgenie close) is held as the
+        -- recovery of the incident's latest alert entry: a second one with no alert between them
+        -- meets the unique index and is not recorded, even when both arrive at once.
+        select id, ${kind}::text, now(), ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text,
+               coalesce(nullif(${d.eventId}::text, ''), case when ${kind}::text = 'recovery' then ${RECOVERY_AFTER_ENTRY}::text || (
+                 select max(e.id) from incidents.timeline_entries e where e.incident_id = target.id and e.kind in ('opened', 'repeat'))::text end),
+               ${entryData}::jsonb
         from target
         on conflict (incident_id, event_id) where event_id is not null do nothing
         returning incident_id, at
@@ -184,6 +196,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
     if (written.id == null) return d.kind === "alert" ? undefined : { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
     const incident = written as Written & IncidentRow;
     if (written.is_new) return { outcome: OUTCOMES.opened, incident };
+    // A resolved alert is resolved once: the same recovery again, with no alert between, records nothing.
+    if (!written.entry_at && d.kind === "recovery" && !d.eventId) return { outcome: OUTCOMES.ignored, reason: REASONS.recoveryHeld };
     return afterRecording(d, incident);
   }
 

@@ -113,6 +113,12 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
   };
 }
 
+/**
+ * The incident core's reason for a recovery without an event identifier that repeats one already
+ * recorded since the incident's latest alert (a PagerDuty resolve or an Opsgenie close sent again).
+ */
+export const RECOVERY_HELD = "a recovery is already recorded since the incident's latest alert";
+
 /** The incident core's answer as the sender gets it; only the fields that are set. */
 function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
   const answer: TriggerAnswer = { outcome: result.outcome };
@@ -127,7 +133,13 @@ function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
     if (alert.severity) answer.proposedSeverity = alert.severity;
   }
   const reason =
-    result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined;
+    result.outcome === "suppressed"
+      ? "an active maintenance window covers this delivery"
+      : result.outcome === "ignored"
+        ? result.reason === RECOVERY_HELD
+          ? RECOVERY_HELD
+          : ignoredReason(alert)
+        : undefined;
   if (reason) answer.reason = reason;
   return answer;
 }
