@@ -82,6 +82,7 @@ export function chatFailureSuite(ctx: FailureContext): void {
     for (const res of failed) {
       expect(res.status).toBe(503);
       expect(res.body).toEqual({ error: "unavailable" });
+      expect(res.headers.get("retry-after")).toBe("2");
     }
 
     // The message that had opened before the failure: the retry attaches to the same incident,
