@@ -37,7 +37,7 @@ import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
 /** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
-interface Plain extends Omit<Delivery, "attachIdentity" | "data"> {
+interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey"> {
   index: number;
   identity: string;
   data: string | null;

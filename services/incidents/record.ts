@@ -63,6 +63,8 @@ export interface Delivery {
   occurredAt: Date | null;
   runbookUrl: string | null;
   data: JsonObject | null;
+  /** The caller's retry key (intake's), kept with an incident this delivery opens; null: none. */
+  retryKey: string | null;
 }
 
 /** What the statement did: the incident it opened or found open (absent: neither), and whether it wrote an entry. */
@@ -136,6 +138,12 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         where (i.org_id::text || i.open_identity) = (${d.orgId}::uuid::text || ${d.attachIdentity}::text)
           and not exists (select 1 from win)
         for share
+      ), retried as (
+        -- A retry of a delivery that opened this incident (its retry key, kept by the opening
+        -- statement): answered with that incident, nothing written.
+        select i.* from incidents.incidents i
+        where ${d.retryKey}::text is not null and i.org_id = ${d.orgId}::uuid and i.retry_key = ${d.retryKey}::text and i.state = 'open'
+          and not exists (select 1 from win)
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
         -- A recovery that names no event (a PagerDuty resolve, an Opsgenie close) is held as the
@@ -150,11 +158,15 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         on conflict (incident_id, event_id) where event_id is not null do nothing
         returning incident_id, at
       ), opened as (
-        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
+        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key)
         select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
-               ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now()
+               ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now(),
+               ${d.retryKey}::text
         where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
-        on conflict (org_id, open_identity) do nothing
+          and not exists (select 1 from retried)
+        -- Either unique index may conflict: the open identity's, or the retry key's (a concurrent
+        -- retry opened it first). Then the statement runs again and finds what it opened.
+        on conflict do nothing
         returning *
       ), opened_entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
@@ -182,6 +194,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         select true as is_new, o.*, (select at from opened_entry) as entry_at from opened o
         union all
         select false as is_new, t.*, (select at from entry) as entry_at from target t
+        union all
+        select true as is_new, r.*, null::timestamptz as entry_at from retried r
       ) as x on true`;
     return row!;
   }
@@ -304,5 +318,7 @@ function toDelivery(req: RecordRequest): Delivery {
     occurredAt,
     runbookUrl: optionalText(alert.runbookUrl),
     data: alert.data && Object.keys(alert.data).length > 0 ? storableJson(alert.data) : null,
+    // Only an alert without an attach identity opens by it: any other finds its incident by the identity.
+    retryKey: req.retryKey && alert.kind === "alert" && !alert.attachIdentity ? storableText(req.retryKey) : null,
   };
 }
