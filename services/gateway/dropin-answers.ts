@@ -108,7 +108,7 @@ export function dropinErrorAnswer(key: string, err: ConnectError, context: Answe
         });
       default:
         // 5xx: PagerDuty's senders retry these.
-        return { status: 503, body: { status: "unavailable", message: "Event could not be processed; retry" }, headers: {} };
+        return withRetry({ status: 503, body: { status: "unavailable", message: "Event could not be processed; retry" }, headers: {} });
     }
   }
   if (OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS) {
@@ -127,7 +127,7 @@ export function dropinErrorAnswer(key: string, err: ConnectError, context: Answe
       case Code.ResourceExhausted:
         return withRetry(opsgenie(429, "You are making too many requests! To avoid errors, we recommend you limit requests.", context));
       default:
-        return opsgenie(503, "Service is temporarily unavailable; retry", context);
+        return withRetry(opsgenie(503, "Service is temporarily unavailable; retry", context));
     }
   }
   return undefined;

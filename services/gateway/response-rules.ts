@@ -1,6 +1,6 @@
 import { Code, type ConnectError } from "@connectrpc/connect";
 import type { DescMethod } from "@bufbuild/protobuf";
-import { unprocessableOf } from "../runtime/errors.js";
+import { RETRY_AFTER_SECONDS, unprocessableOf } from "../runtime/errors.js";
 import { dropinErrorAnswer, dropinSuccessStatus } from "./dropin-answers.js";
 
 /**
@@ -76,6 +76,9 @@ export function errorAnswer(
   context: { requestId: string; took: number } = { requestId: "", took: 0 },
 ): ErrorAnswer {
   const key = method ? methodKey(method) : "";
+  // Every "try again" answer says when: an Unavailable from a peer or the transport (no replica
+  // answering) carries no retry-after of its own.
+  if (err.code === Code.Unavailable && !err.metadata.has("retry-after")) err.metadata.set("retry-after", String(RETRY_AFTER_SECONDS));
   const dropin = dropinErrorAnswer(key, err, context);
   if (dropin) return dropin;
   const headers: Record<string, string> = {};

@@ -67,6 +67,17 @@ export function storableText(value: string): string {
  * A copy of the JSON that Postgres can store: every NUL in its strings replaced (see
  * `storableText`).
  */
+/**
+ * The data of an entry that is not the opening one: its `at` is when the delivery arrived (the
+ * database clock), so the time the sender gave (an alert's start, a message's timestamp) is kept
+ * here as `occurredAt`. Without it, a repeat 11 s after the first alert would read as recorded in
+ * the same second as `opened`.
+ */
+export function withSenderTime<T extends JsonObject | null>(data: T, occurredAt: Date | null): T | JsonObject {
+  if (!occurredAt) return data;
+  return { ...(data ?? {}), occurredAt: occurredAt.toISOString() };
+}
+
 export function storableJson(value: JsonObject): JsonObject {
   return sanitize(value) as JsonObject;
 }

@@ -200,5 +200,19 @@ export const migrations: Migration[] = [
     // organization's id is 36 characters as text, so the key needs no separator.
     sql: `create index incidents_open_key on incidents.incidents ((org_id::text || open_identity)) where open_identity is not null`,
   },
+  {
+    id: 8,
+    name: "a delivery's retry key kept with the incident it opened",
+    // Intake stored a delivery's answer for its retries only after the incident core had
+    // committed: a crash between the two left a retry free to open a second incident for an
+    // error-tracker delivery (no attach identity). The key is now written by Record's own statement
+    // with the incident, and this index is the arbiter among concurrent retries while the incident
+    // is open. Adding a nullable column rewrites nothing; the index starts empty, but building it
+    // reads the table while holding off writes, like migration 4.
+    sql: `
+      alter table incidents.incidents add column retry_key text;
+      create unique index incidents_one_open_retry_key on incidents.incidents (org_id, retry_key) where retry_key is not null and state = 'open';
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

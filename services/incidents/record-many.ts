@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type IncidentsService, type RecordRequest, RecordRequestSchema, type RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
@@ -7,7 +7,7 @@ import type { Config } from "../runtime/config.js";
 import type { Sql } from "../runtime/database.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
-import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
 import { afterRecording, type Delivery, recordedAnswer } from "./record.js";
 import { checkRequest } from "../runtime/validation.js";
 import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
@@ -37,7 +37,7 @@ import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 
 /** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
-interface Plain extends Omit<Delivery, "attachIdentity" | "data"> {
+interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey"> {
   index: number;
   identity: string;
   data: string | null;
@@ -161,7 +161,11 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
    * left out.
    */
   async function attachAll(batch: { p: Plain; incidentId: string }[], now: Date): Promise<Map<number, IncidentRow & { entry_at: Date | null }>> {
-    const entryAt = batch.map(({ p }) => p.occurredAt ?? now);
+    // Stamped when the batch was decided (the database clock); the sender's own time goes in the data.
+    const entryAt = batch.map(() => now);
+    const entryData = batch.map(({ p }) =>
+      p.occurredAt ? JSON.stringify(withSenderTime(p.data ? (JSON.parse(p.data) as JsonObject) : null, p.occurredAt)) : p.data,
+    );
     const recorded = batch.map(({ p, incidentId }, k) =>
       outboxRows.timelineRecorded({ orgId: p.orgId, incidentId, kind: entryKindOfDelivery(p.kind), at: entryAt[k]! }),
     );
@@ -171,7 +175,7 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
           ${batch.map(({ p }) => p.index)}::int[], ${batch.map(({ incidentId }) => incidentId)}::uuid[], ${batch.map(({ p }) => p.eventId)}::text[],
           ${batch.map(({ p }) => entryKindOfDelivery(p.kind))}::text[], ${entryAt.map((d) => d.toISOString())}::timestamptz[],
           ${batch.map(({ p }) => p.summary)}::text[], ${batch.map(({ p }) => p.link)}::text[], ${batch.map(({ p }) => p.alertRef)}::text[],
-          ${batch.map(({ p }) => p.data)}::text[], ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
+          ${entryData}::text[], ${recorded.map((o) => o.subject)}::text[], ${recorded.map((o) => o.payload.toString("hex"))}::text[],
           ${batch.map(({ p }) => p.traceContext)}::text[])
           as d(i, incident_id, event_id, kind, at, summary, link, alert_ref, data, subject, payload, trace_context)
       ), locked as (

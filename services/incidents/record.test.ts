@@ -159,6 +159,37 @@ describe.each([
     expect(a.incident!.entity).toBeUndefined();
   });
 
+  it("keeps a retry key with the incident it opens: the same key again, alone or concurrent, answers that incident; after a resolve it opens anew", async () => {
+    const retryKey = `retry-${++sequence}-${Date.now()}`;
+    const withKey = () =>
+      h.client.record({ orgId: h.orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: "", source: "error-tracker", eventId: "e" }), retryKey });
+    const first = await withKey();
+    const again = await withKey();
+    expect([first.outcome, again.outcome]).toEqual(["opened", "opened"]);
+    expect(again.incident!.id).toBe(first.incident!.id);
+    expect((await timelineOf(first.incident!.id)).map((e) => e.kind)).toEqual(["opened"]);
+
+    // Concurrent retries of a new key: one incident.
+    const concurrentKey = `retry-${++sequence}-${Date.now()}`;
+    const answers = await Promise.all(
+      Array.from({ length: 10 }, () =>
+        h.client.record({
+          orgId: h.orgId,
+          orgSlug: OWNER.org,
+          alert: alert({ attachIdentity: "", source: "error-tracker", eventId: "c" }),
+          retryKey: concurrentKey,
+        }),
+      ),
+    );
+    expect(new Set(answers.map((a) => a.incident!.id)).size).toBe(1);
+    expect(answers.every((a) => a.outcome === "opened")).toBe(true);
+
+    expect((await h.app.call("POST", `/o/${OWNER.org}/incidents/${first.incident!.id}/resolve`, { token: h.token })).status).toBe(200);
+    const afterResolve = await withKey();
+    expect(afterResolve.outcome).toBe("opened");
+    expect(afterResolve.incident!.id).not.toBe(first.incident!.id);
+  });
+
   it("records a recovery and a no-data notice on the open incident, which stays open", async () => {
     const id = identity("recovery");
     const opened = await record(alert({ attachIdentity: id, eventId: "a1" }));

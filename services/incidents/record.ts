@@ -9,7 +9,7 @@ import type { Outbox } from "../runtime/outbox.js";
 import { throwIfCallerGaveUp } from "../runtime/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { EVENTS } from "../runtime/events.js";
-import { incidentShape, storableJson, storableText, type IncidentRow } from "./incident-shape.js";
+import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
 import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 
@@ -63,6 +63,8 @@ export interface Delivery {
   occurredAt: Date | null;
   runbookUrl: string | null;
   data: JsonObject | null;
+  /** The caller's retry key (intake's), kept with an incident this delivery opens; null: none. */
+  retryKey: string | null;
 }
 
 /** What the statement did: the incident it opened or found open (absent: neither), and whether it wrote an entry. */
@@ -91,7 +93,11 @@ export function recordedAnswer(config: Config, orgSlug: string, decision: Decisi
   return response;
 }
 
+/** The event identifier a recovery without one is held under: this prefix and its alert entry's id. */
+const RECOVERY_AFTER_ENTRY = "recovery-after-entry:";
+
 const REASONS = {
+  recoveryHeld: "a recovery is already recorded since the incident's latest alert",
   noIdentity: "the delivery carries no attach identity, so it cannot belong to an open incident",
   noOpenIncident: "no open incident for this attach identity",
   eventHeld: "this event identifier is already recorded on the open incident",
@@ -116,6 +122,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
     throwIfCallerGaveUp();
     const kind = entryKindOfDelivery(d.kind);
     const data = d.data ? sql.json(d.data) : null;
+    // A later entry is stamped when it arrived; the sender's own time goes in its data.
+    const entryData = d.occurredAt ? sql.json(withSenderTime(d.data, d.occurredAt)) : data;
     const traceContext = currentTraceparent();
     const [row] = await sql<Written[]>`
       with win as (
@@ -130,19 +138,35 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         where (i.org_id::text || i.open_identity) = (${d.orgId}::uuid::text || ${d.attachIdentity}::text)
           and not exists (select 1 from win)
         for share
+      ), retried as (
+        -- A retry of a delivery that opened this incident (its retry key, kept by the opening
+        -- statement): answered with that incident, nothing written.
+        select i.* from incidents.incidents i
+        where ${d.retryKey}::text is not null and i.org_id = ${d.orgId}::uuid and i.retry_key = ${d.retryKey}::text and i.state = 'open'
+          and not exists (select 1 from win)
       ), entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
-        select id, ${kind}::text, coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
+        -- A recovery that names no event (a PagerDuty resolve, an Opsgenie close) is held as the
+        -- recovery of the incident's latest alert entry: a second one with no alert between them
+        -- meets the unique index and is not recorded, even when both arrive at once.
+        select id, ${kind}::text, now(), ${d.summary}::text, ${d.link}::text,
+               ${d.alertRef}::text,
+               coalesce(nullif(${d.eventId}::text, ''), case when ${kind}::text = 'recovery' then ${RECOVERY_AFTER_ENTRY}::text || (
+                 select max(e.id) from incidents.timeline_entries e where e.incident_id = target.id and e.kind in ('opened', 'repeat'))::text end),
+               ${entryData}::jsonb
         from target
         on conflict (incident_id, event_id) where event_id is not null do nothing
         returning incident_id, at
       ), opened as (
-        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at)
+        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key)
         select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
-               ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now()
+               ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now(),
+               ${d.retryKey}::text
         where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
-        on conflict (org_id, open_identity) do nothing
+          and not exists (select 1 from retried)
+        -- Either unique index may conflict: the open identity's, or the retry key's (a concurrent
+        -- retry opened it first). Then the statement runs again and finds what it opened.
+        on conflict do nothing
         returning *
       ), opened_entry as (
         insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
@@ -170,6 +194,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         select true as is_new, o.*, (select at from opened_entry) as entry_at from opened o
         union all
         select false as is_new, t.*, (select at from entry) as entry_at from target t
+        union all
+        select true as is_new, r.*, null::timestamptz as entry_at from retried r
       ) as x on true`;
     return row!;
   }
@@ -184,6 +210,8 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
     if (written.id == null) return d.kind === "alert" ? undefined : { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
     const incident = written as Written & IncidentRow;
     if (written.is_new) return { outcome: OUTCOMES.opened, incident };
+    // A resolved alert is resolved once: the same recovery again, with no alert between, records nothing.
+    if (!written.entry_at && d.kind === "recovery" && !d.eventId) return { outcome: OUTCOMES.ignored, reason: REASONS.recoveryHeld };
     return afterRecording(d, incident);
   }
 
@@ -290,5 +318,7 @@ function toDelivery(req: RecordRequest): Delivery {
     occurredAt,
     runbookUrl: optionalText(alert.runbookUrl),
     data: alert.data && Object.keys(alert.data).length > 0 ? storableJson(alert.data) : null,
+    // Only an alert without an attach identity opens by it: any other finds its incident by the identity.
+    retryKey: req.retryKey && alert.kind === "alert" && !alert.attachIdentity ? storableText(req.retryKey) : null,
   };
 }

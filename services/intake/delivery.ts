@@ -45,12 +45,15 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
   const { clients, store, logger, retries } = deps;
 
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
-  async function record(org: Organization, alert: AlertInit, context: HandlerContext): Promise<RecordResponse> {
+  async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string): Promise<RecordResponse> {
     try {
       // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
       // the sender's retry, which would otherwise do the work again.
       return await detachedFromCancellation(() =>
-        clients.incidents.record({ orgId: org.id, orgSlug: org.slug, alert }, { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } }),
+        clients.incidents.record(
+          { orgId: org.id, orgSlug: org.slug, alert, retryKey },
+          { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
+        ),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;
@@ -73,7 +76,13 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
     }
   }
 
-  async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
+  /**
+   * The delivery to the incident core. `retryKey` goes with it: for a delivery without an attach
+   * identity (the error tracker's) the core keeps it with the incident it opens, in the same
+   * statement, so a retry after this process died between the core's commit and storing the
+   * answer finds that incident instead of opening a second one.
+   */
+  async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext, retryKey = ""): Promise<TriggerAnswer> {
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     if (mapped.outcome === "subscription-notice") {
       // Never fetched: an operator confirms with the token (see README).
@@ -85,7 +94,7 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
       });
       return { outcome: "ignored", reason: mapped.reason };
     }
-    const result = await record(org, mapped.alert, context);
+    const result = await record(org, mapped.alert, context, retryKey);
     return answerOf(result, mapped.alert);
   }
 
@@ -97,7 +106,7 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     const key = retryKeyOf(route, body, mapped, context.requestHeader);
     if (!key) return deliverMapped(org, mapped, context);
-    return retries.once(org.id, key, () => deliverMapped(org, mapped, context), {
+    return retries.once(org.id, key, () => deliverMapped(org, mapped, context, key), {
       signal: context.signal,
       stillValid: (held) => stillNamesOpenIncident(org, held),
     });
@@ -113,6 +122,12 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
   };
 }
 
+/**
+ * The incident core's reason for a recovery without an event identifier that repeats one already
+ * recorded since the incident's latest alert (a PagerDuty resolve or an Opsgenie close sent again).
+ */
+export const RECOVERY_HELD = "a recovery is already recorded since the incident's latest alert";
+
 /** The incident core's answer as the sender gets it; only the fields that are set. */
 function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
   const answer: TriggerAnswer = { outcome: result.outcome };
@@ -127,7 +142,13 @@ function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
     if (alert.severity) answer.proposedSeverity = alert.severity;
   }
   const reason =
-    result.outcome === "suppressed" ? "an active maintenance window covers this delivery" : result.outcome === "ignored" ? ignoredReason(alert) : undefined;
+    result.outcome === "suppressed"
+      ? "an active maintenance window covers this delivery"
+      : result.outcome === "ignored"
+        ? result.reason === RECOVERY_HELD
+          ? RECOVERY_HELD
+          : ignoredReason(alert)
+        : undefined;
   if (reason) answer.reason = reason;
   return answer;
 }

@@ -7,7 +7,7 @@ import type { Clients } from "../runtime/clients.js";
 import { DomainError, NotFoundError, UnauthenticatedError, UnprocessablePayloadError, unprocessableOf } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
-import type { DeliveryPath, TriggerAnswer } from "./delivery.js";
+import { RECOVERY_HELD, type DeliveryPath, type TriggerAnswer } from "./delivery.js";
 import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
@@ -147,10 +147,12 @@ export function createDropinHandlers(deps: {
   }
 
   async function finishRequest(requestId: string, action: string, answer: TriggerAnswer, attachIdentity: string | null): Promise<void> {
+    // A close that repeats one already recorded did what it asked: the alert is closed.
+    const alreadyClosed = action === "Close" && answer.reason === RECOVERY_HELD;
     await store.opsgenieRequests.finish(requestId, {
       outcome: answer.outcome,
-      isSuccess: answer.outcome === "opened" || answer.outcome === "attached" || answer.outcome === "recorded",
-      status: STATUS_TEXT[action]?.[answer.outcome] ?? answer.outcome,
+      isSuccess: alreadyClosed || answer.outcome === "opened" || answer.outcome === "attached" || answer.outcome === "recorded",
+      status: alreadyClosed ? "Alert is already closed" : (STATUS_TEXT[action]?.[answer.outcome] ?? answer.outcome),
       alertId: answer.incidentId ?? null,
       attachIdentity: attachIdentity === null ? null : storableText(attachIdentity),
     });

@@ -68,8 +68,9 @@ export function createRetryRecognition(store: RetryKeyStore, logger: Logger): Re
           try {
             await store.answer(orgId, key, token, answer);
           } catch (err) {
-            // The work is done; the sender gets its answer. A retry after the lease would do it
-            // again, which the incident core's own identities absorb for most sources.
+            // The work is done; the sender gets its answer. A retry after the lease does it again,
+            // which the incident core answers the same: by the attach identity or event id it
+            // holds, or by the retry key it kept with the incident this delivery opened.
             logger.error({ err }, "could not store the answer of a delivery for its retries");
           }
           return answer;

@@ -94,6 +94,28 @@ describe.each(["http", "grpc"] as const)("a source written without the kit, over
     expect(result.checks.filter((c) => !c.ok).map((c) => c.name)).toEqual([CHECKS.healthFailsClosed]);
   });
 
+  it("health answering ok: false warns under 'health' without failing it: the spec states the shape, not that a source must be up", async () => {
+    const source = await bare({ healthReportsDown: true });
+    const result = await runConformanceCheck(clientOf(source, transport));
+    expect(check(result, CHECKS.health)).toMatchObject({ ok: true, warnings: [expect.stringContaining("ok: false (replica lagging)")] });
+    expect(result.ok).toBe(true);
+  });
+
+  it("a source that refuses the connection fails every check, and 'credentials accepted' says no call reached it", async () => {
+    const source = await bare({});
+    const url = new URL(transport === "http" ? source.httpUrl : source.grpcUrl);
+    await source.close();
+    sources.splice(sources.indexOf(source), 1);
+    const client = createSourceClient(
+      { baseUrl: url.toString(), transport, tenantRef: TENANT, credentials: { bearerToken: source.token } },
+      { policy: loopbackPolicy },
+    );
+    const result = await runConformanceCheck(client);
+    expect(result.checks.filter((c) => c.ok)).toEqual([]);
+    expect(check(result, CHECKS.credentials).detail).toMatch(/^not checked: no call with the connection's credential reached the source \(unreachable: /);
+    expect(check(result, CHECKS.size).detail).toMatch(/^not checked: no call reached the source/);
+  });
+
   it("unsorted series fail 'series and entries ordered and typed', and a read is partial with the shaped form dropped", async () => {
     const source = await bare({ unsortedSeries: true });
     const client = clientOf(source, transport);
@@ -261,5 +283,26 @@ describe("the client's limits", () => {
     await expect(client.read("metrics/range", { expr: "up" })).rejects.toThrow("request.window {fromMs, toMs} is required");
     await expect(client.read("invoke", { params: {} })).rejects.toThrow("request.operation is required");
     await expect(client.read("logs/range", { window: { fromMs: 1.5, toMs: 2 } })).rejects.toThrow(/invalid value for WindowBounds\.fromMs/);
+  });
+});
+
+// Only the HTTP form can carry these: the gRPC schema holds a double and a string.
+describe("a source whose JSON breaks rule 7, over http", () => {
+  it.each([
+    ['values as strings ("42")', "strings", /point 0 has value NaN or not a JSON number, not a finite number/],
+    ['a value "Infinity"', "infinity", /point 1 has value NaN or not a JSON number, not a finite number/],
+    ["times as epoch seconds", "epochTimes", /point 0 has time "1714564800", not ISO 8601/],
+  ] as const)("series with %s fail 'series and entries ordered and typed', quoting rule 7; a read drops them", async (_label, seriesJson, detail) => {
+    const source = await bare({ seriesJson });
+    const client = clientOf(source, "http");
+    const result = await runConformanceCheck(client, { expr: "cpu" });
+    expect(check(result, CHECKS.shapes)).toMatchObject({ ok: false, detail: expect.stringMatching(detail), rule: expect.stringMatching(/^Rule 7: /) });
+    expect(result.checks.filter((c) => !c.ok).map((c) => c.name)).toEqual([CHECKS.shapes]);
+    expect(result.ok).toBe(false);
+
+    const read = await client.read("metrics/range", RANGE);
+    expect(read.result.partial).toBe(true);
+    expect(read.result.error).toMatch(/^invalid series: /);
+    expect(read.result.series).toEqual([]);
   });
 });

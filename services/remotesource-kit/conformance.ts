@@ -62,7 +62,8 @@ export const RULES: Record<CheckName, string> = {
   [CHECKS.unadvertised]: "An unknown operation answers 404 (HTTP) or NOT_FOUND (gRPC); an operation not advertised fails",
   [CHECKS.metrics]: "A source declaring kind `metrics` implements metrics/list and metrics/range.",
   [CHECKS.logs]: "A source declaring kind `logs` implements logs/streams and logs/range.",
-  [CHECKS.shapes]: "Series and entries, when returned, are sorted ascending by time, times are ISO 8601, values are finite numbers.",
+  [CHECKS.shapes]:
+    "Rule 7: Series and entries, when returned, are sorted ascending by time, times are ISO 8601, values are finite numbers. If they are left out or empty, the service falls back to the raw payload and this is not an error.",
   [CHECKS.size]: "A response over 4 MiB is truncated into a partial result with error `response too large`.",
 };
 
@@ -148,8 +149,11 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
 
   // health
   if (healthOutcome.ok) {
+    // The spec states the answer's shape, not that a source reporting itself down breaks the
+    // protocol: `ok: false` is reported, and warns.
     const health = healthOutcome.message as HealthResponse;
-    set(CHECKS.health, health.ok, health.ok ? "health answered ok: true" : `health answered ok: false${health.detail ? ` (${health.detail})` : ""}`);
+    if (!health.ok) warn(CHECKS.health, `the source reports itself unhealthy: ok: false${health.detail ? ` (${health.detail})` : ""}`);
+    set(CHECKS.health, true, health.ok ? "health answered ok: true" : `health answered ok: false${health.detail ? ` (${health.detail})` : ""}`);
   } else {
     set(CHECKS.health, false, `health did not answer: ${describe(healthOutcome.failure)}`);
   }
@@ -324,15 +328,24 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
     );
   }
 
-  // credentials accepted, from every call made with the connection's credential
-  const rejected = recorded.filter((r) => r.present === "connection" && !r.outcome.ok && r.outcome.failure.kind === "credentials-rejected");
-  set(
-    CHECKS.credentials,
-    rejected.length === 0,
-    rejected.length === 0
-      ? "the connection's credential was accepted"
-      : `credentials rejected: ${rejected.map((r) => `${r.call} answered ${(r.outcome as { failure: CallFailure }).failure.message}`).join("; ")}`,
-  );
+  // credentials accepted, from every call made with the connection's credential. A call that never
+  // reached the source says nothing about the credential: with none answering, the check fails
+  // and says why, rather than passing what it could not see.
+  const withCredential = recorded.filter((r) => r.present === "connection");
+  const rejected = withCredential.filter((r) => !r.outcome.ok && r.outcome.failure.kind === "credentials-rejected");
+  const unreached = recorded.filter((r) => !r.outcome.ok && NOT_REACHED.has(r.outcome.failure.kind));
+  const reachedWithCredential = withCredential.filter((r) => r.outcome.ok || !NOT_REACHED.has(r.outcome.failure.kind));
+  if (rejected.length > 0) {
+    set(
+      CHECKS.credentials,
+      false,
+      `credentials rejected: ${rejected.map((r) => `${r.call} answered ${(r.outcome as { failure: CallFailure }).failure.message}`).join("; ")}`,
+    );
+  } else if (reachedWithCredential.length === 0) {
+    set(CHECKS.credentials, false, `not checked: no call with the connection's credential reached the source (${unreachedReason(unreached)})`);
+  } else {
+    set(CHECKS.credentials, true, "the connection's credential was accepted");
+  }
 
   // responses within 4 MiB: the spec says what the service does with a larger answer (cuts it to a
   // partial result), not that a source giving one breaks the protocol, so this only warns.
@@ -345,18 +358,30 @@ export async function runConformanceCheck(client: SourceClient, options: Conform
       `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes; such reads are cut to a partial result`,
     );
   }
-  set(
-    CHECKS.size,
-    true,
-    tooLarge.length === 0
-      ? `every answer was within ${MAX_RESPONSE_BYTES} bytes`
-      : `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes (reads are cut to a partial result)`,
-  );
+  const reachedAny = recorded.some((r) => r.outcome.ok || !NOT_REACHED.has(r.outcome.failure.kind));
+  if (!reachedAny) set(CHECKS.size, false, `not checked: no call reached the source (${unreachedReason(unreached)})`);
+  else
+    set(
+      CHECKS.size,
+      true,
+      tooLarge.length === 0
+        ? `every answer was within ${MAX_RESPONSE_BYTES} bytes`
+        : `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes (reads are cut to a partial result)`,
+    );
 
   const order = Object.values(CHECKS);
   const checks = order.map((name) => results.get(name) ?? { name, ok: false, detail: "not run", rule: RULES[name], warnings: warnings.get(name) ?? [] });
   const protocolVersion = capabilitiesOutcome.ok ? (capabilitiesOutcome.message as CapabilitiesResponse).protocolVersion : "";
   return { ok: checks.every((c) => c.ok), protocolVersion, checks };
+}
+
+/** Failures of a call that never got an answer from the source. */
+const NOT_REACHED = new Set<CallFailure["kind"]>(["unreachable", "timeout", "refused-address"]);
+
+/** Why calls did not reach the source, each distinct reason once. */
+function unreachedReason(unreached: Recorded[]): string {
+  const reasons = [...new Set(unreached.map((r) => describe((r.outcome as { failure: CallFailure }).failure)))];
+  return reasons.length > 0 ? reasons.join("; ") : "no call was made";
 }
 
 function describe(failure: CallFailure): string {

@@ -8,6 +8,7 @@ import {
   lstatSync,
   mkdirSync,
   openSync,
+  readdirSync,
   readFileSync,
   rmSync,
   statSync,
@@ -155,7 +156,13 @@ function readPostmasterPid(pgDir: string): number | undefined {
   }
 }
 
-/** The server that wrote this postmaster.pid, when it still runs and serves this folder. */
+/**
+ * The server that wrote this postmaster.pid, when it still runs. Its lock file is removed only
+ * when its PID is dead or plainly another program's (a reused PID would make Postgres refuse to
+ * start): a live process whose command line cannot be read, or reads empty (a server exiting, a
+ * zombie), is taken as the server, for the lock file is Postgres's own interlock against a second
+ * server on the folder.
+ */
 function runningServer(pgDir: string): number | undefined {
   const pidFile = join(pgDir, "postmaster.pid");
   const pid = readPostmasterPid(pgDir);
@@ -170,12 +177,44 @@ function runningServer(pgDir: string): number | undefined {
   try {
     cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").join(" ");
   } catch {
-    // No /proc (macOS): a live PID in the file is taken as the server, as Postgres itself does.
+    // No /proc (macOS), or the process ended meanwhile: a live PID in the file is taken as the
+    // server, as Postgres itself does.
     return pid;
   }
-  if (cmdline.includes("postgres") && cmdline.includes(pgDir)) return pid;
+  if (cmdline.trim() === "" || cmdline.includes("postgres")) return pid;
   rmSync(pidFile, { force: true });
   return undefined;
+}
+
+/**
+ * Postmasters of this folder found in /proc, whatever postmaster.pid says: a server stopped
+ * (SIGSTOP) after its shutdown removed the lock file, but before it exited, still runs on the
+ * folder. A postmaster keeps the command line it was started with (`postgres -D <pgDir> ...`);
+ * its children rewrite theirs. Empty without /proc.
+ */
+function postmastersOnProc(pgDir: string): number[] {
+  let entries: string[];
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return [];
+  }
+  // pid → parent pid, of every process with a postmaster's command line for this folder.
+  const matching = new Map<number, number>();
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+      const d = argv.indexOf("-D");
+      if (!(d > 0 && argv[d + 1] === pgDir && (argv[0] ?? "").endsWith("postgres"))) continue;
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      matching.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // ended meanwhile
+    }
+  }
+  // A backend just forked has its postmaster's command line until it sets its own title.
+  return [...matching].filter(([, ppid]) => !matching.has(ppid)).map(([pid]) => pid);
 }
 
 async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
@@ -192,8 +231,12 @@ async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
  * the DATA_DIR lock, so no live process of ours owns it).
  */
 async function stopOrphan(pgDir: string, logger: Logger): Promise<void> {
-  const pid = runningServer(pgDir);
-  if (pid === undefined) return;
+  const fromLockFile = runningServer(pgDir);
+  const pids = [...new Set([...(fromLockFile === undefined ? [] : [fromLockFile]), ...postmastersOnProc(pgDir)])];
+  for (const pid of pids) await stopServer(pgDir, pid, logger);
+}
+
+async function stopServer(pgDir: string, pid: number, logger: Logger): Promise<void> {
   logger.warn({ pid }, "stopping an embedded Postgres left running by an earlier process");
   try {
     process.kill(pid, "SIGINT");

@@ -98,9 +98,21 @@ export class RateLimitedError extends DomainError {
   }
 }
 
+/**
+ * Seconds a caller is asked to wait before retrying a call that met a "try again" condition
+ * (Postgres overloaded or restarting, a serialization failure, a peer not answering): short, since
+ * these pass in moments, and the same everywhere so a storm's retries spread out alike.
+ */
+export const RETRY_AFTER_SECONDS = 2;
+
+/** Unavailable with `retry-after`: every "try again" answer carries it (HTTP Retry-After, gRPC and Connect metadata). */
+export function unavailable(message = "unavailable"): ConnectError {
+  return new ConnectError(message, Code.Unavailable, { "retry-after": String(RETRY_AFTER_SECONDS) });
+}
+
 export class UnavailableError extends DomainError {
   constructor(message = "unavailable") {
-    super(Code.Unavailable, message);
+    super(Code.Unavailable, message, { "retry-after": String(RETRY_AFTER_SECONDS) });
   }
 }
 
@@ -113,25 +125,53 @@ export function toConnectError(err: unknown, logger: Logger, method: string): Co
   if (err instanceof DomainError) {
     return new ConnectError(err.message, err.code, err.metadata, err.details);
   }
-  if (err instanceof ConnectError) return err;
+  if (err instanceof ConnectError) {
+    if (err.code === Code.Unavailable && !err.metadata.has("retry-after")) err.metadata.set("retry-after", String(RETRY_AFTER_SECONDS));
+    return err;
+  }
   // Database and network failures are worth a retry by the caller; everything else is a bug.
   if (isTransientFailure(err)) {
     logger.warn({ err, method }, "dependency unavailable");
-    return new ConnectError("unavailable", Code.Unavailable);
+    return unavailable();
   }
   logger.error({ err, method }, "unhandled error");
   return new ConnectError("internal error", Code.Internal);
 }
 
-function isTransientFailure(err: unknown): boolean {
-  if (!(err instanceof Error)) return false;
+/**
+ * Whether a failure is a "try again" condition: the same call may well succeed in a moment.
+ * Looks through `cause` and an AggregateError's errors (a connect attempt to several addresses).
+ */
+export function isTransientFailure(err: unknown, depth = 0): boolean {
+  if (!(err instanceof Error) || depth > 4) return false;
   const code = (err as { code?: unknown }).code;
+  if (typeof code === "string" && isTransientCode(code)) return true;
+  if (err instanceof AggregateError && err.errors.some((e) => isTransientFailure(e, depth + 1))) return true;
+  return isTransientFailure((err as { cause?: unknown }).cause, depth + 1);
+}
+
+const TRANSIENT_NETWORK_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "ETIMEDOUT",
+  "EPIPE",
+  "EAI_AGAIN",
+  "CONNECTION_CLOSED",
+  "CONNECTION_ENDED",
+  "CONNECTION_DESTROYED",
+  "CONNECT_TIMEOUT",
+]);
+
+function isTransientCode(code: string): boolean {
   return (
-    typeof code === "string" &&
-    (["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT"].includes(code) ||
-      code.startsWith("57P") || // admin shutdown, cannot connect now
-      code === "53300" || // too many clients: max_connections or the role's limit used up
-      code.startsWith("08")) // connection exceptions
+    TRANSIENT_NETWORK_CODES.has(code) ||
+    code.startsWith("08") || // connection exceptions
+    code.startsWith("53") || // insufficient resources: 53300 too many clients, 53200 out of memory, 53100 disk full, 53400 a configured limit
+    code.startsWith("57P") || // admin or crash shutdown, cannot connect now (starting up or recovering)
+    code === "40001" || // serialization failure: the transaction may succeed when run again
+    code === "40P01" || // deadlock detected: one side was chosen to fail and may run again
+    code === "55P03" || // lock not available (lock_timeout)
+    code === "55006" // object in use (a database being dropped or created meanwhile)
   );
 }
 

@@ -50,6 +50,8 @@ export function dropinFailureSuite(ctx: DropinContext): void {
       status: 503,
       body: { message: "Service is temporarily unavailable; retry", took: expect.any(Number), requestId: expect.any(String) },
     });
+    // Retryable, and each says when.
+    for (const res of failed) expect(res.headers.get("retry-after")).toBe("2");
 
     // The Opsgenie request that failed was stored as processing before the core was called, and
     // never finished: its status reads as Opsgenie's "not processed yet", never as a success.

@@ -82,13 +82,13 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const close = await call("POST", `/v2/alerts/${alias}/close?identifierType=alias`, fixture("opsgenie/close-alert.json"));
     expect(close.status).toBe(202);
     expect((await status(close.body.requestId)).body.data).toMatchObject({ action: "Close", isSuccess: true, alertId: incident.id, outcome: "recorded" });
-    // By id (the alertId we answered), with no body at all.
+    // By id (the alertId we answered), with no body at all: already closed, nothing recorded.
     const byId = await call("POST", `/v2/alerts/${incident.id}/close?identifierType=id`);
     expect(byId.status).toBe(202);
-    expect((await status(byId.body.requestId)).body.data).toMatchObject({ isSuccess: true, alertId: incident.id });
+    expect((await status(byId.body.requestId)).body.data).toMatchObject({ isSuccess: true, status: "Alert is already closed" });
     const after = await getIncident(ctx.app, ctx.creds.owner, incident.id);
     expect(after.state).toBe("open");
-    expect(after.timeline.map((entry: any) => entry.kind)).toEqual(["opened", "repeat", "acknowledged", "recovery", "recovery"]);
+    expect(after.timeline.map((entry: any) => entry.kind)).toEqual(["opened", "repeat", "acknowledged", "recovery"]);
     expect(after.timeline[2]).toMatchObject({
       summary: "Looking into it",
       data: { action: "acknowledge", user: "sre@example.com", source: "Opsgenie mobile" },
@@ -112,6 +112,28 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const rows = await byTitle(message);
     expect(rows).toHaveLength(1);
     expect((await getIncident(ctx.app, ctx.creds.owner, rows[0].id)).timeline.map((e: any) => e.kind)).toEqual(["opened"]);
+  });
+
+  it("the same create again records a repeat; a close sent again with no create between records nothing and says the alert is closed", async () => {
+    const alias = unique("og-once");
+    const body = { message: alias, alias };
+    for (let k = 0; k < 2; k++) expect((await create(body)).status).toBe(202);
+    const [row] = await byTitle(alias);
+    const kinds = async () => (await getIncident(ctx.app, ctx.creds.owner, row.id)).timeline.map((entry: any) => entry.kind);
+    expect(await kinds()).toEqual(["opened", "repeat"]);
+
+    const close = () => call("POST", `/v2/alerts/${encodeURIComponent(alias)}/close?identifierType=alias`, {});
+    const first = await close();
+    expect((await status(first.body.requestId)).body.data).toMatchObject({ isSuccess: true, outcome: "recorded" });
+    const again = await close();
+    expect(again.status).toBe(202);
+    expect((await status(again.body.requestId)).body.data).toMatchObject({ isSuccess: true, status: "Alert is already closed", outcome: "ignored" });
+    expect(await kinds()).toEqual(["opened", "repeat", "recovery"]);
+
+    // A new create, then three closes at once: one recovery.
+    expect((await create(body)).status).toBe(202);
+    await Promise.all(Array.from({ length: 3 }, () => close()));
+    expect(await kinds()).toEqual(["opened", "repeat", "recovery", "repeat", "recovery"]);
   });
 
   it("without an alias the message is the identity; P1..P5 map onto sev1..sev4", async () => {

@@ -87,6 +87,32 @@ export function pagerDutySuite(ctx: DropinContext): void {
     expect(await byTitle(body.payload.summary)).toHaveLength(1);
   });
 
+  it("the same trigger again records a repeat; a resolve sent again with no trigger between records nothing, even concurrent", async () => {
+    const dedupKey = unique("pd-once");
+    const trigger = event("events-v2-trigger-full.json", {
+      dedup_key: dedupKey,
+      payload: { ...fixture("pagerduty/events-v2-trigger-full.json").payload, summary: dedupKey },
+    });
+    const resolve = event("events-v2-resolve.json", { dedup_key: dedupKey });
+    expect((await enqueue(trigger)).status).toBe(202);
+    expect((await enqueue(trigger)).status).toBe(202);
+    const [row] = await byTitle(dedupKey);
+    const kinds = async () => (await getIncident(ctx.app, ctx.creds.owner, row.id)).timeline.map((entry: any) => entry.kind);
+    expect(await kinds()).toEqual(["opened", "repeat"]);
+
+    for (let k = 0; k < 2; k++) {
+      const res = await enqueue(resolve);
+      expect(res).toMatchObject({ status: 202, body: { status: "success", message: "Event processed", dedup_key: dedupKey } });
+    }
+    expect(await kinds()).toEqual(["opened", "repeat", "recovery"]);
+
+    // A new trigger, then five copies of its resolve at once: one recovery.
+    expect((await enqueue(trigger)).status).toBe(202);
+    const resolves = await Promise.all(Array.from({ length: 5 }, () => enqueue(resolve)));
+    expect(resolves.map((r) => r.status)).toEqual(Array(5).fill(202));
+    expect(await kinds()).toEqual(["opened", "repeat", "recovery", "repeat", "recovery"]);
+  });
+
   it("a trigger without dedup_key gets one generated and returned; resolve with it records the recovery", async () => {
     const summary = unique("Disk full");
     const body = event("events-v2-trigger-minimal.json");
@@ -239,10 +265,12 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const changes = incident.timeline.filter((entry: any) => entry.kind === "change");
     expect(changes).toHaveLength(1);
     expect(changes[0]).toMatchObject({
-      at: "2024-06-12T09:58:03Z",
       summary: "Deployed checkout-api v2.14.0 to prod",
       link: "https://ci.example.com/checkout-api/builds/4812",
     });
+    // Stamped when it arrived; the change's own time is kept in its data.
+    expect(Date.parse(changes[0].at)).toBeGreaterThan(Date.parse("2025-01-01T00:00:00Z"));
+    expect(Date.parse(changes[0].data.occurredAt)).toBe(Date.parse("2024-06-12T09:58:03Z"));
     expect(changes[0].data.payload.custom_details).toMatchObject({ build_number: "4812" });
     expect(incident.state).toBe("open");
   });

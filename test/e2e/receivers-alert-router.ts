@@ -82,19 +82,35 @@ export function alertRouterSuite(ctx: SuiteContext): void {
     expect(got.timeline[0]).toMatchObject({ kind: "opened", summary: "checkout-api 5xx ratio above 5%", alertRef: GROUP_KEY });
   });
 
-  it("the same notification again is a retry: the first answer, nothing recorded; the group grown attaches and records a repeat", async () => {
-    const retry = await post(fixture("alertmanager/webhook-v4-firing.json"));
-    expect(retry.status).toBe(202);
-    expect(retry.body).toMatchObject({ outcome: "opened", incidentId });
-    expect((await incident(incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened"]);
+  it("the same notification again attaches and records a repeat, as does the group grown; each repeat carries the time it arrived", async () => {
+    const before = Date.now();
+    const again = await post(fixture("alertmanager/webhook-v4-firing.json"));
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId });
     const grown = fixture("alertmanager/webhook-v4-firing.json");
     grown.alerts.push({ ...grown.alerts[0], fingerprint: "0a1b2c3d4e5f6789", labels: { ...grown.alerts[0].labels, service: "checkout-web" } });
     const later = await post(grown);
     expect(later.status).toBe(200);
     expect(later.body).toMatchObject({ outcome: "attached", incidentId });
-    // The grown group's own retry is recognized too.
-    expect((await post(grown)).body).toMatchObject({ outcome: "attached", incidentId });
-    expect((await incident(incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
+    const { timeline } = await incident(incidentId);
+    expect(timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "repeat"]);
+    // The opened entry is the problem's start; a repeat is when it arrived, the sender's own time in its data.
+    expect(timeline[0].at).toBe("2024-06-12T10:02:17.513Z");
+    for (const repeat of timeline.slice(1)) {
+      expect(Date.parse(repeat.at)).toBeGreaterThanOrEqual(before - 5_000);
+      expect(Date.parse(repeat.at)).toBeLessThanOrEqual(Date.now() + 5_000);
+      expect(Date.parse(repeat.data.occurredAt)).toBe(Date.parse("2024-06-12T10:02:17.513Z"));
+    }
+  });
+
+  it("20 concurrent copies of one notification: exactly one 202 opened, 19 attached, 19 repeats recorded", async () => {
+    const body = group({ alertname: "StormCopy", severity: "critical", service: "checkout-api" });
+    const answers = await Promise.all(Array.from({ length: 20 }, () => post(body)));
+    expect(answers.map((a) => a.status).toSorted()).toEqual([...Array(19).fill(200), 202]);
+    expect(answers.map((a) => a.body.outcome).toSorted()).toEqual([...Array(19).fill("attached"), "opened"]);
+    const ids = new Set(answers.map((a) => a.body.incidentId));
+    expect(ids.size).toBe(1);
+    expect((await incident([...ids][0]!)).timeline.map((e: any) => e.kind)).toEqual(["opened", ...Array(19).fill("repeat")]);
   });
 
   it("status resolved records a recovery on the open incident and never resolves it; the same resolved post again is ignored", async () => {
@@ -106,8 +122,10 @@ export function alertRouterSuite(ctx: SuiteContext): void {
     expect(again.body.outcome).toBe("ignored");
     const got = await incident(incidentId);
     expect(got.state).toBe("open");
-    expect(got.timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "recovery"]);
-    expect(got.timeline.at(-1).at).toBe("2024-06-12T10:24:47.513Z");
+    expect(got.timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "repeat", "recovery"]);
+    // Recorded when it arrived; the alerts' own end time is kept in its data.
+    expect(Date.parse(got.timeline.at(-1).at)).toBeGreaterThan(Date.parse("2025-01-01T00:00:00Z"));
+    expect(Date.parse(got.timeline.at(-1).data.occurredAt)).toBe(Date.parse("2024-06-12T10:24:47.513Z"));
   });
 
   it("status resolved with no open incident for the group is ignored, and nothing opens", async () => {

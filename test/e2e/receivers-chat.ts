@@ -159,20 +159,21 @@ export function chatSuite(ctx: ChatContext): void {
     });
   });
 
-  it("a repeat of the same message attaches and records a repeat each time; the same body again is a retry; after resolve, then archive, the same message opens a new incident", async () => {
+  it("a repeat of the same message attaches and records a repeat each time, the same body too; after resolve, then archive, the same message opens a new incident", async () => {
     const body = message({ text: "checkout errors" });
     const opened = await post(body);
     expect(opened.status).toBe(201);
-    // A retry of the same post: the first answer, nothing recorded.
-    const retry = await post(body);
-    expect(retry.status).toBe(201);
-    expect(retry.body).toEqual(opened.body);
+    // The same body again is a repeat the spec records ("a retry is safe because the message id
+    // attaches it"), never the first answer replayed.
+    const again = await post(body);
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
     for (const emoji of ["eyes", "fire"]) {
       const repeat = await post({ ...body, emoji });
       expect(repeat.status).toBe(200);
       expect(repeat.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
     }
-    expect((await incident(opened.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "repeat"]);
+    expect((await incident(opened.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "repeat", "repeat"]);
 
     await resolveIncident(ctx.app, ctx.creds.owner, opened.body.incidentId, "resolve");
     const afterResolve = await post(body);
@@ -183,6 +184,44 @@ export function chatSuite(ctx: ChatContext): void {
     const afterArchive = await post(body);
     expect(afterArchive.status).toBe(201);
     expect(afterArchive.body.incidentId).not.toBe(afterResolve.body.incidentId);
+  });
+
+  it.each([
+    ["JSON", false],
+    ["form-encoded", true],
+  ] as const)("the same %s message delivered again answers attached and records a repeat", async (_label, form) => {
+    const body = message({ text: "payments are down", timestamp: "1718186712" });
+    const opened = await post(body, { form });
+    expect(opened.status).toBe(201);
+    const again = await post(body, { form });
+    expect(again.status).toBe(200);
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
+    expect((await incident(opened.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
+  });
+
+  it("15 concurrent deliveries of one message: exactly one opened, 14 attached, 14 repeats recorded", async () => {
+    const body = message({ text: "checkout is down" });
+    const answers = await Promise.all(Array.from({ length: 15 }, () => post(body)));
+    expect(answers.map((a) => a.status).toSorted()).toEqual([...Array(14).fill(200), 201]);
+    expect(answers.map((a) => a.body.outcome).toSorted()).toEqual([...Array(14).fill("attached"), "opened"]);
+    const ids = new Set(answers.map((a) => a.body.incidentId));
+    expect(ids.size).toBe(1);
+    const kinds = (await incident([...ids][0]!)).timeline.map((e: any) => e.kind);
+    expect(kinds).toEqual(["opened", ...Array(14).fill("repeat")]);
+  });
+
+  it("a repeat's entry carries the time it arrived, the message's own timestamp in its data", async () => {
+    const body = message({ text: "checkout errors again", timestamp: 1718186712 });
+    const opened = await post(body);
+    const before = Date.now();
+    const again = await post(body);
+    expect(again.body.outcome).toBe("attached");
+    const [first, repeat] = (await incident(opened.body.incidentId)).timeline;
+    // The trigger entry carries the message's time, as the spec's table says.
+    expect(first.at).toBe("2024-06-12T10:05:12Z");
+    expect(Date.parse(repeat.at)).toBeGreaterThanOrEqual(before - 5_000);
+    expect(Date.parse(repeat.at)).toBeLessThanOrEqual(Date.now() + 5_000);
+    expect(Date.parse(repeat.data.occurredAt)).toBe(Date.parse("2024-06-12T10:05:12Z"));
   });
 
   it("a Slack workflow: the raw event is ignored; the custom step's inputs mapped onto the route open with the message link", async () => {

@@ -82,6 +82,7 @@ export function chatFailureSuite(ctx: FailureContext): void {
     for (const res of failed) {
       expect(res.status).toBe(503);
       expect(res.body).toEqual({ error: "unavailable" });
+      expect(res.headers.get("retry-after")).toBe("2");
     }
 
     // The message that had opened before the failure: the retry attaches to the same incident,
@@ -92,15 +93,16 @@ export function chatFailureSuite(ctx: FailureContext): void {
     const got = await getIncident(ctx.app, ctx.creds.owner, opened.body.incidentId);
     expect(got.timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
 
-    // The message whose opening failed: the retry opens it once, and a further retry gets the
-    // same answer.
+    // The message whose opening failed: the retry opens it once, and a further delivery of it
+    // attaches to that incident as a repeat.
     const freshRetry = await post(ctx.app.url, "acme", secret, fresh);
     expect(freshRetry.status).toBe(201);
     const freshAgain = await post(ctx.app.url, "acme", secret, fresh);
-    expect(freshAgain.status).toBe(201);
-    expect(freshAgain.body).toEqual(freshRetry.body);
+    expect(freshAgain.status).toBe(200);
+    expect(freshAgain.body).toMatchObject({ outcome: "attached", incidentId: freshRetry.body.incidentId });
     const titled = (await listIncidents(ctx.app, ctx.creds.owner)).filter((i) => i.title === `Chat: ${fresh.text}`);
     expect(titled).toHaveLength(1);
+    expect((await getIncident(ctx.app, ctx.creds.owner, freshRetry.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
   }, 120_000);
 }
 

@@ -35,8 +35,11 @@ afterAll(async () => {
 });
 
 describe("a database that refuses connections", () => {
-  it("answers 503 while Postgres refuses with too many clients, and recovers when it accepts again", async () => {
+  it("answers 503 with Retry-After while Postgres refuses with too many clients, and recovers when it accepts again", async () => {
     expect((await app.call("GET", `/o/${OWNER.org}/incidents`, { token: owner })).status).toBe(200);
+    const issued = await app.call("POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: owner });
+    expect(issued.status).toBeLessThan(300);
+    const ingestToken: string = issued.body.token;
 
     await admin.unsafe(`alter role ${role} connection limit 0`);
     await admin`select pg_terminate_backend(pid) from pg_stat_activity where usename = ${role}`;
@@ -46,7 +49,16 @@ describe("a database that refuses connections", () => {
       const refused = await app.call("GET", `/o/${OWNER.org}/incidents`, { token: owner });
       expect(refused.status).toBe(503);
       expect(refused.body).toEqual({ error: "unavailable" });
+      // Overload is retryable, and says when.
+      expect(refused.headers.get("retry-after")).toBe("2");
     }
+    // A delivery meets the same refusal: 503 with Retry-After, never 500.
+    const delivery = await app.call("POST", "/triggers", {
+      token: ingestToken,
+      body: { alert_type: "error", title: "Disk full", alert_id: "disk-1", event_id: "e-1", tags: ["service:db"] },
+    });
+    expect(delivery.status).toBe(503);
+    expect(delivery.headers.get("retry-after")).toBe("2");
 
     await admin.unsafe(`alter role ${role} connection limit -1`);
     const deadline = Date.now() + 15_000;

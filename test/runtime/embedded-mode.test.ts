@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, readFileSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { allServices } from "../../services/process/all-services.js";
@@ -142,6 +142,79 @@ describe("one-process mode with the embedded database", () => {
     }
     expect(existsSync(join(data.dir, "warroom.lock"))).toBe(false);
   }, 120_000);
+  it("never lets two postmasters serve one folder, even when the old one is frozen after its lock file is gone", async () => {
+    const pgDir = join(data.dir, "pg");
+    /**
+     * Postmasters of the folder on /proc: processes with the command line `postgres -D <pgDir> ...`
+     * whose parent is not one (a backend just forked has its postmaster's command line until it
+     * sets its own title).
+     */
+    const postmasters = () => {
+      const matching = new Map<number, number>();
+      for (const entry of readdirSync("/proc")) {
+        if (!/^\d+$/.test(entry)) continue;
+        try {
+          const argv = readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+          const d = argv.indexOf("-D");
+          if (!(d > 0 && argv[d + 1] === pgDir && (argv[0] ?? "").endsWith("postgres"))) continue;
+          const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+          matching.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+        } catch {
+          // ended meanwhile
+        }
+      }
+      return [...matching].filter(([, ppid]) => !matching.has(ppid)).map(([pid]) => pid);
+    };
+
+    const first = startServiceProcess(embeddedEnv(data.dir));
+    const { url } = await first.serving;
+    await waitFor(`${url}/readyz`);
+    const postmaster = Number.parseInt(readFileSync(join(pgDir, "postmaster.pid"), "utf8"), 10);
+    expect(postmasters(), `postmasters of the folder; its lock file names ${postmaster}`).toEqual([postmaster]);
+    const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
+    const shells = execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
+      .trim()
+      .split("\n")
+      .map((line) => line.trim().split(/\s+/))
+      .filter(([, comm]) => comm === "sh")
+      .map(([pid]) => Number(pid));
+    for (const pid of shells) process.kill(pid, "SIGKILL");
+    first.child.kill("SIGKILL");
+    await first.exited;
+    // Frozen where a shutdown has removed postmaster.pid and not yet exited: the lock file no
+    // longer names the server that still runs on the folder.
+    process.kill(postmaster, "SIGSTOP");
+    rmSync(join(pgDir, "postmaster.pid"));
+
+    let most = 0;
+    let sampling = true;
+    const sampler = (async () => {
+      while (sampling) {
+        most = Math.max(most, postmasters().length);
+        await new Promise((r) => setTimeout(r, 10));
+      }
+    })();
+    const again = startServiceProcess(embeddedEnv(data.dir));
+    try {
+      const { url: url2 } = await again.serving;
+      await waitFor(`${url2}/readyz`);
+      sampling = false;
+      await sampler;
+      expect(most, "postmasters of the folder seen at once").toBe(1);
+      expect(processAlive(postmaster)).toBe(false);
+      // The server's own lock file names the one postmaster that serves the folder.
+      const serving = postmasters();
+      expect(serving).toHaveLength(1);
+      expect(Number.parseInt(readFileSync(join(pgDir, "postmaster.pid"), "utf8"), 10)).toBe(serving[0]);
+      expect(again.output()).toContain("stopping an embedded Postgres left running by an earlier process");
+      expect((await login(url2)).status).toBe(200);
+    } finally {
+      sampling = false;
+      again.child.kill("SIGTERM");
+      expect((await again.exited).code).toBe(0);
+    }
+  }, 120_000);
+
   it("stops a server of the folder left running without its watchdog before starting a new one", async () => {
     const first = startServiceProcess(embeddedEnv(data.dir));
     const { url } = await first.serving;

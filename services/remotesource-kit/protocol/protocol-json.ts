@@ -14,7 +14,11 @@ import { fromJson, ScalarType, toJson, type DescMessage, type JsonObject, type J
  * - A Struct (`params`) is always an object, `{}` when unset.
  *
  * Decoding is lenient where the spec is: unknown fields are ignored, null means unset, and 64-bit
- * integers may be numbers or strings.
+ * integers may be numbers or strings. It is not lenient where the spec states a type: proto3 JSON
+ * would read `"42"` or `"Infinity"` as a double, but the spec's values are finite JSON numbers
+ * (rule 7), so a double given as anything but a JSON number decodes as NaN, which the rule 7
+ * checks (shaped-data.ts) refuse; and a series point's or log entry's time given as a number
+ * decodes as its text, which is not ISO 8601, so rule 7 refuses it too rather than the whole answer.
  */
 
 export class ProtocolJsonError extends Error {
@@ -28,6 +32,8 @@ const OMIT_WHEN_EMPTY = new Set([
   "warroom.sourceprotocol.v1.RawResult.entries",
   "warroom.sourceprotocol.v1.LogEntry.labels",
 ]);
+/** Times rule 7 holds to ISO 8601 text. */
+const TIME_FIELDS = new Set(["warroom.sourceprotocol.v1.Point.t", "warroom.sourceprotocol.v1.LogEntry.t"]);
 const INT64 = new Set([ScalarType.INT64, ScalarType.UINT64, ScalarType.SINT64, ScalarType.FIXED64, ScalarType.SFIXED64]);
 const STRUCT = "google.protobuf.Struct";
 const WELL_KNOWN = "google.protobuf.";
@@ -145,6 +151,14 @@ function shapeIn(desc: DescMessage, input: Record<string, unknown>): Record<stri
     }
     if (`${desc.typeName}.${field.name}` === RAW_FIELD) {
       copy[key] = rawText(value as JsonValue);
+      continue;
+    }
+    if (field.fieldKind === "scalar" && (field.scalar === ScalarType.DOUBLE || field.scalar === ScalarType.FLOAT) && typeof value !== "number") {
+      copy[key] = "NaN";
+      continue;
+    }
+    if (TIME_FIELDS.has(`${desc.typeName}.${field.name}`) && (typeof value === "number" || typeof value === "boolean")) {
+      copy[key] = String(value);
       continue;
     }
     if (field.fieldKind === "message" && !field.message.typeName.startsWith(WELL_KNOWN) && isObject(value)) {

@@ -38,7 +38,9 @@ describe("rule 7: series and entries", () => {
         ]),
       ),
     ).toBe('series "s": points are not sorted ascending by time (point 1 is earlier than point 0)');
-    expect(seriesProblem(series([{ t: "2024-05-01T12:00:00Z", v: Number.NaN }]))).toBe('series "s": point 0 has value NaN, not a finite number');
+    expect(seriesProblem(series([{ t: "2024-05-01T12:00:00Z", v: Number.NaN }]))).toBe(
+      'series "s": point 0 has value NaN or not a JSON number, not a finite number',
+    );
     expect(seriesProblem(series([{ t: "yesterday", v: 1 }]))).toBe('series "s": point 0 has time "yesterday", not ISO 8601');
   });
 

@@ -35,7 +35,9 @@ export function seriesProblem(series: readonly RawSeries[]): string | undefined 
     for (const [i, point] of s.points.entries()) {
       const key = timeKey(point.t);
       if (key === undefined) return `${name}: point ${i} has time ${JSON.stringify(point.t)}, not ISO 8601`;
-      if (!Number.isFinite(point.v)) return `${name}: point ${i} has value ${point.v}, not a finite number`;
+      // NaN also stands for a value that was not a JSON number at all (a string such as "42").
+      if (!Number.isFinite(point.v))
+        return `${name}: point ${i} has value ${Number.isNaN(point.v) ? "NaN or not a JSON number" : point.v}, not a finite number`;
       if (previous !== undefined && key < previous) return `${name}: points are not sorted ascending by time (point ${i} is earlier than point ${i - 1})`;
       previous = key;
     }

@@ -24,6 +24,13 @@ export interface BareSourceFaults {
   healthAcceptsEmptyCredential?: boolean;
   /** metrics/range returns its points newest first. */
   unsortedSeries?: boolean;
+  /**
+   * metrics/range over HTTP breaks rule 7 in its JSON: `strings` gives values as strings ("42"),
+   * `infinity` as "Infinity", `epochTimes` times as epoch seconds.
+   */
+  seriesJson?: "strings" | "infinity" | "epochTimes";
+  /** Health answers `{ ok: false, detail }` (with a good credential). */
+  healthReportsDown?: boolean;
   /** Every read answers a 5 MiB payload. */
   hugeResponse?: boolean;
   /** 401 (gRPC UNAUTHENTICATED) on every call. */
@@ -91,6 +98,14 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
     return faults.unsortedSeries ? list.reverse() : list;
   }
 
+  function jsonPoints(): Array<{ t: unknown; v: unknown }> {
+    const list = points();
+    if (faults.seriesJson === "strings") return list.map((p) => ({ t: p.t, v: String(p.v) }));
+    if (faults.seriesJson === "infinity") return list.map((p, i) => ({ t: p.t, v: i === 1 ? "Infinity" : p.v }));
+    if (faults.seriesJson === "epochTimes") return list.map((p) => ({ t: Date.parse(p.t) / 1000, v: p.v }));
+    return list;
+  }
+
   function rawPayload(name: string): unknown {
     return faults.hugeResponse ? { name, padding: "x".repeat(FIVE_MIB) } : { name, values: [1, 2, 3] };
   }
@@ -130,7 +145,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         case "GET /v1/capabilities":
           return send(200, capabilities);
         case "GET /v1/health":
-          return send(200, { ok: true });
+          return send(200, faults.healthReportsDown ? { ok: false, detail: "replica lagging" } : { ok: true });
         case "POST /v1/invoke":
           if (faults.windowOutsideParams && body.operation === "search") return send(200, envelope("search", body.params ?? {}));
           if (body.operation !== "cpu") return send(404, { error: `unknown operation ${JSON.stringify(body.operation)}` });
@@ -138,7 +153,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         case "POST /v1/metrics/list":
           return send(200, envelope("metrics/list", params));
         case "POST /v1/metrics/range":
-          return send(200, envelope("metrics/range", params, { series: [{ label: 'cpu{host="a"}', unit: "s", points: points() }] }));
+          return send(200, envelope("metrics/range", params, { series: [{ label: 'cpu{host="a"}', unit: "s", points: jsonPoints() }] }));
         default:
           return send(404, { error: "not found" });
       }
@@ -174,7 +189,7 @@ export async function startBareSource(faults: BareSourceFaults = {}, token = "ba
         },
         health(request, ctx) {
           check("health", ctx, request);
-          return create(HealthResponseSchema, { ok: true });
+          return create(HealthResponseSchema, faults.healthReportsDown ? { ok: false, detail: "replica lagging" } : { ok: true });
         },
         invoke(request: InvokeRequest, ctx) {
           check("invoke", ctx, request);

@@ -44,11 +44,19 @@ const source = createPrometheusFilesSource({
   ...(tls ? { tls } : {}),
   ...(process.env.PROMETHEUS_TENANT_HEADER ? { tenantHeader: process.env.PROMETHEUS_TENANT_HEADER } : {}),
 });
-const running = await source.listen({ port: Number(process.env.PORT ?? 9400), host: process.env.HOST ?? "0.0.0.0" });
-console.log(`prometheus-files source serving HTTP-JSON and gRPC on port ${running.port}`);
-
-for (const signal of ["SIGINT", "SIGTERM"] as const) {
-  process.once(signal, () => {
-    void running.close().then(() => process.exit(0));
-  });
-}
+// No top-level await: copied into a package without "type": "module", tsx runs this file as
+// CommonJS, where it is a syntax error.
+source.listen({ port: Number(process.env.PORT ?? 9400), host: process.env.HOST ?? "0.0.0.0" }).then(
+  (running) => {
+    console.log(`prometheus-files source serving HTTP-JSON and gRPC on port ${running.port}`);
+    for (const signal of ["SIGINT", "SIGTERM"] as const) {
+      process.once(signal, () => {
+        void running.close().then(() => process.exit(0));
+      });
+    }
+  },
+  (err: unknown) => {
+    console.error(`could not listen: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  },
+);
