@@ -6,7 +6,7 @@ import type { HeartbeatRow } from "./store.js";
 /**
  * A heartbeat row as the API answers it (status, due time, schedule, latest ping, run in progress).
  */
-export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof HeartbeatSchema> {
+export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShape<typeof HeartbeatSchema> {
   return {
     name: row.name,
     expectedIntervalSeconds: row.expected_interval_seconds ?? 0,
@@ -32,6 +32,7 @@ export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof Heartbea
           }
         : undefined,
     runningSince: row.running_since ? timestampFromDate(row.running_since) : undefined,
+    pingUrl,
   };
 }
 

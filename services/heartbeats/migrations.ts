@@ -146,4 +146,18 @@ export const migrations: Migration[] = [
     `,
   },
   ...outboxUpgrades("heartbeats"),
+  {
+    id: 4,
+    name: "a ping key of its own per heartbeat, stored hashed and sealed",
+    sql: `
+      -- The SHA-256 of the heartbeat's ping key (what a ping by key is found by) and the key sealed
+      -- under the secrets key (so the ping URL can be shown again), never the key itself. Rows
+      -- registered before this get a key when the service starts.
+      alter table heartbeats.heartbeats
+        add column ping_key_hash text,
+        add column ping_key_sealed bytea,
+        add column ping_key_sealed_by text;
+      create unique index heartbeats_ping_key on heartbeats.heartbeats (ping_key_hash);
+    `,
+  },
 ];

@@ -8,6 +8,8 @@ import type { Clients } from "../runtime/clients.js";
 import type { AuditRecord } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
+import type { SecretBox } from "../runtime/secret-box.js";
+import { newPingKey, openPingKey } from "./ping-key.js";
 import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
@@ -17,7 +19,14 @@ export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
   updated: "heartbeat.updated",
   deleted: "heartbeat.deleted",
+  pingKeyRotated: "heartbeat.ping_key_rotated",
 } as const;
+
+/** What the ping URLs are made from: the secrets key that seals the keys, and the public address. */
+export interface PingUrls {
+  box(): SecretBox;
+  publicUrl(): string;
+}
 
 function notFound(name: string): NotFoundError {
   return new NotFoundError(`no heartbeat named "${name}"`);
@@ -40,8 +49,25 @@ export function createRegistryHandlers(deps: {
   store: HeartbeatStore;
   clients: Clients;
   outbox: Pick<Outbox, "poke">;
-}): Pick<ServiceImpl<typeof HeartbeatsService>, "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat"> {
-  const { store, clients, outbox } = deps;
+  pingUrls: PingUrls;
+}): Pick<
+  ServiceImpl<typeof HeartbeatsService>,
+  "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat" | "rotateHeartbeatPingKey"
+> {
+  const { store, clients, outbox, pingUrls } = deps;
+
+  /** The heartbeat as the API answers it, with its ping URL (empty while it has no key yet). */
+  function shape(row: HeartbeatRow) {
+    let key: string | undefined;
+    try {
+      key = openPingKey(pingUrls.box(), row);
+    } catch {
+      // Sealed under a secrets key no longer configured: the heartbeat still reads, without its
+      // URL, and a rotation gives it a new key.
+      key = undefined;
+    }
+    return toHeartbeat(row, key ? `${pingUrls.publicUrl()}/ping/${key}` : "");
+  }
 
   function auditBy(principal: Principal, kind: string, data: JsonObject): AuditRecord {
     return { orgId: principal.orgId, kind, actor: principal.email, data };
@@ -64,13 +90,22 @@ export function createRegistryHandlers(deps: {
       const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
       const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null };
       const row = await store.register(
-        { orgId: principal.orgId, orgSlug: principal.orgSlug, name: req.name, ...expectation, gapSeconds: schedule?.gapSeconds ?? null, grace, maxRun },
+        {
+          orgId: principal.orgId,
+          orgSlug: principal.orgSlug,
+          name: req.name,
+          ...expectation,
+          gapSeconds: schedule?.gapSeconds ?? null,
+          grace,
+          maxRun,
+          pingKey: newPingKey(pingUrls.box(), principal.orgId, req.name),
+        },
         (now) => deadlineAfter(now, expectation, grace),
         (inserted) => auditBy(principal, AUDIT_KINDS.registered, auditData(inserted)),
       );
       if (!row) throw new AlreadyExistsError(`a heartbeat named "${req.name}" already exists`);
       outbox.poke();
-      return toHeartbeat(row);
+      return shape(row);
     },
 
     async listHeartbeats(req, context: HandlerContext) {
@@ -81,14 +116,14 @@ export function createRegistryHandlers(deps: {
       const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
       const rows = await store.list(principal.orgId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
-      return { heartbeats: page.map(toHeartbeat), ...(nextCursor ? { nextCursor } : {}) };
+      return { heartbeats: page.map(shape), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async getHeartbeat(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const row = await store.get(principal.orgId, req.name);
       if (!row) throw notFound(req.name);
-      return toHeartbeat(row);
+      return shape(row);
     },
 
     async updateHeartbeat(req, context: HandlerContext) {
@@ -142,7 +177,21 @@ export function createRegistryHandlers(deps: {
       );
       if (!row) throw notFound(target);
       outbox.poke();
-      return toHeartbeat(row);
+      return shape(row);
+    },
+
+    async rotateHeartbeatPingKey(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      // The audit names the heartbeat, never a key.
+      const row = await store.rotatePingKey(
+        principal.orgId,
+        req.name,
+        newPingKey(pingUrls.box(), principal.orgId, req.name),
+        auditBy(principal, AUDIT_KINDS.pingKeyRotated, { name: req.name }),
+      );
+      if (!row) throw notFound(req.name);
+      outbox.poke();
+      return shape(row);
     },
 
     async deleteHeartbeat(req, context: HandlerContext) {

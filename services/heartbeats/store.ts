@@ -15,6 +15,7 @@ import { NO_RUN_ID } from "./ping.js";
 /** A heartbeat row as the management routes read it. */
 export interface HeartbeatRow {
   id: string;
+  org_id: string;
   name: string;
   expected_interval_seconds: number | null;
   grace_seconds: number;
@@ -33,6 +34,9 @@ export interface HeartbeatRow {
   last_ping_body_cut: boolean | null;
   last_ping_body_bytes: number | null;
   running_since: Date | null;
+  /** The ping key sealed under the secrets key, and the id of the key that sealed it. */
+  ping_key_sealed: Buffer | null;
+  ping_key_sealed_by: string | null;
 }
 
 /** What a heartbeat expects: a ping every `interval` seconds, or one on a cron schedule. */
@@ -50,6 +54,14 @@ export interface NewHeartbeat extends Expectation {
   gapSeconds: number | null;
   grace: number;
   maxRun: number | null;
+  pingKey: StoredPingKey;
+}
+
+/** A ping key as it is stored: its hash and its sealed copy, never the key. */
+export interface StoredPingKey {
+  hash: string;
+  sealed: Buffer;
+  sealedBy: string;
 }
 
 /** A heartbeat as an update finds it, locked until the update commits. */
@@ -149,6 +161,15 @@ export interface HeartbeatStore {
     change: (current: CurrentHeartbeat) => HeartbeatChange,
     audit: (row: HeartbeatRow) => AuditRecord,
   ): Promise<HeartbeatRow | undefined>;
+  /**
+   * Replaces the heartbeat's ping key and writes the audit record in one transaction; the old key
+   * matches nothing from the commit on. Undefined when there is no such heartbeat.
+   */
+  rotatePingKey(orgId: string, name: string, key: StoredPingKey, audit: AuditRecord): Promise<HeartbeatRow | undefined>;
+  /** Up to `limit` heartbeats without a ping key (registered before keys existed). */
+  keyless(limit: number): Promise<{ org_id: string; name: string }[]>;
+  /** Gives a keyless heartbeat its key; false when it has one already (another process was first). */
+  giveKey(orgId: string, name: string, key: StoredPingKey): Promise<boolean>;
   /** Deletes the heartbeat and writes the audit record; false when there is no such heartbeat. */
   delete(orgId: string, name: string, audit: AuditRecord): Promise<boolean>;
 
@@ -182,10 +203,11 @@ export interface HeartbeatStore {
 /** The columns of HeartbeatRow, for `select` and `returning` on heartbeats.heartbeats (no alias). */
 function heartbeatColumns(sql: Sql) {
   // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
-  return sql`id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, created_at, last_seen_at,
+  return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, created_at, last_seen_at,
     deadline, (open_silence_id is not null or deadline < now()) as silent,
     last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
-    (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since`;
+    (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since,
+    ping_key_sealed, ping_key_sealed_by`;
 }
 
 interface DetectedRow {
@@ -208,9 +230,10 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         const deadline = deadlineFrom(clock!.now);
         const [inserted] = await tx<HeartbeatRow[]>`
           insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
-            schedule_gap_seconds, max_run_seconds, deadline)
+            schedule_gap_seconds, max_run_seconds, deadline, ping_key_hash, ping_key_sealed, ping_key_sealed_by)
           values (${heartbeat.orgId}, ${heartbeat.orgSlug}, ${heartbeat.name}, ${heartbeat.interval}, ${heartbeat.grace}, ${heartbeat.schedule},
-            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${deadline})
+            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${deadline},
+            ${heartbeat.pingKey.hash}, ${heartbeat.pingKey.sealed}, ${heartbeat.pingKey.sealedBy})
           on conflict (org_id, name) do nothing
           returning ${columns}`;
         if (!inserted) return undefined;
@@ -259,6 +282,31 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         await recordAudit(outbox, tx, audit(updated!));
         return updated!;
       });
+    },
+
+    async rotatePingKey(orgId, name, key, audit) {
+      return sql.begin(async (tx) => {
+        const [updated] = await tx<HeartbeatRow[]>`
+          update heartbeats.heartbeats set ping_key_hash = ${key.hash}, ping_key_sealed = ${key.sealed}, ping_key_sealed_by = ${key.sealedBy}
+          where org_id = ${orgId} and name = ${name}
+          returning ${columns}`;
+        if (!updated) return undefined;
+        await recordAudit(outbox, tx, audit);
+        return updated;
+      });
+    },
+
+    async keyless(limit) {
+      return sql<{ org_id: string; name: string }[]>`
+        select org_id, name from heartbeats.heartbeats where ping_key_hash is null order by org_id, name limit ${limit}`;
+    },
+
+    async giveKey(orgId, name, key) {
+      const given = await sql`
+        update heartbeats.heartbeats set ping_key_hash = ${key.hash}, ping_key_sealed = ${key.sealed}, ping_key_sealed_by = ${key.sealedBy}
+        where org_id = ${orgId} and name = ${name} and ping_key_hash is null
+        returning id`;
+      return given.length > 0;
     },
 
     async delete(orgId, name, audit) {

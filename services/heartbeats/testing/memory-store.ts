@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { AuditRecord } from "../../runtime/events.js";
-import type { Claim, ClaimedAlert, ClaimedResume, HeartbeatRow, HeartbeatStore, NewHeartbeat, RecordedAlert, SilenceCause } from "../store.js";
+import type { Claim, ClaimedAlert, ClaimedResume, HeartbeatRow, HeartbeatStore, NewHeartbeat, RecordedAlert, SilenceCause, StoredPingKey } from "../store.js";
 
 /**
  * The heartbeats tables in memory, on a clock the test moves, for unit tests of the handlers, the
@@ -24,6 +24,7 @@ export interface MemoryHeartbeat {
   lastSeenAt: Date | null;
   deadline: Date;
   openSilenceId: string | null;
+  pingKey: StoredPingKey | null;
 }
 
 export interface MemorySilence {
@@ -69,6 +70,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
 
   const rowOf = (h: MemoryHeartbeat): HeartbeatRow => ({
     id: h.id,
+    org_id: h.orgId,
     name: h.name,
     expected_interval_seconds: h.interval,
     grace_seconds: h.grace,
@@ -87,6 +89,8 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     last_ping_body_cut: null,
     last_ping_body_bytes: null,
     running_since: null,
+    ping_key_sealed: h.pingKey?.sealed ?? null,
+    ping_key_sealed_by: h.pingKey?.sealedBy ?? null,
   });
   const find = (orgId: string, name: string) => heartbeats.find((h) => h.orgId === orgId && h.name === name);
   const heartbeatOf = (s: MemorySilence) => heartbeats.find((h) => h.id === s.heartbeatId)!;
@@ -167,6 +171,28 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       const row = rowOf(h);
       audits.push(audit(row));
       return row;
+    },
+
+    async rotatePingKey(orgId, name, key, audit) {
+      const h = find(orgId, name);
+      if (!h) return undefined;
+      h.pingKey = key;
+      audits.push(audit);
+      return rowOf(h);
+    },
+
+    async keyless(limit) {
+      return heartbeats
+        .filter((h) => h.pingKey === null)
+        .slice(0, limit)
+        .map((h) => ({ org_id: h.orgId, name: h.name }));
+    },
+
+    async giveKey(orgId, name, key) {
+      const h = find(orgId, name);
+      if (!h || h.pingKey) return false;
+      h.pingKey = key;
+      return true;
     },
 
     async delete(orgId, name, audit) {
