@@ -82,14 +82,15 @@ export function createPingKeyOwners(sql: Sql): { owner(hash: string): Promise<Pi
 
 /**
  * Gives every heartbeat registered before ping keys existed a key of its own, a thousand at a
- * time. Replicas starting together each give a key only where none is yet (the first wins).
+ * time. Replicas starting together each give a key only where none is yet (the first wins). The
+ * secrets key is only opened (and, without SECRETS_KEYS, its file created) when there is work.
  */
-export async function givePingKeys(store: Pick<HeartbeatStore, "keyless" | "giveKey">, box: SecretBox, logger: Logger): Promise<void> {
+export async function givePingKeys(store: Pick<HeartbeatStore, "keyless" | "giveKey">, box: () => SecretBox, logger: Logger): Promise<void> {
   let given = 0;
   for (;;) {
     const rows = await store.keyless(1000);
     if (rows.length === 0) break;
-    for (const row of rows) if (await store.giveKey(row.org_id, row.name, newPingKey(box, row.org_id, row.name))) given++;
+    for (const row of rows) if (await store.giveKey(row.org_id, row.name, newPingKey(box(), row.org_id, row.name))) given++;
   }
   if (given > 0) logger.info({ given }, "gave heartbeats registered before ping keys a ping key each");
 }

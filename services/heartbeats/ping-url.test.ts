@@ -245,6 +245,24 @@ describe("refusals, rotation and the key's secrecy", () => {
     expect(JSON.stringify(audit)).not.toContain(key);
   });
 
+  it("a heartbeat registered before ping keys gets one when a process starts", async () => {
+    await register("hc-older");
+    // As a row written before the migration that added keys.
+    await db`update heartbeats.heartbeats set ping_key_hash = null, ping_key_sealed = null, ping_key_sealed_by = null where name = 'hc-older'`;
+    expect((await read("hc-older")).pingUrl).toBe("");
+    // A second process on the same database (a replica, or the next start) gives it a key.
+    const replica = await startApp({ databaseUrl: app.databaseUrl, env: { HEARTBEAT_SWEEP_SECONDS: "3600" } });
+    try {
+      const url = (await read("hc-older")).pingUrl as string;
+      expect(url).toMatch(KEY_URL);
+      expect((await raw("GET", url)).text).toBe("OK");
+      const [row] = await db<{ n: number }[]>`select count(*)::int as n from heartbeats.heartbeats where ping_key_hash is null`;
+      expect(row!.n).toBe(0);
+    } finally {
+      await replica.stop();
+    }
+  });
+
   it("the ingest-token ping route is unchanged beside it", async () => {
     await register("hc-both");
     const res = await fetch(`${app.url}/o/acme/heartbeats/hc-both/ping`, { method: "POST", headers: { authorization: `Bearer ${cast.ingestToken}` } });

@@ -38,7 +38,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
       router.service(HeartbeatsService, routes);
     },
     async start() {
-      await givePingKeys(store, pingUrls.box(), logger);
+      await givePingKeys(store, pingUrls.box, logger);
       sweeper.start(config.HEARTBEAT_SWEEP_SECONDS);
     },
     async stop() {
