@@ -222,7 +222,7 @@ describe("the sweep hands silences to the incident core", () => {
       source: "heartbeat",
       attachIdentity: "heartbeat:backup",
       kind: "alert",
-      title: "Heartbeat backup silent for 6m 1s",
+      title: "Heartbeat backup went silent",
     });
     expect(silence.incidentId).toBe(`incident-for-${silenceEventId(silence.id)}`);
     expect(h.store.silentEvents).toEqual(["backup"]);

@@ -160,4 +160,40 @@ export const migrations: Migration[] = [
       create unique index heartbeats_ping_key on heartbeats.heartbeats (ping_key_hash);
     `,
   },
+  {
+    id: 5,
+    name: "silences keep the last run, and a silence during an open failure or overrun",
+    sql: `
+      -- What the heartbeat last said when the silence was declared (the job's output is in
+      -- body/body_cut/body_bytes/exit_status, as for a failure), and the start of a run that never
+      -- finished. Read at detection, so a ping arriving before the delivery cannot change them.
+      alter table heartbeats.silences
+        add column last_kind text,
+        add column last_ping_at timestamptz,
+        add column last_run_seconds float8,
+        add column unfinished_start timestamptz,
+        -- A silence declared while a failure or an overrun was the heartbeat's open silence: that
+        -- one's cause. The failure is then ended without a resume of its own (resume_outcome
+        -- 'superseded'); the silence's own resume ends both on the one incident.
+        add column during text;
+      -- The last run that ended (a success or a failure), kept apart from the latest ping, which a
+      -- later start replaces: a silence after a start that never finished still shows how the
+      -- run before it ended and what it said.
+      alter table heartbeats.heartbeats
+        add column last_end_at timestamptz,
+        add column last_end_kind text,
+        add column last_end_exit_status integer,
+        add column last_end_run_seconds float8,
+        add column last_end_body text,
+        add column last_end_body_cut boolean,
+        add column last_end_body_bytes integer;
+      update heartbeats.heartbeats set last_end_at = last_ping_at, last_end_kind = last_ping_kind,
+        last_end_exit_status = last_ping_exit_status, last_end_run_seconds = last_ping_run_seconds,
+        last_end_body = last_ping_body, last_end_body_cut = last_ping_body_cut, last_end_body_bytes = last_ping_body_bytes
+        where last_ping_kind in ('success', 'fail');
+      -- The failures and overruns still open: a sweep checks these heartbeats' deadlines too.
+      create index silences_open_incidents on heartbeats.silences (heartbeat_id)
+        where cause <> 'silence' and ended_at is null;
+    `,
+  },
 ];

@@ -191,6 +191,15 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
         last_ping_body = case when hb.kind = 'log' then h.last_ping_body else hb.body end,
         last_ping_body_cut = case when hb.kind = 'log' then h.last_ping_body_cut else hb.body_cut end,
         last_ping_body_bytes = case when hb.kind = 'log' then h.last_ping_body_bytes else hb.body_bytes end,
+        -- The last run that ended, which a later start does not replace (a silence reports it).
+        last_end_at = case when hb.kind in ('success', 'fail') then now() else h.last_end_at end,
+        last_end_kind = case when hb.kind in ('success', 'fail') then hb.kind else h.last_end_kind end,
+        last_end_exit_status = case when hb.kind in ('success', 'fail') then hb.exit_status else h.last_end_exit_status end,
+        last_end_run_seconds = case when hb.kind in ('success', 'fail') then extract(epoch from now() - ended_run.started_at)::float8
+          else h.last_end_run_seconds end,
+        last_end_body = case when hb.kind in ('success', 'fail') then hb.body else h.last_end_body end,
+        last_end_body_cut = case when hb.kind in ('success', 'fail') then hb.body_cut else h.last_end_body_cut end,
+        last_end_body_bytes = case when hb.kind in ('success', 'fail') then hb.body_bytes else h.last_end_body_bytes end,
         ping_count = h.ping_count + 1
       from hb
         left join failure on failure.heartbeat_id = hb.id

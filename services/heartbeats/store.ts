@@ -105,6 +105,13 @@ export interface ClaimedAlert {
   run_id: string | null;
   suppressed_by: string | null;
   db_now: Date;
+  /** For a silence: the heartbeat's last ping when it was declared, and a run started and not finished. */
+  last_kind: string | null;
+  last_ping_at: Date | null;
+  last_run_seconds: number | null;
+  unfinished_start: Date | null;
+  /** For a silence declared while a failure or an overrun was open: that one's cause. */
+  during: SilenceCause | null;
 }
 
 /** A silence a ping ended whose `resumed` this pass delivers. */
@@ -326,17 +333,25 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
      */
     async detectSilences(limit) {
       return sql.begin(async (tx) => {
+        // How the heartbeat's last run ended and a run left unfinished go with the silence, read now.
+        const lastPing = sql`h.last_end_kind as last_ping_kind, h.last_end_at as last_ping_at, h.last_end_exit_status as last_ping_exit_status,
+              h.last_end_run_seconds as last_ping_run_seconds, h.last_end_body as last_ping_body, h.last_end_body_cut as last_ping_body_cut,
+              h.last_end_body_bytes as last_ping_body_bytes,
+              (select max(r.started_at) from heartbeats.runs r where r.heartbeat_id = h.id) as unfinished_start`;
         const rows = await tx<DetectedRow[]>`
           with due as (
-            select id, ctid as row_ctid, deadline, coalesce(last_seen_at, created_at) as since, last_seen_at is null as never_pinged
-            from heartbeats.heartbeats
-            where open_silence_id is null and deadline < now()
-            order by deadline
+            select h.id, h.ctid as row_ctid, h.deadline, coalesce(h.last_seen_at, h.created_at) as since, h.last_seen_at is null as never_pinged,
+              ${lastPing}
+            from heartbeats.heartbeats h
+            where h.open_silence_id is null and h.deadline < now()
+            order by h.deadline
             limit ${limit}
             for update skip locked
           ), opened as (
-            insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged)
-            select id, deadline, since, never_pinged from due
+            insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, last_kind, last_ping_at, exit_status,
+              last_run_seconds, body, body_cut, body_bytes, unfinished_start)
+            select id, deadline, since, never_pinged, last_ping_kind, last_ping_at, last_ping_exit_status,
+              last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes, unfinished_start from due
             returning id, heartbeat_id, since
           )
           -- The rows are locked, so their ctids hold: a TID scan, where a join on id would read the
@@ -344,6 +359,37 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
           update heartbeats.heartbeats h set open_silence_id = opened.id
           from opened where h.ctid = any(array(select row_ctid from due)) and h.id = opened.heartbeat_id
           returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
+        // A heartbeat whose failure or overrun is still open and that has now also stopped pinging:
+        // the silence is declared all the same and becomes its open silence (its alert attaches to
+        // that incident), and the failure ends without a resume of its own. Found through the
+        // few open failures, not the heartbeats.
+        const left = limit - rows.length;
+        if (left > 0) {
+          const over = await tx<DetectedRow[]>`
+            with due as (
+              select h.id, h.deadline, coalesce(h.last_seen_at, h.created_at) as since, h.last_seen_at is null as never_pinged,
+                s.id as open_id, s.cause as open_cause, ${lastPing}
+              from heartbeats.silences s
+              join heartbeats.heartbeats h on h.id = s.heartbeat_id and h.open_silence_id = s.id
+              where s.cause <> 'silence' and s.ended_at is null and h.deadline < now()
+              order by h.deadline
+              limit ${left}
+              for update of h skip locked
+            ), opened as (
+              insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, last_kind, last_ping_at, exit_status,
+                last_run_seconds, body, body_cut, body_bytes, unfinished_start, during)
+              select id, deadline, since, never_pinged, last_ping_kind, last_ping_at, last_ping_exit_status,
+                last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes, unfinished_start, open_cause from due
+              returning id, heartbeat_id, since
+            ), superseded as (
+              update heartbeats.silences s set ended_at = now(), resume_recorded_at = now(), resume_outcome = 'superseded'
+              from due where s.id = due.open_id
+            )
+            update heartbeats.heartbeats h set open_silence_id = opened.id
+            from opened where h.id = opened.heartbeat_id
+            returning h.org_id, h.name, now() as now, extract(epoch from now() - opened.since)::float8 as silent_seconds`;
+          rows.push(...over);
+        }
         // One statement for the whole batch: a thousand silences cost one round trip, not a thousand.
         await outbox.writeMany(
           tx,
@@ -437,6 +483,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
           h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
           s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
+          s.last_kind, s.last_ping_at, s.last_run_seconds, s.unfinished_start, s.during,
           extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds
         from claimed s cross join lateral (select * from heartbeats.heartbeats h where h.id = s.heartbeat_id) h`;
     },

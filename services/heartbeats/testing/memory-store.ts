@@ -288,6 +288,11 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
           run_id: null,
           suppressed_by: s.suppressedBy,
           db_now: now(),
+          last_kind: null,
+          last_ping_at: null,
+          last_run_seconds: null,
+          unfinished_start: null,
+          during: null,
         };
       });
     },
