@@ -18,6 +18,7 @@ export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShap
     schedule: row.schedule ?? undefined,
     timezone: row.timezone ?? undefined,
     maxRunSeconds: row.max_run_seconds ?? undefined,
+    minRunSeconds: row.min_run_seconds ?? undefined,
     nextExpectedAt: timestampFromDate(new Date(row.deadline.getTime() - row.grace_seconds * 1000)),
     lastPing:
       row.last_ping_kind && row.last_ping_at

@@ -196,4 +196,12 @@ export const migrations: Migration[] = [
         where cause <> 'silence' and ended_at is null;
     `,
   },
+  {
+    id: 6,
+    name: "runs that finish too quickly",
+    sql: `
+      -- A success ending a run sooner than this after its start is a failure of its own ('quick').
+      alter table heartbeats.heartbeats add column min_run_seconds integer check (min_run_seconds > 0);
+    `,
+  },
 ];

@@ -154,10 +154,10 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
     ), hb as (
       -- One index lookup per ping (a join could scan the table: the planner cannot count the
       -- input), and the rows locked in (org, name) order.
-      select h.id, h.open_silence_id, h.max_run_seconds, i.n, i.kind, i.exit_status, i.run_key, i.run_id, i.body, i.body_cut, i.body_bytes, i.client
+      select h.id, h.open_silence_id, h.max_run_seconds, h.min_run_seconds, i.n, i.kind, i.exit_status, i.run_key, i.run_id, i.body, i.body_cut, i.body_bytes, i.client
       from (select * from input order by org_id, name) i
       cross join lateral (
-        select id, open_silence_id, max_run_seconds from heartbeats.heartbeats
+        select id, open_silence_id, max_run_seconds, min_run_seconds from heartbeats.heartbeats
         where org_id = i.org_id and name = i.name and (i.key_hash is null or ping_key_hash = i.key_hash)
         for update
       ) h
@@ -171,17 +171,23 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
       on conflict (heartbeat_id, run_key) do update
         set started_at = excluded.started_at, overrun_at = excluded.overrun_at, overrun_silence_id = null
     ), failure as (
-      insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, exit_status, body, body_cut, body_bytes, run_id)
-      select hb.id, now(), now(), false, 'fail', hb.exit_status, hb.body, hb.body_cut, hb.body_bytes, hb.run_id
-      from hb where hb.kind = 'fail'
+      -- A failure, or a success that ended its run sooner than the heartbeat's shortest run
+      -- ('quick': a job that did nothing still exits 0).
+      insert into heartbeats.silences (heartbeat_id, deadline, since, never_pinged, cause, exit_status, body, body_cut, body_bytes, run_id,
+        last_run_seconds)
+      select hb.id, now(), now(), false, case when hb.kind = 'fail' then 'fail' else 'quick' end, hb.exit_status, hb.body, hb.body_cut,
+        hb.body_bytes, hb.run_id, extract(epoch from now() - er.started_at)::float8
+      from hb left join ended_run er on er.heartbeat_id = hb.id
+      where hb.kind = 'fail'
+        or (hb.kind = 'success' and hb.min_run_seconds is not null and er.started_at > now() - make_interval(secs => hb.min_run_seconds))
       returning id, heartbeat_id
     ), upd as (
       update heartbeats.heartbeats h set
         last_seen_at = case when hb.kind in ('start', 'log') then h.last_seen_at else now() end,
         deadline = case when hb.kind in ('start', 'log') then h.deadline
           else now() + make_interval(secs => coalesce(h.expected_interval_seconds, h.schedule_gap_seconds) + h.grace_seconds) end,
-        open_silence_id = case hb.kind when 'success' then null
-          when 'fail' then coalesce(h.open_silence_id, failure.id) else h.open_silence_id end,
+        open_silence_id = case when failure.id is not null then coalesce(h.open_silence_id, failure.id)
+          when hb.kind = 'success' then null else h.open_silence_id end,
         -- A log line is history only: the latest ping stays the job's latest signal.
         last_ping_at = case when hb.kind = 'log' then h.last_ping_at else now() end,
         last_ping_kind = case when hb.kind = 'log' then h.last_ping_kind else hb.kind end,
@@ -207,7 +213,7 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
       where h.id = hb.id
       returning hb.n, h.id, h.ping_count, h.last_ping_run_seconds, h.schedule, h.timezone, h.grace_seconds,
         now()::text as seen_at, now() as seen,
-        case when hb.kind = 'success' then hb.open_silence_id end as ended_silence_id,
+        case when hb.kind = 'success' and failure.id is null then hb.open_silence_id end as ended_silence_id,
         failure.id as failure_id,
         hb.kind, hb.exit_status, hb.run_id, hb.body, hb.body_cut, hb.body_bytes, hb.client
     ), ended as (

@@ -10,7 +10,7 @@ import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runt
 import type { Outbox } from "../runtime/outbox.js";
 import type { SecretBox } from "../runtime/secret-box.js";
 import { newPingKey, openPingKey } from "./ping-key.js";
-import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
+import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
 import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
@@ -41,6 +41,7 @@ export function deadlineAfter(since: Date, kind: Expectation, graceSeconds: numb
 function auditData(row: HeartbeatRow): JsonObject {
   const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds, ...cadenceData(row) };
   if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
+  if (row.min_run_seconds) data.minRunSeconds = row.min_run_seconds;
   return data;
 }
 
@@ -88,6 +89,8 @@ export function createRegistryHandlers(deps: {
       }
       const grace = checkGrace(req.graceSeconds);
       const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
+      const minRun = req.minRunSeconds === undefined ? null : checkMinRun(req.minRunSeconds);
+      checkRunLimits(minRun, maxRun);
       const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null };
       const row = await store.register(
         {
@@ -98,6 +101,7 @@ export function createRegistryHandlers(deps: {
           gapSeconds: schedule?.gapSeconds ?? null,
           grace,
           maxRun,
+          minRun,
           pingKey: newPingKey(pingUrls.box(), principal.orgId, req.name),
         },
         (now) => deadlineAfter(now, expectation, grace),
@@ -141,7 +145,8 @@ export function createRegistryHandlers(deps: {
         req.graceSeconds === undefined &&
         req.schedule === undefined &&
         req.timezone === undefined &&
-        req.maxRunSeconds === undefined
+        req.maxRunSeconds === undefined &&
+        req.minRunSeconds === undefined
       ) {
         throw new InvalidArgumentError("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
       }
@@ -152,6 +157,7 @@ export function createRegistryHandlers(deps: {
       const grace = req.graceSeconds === undefined ? null : checkGrace(req.graceSeconds);
       // 0 removes the limit.
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
+      const minRun = req.minRunSeconds === undefined || req.minRunSeconds === 0 ? null : checkMinRun(req.minRunSeconds);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await store.update(
         principal.orgId,
@@ -171,7 +177,16 @@ export function createRegistryHandlers(deps: {
           // The deadline moves with the new expectation and grace. A silence in progress stays one
           // silence: only a ping ends it, so a longer interval never opens a second incident.
           const deadline = deadlineAfter(current.since, next, newGrace);
-          return { ...next, gapSeconds: gap, grace: newGrace, maxRun: req.maxRunSeconds === undefined ? undefined : maxRun, deadline };
+          // The limits as they will be, checked together (a new minimum against the kept maximum).
+          checkRunLimits(req.minRunSeconds === undefined ? current.minRun : minRun, req.maxRunSeconds === undefined ? current.maxRun : maxRun);
+          return {
+            ...next,
+            gapSeconds: gap,
+            grace: newGrace,
+            maxRun: req.maxRunSeconds === undefined ? undefined : maxRun,
+            minRun: req.minRunSeconds === undefined ? undefined : minRun,
+            deadline,
+          };
         },
         (updated) => auditBy(principal, AUDIT_KINDS.updated, auditData(updated)),
       );

@@ -119,6 +119,16 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
         data,
       };
     }
+    if (row.cause === "quick") {
+      data.runId = row.run_id;
+      data.runSeconds = row.last_run_seconds;
+      data.minRunSeconds = row.min_run_seconds;
+      return {
+        title: `Heartbeat ${row.name} finished too quickly`,
+        summary: `A run of ${row.name}${row.run_id ? ` (run ${row.run_id})` : ""} reported success at ${row.deadline.toISOString()} after running ${formatDuration(row.last_run_seconds ?? 0)}; runs take at least ${formatDuration(row.min_run_seconds ?? 0)}.${heldNote}${said ? `\n\n${said}` : ""}`,
+        data,
+      };
+    }
     if (row.cause === "overrun") {
       data.runId = row.run_id;
       data.startedAt = row.since.toISOString();
@@ -140,7 +150,13 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
     if (row.during) {
       // The incident this attaches to is the failure's (or the overrun's): say what changed.
       data.during = row.during;
-      parts.push(row.during === "fail" ? "It has stopped pinging since it reported the failure." : "It has stopped pinging since the run that ran too long.");
+      parts.push(
+        row.during === "fail"
+          ? "It has stopped pinging since it reported the failure."
+          : row.during === "quick"
+            ? "It has stopped pinging since the run that finished too quickly."
+            : "It has stopped pinging since the run that ran too long.",
+      );
     }
     if (row.last_kind && row.last_ping_at) {
       const lastRun: JsonObject = { kind: row.last_kind, at: row.last_ping_at.toISOString() };
@@ -272,7 +288,7 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
           ]
         : [
             `Heartbeat ${row.name} succeeded again`,
-            `${row.name} reported success at ${row.ended_at.toISOString()}, ${silentFor} after it ${row.cause === "fail" ? "failed" : "started the run that ran too long"}.`,
+            `${row.name} reported success at ${row.ended_at.toISOString()}, ${silentFor} after it ${row.cause === "fail" ? "failed" : row.cause === "quick" ? "finished a run too quickly" : "started the run that ran too long"}.`,
           ];
     try {
       const response = await clients.incidents.record(

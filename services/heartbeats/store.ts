@@ -22,6 +22,7 @@ export interface HeartbeatRow {
   schedule: string | null;
   timezone: string | null;
   max_run_seconds: number | null;
+  min_run_seconds: number | null;
   created_at: Date;
   last_seen_at: Date | null;
   deadline: Date;
@@ -54,6 +55,7 @@ export interface NewHeartbeat extends Expectation {
   gapSeconds: number | null;
   grace: number;
   maxRun: number | null;
+  minRun: number | null;
   pingKey: StoredPingKey;
 }
 
@@ -67,6 +69,8 @@ export interface StoredPingKey {
 /** A heartbeat as an update finds it, locked until the update commits. */
 export interface CurrentHeartbeat extends Expectation {
   grace: number;
+  maxRun: number | null;
+  minRun: number | null;
   /** The last ping, or the registration when none came yet: where the deadline counts from. */
   since: Date;
 }
@@ -77,10 +81,12 @@ export interface HeartbeatChange extends Expectation {
   grace: number;
   /** undefined keeps the limit, null removes it. */
   maxRun: number | null | undefined;
+  /** undefined keeps the limit, null removes it. */
+  minRun: number | null | undefined;
   deadline: Date;
 }
 
-export type SilenceCause = "silence" | "fail" | "overrun";
+export type SilenceCause = "silence" | "fail" | "overrun" | "quick";
 
 /** A silence whose alert this pass delivers, with its heartbeat. */
 export interface ClaimedAlert {
@@ -97,6 +103,7 @@ export interface ClaimedAlert {
   timezone: string | null;
   grace_seconds: number;
   max_run_seconds: number | null;
+  min_run_seconds: number | null;
   silent_seconds: number;
   exit_status: number | null;
   body: string | null;
@@ -210,7 +217,7 @@ export interface HeartbeatStore {
 /** The columns of HeartbeatRow, for `select` and `returning` on heartbeats.heartbeats (no alias). */
 function heartbeatColumns(sql: Sql) {
   // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
-  return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, created_at, last_seen_at,
+  return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, created_at, last_seen_at,
     deadline, (open_silence_id is not null or deadline < now()) as silent,
     last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
     (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since,
@@ -237,9 +244,9 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         const deadline = deadlineFrom(clock!.now);
         const [inserted] = await tx<HeartbeatRow[]>`
           insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
-            schedule_gap_seconds, max_run_seconds, deadline, ping_key_hash, ping_key_sealed, ping_key_sealed_by)
+            schedule_gap_seconds, max_run_seconds, min_run_seconds, deadline, ping_key_hash, ping_key_sealed, ping_key_sealed_by)
           values (${heartbeat.orgId}, ${heartbeat.orgSlug}, ${heartbeat.name}, ${heartbeat.interval}, ${heartbeat.grace}, ${heartbeat.schedule},
-            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${deadline},
+            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${heartbeat.minRun}, ${deadline},
             ${heartbeat.pingKey.hash}, ${heartbeat.pingKey.sealed}, ${heartbeat.pingKey.sealedBy})
           on conflict (org_id, name) do nothing
           returning ${columns}`;
@@ -263,9 +270,18 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
     async update(orgId, name, change, audit) {
       return sql.begin(async (tx) => {
         const [current] = await tx<
-          { expected_interval_seconds: number | null; grace_seconds: number; schedule: string | null; timezone: string | null; since: Date }[]
+          {
+            expected_interval_seconds: number | null;
+            grace_seconds: number;
+            schedule: string | null;
+            timezone: string | null;
+            max_run_seconds: number | null;
+            min_run_seconds: number | null;
+            since: Date;
+          }[]
         >`
-          select expected_interval_seconds, grace_seconds, schedule, timezone, coalesce(last_seen_at, created_at) as since
+          select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds,
+            coalesce(last_seen_at, created_at) as since
           from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
         if (!current) return undefined;
         const next = change({
@@ -273,6 +289,8 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
           schedule: current.schedule,
           timezone: current.timezone,
           grace: current.grace_seconds,
+          maxRun: current.max_run_seconds,
+          minRun: current.min_run_seconds,
           since: current.since,
         });
         const [updated] = await tx<HeartbeatRow[]>`
@@ -283,6 +301,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
             schedule_gap_seconds = ${next.schedule ? sql`coalesce(${next.gapSeconds}::integer, schedule_gap_seconds)` : null},
             grace_seconds = ${next.grace},
             max_run_seconds = ${next.maxRun === undefined ? sql`max_run_seconds` : next.maxRun},
+            min_run_seconds = ${next.minRun === undefined ? sql`min_run_seconds` : next.minRun},
             deadline = ${next.deadline}
           where org_id = ${orgId} and name = ${name}
           returning ${columns}`;
@@ -481,7 +500,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         )
         -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
         select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
-          h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds,
+          h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds, h.min_run_seconds,
           s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
           s.last_kind, s.last_ping_at, s.last_run_seconds, s.unfinished_start, s.during,
           extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds

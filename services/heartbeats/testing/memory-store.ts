@@ -20,6 +20,7 @@ export interface MemoryHeartbeat {
   gapSeconds: number | null;
   grace: number;
   maxRun: number | null;
+  minRun: number | null;
   createdAt: Date;
   lastSeenAt: Date | null;
   deadline: Date;
@@ -77,6 +78,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     schedule: h.schedule,
     timezone: h.timezone,
     max_run_seconds: h.maxRun,
+    min_run_seconds: h.minRun,
     created_at: h.createdAt,
     last_seen_at: h.lastSeenAt,
     deadline: h.deadline,
@@ -158,7 +160,15 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       const h = find(orgId, name);
       if (!h) return undefined;
       // Computed before anything is written: a refusal leaves the heartbeat as it was.
-      const next = change({ interval: h.interval, schedule: h.schedule, timezone: h.timezone, grace: h.grace, since: h.lastSeenAt ?? h.createdAt });
+      const next = change({
+        interval: h.interval,
+        schedule: h.schedule,
+        timezone: h.timezone,
+        grace: h.grace,
+        maxRun: h.maxRun,
+        minRun: h.minRun,
+        since: h.lastSeenAt ?? h.createdAt,
+      });
       Object.assign(h, {
         interval: next.interval,
         schedule: next.schedule,
@@ -166,6 +176,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         gapSeconds: next.schedule ? (next.gapSeconds ?? h.gapSeconds) : null,
         grace: next.grace,
         maxRun: next.maxRun === undefined ? h.maxRun : next.maxRun,
+        minRun: next.minRun === undefined ? h.minRun : next.minRun,
         deadline: next.deadline,
       });
       const row = rowOf(h);
@@ -280,6 +291,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
           timezone: h.timezone,
           grace_seconds: h.grace,
           max_run_seconds: h.maxRun,
+          min_run_seconds: h.minRun,
           silent_seconds: silentSeconds(s),
           exit_status: null,
           body: null,
