@@ -127,7 +127,9 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     try {
       const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input));
       if (plainText) {
-        sendText(res, 200, plainTextAnswer(200, "").text);
+        // Healthchecks answers 201 "Created" to the ping that registered its check.
+        const created = (response.message as { result?: string }).result === "Created";
+        sendText(res, created ? 201 : 200, created ? "Created" : plainTextAnswer(200, "").text);
         return true;
       }
       const json = messageToHttpJson(route.method.output, response.message);

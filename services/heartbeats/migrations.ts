@@ -204,4 +204,18 @@ export const migrations: Migration[] = [
       alter table heartbeats.heartbeats add column min_run_seconds integer check (min_run_seconds > 0);
     `,
   },
+  {
+    id: 7,
+    name: "the organization's ping key",
+    sql: `
+      -- One per organization, for ping URLs by name (/ping/{key}/{name}); only its hash is kept.
+      create table heartbeats.org_ping_keys (
+        org_id uuid primary key,
+        org_slug text not null,
+        key_hash text not null unique,
+        allow_create boolean not null default false,
+        issued_at timestamptz not null default now()
+      );
+    `,
+  },
 ];

@@ -1,4 +1,4 @@
-import { createHash, randomUUID } from "node:crypto";
+import { createHash, randomBytes, randomUUID } from "node:crypto";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import type { SecretBox } from "../runtime/secret-box.js";
@@ -24,6 +24,18 @@ export const PING_KEY_FORMAT = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 /** The associated data of a sealed key: a sealed key copied into another heartbeat's row does not open. */
 function sealedFor(orgId: string, name: string): string {
   return `heartbeat-ping-key:${orgId}:${name}`;
+}
+
+/**
+ * The organization's ping key, for URLs by name (`/ping/{key}/{name}`): 22 URL-safe characters
+ * (128 random bits) as Healthchecks' project ping key, never the shape of a heartbeat's key, so the
+ * first path segment says which kind it is.
+ */
+export const ORG_PING_KEY_FORMAT = /^[A-Za-z0-9_-]{22}$/;
+
+export function newOrgPingKey(): { key: string; hash: string } {
+  const key = randomBytes(16).toString("base64url");
+  return { key, hash: hashPingKey(key) };
 }
 
 export function hashPingKey(key: string): string {

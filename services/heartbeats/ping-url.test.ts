@@ -328,3 +328,58 @@ describe("Opsgenie's heartbeat ping", () => {
     expect(await history("og-refused")).toEqual([]);
   });
 });
+
+describe("the organization's ping key with names (/ping/{org key}/{name})", () => {
+  it("pings by name with every signal, and refuses an unknown key or name alike; a new key replaces the old at once", async () => {
+    expect((await app.call("POST", "/o/acme/ping-key", { token: cast.member, body: {} })).status).toBe(403);
+    const issued = await app.call("POST", "/o/acme/ping-key", { token: cast.admin, body: {} });
+    expect(issued.status).toBe(200);
+    expect(issued.body.pingKey).toMatch(/^[A-Za-z0-9_-]{22}$/);
+    expect(issued.body.pingUrlBase).toBe(`http://localhost:${new URL(app.url).port}/ping/${issued.body.pingKey}`);
+    expect(issued.body.allowCreate).toBe(false);
+    const base = issued.body.pingUrlBase as string;
+    await register("by-name");
+    expect((await sh(`curl -fsS -m 10 --retry 5 -o /dev/null ${base}/by-name`)).code).toBe(0);
+    const rid = randomUUID();
+    expect((await raw("GET", `${base}/by-name/start?rid=${rid}`)).text).toBe("OK");
+    expect((await raw("POST", `${base}/by-name/1?rid=${rid}`, "exit 1")).text).toBe("OK");
+    expect((await history("by-name")).map((p) => [p.kind, p.exitStatus ?? null])).toEqual([
+      ["fail", 1],
+      ["start", null],
+      ["success", null],
+    ]);
+    const refused = { status: 404, text: "not found", type: "text/plain; charset=utf-8" };
+    expect(await raw("GET", `${base}/nobody`)).toEqual(refused);
+    expect(await raw("GET", `${base}/nobody?create=1`)).toEqual(refused);
+    expect(await raw("GET", `${base.slice(0, base.lastIndexOf("/"))}/${"A".repeat(22)}/by-name`)).toEqual(refused);
+    // Another organization's key does not reach acme's heartbeat.
+    const other = await app.call("POST", "/o/globex/ping-key", { token: cast.otherAdmin, body: {} });
+    expect(await raw("GET", `${other.body.pingUrlBase}/by-name`)).toEqual(refused);
+    // Issuing again replaces the key at once; the audit names no key.
+    const again = await app.call("POST", "/o/acme/ping-key", { token: cast.admin, body: {} });
+    expect(await raw("GET", `${base}/by-name`)).toEqual(refused);
+    expect((await raw("GET", `${again.body.pingUrlBase}/by-name`)).text).toBe("OK");
+    const audit = await eventually("the key's audit entries", 10_000, async () => {
+      const res = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
+      return res.body.events.filter((e: { kind: string }) => e.kind === "heartbeat.org_ping_key_issued").length >= 2 ? res.body : undefined;
+    });
+    for (const key of [issued.body.pingKey, again.body.pingKey]) expect(JSON.stringify(audit)).not.toContain(key);
+  });
+
+  it("?create=1 registers a name on its first ping where the organization allows it, once under concurrency", async () => {
+    const issued = await app.call("POST", "/o/acme/ping-key", { token: cast.admin, body: { allowCreate: true } });
+    expect(issued.body.allowCreate).toBe(true);
+    const base = issued.body.pingUrlBase as string;
+    // Without create=1 an unknown name is still refused.
+    expect((await raw("GET", `${base}/auto-made`)).status).toBe(404);
+    const answers = await Promise.all(Array.from({ length: 5 }, () => raw("POST", `${base}/auto-made?create=1`)));
+    expect(answers.map((a) => a.status).sort()).toEqual([200, 200, 200, 200, 201]);
+    expect(answers.find((a) => a.status === 201)!.text).toBe("Created");
+    const made = await read("auto-made");
+    expect(made).toMatchObject({ expectedIntervalSeconds: 86_400, graceSeconds: 3_600 });
+    expect(made.pingUrl).toMatch(KEY_URL);
+    expect((await history("auto-made")).length).toBe(5);
+    // A name no heartbeat may have is never created.
+    expect((await raw("GET", `${base}/Not%20A%20Name?create=1`)).status).toBe(404);
+  });
+});

@@ -11,7 +11,7 @@ import type { Logger } from "../runtime/logger.js";
 import { NAME_PATTERN } from "./heartbeat-rules.js";
 import { createPingBatcher, type PingKind, type PingRow } from "./ping-batch.js";
 import { keepBody } from "./ping-body.js";
-import { createPingKeyOwners, hashPingKey, PING_KEY_FORMAT } from "./ping-key.js";
+import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
 import { nextScheduled } from "./schedule.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
@@ -62,8 +62,10 @@ export function createPingHandler(deps: {
   ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   logger: Logger;
+  /** Registers a name on its first ping by the organization's ping key (`?create=1`). */
+  provision: (org: { id: string; slug: string }, name: string) => Promise<boolean>;
 }): Pick<ServiceImpl<typeof HeartbeatsService>, "ping" | "pingSignal" | "pingByKey" | "pingByKeySignal" | "pingOpsgenieHeartbeat"> {
-  const { sql, ingestTokens, delivery, logger } = deps;
+  const { sql, ingestTokens, delivery, logger, provision } = deps;
   const batcher = createPingBatcher(sql);
   const keyOwners = createPingKeyOwners(sql);
 
@@ -140,6 +142,9 @@ export function createPingHandler(deps: {
       runId = req.rid.toLowerCase();
       if (!isUuid(runId)) throw new InvalidArgumentError("rid must be a UUID");
     }
+    if (ORG_PING_KEY_FORMAT.test(req.key)) return recordByName(req, context, signal, runId);
+    // A heartbeat's own key takes no name after it: the same refusal as any path that is not one.
+    if (req.name) throw new NotFoundError(PING_REJECTION);
     const keyHash = hashPingKey(PING_KEY_FORMAT.test(req.key) ? req.key : "");
     const owner = PING_KEY_FORMAT.test(req.key) ? await keyOwners.owner(keyHash) : undefined;
     const row = await write({ orgId: owner?.orgId ?? NO_ORGANIZATION, name: owner?.name ?? "", keyHash }, req.body, runId, context, signal);
@@ -148,6 +153,27 @@ export function createPingHandler(deps: {
       throw new NotFoundError(PING_REJECTION);
     }
     return { result: "OK" };
+  }
+
+  /**
+   * A ping by the organization's ping key and a heartbeat's name. The key is looked up on every
+   * ping (not remembered: a replaced key must stop at once, and nothing later re-checks it). An
+   * unknown key and an unknown name are the same refusal; with `?create=1`, where the organization
+   * allows it, an unknown name is registered (Healthchecks' defaults) and pinged.
+   */
+  async function recordByName(req: KeyPingRequest, context: HandlerContext, signal: Signal, runId: string | null): Promise<{ result: string }> {
+    const [org] = await sql<{ org_id: string; org_slug: string; allow_create: boolean }[]>`
+      select org_id, org_slug, allow_create from heartbeats.org_ping_keys where key_hash = ${hashPingKey(req.key)}`;
+    const name = NAME_PATTERN.test(req.name) ? req.name : "";
+    const whose = { orgId: org?.org_id ?? NO_ORGANIZATION, name, keyHash: null };
+    let row = await write(whose, req.body, runId, context, signal);
+    let created = false;
+    if (!row && org && name && req.create && org.allow_create) {
+      created = await provision({ id: org.org_id, slug: org.org_slug }, name);
+      row = await write(whose, req.body, runId, context, signal);
+    }
+    if (!row) throw new NotFoundError(PING_REJECTION);
+    return { result: created ? "Created" : "OK" };
   }
 
   return {
@@ -179,6 +205,11 @@ export function createPingHandler(deps: {
       return recordByKey(req, context, { kind: "success", exitStatus: null });
     },
     async pingByKeySignal(req, context: HandlerContext) {
+      // `/ping/{org key}/{name}`: the second segment is the name, and the signal is a plain ping.
+      if (ORG_PING_KEY_FORMAT.test(req.key) && !req.name) {
+        req.name = req.signal;
+        req.signal = "";
+      }
       const signal = parseSignal(req.signal, { log: true });
       if (!signal) throw new NotFoundError(PING_REJECTION);
       return recordByKey(req, context, signal);

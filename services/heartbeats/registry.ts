@@ -9,7 +9,7 @@ import type { AuditRecord } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import type { SecretBox } from "../runtime/secret-box.js";
-import { newPingKey, openPingKey } from "./ping-key.js";
+import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
@@ -20,6 +20,7 @@ export const AUDIT_KINDS = {
   updated: "heartbeat.updated",
   deleted: "heartbeat.deleted",
   pingKeyRotated: "heartbeat.ping_key_rotated",
+  orgPingKeyIssued: "heartbeat.org_ping_key_issued",
 } as const;
 
 /** What the ping URLs are made from: the secrets key that seals the keys, and the public address. */
@@ -45,6 +46,36 @@ function auditData(row: HeartbeatRow): JsonObject {
   return data;
 }
 
+/** What a heartbeat registered by its first ping (`?create=1`) expects: Healthchecks' defaults. */
+export const PROVISIONED = { interval: 86_400, grace: 3_600 } as const;
+
+/**
+ * Registers `name` for a ping by the organization's ping key with `?create=1`, audited as done by
+ * that key; false when it exists already (a concurrent first ping registered it).
+ */
+export function createProvisioner(deps: { store: HeartbeatStore; pingUrls: PingUrls; outbox: Pick<Outbox, "poke"> }) {
+  return async (org: { id: string; slug: string }, name: string): Promise<boolean> => {
+    const expectation = { interval: PROVISIONED.interval, schedule: null, timezone: null };
+    const row = await deps.store.register(
+      {
+        orgId: org.id,
+        orgSlug: org.slug,
+        name,
+        ...expectation,
+        gapSeconds: null,
+        grace: PROVISIONED.grace,
+        maxRun: null,
+        minRun: null,
+        pingKey: newPingKey(deps.pingUrls.box(), org.id, name),
+      },
+      (now) => deadlineAfter(now, expectation, PROVISIONED.grace),
+      (inserted) => ({ orgId: org.id, kind: AUDIT_KINDS.registered, actor: "organization ping key (create=1)", data: auditData(inserted) }),
+    );
+    if (row) deps.outbox.poke();
+    return row !== undefined;
+  };
+}
+
 /** Register, list, read, update and delete: the management routes, for people. */
 export function createRegistryHandlers(deps: {
   store: HeartbeatStore;
@@ -53,7 +84,7 @@ export function createRegistryHandlers(deps: {
   pingUrls: PingUrls;
 }): Pick<
   ServiceImpl<typeof HeartbeatsService>,
-  "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat" | "rotateHeartbeatPingKey"
+  "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat" | "rotateHeartbeatPingKey" | "issueOrgPingKey"
 > {
   const { store, clients, outbox, pingUrls } = deps;
 
@@ -207,6 +238,20 @@ export function createRegistryHandlers(deps: {
       if (!row) throw notFound(req.name);
       outbox.poke();
       return shape(row);
+    },
+
+    async issueOrgPingKey(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const { key, hash } = newOrgPingKey();
+      await store.issueOrgPingKey(
+        principal.orgId,
+        principal.orgSlug,
+        hash,
+        req.allowCreate,
+        auditBy(principal, AUDIT_KINDS.orgPingKeyIssued, { allowCreate: req.allowCreate }),
+      );
+      outbox.poke();
+      return { pingKey: key, pingUrlBase: `${pingUrls.publicUrl()}/ping/${key}`, allowCreate: req.allowCreate };
     },
 
     async deleteHeartbeat(req, context: HandlerContext) {

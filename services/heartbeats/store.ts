@@ -180,6 +180,11 @@ export interface HeartbeatStore {
    * matches nothing from the commit on. Undefined when there is no such heartbeat.
    */
   rotatePingKey(orgId: string, name: string, key: StoredPingKey, audit: AuditRecord): Promise<HeartbeatRow | undefined>;
+  /**
+   * Sets the organization's ping key (replacing any earlier one at once) and writes the audit
+   * record, in one transaction.
+   */
+  issueOrgPingKey(orgId: string, orgSlug: string, hash: string, allowCreate: boolean, audit: AuditRecord): Promise<void>;
   /** Up to `limit` heartbeats without a ping key (registered before keys existed). */
   keyless(limit: number): Promise<{ org_id: string; name: string }[]>;
   /** Gives a keyless heartbeat its key; false when it has one already (another process was first). */
@@ -319,6 +324,15 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         if (!updated) return undefined;
         await recordAudit(outbox, tx, audit);
         return updated;
+      });
+    },
+
+    async issueOrgPingKey(orgId, orgSlug, hash, allowCreate, audit) {
+      await sql.begin(async (tx) => {
+        await tx`
+          insert into heartbeats.org_ping_keys (org_id, org_slug, key_hash, allow_create) values (${orgId}, ${orgSlug}, ${hash}, ${allowCreate})
+          on conflict (org_id) do update set key_hash = excluded.key_hash, allow_create = excluded.allow_create, issued_at = now()`;
+        await recordAudit(outbox, tx, audit);
       });
     },
 

@@ -27,6 +27,7 @@ const ADMIN_ONLY = new Set([
   "UpdateHeartbeat",
   "DeleteHeartbeat",
   "RotateHeartbeatPingKey",
+  "IssueOrgPingKey",
   "SetEgress",
   "SaveChatWebhook",
   "TestChatWebhook",

@@ -192,6 +192,11 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       return rowOf(h);
     },
 
+    async issueOrgPingKey(orgId, _orgSlug, _hash, _allowCreate, audit) {
+      // Org ping keys are looked up by the ping statement's own lookup, on Postgres only.
+      audits.push({ ...audit, orgId });
+    },
+
     async keyless(limit) {
       return heartbeats
         .filter((h) => h.pingKey === null)

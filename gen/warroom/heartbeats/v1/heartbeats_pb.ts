@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/heartbeats/v1/heartbeats.proto.
  */
 export const file_warroom_heartbeats_v1_heartbeats: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIvkECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIQCghwaW5nX3VybBgOIAEoCRIcCg9taW5fcnVuX3NlY29uZHMYDyABKAVIBYgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZUISChBfbWluX3J1bl9zZWNvbmRzIsgBCghMYXN0UGluZxImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgCIAEoCRIYCgtleGl0X3N0YXR1cxgDIAEoBUgAiAEBEhgKC3J1bl9zZWNvbmRzGAQgASgBSAGIAQESDAoEYm9keRgFIAEoCRIQCghib2R5X2N1dBgGIAEoCBISCgpib2R5X2J5dGVzGAcgASgFQg4KDF9leGl0X3N0YXR1c0IOCgxfcnVuX3NlY29uZHMimwIKGFJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFEhUKDWdyYWNlX3NlY29uZHMYBCABKAUSFQoIc2NoZWR1bGUYBSABKAlIAIgBARIVCgh0aW1lem9uZRgGIAEoCUgBiAEBEhwKD21heF9ydW5fc2Vjb25kcxgHIAEoBUgCiAEBEhwKD21pbl9ydW5fc2Vjb25kcxgIIAEoBUgDiAEBQgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0ISChBfbWluX3J1bl9zZWNvbmRzIkMKFUxpc3RIZWFydGJlYXRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJIngKFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSLmAgoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhEKCWhlYXJ0YmVhdBgFIAEoCRIVCghzY2hlZHVsZRgGIAEoCUgCiAEBEhUKCHRpbWV6b25lGAcgASgJSAOIAQESHAoPbWF4X3J1bl9zZWNvbmRzGAggASgFSASIAQESHAoPbWluX3J1bl9zZWNvbmRzGAkgASgFSAWIAQFCHAoaX2V4cGVjdGVkX2ludGVydmFsX3NlY29uZHNCEAoOX2dyYWNlX3NlY29uZHNCCwoJX3NjaGVkdWxlQgsKCV90aW1lem9uZUISChBfbWF4X3J1bl9zZWNvbmRzQhIKEF9taW5fcnVuX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJsCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzaWduYWwYAyABKAkSDgoGcnVuX2lkGAQgASgJEgwKBGJvZHkYBSABKAwSFAoMY29udGVudF90eXBlGAYgASgJIl4KDktleVBpbmdSZXF1ZXN0EgsKA2tleRgBIAEoCRIOCgZzaWduYWwYAiABKAkSCwoDcmlkGAMgASgJEgwKBGJvZHkYBCABKAwSFAoMY29udGVudF90eXBlGAUgASgJIiEKD0tleVBpbmdSZXNwb25zZRIOCgZyZXN1bHQYASABKAkiUAocT3BzZ2VuaWVIZWFydGJlYXRQaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBGJvZHkYAiABKAwSFAoMY29udGVudF90eXBlGAMgASgJIlEKHU9wc2dlbmllSGVhcnRiZWF0UGluZ1Jlc3BvbnNlEg4KBnJlc3VsdBgBIAEoCRIMCgR0b29rGAIgASgBEhIKCnJlcXVlc3RfaWQYAyABKAkiOgodUm90YXRlSGVhcnRiZWF0UGluZ0tleVJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiLQoQTGlzdFBpbmdzUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJFChFMaXN0UGluZ3NSZXNwb25zZRIwCgVwaW5ncxgBIAMoCzIhLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVjb3JkIuIBCgpQaW5nUmVjb3JkEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAIgASgJEhgKC3J1bl9zZWNvbmRzGAMgASgBSACIAQESGAoLZXhpdF9zdGF0dXMYBCABKAVIAYgBARIWCg5jbGllbnRfYWRkcmVzcxgFIAEoCRISCgpib2R5X2J5dGVzGAYgASgFEhMKBnJ1bl9pZBgHIAEoCUgCiAEBQg4KDF9ydW5fc2Vjb25kc0IOCgxfZXhpdF9zdGF0dXNCCQoHX3J1bl9pZCIOCgxTd2VlcFJlcXVlc3QisgEKDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBRIRCglkZWxpdmVyZWQYAyABKAUSEgoKc3VwcHJlc3NlZBgEIAEoBRIPCgdyZXN1bWVkGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIbChNkZXRlY3RfbWlsbGlzZWNvbmRzGAcgASgFEhwKFGRlbGl2ZXJfbWlsbGlzZWNvbmRzGAggASgFMvcOChFIZWFydGJlYXRzU2VydmljZRKGAQoRUmVnaXN0ZXJIZWFydGJlYXQSLy53YXJyb29tLmhlYXJ0YmVhdHMudjEuUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIegtPkkwIYOgEqIhMvby97b3JnfS9oZWFydGJlYXRzEooBCg5MaXN0SGVhcnRiZWF0cxIsLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1JlcXVlc3QaLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXNwb25zZSIbgtPkkwIVEhMvby97b3JnfS9oZWFydGJlYXRzEoABCgxHZXRIZWFydGJlYXQSKi53YXJyb29tLmhlYXJ0YmVhdHMudjEuR2V0SGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiIoLT5JMCHBIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SjgEKD1VwZGF0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5VcGRhdGVIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIqgtPkkwIkOgEqMh8vby97b3JnfS9oZWFydGJlYXRzL3toZWFydGJlYXR9EnwKD0RlbGV0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5EZWxldGVIZWFydGJlYXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiKC0+STAhwqGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EnEKBFBpbmcSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiLYLT5JMCJzoEYm9keSIfL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZxKAAQoKUGluZ1NpZ25hbBIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSI2gtPkkwIwOgRib2R5Iigvby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nL3tzaWduYWx9EoQBCglQaW5nQnlLZXkSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIiiC0+STAiI6BGJvZHlaDRILL3Bpbmcve2tleX0iCy9waW5nL3trZXl9EpwBCg9QaW5nQnlLZXlTaWduYWwSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIjqC0+STAjQ6BGJvZHlaFhIUL3Bpbmcve2tleX0ve3NpZ25hbH0iFC9waW5nL3trZXl9L3tzaWduYWx9EpQCChVQaW5nT3BzZ2VuaWVIZWFydGJlYXQSMy53YXJyb29tLmhlYXJ0YmVhdHMudjEuT3BzZ2VuaWVIZWFydGJlYXRQaW5nUmVxdWVzdBo0LndhcnJvb20uaGVhcnRiZWF0cy52MS5PcHNnZW5pZUhlYXJ0YmVhdFBpbmdSZXNwb25zZSKPAYLT5JMCiAFaIjoEYm9keSIaL3YyL2hlYXJ0YmVhdHMve25hbWV9L3BpbmdaIjoEYm9keRoaL3YyL2hlYXJ0YmVhdHMve25hbWV9L3BpbmdaIjoEYm9keTIaL3YyL2hlYXJ0YmVhdHMve25hbWV9L3BpbmcSGi92Mi9oZWFydGJlYXRzL3tuYW1lfS9waW5nEqcBChZSb3RhdGVIZWFydGJlYXRQaW5nS2V5EjQud2Fycm9vbS5oZWFydGJlYXRzLnYxLlJvdGF0ZUhlYXJ0YmVhdFBpbmdLZXlSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCI1gtPkkwIvOgEqIiovby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9yb3RhdGUtcGluZy1rZXkSiAEKCUxpc3RQaW5ncxInLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0UGluZ3NSZXF1ZXN0Gigud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RQaW5nc1Jlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9L3BpbmdzElIKBVN3ZWVwEiMud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVxdWVzdBokLndhcnJvb20uaGVhcnRiZWF0cy52MS5Td2VlcFJlc3BvbnNlYgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIvkECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIQCghwaW5nX3VybBgOIAEoCRIcCg9taW5fcnVuX3NlY29uZHMYDyABKAVIBYgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZUISChBfbWluX3J1bl9zZWNvbmRzIsgBCghMYXN0UGluZxImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgCIAEoCRIYCgtleGl0X3N0YXR1cxgDIAEoBUgAiAEBEhgKC3J1bl9zZWNvbmRzGAQgASgBSAGIAQESDAoEYm9keRgFIAEoCRIQCghib2R5X2N1dBgGIAEoCBISCgpib2R5X2J5dGVzGAcgASgFQg4KDF9leGl0X3N0YXR1c0IOCgxfcnVuX3NlY29uZHMimwIKGFJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFEhUKDWdyYWNlX3NlY29uZHMYBCABKAUSFQoIc2NoZWR1bGUYBSABKAlIAIgBARIVCgh0aW1lem9uZRgGIAEoCUgBiAEBEhwKD21heF9ydW5fc2Vjb25kcxgHIAEoBUgCiAEBEhwKD21pbl9ydW5fc2Vjb25kcxgIIAEoBUgDiAEBQgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0ISChBfbWluX3J1bl9zZWNvbmRzIkMKFUxpc3RIZWFydGJlYXRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJIngKFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSLmAgoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhEKCWhlYXJ0YmVhdBgFIAEoCRIVCghzY2hlZHVsZRgGIAEoCUgCiAEBEhUKCHRpbWV6b25lGAcgASgJSAOIAQESHAoPbWF4X3J1bl9zZWNvbmRzGAggASgFSASIAQESHAoPbWluX3J1bl9zZWNvbmRzGAkgASgFSAWIAQFCHAoaX2V4cGVjdGVkX2ludGVydmFsX3NlY29uZHNCEAoOX2dyYWNlX3NlY29uZHNCCwoJX3NjaGVkdWxlQgsKCV90aW1lem9uZUISChBfbWF4X3J1bl9zZWNvbmRzQhIKEF9taW5fcnVuX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJsCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzaWduYWwYAyABKAkSDgoGcnVuX2lkGAQgASgJEgwKBGJvZHkYBSABKAwSFAoMY29udGVudF90eXBlGAYgASgJInwKDktleVBpbmdSZXF1ZXN0EgsKA2tleRgBIAEoCRIOCgZzaWduYWwYAiABKAkSCwoDcmlkGAMgASgJEgwKBGJvZHkYBCABKAwSFAoMY29udGVudF90eXBlGAUgASgJEgwKBG5hbWUYBiABKAkSDgoGY3JlYXRlGAcgASgIIjsKFklzc3VlT3JnUGluZ0tleVJlcXVlc3QSCwoDb3JnGAEgASgJEhQKDGFsbG93X2NyZWF0ZRgCIAEoCCJLCgpPcmdQaW5nS2V5EhAKCHBpbmdfa2V5GAEgASgJEhUKDXBpbmdfdXJsX2Jhc2UYAiABKAkSFAoMYWxsb3dfY3JlYXRlGAMgASgIIiEKD0tleVBpbmdSZXNwb25zZRIOCgZyZXN1bHQYASABKAkiUAocT3BzZ2VuaWVIZWFydGJlYXRQaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBGJvZHkYAiABKAwSFAoMY29udGVudF90eXBlGAMgASgJIlEKHU9wc2dlbmllSGVhcnRiZWF0UGluZ1Jlc3BvbnNlEg4KBnJlc3VsdBgBIAEoCRIMCgR0b29rGAIgASgBEhIKCnJlcXVlc3RfaWQYAyABKAkiOgodUm90YXRlSGVhcnRiZWF0UGluZ0tleVJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiLQoQTGlzdFBpbmdzUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJFChFMaXN0UGluZ3NSZXNwb25zZRIwCgVwaW5ncxgBIAMoCzIhLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVjb3JkIuIBCgpQaW5nUmVjb3JkEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAIgASgJEhgKC3J1bl9zZWNvbmRzGAMgASgBSACIAQESGAoLZXhpdF9zdGF0dXMYBCABKAVIAYgBARIWCg5jbGllbnRfYWRkcmVzcxgFIAEoCRISCgpib2R5X2J5dGVzGAYgASgFEhMKBnJ1bl9pZBgHIAEoCUgCiAEBQg4KDF9ydW5fc2Vjb25kc0IOCgxfZXhpdF9zdGF0dXNCCQoHX3J1bl9pZCIOCgxTd2VlcFJlcXVlc3QisgEKDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBRIRCglkZWxpdmVyZWQYAyABKAUSEgoKc3VwcHJlc3NlZBgEIAEoBRIPCgdyZXN1bWVkGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIbChNkZXRlY3RfbWlsbGlzZWNvbmRzGAcgASgFEhwKFGRlbGl2ZXJfbWlsbGlzZWNvbmRzGAggASgFMr8QChFIZWFydGJlYXRzU2VydmljZRKGAQoRUmVnaXN0ZXJIZWFydGJlYXQSLy53YXJyb29tLmhlYXJ0YmVhdHMudjEuUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIegtPkkwIYOgEqIhMvby97b3JnfS9oZWFydGJlYXRzEooBCg5MaXN0SGVhcnRiZWF0cxIsLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1JlcXVlc3QaLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXNwb25zZSIbgtPkkwIVEhMvby97b3JnfS9oZWFydGJlYXRzEoABCgxHZXRIZWFydGJlYXQSKi53YXJyb29tLmhlYXJ0YmVhdHMudjEuR2V0SGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiIoLT5JMCHBIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SjgEKD1VwZGF0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5VcGRhdGVIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIqgtPkkwIkOgEqMh8vby97b3JnfS9oZWFydGJlYXRzL3toZWFydGJlYXR9EnwKD0RlbGV0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5EZWxldGVIZWFydGJlYXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiKC0+STAhwqGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EnEKBFBpbmcSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiLYLT5JMCJzoEYm9keSIfL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZxKAAQoKUGluZ1NpZ25hbBIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSI2gtPkkwIwOgRib2R5Iigvby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nL3tzaWduYWx9EoQBCglQaW5nQnlLZXkSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIiiC0+STAiI6BGJvZHlaDRILL3Bpbmcve2tleX0iCy9waW5nL3trZXl9EuABCg9QaW5nQnlLZXlTaWduYWwSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIn6C0+STAng6BGJvZHlaFhIUL3Bpbmcve2tleX0ve3NpZ25hbH1aIzoEYm9keSIbL3Bpbmcve2tleX0ve25hbWV9L3tzaWduYWx9Wh0SGy9waW5nL3trZXl9L3tuYW1lfS97c2lnbmFsfSIUL3Bpbmcve2tleX0ve3NpZ25hbH0SgQEKD0lzc3VlT3JnUGluZ0tleRItLndhcnJvb20uaGVhcnRiZWF0cy52MS5Jc3N1ZU9yZ1BpbmdLZXlSZXF1ZXN0GiEud2Fycm9vbS5oZWFydGJlYXRzLnYxLk9yZ1BpbmdLZXkiHILT5JMCFjoBKiIRL28ve29yZ30vcGluZy1rZXkSlAIKFVBpbmdPcHNnZW5pZUhlYXJ0YmVhdBIzLndhcnJvb20uaGVhcnRiZWF0cy52MS5PcHNnZW5pZUhlYXJ0YmVhdFBpbmdSZXF1ZXN0GjQud2Fycm9vbS5oZWFydGJlYXRzLnYxLk9wc2dlbmllSGVhcnRiZWF0UGluZ1Jlc3BvbnNlIo8BgtPkkwKIAVoiOgRib2R5IhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZ1oiOgRib2R5GhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZ1oiOgRib2R5MhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZxIaL3YyL2hlYXJ0YmVhdHMve25hbWV9L3BpbmcSpwEKFlJvdGF0ZUhlYXJ0YmVhdFBpbmdLZXkSNC53YXJyb29tLmhlYXJ0YmVhdHMudjEuUm90YXRlSGVhcnRiZWF0UGluZ0tleVJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IjWC0+STAi86ASoiKi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9L3JvdGF0ZS1waW5nLWtleRKIAQoJTGlzdFBpbmdzEicud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RQaW5nc1JlcXVlc3QaKC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdFBpbmdzUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZ3MSUgoFU3dlZXASIy53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXF1ZXN0GiQud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVzcG9uc2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.heartbeats.v1.Heartbeat
@@ -854,6 +854,20 @@ export type KeyPingRequest = Message<"warroom.heartbeats.v1.KeyPingRequest"> & {
    * @generated from field: string content_type = 5;
    */
   contentType: string;
+
+  /**
+   * With the organization's ping key: the heartbeat's name (from the path).
+   *
+   * @generated from field: string name = 6;
+   */
+  name: string;
+
+  /**
+   * `?create=1`: register the name on its first ping, where the organization allows it.
+   *
+   * @generated from field: bool create = 7;
+   */
+  create: boolean;
 };
 
 /**
@@ -890,6 +904,20 @@ export type KeyPingRequestJson = {
    * @generated from field: string content_type = 5;
    */
   contentType?: string;
+
+  /**
+   * With the organization's ping key: the heartbeat's name (from the path).
+   *
+   * @generated from field: string name = 6;
+   */
+  name?: string;
+
+  /**
+   * `?create=1`: register the name on its first ping, where the organization allows it.
+   *
+   * @generated from field: bool create = 7;
+   */
+  create?: boolean;
 };
 
 /**
@@ -900,7 +928,104 @@ export const KeyPingRequestSchema: GenMessage<KeyPingRequest, {jsonType: KeyPing
   messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
 
 /**
- * Over HTTP the answer is the plain text `OK`, as Healthchecks answers.
+ * @generated from message warroom.heartbeats.v1.IssueOrgPingKeyRequest
+ */
+export type IssueOrgPingKeyRequest = Message<"warroom.heartbeats.v1.IssueOrgPingKeyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * Whether `?create=1` may register a heartbeat on its first ping.
+   *
+   * @generated from field: bool allow_create = 2;
+   */
+  allowCreate: boolean;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.IssueOrgPingKeyRequest
+ */
+export type IssueOrgPingKeyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * Whether `?create=1` may register a heartbeat on its first ping.
+   *
+   * @generated from field: bool allow_create = 2;
+   */
+  allowCreate?: boolean;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.IssueOrgPingKeyRequest.
+ * Use `create(IssueOrgPingKeyRequestSchema)` to create a new message.
+ */
+export const IssueOrgPingKeyRequestSchema: GenMessage<IssueOrgPingKeyRequest, {jsonType: IssueOrgPingKeyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+
+/**
+ * @generated from message warroom.heartbeats.v1.OrgPingKey
+ */
+export type OrgPingKey = Message<"warroom.heartbeats.v1.OrgPingKey"> & {
+  /**
+   * Shown once: only its hash is kept.
+   *
+   * @generated from field: string ping_key = 1;
+   */
+  pingKey: string;
+
+  /**
+   * `${PUBLIC_URL}/ping/{ping_key}`: a heartbeat's URL is this plus `/{name}`.
+   *
+   * @generated from field: string ping_url_base = 2;
+   */
+  pingUrlBase: string;
+
+  /**
+   * @generated from field: bool allow_create = 3;
+   */
+  allowCreate: boolean;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.OrgPingKey
+ */
+export type OrgPingKeyJson = {
+  /**
+   * Shown once: only its hash is kept.
+   *
+   * @generated from field: string ping_key = 1;
+   */
+  pingKey?: string;
+
+  /**
+   * `${PUBLIC_URL}/ping/{ping_key}`: a heartbeat's URL is this plus `/{name}`.
+   *
+   * @generated from field: string ping_url_base = 2;
+   */
+  pingUrlBase?: string;
+
+  /**
+   * @generated from field: bool allow_create = 3;
+   */
+  allowCreate?: boolean;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.OrgPingKey.
+ * Use `create(OrgPingKeySchema)` to create a new message.
+ */
+export const OrgPingKeySchema: GenMessage<OrgPingKey, {jsonType: OrgPingKeyJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
+
+/**
+ * Over HTTP the answer is the plain text `OK` (`Created` for a heartbeat a ping registered), as
+ * Healthchecks answers.
  *
  * @generated from message warroom.heartbeats.v1.KeyPingResponse
  */
@@ -912,7 +1037,8 @@ export type KeyPingResponse = Message<"warroom.heartbeats.v1.KeyPingResponse"> &
 };
 
 /**
- * Over HTTP the answer is the plain text `OK`, as Healthchecks answers.
+ * Over HTTP the answer is the plain text `OK` (`Created` for a heartbeat a ping registered), as
+ * Healthchecks answers.
  *
  * @generated from message warroom.heartbeats.v1.KeyPingResponse
  */
@@ -928,7 +1054,7 @@ export type KeyPingResponseJson = {
  * Use `create(KeyPingResponseSchema)` to create a new message.
  */
 export const KeyPingResponseSchema: GenMessage<KeyPingResponse, {jsonType: KeyPingResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
 
 /**
  * @generated from message warroom.heartbeats.v1.OpsgenieHeartbeatPingRequest
@@ -979,7 +1105,7 @@ export type OpsgenieHeartbeatPingRequestJson = {
  * Use `create(OpsgenieHeartbeatPingRequestSchema)` to create a new message.
  */
 export const OpsgenieHeartbeatPingRequestSchema: GenMessage<OpsgenieHeartbeatPingRequest, {jsonType: OpsgenieHeartbeatPingRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
 
 /**
  * Opsgenie's own answer: `{"result":"PONG - Heartbeat received","took":0.006,"requestId":...}`.
@@ -1030,7 +1156,7 @@ export type OpsgenieHeartbeatPingResponseJson = {
  * Use `create(OpsgenieHeartbeatPingResponseSchema)` to create a new message.
  */
 export const OpsgenieHeartbeatPingResponseSchema: GenMessage<OpsgenieHeartbeatPingResponse, {jsonType: OpsgenieHeartbeatPingResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 14);
 
 /**
  * @generated from message warroom.heartbeats.v1.RotateHeartbeatPingKeyRequest
@@ -1067,7 +1193,7 @@ export type RotateHeartbeatPingKeyRequestJson = {
  * Use `create(RotateHeartbeatPingKeyRequestSchema)` to create a new message.
  */
 export const RotateHeartbeatPingKeyRequestSchema: GenMessage<RotateHeartbeatPingKeyRequest, {jsonType: RotateHeartbeatPingKeyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 15);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListPingsRequest
@@ -1104,7 +1230,7 @@ export type ListPingsRequestJson = {
  * Use `create(ListPingsRequestSchema)` to create a new message.
  */
 export const ListPingsRequestSchema: GenMessage<ListPingsRequest, {jsonType: ListPingsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 14);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 16);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListPingsResponse
@@ -1131,7 +1257,7 @@ export type ListPingsResponseJson = {
  * Use `create(ListPingsResponseSchema)` to create a new message.
  */
 export const ListPingsResponseSchema: GenMessage<ListPingsResponse, {jsonType: ListPingsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 15);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 17);
 
 /**
  * One ping as the history shows it.
@@ -1226,7 +1352,7 @@ export type PingRecordJson = {
  * Use `create(PingRecordSchema)` to create a new message.
  */
 export const PingRecordSchema: GenMessage<PingRecord, {jsonType: PingRecordJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 16);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 18);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepRequest
@@ -1245,7 +1371,7 @@ export type SweepRequestJson = {
  * Use `create(SweepRequestSchema)` to create a new message.
  */
 export const SweepRequestSchema: GenMessage<SweepRequest, {jsonType: SweepRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 17);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 19);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepResponse
@@ -1370,7 +1496,7 @@ export type SweepResponseJson = {
  * Use `create(SweepResponseSchema)` to create a new message.
  */
 export const SweepResponseSchema: GenMessage<SweepResponse, {jsonType: SweepResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 18);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 20);
 
 /**
  * Registered jobs that ping; a sweep opens an incident for each one that falls silent.
@@ -1461,7 +1587,9 @@ export const HeartbeatsService: GenService<{
     output: typeof KeyPingResponseSchema;
   },
   /**
-   * The same on `/ping/{key}/{signal}`: `start`, `fail`, `log` or an exit status (0-255).
+   * The same on `/ping/{key}/{signal}`: `start`, `fail`, `log` or an exit status (0-255). With the
+   * organization's ping key, `/ping/{key}/{name}` and `/ping/{key}/{name}/{signal}` (`?create=1`
+   * registers the name on its first ping where the organization allows it).
    *
    * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingByKeySignal
    */
@@ -1469,6 +1597,16 @@ export const HeartbeatsService: GenService<{
     methodKind: "unary";
     input: typeof KeyPingRequestSchema;
     output: typeof KeyPingResponseSchema;
+  },
+  /**
+   * Issues (or replaces) the organization's ping key, for ping URLs by name; answered once.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.IssueOrgPingKey
+   */
+  issueOrgPingKey: {
+    methodKind: "unary";
+    input: typeof IssueOrgPingKeyRequestSchema;
+    output: typeof OrgPingKeySchema;
   },
   /**
    * Opsgenie's Heartbeat API ping, authenticated by `Authorization: GenieKey <ingest token>`:
