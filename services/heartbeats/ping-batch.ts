@@ -67,6 +67,7 @@ export function createPingBatcher(sql: Sql): { write(ping: PingWrite): Promise<P
   /** Heartbeats (org and name) with a ping in a statement in flight. */
   const busy = new Set<string>();
   let inFlight = 0;
+  let refusals = 0;
 
   function dispatch(): void {
     while (inFlight < STATEMENTS_IN_FLIGHT && queue.length > 0) {
@@ -116,7 +117,11 @@ export function createPingBatcher(sql: Sql): { write(ping: PingWrite): Promise<P
   return {
     write(ping) {
       return new Promise((resolve, reject) => {
-        queue.push({ write: ping, key: `${ping.orgId}/${ping.name}`, resolve, reject });
+        // A ping with no name (a refusal: unknown key or a name no heartbeat can have) matches no
+        // row, so it never needs to wait for another: all of them sharing one key made refusals
+        // run one statement each, one after another (271 a second in the bench).
+        const key = ping.name === "" ? `refused/${++refusals}` : `${ping.orgId}/${ping.name}`;
+        queue.push({ write: ping, key, resolve, reject });
         dispatch();
       });
     },
