@@ -19,6 +19,27 @@ const OPSGENIE_WRITES = new Set([
   "warroom.intake.v1.IntakeService.AcknowledgeOpsgenieAlert",
 ]);
 const OPSGENIE_STATUS = "warroom.intake.v1.IntakeService.GetOpsgenieRequestStatus";
+/** Opsgenie's Heartbeat API ping: 202 with its PONG, and Opsgenie's error shape. */
+const OPSGENIE_HEARTBEAT_PING = "warroom.heartbeats.v1.HeartbeatsService.PingOpsgenieHeartbeat";
+
+/** Healthchecks' ping URLs, which answer plain text: `OK`, or a short reason. */
+const HEALTHCHECKS_PINGS = new Set(["warroom.heartbeats.v1.HeartbeatsService.PingByKey", "warroom.heartbeats.v1.HeartbeatsService.PingByKeySignal"]);
+
+/** Whether the method answers plain text, as Healthchecks' ping API does, rather than JSON. */
+export function isPlainTextMethod(key: string): boolean {
+  return HEALTHCHECKS_PINGS.has(key);
+}
+
+/**
+ * The plain-text answer of a Healthchecks ping URL: 200 `OK`, or the status the code maps to with
+ * a short reason; every refusal of a key (unknown, malformed, rotated) is the same 404 `not found`.
+ */
+export function plainTextAnswer(status: number, message: string): { status: number; text: string } {
+  if (status < 300) return { status: 200, text: "OK" };
+  if (status === 404) return { status, text: "not found" };
+  if (status >= 500) return { status, text: "unavailable; retry" };
+  return { status, text: message };
+}
 
 export interface DropinAnswer {
   status: number;
@@ -37,12 +58,12 @@ export interface AnswerContext {
  * take the vendor's shape.
  */
 export function isDropinMethod(key: string): boolean {
-  return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS;
+  return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS || key === OPSGENIE_HEARTBEAT_PING;
 }
 
 /** Both vendors answer 202 Accepted to every write they take; the status read answers 200. */
 export function dropinSuccessStatus(key: string): number | undefined {
-  if (PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key)) return 202;
+  if (PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_HEARTBEAT_PING) return 202;
   if (key === OPSGENIE_STATUS) return 200;
   return undefined;
 }
@@ -60,7 +81,7 @@ function opsgenie(status: number, message: string, context: AnswerContext, extra
 /** A body over the route's limit, refused without reading the rest. */
 export function dropinTooLarge(key: string, limit: number, context: AnswerContext): DropinAnswer | undefined {
   if (PAGERDUTY.has(key)) return pagerDutyInvalid([`Event object is larger than ${limit / 1024} KB`]);
-  if (OPSGENIE_WRITES.has(key)) return opsgenie(413, `Request body is larger than ${limit} bytes`, context);
+  if (OPSGENIE_WRITES.has(key) || key === OPSGENIE_HEARTBEAT_PING) return opsgenie(413, `Request body is larger than ${limit} bytes`, context);
   return undefined;
 }
 
@@ -111,7 +132,7 @@ export function dropinErrorAnswer(key: string, err: ConnectError, context: Answe
         return withRetry({ status: 503, body: { status: "unavailable", message: "Event could not be processed; retry" }, headers: {} });
     }
   }
-  if (OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS) {
+  if (OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS || key === OPSGENIE_HEARTBEAT_PING) {
     switch (err.code) {
       case Code.InvalidArgument:
       case Code.FailedPrecondition:

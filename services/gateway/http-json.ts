@@ -64,14 +64,17 @@ export function requestFromHttp<Desc extends DescMessage>(
 ): MessageShape<Desc> {
   const json: JsonObject = { ...(parts.body ?? {}) };
   // Path parameters win over the body: the path names the resource.
+  const fromPath = new Set<string>();
   for (const [name, value] of Object.entries(parts.pathParams)) {
     const field = fieldByName(schema, name);
     if (!field) throw new RequestShapeError(`unknown path parameter ${name}`);
     json[field.jsonName] = value;
+    fromPath.add(field.jsonName);
   }
   for (const [name, value] of parts.query) {
     const field = fieldByName(schema, name);
-    if (field?.fieldKind !== "scalar") continue;
+    // The path wins over the query too: `?key=` never replaces the key the path names.
+    if (field?.fieldKind !== "scalar" || fromPath.has(field.jsonName)) continue;
     json[field.jsonName] = scalarFromQuery(field, value);
   }
   let message: MessageShape<Desc>;

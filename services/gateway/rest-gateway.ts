@@ -10,7 +10,7 @@ import { runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit } from "../runtime/body-limits.js";
-import { dropinTooLarge } from "./dropin-answers.js";
+import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
 
@@ -83,6 +83,11 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     const key = methodKey(route.method);
     const limit = bodyLimit(route.method);
     const body = await readBody(req, limit);
+    const plainText = isPlainTextMethod(key);
+    if (body === "too-large" && plainText) {
+      sendText(res, 413, `request body is larger than ${limit} bytes`, { connection: "close" });
+      return true;
+    }
     if (body === "too-large") {
       const dropin = dropinTooLarge(key, limit, { requestId, took: (performance.now() - started) / 1000 });
       if (dropin) sendJson(res, dropin.status, dropin.body, { ...dropin.headers, connection: "close" });
@@ -99,7 +104,8 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       });
     } catch (err) {
       if (err instanceof RequestShapeError) {
-        sendJson(res, 400, { error: err.message });
+        if (plainText) sendText(res, 400, err.message);
+        else sendJson(res, 400, { error: err.message });
         return true;
       }
       throw err;
@@ -120,6 +126,12 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     });
     try {
       const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input));
+      if (plainText) {
+        // Healthchecks answers 201 "Created" to the ping that registered its check.
+        const created = (response.message as { result?: string }).result === "Created";
+        sendText(res, created ? 201 : 200, created ? "Created" : plainTextAnswer(200, "").text);
+        return true;
+      }
       const json = messageToHttpJson(route.method.output, response.message);
       const status = successStatus(route.method, json);
       if (status === 204) {
@@ -134,12 +146,21 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       const answer = errorAnswer(route.method, connectError, { requestId, took: (performance.now() - started) / 1000 });
       if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], msg: connectError.rawMessage }, "call failed");
       else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
-      sendJson(res, answer.status, answer.body, answer.headers);
+      if (plainText) {
+        const text = plainTextAnswer(answer.status, (answer.body as { error?: string }).error ?? "");
+        sendText(res, text.status, text.text, answer.headers);
+      } else sendJson(res, answer.status, answer.body, answer.headers);
     }
     return true;
   }
 
   return handle;
+}
+
+/** A plain-text answer (Healthchecks' ping URLs). Over HEAD, Node sends the headers only. */
+function sendText(res: Response, status: number, text: string, headers: Record<string, string> = {}): void {
+  res.writeHead(status, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(text), ...headers });
+  res.end(text);
 }
 
 function headerValue(req: Request, name: string): string | undefined {

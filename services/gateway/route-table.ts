@@ -26,18 +26,23 @@ export function buildRouteTable(services: readonly DescService[]): Route[] {
     for (const method of service.methods) {
       if (method.methodKind !== "unary" || !hasOption(method, http)) continue;
       const rule = getOption(method, http);
-      const pattern = rule.pattern;
-      if (pattern.case === undefined || pattern.case === "custom") continue;
-      const { regex, names } = compileTemplate(pattern.value);
-      routes.push({
-        httpMethod: pattern.case.toUpperCase(),
-        template: pattern.value,
-        pattern: regex,
-        paramNames: names,
-        body: rule.body,
-        method: method as DescMethodUnary,
-        service,
-      });
+      // A method may answer on more than one verb (Healthchecks' ping URLs take GET and POST):
+      // its additional bindings are routes of their own.
+      for (const binding of [rule, ...rule.additionalBindings]) {
+        const pattern = binding.pattern;
+        if (pattern.case === undefined || pattern.case === "custom") continue;
+        const { regex, names } = compileTemplate(pattern.value);
+        routes.push({
+          httpMethod: pattern.case.toUpperCase(),
+          template: pattern.value,
+          pattern: regex,
+          paramNames: names,
+          // A binding without a body of its own reads the method's (a GET ping still keeps what it says).
+          body: binding.body || rule.body,
+          method: method as DescMethodUnary,
+          service,
+        });
+      }
     }
   }
   // Literal segments beat parameters: "/o/{org}/heartbeats/{name}/ping" before "/o/{org}/heartbeats/{name}".
@@ -66,6 +71,12 @@ function compileTemplate(template: string): { regex: RegExp; names: string[] } {
   return { regex: new RegExp(`^${source}/?$`), names };
 }
 
+/**
+ * The routes HEAD reaches: Healthchecks' ping URLs, where a HEAD request is a ping. Elsewhere HEAD
+ * stays refused (405), as before.
+ */
+const HEAD_ROUTES = /^\/ping\//;
+
 export interface RouteMatch {
   route: Route;
   params: Record<string, string>;
@@ -78,11 +89,13 @@ export interface RouteMatch {
  */
 export function matchRoute(routes: readonly Route[], httpMethod: string, path: string): RouteMatch | "method-not-allowed" | "malformed-path" | undefined {
   let pathMatched = false;
+  // HEAD is GET without the answer's body (RFC 9110), on the routes that take HEAD at all.
+  const verb = httpMethod === "HEAD" ? "GET" : httpMethod;
   for (const route of routes) {
     const m = route.pattern.exec(path);
     if (!m) continue;
     pathMatched = true;
-    if (route.httpMethod !== httpMethod) continue;
+    if (route.httpMethod !== verb || (httpMethod === "HEAD" && !HEAD_ROUTES.test(route.template))) continue;
     const params: Record<string, string> = {};
     try {
       route.paramNames.forEach((name, i) => {

@@ -3,6 +3,7 @@ import type { Sql } from "../runtime/database.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Logger } from "../runtime/logger.js";
 import type { Outbox } from "../runtime/outbox.js";
+import type { PingUrls } from "./registry.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 import type { HeartbeatStore } from "./store.js";
 import type { Sweeper } from "./sweep.js";
@@ -18,5 +19,6 @@ export interface HeartbeatsDeps {
   ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   sweeper: Sweeper;
+  pingUrls: PingUrls;
   logger: Logger;
 }

@@ -41,6 +41,21 @@ export function checkMaxRun(value: number): number {
   return value;
 }
 
+/** The shortest run in whole seconds, from 1 to 7 days; anything else is InvalidArgument. */
+export function checkMinRun(value: number): number {
+  if (!Number.isInteger(value) || value < 1 || value > MAX_RUN_SECONDS) {
+    throw new InvalidArgumentError(`minRunSeconds must be a whole number of seconds from 1 to ${MAX_RUN_SECONDS} (7 days)`);
+  }
+  return value;
+}
+
+/** A run cannot have to last longer than it may. */
+export function checkRunLimits(minRun: number | null, maxRun: number | null): void {
+  if (minRun !== null && maxRun !== null && minRun >= maxRun) {
+    throw new InvalidArgumentError(`minRunSeconds (${minRun}) must be less than maxRunSeconds (${maxRun})`);
+  }
+}
+
 function checkSeconds(field: string, value: number | undefined, max: number, maxInWords: string): number {
   if (value === undefined || value === 0) {
     throw new InvalidArgumentError(

@@ -6,7 +6,7 @@ import type { HeartbeatRow } from "./store.js";
 /**
  * A heartbeat row as the API answers it (status, due time, schedule, latest ping, run in progress).
  */
-export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof HeartbeatSchema> {
+export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShape<typeof HeartbeatSchema> {
   return {
     name: row.name,
     expectedIntervalSeconds: row.expected_interval_seconds ?? 0,
@@ -18,6 +18,7 @@ export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof Heartbea
     schedule: row.schedule ?? undefined,
     timezone: row.timezone ?? undefined,
     maxRunSeconds: row.max_run_seconds ?? undefined,
+    minRunSeconds: row.min_run_seconds ?? undefined,
     nextExpectedAt: timestampFromDate(new Date(row.deadline.getTime() - row.grace_seconds * 1000)),
     lastPing:
       row.last_ping_kind && row.last_ping_at
@@ -32,6 +33,7 @@ export function toHeartbeat(row: HeartbeatRow): MessageInitShape<typeof Heartbea
           }
         : undefined,
     runningSince: row.running_since ? timestampFromDate(row.running_since) : undefined,
+    pingUrl,
   };
 }
 

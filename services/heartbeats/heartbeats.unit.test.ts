@@ -1,3 +1,4 @@
+import { randomBytes } from "node:crypto";
 import { create } from "@bufbuild/protobuf";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client } from "@connectrpc/connect";
@@ -6,6 +7,7 @@ import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb
 import { IncidentSchema, type RecordManyRequest, type RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { failWith, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal, type StubPeers, codeOf } from "../../test/support/stub-peers.js";
 import { createLogger } from "../runtime/logger.js";
+import { createSecretBox } from "../runtime/secret-box.js";
 import { AUDIT_KINDS, createRegistryHandlers } from "./registry.js";
 import { createSilenceDelivery, silenceEventId } from "./silence-delivery.js";
 import { createSweeper } from "./sweep.js";
@@ -40,9 +42,11 @@ function harness(role = "owner"): Harness {
   const outbox = { poke: () => void h.pokes++ };
   const delivery = createSilenceDelivery({ store, clients: peers.clients, logger });
   const sweeper = createSweeper({ store, outbox, delivery, logger });
+  const box = createSecretBox([{ id: "test", key: randomBytes(32) }]);
+  const pingUrls = { box: () => box, publicUrl: () => "https://warroom.example" };
   const transport = serveUnderTest((router) => {
     router.service(HeartbeatsService, {
-      ...createRegistryHandlers({ store, clients: peers.clients, outbox }),
+      ...createRegistryHandlers({ store, clients: peers.clients, outbox, pingUrls }),
       sweep: () => sweeper.sweep(),
     });
   });
@@ -218,7 +222,7 @@ describe("the sweep hands silences to the incident core", () => {
       source: "heartbeat",
       attachIdentity: "heartbeat:backup",
       kind: "alert",
-      title: "Heartbeat backup silent for 6m 1s",
+      title: "Heartbeat backup went silent",
     });
     expect(silence.incidentId).toBe(`incident-for-${silenceEventId(silence.id)}`);
     expect(h.store.silentEvents).toEqual(["backup"]);

@@ -146,4 +146,76 @@ export const migrations: Migration[] = [
     `,
   },
   ...outboxUpgrades("heartbeats"),
+  {
+    id: 4,
+    name: "a ping key of its own per heartbeat, stored hashed and sealed",
+    sql: `
+      -- The SHA-256 of the heartbeat's ping key (what a ping by key is found by) and the key sealed
+      -- under the secrets key (so the ping URL can be shown again), never the key itself. Rows
+      -- registered before this get a key when the service starts.
+      alter table heartbeats.heartbeats
+        add column ping_key_hash text,
+        add column ping_key_sealed bytea,
+        add column ping_key_sealed_by text;
+      create unique index heartbeats_ping_key on heartbeats.heartbeats (ping_key_hash);
+    `,
+  },
+  {
+    id: 5,
+    name: "silences keep the last run, and a silence during an open failure or overrun",
+    sql: `
+      -- What the heartbeat last said when the silence was declared (the job's output is in
+      -- body/body_cut/body_bytes/exit_status, as for a failure), and the start of a run that never
+      -- finished. Read at detection, so a ping arriving before the delivery cannot change them.
+      alter table heartbeats.silences
+        add column last_kind text,
+        add column last_ping_at timestamptz,
+        add column last_run_seconds float8,
+        add column unfinished_start timestamptz,
+        -- A silence declared while a failure or an overrun was the heartbeat's open silence: that
+        -- one's cause. The failure is then ended without a resume of its own (resume_outcome
+        -- 'superseded'); the silence's own resume ends both on the one incident.
+        add column during text;
+      -- The last run that ended (a success or a failure), kept apart from the latest ping, which a
+      -- later start replaces: a silence after a start that never finished still shows how the
+      -- run before it ended and what it said.
+      alter table heartbeats.heartbeats
+        add column last_end_at timestamptz,
+        add column last_end_kind text,
+        add column last_end_exit_status integer,
+        add column last_end_run_seconds float8,
+        add column last_end_body text,
+        add column last_end_body_cut boolean,
+        add column last_end_body_bytes integer;
+      update heartbeats.heartbeats set last_end_at = last_ping_at, last_end_kind = last_ping_kind,
+        last_end_exit_status = last_ping_exit_status, last_end_run_seconds = last_ping_run_seconds,
+        last_end_body = last_ping_body, last_end_body_cut = last_ping_body_cut, last_end_body_bytes = last_ping_body_bytes
+        where last_ping_kind in ('success', 'fail');
+      -- The failures and overruns still open: a sweep checks these heartbeats' deadlines too.
+      create index silences_open_incidents on heartbeats.silences (heartbeat_id)
+        where cause <> 'silence' and ended_at is null;
+    `,
+  },
+  {
+    id: 6,
+    name: "runs that finish too quickly",
+    sql: `
+      -- A success ending a run sooner than this after its start is a failure of its own ('quick').
+      alter table heartbeats.heartbeats add column min_run_seconds integer check (min_run_seconds > 0);
+    `,
+  },
+  {
+    id: 7,
+    name: "the organization's ping key",
+    sql: `
+      -- One per organization, for ping URLs by name (/ping/{key}/{name}); only its hash is kept.
+      create table heartbeats.org_ping_keys (
+        org_id uuid primary key,
+        org_slug text not null,
+        key_hash text not null unique,
+        allow_create boolean not null default false,
+        issued_at timestamptz not null default now()
+      );
+    `,
+  },
 ];

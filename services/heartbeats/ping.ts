@@ -1,14 +1,17 @@
+import { randomUUID } from "node:crypto";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { HeartbeatsService, PingRequest } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import type { HeartbeatsService, KeyPingRequest, PingRequest } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { bearerToken } from "../runtime/auth.js";
 import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
 import type { Sql } from "../runtime/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
+import { REQUEST_ID_HEADER } from "../runtime/request-context.js";
 import type { Logger } from "../runtime/logger.js";
 import { NAME_PATTERN } from "./heartbeat-rules.js";
 import { createPingBatcher, type PingKind, type PingRow } from "./ping-batch.js";
 import { keepBody } from "./ping-body.js";
+import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
 import { nextScheduled } from "./schedule.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
@@ -18,6 +21,9 @@ const NO_ORGANIZATION = "00000000-0000-0000-0000-000000000000";
 /** The run key of a run without a run_id: one such run at a time per heartbeat. */
 export const NO_RUN_ID = "00000000-0000-0000-0000-000000000000";
 
+/** Opsgenie's answer to a heartbeat ping it took. */
+export const OPSGENIE_PONG = "PONG - Heartbeat received";
+
 /** The one answer to every refused ping: nothing tells a wrong token from an unknown name. */
 export const PING_REJECTION = "not found";
 
@@ -26,9 +32,13 @@ interface Signal {
   exitStatus: number | null;
 }
 
-/** "" (a plain ping) and "0" are success, "start" starts a run, "fail" and 1-255 are failures. */
-export function parseSignal(signal: string): Signal | undefined {
+/**
+ * "" (a plain ping) and "0" are success, "start" starts a run, "fail" and 1-255 are failures; "log"
+ * (on ping URLs only, as Healthchecks has it) is kept in the history and changes nothing.
+ */
+export function parseSignal(signal: string, options: { log?: boolean } = {}): Signal | undefined {
   if (signal === "") return { kind: "success", exitStatus: null };
+  if (signal === "log" && options.log) return { kind: "log", exitStatus: null };
   if (signal === "start") return { kind: "start", exitStatus: null };
   if (signal === "fail") return { kind: "fail", exitStatus: null };
   if (/^\d{1,3}$/.test(signal)) {
@@ -52,9 +62,12 @@ export function createPingHandler(deps: {
   ingestTokens: IngestTokenResolver;
   delivery: SilenceDelivery;
   logger: Logger;
-}): Pick<ServiceImpl<typeof HeartbeatsService>, "ping" | "pingSignal"> {
-  const { sql, ingestTokens, delivery, logger } = deps;
+  /** Registers a name on its first ping by the organization's ping key (`?create=1`). */
+  provision: (org: { id: string; slug: string }, name: string) => Promise<boolean>;
+}): Pick<ServiceImpl<typeof HeartbeatsService>, "ping" | "pingSignal" | "pingByKey" | "pingByKeySignal" | "pingOpsgenieHeartbeat"> {
+  const { sql, ingestTokens, delivery, logger, provision } = deps;
   const batcher = createPingBatcher(sql);
+  const keyOwners = createPingKeyOwners(sql);
 
   /**
    * A scheduled heartbeat's ping wrote a deadline one whole schedule gap away (never early); the
@@ -78,28 +91,89 @@ export function createPingHandler(deps: {
       runId = req.runId.toLowerCase();
       if (!isUuid(runId)) throw new InvalidArgumentError("run_id must be a UUID");
     }
-    const token = bearerToken(context.requestHeader.get("authorization"));
-    let orgId = NO_ORGANIZATION;
-    if (token && INGEST_TOKEN_FORMAT.test(token)) {
-      try {
-        const org = await ingestTokens.resolve(token, context.signal);
-        if (org.slug === req.org) orgId = org.id;
-      } catch (err) {
-        if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
-      }
-    }
-    const body = keepBody(req.body);
-    const client = (context.requestHeader.get("x-forwarded-for") ?? "").split(",")[0]!.trim();
-    const { kind, exitStatus } = signal;
+    const org = await organizationOf(bearerToken(context.requestHeader.get("authorization")), context);
+    const orgId = org && org.slug === req.org ? org.id : NO_ORGANIZATION;
     // A name no heartbeat can have is looked up as "" (same work, no match): whatever the path
     // held (a NUL, a broken character) never reaches, and fails, a statement shared with others.
     const name = NAME_PATTERN.test(req.name) ? req.name : "";
-    const row = await batcher.write({ orgId, name, kind, exitStatus, runKey: runId ?? NO_RUN_ID, runId, body, client });
+    const row = await write({ orgId, name, keyHash: null }, req.body, runId, context, signal);
     if (!row) throw new NotFoundError(PING_REJECTION);
+    return {};
+  }
+
+  /** The organization whose ingest token this is; undefined for a missing, malformed or unknown one. */
+  async function organizationOf(token: string | undefined, context: HandlerContext): Promise<{ id: string; slug: string } | undefined> {
+    if (!token || !INGEST_TOKEN_FORMAT.test(token)) return undefined;
+    try {
+      return await ingestTokens.resolve(token, context.signal);
+    } catch (err) {
+      if (ConnectError.from(err).code !== Code.Unauthenticated) throw err;
+      return undefined;
+    }
+  }
+
+  /** Records the ping, and after it what it set in motion (a resume, a failure, the exact deadline). */
+  async function write(
+    whose: { orgId: string; name: string; keyHash: string | null },
+    bytes: Uint8Array,
+    runId: string | null,
+    context: HandlerContext,
+    signal: Signal,
+  ): Promise<PingRow | undefined> {
+    const body = keepBody(bytes);
+    const client = (context.requestHeader.get("x-forwarded-for") ?? "").split(",")[0]!.trim();
+    const { kind, exitStatus } = signal;
+    const row = await batcher.write({ ...whose, kind, exitStatus, runKey: runId ?? NO_RUN_ID, runId, body, client });
+    if (!row) return undefined;
     if (row.ended_silence_id) delivery.resumeSoon(row.ended_silence_id);
     if (row.failure_id) delivery.alertSoon(row.failure_id);
-    if (row.schedule && kind !== "start") exactDeadlineSoon(row);
-    return {};
+    if (row.schedule && kind !== "start" && kind !== "log") exactDeadlineSoon(row);
+    return row;
+  }
+
+  /**
+   * A ping on the heartbeat's own URL: the key is the credential. An unknown, malformed or rotated
+   * key runs the same statement against no organization and ends in the same NotFound as every
+   * refusal. The key itself goes nowhere but its hash: not into logs, errors or the statement.
+   */
+  async function recordByKey(req: KeyPingRequest, context: HandlerContext, signal: Signal): Promise<{ result: string }> {
+    let runId: string | null = null;
+    if (req.rid) {
+      runId = req.rid.toLowerCase();
+      if (!isUuid(runId)) throw new InvalidArgumentError("rid must be a UUID");
+    }
+    if (ORG_PING_KEY_FORMAT.test(req.key)) return recordByName(req, context, signal, runId);
+    // A heartbeat's own key takes no name after it: the same refusal as any path that is not one.
+    if (req.name) throw new NotFoundError(PING_REJECTION);
+    const keyHash = hashPingKey(PING_KEY_FORMAT.test(req.key) ? req.key : "");
+    const owner = PING_KEY_FORMAT.test(req.key) ? await keyOwners.owner(keyHash) : undefined;
+    const row = await write({ orgId: owner?.orgId ?? NO_ORGANIZATION, name: owner?.name ?? "", keyHash }, req.body, runId, context, signal);
+    if (!row) {
+      if (owner) keyOwners.forget(keyHash);
+      throw new NotFoundError(PING_REJECTION);
+    }
+    return { result: "OK" };
+  }
+
+  /**
+   * A ping by the organization's ping key and a heartbeat's name. The key is looked up on every
+   * ping (not remembered: a replaced key must stop at once, and nothing later re-checks it). An
+   * unknown key and an unknown name are the same refusal; with `?create=1`, where the organization
+   * allows it, an unknown name is registered (Healthchecks' defaults) and pinged.
+   */
+  async function recordByName(req: KeyPingRequest, context: HandlerContext, signal: Signal, runId: string | null): Promise<{ result: string }> {
+    const [org] = await sql<{ org_id: string; org_slug: string; allow_create: boolean }[]>`
+      select org_id, org_slug, allow_create from heartbeats.org_ping_keys where key_hash = ${hashPingKey(req.key)}`;
+    const name = NAME_PATTERN.test(req.name) ? req.name : "";
+    const whose = { orgId: org?.org_id ?? NO_ORGANIZATION, name, keyHash: null };
+    let row = await write(whose, req.body, runId, context, signal);
+    let created = false;
+    if (!row && org && name && req.create && org.allow_create) {
+      created = await provision({ id: org.org_id, slug: org.org_slug }, name);
+      row = await write(whose, req.body, runId, context, signal);
+    }
+    if (!row) throw new NotFoundError(PING_REJECTION);
+    return { result: created ? "Created" : "OK" };
   }
 
   return {
@@ -111,6 +185,34 @@ export function createPingHandler(deps: {
       // An unknown signal is a path that does not exist: the same answer as every refusal.
       if (!signal) throw new NotFoundError(PING_REJECTION);
       return record(req, context, signal);
+    },
+    /**
+     * Opsgenie's heartbeat ping: the organization is the GenieKey's (an ingest token), the name
+     * the path's. A missing or unknown key and an unknown name are one identical refusal, as on
+     * every ping route.
+     */
+    async pingOpsgenieHeartbeat(req, context: HandlerContext) {
+      const started = performance.now();
+      const genieKey = /^GenieKey\s+(\S+)\s*$/i.exec(context.requestHeader.get("authorization") ?? "")?.[1];
+      const org = await organizationOf(genieKey, context);
+      const name = NAME_PATTERN.test(req.name) ? req.name : "";
+      const row = await write({ orgId: org?.id ?? NO_ORGANIZATION, name, keyHash: null }, req.body, null, context, { kind: "success", exitStatus: null });
+      if (!row) throw new NotFoundError(PING_REJECTION);
+      const requestId = context.requestHeader.get(REQUEST_ID_HEADER) ?? randomUUID();
+      return { result: OPSGENIE_PONG, took: Math.round(performance.now() - started) / 1000, requestId };
+    },
+    async pingByKey(req, context: HandlerContext) {
+      return recordByKey(req, context, { kind: "success", exitStatus: null });
+    },
+    async pingByKeySignal(req, context: HandlerContext) {
+      // `/ping/{org key}/{name}`: the second segment is the name, and the signal is a plain ping.
+      if (ORG_PING_KEY_FORMAT.test(req.key) && !req.name) {
+        req.name = req.signal;
+        req.signal = "";
+      }
+      const signal = parseSignal(req.signal, { log: true });
+      if (!signal) throw new NotFoundError(PING_REJECTION);
+      return recordByKey(req, context, signal);
     },
   };
 }

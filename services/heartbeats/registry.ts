@@ -8,7 +8,9 @@ import type { Clients } from "../runtime/clients.js";
 import type { AuditRecord } from "../runtime/events.js";
 import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
-import { checkGrace, checkInterval, checkMaxRun, checkName } from "./heartbeat-rules.js";
+import type { SecretBox } from "../runtime/secret-box.js";
+import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
+import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
 import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
@@ -17,7 +19,15 @@ export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
   updated: "heartbeat.updated",
   deleted: "heartbeat.deleted",
+  pingKeyRotated: "heartbeat.ping_key_rotated",
+  orgPingKeyIssued: "heartbeat.org_ping_key_issued",
 } as const;
+
+/** What the ping URLs are made from: the secrets key that seals the keys, and the public address. */
+export interface PingUrls {
+  box(): SecretBox;
+  publicUrl(): string;
+}
 
 function notFound(name: string): NotFoundError {
   return new NotFoundError(`no heartbeat named "${name}"`);
@@ -32,7 +42,38 @@ export function deadlineAfter(since: Date, kind: Expectation, graceSeconds: numb
 function auditData(row: HeartbeatRow): JsonObject {
   const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds, ...cadenceData(row) };
   if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
+  if (row.min_run_seconds) data.minRunSeconds = row.min_run_seconds;
   return data;
+}
+
+/** What a heartbeat registered by its first ping (`?create=1`) expects: Healthchecks' defaults. */
+export const PROVISIONED = { interval: 86_400, grace: 3_600 } as const;
+
+/**
+ * Registers `name` for a ping by the organization's ping key with `?create=1`, audited as done by
+ * that key; false when it exists already (a concurrent first ping registered it).
+ */
+export function createProvisioner(deps: { store: HeartbeatStore; pingUrls: PingUrls; outbox: Pick<Outbox, "poke"> }) {
+  return async (org: { id: string; slug: string }, name: string): Promise<boolean> => {
+    const expectation = { interval: PROVISIONED.interval, schedule: null, timezone: null };
+    const row = await deps.store.register(
+      {
+        orgId: org.id,
+        orgSlug: org.slug,
+        name,
+        ...expectation,
+        gapSeconds: null,
+        grace: PROVISIONED.grace,
+        maxRun: null,
+        minRun: null,
+        pingKey: newPingKey(deps.pingUrls.box(), org.id, name),
+      },
+      (now) => deadlineAfter(now, expectation, PROVISIONED.grace),
+      (inserted) => ({ orgId: org.id, kind: AUDIT_KINDS.registered, actor: "organization ping key (create=1)", data: auditData(inserted) }),
+    );
+    if (row) deps.outbox.poke();
+    return row !== undefined;
+  };
 }
 
 /** Register, list, read, update and delete: the management routes, for people. */
@@ -40,8 +81,25 @@ export function createRegistryHandlers(deps: {
   store: HeartbeatStore;
   clients: Clients;
   outbox: Pick<Outbox, "poke">;
-}): Pick<ServiceImpl<typeof HeartbeatsService>, "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat"> {
-  const { store, clients, outbox } = deps;
+  pingUrls: PingUrls;
+}): Pick<
+  ServiceImpl<typeof HeartbeatsService>,
+  "registerHeartbeat" | "listHeartbeats" | "getHeartbeat" | "updateHeartbeat" | "deleteHeartbeat" | "rotateHeartbeatPingKey" | "issueOrgPingKey"
+> {
+  const { store, clients, outbox, pingUrls } = deps;
+
+  /** The heartbeat as the API answers it, with its ping URL (empty while it has no key yet). */
+  function shape(row: HeartbeatRow) {
+    let key: string | undefined;
+    try {
+      key = openPingKey(pingUrls.box(), row);
+    } catch {
+      // Sealed under a secrets key no longer configured: the heartbeat still reads, without its
+      // URL, and a rotation gives it a new key.
+      key = undefined;
+    }
+    return toHeartbeat(row, key ? `${pingUrls.publicUrl()}/ping/${key}` : "");
+  }
 
   function auditBy(principal: Principal, kind: string, data: JsonObject): AuditRecord {
     return { orgId: principal.orgId, kind, actor: principal.email, data };
@@ -62,15 +120,27 @@ export function createRegistryHandlers(deps: {
       }
       const grace = checkGrace(req.graceSeconds);
       const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
+      const minRun = req.minRunSeconds === undefined ? null : checkMinRun(req.minRunSeconds);
+      checkRunLimits(minRun, maxRun);
       const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null };
       const row = await store.register(
-        { orgId: principal.orgId, orgSlug: principal.orgSlug, name: req.name, ...expectation, gapSeconds: schedule?.gapSeconds ?? null, grace, maxRun },
+        {
+          orgId: principal.orgId,
+          orgSlug: principal.orgSlug,
+          name: req.name,
+          ...expectation,
+          gapSeconds: schedule?.gapSeconds ?? null,
+          grace,
+          maxRun,
+          minRun,
+          pingKey: newPingKey(pingUrls.box(), principal.orgId, req.name),
+        },
         (now) => deadlineAfter(now, expectation, grace),
         (inserted) => auditBy(principal, AUDIT_KINDS.registered, auditData(inserted)),
       );
       if (!row) throw new AlreadyExistsError(`a heartbeat named "${req.name}" already exists`);
       outbox.poke();
-      return toHeartbeat(row);
+      return shape(row);
     },
 
     async listHeartbeats(req, context: HandlerContext) {
@@ -81,14 +151,14 @@ export function createRegistryHandlers(deps: {
       const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
       const rows = await store.list(principal.orgId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
-      return { heartbeats: page.map(toHeartbeat), ...(nextCursor ? { nextCursor } : {}) };
+      return { heartbeats: page.map(shape), ...(nextCursor ? { nextCursor } : {}) };
     },
 
     async getHeartbeat(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const row = await store.get(principal.orgId, req.name);
       if (!row) throw notFound(req.name);
-      return toHeartbeat(row);
+      return shape(row);
     },
 
     async updateHeartbeat(req, context: HandlerContext) {
@@ -106,7 +176,8 @@ export function createRegistryHandlers(deps: {
         req.graceSeconds === undefined &&
         req.schedule === undefined &&
         req.timezone === undefined &&
-        req.maxRunSeconds === undefined
+        req.maxRunSeconds === undefined &&
+        req.minRunSeconds === undefined
       ) {
         throw new InvalidArgumentError("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
       }
@@ -117,6 +188,7 @@ export function createRegistryHandlers(deps: {
       const grace = req.graceSeconds === undefined ? null : checkGrace(req.graceSeconds);
       // 0 removes the limit.
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
+      const minRun = req.minRunSeconds === undefined || req.minRunSeconds === 0 ? null : checkMinRun(req.minRunSeconds);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await store.update(
         principal.orgId,
@@ -136,13 +208,50 @@ export function createRegistryHandlers(deps: {
           // The deadline moves with the new expectation and grace. A silence in progress stays one
           // silence: only a ping ends it, so a longer interval never opens a second incident.
           const deadline = deadlineAfter(current.since, next, newGrace);
-          return { ...next, gapSeconds: gap, grace: newGrace, maxRun: req.maxRunSeconds === undefined ? undefined : maxRun, deadline };
+          // The limits as they will be, checked together (a new minimum against the kept maximum).
+          checkRunLimits(req.minRunSeconds === undefined ? current.minRun : minRun, req.maxRunSeconds === undefined ? current.maxRun : maxRun);
+          return {
+            ...next,
+            gapSeconds: gap,
+            grace: newGrace,
+            maxRun: req.maxRunSeconds === undefined ? undefined : maxRun,
+            minRun: req.minRunSeconds === undefined ? undefined : minRun,
+            deadline,
+          };
         },
         (updated) => auditBy(principal, AUDIT_KINDS.updated, auditData(updated)),
       );
       if (!row) throw notFound(target);
       outbox.poke();
-      return toHeartbeat(row);
+      return shape(row);
+    },
+
+    async rotateHeartbeatPingKey(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      // The audit names the heartbeat, never a key.
+      const row = await store.rotatePingKey(
+        principal.orgId,
+        req.name,
+        newPingKey(pingUrls.box(), principal.orgId, req.name),
+        auditBy(principal, AUDIT_KINDS.pingKeyRotated, { name: req.name }),
+      );
+      if (!row) throw notFound(req.name);
+      outbox.poke();
+      return shape(row);
+    },
+
+    async issueOrgPingKey(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const { key, hash } = newOrgPingKey();
+      await store.issueOrgPingKey(
+        principal.orgId,
+        principal.orgSlug,
+        hash,
+        req.allowCreate,
+        auditBy(principal, AUDIT_KINDS.orgPingKeyIssued, { allowCreate: req.allowCreate }),
+      );
+      outbox.poke();
+      return { pingKey: key, pingUrlBase: `${pingUrls.publicUrl()}/ping/${key}`, allowCreate: req.allowCreate };
     },
 
     async deleteHeartbeat(req, context: HandlerContext) {

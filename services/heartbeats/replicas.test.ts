@@ -199,7 +199,7 @@ describe("a replica killed mid-sweep", () => {
         attachIdentity: "heartbeat:crashed-after-record",
         eventId: `heartbeat-silence:${silenceId}`,
         kind: "alert",
-        title: "Heartbeat crashed-after-record silent for 3s",
+        title: "Heartbeat crashed-after-record went silent",
         severity: "sev2",
         entity: { kind: "heartbeat", id: "crashed-after-record" },
       },

@@ -3,7 +3,9 @@ import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
 import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
+import { serviceSecretBox } from "../runtime/secret-box.js";
 import { createHeartbeatsRoutes } from "./routes.js";
+import { givePingKeys } from "./ping-key.js";
 import { createSilenceDelivery } from "./silence-delivery.js";
 import { createPostgresHeartbeatStore } from "./store.js";
 import { createSweeper } from "./sweep.js";
@@ -23,7 +25,10 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
   // `npm run bench -- heartbeats`), and the heartbeats table grows by registrations, which
   // autovacuum's analyze (and with it a new plan) follows, not by a storm.
   const pingSql = ctx.openPool("warroom-pings", config.DATABASE_POOL_SIZE, "cached");
-  const routes = createHeartbeatsRoutes({ sql, pingSql, store, clients, outbox, ingestTokens, delivery, sweeper, logger });
+  // The public address is read at each call: a process without PUBLIC_URL learns its port only
+  // once it listens.
+  const pingUrls = { box: serviceSecretBox(config, logger), publicUrl: () => config.publicUrl };
+  const routes = createHeartbeatsRoutes({ sql, pingSql, store, clients, outbox, ingestTokens, delivery, sweeper, pingUrls, logger });
 
   return {
     name: "heartbeats",
@@ -33,6 +38,7 @@ export function createHeartbeatsService(ctx: ServiceContext): ServiceModule {
       router.service(HeartbeatsService, routes);
     },
     async start() {
+      await givePingKeys(store, pingUrls.box, logger);
       sweeper.start(config.HEARTBEAT_SWEEP_SECONDS);
     },
     async stop() {

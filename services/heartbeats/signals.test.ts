@@ -198,6 +198,62 @@ describe("signals", () => {
   });
 });
 
+describe("a run that finished too quickly (minRunSeconds)", () => {
+  it("opens its own incident for a success sooner than the shortest run, and resumed on a run long enough", async () => {
+    const res = await app.call("POST", "/o/acme/heartbeats", {
+      token: cast.admin,
+      body: { name: "too-quick", expectedIntervalSeconds: 3600, graceSeconds: 60, minRunSeconds: 2 },
+    });
+    expect(res.status).toBe(201);
+    expect(res.body.minRunSeconds).toBe(2);
+    // A success without a start has no run time to judge: it is an ordinary success.
+    expect((await signal("too-quick", "")).status).toBe(204);
+    expect(await incidentsOf("too-quick")).toEqual([]);
+    // A backup that did nothing: started and "succeeded" at once.
+    expect((await signal("too-quick", "start")).status).toBe(204);
+    expect((await signal("too-quick", "0", { body: "0 files copied" })).status).toBe(204);
+    const incident = await firstIncident("too-quick");
+    expect(incident.title).toBe("Heartbeat too-quick finished too quickly");
+    const [opened] = await timelineOf(incident.id);
+    expect(opened!.summary).toMatch(/^A run of too-quick reported success at \S+ after running 0s; runs take at least 2s\.\n\n0 files copied$/);
+    expect((await read("too-quick")).lastPing).toMatchObject({ kind: "success", body: "0 files copied" });
+    // A run long enough ends it: one resumed, no second incident.
+    expect((await signal("too-quick", "start")).status).toBe(204);
+    await sleep(2100);
+    expect((await signal("too-quick", "0", { body: "42 files copied" })).status).toBe(204);
+    const timeline = await eventually("the resumed entry", 10_000, async () => {
+      const entries = await timelineOf(incident.id);
+      return entries.some((e) => e.kind === "resumed") ? entries : undefined;
+    });
+    expect(timeline.map((e) => e.kind)).toEqual(["opened", "resumed"]);
+    expect(timeline[1]!.summary).toContain("after it finished a run too quickly");
+    expect((await incidentsOf("too-quick")).map((i) => i.id)).toEqual([incident.id]);
+  });
+
+  it("is checked against the run limit and can be removed", async () => {
+    const bad = await app.call("POST", "/o/acme/heartbeats", {
+      token: cast.admin,
+      body: { name: "quick-bad", expectedIntervalSeconds: 3600, graceSeconds: 60, minRunSeconds: 600, maxRunSeconds: 600 },
+    });
+    expect(bad.status).toBe(400);
+    expect(bad.body.error).toBe("minRunSeconds (600) must be less than maxRunSeconds (600)");
+    for (const minRunSeconds of [-1, 1.5, 7 * 86_400 + 1]) {
+      const res = await app.call("POST", "/o/acme/heartbeats", {
+        token: cast.admin,
+        body: { name: "quick-bad", expectedIntervalSeconds: 3600, graceSeconds: 60, minRunSeconds },
+      });
+      expect(res.status, String(minRunSeconds)).toBe(400);
+    }
+    await register("quick-edit", { maxRunSeconds: 600 });
+    expect((await app.call("PATCH", "/o/acme/heartbeats/quick-edit", { token: cast.admin, body: { minRunSeconds: 900 } })).status).toBe(400);
+    const set = await app.call("PATCH", "/o/acme/heartbeats/quick-edit", { token: cast.admin, body: { minRunSeconds: 30 } });
+    expect(set.status).toBe(200);
+    expect(set.body).toMatchObject({ minRunSeconds: 30, maxRunSeconds: 600 });
+    const removed = await app.call("PATCH", "/o/acme/heartbeats/quick-edit", { token: cast.admin, body: { minRunSeconds: 0 } });
+    expect(removed.body.minRunSeconds).toBeNull();
+  });
+});
+
 describe("history", () => {
   it("lists the last 100 pings, newest first, with kind, run time, exit status, client address and body size", async () => {
     await register("busy");

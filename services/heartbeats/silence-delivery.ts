@@ -119,6 +119,16 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
         data,
       };
     }
+    if (row.cause === "quick") {
+      data.runId = row.run_id;
+      data.runSeconds = row.last_run_seconds;
+      data.minRunSeconds = row.min_run_seconds;
+      return {
+        title: `Heartbeat ${row.name} finished too quickly`,
+        summary: `A run of ${row.name}${row.run_id ? ` (run ${row.run_id})` : ""} reported success at ${row.deadline.toISOString()} after running ${formatDuration(row.last_run_seconds ?? 0)}; runs take at least ${formatDuration(row.min_run_seconds ?? 0)}.${heldNote}${said ? `\n\n${said}` : ""}`,
+        data,
+      };
+    }
     if (row.cause === "overrun") {
       data.runId = row.run_id;
       data.startedAt = row.since.toISOString();
@@ -132,10 +142,41 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
     const silentFor = formatDuration(row.silent_seconds);
     data.lastSeenAt = row.never_pinged ? null : row.since.toISOString();
     data.silentSeconds = Math.floor(row.silent_seconds);
-    const summary = row.never_pinged
-      ? `No ping from ${row.name} since it was registered at ${row.since.toISOString()} (${silentFor} ago); it expects ${expectation(row)}.${heldNote}`
-      : `Last ping from ${row.name} at ${row.since.toISOString()}, ${silentFor} ago; it expects ${expectation(row)}.${heldNote}`;
-    return { title: `Heartbeat ${row.name} silent for ${silentFor}`, summary, data };
+    const parts = [
+      row.never_pinged
+        ? `No ping from ${row.name} since it was registered at ${row.since.toISOString()} (${silentFor} ago); it expects ${expectation(row)}.`
+        : `Last ping from ${row.name} at ${row.since.toISOString()}, ${silentFor} ago; it expects ${expectation(row)}.`,
+    ];
+    if (row.during) {
+      // The incident this attaches to is the failure's (or the overrun's): say what changed.
+      data.during = row.during;
+      parts.push(
+        row.during === "fail"
+          ? "It has stopped pinging since it reported the failure."
+          : row.during === "quick"
+            ? "It has stopped pinging since the run that finished too quickly."
+            : "It has stopped pinging since the run that ran too long.",
+      );
+    }
+    if (row.last_kind && row.last_ping_at) {
+      const lastRun: JsonObject = { kind: row.last_kind, at: row.last_ping_at.toISOString() };
+      const status = row.exit_status === null ? "" : ` with exit status ${row.exit_status}`;
+      if (row.exit_status !== null) lastRun.exitStatus = row.exit_status;
+      if (row.last_run_seconds !== null) lastRun.runSeconds = row.last_run_seconds;
+      data.lastRun = lastRun;
+      parts.push(
+        `Its last run ${row.last_kind === "fail" ? "failed" : "succeeded"}${status} at ${row.last_ping_at.toISOString()}${row.last_run_seconds === null ? "" : `, after running ${formatDuration(row.last_run_seconds)}`}.`,
+      );
+    }
+    if (row.unfinished_start) {
+      data.unfinishedStartAt = row.unfinished_start.toISOString();
+      parts.push(`A run started at ${row.unfinished_start.toISOString()} and has not finished.`);
+    }
+    const lastSaid = row.last_kind ? describeBody({ text: row.body ?? "", cut: row.body_cut ?? false, bytes: row.body_bytes ?? 0 }) : "";
+    const summary = `${parts.join(" ")}${heldNote}${lastSaid ? `\n\nWhat the last run said:\n${lastSaid}` : ""}`;
+    // The title names no duration: it would freeze at the moment of delivery. The time silent is
+    // on the entry (`silentSeconds`, counted from the last ping) and the console counts it live.
+    return { title: `Heartbeat ${row.name} went silent`, summary, data };
   }
 
   /** When a suppressed alert is offered again: when its window ends, and at least every recheck. */
@@ -247,7 +288,7 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
           ]
         : [
             `Heartbeat ${row.name} succeeded again`,
-            `${row.name} reported success at ${row.ended_at.toISOString()}, ${silentFor} after it ${row.cause === "fail" ? "failed" : "started the run that ran too long"}.`,
+            `${row.name} reported success at ${row.ended_at.toISOString()}, ${silentFor} after it ${row.cause === "fail" ? "failed" : row.cause === "quick" ? "finished a run too quickly" : "started the run that ran too long"}.`,
           ];
     try {
       const response = await clients.incidents.record(

@@ -38,7 +38,7 @@ async function incidentsOf(name: string): Promise<IncidentSummary[]> {
   return (res.body.incidents as IncidentSummary[]).filter((i) => i.entity?.kind === "heartbeat" && i.entity.id === name);
 }
 
-async function timelineOf(id: string): Promise<{ kind: string; summary: string | null; eventId: string | null }[]> {
+async function timelineOf(id: string): Promise<{ kind: string; summary: string | null; eventId: string | null; data?: Record<string, any> }[]> {
   const res = await app.call("GET", `/o/acme/incidents/${id}`, { token: cast.member });
   if (res.status !== 200) throw new Error(`reading incident ${id} answered ${res.status}`);
   return res.body.timeline;
@@ -59,7 +59,8 @@ describe.concurrent("silence", () => {
       return found.length > 0 ? found : undefined;
     });
     expect(incident).toMatchObject({ source: "heartbeat", severity: "sev2", state: "open", entity: { kind: "heartbeat", id: "never-pinged" } });
-    expect(incident!.title).toMatch(/^Heartbeat never-pinged silent for \ds$/);
+    // The title freezes no duration; the time silent is on the entry.
+    expect(incident!.title).toBe("Heartbeat never-pinged went silent");
     // Both times come from the database clock: detected after crossing the deadline, never before
     // it, and opened after it was detected. One sweep interval after the deadline is when it
     // comes on a machine with time to spare; on a busy one the sweep's timer fires late, so the
@@ -76,6 +77,8 @@ describe.concurrent("silence", () => {
     const timeline = await timelineOf(incident!.id);
     expect(timeline[0]).toMatchObject({ kind: "opened" });
     expect(timeline[0]!.summary).toContain("No ping from never-pinged since it was registered");
+    expect(timeline[0]!.data).toMatchObject({ heartbeat: "never-pinged", cause: "silence", lastSeenAt: null });
+    expect(timeline[0]!.data!.silentSeconds).toBeGreaterThanOrEqual(2);
     const read = await app.call("GET", "/o/acme/heartbeats/never-pinged", { token: cast.member });
     expect(read.body).toMatchObject({ status: "silent", lastSeenAt: null });
   });
@@ -139,6 +142,71 @@ describe.concurrent("silence", () => {
     });
     expect(second).toHaveLength(1);
     expect(second[0]!.state).toBe("open");
+  });
+
+  it("carries how the last run ended, what it said, how long it ran, and a start that never finished", async ({ expect }) => {
+    await registerFast("last-words");
+    const signal = (what: string, body = "", runId = "") =>
+      app.call("POST", `/o/acme/heartbeats/last-words/ping${what ? `/${what}` : ""}${runId ? `?run_id=${runId}` : ""}`, {
+        token: cast.ingestToken,
+        raw: body,
+        headers: { "content-type": "text/plain" },
+      });
+    expect((await signal("start")).status).toBe(204);
+    expect((await signal("0", "copied 42 files, 1.2 GB")).status).toBe(204);
+    // The next run starts and never finishes: its start replaces the latest ping, not the last run.
+    expect((await signal("start")).status).toBe(204);
+    const [incident] = await eventually("the silence incident", 10_000, async () => {
+      const found = await incidentsOf("last-words");
+      return found.length > 0 ? found : undefined;
+    });
+    expect(incident!.title).toBe("Heartbeat last-words went silent");
+    const [opened] = await timelineOf(incident!.id);
+    expect(opened!.summary).toMatch(/Its last run succeeded with exit status 0 at \S+, after running \d+s\./);
+    expect(opened!.summary).toMatch(/A run started at \S+ and has not finished\./);
+    expect(opened!.summary).toContain("What the last run said:\ncopied 42 files, 1.2 GB");
+    expect(opened!.data).toMatchObject({ cause: "silence", lastRun: { kind: "success", exitStatus: 0 } });
+    expect(typeof opened!.data!.lastRun.runSeconds).toBe("number");
+    expect(Date.parse(opened!.data!.unfinishedStartAt)).toBeGreaterThan(Date.parse(opened!.data!.lastRun.at));
+  });
+
+  it("records a silence on the heartbeat's open failure incident: no second incident, not quiet", async ({ expect }) => {
+    await registerFast("failed-then-silent");
+    const failed = await app.call("POST", "/o/acme/heartbeats/failed-then-silent/ping/3", {
+      token: cast.ingestToken,
+      raw: "disk full",
+      headers: { "content-type": "text/plain" },
+    });
+    expect(failed.status).toBe(204);
+    const [incident] = await eventually("the failure incident", 10_000, async () => {
+      const found = await incidentsOf("failed-then-silent");
+      return found.length > 0 ? found : undefined;
+    });
+    expect(incident!.title).toBe("Heartbeat failed-then-silent failed with exit status 3");
+    // No ping after the failure: the heartbeat goes silent too, and the incident says so.
+    const timeline = await eventually("the silence on the failure's incident", 10_000, async () => {
+      const entries = await timelineOf(incident!.id);
+      return entries.some((e) => e.kind === "repeat") ? entries : undefined;
+    });
+    expect(timeline.map((e) => e.kind)).toEqual(["opened", "repeat"]);
+    expect(timeline[1]!.summary).toContain("It has stopped pinging since it reported the failure.");
+    expect(timeline[1]!.summary).toContain("Its last run failed with exit status 3");
+    expect(timeline[1]!.summary).toContain("What the last run said:\ndisk full");
+    expect(timeline[1]!.data).toMatchObject({ cause: "silence", during: "fail" });
+    // More sweeps add nothing, and there is still one incident.
+    const client = heartbeatsClient(app.process.transport);
+    for (let i = 0; i < 3; i++) await client.sweep({});
+    expect((await incidentsOf("failed-then-silent")).map((i) => i.id)).toEqual([incident!.id]);
+    expect((await timelineOf(incident!.id)).map((e) => e.kind)).toEqual(["opened", "repeat"]);
+    // One success ends both with a single `resumed`.
+    expect((await ping(app, "failed-then-silent", cast.ingestToken)).status).toBe(204);
+    const ended = await eventually("the resumed entry", 10_000, async () => {
+      const entries = await timelineOf(incident!.id);
+      return entries.some((e) => e.kind === "resumed") ? entries : undefined;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 1.5 * SWEEP_SECONDS * 1000));
+    expect((await timelineOf(incident!.id)).filter((e) => e.kind === "resumed")).toHaveLength(1);
+    expect(ended.map((e) => e.kind)).toEqual(["opened", "repeat", "resumed"]);
   });
 
   it("is suppressed by an active maintenance window that matches the heartbeat", async ({ expect }) => {

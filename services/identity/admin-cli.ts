@@ -11,6 +11,7 @@ import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
 import { createDirectTransport } from "../runtime/direct-transport.js";
 import { createMethodRegistry } from "../runtime/unary-call.js";
+import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
@@ -18,9 +19,15 @@ const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner ema
 Creates the organization and its owner once, against DATABASE_URL (or the embedded database in
 DATA_DIR). Running it again for an existing organization changes nothing. While a service runs on
 the same DATA_DIR the embedded database is its own: the command refuses; stop the service first, or
-start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD.`;
+start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD.
+
+       npm run admin -- import-healthchecks <export.json> --org <slug> [--url <base URL>] [--dry-run]
+
+Registers the checks of a Healthchecks export as heartbeats (see --help after the command).`;
 
 async function run(): Promise<number> {
+  // Heartbeats' import talks to a running service over its API, not to the database.
+  if (process.argv[2] === "import-healthchecks") return runImportHealthchecks(process.argv.slice(3));
   const { positionals, values } = parseArgs({
     allowPositionals: true,
     options: { org: { type: "string" }, email: { type: "string" }, password: { type: "string" }, help: { type: "boolean" } },

@@ -1,4 +1,5 @@
 import type { ChildProcess } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import http from "node:http";
@@ -6,6 +7,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import postgres from "postgres";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { hashPingKey } from "../../services/heartbeats/ping-key.js";
 import { allServices } from "../../services/process/all-services.js";
 import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER } from "../support/app.js";
@@ -392,6 +394,15 @@ export async function benchHeartbeats(): Promise<void> {
       404,
       admin,
     );
+    // The same heartbeats pinged on their own ping URLs (Healthchecks' form, the key in the path, no
+    // header): keys given as registration gives them, stored as their hash.
+    const keys = Array.from({ length: PING_HEARTBEATS }, () => randomUUID());
+    await sql`
+      update heartbeats.heartbeats h set ping_key_hash = k.hash
+      from unnest(${keys.map((_, n) => `ping-${n}`)}::text[], ${keys.map(hashPingKey)}::text[]) as k(name, hash)
+      where h.org_id = ${orgId} and h.name = k.name`;
+    const keyPings = await loadServer(child, url, (i) => ({ path: `/ping/${keys[i % PING_HEARTBEATS]}`, headers: {} }), 200, admin);
+    const keyRejected = await loadServer(child, url, () => ({ path: `/ping/${randomUUID()}`, headers: {} }), 404, admin);
 
     const bare = await startChild(fileURLToPath(import.meta.url), ["--bare-http"]);
     const bareHttp = await loadServer(bare.child, bare.url, () => ({ path: "/", headers: {} }), 204);
@@ -415,6 +426,8 @@ export async function benchHeartbeats(): Promise<void> {
     printTable(`Pings at ${CONNECTIONS} concurrent connections (${MEASURE_MS / 1000} s after ${WARMUP_MS / 1000} s warm-up), ${PING_HEARTBEATS} heartbeats`, [
       row("ping, accepted (204)", pings),
       row("ping, refused (404, unknown name)", rejected),
+      row("ping URL with the key in the path, accepted (200 OK)", keyPings),
+      row("ping URL with the key in the path, refused (404, unknown key)", keyRejected),
       row("floor: bare HTTP server answering 204", bareHttp),
       row("floor: bare HTTP server doing the single-row UPDATE, 204", httpFloor),
       {

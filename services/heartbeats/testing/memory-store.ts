@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { AuditRecord } from "../../runtime/events.js";
-import type { Claim, ClaimedAlert, ClaimedResume, HeartbeatRow, HeartbeatStore, NewHeartbeat, RecordedAlert, SilenceCause } from "../store.js";
+import type { Claim, ClaimedAlert, ClaimedResume, HeartbeatRow, HeartbeatStore, NewHeartbeat, RecordedAlert, SilenceCause, StoredPingKey } from "../store.js";
 
 /**
  * The heartbeats tables in memory, on a clock the test moves, for unit tests of the handlers, the
@@ -20,10 +20,12 @@ export interface MemoryHeartbeat {
   gapSeconds: number | null;
   grace: number;
   maxRun: number | null;
+  minRun: number | null;
   createdAt: Date;
   lastSeenAt: Date | null;
   deadline: Date;
   openSilenceId: string | null;
+  pingKey: StoredPingKey | null;
 }
 
 export interface MemorySilence {
@@ -69,12 +71,14 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
 
   const rowOf = (h: MemoryHeartbeat): HeartbeatRow => ({
     id: h.id,
+    org_id: h.orgId,
     name: h.name,
     expected_interval_seconds: h.interval,
     grace_seconds: h.grace,
     schedule: h.schedule,
     timezone: h.timezone,
     max_run_seconds: h.maxRun,
+    min_run_seconds: h.minRun,
     created_at: h.createdAt,
     last_seen_at: h.lastSeenAt,
     deadline: h.deadline,
@@ -87,6 +91,8 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     last_ping_body_cut: null,
     last_ping_body_bytes: null,
     running_since: null,
+    ping_key_sealed: h.pingKey?.sealed ?? null,
+    ping_key_sealed_by: h.pingKey?.sealedBy ?? null,
   });
   const find = (orgId: string, name: string) => heartbeats.find((h) => h.orgId === orgId && h.name === name);
   const heartbeatOf = (s: MemorySilence) => heartbeats.find((h) => h.id === s.heartbeatId)!;
@@ -154,7 +160,15 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       const h = find(orgId, name);
       if (!h) return undefined;
       // Computed before anything is written: a refusal leaves the heartbeat as it was.
-      const next = change({ interval: h.interval, schedule: h.schedule, timezone: h.timezone, grace: h.grace, since: h.lastSeenAt ?? h.createdAt });
+      const next = change({
+        interval: h.interval,
+        schedule: h.schedule,
+        timezone: h.timezone,
+        grace: h.grace,
+        maxRun: h.maxRun,
+        minRun: h.minRun,
+        since: h.lastSeenAt ?? h.createdAt,
+      });
       Object.assign(h, {
         interval: next.interval,
         schedule: next.schedule,
@@ -162,11 +176,39 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         gapSeconds: next.schedule ? (next.gapSeconds ?? h.gapSeconds) : null,
         grace: next.grace,
         maxRun: next.maxRun === undefined ? h.maxRun : next.maxRun,
+        minRun: next.minRun === undefined ? h.minRun : next.minRun,
         deadline: next.deadline,
       });
       const row = rowOf(h);
       audits.push(audit(row));
       return row;
+    },
+
+    async rotatePingKey(orgId, name, key, audit) {
+      const h = find(orgId, name);
+      if (!h) return undefined;
+      h.pingKey = key;
+      audits.push(audit);
+      return rowOf(h);
+    },
+
+    async issueOrgPingKey(orgId, _orgSlug, _hash, _allowCreate, audit) {
+      // Org ping keys are looked up by the ping statement's own lookup, on Postgres only.
+      audits.push({ ...audit, orgId });
+    },
+
+    async keyless(limit) {
+      return heartbeats
+        .filter((h) => h.pingKey === null)
+        .slice(0, limit)
+        .map((h) => ({ org_id: h.orgId, name: h.name }));
+    },
+
+    async giveKey(orgId, name, key) {
+      const h = find(orgId, name);
+      if (!h || h.pingKey) return false;
+      h.pingKey = key;
+      return true;
     },
 
     async delete(orgId, name, audit) {
@@ -254,6 +296,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
           timezone: h.timezone,
           grace_seconds: h.grace,
           max_run_seconds: h.maxRun,
+          min_run_seconds: h.minRun,
           silent_seconds: silentSeconds(s),
           exit_status: null,
           body: null,
@@ -262,6 +305,11 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
           run_id: null,
           suppressed_by: s.suppressedBy,
           db_now: now(),
+          last_kind: null,
+          last_ping_at: null,
+          last_run_seconds: null,
+          unfinished_start: null,
+          during: null,
         };
       });
     },

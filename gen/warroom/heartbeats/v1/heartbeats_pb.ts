@@ -13,7 +13,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/heartbeats/v1/heartbeats.proto.
  */
 export const file_warroom_heartbeats_v1_heartbeats: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIrUECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZSLIAQoITGFzdFBpbmcSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAiABKAkSGAoLZXhpdF9zdGF0dXMYAyABKAVIAIgBARIYCgtydW5fc2Vjb25kcxgEIAEoAUgBiAEBEgwKBGJvZHkYBSABKAkSEAoIYm9keV9jdXQYBiABKAgSEgoKYm9keV9ieXRlcxgHIAEoBUIOCgxfZXhpdF9zdGF0dXNCDgoMX3J1bl9zZWNvbmRzIukBChhSZWdpc3RlckhlYXJ0YmVhdFJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkSIQoZZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kcxgDIAEoBRIVCg1ncmFjZV9zZWNvbmRzGAQgASgFEhUKCHNjaGVkdWxlGAUgASgJSACIAQESFQoIdGltZXpvbmUYBiABKAlIAYgBARIcCg9tYXhfcnVuX3NlY29uZHMYByABKAVIAogBAUILCglfc2NoZWR1bGVCCwoJX3RpbWV6b25lQhIKEF9tYXhfcnVuX3NlY29uZHMiQwoVTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVsaW1pdBgCIAEoBRIOCgZjdXJzb3IYAyABKAkieAoWTGlzdEhlYXJ0YmVhdHNSZXNwb25zZRI0CgpoZWFydGJlYXRzGAEgAygLMiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciIwChNHZXRIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJIrQCChZVcGRhdGVIZWFydGJlYXRSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRuYW1lGAIgASgJEiYKGWV4cGVjdGVkX2ludGVydmFsX3NlY29uZHMYAyABKAVIAIgBARIaCg1ncmFjZV9zZWNvbmRzGAQgASgFSAGIAQESEQoJaGVhcnRiZWF0GAUgASgJEhUKCHNjaGVkdWxlGAYgASgJSAKIAQESFQoIdGltZXpvbmUYByABKAlIA4gBARIcCg9tYXhfcnVuX3NlY29uZHMYCCABKAVIBIgBAUIcChpfZXhwZWN0ZWRfaW50ZXJ2YWxfc2Vjb25kc0IQCg5fZ3JhY2Vfc2Vjb25kc0ILCglfc2NoZWR1bGVCCwoJX3RpbWV6b25lQhIKEF9tYXhfcnVuX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJsCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzaWduYWwYAyABKAkSDgoGcnVuX2lkGAQgASgJEgwKBGJvZHkYBSABKAwSFAoMY29udGVudF90eXBlGAYgASgJIi0KEExpc3RQaW5nc1JlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiRQoRTGlzdFBpbmdzUmVzcG9uc2USMAoFcGluZ3MYASADKAsyIS53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlY29yZCLiAQoKUGluZ1JlY29yZBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgCIAEoCRIYCgtydW5fc2Vjb25kcxgDIAEoAUgAiAEBEhgKC2V4aXRfc3RhdHVzGAQgASgFSAGIAQESFgoOY2xpZW50X2FkZHJlc3MYBSABKAkSEgoKYm9keV9ieXRlcxgGIAEoBRITCgZydW5faWQYByABKAlIAogBAUIOCgxfcnVuX3NlY29uZHNCDgoMX2V4aXRfc3RhdHVzQgkKB19ydW5faWQiDgoMU3dlZXBSZXF1ZXN0IrIBCg1Td2VlcFJlc3BvbnNlEg4KBnNpbGVudBgBIAEoBRIOCgZvcGVuZWQYAiABKAUSEQoJZGVsaXZlcmVkGAMgASgFEhIKCnN1cHByZXNzZWQYBCABKAUSDwoHcmVzdW1lZBgFIAEoBRIOCgZmYWlsZWQYBiABKAUSGwoTZGV0ZWN0X21pbGxpc2Vjb25kcxgHIAEoBRIcChRkZWxpdmVyX21pbGxpc2Vjb25kcxgIIAEoBTKQCQoRSGVhcnRiZWF0c1NlcnZpY2UShgEKEVJlZ2lzdGVySGVhcnRiZWF0Ei8ud2Fycm9vbS5oZWFydGJlYXRzLnYxLlJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiHoLT5JMCGDoBKiITL28ve29yZ30vaGVhcnRiZWF0cxKKAQoOTGlzdEhlYXJ0YmVhdHMSLC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXF1ZXN0Gi0ud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RIZWFydGJlYXRzUmVzcG9uc2UiG4LT5JMCFRITL28ve29yZ30vaGVhcnRiZWF0cxKAAQoMR2V0SGVhcnRiZWF0Eioud2Fycm9vbS5oZWFydGJlYXRzLnYxLkdldEhlYXJ0YmVhdFJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IiKC0+STAhwSGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9Eo4BCg9VcGRhdGVIZWFydGJlYXQSLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiKoLT5JMCJDoBKjIfL28ve29yZ30vaGVhcnRiZWF0cy97aGVhcnRiZWF0fRJ8Cg9EZWxldGVIZWFydGJlYXQSLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIigtPkkwIcKhovby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfRJxCgRQaW5nEiIud2Fycm9vbS5oZWFydGJlYXRzLnYxLlBpbmdSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ii2C0+STAic6BGJvZHkiHy9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9L3BpbmcSgAEKClBpbmdTaWduYWwSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiNoLT5JMCMDoEYm9keSIoL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZy97c2lnbmFsfRKIAQoJTGlzdFBpbmdzEicud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RQaW5nc1JlcXVlc3QaKC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdFBpbmdzUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZ3MSUgoFU3dlZXASIy53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXF1ZXN0GiQud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVzcG9uc2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2hlYXJ0YmVhdHMvdjEvaGVhcnRiZWF0cy5wcm90bxIVd2Fycm9vbS5oZWFydGJlYXRzLnYxIvkECglIZWFydGJlYXQSDAoEbmFtZRgBIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAIgASgFEhUKDWdyYWNlX3NlY29uZHMYAyABKAUSNQoMbGFzdF9zZWVuX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEioKBmR1ZV9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc3RhdHVzGAcgASgJEhUKCHNjaGVkdWxlGAggASgJSAGIAQESFQoIdGltZXpvbmUYCSABKAlIAogBARIcCg9tYXhfcnVuX3NlY29uZHMYCiABKAVIA4gBARI0ChBuZXh0X2V4cGVjdGVkX2F0GAsgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCglsYXN0X3BpbmcYDCABKAsyHy53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGFzdFBpbmcSNgoNcnVubmluZ19zaW5jZRgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIQCghwaW5nX3VybBgOIAEoCRIcCg9taW5fcnVuX3NlY29uZHMYDyABKAVIBYgBAUIPCg1fbGFzdF9zZWVuX2F0QgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0IQCg5fcnVubmluZ19zaW5jZUISChBfbWluX3J1bl9zZWNvbmRzIsgBCghMYXN0UGluZxImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgCIAEoCRIYCgtleGl0X3N0YXR1cxgDIAEoBUgAiAEBEhgKC3J1bl9zZWNvbmRzGAQgASgBSAGIAQESDAoEYm9keRgFIAEoCRIQCghib2R5X2N1dBgGIAEoCBISCgpib2R5X2J5dGVzGAcgASgFQg4KDF9leGl0X3N0YXR1c0IOCgxfcnVuX3NlY29uZHMimwIKGFJlZ2lzdGVySGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIhChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFEhUKDWdyYWNlX3NlY29uZHMYBCABKAUSFQoIc2NoZWR1bGUYBSABKAlIAIgBARIVCgh0aW1lem9uZRgGIAEoCUgBiAEBEhwKD21heF9ydW5fc2Vjb25kcxgHIAEoBUgCiAEBEhwKD21pbl9ydW5fc2Vjb25kcxgIIAEoBUgDiAEBQgsKCV9zY2hlZHVsZUILCglfdGltZXpvbmVCEgoQX21heF9ydW5fc2Vjb25kc0ISChBfbWluX3J1bl9zZWNvbmRzIkMKFUxpc3RIZWFydGJlYXRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFbGltaXQYAiABKAUSDgoGY3Vyc29yGAMgASgJIngKFkxpc3RIZWFydGJlYXRzUmVzcG9uc2USNAoKaGVhcnRiZWF0cxgBIAMoCzIgLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiMAoTR2V0SGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSLmAgoWVXBkYXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRImChlleHBlY3RlZF9pbnRlcnZhbF9zZWNvbmRzGAMgASgFSACIAQESGgoNZ3JhY2Vfc2Vjb25kcxgEIAEoBUgBiAEBEhEKCWhlYXJ0YmVhdBgFIAEoCRIVCghzY2hlZHVsZRgGIAEoCUgCiAEBEhUKCHRpbWV6b25lGAcgASgJSAOIAQESHAoPbWF4X3J1bl9zZWNvbmRzGAggASgFSASIAQESHAoPbWluX3J1bl9zZWNvbmRzGAkgASgFSAWIAQFCHAoaX2V4cGVjdGVkX2ludGVydmFsX3NlY29uZHNCEAoOX2dyYWNlX3NlY29uZHNCCwoJX3NjaGVkdWxlQgsKCV90aW1lem9uZUISChBfbWF4X3J1bl9zZWNvbmRzQhIKEF9taW5fcnVuX3NlY29uZHMiMwoWRGVsZXRlSGVhcnRiZWF0UmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJsCgtQaW5nUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIOCgZzaWduYWwYAyABKAkSDgoGcnVuX2lkGAQgASgJEgwKBGJvZHkYBSABKAwSFAoMY29udGVudF90eXBlGAYgASgJInwKDktleVBpbmdSZXF1ZXN0EgsKA2tleRgBIAEoCRIOCgZzaWduYWwYAiABKAkSCwoDcmlkGAMgASgJEgwKBGJvZHkYBCABKAwSFAoMY29udGVudF90eXBlGAUgASgJEgwKBG5hbWUYBiABKAkSDgoGY3JlYXRlGAcgASgIIjsKFklzc3VlT3JnUGluZ0tleVJlcXVlc3QSCwoDb3JnGAEgASgJEhQKDGFsbG93X2NyZWF0ZRgCIAEoCCJLCgpPcmdQaW5nS2V5EhAKCHBpbmdfa2V5GAEgASgJEhUKDXBpbmdfdXJsX2Jhc2UYAiABKAkSFAoMYWxsb3dfY3JlYXRlGAMgASgIIiEKD0tleVBpbmdSZXNwb25zZRIOCgZyZXN1bHQYASABKAkiUAocT3BzZ2VuaWVIZWFydGJlYXRQaW5nUmVxdWVzdBIMCgRuYW1lGAEgASgJEgwKBGJvZHkYAiABKAwSFAoMY29udGVudF90eXBlGAMgASgJIlEKHU9wc2dlbmllSGVhcnRiZWF0UGluZ1Jlc3BvbnNlEg4KBnJlc3VsdBgBIAEoCRIMCgR0b29rGAIgASgBEhIKCnJlcXVlc3RfaWQYAyABKAkiOgodUm90YXRlSGVhcnRiZWF0UGluZ0tleVJlcXVlc3QSCwoDb3JnGAEgASgJEgwKBG5hbWUYAiABKAkiLQoQTGlzdFBpbmdzUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCSJFChFMaXN0UGluZ3NSZXNwb25zZRIwCgVwaW5ncxgBIAMoCzIhLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVjb3JkIuIBCgpQaW5nUmVjb3JkEiYKAmF0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAIgASgJEhgKC3J1bl9zZWNvbmRzGAMgASgBSACIAQESGAoLZXhpdF9zdGF0dXMYBCABKAVIAYgBARIWCg5jbGllbnRfYWRkcmVzcxgFIAEoCRISCgpib2R5X2J5dGVzGAYgASgFEhMKBnJ1bl9pZBgHIAEoCUgCiAEBQg4KDF9ydW5fc2Vjb25kc0IOCgxfZXhpdF9zdGF0dXNCCQoHX3J1bl9pZCIOCgxTd2VlcFJlcXVlc3QisgEKDVN3ZWVwUmVzcG9uc2USDgoGc2lsZW50GAEgASgFEg4KBm9wZW5lZBgCIAEoBRIRCglkZWxpdmVyZWQYAyABKAUSEgoKc3VwcHJlc3NlZBgEIAEoBRIPCgdyZXN1bWVkGAUgASgFEg4KBmZhaWxlZBgGIAEoBRIbChNkZXRlY3RfbWlsbGlzZWNvbmRzGAcgASgFEhwKFGRlbGl2ZXJfbWlsbGlzZWNvbmRzGAggASgFMr8QChFIZWFydGJlYXRzU2VydmljZRKGAQoRUmVnaXN0ZXJIZWFydGJlYXQSLy53YXJyb29tLmhlYXJ0YmVhdHMudjEuUmVnaXN0ZXJIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIegtPkkwIYOgEqIhMvby97b3JnfS9oZWFydGJlYXRzEooBCg5MaXN0SGVhcnRiZWF0cxIsLndhcnJvb20uaGVhcnRiZWF0cy52MS5MaXN0SGVhcnRiZWF0c1JlcXVlc3QaLS53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdEhlYXJ0YmVhdHNSZXNwb25zZSIbgtPkkwIVEhMvby97b3JnfS9oZWFydGJlYXRzEoABCgxHZXRIZWFydGJlYXQSKi53YXJyb29tLmhlYXJ0YmVhdHMudjEuR2V0SGVhcnRiZWF0UmVxdWVzdBogLndhcnJvb20uaGVhcnRiZWF0cy52MS5IZWFydGJlYXQiIoLT5JMCHBIaL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0SjgEKD1VwZGF0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5VcGRhdGVIZWFydGJlYXRSZXF1ZXN0GiAud2Fycm9vbS5oZWFydGJlYXRzLnYxLkhlYXJ0YmVhdCIqgtPkkwIkOgEqMh8vby97b3JnfS9oZWFydGJlYXRzL3toZWFydGJlYXR9EnwKD0RlbGV0ZUhlYXJ0YmVhdBItLndhcnJvb20uaGVhcnRiZWF0cy52MS5EZWxldGVIZWFydGJlYXRSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiKC0+STAhwqGi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9EnEKBFBpbmcSIi53YXJyb29tLmhlYXJ0YmVhdHMudjEuUGluZ1JlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiLYLT5JMCJzoEYm9keSIfL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZxKAAQoKUGluZ1NpZ25hbBIiLndhcnJvb20uaGVhcnRiZWF0cy52MS5QaW5nUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSI2gtPkkwIwOgRib2R5Iigvby97b3JnfS9oZWFydGJlYXRzL3tuYW1lfS9waW5nL3tzaWduYWx9EoQBCglQaW5nQnlLZXkSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIiiC0+STAiI6BGJvZHlaDRILL3Bpbmcve2tleX0iCy9waW5nL3trZXl9EuABCg9QaW5nQnlLZXlTaWduYWwSJS53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1JlcXVlc3QaJi53YXJyb29tLmhlYXJ0YmVhdHMudjEuS2V5UGluZ1Jlc3BvbnNlIn6C0+STAng6BGJvZHlaFhIUL3Bpbmcve2tleX0ve3NpZ25hbH1aIzoEYm9keSIbL3Bpbmcve2tleX0ve25hbWV9L3tzaWduYWx9Wh0SGy9waW5nL3trZXl9L3tuYW1lfS97c2lnbmFsfSIUL3Bpbmcve2tleX0ve3NpZ25hbH0SgQEKD0lzc3VlT3JnUGluZ0tleRItLndhcnJvb20uaGVhcnRiZWF0cy52MS5Jc3N1ZU9yZ1BpbmdLZXlSZXF1ZXN0GiEud2Fycm9vbS5oZWFydGJlYXRzLnYxLk9yZ1BpbmdLZXkiHILT5JMCFjoBKiIRL28ve29yZ30vcGluZy1rZXkSlAIKFVBpbmdPcHNnZW5pZUhlYXJ0YmVhdBIzLndhcnJvb20uaGVhcnRiZWF0cy52MS5PcHNnZW5pZUhlYXJ0YmVhdFBpbmdSZXF1ZXN0GjQud2Fycm9vbS5oZWFydGJlYXRzLnYxLk9wc2dlbmllSGVhcnRiZWF0UGluZ1Jlc3BvbnNlIo8BgtPkkwKIAVoiOgRib2R5IhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZ1oiOgRib2R5GhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZ1oiOgRib2R5MhovdjIvaGVhcnRiZWF0cy97bmFtZX0vcGluZxIaL3YyL2hlYXJ0YmVhdHMve25hbWV9L3BpbmcSpwEKFlJvdGF0ZUhlYXJ0YmVhdFBpbmdLZXkSNC53YXJyb29tLmhlYXJ0YmVhdHMudjEuUm90YXRlSGVhcnRiZWF0UGluZ0tleVJlcXVlc3QaIC53YXJyb29tLmhlYXJ0YmVhdHMudjEuSGVhcnRiZWF0IjWC0+STAi86ASoiKi9vL3tvcmd9L2hlYXJ0YmVhdHMve25hbWV9L3JvdGF0ZS1waW5nLWtleRKIAQoJTGlzdFBpbmdzEicud2Fycm9vbS5oZWFydGJlYXRzLnYxLkxpc3RQaW5nc1JlcXVlc3QaKC53YXJyb29tLmhlYXJ0YmVhdHMudjEuTGlzdFBpbmdzUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaGVhcnRiZWF0cy97bmFtZX0vcGluZ3MSUgoFU3dlZXASIy53YXJyb29tLmhlYXJ0YmVhdHMudjEuU3dlZXBSZXF1ZXN0GiQud2Fycm9vbS5oZWFydGJlYXRzLnYxLlN3ZWVwUmVzcG9uc2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.heartbeats.v1.Heartbeat
@@ -100,6 +100,22 @@ export type Heartbeat = Message<"warroom.heartbeats.v1.Heartbeat"> & {
    * @generated from field: optional google.protobuf.Timestamp running_since = 13;
    */
   runningSince?: Timestamp | undefined;
+
+  /**
+   * `${PUBLIC_URL}/ping/{key}`: the heartbeat's own unguessable key, which authenticates a ping
+   * on its own (Healthchecks' ping API).
+   *
+   * @generated from field: string ping_url = 14;
+   */
+  pingUrl: string;
+
+  /**
+   * A run that ends (success) sooner than this many seconds after its start opens a "finished too
+   * quickly" incident: a backup that did nothing still exits 0.
+   *
+   * @generated from field: optional int32 min_run_seconds = 15;
+   */
+  minRunSeconds?: number | undefined;
 };
 
 /**
@@ -187,6 +203,22 @@ export type HeartbeatJson = {
    * @generated from field: optional google.protobuf.Timestamp running_since = 13;
    */
   runningSince?: TimestampJson;
+
+  /**
+   * `${PUBLIC_URL}/ping/{key}`: the heartbeat's own unguessable key, which authenticates a ping
+   * on its own (Healthchecks' ping API).
+   *
+   * @generated from field: string ping_url = 14;
+   */
+  pingUrl?: string;
+
+  /**
+   * A run that ends (success) sooner than this many seconds after its start opens a "finished too
+   * quickly" incident: a backup that did nothing still exits 0.
+   *
+   * @generated from field: optional int32 min_run_seconds = 15;
+   */
+  minRunSeconds?: number;
 };
 
 /**
@@ -339,6 +371,11 @@ export type RegisterHeartbeatRequest = Message<"warroom.heartbeats.v1.RegisterHe
    * @generated from field: optional int32 max_run_seconds = 7;
    */
   maxRunSeconds?: number | undefined;
+
+  /**
+   * @generated from field: optional int32 min_run_seconds = 8;
+   */
+  minRunSeconds?: number | undefined;
 };
 
 /**
@@ -381,6 +418,11 @@ export type RegisterHeartbeatRequestJson = {
    * @generated from field: optional int32 max_run_seconds = 7;
    */
   maxRunSeconds?: number;
+
+  /**
+   * @generated from field: optional int32 min_run_seconds = 8;
+   */
+  minRunSeconds?: number;
 };
 
 /**
@@ -575,6 +617,13 @@ export type UpdateHeartbeatRequest = Message<"warroom.heartbeats.v1.UpdateHeartb
    * @generated from field: optional int32 max_run_seconds = 8;
    */
   maxRunSeconds?: number | undefined;
+
+  /**
+   * 0 removes the limit.
+   *
+   * @generated from field: optional int32 min_run_seconds = 9;
+   */
+  minRunSeconds?: number | undefined;
 };
 
 /**
@@ -629,6 +678,13 @@ export type UpdateHeartbeatRequestJson = {
    * @generated from field: optional int32 max_run_seconds = 8;
    */
   maxRunSeconds?: number;
+
+  /**
+   * 0 removes the limit.
+   *
+   * @generated from field: optional int32 min_run_seconds = 9;
+   */
+  minRunSeconds?: number;
 };
 
 /**
@@ -765,6 +821,381 @@ export const PingRequestSchema: GenMessage<PingRequest, {jsonType: PingRequestJs
   messageDesc(file_warroom_heartbeats_v1_heartbeats, 8);
 
 /**
+ * @generated from message warroom.heartbeats.v1.KeyPingRequest
+ */
+export type KeyPingRequest = Message<"warroom.heartbeats.v1.KeyPingRequest"> & {
+  /**
+   * The heartbeat's ping key, from the path.
+   *
+   * @generated from field: string key = 1;
+   */
+  key: string;
+
+  /**
+   * From the path: start, fail, log or an exit status; empty for a plain ping.
+   *
+   * @generated from field: string signal = 2;
+   */
+  signal: string;
+
+  /**
+   * A UUID pairing the start and the end of one run (Healthchecks' query parameter `rid`).
+   *
+   * @generated from field: string rid = 3;
+   */
+  rid: string;
+
+  /**
+   * @generated from field: bytes body = 4;
+   */
+  body: Uint8Array;
+
+  /**
+   * @generated from field: string content_type = 5;
+   */
+  contentType: string;
+
+  /**
+   * With the organization's ping key: the heartbeat's name (from the path).
+   *
+   * @generated from field: string name = 6;
+   */
+  name: string;
+
+  /**
+   * `?create=1`: register the name on its first ping, where the organization allows it.
+   *
+   * @generated from field: bool create = 7;
+   */
+  create: boolean;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.KeyPingRequest
+ */
+export type KeyPingRequestJson = {
+  /**
+   * The heartbeat's ping key, from the path.
+   *
+   * @generated from field: string key = 1;
+   */
+  key?: string;
+
+  /**
+   * From the path: start, fail, log or an exit status; empty for a plain ping.
+   *
+   * @generated from field: string signal = 2;
+   */
+  signal?: string;
+
+  /**
+   * A UUID pairing the start and the end of one run (Healthchecks' query parameter `rid`).
+   *
+   * @generated from field: string rid = 3;
+   */
+  rid?: string;
+
+  /**
+   * @generated from field: bytes body = 4;
+   */
+  body?: string;
+
+  /**
+   * @generated from field: string content_type = 5;
+   */
+  contentType?: string;
+
+  /**
+   * With the organization's ping key: the heartbeat's name (from the path).
+   *
+   * @generated from field: string name = 6;
+   */
+  name?: string;
+
+  /**
+   * `?create=1`: register the name on its first ping, where the organization allows it.
+   *
+   * @generated from field: bool create = 7;
+   */
+  create?: boolean;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.KeyPingRequest.
+ * Use `create(KeyPingRequestSchema)` to create a new message.
+ */
+export const KeyPingRequestSchema: GenMessage<KeyPingRequest, {jsonType: KeyPingRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+
+/**
+ * @generated from message warroom.heartbeats.v1.IssueOrgPingKeyRequest
+ */
+export type IssueOrgPingKeyRequest = Message<"warroom.heartbeats.v1.IssueOrgPingKeyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * Whether `?create=1` may register a heartbeat on its first ping.
+   *
+   * @generated from field: bool allow_create = 2;
+   */
+  allowCreate: boolean;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.IssueOrgPingKeyRequest
+ */
+export type IssueOrgPingKeyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * Whether `?create=1` may register a heartbeat on its first ping.
+   *
+   * @generated from field: bool allow_create = 2;
+   */
+  allowCreate?: boolean;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.IssueOrgPingKeyRequest.
+ * Use `create(IssueOrgPingKeyRequestSchema)` to create a new message.
+ */
+export const IssueOrgPingKeyRequestSchema: GenMessage<IssueOrgPingKeyRequest, {jsonType: IssueOrgPingKeyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+
+/**
+ * @generated from message warroom.heartbeats.v1.OrgPingKey
+ */
+export type OrgPingKey = Message<"warroom.heartbeats.v1.OrgPingKey"> & {
+  /**
+   * Shown once: only its hash is kept.
+   *
+   * @generated from field: string ping_key = 1;
+   */
+  pingKey: string;
+
+  /**
+   * `${PUBLIC_URL}/ping/{ping_key}`: a heartbeat's URL is this plus `/{name}`.
+   *
+   * @generated from field: string ping_url_base = 2;
+   */
+  pingUrlBase: string;
+
+  /**
+   * @generated from field: bool allow_create = 3;
+   */
+  allowCreate: boolean;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.OrgPingKey
+ */
+export type OrgPingKeyJson = {
+  /**
+   * Shown once: only its hash is kept.
+   *
+   * @generated from field: string ping_key = 1;
+   */
+  pingKey?: string;
+
+  /**
+   * `${PUBLIC_URL}/ping/{ping_key}`: a heartbeat's URL is this plus `/{name}`.
+   *
+   * @generated from field: string ping_url_base = 2;
+   */
+  pingUrlBase?: string;
+
+  /**
+   * @generated from field: bool allow_create = 3;
+   */
+  allowCreate?: boolean;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.OrgPingKey.
+ * Use `create(OrgPingKeySchema)` to create a new message.
+ */
+export const OrgPingKeySchema: GenMessage<OrgPingKey, {jsonType: OrgPingKeyJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
+
+/**
+ * Over HTTP the answer is the plain text `OK` (`Created` for a heartbeat a ping registered), as
+ * Healthchecks answers.
+ *
+ * @generated from message warroom.heartbeats.v1.KeyPingResponse
+ */
+export type KeyPingResponse = Message<"warroom.heartbeats.v1.KeyPingResponse"> & {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result: string;
+};
+
+/**
+ * Over HTTP the answer is the plain text `OK` (`Created` for a heartbeat a ping registered), as
+ * Healthchecks answers.
+ *
+ * @generated from message warroom.heartbeats.v1.KeyPingResponse
+ */
+export type KeyPingResponseJson = {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result?: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.KeyPingResponse.
+ * Use `create(KeyPingResponseSchema)` to create a new message.
+ */
+export const KeyPingResponseSchema: GenMessage<KeyPingResponse, {jsonType: KeyPingResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
+
+/**
+ * @generated from message warroom.heartbeats.v1.OpsgenieHeartbeatPingRequest
+ */
+export type OpsgenieHeartbeatPingRequest = Message<"warroom.heartbeats.v1.OpsgenieHeartbeatPingRequest"> & {
+  /**
+   * The heartbeat's name, from the path.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: bytes body = 2;
+   */
+  body: Uint8Array;
+
+  /**
+   * @generated from field: string content_type = 3;
+   */
+  contentType: string;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.OpsgenieHeartbeatPingRequest
+ */
+export type OpsgenieHeartbeatPingRequestJson = {
+  /**
+   * The heartbeat's name, from the path.
+   *
+   * @generated from field: string name = 1;
+   */
+  name?: string;
+
+  /**
+   * @generated from field: bytes body = 2;
+   */
+  body?: string;
+
+  /**
+   * @generated from field: string content_type = 3;
+   */
+  contentType?: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.OpsgenieHeartbeatPingRequest.
+ * Use `create(OpsgenieHeartbeatPingRequestSchema)` to create a new message.
+ */
+export const OpsgenieHeartbeatPingRequestSchema: GenMessage<OpsgenieHeartbeatPingRequest, {jsonType: OpsgenieHeartbeatPingRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
+
+/**
+ * Opsgenie's own answer: `{"result":"PONG - Heartbeat received","took":0.006,"requestId":...}`.
+ *
+ * @generated from message warroom.heartbeats.v1.OpsgenieHeartbeatPingResponse
+ */
+export type OpsgenieHeartbeatPingResponse = Message<"warroom.heartbeats.v1.OpsgenieHeartbeatPingResponse"> & {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result: string;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took: number;
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId: string;
+};
+
+/**
+ * Opsgenie's own answer: `{"result":"PONG - Heartbeat received","took":0.006,"requestId":...}`.
+ *
+ * @generated from message warroom.heartbeats.v1.OpsgenieHeartbeatPingResponse
+ */
+export type OpsgenieHeartbeatPingResponseJson = {
+  /**
+   * @generated from field: string result = 1;
+   */
+  result?: string;
+
+  /**
+   * @generated from field: double took = 2;
+   */
+  took?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * @generated from field: string request_id = 3;
+   */
+  requestId?: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.OpsgenieHeartbeatPingResponse.
+ * Use `create(OpsgenieHeartbeatPingResponseSchema)` to create a new message.
+ */
+export const OpsgenieHeartbeatPingResponseSchema: GenMessage<OpsgenieHeartbeatPingResponse, {jsonType: OpsgenieHeartbeatPingResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 14);
+
+/**
+ * @generated from message warroom.heartbeats.v1.RotateHeartbeatPingKeyRequest
+ */
+export type RotateHeartbeatPingKeyRequest = Message<"warroom.heartbeats.v1.RotateHeartbeatPingKeyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name: string;
+};
+
+/**
+ * @generated from message warroom.heartbeats.v1.RotateHeartbeatPingKeyRequest
+ */
+export type RotateHeartbeatPingKeyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string name = 2;
+   */
+  name?: string;
+};
+
+/**
+ * Describes the message warroom.heartbeats.v1.RotateHeartbeatPingKeyRequest.
+ * Use `create(RotateHeartbeatPingKeyRequestSchema)` to create a new message.
+ */
+export const RotateHeartbeatPingKeyRequestSchema: GenMessage<RotateHeartbeatPingKeyRequest, {jsonType: RotateHeartbeatPingKeyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 15);
+
+/**
  * @generated from message warroom.heartbeats.v1.ListPingsRequest
  */
 export type ListPingsRequest = Message<"warroom.heartbeats.v1.ListPingsRequest"> & {
@@ -799,7 +1230,7 @@ export type ListPingsRequestJson = {
  * Use `create(ListPingsRequestSchema)` to create a new message.
  */
 export const ListPingsRequestSchema: GenMessage<ListPingsRequest, {jsonType: ListPingsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 9);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 16);
 
 /**
  * @generated from message warroom.heartbeats.v1.ListPingsResponse
@@ -826,7 +1257,7 @@ export type ListPingsResponseJson = {
  * Use `create(ListPingsResponseSchema)` to create a new message.
  */
 export const ListPingsResponseSchema: GenMessage<ListPingsResponse, {jsonType: ListPingsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 10);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 17);
 
 /**
  * One ping as the history shows it.
@@ -921,7 +1352,7 @@ export type PingRecordJson = {
  * Use `create(PingRecordSchema)` to create a new message.
  */
 export const PingRecordSchema: GenMessage<PingRecord, {jsonType: PingRecordJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 11);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 18);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepRequest
@@ -940,7 +1371,7 @@ export type SweepRequestJson = {
  * Use `create(SweepRequestSchema)` to create a new message.
  */
 export const SweepRequestSchema: GenMessage<SweepRequest, {jsonType: SweepRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 12);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 19);
 
 /**
  * @generated from message warroom.heartbeats.v1.SweepResponse
@@ -1065,7 +1496,7 @@ export type SweepResponseJson = {
  * Use `create(SweepResponseSchema)` to create a new message.
  */
 export const SweepResponseSchema: GenMessage<SweepResponse, {jsonType: SweepResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_heartbeats_v1_heartbeats, 13);
+  messageDesc(file_warroom_heartbeats_v1_heartbeats, 20);
 
 /**
  * Registered jobs that ping; a sweep opens an incident for each one that falls silent.
@@ -1143,6 +1574,60 @@ export const HeartbeatsService: GenService<{
     methodKind: "unary";
     input: typeof PingRequestSchema;
     output: typeof EmptySchema;
+  },
+  /**
+   * Healthchecks' ping API on the heartbeat's own ping URL: the key in the path authenticates
+   * (no header), `GET`, `HEAD` and `POST` all ping, and the answer is a plain `OK`.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingByKey
+   */
+  pingByKey: {
+    methodKind: "unary";
+    input: typeof KeyPingRequestSchema;
+    output: typeof KeyPingResponseSchema;
+  },
+  /**
+   * The same on `/ping/{key}/{signal}`: `start`, `fail`, `log` or an exit status (0-255). With the
+   * organization's ping key, `/ping/{key}/{name}` and `/ping/{key}/{name}/{signal}` (`?create=1`
+   * registers the name on its first ping where the organization allows it).
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingByKeySignal
+   */
+  pingByKeySignal: {
+    methodKind: "unary";
+    input: typeof KeyPingRequestSchema;
+    output: typeof KeyPingResponseSchema;
+  },
+  /**
+   * Issues (or replaces) the organization's ping key, for ping URLs by name; answered once.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.IssueOrgPingKey
+   */
+  issueOrgPingKey: {
+    methodKind: "unary";
+    input: typeof IssueOrgPingKeyRequestSchema;
+    output: typeof OrgPingKeySchema;
+  },
+  /**
+   * Opsgenie's Heartbeat API ping, authenticated by `Authorization: GenieKey <ingest token>`:
+   * a job that pinged Opsgenie pings here by changing only the host.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.PingOpsgenieHeartbeat
+   */
+  pingOpsgenieHeartbeat: {
+    methodKind: "unary";
+    input: typeof OpsgenieHeartbeatPingRequestSchema;
+    output: typeof OpsgenieHeartbeatPingResponseSchema;
+  },
+  /**
+   * Replaces a heartbeat's ping key: the old ping URL stops working at once.
+   *
+   * @generated from rpc warroom.heartbeats.v1.HeartbeatsService.RotateHeartbeatPingKey
+   */
+  rotateHeartbeatPingKey: {
+    methodKind: "unary";
+    input: typeof RotateHeartbeatPingKeyRequestSchema;
+    output: typeof HeartbeatSchema;
   },
   /**
    * The last 100 pings of a heartbeat, newest first.
