@@ -18,7 +18,7 @@ import { BODY_LIMITS } from "../runtime/body-limits.js";
 import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicOnly } from "../runtime/public-surface.js";
-import { listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
+import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
@@ -246,7 +246,15 @@ async function startServices(
       else res.end();
     });
   };
-  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
+  const server: HttpServer = await listenHttp({
+    host: config.HOST,
+    port: config.PORT,
+    handler,
+    deadlines: connectionDeadlines(config),
+    maxConnections: config.HTTP_MAX_CONNECTIONS,
+    maxConnectionsPerAddress: config.HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+    isTrustedProxy: clientAddress.isTrustedProxy,
+  });
   // Metrics on a port of their own, never the public one: they describe traffic and load.
   const metricsServer =
     config.METRICS_PORT === undefined
@@ -254,6 +262,7 @@ async function startServices(
       : await listenHttp({
           host: config.HOST,
           port: config.METRICS_PORT,
+          deadlines: connectionDeadlines(config),
           handler: (req, res) => {
             void (async () => {
               if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")
