@@ -106,5 +106,15 @@ export const migrations: Migration[] = [
       );
     `,
   },
+  {
+    id: 6,
+    name: "login throttle per account and address pair",
+    // Failures of one account from one address: the account's own lock then refuses only the
+    // addresses that failed against it.
+    sql: `
+      alter table identity.login_failures drop constraint login_failures_scope_check;
+      alter table identity.login_failures add constraint login_failures_scope_check check (scope in ('account', 'address', 'pair'));
+    `,
+  },
   ...outboxUpgrades("identity"),
 ];
