@@ -17,7 +17,7 @@ import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS } from "../runtime/body-limits.js";
 import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
-import { publicOnly } from "../runtime/public-surface.js";
+import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
@@ -202,7 +202,8 @@ async function startServices(
 
   const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
-    interceptors,
+    // Internal methods are refused first: no validation runs for them on the public port.
+    interceptors: [publicMethodsOnlyInterceptor(), ...interceptors],
     // Anything not registered with its own limit (gRPC health) reads at most the default.
     readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {
