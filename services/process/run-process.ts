@@ -6,7 +6,7 @@ import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway } from "../gateway/rest-gateway.js";
 import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadcast.js";
 import { createClients, internalServices, type Clients } from "../runtime/clients.js";
-import { loadConfig, type Config } from "../runtime/config.js";
+import { ConfigError, loadConfig, type Config } from "../runtime/config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
 import { errorInterceptor } from "../runtime/errors.js";
 import { validationInterceptor } from "../runtime/validation.js";
@@ -15,7 +15,7 @@ import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS } from "../runtime/body-limits.js";
-import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
@@ -96,7 +96,13 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
  * NATS), servers and relays; resolves with what it runs and a `stop()` that ends it in order.
  */
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
-  const config = loadConfig(options.env);
+  // NATS_ALLOW_UNAUTHENTICATED is the environment's (a development or test machine's) unless the
+  // given env says otherwise: a process composed with its own env inherits the machine's choice.
+  const config = loadConfig(
+    options.env && options.env.NATS_ALLOW_UNAUTHENTICATED === undefined && process.env.NATS_ALLOW_UNAUTHENTICATED !== undefined
+      ? { ...options.env, NATS_ALLOW_UNAUTHENTICATED: process.env.NATS_ALLOW_UNAUTHENTICATED }
+      : options.env,
+  );
   // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
   await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
@@ -123,6 +129,14 @@ async function startServices(
   if (config.NATS_URL) {
     const natsOptions = natsConnectionOptions(config, options.name);
     nats = await connect(natsOptions);
+    // The bus must fail safe: an open NATS is refused, unless allowed for development.
+    const problem = unauthenticatedNatsProblem(nats.info, config.NATS_ALLOW_UNAUTHENTICATED);
+    if (problem) {
+      await nats.close().catch(() => {});
+      throw new ConfigError(`refusing to start: ${problem}`);
+    }
+    if (config.NATS_ALLOW_UNAUTHENTICATED)
+      logger.warn("NATS_ALLOW_UNAUTHENTICATED=true: a NATS server that accepts anyone is allowed; for development and tests only, never in production");
     setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
     setInboxPrefix(nats, natsOptions.inboxPrefix);
   }

@@ -42,6 +42,12 @@ export const configSchema = z.object({
   NATS_TLS_CA_FILE: optionalString,
   NATS_TLS_CERT_FILE: optionalString,
   NATS_TLS_KEY_FILE: optionalString,
+  // A NATS that lets anyone connect lets anyone call every internal method (Bootstrap among them):
+  // such a server is refused at start unless this is "true" (development and tests only).
+  NATS_ALLOW_UNAUTHENTICATED: z
+    .enum(["true", "false", ""])
+    .default("false")
+    .transform((v) => v === "true"),
   // Put before every subject (and the stream's name), so installations can share one NATS.
   NATS_SUBJECT_PREFIX: z
     .string()
