@@ -30,6 +30,10 @@ export default defineConfig({
     // Two cores: test files share one Postgres server and one NATS server.
     maxWorkers: 2,
     pool: "forks",
+    // The tests' NATS servers (the shared one and test/support's private ones) ask for no
+    // credentials: allowed here explicitly, as the services refuse such a server otherwise.
+    // Child processes inherit it. test/security/nats-auth.test.ts unsets it to check the refusal.
+    env: { NATS_ALLOW_UNAUTHENTICATED: "true" },
     projects: [
       {
         extends: true,

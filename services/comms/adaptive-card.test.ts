@@ -38,7 +38,8 @@ describe("adaptive card", () => {
     };
     expect(card.version).toBe("1.4");
     expect(card.actions).toBeUndefined();
-    expect(card.body[0]).toMatchObject({ type: "TextBlock", text: update.incidentTitle, color: "Attention" });
+    // The title came from an alert: a TextRun, which is never read as markdown.
+    expect(card.body[0]).toMatchObject({ type: "RichTextBlock", inlines: [{ type: "TextRun", text: update.incidentTitle, color: "Attention" }] });
     expect(card.body[1]!.facts).toEqual([
       { title: "Severity", value: "SEV1" },
       { title: "State", value: "open" },
@@ -53,9 +54,9 @@ describe("adaptive card", () => {
     const payload = buildUpdateCard({ ...update, text: worst, incidentTitle: "t".repeat(5000) });
     expect(payloadBytes(payload)).toBeLessThanOrEqual(CARD_BYTE_LIMIT);
     expect(chatWebhookPayloadProblems(payload)).toEqual([]);
-    const card = payload.attachments[0].content as { body: { text: string }[] };
+    const card = payload.attachments[0].content as { body: { text: string; inlines?: { text: string }[] }[] };
     expect(card.body[2]!.text).toMatch(/shortened to fit the chat channel's size limit\)$/);
-    expect([...card.body[0]!.text].length).toBe(200);
+    expect([...card.body[0]!.inlines![0]!.text].length).toBe(200);
     // The link is never what gets cut.
     expect(card.body[3]!.text).toContain(update.workspaceUrl);
     // A body that fits is sent whole.

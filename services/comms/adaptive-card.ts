@@ -71,16 +71,22 @@ function linkLine(label: string, url: string): string {
   return `${label}: [${safe}](${safe})`;
 }
 
+/**
+ * Text that came from an alert (the incident's title), shown literally: a TextRun is never read as
+ * markdown, where a TextBlock's text is. Whoever controls alert content must not be able to put a
+ * live link, emphasis or mention into the team's channel.
+ */
+function literalBlock(text: string, style: Record<string, unknown>): CardElement {
+  return { type: "RichTextBlock", inlines: [{ type: "TextRun", text, ...style }] };
+}
+
 function updateBody(input: UpdateCardInput, text: string): CardElement[] {
   return [
-    {
-      type: "TextBlock",
-      text: shortenChars(input.incidentTitle || "Incident", TITLE_MAX_CHARS),
+    literalBlock(shortenChars(input.incidentTitle || "Incident", TITLE_MAX_CHARS), {
       size: "Large",
       weight: "Bolder",
       color: severityColor(input.severity),
-      wrap: true,
-    },
+    }),
     {
       type: "FactSet",
       facts: [
@@ -88,6 +94,7 @@ function updateBody(input: UpdateCardInput, text: string): CardElement[] {
         { title: "State", value: input.incidentState || "open" },
       ],
     },
+    // The update text a person wrote and approved: its markdown is theirs, and kept.
     { type: "TextBlock", text, wrap: true, spacing: "Medium" },
     { type: "TextBlock", text: linkLine("War room", input.workspaceUrl), wrap: true, spacing: "Medium", isSubtle: true },
   ];

@@ -6,7 +6,7 @@ import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
 import { httpDuration, httpRequests } from "../runtime/metrics.js";
-import { runWithRequestId } from "../runtime/request-context.js";
+import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit } from "../runtime/body-limits.js";
@@ -44,7 +44,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
   async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
     const match = matchRoute(routes, req.method ?? "GET", url.pathname);
     if (match === undefined) return false;
-    const requestId = headerValue(req, "x-request-id") ?? randomUUID();
+    const requestId = acceptRequestId(headerValue(req, "x-request-id")) ?? randomUUID();
     res.setHeader("x-request-id", requestId);
     if (match === "method-not-allowed") {
       sendJson(res, 405, { error: `method ${req.method} is not allowed on ${url.pathname}` });

@@ -140,17 +140,18 @@ export function createMemberChangeHandlers(
       // The current password is checked like a login, under the same throttle: otherwise a stolen
       // session or API key could guess it here unthrottled, then log in and lock the person out.
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
-      const wait = await throttle.lockedFor(principal.orgSlug, principal.email, address);
+      // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
+      const wait = await throttle.reserve(principal.orgSlug, principal.email, address);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       const [current] = await sql<MembershipRow[]>`
         select password_hash from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
       if (!current) throw new NotFoundError("no such member");
-      if (!(await verifyPassword(req.currentPassword, current.password_hash))) {
+      if (!(await verifyPassword(req.currentPassword, current.password_hash, address))) {
         await throttle.failed(principal.orgSlug, principal.email, address);
         throw new PermissionDeniedError("currentPassword is not your current password");
       }
-      await throttle.succeeded(principal.orgSlug, principal.email);
-      const passwordHash = await hashPassword(req.newPassword);
+      await throttle.succeeded(principal.orgSlug, principal.email, address);
+      const passwordHash = await hashPassword(req.newPassword, address);
       await sql.begin(async (tx) => {
         // Only over the password just checked: a change made meanwhile (by an admin) wins.
         const updated = await tx`

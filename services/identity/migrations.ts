@@ -115,6 +115,16 @@ export const migrations: Migration[] = [
       alter table identity.api_keys add column last_used_at timestamptz;
       create index sessions_live_by_member on identity.sessions (org_id, user_id) where revoked_at is null;
       create index api_keys_live_by_member on identity.api_keys (org_id, user_id) where revoked_at is null;
+      `,
+  },
+  {
+    id: 7,
+    name: "login throttle per account and address pair",
+    // Failures of one account from one address: the account's own lock then refuses only the
+    // addresses that failed against it.
+    sql: `
+      alter table identity.login_failures drop constraint login_failures_scope_check;
+      alter table identity.login_failures add constraint login_failures_scope_check check (scope in ('account', 'address', 'pair'));
     `,
   },
   ...outboxUpgrades("identity"),

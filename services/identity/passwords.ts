@@ -51,8 +51,17 @@ export const MAX_HASH_WAIT_MS = 8_000;
 
 const busy = () => new RateLimitedError("too many password checks in progress; retry shortly", 1);
 
+/**
+ * The queue is shared fairly between owners (the client address of a login): each owner has a
+ * queue of its own and threads take from them in turn, so a flood from one address waits behind
+ * itself, and another address's hash starts within one round. A hash is admitted when its expected
+ * wait, counted in that order, stays under MAX_HASH_WAIT_MS; so one address can fill the queue only
+ * while nobody else needs it.
+ */
 function createHashPool(size: number) {
-  const queue: Job[] = [];
+  const queues = new Map<string, Job[]>();
+  // Owners with queued jobs, in the order they are served; the first is served next.
+  const rotation: string[] = [];
   const idle: Worker[] = [];
   const running = new Map<Worker, Job>();
   let workers = 0;
@@ -86,18 +95,30 @@ function createHashPool(size: number) {
     return worker;
   };
 
+  /** The next job in turn, taken off its owner's queue. */
+  const take = (): Job | undefined => {
+    const owner = rotation.shift();
+    if (owner === undefined) return undefined;
+    const queue = queues.get(owner)!;
+    const job = queue.shift()!;
+    if (queue.length > 0) rotation.push(owner);
+    else queues.delete(owner);
+    return job;
+  };
+
   const pump = () => {
-    while (queue.length > 0) {
-      const job = queue[0]!;
+    while (rotation.length > 0) {
+      const owner = rotation[0]!;
+      const job = queues.get(owner)![0]!;
       // Waited too long after all (the machine got slower than the estimate): refused, not started.
       if (performance.now() - job.queuedAt > MAX_HASH_WAIT_MS) {
-        queue.shift();
+        take();
         job.reject(busy());
         continue;
       }
       const worker = idle.pop() ?? (workers < size ? spawn() : undefined);
       if (!worker) return;
-      queue.shift();
+      take();
       running.set(worker, job);
       job.startedAt = performance.now();
       worker.postMessage(job.message);
@@ -105,10 +126,20 @@ function createHashPool(size: number) {
   };
 
   return {
-    derive(password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
-      if (((queue.length + 1) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
+    derive(owner: string, password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
+      // Served in turn, this job waits for every owner's jobs up to its own place in its queue.
+      const place = (queues.get(owner)?.length ?? 0) + 1;
+      let ahead = 0;
+      for (const [other, queue] of queues) if (other !== owner) ahead += Math.min(queue.length, place);
+      if (((ahead + place) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
       return new Promise((resolve, reject) => {
         const id = nextId++;
+        let queue = queues.get(owner);
+        if (!queue) {
+          queue = [];
+          queues.set(owner, queue);
+          rotation.push(owner);
+        }
         queue.push({
           id,
           message: { id, password, salt: new Uint8Array(salt), keyLength, options },
@@ -125,31 +156,32 @@ function createHashPool(size: number) {
 
 const pool = createHashPool(HASH_THREADS);
 
-function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }): Promise<Buffer> {
-  return pool.derive(password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
+function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }, owner: string): Promise<Buffer> {
+  return pool.derive(owner, password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
 }
 
 /**
  * The password's scrypt hash with a new salt, in the `scrypt$N$r$p$salt$key` form that is stored.
  */
-export async function hashPassword(password: string): Promise<string> {
+export async function hashPassword(password: string, owner = ""): Promise<string> {
   const salt = randomBytes(16);
-  const key = await derive(password, salt, PARAMS);
+  const key = await derive(password, salt, PARAMS, owner);
   return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString("base64")}$${key.toString("base64")}`;
 }
 
 /**
  * Whether the password matches the stored hash, compared in constant time; a malformed hash, or one
- * asking for more work than today's parameters, never matches.
+ * asking for more work than today's parameters, never matches. `owner` (the client address of a
+ * login) is whose share of the hashing queue it takes.
  */
-export async function verifyPassword(password: string, stored: string): Promise<boolean> {
+export async function verifyPassword(password: string, stored: string, owner = ""): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;
   const N = Number(n);
   // A stored hash never asks for more work than today's parameters (nor for a malformed amount).
   if (!Number.isInteger(N) || N < 2 || N > PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p) return false;
   const expected = Buffer.from(key, "base64");
-  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) });
+  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) }, owner);
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }
 

@@ -34,7 +34,8 @@ export function createSessionHandlers(
   return {
     async login(req, context) {
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
-      const wait = await throttle.lockedFor(req.orgSlug, req.email, address);
+      // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
+      const wait = await throttle.reserve(req.orgSlug, req.email, address);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       // The password is the membership's: (organization, email) names it.
       const [row] = await sql<LoginRow[]>`
@@ -44,16 +45,17 @@ export function createSessionHandlers(
         join identity.users u on u.id = m.user_id
         where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
-      const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH);
+      // The address's share of the hashing queue; a refusal there keeps the reserved failure.
+      const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH, address);
       if (!row || !passwordOk) {
         await throttle.failed(req.orgSlug, req.email, address);
         throw new UnauthenticatedError("invalid email, password or organization");
       }
-      await throttle.succeeded(req.orgSlug, req.email);
+      await throttle.succeeded(req.orgSlug, req.email, address);
       const checked = [row.password_hash];
       if (needsRehash(row.password_hash)) {
         // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
-        const upgraded = await hashPassword(req.password);
+        const upgraded = await hashPassword(req.password, address);
         await sql`update identity.memberships set password_hash = ${upgraded}
                   where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
         checked.push(upgraded);

@@ -71,9 +71,8 @@ export interface ChatWindowStore {
 }
 
 export interface ReceiverFailureStore {
-  /** The failures of this address on this scope in the current minute, when any. */
-  current(scope: string, clientAddress: string): Promise<ReceiverFailureRow | undefined>;
-  add(scope: string, clientAddress: string): Promise<void>;
+  /** Counts one failure of this address on this scope in the current minute; answers the count with it. */
+  add(scope: string, clientAddress: string): Promise<ReceiverFailureRow>;
 }
 
 export interface OpsgenieRequestStore {
@@ -154,22 +153,18 @@ export function createPostgresIntakeStore(sql: Sql, outbox: Outbox): IntakeStore
     },
 
     receiverFailures: {
-      async current(scope, clientAddress) {
-        const [row] = await sql<ReceiverFailureRow[]>`
-          select failures, ceil(extract(epoch from (window_start + interval '1 minute' - now())))::int as retry_after
-          from intake.receiver_failures
-          where scope = ${scope} and client_address = ${clientAddress} and window_start = date_trunc('minute', now())`;
-        return row;
-      },
       async add(scope, clientAddress) {
-        await sql`
+        // One statement, so concurrent failures on any replica each get their own count.
+        const [row] = await sql<ReceiverFailureRow[]>`
           insert into intake.receiver_failures as f (scope, client_address, window_start, failures)
           values (${scope}, ${clientAddress}, date_trunc('minute', now()), 1)
-          on conflict (scope, client_address, window_start) do update set failures = f.failures + 1`;
+          on conflict (scope, client_address, window_start) do update set failures = f.failures + 1
+          returning f.failures, ceil(extract(epoch from (f.window_start + interval '1 minute' - now())))::int as retry_after`;
         if (Date.now() - lastFailureCleanup > WINDOW_CLEANUP_MS) {
           lastFailureCleanup = Date.now();
           void sql`delete from intake.receiver_failures where window_start < now() - interval '5 minutes'`.catch(() => {});
         }
+        return row!;
       },
     },
 

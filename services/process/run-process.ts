@@ -6,7 +6,7 @@ import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway } from "../gateway/rest-gateway.js";
 import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadcast.js";
 import { createClients, internalServices, type Clients } from "../runtime/clients.js";
-import { loadConfig, type Config } from "../runtime/config.js";
+import { ConfigError, loadConfig, type Config } from "../runtime/config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
 import { errorInterceptor } from "../runtime/errors.js";
 import { validationInterceptor } from "../runtime/validation.js";
@@ -15,10 +15,10 @@ import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS } from "../runtime/body-limits.js";
-import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix } from "../runtime/nats-connection.js";
+import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
-import { publicOnly } from "../runtime/public-surface.js";
-import { listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
+import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
+import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
 import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
@@ -96,7 +96,13 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
  * NATS), servers and relays; resolves with what it runs and a `stop()` that ends it in order.
  */
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
-  const config = loadConfig(options.env);
+  // NATS_ALLOW_UNAUTHENTICATED is the environment's (a development or test machine's) unless the
+  // given env says otherwise: a process composed with its own env inherits the machine's choice.
+  const config = loadConfig(
+    options.env && options.env.NATS_ALLOW_UNAUTHENTICATED === undefined && process.env.NATS_ALLOW_UNAUTHENTICATED !== undefined
+      ? { ...options.env, NATS_ALLOW_UNAUTHENTICATED: process.env.NATS_ALLOW_UNAUTHENTICATED }
+      : options.env,
+  );
   // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
   await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
@@ -123,6 +129,14 @@ async function startServices(
   if (config.NATS_URL) {
     const natsOptions = natsConnectionOptions(config, options.name);
     nats = await connect(natsOptions);
+    // The bus must fail safe: an open NATS is refused, unless allowed for development.
+    const problem = unauthenticatedNatsProblem(nats.info, config.NATS_ALLOW_UNAUTHENTICATED);
+    if (problem) {
+      await nats.close().catch(() => {});
+      throw new ConfigError(`refusing to start: ${problem}`);
+    }
+    if (config.NATS_ALLOW_UNAUTHENTICATED)
+      logger.warn("NATS_ALLOW_UNAUTHENTICATED=true: a NATS server that accepts anyone is allowed; for development and tests only, never in production");
     setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
     setInboxPrefix(nats, natsOptions.inboxPrefix);
   }
@@ -202,7 +216,8 @@ async function startServices(
 
   const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
-    interceptors,
+    // Internal methods are refused first: no validation runs for them on the public port.
+    interceptors: [publicMethodsOnlyInterceptor(), ...interceptors],
     // Anything not registered with its own limit (gRPC health) reads at most the default.
     readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {
@@ -246,7 +261,15 @@ async function startServices(
       else res.end();
     });
   };
-  const server: HttpServer = await listenHttp({ host: config.HOST, port: config.PORT, handler });
+  const server: HttpServer = await listenHttp({
+    host: config.HOST,
+    port: config.PORT,
+    handler,
+    deadlines: connectionDeadlines(config),
+    maxConnections: config.HTTP_MAX_CONNECTIONS,
+    maxConnectionsPerAddress: config.HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+    isTrustedProxy: clientAddress.isTrustedProxy,
+  });
   // Metrics on a port of their own, never the public one: they describe traffic and load.
   const metricsServer =
     config.METRICS_PORT === undefined
@@ -254,6 +277,7 @@ async function startServices(
       : await listenHttp({
           host: config.HOST,
           port: config.METRICS_PORT,
+          deadlines: connectionDeadlines(config),
           handler: (req, res) => {
             void (async () => {
               if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")

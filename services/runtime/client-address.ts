@@ -29,6 +29,11 @@ export function createClientAddress(trustedProxyCidrs: readonly string[]) {
   });
   const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) => ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range, bits));
   return {
+    /** Whether a socket peer is a trusted proxy (whose connections carry many clients). */
+    isTrustedProxy(peer: string | undefined): boolean {
+      const socket = peer ? parse(peer) : undefined;
+      return socket !== undefined && trusted(socket);
+    },
     /** The client of a request whose socket peer is `peer` and whose forwarding header is `forwarded`. */
     resolve(peer: string | undefined, forwarded: string | string[] | undefined): string {
       const socket = peer ? parse(peer) : undefined;

@@ -42,6 +42,12 @@ export const configSchema = z.object({
   NATS_TLS_CA_FILE: optionalString,
   NATS_TLS_CERT_FILE: optionalString,
   NATS_TLS_KEY_FILE: optionalString,
+  // A NATS that lets anyone connect lets anyone call every internal method (Bootstrap among them):
+  // such a server is refused at start unless this is "true" (development and tests only).
+  NATS_ALLOW_UNAUTHENTICATED: z
+    .enum(["true", "false", ""])
+    .default("false")
+    .transform((v) => v === "true"),
   // Put before every subject (and the stream's name), so installations can share one NATS.
   NATS_SUBJECT_PREFIX: z
     .string()
@@ -81,6 +87,15 @@ export const configSchema = z.object({
   // Peers whose X-Forwarded-For is believed (load balancers, ingress); without it, the socket's address.
   TRUSTED_PROXY_CIDRS: cidrList,
   SHUTDOWN_GRACE_SECONDS: z.coerce.number().min(0).max(300).default(10),
+  // Deadlines of every connection to PORT (and METRICS_PORT), phase by phase; see docs/SECURITY.md.
+  HTTP_FIRST_BYTE_TIMEOUT_SECONDS: z.coerce.number().positive().max(600).default(10),
+  HTTP_HEADERS_TIMEOUT_SECONDS: z.coerce.number().positive().max(600).default(20),
+  HTTP_BODY_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(60),
+  HTTP_KEEPALIVE_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(65),
+  HTTP2_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(65),
+  // Connections held at once (default: from the open-file limit) and per client address (trusted proxies exempt).
+  HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).optional(),
+  HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(1).default(256),
   // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
   LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
 });

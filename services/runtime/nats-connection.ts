@@ -107,3 +107,13 @@ export function inboxPrefixOf(nc: object): string | undefined {
 export function subjectPrefixOf(nc: object): string {
   return prefixes.get(nc) ?? "";
 }
+
+/**
+ * Why a connection must not be used: the server accepted it without asking for credentials, so
+ * anyone who reaches it can call every internal method. Undefined when the server requires
+ * authentication, or when the operator allowed an open server (NATS_ALLOW_UNAUTHENTICATED=true).
+ */
+export function unauthenticatedNatsProblem(info: { auth_required?: boolean } | undefined, allowUnauthenticated: boolean): string | undefined {
+  if (info?.auth_required === true || allowUnauthenticated) return undefined;
+  return "the NATS server accepted this process without credentials, so anyone who reaches it can call every internal method; give NATS users and passwords (npm run nats-config, docs/SECURITY.md), or set NATS_ALLOW_UNAUTHENTICATED=true for development only";
+}

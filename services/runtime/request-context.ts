@@ -26,6 +26,17 @@ export const NEVER_ABORTS: AbortSignal = new AbortController().signal;
 
 export const REQUEST_ID_HEADER = "x-request-id";
 
+const REQUEST_ID_SHAPE = /^[A-Za-z0-9._:-]{1,128}$/;
+
+/**
+ * The caller's request id when it is one (up to 128 characters of letters, digits and `._:-`),
+ * else a new one: the id is written into every log line and sent on every internal call, so a
+ * caller must not be able to put 8,000 characters, or line breaks, there.
+ */
+export function acceptRequestId(value: string | null | undefined): string | undefined {
+  return value && REQUEST_ID_SHAPE.test(value) ? value : undefined;
+}
+
 /** Settles with the call, or rejects as soon as the signal aborts (deadline or cancellation). */
 export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal === NEVER_ABORTS) return promise;
@@ -116,7 +127,7 @@ export function deadlineOf(header: Headers, now = Date.now()): number | undefine
  */
 export function requestIdServerInterceptor(): Interceptor {
   return (next) => (req) => {
-    const requestId = req.header.get(REQUEST_ID_HEADER) || currentRequestId() || randomUUID();
+    const requestId = acceptRequestId(req.header.get(REQUEST_ID_HEADER)) || currentRequestId() || randomUUID();
     const deadline = deadlineOf(req.header);
     if (req.signal.aborted || (deadline !== undefined && Date.now() >= deadline)) {
       return Promise.reject(callerGaveUp(req.signal));

@@ -4,7 +4,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadConfig } from "../../services/runtime/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/nats-permissions.js";
-import { startApp, type TestApp } from "../support/app.js";
+import { freshDatabase, startApp, type TestApp } from "../support/app.js";
+import { embeddedEnv, startServiceProcess, tempDataDir } from "../support/service-process.js";
 import { startClusterApp } from "../support/cluster.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 
@@ -198,4 +199,55 @@ describe("NATS settings", () => {
     expect(() => loadConfig({ ...base, NATS_SUBJECT_PREFIX: "a b" })).toThrow(/NATS_SUBJECT_PREFIX/);
     expect(loadConfig({ ...base, NATS_TOKEN: "t", NATS_TLS_CA_FILE: "/ca.pem", NATS_SUBJECT_PREFIX: "team-a.prod" }).NATS_SUBJECT_PREFIX).toBe("team-a.prod");
   });
+});
+
+describe("a NATS that asks for no credentials", () => {
+  let nats: PrivateNats;
+  let db: Awaited<ReturnType<typeof freshDatabase>>;
+  const data = tempDataDir();
+
+  beforeAll(async () => {
+    nats = await startPrivateNats();
+    db = await freshDatabase();
+  }, 60_000);
+  afterAll(async () => {
+    await nats?.cleanup();
+    await db?.drop();
+    data.cleanup();
+  });
+
+  const start = (allow: string) =>
+    startServiceProcess({ ...embeddedEnv(data.dir), DATABASE_URL: db.url, NATS_URL: nats.url, NATS_ALLOW_UNAUTHENTICATED: allow });
+
+  it("is refused at start: the process exits naming the problem, and serves nothing", async () => {
+    const service = start("false");
+    const outcome = await Promise.race([
+      service.exited.then(() => "exited"),
+      service.serving.then(
+        () => "serving",
+        () => "exited",
+      ),
+    ]);
+    if (outcome === "serving") {
+      service.child.kill("SIGKILL");
+      await service.exited;
+    }
+    expect(outcome).toBe("exited");
+    const { code } = await service.exited;
+    expect(code).not.toBe(0);
+    expect(service.output()).toMatch(/accepted this process without credentials/);
+    expect(service.output()).toMatch(/NATS_ALLOW_UNAUTHENTICATED=true/);
+    expect(service.output()).not.toMatch(/"msg":"serving"/);
+  }, 60_000);
+
+  it("is used when NATS_ALLOW_UNAUTHENTICATED=true, with a warning at every start", async () => {
+    const service = start("true");
+    try {
+      await service.serving;
+      expect(service.output()).toMatch(/"level":40[^\n]*NATS_ALLOW_UNAUTHENTICATED=true/);
+    } finally {
+      service.child.kill("SIGTERM");
+      await service.exited;
+    }
+  }, 90_000);
 });

@@ -2,6 +2,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { RECEIVER_FAILURES_PER_MINUTE } from "../../services/intake/receiver-secrets.js";
 import { startApp, type TestApp } from "../support/app.js";
+import { startPrivateNats } from "../support/nats-server.js";
 
 /**
  * Outsiders without the secret cannot spend a receiver's budget, grow the audit log one row per
@@ -58,12 +59,48 @@ describe("receivers behind a trusted proxy", () => {
     expect(real.status).toBe(201);
     expect(real.body.outcome).toBe("opened");
 
-    // Coalesced: one audit row for this organization, reason and address in this minute, with the count.
+    // Every failure is audited, coalesced: one row for this organization, reason and address in
+    // this minute, with the count (the secret is checked on every call, the limit only answers 429).
     const rows = await db<{ data: { reason: string; remoteAddress: string; count: number } }[]>`
       select data from identity.audit_events where kind = 'receiver.auth_failed' and data->>'remoteAddress' = ${ATTACKER}`;
     expect(rows).toHaveLength(1);
-    expect(rows[0]!.data).toMatchObject({ reason: "secret wrong", remoteAddress: ATTACKER, count: RECEIVER_FAILURES_PER_MINUTE });
+    expect(rows[0]!.data).toMatchObject({ reason: "secret wrong", remoteAddress: ATTACKER, count: 62 });
   });
+
+  it("the right chat secret gets through from an address past its failure limit (a shared vendor range)", async () => {
+    await earlyInTheMinute(db);
+    const shared = "203.0.113.40";
+    const statuses: number[] = [];
+    for (let i = 0; i < 65; i++) statuses.push((await chat(shared, "c".repeat(64), `shared-guess-${i}`)).status);
+    expect(statuses.slice(RECEIVER_FAILURES_PER_MINUTE)).toEqual(Array(65 - RECEIVER_FAILURES_PER_MINUTE).fill(429));
+    const real = await chat(shared, chatSecret, "real-from-shared-range");
+    expect(real.status, JSON.stringify(real.body)).toBe(201);
+  });
+
+  const alertRouter = (from: string, secret: string) =>
+    app.call("POST", "/triggers/alertrouter", {
+      raw: JSON.stringify({ version: "4", status: "firing", receiver: "warroom", groupKey: "g", alerts: [] }),
+      headers: { "content-type": "application/json", "x-service-alertrouter-secret": secret, "x-forwarded-for": from },
+    });
+
+  it("the right alert-router secret gets through from an address past its failure limit", async () => {
+    await earlyInTheMinute(db);
+    const shared = "203.0.113.41";
+    for (let i = 0; i < 15; i++) await alertRouter(shared, "b".repeat(64));
+    expect((await alertRouter(shared, "b".repeat(64))).status).toBe(429);
+    const real = await alertRouter(shared, alertRouterSecret);
+    expect([401, 429]).not.toContain(real.status);
+  });
+
+  it("200 bad alert-router posts, 40 at a time, get exactly the limit of 401s", async () => {
+    await earlyInTheMinute(db, 30);
+    const statuses: number[] = [];
+    for (let round = 0; round < 5; round++) {
+      statuses.push(...(await Promise.all(Array.from({ length: 40 }, () => alertRouter("203.0.113.42", "a".repeat(64))))).map((r) => r.status));
+    }
+    expect(statuses.filter((st) => st !== 401 && st !== 429)).toEqual([]);
+    expect(statuses.filter((st) => st === 401).length).toBe(RECEIVER_FAILURES_PER_MINUTE);
+  }, 120_000);
 
   it("the alert-router receiver limits failed attempts per address too", async () => {
     await earlyInTheMinute(db);
@@ -112,4 +149,43 @@ describe("receivers without a trusted proxy", () => {
     expect(rows.length).toBeGreaterThanOrEqual(1);
     for (const row of rows) expect(row.data.remoteAddress).toBe("127.0.0.1");
   });
+});
+
+describe("receiver failure limits over NATS with two gateway replicas", () => {
+  let a: TestApp;
+  let b: TestApp;
+  let db: postgres.Sql;
+  let nats: Awaited<ReturnType<typeof startPrivateNats>>;
+
+  beforeAll(async () => {
+    nats = await startPrivateNats();
+    const env = { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" };
+    a = await startApp({ nats: nats.url, env });
+    b = await startApp({ nats: nats.url, databaseUrl: a.databaseUrl, env });
+    db = postgres(a.databaseUrl, { max: 1, onnotice: () => {} });
+  }, 120_000);
+  afterAll(async () => {
+    await db?.end();
+    await b?.stop();
+    await a?.stop();
+    await nats?.cleanup();
+  });
+
+  it("200 bad alert-router posts, 40 at a time over both replicas, get exactly the limit of 401s", async () => {
+    await earlyInTheMinute(db, 30);
+    const statuses: number[] = [];
+    for (let round = 0; round < 5; round++) {
+      const answers = await Promise.all(
+        Array.from({ length: 40 }, (_, i) =>
+          (i % 2 ? a : b).call("POST", "/triggers/alertrouter", {
+            raw: JSON.stringify({ version: "4", status: "firing", receiver: "warroom", groupKey: "g", alerts: [] }),
+            headers: { "content-type": "application/json", "x-service-alertrouter-secret": "9".repeat(64), "x-forwarded-for": "203.0.113.43" },
+          }),
+        ),
+      );
+      statuses.push(...answers.map((r) => r.status));
+    }
+    expect(statuses.filter((st) => st !== 401 && st !== 429)).toEqual([]);
+    expect(statuses.filter((st) => st === 401).length).toBe(RECEIVER_FAILURES_PER_MINUTE);
+  }, 120_000);
 });

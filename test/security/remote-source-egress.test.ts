@@ -63,4 +63,17 @@ describe("remote-source egress", () => {
       expect(seen.some((h) => h === "Bearer source-secret-token")).toBe(true);
     });
   });
+
+  it("a refusal names the kind of address a host name leads to, never the address", async () => {
+    await withApp({}, async (app, owner) => {
+      // localhost resolves to a loopback address; the answer must not say which.
+      const webhook = await app.call("PUT", "/o/acme/integrations/chatwebhook/connections/default", {
+        token: owner,
+        body: { webhookUrl: "https://localhost/hook" },
+      });
+      expect(webhook.status).toBe(400);
+      expect(webhook.body.error).toMatch(/loopback/);
+      expect(webhook.body.error).not.toMatch(/127\.0\.0\.1|::1/);
+    });
+  });
 });

@@ -419,10 +419,24 @@ export function describeVerdict(verdict: AddressVerdict): string {
   return `${verdict.address}, ${CATEGORY_WORDS[verdict.category]}`;
 }
 
-/** The error for a refused address; `hostname` is the URL's host, a name or the literal itself. */
+/**
+ * Says in words what kind of address it is, without the address: for a host name, the address it
+ * resolves to is the caller's to know only as a kind, or errors would map internal DNS.
+ */
+export function describeKind(verdict: AddressVerdict): string {
+  const inner = verdict.embeddedIpv4;
+  if (inner) return `${CATEGORY_WORDS[verdict.category]} of ${describeKind(inner)}`;
+  if (verdict.reason === "denied_by_policy") return "an address in a denied range";
+  return CATEGORY_WORDS[verdict.category];
+}
+
+/**
+ * The error for a refused address; `hostname` is the URL's host, a name or the literal itself. An
+ * address the caller wrote is named; one a host name resolves to is described by its kind only.
+ */
 export function forbiddenAddressError(hostname: string, verdict: AddressVerdict): EgressError {
   const message = isIpLiteral(hostname)
     ? `Refused outbound address ${describeVerdict(verdict)}`
-    : `Refused outbound host ${hostname}: it resolves to ${describeVerdict(verdict)}`;
+    : `Refused outbound host ${hostname}: it resolves to ${describeKind(verdict)}`;
   return new EgressError("forbidden_address", message, { host: hostname });
 }

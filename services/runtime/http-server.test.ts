@@ -1,0 +1,203 @@
+import http2 from "node:http2";
+import net from "node:net";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { listenHttp, sendJson, type ConnectionDeadlines, type HttpServer } from "./http-server.js";
+
+/**
+ * Every phase of a connection has a deadline: a peer that sends nothing, or drips, is closed. The
+ * deadlines here are short so the test is quick; the production defaults are in docs/SECURITY.md.
+ */
+const DEADLINES: ConnectionDeadlines = { firstByteMs: 500, headersMs: 900, bodyMs: 1500, keepAliveMs: 700, http2IdleMs: 700 };
+/** Timers are checked about every quarter of headersMs, and the machine is shared: the slack a close may take. */
+const SLACK_MS = 1200;
+
+let server: HttpServer;
+let port: number;
+
+beforeAll(async () => {
+  server = await listenHttp({
+    host: "127.0.0.1",
+    port: 0,
+    deadlines: DEADLINES,
+    handler: (req, res) => {
+      const url = req.url ?? "/";
+      if (url === "/stream") {
+        // A long-lived answer with its own heartbeat, like the console's event stream.
+        res.writeHead(200, { "content-type": "text/event-stream" });
+        const beat = setInterval(() => (res as { write(text: string): boolean }).write(": beat\n\n"), 150);
+        res.on("close", () => clearInterval(beat));
+        return;
+      }
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        if (!res.headersSent) sendJson(res, 200, { bytes: Buffer.concat(chunks).length });
+      });
+    },
+  });
+  port = server.port;
+});
+
+afterAll(async () => {
+  await server?.close(0);
+});
+
+/** Opens a raw TCP connection and resolves, when the server closes it, with how long it stayed open and what it got. */
+function rawConnection(onOpen: (socket: net.Socket) => void): Promise<{ openMs: number; received: string }> {
+  return new Promise((resolve, reject) => {
+    const started = Date.now();
+    let received = "";
+    const socket = net.connect(port, "127.0.0.1", () => onOpen(socket));
+    socket.on("data", (d) => {
+      received += d.toString("latin1");
+    });
+    socket.on("error", () => {});
+    socket.on("close", () => resolve({ openMs: Date.now() - started, received }));
+    setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`the server left the connection open for 10 s (got ${JSON.stringify(received.slice(0, 80))})`));
+    }, 10_000).unref();
+  });
+}
+
+/** Writes `pieces` one at a time, `everyMs` apart, until the socket closes. */
+function drip(socket: net.Socket, pieces: string[], everyMs: number): void {
+  let i = 0;
+  const timer = setInterval(() => {
+    if (socket.destroyed || i >= pieces.length) return clearInterval(timer);
+    socket.write(pieces[i++]!);
+  }, everyMs);
+  socket.on("close", () => clearInterval(timer));
+}
+
+describe("connection deadlines", () => {
+  it("closes a connection that sends nothing, after the first-byte deadline", async () => {
+    const { openMs } = await rawConnection(() => {});
+    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.firstByteMs - 50);
+    expect(openMs).toBeLessThan(DEADLINES.firstByteMs + SLACK_MS);
+  });
+
+  it("closes an HTTP/1.1 request whose headers drip, after the headers deadline, with 408", async () => {
+    const lines = Array.from({ length: 100 }, (_, i) => `x-drip-${i}: y\r\n`);
+    const { openMs, received } = await rawConnection((s) => {
+      s.write("GET /healthz HTTP/1.1\r\nhost: x\r\n");
+      drip(s, lines, 100);
+    });
+    expect(received).toMatch(/^HTTP\/1\.1 408/);
+    expect(openMs).toBeLessThan(DEADLINES.headersMs + SLACK_MS);
+  });
+
+  it("closes an HTTP/1.1 request whose body drips, after the body deadline", async () => {
+    const body = Array.from({ length: 1000 }, () => "a");
+    const { openMs, received } = await rawConnection((s) => {
+      s.write("POST /x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n");
+      drip(s, body, 100);
+    });
+    expect(received).not.toMatch(/^HTTP\/1\.1 200/);
+    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.headersMs);
+    expect(openMs).toBeLessThan(DEADLINES.bodyMs + SLACK_MS);
+  });
+
+  it("closes a kept-alive HTTP/1.1 connection that goes idle, after the keep-alive deadline", async () => {
+    let answeredAt = 0;
+    const started = Date.now();
+    const { openMs, received } = await rawConnection((s) => {
+      s.write("GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
+      s.once("data", () => {
+        answeredAt = Date.now() - started;
+      });
+    });
+    expect(received).toMatch(/^HTTP\/1\.1 200/);
+    expect(openMs - answeredAt).toBeGreaterThanOrEqual(DEADLINES.keepAliveMs - 50);
+    expect(openMs - answeredAt).toBeLessThan(DEADLINES.keepAliveMs + SLACK_MS);
+  });
+
+  it("closes an HTTP/2 connection that sends the preface and never its SETTINGS, after the headers deadline", async () => {
+    const { openMs } = await rawConnection((s) => s.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+    expect(openMs).toBeLessThan(DEADLINES.headersMs + SLACK_MS);
+  });
+
+  it("closes an HTTP/2 preface dripped a byte at a time, after the headers deadline", async () => {
+    const { openMs } = await rawConnection((s) => drip(s, [..."PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], 100));
+    expect(openMs).toBeLessThan(DEADLINES.headersMs + SLACK_MS);
+  });
+
+  it("closes an HTTP/2 session with no open stream, after the HTTP/2 idle deadline", async () => {
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", () => {});
+    const closed = new Promise<number>((resolve) => session.once("close", () => resolve(Date.now())));
+    const answered = await new Promise<number>((resolve, reject) => {
+      const req = session.request({ ":path": "/x" });
+      req.on("response", () => {});
+      req.resume();
+      req.on("end", () => resolve(Date.now()));
+      req.on("error", reject);
+    });
+    const idleMs = (await closed) - answered;
+    expect(idleMs).toBeGreaterThanOrEqual(DEADLINES.http2IdleMs - 50);
+    expect(idleMs).toBeLessThan(DEADLINES.http2IdleMs + SLACK_MS);
+  });
+
+  it("ends an HTTP/2 stream whose body drips, after the body deadline", async () => {
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", () => {});
+    const started = Date.now();
+    const req = session.request({ ":path": "/x", ":method": "POST", "content-type": "application/json" });
+    req.on("error", () => {});
+    const timer = setInterval(() => !req.destroyed && req.write("a"), 100);
+    const status = await new Promise<number | undefined>((resolve) => {
+      let got: number | undefined;
+      req.on("response", (h) => {
+        got = Number(h[":status"]);
+      });
+      req.resume();
+      req.on("close", () => resolve(got));
+    });
+    clearInterval(timer);
+    session.destroy();
+    expect(status).not.toBe(200);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(DEADLINES.bodyMs - 50);
+    expect(Date.now() - started).toBeLessThan(DEADLINES.bodyMs + SLACK_MS);
+  });
+
+  it("keeps a long-lived answer with a heartbeat open past every deadline, over HTTP/1.1 and HTTP/2", async () => {
+    const holdMs = DEADLINES.bodyMs + DEADLINES.keepAliveMs + 1000;
+    // HTTP/1.1
+    const h1 = await new Promise<{ beats: number; closedEarly: boolean }>((resolve) => {
+      let beats = 0;
+      let closedEarly = false;
+      const s = net.connect(port, "127.0.0.1", () => s.write("GET /stream HTTP/1.1\r\nhost: x\r\n\r\n"));
+      s.on("data", (d) => {
+        beats += (d.toString().match(/: beat/g) ?? []).length;
+      });
+      s.on("close", () => {
+        closedEarly = true;
+      });
+      setTimeout(() => {
+        s.destroy();
+        resolve({ beats, closedEarly });
+      }, holdMs);
+    });
+    expect(h1.closedEarly).toBe(false);
+    expect(h1.beats).toBeGreaterThan(5);
+    // HTTP/2
+    const session = http2.connect(`http://127.0.0.1:${port}`);
+    session.on("error", () => {});
+    const h2 = await new Promise<{ beats: number; closedEarly: boolean }>((resolve) => {
+      let beats = 0;
+      let closedEarly = false;
+      const req = session.request({ ":path": "/stream" });
+      req.on("error", () => {});
+      req.on("data", (d: Buffer) => {
+        beats += (d.toString().match(/: beat/g) ?? []).length;
+      });
+      req.on("close", () => {
+        closedEarly = true;
+      });
+      setTimeout(() => resolve({ beats, closedEarly }), holdMs);
+    });
+    session.destroy();
+    expect(h2.closedEarly).toBe(false);
+    expect(h2.beats).toBeGreaterThan(5);
+  });
+});
