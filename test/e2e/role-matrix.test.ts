@@ -34,6 +34,13 @@ const ADMIN_ONLY = new Set([
   "UpdateRemoteSource",
   "DeleteRemoteSource",
   "TestRemoteSource",
+  "CreateSubscription",
+  "UpdateSubscription",
+  "DeleteSubscription",
+  "RotateSubscriptionSecret",
+  "SendTestEvent",
+  "RedeliverMessage",
+  "RedeliverSince",
 ]);
 const ANY_MEMBER = new Set([
   "ListMembers",
@@ -57,6 +64,9 @@ const ANY_MEMBER = new Set([
   "ListRemoteSources",
   "GetRemoteSource",
   "ReadRemoteSource",
+  "ListSubscriptions",
+  "GetSubscription",
+  "ListDeliveries",
 ]);
 /**
  * Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token,
