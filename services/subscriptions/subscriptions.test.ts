@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { createClient } from "@connectrpc/connect";
+import postgres from "postgres";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
@@ -20,6 +21,7 @@ let clients: Clients;
 let orgId: string;
 let owner: string;
 let memberKey: string;
+let sql: postgres.Sql;
 
 async function waitFor<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs = 10_000): Promise<T> {
   const deadline = Date.now() + timeoutMs;
@@ -71,6 +73,7 @@ beforeAll(async () => {
       SUBSCRIPTION_DISABLE_AFTER_SECONDS: "3600",
     },
   });
+  sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
   clients = createClients(app.process.transport);
   orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
   owner = await app.ownerToken();
@@ -83,6 +86,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await sql?.end();
   await app?.stop();
   await receiver?.close();
   certs?.remove();
@@ -113,9 +117,12 @@ describe("subscriptions: the routes", () => {
     const secretPart = created.body.secret.slice(6);
     expect(JSON.stringify(got.body)).not.toContain(secretPart);
     expect(JSON.stringify(list.body)).not.toContain(secretPart);
-    const audit = await app.call("GET", "/o/acme/audit-events", { token: owner });
-    expect(JSON.stringify(audit.body)).not.toContain(secretPart);
-    expect(audit.body.events.map((e: { kind: string }) => e.kind)).toContain("subscriptions.subscription.created");
+    // The audit log is written from the outbox, a moment after the answer.
+    const audit = await waitFor("the audit event", async () => {
+      const res = await app.call("GET", "/o/acme/audit-events", { token: owner });
+      return res.body.events.some((e: { kind: string }) => e.kind === "subscriptions.subscription.created") && res.body;
+    });
+    expect(JSON.stringify(audit)).not.toContain(secretPart);
   });
 
   it("refuses plain http, unknown event types, no events, and members", async () => {
@@ -275,6 +282,31 @@ describe("subscriptions: signed delivery", () => {
       return res.body.events.find((e: { kind: string; data: { id: string } }) => e.kind === "subscriptions.subscription.disabled" && e.data.id === sub.id);
     });
     expect(audit.actor).toBe("warroom");
+  });
+
+  it("disables a subscription that has failed for SUBSCRIPTION_DISABLE_AFTER_SECONDS, with an audit event", async () => {
+    const sub = await subscribe(["incident.opened"]);
+    receiver.setBehaviour(sub.name, () => ({ status: 502 }));
+    await openIncident();
+    await waitFor("a first failure", async () => (await app.call("GET", `${BASE}/${sub.id}`, { token: owner })).body.failingSince);
+    // As if the first failure had been an hour (the configured limit) ago, on the database's clock.
+    await sql`update subscriptions.subscriptions set failing_since = now() - interval '3601 seconds' where id = ${sub.id}`;
+    await openIncident();
+    const got = await waitFor("the subscription to be disabled", async () => {
+      const res = await app.call("GET", `${BASE}/${sub.id}`, { token: owner });
+      return res.body.state === "disabled" && res.body;
+    });
+    expect(got.disabledReason).toBe("every delivery failed for 1 h");
+    const audit = await waitFor("the audit event", async () => {
+      const res = await app.call("GET", "/o/acme/audit-events", { token: owner });
+      return res.body.events.find((e: { kind: string; data: { id: string } }) => e.kind === "subscriptions.subscription.disabled" && e.data.id === sub.id);
+    });
+    expect(audit.data.reason).toBe("every delivery failed for 1 h");
+    // Deliveries wait while it is disabled; enabling it again sends them.
+    receiver.setBehaviour(sub.name, () => ({ status: 200 }));
+    expect((await app.call("PATCH", `${BASE}/${sub.id}`, { token: owner, body: { enabled: true } })).status).toBe(200);
+    // The second event's delivery was pending when the subscription was disabled.
+    await waitFor("the waiting delivery", () => receiver.acceptedIds(sub.name).size >= 1);
   });
 
   it("records deliveries as simulated while real egress is off, and sends nothing", async () => {
