@@ -26,6 +26,9 @@ type Claimed = DeliveryRow & { claim: string };
 
 /** A claim lasts the attempt's budget and a margin; past it, another process may take the delivery. */
 const LEASE_MARGIN_MS = 30_000;
+/** Settled deliveries (and their attempts) are kept this long in the log, then deleted. */
+export const LOG_RETENTION_DAYS = 30;
+const RETENTION_SWEEP_MS = 10 * 60 * 1000;
 /** When the egress switch cannot be read, the delivery waits this long, its attempt not counted. */
 const SWITCH_UNKNOWN_RETRY_MS = 5_000;
 
@@ -40,6 +43,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
   const leaseMs = Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000) + LEASE_MARGIN_MS;
   const inFlight = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
+  let retention: NodeJS.Timeout | undefined;
   let claiming: Promise<void> | undefined;
   let again = false;
   let stopped = true;
@@ -214,17 +218,32 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     });
   }
 
+  /** Deletes settled deliveries past the retention, a bounded batch at a time (every replica may run it). */
+  async function sweepLog(): Promise<void> {
+    await sql`
+      delete from subscriptions.deliveries where id in (
+        select id from subscriptions.deliveries
+        where state in ('delivered', 'simulated', 'failed', 'cancelled')
+          and created_at < now() - ${`${LOG_RETENTION_DAYS} days`}::interval
+        limit 5000)`;
+  }
+
   return {
     start() {
       stopped = false;
       timer = setInterval(poke, options.pollMs);
       timer.unref();
+      retention = setInterval(() => {
+        sweepLog().catch((err) => logger.warn({ err: String(err) }, "deleting old deliveries failed; will retry"));
+      }, RETENTION_SWEEP_MS);
+      retention.unref();
       poke();
     },
     poke,
     async stop() {
       stopped = true;
       if (timer) clearInterval(timer);
+      if (retention) clearInterval(retention);
       await claiming;
       await Promise.allSettled([...inFlight]);
     },

@@ -58,6 +58,8 @@ export const migrations: Migration[] = [
       );
       create index deliveries_due on subscriptions.deliveries (next_attempt_at) where state in ('pending', 'delivering');
       create index deliveries_log on subscriptions.deliveries (subscription_id, created_at desc, id desc);
+      -- The retention sweep's: settled deliveries, oldest first.
+      create index deliveries_settled on subscriptions.deliveries (created_at) where state in ('delivered', 'simulated', 'failed', 'cancelled');
 
       create table subscriptions.attempts (
         id bigserial primary key,

@@ -65,11 +65,24 @@ export function signingSecrets(box: SecretBox, row: SubscriptionRow, now = new D
   return secrets;
 }
 
-/** The subscription as the API shows it: never a secret. */
-export function toSubscription(row: SubscriptionRow, now = new Date()): Subscription {
+/**
+ * A URL as a member (not an admin) sees it: without its query and user part, where receivers
+ * sometimes carry a token of their own.
+ */
+export function urlForMembers(url: string): string {
+  try {
+    const parsed = new URL(url);
+    return `${parsed.origin}${parsed.pathname}${parsed.search ? "?…" : ""}`;
+  } catch {
+    return "";
+  }
+}
+
+/** The subscription as the API shows it: never a secret; for members, the URL without its query. */
+export function toSubscription(row: SubscriptionRow, options: { fullUrl?: boolean } = {}, now = new Date()): Subscription {
   return create(SubscriptionSchema, {
     id: row.id,
-    url: row.url,
+    url: options.fullUrl === false ? urlForMembers(row.url) : row.url,
     events: row.events,
     description: row.description,
     state: row.state,

@@ -101,12 +101,14 @@ export function createSubscriptionHandlers(
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const rows = await sql<SubscriptionRow[]>`
         select * from subscriptions.subscriptions where org_id = ${principal.orgId} order by created_at, id`;
-      return { subscriptions: rows.map((row) => toSubscription(row)) };
+      const fullUrl = ADMINS.includes(principal.role as (typeof ADMINS)[number]);
+      return { subscriptions: rows.map((row) => toSubscription(row, { fullUrl })) };
     },
 
     async getSubscription(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      return toSubscription(await loadSubscription(sql, principal.orgId, req.id));
+      const fullUrl = ADMINS.includes(principal.role as (typeof ADMINS)[number]);
+      return toSubscription(await loadSubscription(sql, principal.orgId, req.id), { fullUrl });
     },
 
     async updateSubscription(req, context) {

@@ -157,6 +157,19 @@ describe("subscriptions: the routes", () => {
     }
   });
 
+  it("shows members the URL without its query, where a receiver may keep a token", async () => {
+    receiver.endpoint("with-query", []);
+    const url = `${receiver.url("with-query")}?token=receiver-own-token`;
+    const created = await app.call("POST", BASE, { token: owner, body: { url, events: ["incident.opened"] } });
+    expect(created.status).toBe(201);
+    expect((await app.call("GET", `${BASE}/${created.body.id}`, { token: owner })).body.url).toBe(url);
+    const asMember = await app.call("GET", `${BASE}/${created.body.id}`, { token: memberKey });
+    expect(asMember.body.url).toBe(`${receiver.url("with-query")}?…`);
+    const list = await app.call("GET", BASE, { token: memberKey });
+    expect(JSON.stringify(list.body)).not.toContain("receiver-own-token");
+    await app.call("DELETE", `${BASE}/${created.body.id}`, { token: owner });
+  });
+
   it("updates, disables and deletes; a deleted subscription is gone", async () => {
     const { id } = await subscribe(["incident.opened"]);
     const updated = await app.call("PATCH", `${BASE}/${id}`, { token: owner, body: { events: ["incident.repeat"], description: "changed", enabled: false } });
@@ -232,6 +245,31 @@ describe("subscriptions: signed delivery", () => {
     });
     expect(types).toEqual(["incident.archived", "incident.repeat", "incident.resolved"]);
     expect(received(sub.name).every((d) => d.verified)).toBe(true);
+  });
+
+  it("delivers comms.update_sent when an approved update is sent", async () => {
+    const sub = await subscribe(["comms.update_sent"]);
+    receiver.endpoint("chat-channel", [], () => ({ status: 202 }));
+    expect(
+      (await app.call("PUT", "/o/acme/integrations/chatwebhook/connections/default", { token: owner, body: { webhookUrl: receiver.url("chat-channel") } }))
+        .status,
+    ).toBe(200);
+    const incidentId = await openIncident("Update me");
+    const messages = `/o/acme/incidents/${incidentId}/comms/messages`;
+    const drafted = await app.call("POST", messages, { token: memberKey, body: { channel: "chatwebhook", body: "Rolled back." } });
+    expect(
+      (await app.call("POST", `${messages}/${drafted.body.messageId}/approve`, { token: memberKey, body: { version: drafted.body.version } })).status,
+    ).toBe(200);
+    expect((await app.call("POST", `${messages}/${drafted.body.messageId}/send`, { token: memberKey })).body.state).toBe("sent");
+    const [delivery] = await waitFor("the update_sent event", () => {
+      const got = received(sub.name);
+      return got.length > 0 && got;
+    });
+    expect(delivery!.verified).toBe(true);
+    expect(delivery!.event).toMatchObject({
+      type: "comms.update_sent",
+      data: { org: "acme", incidentId, messageId: drafted.body.messageId, state: "sent", workspaceUrl: `${PUBLIC_URL}/o/acme/incidents/${incidentId}` },
+    });
   });
 
   it("retries a failing receiver with the same webhook-id until it takes the event", async () => {
