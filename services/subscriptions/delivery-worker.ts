@@ -63,8 +63,8 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
           where s.state = 'enabled'
             and exists (
               select 1 from subscriptions.deliveries d
-              where d.subscription_id = s.id and d.next_attempt_at <= now()
-                and (d.state = 'pending' or (d.state = 'delivering' and d.claimed_until < now())))
+              where d.subscription_id = s.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
+                and (d.state = 'pending' or d.claimed_until < now()))
           order by s.id
           limit 200
           for no key update of s skip locked
@@ -72,17 +72,19 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
           select d.subscription_id, count(*)::int as n from subscriptions.deliveries d
           where d.subscription_id in (select id from subs) and d.state = 'delivering' and d.claimed_until >= now()
           group by d.subscription_id
-        ), ranked as (
-          select d.id, d.next_attempt_at,
-                 row_number() over (partition by d.subscription_id order by d.next_attempt_at, d.created_at, d.id) as rn,
-                 coalesce(b.n, 0) as busy
-          from subscriptions.deliveries d
-          join subs on subs.id = d.subscription_id
-          left join busy b on b.subscription_id = d.subscription_id
-          where d.next_attempt_at <= now()
-            and (d.state = 'pending' or (d.state = 'delivering' and d.claimed_until < now()))
         ), chosen as (
-          select id from ranked where rn <= ${perSubscription} - busy order by next_attempt_at, id limit ${room}
+          -- At most the free slots of each subscription, oldest due first, read off its index.
+          select c.id, c.next_attempt_at from subs
+          left join busy b on b.subscription_id = subs.id
+          cross join lateral (
+            select d.id, d.next_attempt_at from subscriptions.deliveries d
+            where d.subscription_id = subs.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
+              and (d.state = 'pending' or d.claimed_until < now())
+            order by d.next_attempt_at
+            limit greatest(0, ${perSubscription} - coalesce(b.n, 0))
+          ) c
+          order by c.next_attempt_at
+          limit ${room}
         )
         update subscriptions.deliveries d set
           state = 'delivering',
@@ -107,13 +109,31 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
 
   /** Writes the attempt and what follows from it, if the claim is still this one. */
   async function finish(delivery: Claimed, sub: SubscriptionRow, result: AttemptResult | "simulated"): Promise<void> {
+    const simulated = result === "simulated";
+    // A success of a subscription that was not failing touches only its delivery: the common case
+    // never locks the subscription row, which the claims would then skip.
+    const touchesSubscription = simulated ? false : !result.ok || sub.failing_since !== null;
+    const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
+    if (simulated || (result.ok && !touchesSubscription)) {
+      // The common case in one statement: the attempt and the delivery's new state.
+      await sql`
+        with attempt as (
+          insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
+          select ${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
+                 ${simulated ? "real egress is off for the organization: not sent" : null}::text, ${outcome}
+          where exists (select 1 from subscriptions.deliveries where id = ${delivery.id})
+        )
+        update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
+        where id = ${delivery.id} and claim = ${delivery.claim}`;
+      return;
+    }
     await sql.begin(async (tx) => {
-      // The subscription first, as a delete does (it then cascades to the deliveries): taking the
-      // delivery first would deadlock with a delete of its subscription.
-      const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
-      if (!locked) return;
-      const simulated = result === "simulated";
-      const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
+      if (touchesSubscription) {
+        // The subscription first, as a delete does (it then cascades to the deliveries): taking
+        // the delivery first would deadlock with a delete of its subscription.
+        const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
+        if (!locked) return;
+      }
       await tx`
         insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
         values (${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
@@ -121,7 +141,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       if (simulated || result.ok) {
         await tx`update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
                  where id = ${delivery.id} and claim = ${delivery.claim}`;
-        if (!simulated) await tx`update subscriptions.subscriptions set failing_since = null where id = ${sub.id} and failing_since is not null`;
+        if (touchesSubscription) await tx`update subscriptions.subscriptions set failing_since = null where id = ${sub.id} and failing_since is not null`;
         return;
       }
       if (result.status === 410) {
@@ -154,14 +174,35 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     });
   }
 
-  async function deliver(delivery: Claimed): Promise<void> {
-    const [sub] = await sql<SubscriptionRow[]>`select * from subscriptions.subscriptions where id = ${delivery.subscription_id}`;
+  /**
+   * Sends a batch just claimed: each subscription read once, and the egress switch of each
+   * organization read once, just before its attempts.
+   */
+  async function deliverBatch(batch: Claimed[]): Promise<void> {
+    const ids = [...new Set(batch.map((d) => d.subscription_id))];
+    const subs = new Map((await sql<SubscriptionRow[]>`select * from subscriptions.subscriptions where id = any(${ids}::uuid[])`).map((s) => [s.id, s]));
+    const switches = new Map<string, Promise<boolean | undefined>>();
+    const egressOf = (orgId: string) => {
+      let known = switches.get(orgId);
+      if (!known) {
+        known = deps.clients.comms.egressEnabled({ orgId }).then(
+          (answer) => answer.enabled,
+          (err) => {
+            logger.warn({ err: String(err), org: orgId }, "cannot read the egress switch; the deliveries wait");
+            return undefined;
+          },
+        );
+        switches.set(orgId, known);
+      }
+      return known;
+    };
+    for (const delivery of batch) track(deliver(delivery, subs.get(delivery.subscription_id), egressOf), delivery);
+  }
+
+  async function deliver(delivery: Claimed, sub: SubscriptionRow | undefined, egressOf: (orgId: string) => Promise<boolean | undefined>): Promise<void> {
     if (!sub) return; // Deleted meanwhile: its deliveries went with it.
-    let egressOn: boolean;
-    try {
-      egressOn = (await deps.clients.comms.egressEnabled({ orgId: sub.org_id })).enabled;
-    } catch (err) {
-      logger.warn({ err: String(err), subscription: sub.id }, "cannot read the egress switch; the delivery waits");
+    const egressOn = await egressOf(sub.org_id);
+    if (egressOn === undefined) {
       await sql`update subscriptions.deliveries set state = 'pending', attempt_count = attempt_count - 1, claim = null, claimed_until = null,
                   next_attempt_at = now() + ${`${SWITCH_UNKNOWN_RETRY_MS} milliseconds`}::interval
                 where id = ${delivery.id} and claim = ${delivery.claim}`;
@@ -178,9 +219,22 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     await finish(delivery, sub, result);
   }
 
-  function track(work: Promise<void>): void {
+  /**
+   * Hands claims back after a failure to record their outcome (the database was briefly away): due
+   * again in a second, rather than when their lease runs out. If even this fails, the lease does it.
+   */
+  async function release(deliveries: Claimed[]): Promise<void> {
+    await sql`
+      update subscriptions.deliveries set state = 'pending', claim = null, claimed_until = null, next_attempt_at = now() + interval '1 second'
+      where id = any(${deliveries.map((d) => d.id)}::text[]) and claim = any(${deliveries.map((d) => d.claim)}::uuid[])`.catch(() => {});
+  }
+
+  function track(work: Promise<void>, delivery: Claimed): void {
     const tracked = work
-      .catch((err) => logger.warn({ err: String(err) }, "a delivery attempt could not be recorded; its claim expires and it is tried again"))
+      .catch(async (err) => {
+        logger.warn({ err: String(err), delivery: delivery.id }, "a delivery attempt could not be recorded; it is tried again");
+        await release([delivery]);
+      })
       .finally(() => {
         inFlight.delete(tracked);
         // A slot came free: there may be more due.
@@ -201,7 +255,12 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
         logger.warn({ err: String(err) }, "claiming due deliveries failed; will retry");
         return;
       }
-      for (const delivery of claimed) track(deliver(delivery));
+      if (claimed.length > 0) {
+        await deliverBatch(claimed).catch(async (err) => {
+          logger.warn({ err: String(err) }, "reading the claimed deliveries' subscriptions failed; they are tried again");
+          await release(claimed);
+        });
+      }
       if (claimed.length === room) again = true;
     } while (again && !stopped);
   }

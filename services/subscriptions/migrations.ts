@@ -56,7 +56,8 @@ export const migrations: Migration[] = [
         created_at timestamptz not null default now(),
         unique (subscription_id, event_id)
       );
-      create index deliveries_due on subscriptions.deliveries (next_attempt_at) where state in ('pending', 'delivering');
+      -- The claim's: each subscription's due deliveries, oldest first.
+      create index deliveries_due on subscriptions.deliveries (subscription_id, next_attempt_at) where state in ('pending', 'delivering');
       create index deliveries_log on subscriptions.deliveries (subscription_id, created_at desc, id desc);
       -- The retention sweep's: settled deliveries, oldest first.
       create index deliveries_settled on subscriptions.deliveries (created_at) where state in ('delivered', 'simulated', 'failed', 'cancelled');

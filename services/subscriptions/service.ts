@@ -29,9 +29,10 @@ export function createSubscriptionsService(ctx: ServiceContext): ServiceModule {
     secretBox: serviceSecretBox(ctx.config, logger),
     pokeWorker: () => poke(),
   };
-  // Retries come due on their own: look often enough for the shortest wait of the schedule.
+  // Retries come due on their own, and a claim skips a subscription whose row another claim or a
+  // failure's bookkeeping holds for a moment: look again often, and at least twice per shortest wait.
   const shortestWaitMs = Math.min(...ctx.config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS) * 1000;
-  const worker = createDeliveryWorker(deps, { maxInFlight: MAX_IN_FLIGHT, pollMs: Math.min(1000, Math.max(50, shortestWaitMs / 2)) });
+  const worker = createDeliveryWorker(deps, { maxInFlight: MAX_IN_FLIGHT, pollMs: Math.min(250, Math.max(50, shortestWaitMs / 2)) });
   poke = worker.poke;
 
   return {

@@ -69,7 +69,9 @@ beforeAll(async () => {
       EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
       EGRESS_CA_FILE: certs.caFile,
       SUBSCRIPTION_TIMEOUT_SECONDS: "2",
-      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "0.1,0.2,0.4",
+      // Short, but long enough that a post slowed past the timeout on a busy machine is retried
+      // rather than given up.
+      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "0.1,0.2,0.4,0.8,1.6,3.2",
       SUBSCRIPTION_DISABLE_AFTER_SECONDS: "3600",
     },
   });
@@ -295,12 +297,16 @@ describe("subscriptions: signed delivery", () => {
     const sub = await subscribe(["incident.opened"]);
     receiver.setBehaviour(sub.name, () => ({ status: 500 }));
     await openIncident();
-    const log = await waitFor("the delivery to fail", async () => {
-      const res = await app.call("GET", `${BASE}/${sub.id}/deliveries`, { token: owner });
-      return res.body.deliveries[0]?.state === "failed" && res.body.deliveries[0];
-    });
-    // One try and one retry per entry of the schedule (three).
-    expect(log.attemptCount).toBe(4);
+    const log = await waitFor(
+      "the delivery to fail",
+      async () => {
+        const res = await app.call("GET", `${BASE}/${sub.id}/deliveries`, { token: owner });
+        return res.body.deliveries[0]?.state === "failed" && res.body.deliveries[0];
+      },
+      30_000,
+    );
+    // One try and one retry per entry of the schedule (six).
+    expect(log.attemptCount).toBe(7);
     const got = await app.call("GET", `${BASE}/${sub.id}`, { token: owner });
     expect(got.body.failingSince).toBeDefined();
   });
