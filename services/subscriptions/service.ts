@@ -29,7 +29,7 @@ export function createSubscriptionsService(ctx: ServiceContext): ServiceModule {
     secretBox: serviceSecretBox(ctx.config, logger),
     pokeWorker: () => poke(),
   };
-  // Retries come due on their own, and a claim skips a subscription whose row another claim or a
+  // Retries come due on their own (an idle worker looks every fourth time), and a claim skips a subscription whose row another claim or a
   // failure's bookkeeping holds for a moment: look again often, and at least twice per shortest wait.
   const shortestWaitMs = Math.min(...ctx.config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS) * 1000;
   const worker = createDeliveryWorker(deps, { maxInFlight: MAX_IN_FLIGHT, pollMs: Math.min(250, Math.max(50, shortestWaitMs / 2)) });
