@@ -15,6 +15,7 @@ import { HeartbeatsService } from "../gen/warroom/heartbeats/v1/heartbeats_pb.js
 import { IncidentsService } from "../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../gen/warroom/intake/v1/intake_pb.js";
 import { RemoteSourcesService } from "../gen/warroom/remotesource/v1/remotesource_pb.js";
+import { SubscriptionsService } from "../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 
 const ROOT = join(import.meta.dirname, "..");
 const BEGIN = "<!-- routes:begin -->";
@@ -27,6 +28,7 @@ const README_SERVICES: readonly { readme: string; service: DescService }[] = [
   { readme: "services/incidents/README.md", service: IncidentsService },
   { readme: "services/intake/README.md", service: IntakeService },
   { readme: "services/remotesource/README.md", service: RemoteSourcesService },
+  { readme: "services/subscriptions/README.md", service: SubscriptionsService },
 ];
 
 /**

@@ -4,7 +4,7 @@ import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
 import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 
 /** The per-organization switch; it covers every chat connection of the organization. */
-export function createEgressSwitchHandlers(deps: CommsDeps): Pick<ServiceImpl<typeof CommsService>, "setEgress" | "getEgress"> {
+export function createEgressSwitchHandlers(deps: CommsDeps): Pick<ServiceImpl<typeof CommsService>, "setEgress" | "getEgress" | "egressEnabled"> {
   const { store, clients, outbox } = deps;
   return {
     async setEgress(req, context: HandlerContext) {
@@ -22,6 +22,11 @@ export function createEgressSwitchHandlers(deps: CommsDeps): Pick<ServiceImpl<ty
     async getEgress(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       return { enabled: await store.egressEnabled(principal.orgId) };
+    },
+
+    // Internal (no route): the caller is another service, which already holds the organization's id.
+    async egressEnabled(req) {
+      return { enabled: await store.egressEnabled(req.orgId) };
     },
   };
 }

@@ -4,6 +4,7 @@ import { createIdentityService } from "../identity/service.js";
 import { createIncidentsService } from "../incidents/service.js";
 import { createRemoteSourceService } from "../remotesource/service.js";
 import { createIntakeService } from "../intake/service.js";
+import { createSubscriptionsService } from "../subscriptions/service.js";
 import type { ServiceFactory } from "../runtime/service-module.js";
 
 /** Every service, in start-up order: what `npm start` runs in one process. */
@@ -14,4 +15,5 @@ export const allServices: ServiceFactory[] = [
   createHeartbeatsService,
   createCommsService,
   createRemoteSourceService,
+  createSubscriptionsService,
 ];

@@ -5,9 +5,18 @@ import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
+import { SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 
 /** Every internal service, in the order a one-process start registers them. */
-export const internalServices = [IdentityService, IncidentsService, IntakeService, HeartbeatsService, CommsService, RemoteSourcesService] as const;
+export const internalServices = [
+  IdentityService,
+  IncidentsService,
+  IntakeService,
+  HeartbeatsService,
+  CommsService,
+  RemoteSourcesService,
+  SubscriptionsService,
+] as const;
 
 export interface Clients {
   identity: Client<typeof IdentityService>;
@@ -16,6 +25,7 @@ export interface Clients {
   heartbeats: Client<typeof HeartbeatsService>;
   comms: Client<typeof CommsService>;
   remoteSources: Client<typeof RemoteSourcesService>;
+  subscriptions: Client<typeof SubscriptionsService>;
 }
 
 /** A Connect client of each service, all calling through `transport` (in-process or NATS). */
@@ -27,5 +37,6 @@ export function createClients(transport: Transport): Clients {
     heartbeats: createClient(HeartbeatsService, transport),
     comms: createClient(CommsService, transport),
     remoteSources: createClient(RemoteSourcesService, transport),
+    subscriptions: createClient(SubscriptionsService, transport),
   };
 }

@@ -68,6 +68,26 @@ export const configSchema = z.object({
   EGRESS_CA_FILE: optionalString,
   // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
   CHAT_WEBHOOK_TIMEOUT_SECONDS: z.coerce.number().positive().max(12).default(10),
+  // Event subscriptions (services/subscriptions/README.md): one delivery's budget, the waits
+  // between retries (seconds, comma-separated; after the last the delivery has failed), how long a
+  // subscription may fail before it is disabled, and how many deliveries to one subscription may be
+  // in flight at once.
+  SUBSCRIPTION_TIMEOUT_SECONDS: z.coerce.number().positive().max(30).default(10),
+  SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: z
+    .string()
+    .default("5,30,120,300,900,1800,3600,7200,14400,21600,28800")
+    .transform((value, ctx) => {
+      const waits = value.split(",").map((s) => Number(s.trim()));
+      if (waits.length === 0 || waits.some((w) => !Number.isFinite(w) || w <= 0)) {
+        ctx.addIssue({ code: "custom", message: "must be positive numbers of seconds, comma-separated" });
+      }
+      return waits;
+    }),
+  SUBSCRIPTION_DISABLE_AFTER_SECONDS: z.coerce
+    .number()
+    .positive()
+    .default(3 * 86400),
+  SUBSCRIPTION_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
   // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
   REMOTE_SOURCE_ALLOW_CIDRS: cidrList,

@@ -128,6 +128,33 @@ export const chatWebhookDuration = new Histogram({
   registers: [registry],
 });
 
+export const subscriptionAttempts = new Counter({
+  name: "warroom_subscription_attempts_total",
+  help: "Event subscription delivery attempts by outcome: delivered, failed (non-2xx, timeout, connection error), simulated (egress off), gone (410).",
+  labelNames: ["outcome"] as const,
+  registers: [registry],
+});
+
+export const subscriptionAttemptDuration = new Histogram({
+  name: "warroom_subscription_attempt_duration_seconds",
+  help: "Duration of event subscription delivery attempts, whatever their result.",
+  buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+  registers: [registry],
+});
+
+export const subscriptionDeliveriesGivenUp = new Counter({
+  name: "warroom_subscription_deliveries_failed_total",
+  help: "Event subscription deliveries given up after the retry schedule (24 h) or a 410.",
+  registers: [registry],
+});
+
+export const subscriptionsDisabled = new Counter({
+  name: "warroom_subscriptions_disabled_total",
+  help: "Subscriptions disabled by the service, by reason: gone (410) or failing (failed for SUBSCRIPTION_DISABLE_AFTER_SECONDS).",
+  labelNames: ["reason"] as const,
+  registers: [registry],
+});
+
 /** Times every call a transport makes. */
 export function rpcMetricsInterceptor(transport: "nats" | "in-memory"): Interceptor {
   return (next) => async (req) => {

@@ -12,7 +12,7 @@ import { subjectForPath } from "./nats-transport.js";
  * `npm run nats-config` renders these as a nats-server `authorization` block; the file under
  * `deploy/` is checked against it.
  */
-export const NATS_USERS = ["gateway", "identity", "intake", "incidents", "heartbeats", "comms", "remotesource"] as const;
+export const NATS_USERS = ["gateway", "identity", "intake", "incidents", "heartbeats", "comms", "remotesource", "subscriptions"] as const;
 export type NatsUser = (typeof NATS_USERS)[number];
 
 const SERVES: Record<NatsUser, string | undefined> = {
@@ -23,6 +23,7 @@ const SERVES: Record<NatsUser, string | undefined> = {
   heartbeats: "warroom.heartbeats.v1.HeartbeatsService",
   comms: "warroom.comms.v1.CommsService",
   remotesource: "warroom.remotesource.v1.RemoteSourcesService",
+  subscriptions: "warroom.subscriptions.v1.SubscriptionsService",
 };
 
 const AUTHENTICATE = "warroom.identity.v1.IdentityService/Authenticate";
@@ -59,6 +60,8 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     "warroom.incidents.v1.IncidentsService/Record",
   ],
   remotesource: [AUTHENTICATE],
+  // Each delivery follows the organization's real-egress switch, which comms owns.
+  subscriptions: [AUTHENTICATE, "warroom.comms.v1.CommsService/EgressEnabled"],
 };
 
 function publicMethodPaths(services: readonly DescService[]): string[] {

@@ -10,6 +10,7 @@ const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
   intake: async () => (await import("./intake.js")).benchIntake(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
+  subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
   // Not part of the default run: a CPU profile and wait breakdown of the delivery path.
   profile: async () => (await import("./profile.js")).benchProfile(),
 };

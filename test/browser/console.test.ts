@@ -12,6 +12,7 @@ import {
   type TestCertificates,
 } from "../../services/comms/testing/https-receiver.js";
 import { startBareSource, type BareSource } from "../../services/remotesource-kit/testing/bare-source.js";
+import { startWebhookReceiver, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
 // The web console in Debian's Chromium, driven by playwright-core, against the whole service on
@@ -26,6 +27,7 @@ const WAIT = 10_000;
 let app: TestApp;
 let certs: TestCertificates;
 let receiver: ChatWebhookReceiver;
+let subscriptionReceiver: WebhookReceiver;
 let source: BareSource;
 let context: BrowserContext;
 let page: Page;
@@ -72,6 +74,7 @@ beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   certs = makeTestCertificates();
   receiver = await startChatWebhookReceiver(certs);
+  subscriptionReceiver = await startWebhookReceiver(certs);
   source = await startBareSource({});
   app = await startConsoleApp({
     env: {
@@ -111,6 +114,7 @@ afterAll(async () => {
   await context?.close();
   await source?.close();
   await receiver?.close();
+  await subscriptionReceiver?.close();
   await app?.stop();
   certs?.remove();
   if (profile) rmSync(profile, { recursive: true, force: true });
@@ -314,6 +318,38 @@ describe("web console in a browser", () => {
     await expect.poll(() => item.getByRole("status").textContent()).toMatch(/^Connected: every check passed \(protocol version 1\)/);
     await expect.poll(() => item.locator(".badge").first().textContent()).toBe("connected");
     await shot("integrations-remote-source");
+  });
+
+  it("adds a subscription showing its secret once, sends a test event, shows the log and a banner once disabled", async () => {
+    subscriptionReceiver.endpoint("console", []);
+    await page.getByText("Add a subscription").click();
+    await page.getByLabel("Receiver URL").fill(subscriptionReceiver.url("console"));
+    await page.getByLabel("Description").fill("console pager");
+    await page.getByRole("checkbox", { name: "incident.resolved" }).check();
+    await page.getByRole("button", { name: "Add subscription" }).click();
+    const secret = await page.locator("#subscription-secret").inputValue();
+    expect(secret).toMatch(/^whsec_/);
+    subscriptionReceiver.setSecrets("console", [secret]);
+    const item = page.locator(".sources > li", { hasText: "console pager" });
+    await item.waitFor();
+    expect(await item.textContent()).toContain("incident.opened, incident.resolved");
+    await item.getByRole("button", { name: "Send test event" }).click();
+    await expect.poll(() => item.locator(".subscription-test-result").textContent()).toBe("Test event delivered (HTTP 204).");
+    expect(subscriptionReceiver.deliveries).toHaveLength(1);
+    expect(subscriptionReceiver.deliveries[0]).toMatchObject({ verified: true });
+    await item.getByRole("button", { name: "Delivery log" }).click();
+    await expect.poll(() => item.locator(".delivery-log tbody tr").first().textContent()).toContain("subscription.test");
+    await expectLabelled();
+    await shot("integrations-subscriptions");
+
+    const list = await app.call("GET", "/o/acme/subscriptions", { token: owner });
+    const id = list.body.subscriptions.find((s: { description: string }) => s.description === "console pager").id;
+    expect((await app.call("PATCH", `/o/acme/subscriptions/${id}`, { token: owner, body: { enabled: false } })).status).toBe(200);
+    await page.reload();
+    const banner = page.locator(`#subscription-banner-${id}`);
+    await expect.poll(() => banner.textContent()).toBe(`Disabled: disabled by ${OWNER.email}. Events are not delivered until it is enabled again.`);
+    // The secret was shown once: never again after a reload.
+    expect(await page.content()).not.toContain(secret);
   });
 
   it("drafts, previews, approves and sends an update: simulated while egress is off, sent once it is on", async () => {

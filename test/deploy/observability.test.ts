@@ -85,6 +85,8 @@ describe("alert rules of the service itself", () => {
         "WarroomHeartbeatSweepLate",
         "WarroomNatsDisconnected",
         "WarroomOutboxLag",
+        "WarroomSubscriptionDeliveriesFailing",
+        "WarroomSubscriptionDeliveriesGivenUp",
       ].sort(),
     );
     const tests = (

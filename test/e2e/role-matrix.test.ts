@@ -39,6 +39,13 @@ const ADMIN_ONLY = new Set([
   "UpdateRemoteSource",
   "DeleteRemoteSource",
   "TestRemoteSource",
+  "CreateSubscription",
+  "UpdateSubscription",
+  "DeleteSubscription",
+  "RotateSubscriptionSecret",
+  "SendTestEvent",
+  "RedeliverMessage",
+  "RedeliverSince",
 ]);
 const ANY_MEMBER = new Set([
   "ListMembers",
@@ -64,6 +71,9 @@ const ANY_MEMBER = new Set([
   "ListRemoteSources",
   "GetRemoteSource",
   "ReadRemoteSource",
+  "ListSubscriptions",
+  "GetSubscription",
+  "ListDeliveries",
 ]);
 /** Any member, but only with a session: an API key never mints another key. */
 const SESSION_ONLY = new Set(["CreateApiKey"]);

@@ -13,7 +13,7 @@ import type { Message as Message$1 } from "@bufbuild/protobuf";
  * Describes the file warroom/comms/v1/comms.proto.
  */
 export const file_warroom_comms_v1_comms: GenFile = /*@__PURE__*/
-  fileDesc("Chx3YXJyb29tL2NvbW1zL3YxL2NvbW1zLnByb3RvEhB3YXJyb29tLmNvbW1zLnYxIjAKEFNldEVncmVzc1JlcXVlc3QSCwoDb3JnGAEgASgJEg8KB2VuYWJsZWQYAiABKAgiHwoQR2V0RWdyZXNzUmVxdWVzdBILCgNvcmcYASABKAkiGQoGRWdyZXNzEg8KB2VuYWJsZWQYASABKAgiVgoTRHJhZnRNZXNzYWdlUmVxdWVzdBILCgNvcmcYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDwoHY2hhbm5lbBgDIAEoCRIMCgRib2R5GAQgASgJIjsKFERyYWZ0TWVzc2FnZVJlc3BvbnNlEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCSJ6CgdNZXNzYWdlEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCRIPCgdjaGFubmVsGAMgASgJEgwKBGJvZHkYBCABKAkSDQoFc3RhdGUYBSABKAkSEgoFZXJyb3IYBiABKAlIAIgBAUIICgZfZXJyb3IiVgoTTGlzdE1lc3NhZ2VzUmVxdWVzdBILCgNvcmcYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFbGltaXQYAyABKAUSDgoGY3Vyc29yGAQgASgJIm0KFExpc3RNZXNzYWdlc1Jlc3BvbnNlEisKCG1lc3NhZ2VzGAEgAygLMhkud2Fycm9vbS5jb21tcy52MS5NZXNzYWdlEhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIl4KFUFwcHJvdmVNZXNzYWdlUmVxdWVzdBILCgNvcmcYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSEgoKbWVzc2FnZV9pZBgDIAEoCRIPCgd2ZXJzaW9uGAQgASgJIkwKFkFwcHJvdmVNZXNzYWdlUmVzcG9uc2USEgoKbWVzc2FnZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEg0KBXN0YXRlGAMgASgJIkoKElNlbmRNZXNzYWdlUmVxdWVzdBILCgNvcmcYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSEgoKbWVzc2FnZV9pZBgDIAEoCSI4ChNTZW5kTWVzc2FnZVJlc3BvbnNlEhIKCm1lc3NhZ2VfaWQYASABKAkSDQoFc3RhdGUYAiABKAkiOgoWU2F2ZUNoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAkSEwoLd2ViaG9va191cmwYAiABKAkiOAoVQ2hhdFdlYmhvb2tDb25uZWN0aW9uEgwKBG5hbWUYASABKAkSEQoJY29ubmVjdGVkGAIgASgIIiQKFUdldENoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAkiJQoWVGVzdENoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAkiQwoXVGVzdENoYXRXZWJob29rUmVzcG9uc2USCgoCb2sYASABKAgSEgoFZXJyb3IYAiABKAlIAIgBAUIICgZfZXJyb3IiJwoYRGVsZXRlQ2hhdFdlYmhvb2tSZXF1ZXN0EgsKA29yZxgBIAEoCTKODAoMQ29tbXNTZXJ2aWNlEmwKCVNldEVncmVzcxIiLndhcnJvb20uY29tbXMudjEuU2V0RWdyZXNzUmVxdWVzdBoYLndhcnJvb20uY29tbXMudjEuRWdyZXNzIiGC0+STAhs6ASoaFi9vL3tvcmd9L29uY2FsbC9lZ3Jlc3MSaQoJR2V0RWdyZXNzEiIud2Fycm9vbS5jb21tcy52MS5HZXRFZ3Jlc3NSZXF1ZXN0Ghgud2Fycm9vbS5jb21tcy52MS5FZ3Jlc3MiHoLT5JMCGBIWL28ve29yZ30vb25jYWxsL2VncmVzcxKZAQoMRHJhZnRNZXNzYWdlEiUud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXNwb25zZSI6gtPkkwI0OgEqIi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxKWAQoMTGlzdE1lc3NhZ2VzEiUud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXNwb25zZSI3gtPkkwIxEi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxK0AQoOQXBwcm92ZU1lc3NhZ2USJy53YXJyb29tLmNvbW1zLnYxLkFwcHJvdmVNZXNzYWdlUmVxdWVzdBooLndhcnJvb20uY29tbXMudjEuQXBwcm92ZU1lc3NhZ2VSZXNwb25zZSJPgtPkkwJJOgEqIkQvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vYXBwcm92ZRKlAQoLU2VuZE1lc3NhZ2USJC53YXJyb29tLmNvbW1zLnYxLlNlbmRNZXNzYWdlUmVxdWVzdBolLndhcnJvb20uY29tbXMudjEuU2VuZE1lc3NhZ2VSZXNwb25zZSJJgtPkkwJDIkEvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vc2VuZBKmAQoPU2F2ZUNoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5TYXZlQ2hhdFdlYmhvb2tSZXF1ZXN0Gicud2Fycm9vbS5jb21tcy52MS5DaGF0V2ViaG9va0Nvbm5lY3Rpb24iQILT5JMCOjoBKho1L28ve29yZ30vaW50ZWdyYXRpb25zL2NoYXR3ZWJob29rL2Nvbm5lY3Rpb25zL2RlZmF1bHQSoQEKDkdldENoYXRXZWJob29rEicud2Fycm9vbS5jb21tcy52MS5HZXRDaGF0V2ViaG9va1JlcXVlc3QaJy53YXJyb29tLmNvbW1zLnYxLkNoYXRXZWJob29rQ29ubmVjdGlvbiI9gtPkkwI3EjUvby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdBKqAQoPVGVzdENoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXF1ZXN0Gikud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXNwb25zZSJCgtPkkwI8Ijovby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdC90ZXN0EpYBChFEZWxldGVDaGF0V2ViaG9vaxIqLndhcnJvb20uY29tbXMudjEuRGVsZXRlQ2hhdFdlYmhvb2tSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ij2C0+STAjcqNS9vL3tvcmd9L2ludGVncmF0aW9ucy9jaGF0d2ViaG9vay9jb25uZWN0aW9ucy9kZWZhdWx0YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty]);
+  fileDesc("Chx3YXJyb29tL2NvbW1zL3YxL2NvbW1zLnByb3RvEhB3YXJyb29tLmNvbW1zLnYxIjAKEFNldEVncmVzc1JlcXVlc3QSCwoDb3JnGAEgASgJEg8KB2VuYWJsZWQYAiABKAgiHwoQR2V0RWdyZXNzUmVxdWVzdBILCgNvcmcYASABKAkiJgoURWdyZXNzRW5hYmxlZFJlcXVlc3QSDgoGb3JnX2lkGAEgASgJIhkKBkVncmVzcxIPCgdlbmFibGVkGAEgASgIIlYKE0RyYWZ0TWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSDAoEYm9keRgEIAEoCSI7ChREcmFmdE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkiegoHTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDwoHY2hhbm5lbBgDIAEoCRIMCgRib2R5GAQgASgJEg0KBXN0YXRlGAUgASgJEhIKBWVycm9yGAYgASgJSACIAQFCCAoGX2Vycm9yIlYKE0xpc3RNZXNzYWdlc1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJtChRMaXN0TWVzc2FnZXNSZXNwb25zZRIrCghtZXNzYWdlcxgBIAMoCzIZLndhcnJvb20uY29tbXMudjEuTWVzc2FnZRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJeChVBcHByb3ZlTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkSDwoHdmVyc2lvbhgEIAEoCSJMChZBcHByb3ZlTWVzc2FnZVJlc3BvbnNlEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCRINCgVzdGF0ZRgDIAEoCSJKChJTZW5kTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkiOAoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJIjoKFlNhdmVDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIjgKFUNoYXRXZWJob29rQ29ubmVjdGlvbhIMCgRuYW1lGAEgASgJEhEKCWNvbm5lY3RlZBgCIAEoCCIkChVHZXRDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIiUKFlRlc3RDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIkMKF1Rlc3RDaGF0V2ViaG9va1Jlc3BvbnNlEgoKAm9rGAEgASgIEhIKBWVycm9yGAIgASgJSACIAQFCCAoGX2Vycm9yIicKGERlbGV0ZUNoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAky4QwKDENvbW1zU2VydmljZRJsCglTZXRFZ3Jlc3MSIi53YXJyb29tLmNvbW1zLnYxLlNldEVncmVzc1JlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcyIhgtPkkwIbOgEqGhYvby97b3JnfS9vbmNhbGwvZWdyZXNzEmkKCUdldEVncmVzcxIiLndhcnJvb20uY29tbXMudjEuR2V0RWdyZXNzUmVxdWVzdBoYLndhcnJvb20uY29tbXMudjEuRWdyZXNzIh6C0+STAhgSFi9vL3tvcmd9L29uY2FsbC9lZ3Jlc3MSUQoNRWdyZXNzRW5hYmxlZBImLndhcnJvb20uY29tbXMudjEuRWdyZXNzRW5hYmxlZFJlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcxKZAQoMRHJhZnRNZXNzYWdlEiUud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXNwb25zZSI6gtPkkwI0OgEqIi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxKWAQoMTGlzdE1lc3NhZ2VzEiUud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXNwb25zZSI3gtPkkwIxEi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxK0AQoOQXBwcm92ZU1lc3NhZ2USJy53YXJyb29tLmNvbW1zLnYxLkFwcHJvdmVNZXNzYWdlUmVxdWVzdBooLndhcnJvb20uY29tbXMudjEuQXBwcm92ZU1lc3NhZ2VSZXNwb25zZSJPgtPkkwJJOgEqIkQvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vYXBwcm92ZRKlAQoLU2VuZE1lc3NhZ2USJC53YXJyb29tLmNvbW1zLnYxLlNlbmRNZXNzYWdlUmVxdWVzdBolLndhcnJvb20uY29tbXMudjEuU2VuZE1lc3NhZ2VSZXNwb25zZSJJgtPkkwJDIkEvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vc2VuZBKmAQoPU2F2ZUNoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5TYXZlQ2hhdFdlYmhvb2tSZXF1ZXN0Gicud2Fycm9vbS5jb21tcy52MS5DaGF0V2ViaG9va0Nvbm5lY3Rpb24iQILT5JMCOjoBKho1L28ve29yZ30vaW50ZWdyYXRpb25zL2NoYXR3ZWJob29rL2Nvbm5lY3Rpb25zL2RlZmF1bHQSoQEKDkdldENoYXRXZWJob29rEicud2Fycm9vbS5jb21tcy52MS5HZXRDaGF0V2ViaG9va1JlcXVlc3QaJy53YXJyb29tLmNvbW1zLnYxLkNoYXRXZWJob29rQ29ubmVjdGlvbiI9gtPkkwI3EjUvby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdBKqAQoPVGVzdENoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXF1ZXN0Gikud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXNwb25zZSJCgtPkkwI8Ijovby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdC90ZXN0EpYBChFEZWxldGVDaGF0V2ViaG9vaxIqLndhcnJvb20uY29tbXMudjEuRGVsZXRlQ2hhdFdlYmhvb2tSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ij2C0+STAjcqNS9vL3tvcmd9L2ludGVncmF0aW9ucy9jaGF0d2ViaG9vay9jb25uZWN0aW9ucy9kZWZhdWx0YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty]);
 
 /**
  * @generated from message warroom.comms.v1.SetEgressRequest
@@ -80,6 +80,33 @@ export const GetEgressRequestSchema: GenMessage<GetEgressRequest, {jsonType: Get
   messageDesc(file_warroom_comms_v1_comms, 1);
 
 /**
+ * @generated from message warroom.comms.v1.EgressEnabledRequest
+ */
+export type EgressEnabledRequest = Message$1<"warroom.comms.v1.EgressEnabledRequest"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+};
+
+/**
+ * @generated from message warroom.comms.v1.EgressEnabledRequest
+ */
+export type EgressEnabledRequestJson = {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId?: string;
+};
+
+/**
+ * Describes the message warroom.comms.v1.EgressEnabledRequest.
+ * Use `create(EgressEnabledRequestSchema)` to create a new message.
+ */
+export const EgressEnabledRequestSchema: GenMessage<EgressEnabledRequest, {jsonType: EgressEnabledRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 2);
+
+/**
  * @generated from message warroom.comms.v1.Egress
  */
 export type Egress = Message$1<"warroom.comms.v1.Egress"> & {
@@ -104,7 +131,7 @@ export type EgressJson = {
  * Use `create(EgressSchema)` to create a new message.
  */
 export const EgressSchema: GenMessage<Egress, {jsonType: EgressJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 2);
+  messageDesc(file_warroom_comms_v1_comms, 3);
 
 /**
  * @generated from message warroom.comms.v1.DraftMessageRequest
@@ -165,7 +192,7 @@ export type DraftMessageRequestJson = {
  * Use `create(DraftMessageRequestSchema)` to create a new message.
  */
 export const DraftMessageRequestSchema: GenMessage<DraftMessageRequest, {jsonType: DraftMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 3);
+  messageDesc(file_warroom_comms_v1_comms, 4);
 
 /**
  * @generated from message warroom.comms.v1.DraftMessageResponse
@@ -202,7 +229,7 @@ export type DraftMessageResponseJson = {
  * Use `create(DraftMessageResponseSchema)` to create a new message.
  */
 export const DraftMessageResponseSchema: GenMessage<DraftMessageResponse, {jsonType: DraftMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 4);
+  messageDesc(file_warroom_comms_v1_comms, 5);
 
 /**
  * @generated from message warroom.comms.v1.Message
@@ -289,7 +316,7 @@ export type MessageJson = {
  * Use `create(MessageSchema)` to create a new message.
  */
 export const MessageSchema: GenMessage<Message, {jsonType: MessageJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 5);
+  messageDesc(file_warroom_comms_v1_comms, 6);
 
 /**
  * @generated from message warroom.comms.v1.ListMessagesRequest
@@ -354,7 +381,7 @@ export type ListMessagesRequestJson = {
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest, {jsonType: ListMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 6);
+  messageDesc(file_warroom_comms_v1_comms, 7);
 
 /**
  * @generated from message warroom.comms.v1.ListMessagesResponse
@@ -395,7 +422,7 @@ export type ListMessagesResponseJson = {
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse, {jsonType: ListMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 7);
+  messageDesc(file_warroom_comms_v1_comms, 8);
 
 /**
  * @generated from message warroom.comms.v1.ApproveMessageRequest
@@ -452,7 +479,7 @@ export type ApproveMessageRequestJson = {
  * Use `create(ApproveMessageRequestSchema)` to create a new message.
  */
 export const ApproveMessageRequestSchema: GenMessage<ApproveMessageRequest, {jsonType: ApproveMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 8);
+  messageDesc(file_warroom_comms_v1_comms, 9);
 
 /**
  * @generated from message warroom.comms.v1.ApproveMessageResponse
@@ -503,7 +530,7 @@ export type ApproveMessageResponseJson = {
  * Use `create(ApproveMessageResponseSchema)` to create a new message.
  */
 export const ApproveMessageResponseSchema: GenMessage<ApproveMessageResponse, {jsonType: ApproveMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 9);
+  messageDesc(file_warroom_comms_v1_comms, 10);
 
 /**
  * @generated from message warroom.comms.v1.SendMessageRequest
@@ -550,7 +577,7 @@ export type SendMessageRequestJson = {
  * Use `create(SendMessageRequestSchema)` to create a new message.
  */
 export const SendMessageRequestSchema: GenMessage<SendMessageRequest, {jsonType: SendMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 10);
+  messageDesc(file_warroom_comms_v1_comms, 11);
 
 /**
  * @generated from message warroom.comms.v1.SendMessageResponse
@@ -591,7 +618,7 @@ export type SendMessageResponseJson = {
  * Use `create(SendMessageResponseSchema)` to create a new message.
  */
 export const SendMessageResponseSchema: GenMessage<SendMessageResponse, {jsonType: SendMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 11);
+  messageDesc(file_warroom_comms_v1_comms, 12);
 
 /**
  * @generated from message warroom.comms.v1.SaveChatWebhookRequest
@@ -632,7 +659,7 @@ export type SaveChatWebhookRequestJson = {
  * Use `create(SaveChatWebhookRequestSchema)` to create a new message.
  */
 export const SaveChatWebhookRequestSchema: GenMessage<SaveChatWebhookRequest, {jsonType: SaveChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 12);
+  messageDesc(file_warroom_comms_v1_comms, 13);
 
 /**
  * What may be shown of the connection: never its URL.
@@ -673,7 +700,7 @@ export type ChatWebhookConnectionJson = {
  * Use `create(ChatWebhookConnectionSchema)` to create a new message.
  */
 export const ChatWebhookConnectionSchema: GenMessage<ChatWebhookConnection, {jsonType: ChatWebhookConnectionJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 13);
+  messageDesc(file_warroom_comms_v1_comms, 14);
 
 /**
  * @generated from message warroom.comms.v1.GetChatWebhookRequest
@@ -700,7 +727,7 @@ export type GetChatWebhookRequestJson = {
  * Use `create(GetChatWebhookRequestSchema)` to create a new message.
  */
 export const GetChatWebhookRequestSchema: GenMessage<GetChatWebhookRequest, {jsonType: GetChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 14);
+  messageDesc(file_warroom_comms_v1_comms, 15);
 
 /**
  * @generated from message warroom.comms.v1.TestChatWebhookRequest
@@ -727,7 +754,7 @@ export type TestChatWebhookRequestJson = {
  * Use `create(TestChatWebhookRequestSchema)` to create a new message.
  */
 export const TestChatWebhookRequestSchema: GenMessage<TestChatWebhookRequest, {jsonType: TestChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 15);
+  messageDesc(file_warroom_comms_v1_comms, 16);
 
 /**
  * @generated from message warroom.comms.v1.TestChatWebhookResponse
@@ -764,7 +791,7 @@ export type TestChatWebhookResponseJson = {
  * Use `create(TestChatWebhookResponseSchema)` to create a new message.
  */
 export const TestChatWebhookResponseSchema: GenMessage<TestChatWebhookResponse, {jsonType: TestChatWebhookResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 16);
+  messageDesc(file_warroom_comms_v1_comms, 17);
 
 /**
  * @generated from message warroom.comms.v1.DeleteChatWebhookRequest
@@ -791,7 +818,7 @@ export type DeleteChatWebhookRequestJson = {
  * Use `create(DeleteChatWebhookRequestSchema)` to create a new message.
  */
 export const DeleteChatWebhookRequestSchema: GenMessage<DeleteChatWebhookRequest, {jsonType: DeleteChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 17);
+  messageDesc(file_warroom_comms_v1_comms, 18);
 
 /**
  * Approved incident updates to a team-chat webhook, and the per-organization egress switch.
@@ -817,6 +844,17 @@ export const CommsService: GenService<{
   getEgress: {
     methodKind: "unary";
     input: typeof GetEgressRequestSchema;
+    output: typeof EgressSchema;
+  },
+  /**
+   * Internal: whether real egress is on for an organization, by id (event subscriptions ask
+   * before each delivery).
+   *
+   * @generated from rpc warroom.comms.v1.CommsService.EgressEnabled
+   */
+  egressEnabled: {
+    methodKind: "unary";
+    input: typeof EgressEnabledRequestSchema;
     output: typeof EgressSchema;
   },
   /**

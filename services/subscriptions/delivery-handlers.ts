@@ -1,0 +1,125 @@
+import { randomUUID } from "node:crypto";
+import { create, toJson, type JsonObject } from "@bufbuild/protobuf";
+import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import { TestEventDataSchema, type SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import { recordAudit } from "../runtime/events.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { subscriptionAttemptDuration, subscriptionAttempts } from "../runtime/metrics.js";
+import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
+import { envelope, TEST_EVENT_TYPE } from "./event-types.js";
+import { postSigned } from "./send.js";
+import { newWebhookId } from "./signing.js";
+import { loadSubscription, signingSecrets, type AttemptRow, type DeliveryRow } from "./store.js";
+
+/** Attempts shown per delivery in the log. */
+const ATTEMPTS_SHOWN = 20;
+
+/** Send a test event, read the delivery log, and queue deliveries again. */
+export function createDeliveryHandlers(
+  deps: SubscriptionsDeps,
+): Pick<ServiceImpl<typeof SubscriptionsService>, "sendTestEvent" | "listDeliveries" | "redeliverMessage" | "redeliverSince"> {
+  const { sql, clients, outbox } = deps;
+  return {
+    // Like the chat connection test, this posts even while real egress is off: an admin asked
+    // for exactly this one post, now. It is logged as a delivery of its own.
+    async sendTestEvent(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const sub = await loadSubscription(sql, principal.orgId, req.id);
+      const webhookId = newWebhookId();
+      const data = toJson(
+        TestEventDataSchema,
+        create(TestEventDataSchema, { org: principal.orgSlug, subscriptionId: sub.id, message: `Test event sent by ${principal.email}` }),
+      );
+      const body = envelope(TEST_EVENT_TYPE, new Date(), data);
+      const result = await postSigned(deps.egress, sub.url, signingSecrets(deps.secretBox(), sub), webhookId, body);
+      subscriptionAttempts.inc({ outcome: result.ok ? "delivered" : result.status === 410 ? "gone" : "failed" });
+      subscriptionAttemptDuration.observe(result.latencyMs / 1000);
+      await sql.begin(async (tx) => {
+        await tx`
+          insert into subscriptions.deliveries (id, subscription_id, org_id, event_id, event_type, payload, state, attempt_count, next_attempt_at)
+          values (${webhookId}, ${sub.id}, ${sub.org_id}, ${`test:${randomUUID()}`}, ${TEST_EVENT_TYPE}, ${body}, ${result.ok ? "delivered" : "failed"}, 1, null)`;
+        await tx`
+          insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
+          values (${webhookId}, ${result.status}, ${result.latencyMs}, ${result.response}, ${result.error ?? null}, 'test')`;
+        await recordAudit(outbox, tx, {
+          orgId: principal.orgId,
+          kind: AUDIT_KINDS.tested,
+          actor: principal.email,
+          data: { id: sub.id, ok: result.ok, status: result.status, ...(result.error ? { error: result.error } : {}) },
+        });
+      });
+      outbox.poke();
+      return { ok: result.ok, status: result.status, webhookId, latencyMs: result.latencyMs, ...(result.error ? { error: result.error } : {}) };
+    },
+
+    async listDeliveries(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const sub = await loadSubscription(sql, principal.orgId, req.id);
+      const limit = pageLimit(req.limit, 50, 200);
+      const after = req.cursor ? decodeCursor("d", req.cursor, (v) => /^msg_[A-Za-z0-9_-]+$/.test(v)) : undefined;
+      const afterClause =
+        after === undefined
+          ? sql``
+          : sql`and (created_at, id) < (select created_at, id from subscriptions.deliveries where subscription_id = ${sub.id} and id = ${after})`;
+      const rows = await sql<DeliveryRow[]>`
+        select * from subscriptions.deliveries where subscription_id = ${sub.id} ${afterClause}
+        order by created_at desc, id desc limit ${limit + 1}`;
+      const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("d", last.id));
+      const attempts =
+        page.length === 0
+          ? []
+          : await sql<AttemptRow[]>`
+              select a.* from unnest(${page.map((d) => d.id)}::text[]) as p(id)
+              cross join lateral (
+                select * from subscriptions.attempts where delivery_id = p.id order by id desc limit ${ATTEMPTS_SHOWN}
+              ) a`;
+      const byDelivery = new Map<string, AttemptRow[]>();
+      for (const a of attempts) byDelivery.set(a.delivery_id, [...(byDelivery.get(a.delivery_id) ?? []), a]);
+      return {
+        deliveries: page.map((d) => ({
+          webhookId: d.id,
+          eventType: d.event_type,
+          state: d.state,
+          attemptCount: d.attempt_count,
+          ...(d.next_attempt_at && (d.state === "pending" || d.state === "delivering") ? { nextAttemptAt: timestampFromDate(d.next_attempt_at) } : {}),
+          createdAt: timestampFromDate(d.created_at),
+          payload: JSON.parse(d.payload) as JsonObject,
+          attempts: (byDelivery.get(d.id) ?? []).map((a) => ({
+            at: timestampFromDate(a.at),
+            status: a.status,
+            latencyMs: a.latency_ms,
+            response: a.response,
+            outcome: a.outcome,
+            ...(a.error ? { error: a.error } : {}),
+          })),
+        })),
+        ...(nextCursor ? { nextCursor } : {}),
+      };
+    },
+
+    async redeliverMessage(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const sub = await loadSubscription(sql, principal.orgId, req.id);
+      const queued = await sql`
+        update subscriptions.deliveries set state = 'pending', next_attempt_at = now(), window_start = now(), claim = null, claimed_until = null
+        where subscription_id = ${sub.id} and id = ${req.webhookId} and event_type <> ${TEST_EVENT_TYPE}`;
+      if (queued.count === 0) throw new NotFoundError(`no delivery ${JSON.stringify(req.webhookId)} of this subscription`);
+      deps.pokeWorker();
+      return { queued: queued.count };
+    },
+
+    async redeliverSince(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const sub = await loadSubscription(sql, principal.orgId, req.id);
+      if (!req.since) throw new InvalidArgumentError("since required: an RFC 3339 time");
+      const queued = await sql`
+        update subscriptions.deliveries set state = 'pending', next_attempt_at = now(), window_start = now(), claim = null, claimed_until = null
+        where subscription_id = ${sub.id} and created_at >= ${timestampDate(req.since)} and event_type <> ${TEST_EVENT_TYPE}`;
+      deps.pokeWorker();
+      return { queued: queued.count };
+    },
+  };
+}

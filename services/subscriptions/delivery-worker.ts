@@ -1,0 +1,326 @@
+import { randomUUID } from "node:crypto";
+import type { TransactionSql } from "../runtime/database.js";
+import { recordAudit } from "../runtime/events.js";
+import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/metrics.js";
+import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
+import { nextRetryDelayMs, RETRY_WINDOW_MS } from "./retry-schedule.js";
+import { postSigned, type AttemptResult } from "./send.js";
+import { signingSecrets, type DeliveryRow, type SubscriptionRow } from "./store.js";
+
+export interface DeliveryWorkerOptions {
+  /** Deliveries in flight in this process, over every subscription. */
+  maxInFlight: number;
+  /** How often due deliveries (retries) are looked for when nothing pokes the worker. */
+  pollMs: number;
+}
+
+export interface DeliveryWorker {
+  start(): void;
+  /** Looks for due deliveries soon. */
+  poke(): void;
+  /** Stops claiming and waits for the attempts in flight. */
+  stop(): Promise<void>;
+}
+
+type Claimed = DeliveryRow & { claim: string };
+
+/** A claim lasts the attempt's budget and a margin; past it, another process may take the delivery. */
+const LEASE_MARGIN_MS = 30_000;
+/** Settled deliveries (and their attempts) are kept this long in the log, then deleted. */
+export const LOG_RETENTION_DAYS = 30;
+const RETENTION_SWEEP_MS = 10 * 60 * 1000;
+/** When the egress switch cannot be read, the delivery waits this long, its attempt not counted. */
+const SWITCH_UNKNOWN_RETRY_MS = 5_000;
+
+/**
+ * Sends due deliveries, never on a request's path: claims them from the database (so replicas
+ * share them and a crashed process's claims expire), at most SUBSCRIPTION_CONCURRENCY in flight
+ * per subscription over every process, so one slow receiver holds only its own slots.
+ */
+export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryWorkerOptions): DeliveryWorker {
+  const { sql, config, logger } = deps;
+  const perSubscription = config.SUBSCRIPTION_CONCURRENCY;
+  const leaseMs = Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000) + LEASE_MARGIN_MS;
+  const inFlight = new Set<Promise<void>>();
+  let timer: NodeJS.Timeout | undefined;
+  let retention: NodeJS.Timeout | undefined;
+  let claiming: Promise<void> | undefined;
+  let again = false;
+  let stopped = true;
+  /** Timer ticks in a row whose claim found nothing: an idle worker looks only every fourth tick. */
+  let idleTicks = 0;
+
+  /**
+   * Claims due deliveries in one transaction: the subscriptions with something due are locked
+   * (SKIP LOCKED: another process claiming for one of them skips it; NO KEY UPDATE: the fan-out's
+   * inserts, which only take a key share, never wait for it), so counting the ones in
+   * flight and claiming up to the limit cannot race with another process doing the same.
+   */
+  async function claim(room: number): Promise<Claimed[]> {
+    const token = randomUUID();
+    return sql.begin(async (tx) => {
+      const rows = await tx<Claimed[]>`
+        with subs as (
+          select s.id from subscriptions.subscriptions s
+          where s.state = 'enabled'
+            and exists (
+              select 1 from subscriptions.deliveries d
+              where d.subscription_id = s.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
+                and (d.state = 'pending' or d.claimed_until < now()))
+          order by s.id
+          limit 200
+          for no key update of s skip locked
+        ), busy as (
+          select d.subscription_id, count(*)::int as n from subscriptions.deliveries d
+          where d.subscription_id in (select id from subs) and d.state = 'delivering' and d.claimed_until >= now()
+          group by d.subscription_id
+        ), chosen as (
+          -- At most the free slots of each subscription, oldest due first, read off its index.
+          select c.id, c.next_attempt_at from subs
+          left join busy b on b.subscription_id = subs.id
+          cross join lateral (
+            select d.id, d.next_attempt_at from subscriptions.deliveries d
+            where d.subscription_id = subs.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
+              and (d.state = 'pending' or d.claimed_until < now())
+            order by d.next_attempt_at
+            limit greatest(0, ${perSubscription} - coalesce(b.n, 0))
+          ) c
+          order by c.next_attempt_at
+          limit ${room}
+        )
+        update subscriptions.deliveries d set
+          state = 'delivering',
+          claim = ${token},
+          claimed_until = now() + ${`${leaseMs} milliseconds`}::interval,
+          attempt_count = d.attempt_count + 1
+        from chosen where d.id = chosen.id
+        returning d.*`;
+      return rows;
+    });
+  }
+
+  async function disable(tx: TransactionSql, sub: SubscriptionRow, reason: string, kind: "gone" | "failing"): Promise<void> {
+    const [changed] = await tx<{ id: string }[]>`
+      update subscriptions.subscriptions set state = 'disabled', disabled_reason = ${reason}, disabled_at = now(), updated_at = now()
+      where id = ${sub.id} and state = 'enabled' returning id`;
+    if (!changed) return;
+    subscriptionsDisabled.inc({ reason: kind });
+    await recordAudit(deps.outbox, tx, { orgId: sub.org_id, kind: AUDIT_KINDS.disabled, actor: "warroom", data: { id: sub.id, reason } });
+    logger.warn({ subscription: sub.id, reason }, "subscription disabled");
+  }
+
+  /** Writes the attempt and what follows from it, if the claim is still this one. */
+  async function finish(delivery: Claimed, sub: SubscriptionRow, result: AttemptResult | "simulated"): Promise<void> {
+    const simulated = result === "simulated";
+    // A success of a subscription that was not failing touches only its delivery: the common case
+    // never locks the subscription row, which the claims would then skip.
+    const touchesSubscription = simulated ? false : !result.ok || sub.failing_since !== null;
+    const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
+    if (simulated || (result.ok && !touchesSubscription)) {
+      // The common case in one statement: the attempt and the delivery's new state.
+      await sql`
+        with attempt as (
+          insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
+          select ${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
+                 ${simulated ? "real egress is off for the organization: not sent" : null}::text, ${outcome}
+          where exists (select 1 from subscriptions.deliveries where id = ${delivery.id})
+        )
+        update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
+        where id = ${delivery.id} and claim = ${delivery.claim}`;
+      return;
+    }
+    await sql.begin(async (tx) => {
+      if (touchesSubscription) {
+        // The subscription first, as a delete does (it then cascades to the deliveries): taking
+        // the delivery first would deadlock with a delete of its subscription.
+        const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
+        if (!locked) return;
+      }
+      await tx`
+        insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
+        values (${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
+               ${simulated ? "real egress is off for the organization: not sent" : (result.error ?? null)}, ${outcome})`;
+      if (simulated || result.ok) {
+        await tx`update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
+                 where id = ${delivery.id} and claim = ${delivery.claim}`;
+        if (touchesSubscription) await tx`update subscriptions.subscriptions set failing_since = null where id = ${sub.id} and failing_since is not null`;
+        return;
+      }
+      if (result.status === 410) {
+        // Gone: the receiver says it will never take another event. Retrying would be noise.
+        await tx`update subscriptions.deliveries set state = 'failed', next_attempt_at = null, claimed_until = null, claim = null
+                 where id = ${delivery.id} and claim = ${delivery.claim}`;
+        subscriptionDeliveriesGivenUp.inc();
+        await disable(tx, sub, "receiver answered HTTP 410 Gone", "gone");
+        return;
+      }
+      const [clock] = await tx<{ now: Date }[]>`select now() as now`;
+      const now = clock!.now.getTime();
+      const windowEnd = delivery.window_start.getTime() + RETRY_WINDOW_MS;
+      const wait = nextRetryDelayMs(config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS, delivery.attempt_count, result.retryAfterMs);
+      if (wait === undefined || now >= windowEnd) {
+        await tx`update subscriptions.deliveries set state = 'failed', next_attempt_at = null, claimed_until = null, claim = null
+                 where id = ${delivery.id} and claim = ${delivery.claim}`;
+        subscriptionDeliveriesGivenUp.inc();
+      } else {
+        const at = new Date(Math.min(now + wait, windowEnd));
+        await tx`update subscriptions.deliveries set state = 'pending', next_attempt_at = ${at}, claimed_until = null, claim = null
+                 where id = ${delivery.id} and claim = ${delivery.claim}`;
+      }
+      const [failing] = await tx<{ failing_since: Date }[]>`
+        update subscriptions.subscriptions set failing_since = coalesce(failing_since, now())
+        where id = ${sub.id} returning failing_since`;
+      if (failing && now - failing.failing_since.getTime() >= config.SUBSCRIPTION_DISABLE_AFTER_SECONDS * 1000) {
+        await disable(tx, sub, `every delivery failed for ${formatDuration(config.SUBSCRIPTION_DISABLE_AFTER_SECONDS)}`, "failing");
+      }
+    });
+  }
+
+  /**
+   * Sends a batch just claimed: each subscription read once, and the egress switch of each
+   * organization read once, just before its attempts.
+   */
+  async function deliverBatch(batch: Claimed[]): Promise<void> {
+    const ids = [...new Set(batch.map((d) => d.subscription_id))];
+    const subs = new Map((await sql<SubscriptionRow[]>`select * from subscriptions.subscriptions where id = any(${ids}::uuid[])`).map((s) => [s.id, s]));
+    const switches = new Map<string, Promise<boolean | undefined>>();
+    const egressOf = (orgId: string) => {
+      let known = switches.get(orgId);
+      if (!known) {
+        known = deps.clients.comms.egressEnabled({ orgId }).then(
+          (answer) => answer.enabled,
+          (err) => {
+            logger.warn({ err: String(err), org: orgId }, "cannot read the egress switch; the deliveries wait");
+            return undefined;
+          },
+        );
+        switches.set(orgId, known);
+      }
+      return known;
+    };
+    for (const delivery of batch) track(deliver(delivery, subs.get(delivery.subscription_id), egressOf), delivery);
+  }
+
+  async function deliver(delivery: Claimed, sub: SubscriptionRow | undefined, egressOf: (orgId: string) => Promise<boolean | undefined>): Promise<void> {
+    if (!sub) return; // Deleted meanwhile: its deliveries went with it.
+    const egressOn = await egressOf(sub.org_id);
+    if (egressOn === undefined) {
+      await sql`update subscriptions.deliveries set state = 'pending', attempt_count = attempt_count - 1, claim = null, claimed_until = null,
+                  next_attempt_at = now() + ${`${SWITCH_UNKNOWN_RETRY_MS} milliseconds`}::interval
+                where id = ${delivery.id} and claim = ${delivery.claim}`;
+      return;
+    }
+    if (!egressOn) {
+      subscriptionAttempts.inc({ outcome: "simulated" });
+      await finish(delivery, sub, "simulated");
+      return;
+    }
+    const result = await postSigned(deps.egress, sub.url, signingSecrets(deps.secretBox(), sub), delivery.id, delivery.payload);
+    subscriptionAttempts.inc({ outcome: result.ok ? "delivered" : result.status === 410 ? "gone" : "failed" });
+    subscriptionAttemptDuration.observe(result.latencyMs / 1000);
+    await finish(delivery, sub, result);
+  }
+
+  /**
+   * Hands claims back after a failure to record their outcome (the database was briefly away): due
+   * again in a second, rather than when their lease runs out. If even this fails, the lease does it.
+   */
+  async function release(deliveries: Claimed[]): Promise<void> {
+    await sql`
+      update subscriptions.deliveries set state = 'pending', claim = null, claimed_until = null, next_attempt_at = now() + interval '1 second'
+      where id = any(${deliveries.map((d) => d.id)}::text[]) and claim = any(${deliveries.map((d) => d.claim)}::uuid[])`.catch(() => {});
+  }
+
+  function track(work: Promise<void>, delivery: Claimed): void {
+    const tracked = work
+      .catch(async (err) => {
+        logger.warn({ err: String(err), delivery: delivery.id }, "a delivery attempt could not be recorded; it is tried again");
+        await release([delivery]);
+      })
+      .finally(() => {
+        inFlight.delete(tracked);
+        // A slot came free: there may be more due.
+        poke();
+      });
+    inFlight.add(tracked);
+  }
+
+  async function runClaims(): Promise<void> {
+    do {
+      again = false;
+      const room = options.maxInFlight - inFlight.size;
+      if (room <= 0 || stopped) return;
+      let claimed: Claimed[];
+      try {
+        claimed = await claim(room);
+      } catch (err) {
+        logger.warn({ err: String(err) }, "claiming due deliveries failed; will retry");
+        return;
+      }
+      idleTicks = claimed.length === 0 && inFlight.size === 0 ? idleTicks + 1 : 0;
+      if (claimed.length > 0) {
+        await deliverBatch(claimed).catch(async (err) => {
+          logger.warn({ err: String(err) }, "reading the claimed deliveries' subscriptions failed; they are tried again");
+          await release(claimed);
+        });
+      }
+      if (claimed.length === room) again = true;
+    } while (again && !stopped);
+  }
+
+  function poke(): void {
+    if (stopped) return;
+    if (claiming) {
+      again = true;
+      return;
+    }
+    claiming = runClaims().finally(() => {
+      claiming = undefined;
+      if (again) poke();
+    });
+  }
+
+  /** Deletes settled deliveries past the retention, a bounded batch at a time (every replica may run it). */
+  async function sweepLog(): Promise<void> {
+    await sql`
+      delete from subscriptions.deliveries where id in (
+        select id from subscriptions.deliveries
+        where state in ('delivered', 'simulated', 'failed', 'cancelled')
+          and created_at < now() - ${`${LOG_RETENTION_DAYS} days`}::interval
+        limit 5000)`;
+  }
+
+  return {
+    start() {
+      stopped = false;
+      let tick = 0;
+      // Busy, it looks every tick; idle (nothing claimed, nothing in flight), every fourth, so an
+      // installation without subscriptions costs the database little. Pokes (a new event, a
+      // redelivery, a finished attempt) always look at once.
+      timer = setInterval(() => {
+        tick++;
+        if (idleTicks < 4 || tick % 4 === 0) poke();
+      }, options.pollMs);
+      timer.unref();
+      retention = setInterval(() => {
+        sweepLog().catch((err) => logger.warn({ err: String(err) }, "deleting old deliveries failed; will retry"));
+      }, RETENTION_SWEEP_MS);
+      retention.unref();
+      poke();
+    },
+    poke,
+    async stop() {
+      stopped = true;
+      if (timer) clearInterval(timer);
+      if (retention) clearInterval(retention);
+      await claiming;
+      await Promise.allSettled([...inFlight]);
+    },
+  };
+}
+
+function formatDuration(seconds: number): string {
+  if (seconds % 86400 === 0) return `${seconds / 86400} day${seconds === 86400 ? "" : "s"}`;
+  if (seconds % 3600 === 0) return `${seconds / 3600} h`;
+  return `${seconds} s`;
+}

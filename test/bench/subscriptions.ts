@@ -1,0 +1,107 @@
+import { randomBytes } from "node:crypto";
+import { makeTestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { createClients } from "../../services/runtime/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { postSigned } from "../../services/subscriptions/send.js";
+import { createSubscriptionEgress } from "../../services/subscriptions/send.js";
+import { startWebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
+import { newSigningSecret, newWebhookId } from "../../services/subscriptions/signing.js";
+import { startApp } from "../support/app.js";
+
+/**
+ * A storm through event subscriptions: 1,000 incidents opened as fast as the incident core takes
+ * them, three subscriptions to incident.opened, one of them down (connections dropped, retried on
+ * the production schedule). Prints how long after the storm's end the two healthy receivers had
+ * every event, whether any was lost, and the heap's growth. Floor, measured in the same run: the
+ * same number of signed posts sent straight through the egress client to the same receiver, at the
+ * same concurrency (SUBSCRIPTION_CONCURRENCY per subscription), without the service around them.
+ */
+const INCIDENTS = Number(process.env.STORM_INCIDENTS ?? 1000);
+const CONCURRENCY = 4;
+
+export async function benchSubscriptions(): Promise<void> {
+  const certs = makeTestCertificates();
+  const receiver = await startWebhookReceiver(certs);
+  const secret = newSigningSecret();
+  try {
+    // Floor: two receivers' worth of signed posts, each at the per-subscription concurrency.
+    receiver.endpoint("floor", [secret]);
+    const egress = createSubscriptionEgress({ EGRESS_CA_FILE: certs.caFile, EGRESS_ALLOW_PRIVATE_CIDRS: ["127.0.0.0/8"], SUBSCRIPTION_TIMEOUT_SECONDS: 10 });
+    const body = JSON.stringify({ type: "incident.opened", timestamp: new Date().toISOString(), data: { incidentId: "floor" } });
+    const floorStart = performance.now();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: 2 * CONCURRENCY }, async () => {
+        while (next++ < 2 * INCIDENTS) await postSigned(egress, receiver.url("floor"), [secret], newWebhookId(), body);
+      }),
+    );
+    const floorSeconds = (performance.now() - floorStart) / 1000;
+
+    const app = await startApp({
+      env: { SECRETS_KEYS: newSecretKeyEntry("k1"), EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile, LOG_LEVEL: "warn" },
+    });
+    try {
+      const clients = createClients(app.process.transport);
+      const orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
+      const owner = await app.ownerToken();
+      await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } });
+      for (const [name, up] of [
+        ["healthy-a", true],
+        ["healthy-b", true],
+        ["down", false],
+      ] as const) {
+        receiver.endpoint(name, [], up ? () => ({ status: 204 }) : () => "drop");
+        const res = await app.call("POST", "/o/acme/subscriptions", { token: owner, body: { url: receiver.url(name), events: ["incident.opened"] } });
+        receiver.setSecrets(name, [res.body.secret]);
+      }
+      const run = randomBytes(4).toString("hex");
+      const heapBefore = process.memoryUsage().heapUsed;
+      const opened: string[] = [];
+      let i = 0;
+      const stormStart = performance.now();
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          while (i < INCIDENTS) {
+            const n = i++;
+            const res = await clients.incidents.record({
+              orgId,
+              orgSlug: "acme",
+              alert: { source: "metrics-monitor", attachIdentity: `storm-${run}-${n}`, kind: "alert", title: `storm ${n}`, severity: "sev3", summary: "" },
+            });
+            opened.push(res.incident!.id);
+          }
+        }),
+      );
+      const stormEnd = performance.now();
+      const got = (name: string) => new Set(receiver.deliveries.filter((d) => d.endpoint === name && d.accepted).map((d) => String(d.event.data.incidentId)));
+      const deadline = stormEnd + 300_000;
+      while (performance.now() < deadline && (got("healthy-a").size < INCIDENTS || got("healthy-b").size < INCIDENTS))
+        await new Promise((r) => setTimeout(r, 200));
+      const drainedAfter = (performance.now() - stormEnd) / 1000;
+      const lost = opened.filter((id) => !got("healthy-a").has(id) || !got("healthy-b").has(id)).length;
+      console.log(
+        JSON.stringify(
+          {
+            bench: "subscriptions storm",
+            incidents: INCIDENTS,
+            stormSeconds: Number(((stormEnd - stormStart) / 1000).toFixed(1)),
+            healthyDrainedSecondsAfterStorm: Number(drainedAfter.toFixed(1)),
+            floorSecondsForTheSamePosts: Number(floorSeconds.toFixed(1)),
+            healthyA: got("healthy-a").size,
+            healthyB: got("healthy-b").size,
+            lost,
+            unverified: receiver.deliveries.filter((d) => d.endpoint !== "floor" && !d.verified).length,
+            heapGrowthMiB: Number(((process.memoryUsage().heapUsed - heapBefore) / 2 ** 20).toFixed(1)),
+          },
+          null,
+          2,
+        ),
+      );
+    } finally {
+      await app.stop();
+    }
+  } finally {
+    await receiver.close();
+    certs.remove();
+  }
+}

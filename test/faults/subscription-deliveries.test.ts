@@ -1,0 +1,200 @@
+import { randomBytes } from "node:crypto";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { makeTestCertificates, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { createClients, type Clients } from "../../services/runtime/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { startWebhookReceiver, type Behaviour, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
+import { startApp, type TestApp } from "../support/app.js";
+import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+
+/**
+ * Event subscriptions under faults, over NATS (JetStream durable consumers feed the deliveries):
+ * a receiver down and back, failing every other time, hanging past the timeout, NATS restarted
+ * mid-delivery, and a subscription deleted with retries pending. Each case counts the incidents
+ * opened (sent), the ones whose event the receiver took (delivered), those it took more than once
+ * (doubled: allowed, always with one webhook-id) and those it never took (lost: must be 0). The
+ * retry schedule is shortened by configuration; its shape is the production one.
+ */
+const SCHEDULE = "0.2,0.5,1,2,3,3,3,3,3,3";
+let nats: PrivateNats;
+let app: TestApp;
+let certs: TestCertificates;
+let receiver: WebhookReceiver;
+let clients: Clients;
+let sql: postgres.Sql;
+let orgId: string;
+let owner: string;
+
+async function until<T>(what: string, probe: () => Promise<T | undefined | false> | T | undefined | false, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`never saw ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+async function subscribe(name: string, behaviour: Behaviour): Promise<string> {
+  receiver.endpoint(name, [], behaviour);
+  const res = await app.call("POST", "/o/acme/subscriptions", { token: owner, body: { url: receiver.url(name), events: ["incident.opened"] } });
+  expect(res.status, JSON.stringify(res.body)).toBe(201);
+  receiver.setSecrets(name, [res.body.secret]);
+  return res.body.id;
+}
+
+async function openIncidents(count: number, label: string): Promise<string[]> {
+  const ids: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const res = await clients.incidents.record({
+      orgId,
+      orgSlug: "acme",
+      alert: {
+        source: "metrics-monitor",
+        attachIdentity: `${label}-${i}-${randomBytes(4).toString("hex")}`,
+        kind: "alert",
+        title: `${label} ${i}`,
+        severity: "sev3",
+        summary: "",
+      },
+    });
+    ids.push(res.incident!.id);
+  }
+  return ids;
+}
+
+/** What the receiver took of the events of `sent`, at endpoint `name`. */
+function tally(name: string, sent: string[]) {
+  const accepted = receiver.deliveries.filter((d) => d.endpoint === name && d.accepted);
+  const byIncident = new Map<string, { count: number; ids: Set<string> }>();
+  for (const d of accepted) {
+    const incidentId = String(d.event.data.incidentId);
+    const entry = byIncident.get(incidentId) ?? { count: 0, ids: new Set<string>() };
+    entry.count++;
+    entry.ids.add(d.webhookId);
+    byIncident.set(incidentId, entry);
+  }
+  return {
+    sent: sent.length,
+    delivered: sent.filter((id) => byIncident.has(id)).length,
+    doubled: sent.filter((id) => (byIncident.get(id)?.count ?? 0) > 1).length,
+    // A doubled event must carry the same webhook-id each time, or a receiver cannot dedupe it.
+    doubledWithAnotherId: sent.filter((id) => (byIncident.get(id)?.ids.size ?? 0) > 1).length,
+    lost: sent.filter((id) => !byIncident.has(id)).length,
+    unverified: receiver.deliveries.filter((d) => d.endpoint === name && !d.verified).length,
+  };
+}
+
+function report(what: string, result: ReturnType<typeof tally>) {
+  console.log(`${what}: ${JSON.stringify(result)}`);
+  expect(result.lost).toBe(0);
+  expect(result.delivered).toBe(result.sent);
+  expect(result.doubledWithAnotherId).toBe(0);
+  expect(result.unverified).toBe(0);
+}
+
+beforeAll(async () => {
+  certs = makeTestCertificates();
+  receiver = await startWebhookReceiver(certs);
+  nats = await startPrivateNats();
+  app = await startApp({
+    nats: nats.url,
+    env: {
+      SECRETS_KEYS: newSecretKeyEntry("k1"),
+      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+      EGRESS_CA_FILE: certs.caFile,
+      SUBSCRIPTION_TIMEOUT_SECONDS: "1.5",
+      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: SCHEDULE,
+    },
+  });
+  sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
+  clients = createClients(app.process.transport);
+  orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
+  owner = await app.ownerToken();
+  expect((await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } })).status).toBe(200);
+}, 120_000);
+
+afterAll(async () => {
+  await sql?.end();
+  await app?.stop();
+  await nats?.cleanup();
+  await receiver?.close();
+  certs?.remove();
+});
+
+describe("subscription deliveries under faults", () => {
+  it("a receiver down for a while, then back: every event arrives", async () => {
+    let down = true;
+    const id = await subscribe("down-then-back", () => (down ? "drop" : { status: 204 }));
+    const sent = await openIncidents(20, "down");
+    await new Promise((r) => setTimeout(r, 6000));
+    // It was tried while down, and every such try failed without an answer.
+    const [failed] = await sql<{ n: number }[]>`
+      select count(*)::int as n from subscriptions.attempts a join subscriptions.deliveries d on d.id = a.delivery_id
+      where d.subscription_id = ${id} and a.outcome = 'failed' and a.status = 0`;
+    expect(failed!.n).toBeGreaterThanOrEqual(20);
+    down = false;
+    await until("every event after the receiver came back", () => tally("down-then-back", sent).delivered === sent.length, 60_000);
+    report("receiver down 6 s then back", tally("down-then-back", sent));
+  }, 120_000);
+
+  it("a receiver answering 500 every other time", async () => {
+    await subscribe("every-other", (n) => (n % 2 === 0 ? { status: 500, body: "oops" } : { status: 200 }));
+    const sent = await openIncidents(20, "flaky");
+    await until("every event", () => tally("every-other", sent).delivered === sent.length, 60_000);
+    report("500 every other time", tally("every-other", sent));
+  }, 120_000);
+
+  it("a receiver that hangs past the timeout, then answers", async () => {
+    await subscribe("hangs", (n) => (n % 3 === 0 ? "hang" : { status: 202 }));
+    const sent = await openIncidents(12, "hang");
+    await until("every event", () => tally("hangs", sent).delivered === sent.length, 60_000);
+    expect(receiver.hanging("hangs").maxOpen).toBeLessThanOrEqual(4);
+    report("hang past the timeout", tally("hangs", sent));
+  }, 120_000);
+
+  it("NATS restarted mid-delivery", async () => {
+    await subscribe("nats-restart", (n) => (n % 4 === 0 ? { status: 503, headers: { "retry-after": "1" } } : { status: 204 }));
+    const before = await openIncidents(15, "nats-a");
+    await nats.stop();
+    await new Promise((r) => setTimeout(r, 3000));
+    await nats.start();
+    const after = await until(
+      "intake over NATS again",
+      async () => {
+        try {
+          return await openIncidents(15, "nats-b");
+        } catch {
+          return undefined;
+        }
+      },
+      60_000,
+    );
+    const sent = [...before, ...after];
+    await until("every event", () => tally("nats-restart", sent).delivered === sent.length, 90_000);
+    report("NATS restarted mid-delivery", tally("nats-restart", sent));
+  }, 180_000);
+
+  it("a subscription deleted with retries pending: they stop, nothing is left behind", async () => {
+    const id = await subscribe("deleted", () => ({ status: 500 }));
+    const sent = await openIncidents(5, "deleted");
+    await until(
+      "a failed attempt of every event",
+      () => new Set(receiver.deliveries.filter((d) => d.endpoint === "deleted").map((d) => d.event.data.incidentId)).size === 5,
+      30_000,
+    );
+    expect((await app.call("DELETE", `/o/acme/subscriptions/${id}`, { token: owner })).status).toBe(204);
+    const atDelete = receiver.deliveries.filter((d) => d.endpoint === "deleted").length;
+    // Longer than the next three waits of the schedule: retries would have come by now.
+    await new Promise((r) => setTimeout(r, 4000));
+    const afterDelete = receiver.deliveries.filter((d) => d.endpoint === "deleted").length;
+    // An attempt already in flight at the delete may still land; no new one starts.
+    expect(afterDelete - atDelete).toBeLessThanOrEqual(4);
+    const [left] = await sql<{ n: number }[]>`select count(*)::int as n from subscriptions.deliveries where subscription_id = ${id}`;
+    expect(left!.n).toBe(0);
+    console.log(
+      `subscription deleted with retries pending: ${JSON.stringify({ sent: sent.length, postsBeforeDelete: atDelete, postsAfterDelete: afterDelete - atDelete })}`,
+    );
+  }, 60_000);
+});
