@@ -96,6 +96,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
         pathParams: params,
         query: url.searchParams,
         rawBody: route.body && route.body !== "*" ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" } : undefined,
+        headers: allHeaders(req),
       });
     } catch (err) {
       if (err instanceof RequestShapeError) {
@@ -140,6 +141,16 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
   }
 
   return handle;
+}
+
+/** Every request header but HTTP/2's pseudo-headers, repeated values joined as HTTP joins them. */
+function allHeaders(req: Request): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (name.startsWith(":") || value === undefined) continue;
+    headers[name] = Array.isArray(value) ? value.join(", ") : value;
+  }
+  return headers;
 }
 
 function headerValue(req: Request, name: string): string | undefined {

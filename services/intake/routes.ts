@@ -5,6 +5,7 @@ import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
+import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";
@@ -25,6 +26,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createAlertRouterHandlers({ receiverSecrets, delivery }),
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
+    ...createCustomSourceHandlers({ clients, delivery, logger, customSources: deps.customSources }),
   });
 }
 
@@ -39,6 +41,19 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   closeOpsgenieAlert: "opsgenie",
   acknowledgeOpsgenieAlert: "opsgenie",
   getOpsgenieRequestStatus: undefined,
+  deliverCustomSource: "custom",
+  deliverCustomSourceWithPathSecret: "custom",
+  createCustomSource: undefined,
+  listCustomSources: undefined,
+  listCustomSourcePresets: undefined,
+  getCustomSource: undefined,
+  updateCustomSource: undefined,
+  deleteCustomSource: undefined,
+  rotateCustomSourceCredential: undefined,
+  revokeCustomSourceCredential: undefined,
+  listCustomSourceDeliveries: undefined,
+  listCustomSourcePayloads: undefined,
+  previewCustomSource: undefined,
 };
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */
