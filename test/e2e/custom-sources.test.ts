@@ -3,6 +3,7 @@ import { OWNER } from "../support/app.js";
 import {
   auditEvents,
   bootstrapOrg,
+  fixture,
   duringMaintenance,
   getIncident,
   type IntakeApp,
@@ -335,6 +336,33 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     expect((await app.call("DELETE", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(204);
     expect((await deliver(source, {})).status).toBe(401);
     expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(404);
+  });
+
+  it("maps every preset's fixtures: trigger opens, repeat attaches, recovery records, malformed opens the default incident", async () => {
+    const presets = await app.call("GET", `/o/${OWNER.org}/custom-source-presets`, { token: owner });
+    expect(presets.status).toBe(200);
+    const names = (presets.body.presets as any[]).map((p) => p.name);
+    expect(names.sort()).toEqual(["checkmk", "elastic", "generic-json", "grafana", "nagios", "newrelic", "uptime-kuma", "uptimerobot", "zabbix"]);
+    for (const preset of names) {
+      const source = await createSource({ name: unique(preset).toLowerCase(), preset });
+      const trigger = await deliver(source, fixture(`${preset}/trigger.json`));
+      expect(trigger.body.outcome, preset).toBe("opened");
+      const repeat = await deliver(source, fixture(`${preset}/repeat.json`));
+      expect(repeat.body, preset).toMatchObject({ outcome: "attached", incidentId: trigger.body.incidentId });
+      const recovery = await deliver(source, fixture(`${preset}/recovery.json`));
+      expect(recovery.body, preset).toMatchObject({ outcome: "recorded", incidentId: trigger.body.incidentId });
+      const incident = await getIncident(app, owner, trigger.body.incidentId);
+      expect(incident.source, preset).toBe(source.name);
+      expect(
+        incident.timeline.map((e: any) => e.kind),
+        preset,
+      ).toEqual(["opened", "repeat", "recovery"]);
+      const malformed = await deliver(source, fixture(`${preset}/malformed.json`));
+      expect(malformed.body.outcome, preset).toBe("opened");
+      expect((await getIncident(app, owner, malformed.body.incidentId)).title, preset).toBe(`Unmapped alert from ${source.name}`);
+      const got = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner });
+      expect(got.body.preset).toBe(preset);
+    }
   });
 
   it("limits an organization to 50 sources, counted across replicas", async () => {

@@ -1,12 +1,6 @@
 import { create } from "@bufbuild/protobuf";
-import {
-  type CustomSourcePreset,
-  CustomSourcePresetSchema,
-  CustomSourceRuleSchema,
-  type CustomSourceRule,
-} from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
-
-type RuleInit = Partial<Omit<CustomSourceRule, "$typeName">>;
+import { type CustomSourcePreset, CustomSourcePresetSchema, CustomSourceRuleSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { type RuleInit, VENDOR_PRESETS } from "./vendor-presets.js";
 
 function preset(name: string, description: string, rules: RuleInit[]): CustomSourcePreset {
   return create(CustomSourcePresetSchema, { name, description, rules: rules.map((rule) => create(CustomSourceRuleSchema, rule)) });
@@ -17,6 +11,7 @@ function preset(name: string, description: string, rules: RuleInit[]): CustomSou
  * with its fixtures (test/fixtures/<preset>/). An admin creates a source from one and edits it.
  */
 export const PRESETS: CustomSourcePreset[] = [
+  ...VENDOR_PRESETS.map((p) => preset(p.name, p.description, p.rules)),
   preset(
     "generic-json",
     'Any JSON with "title", "severity" (critical, high, warning, info, or sev1..sev4) and "status" (firing or resolved); "key", "id", "description", "url" when present.',
