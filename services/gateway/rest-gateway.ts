@@ -143,11 +143,20 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
   return handle;
 }
 
-/** Every request header but HTTP/2's pseudo-headers, repeated values joined as HTTP joins them. */
+/**
+ * Credentials travel to the services in headers only, never in a message (docs/SECURITY.md): the
+ * copy of the request's headers a mapping reads leaves them out.
+ */
+const CREDENTIAL_HEADERS = new Set(["authorization", "proxy-authorization", "cookie", "x-service-alertrouter-secret", "x-service-chat-secret"]);
+
+/**
+ * Every request header but HTTP/2's pseudo-headers and the credentials, repeated values joined as
+ * HTTP joins them.
+ */
 function allHeaders(req: Request): Record<string, string> {
   const headers: Record<string, string> = {};
   for (const [name, value] of Object.entries(req.headers)) {
-    if (name.startsWith(":") || value === undefined) continue;
+    if (name.startsWith(":") || CREDENTIAL_HEADERS.has(name) || value === undefined) continue;
     headers[name] = Array.isArray(value) ? value.join(", ") : value;
   }
   return headers;

@@ -67,13 +67,20 @@ function presentedSecret(req: DeliverCustomSourceRequest, authorization: string 
   return undefined;
 }
 
-/** Every request header, from the REST gateway's copy or the Connect/gRPC request itself. */
+/**
+ * Every request header, from the REST gateway's copy (which leaves the credentials out: they
+ * reach us as headers of the call) or the Connect/gRPC request itself. The credential is kept by
+ * name only, so a kept payload shows that one was sent.
+ */
 function requestHeaders(req: DeliverCustomSourceRequest, context: HandlerContext): Record<string, string> {
-  if (Object.keys(req.requestHeaders).length > 0) return { ...req.requestHeaders };
-  const headers: Record<string, string> = {};
-  context.requestHeader.forEach((value, name) => {
-    headers[name] = value;
-  });
+  let headers: Record<string, string> = {};
+  if (Object.keys(req.requestHeaders).length > 0) headers = { ...req.requestHeaders };
+  else {
+    context.requestHeader.forEach((value, name) => {
+      headers[name] = value;
+    });
+  }
+  if (context.requestHeader.has("authorization")) headers.authorization = "[redacted]";
   return headers;
 }
 
