@@ -6,6 +6,7 @@ import { annotate } from "../runtime/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
+import { createGrouping, createGroupingHandlers } from "./custom-sources/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";
@@ -19,14 +20,17 @@ type IntakeImpl = ServiceImpl<typeof IntakeService>;
 export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const { clients, store, logger, broadcast } = deps;
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
-  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger) });
+  const custom = deps.customSources;
+  const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger }) : undefined;
+  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger), grouping });
   const receiverSecrets = createReceiverSecrets({ clients, store });
   return countRefusals({
     ...createTriggerEndpointHandlers({ clients, ingestTokens, delivery }),
     ...createAlertRouterHandlers({ receiverSecrets, delivery }),
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
-    ...createCustomSourceHandlers({ clients, delivery, logger, customSources: deps.customSources }),
+    ...createCustomSourceHandlers({ clients, delivery, logger, customSources: custom, grouping }),
+    ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
   });
 }
 
@@ -54,6 +58,9 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   listCustomSourceDeliveries: undefined,
   listCustomSourcePayloads: undefined,
   previewCustomSource: undefined,
+  putGroupingOverride: undefined,
+  listGroupingOverrides: undefined,
+  deleteGroupingOverride: undefined,
 };
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */

@@ -1,4 +1,6 @@
+import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
 import { OWNER } from "../support/app.js";
 import {
   auditEvents,
@@ -292,9 +294,15 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
         { rule: "resolved", matched: false, reason: 'not tried: rule "problem" matched first' },
       ],
     });
-    const started = performance.now();
-    await preview({ body: problem });
-    const took = performance.now() - started;
+    // The median of eleven previews, each timed as the caller sees it: one slow answer on a shared
+    // machine is a sample, not the figure.
+    const times: number[] = [];
+    for (let i = 0; i < 11; i++) {
+      const started = performance.now();
+      expect((await preview({ body: problem })).status).toBe(200);
+      times.push(performance.now() - started);
+    }
+    const took = times.sort((x, y) => x - y)[5]!;
     expect((await listIncidents(app, owner)).length).toBe(before);
 
     const opened = await deliver(source, problem);
@@ -363,6 +371,73 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       const got = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner });
       expect(got.body.preset).toBe(preset);
     }
+  });
+
+  it("groups by an organization's override, for a built-in source and a custom one, and opens anew past a grouping window", async () => {
+    const ingest = (await app.call("POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: owner })).body.token as string;
+    const monitor = (alertId: string, service: string) => ({
+      title: `CPU high (${alertId})`,
+      alert_type: "error",
+      alert_transition: "Triggered",
+      alert_id: alertId,
+      event_id: unique("ev"),
+      tags: [`service:${service}`],
+    });
+    const service = unique("svc");
+    // By default two monitors of one service are two incidents.
+    const a = await post("/triggers", monitor(unique("m"), service), { authorization: `Bearer ${ingest}` });
+    const b = await post("/triggers", monitor(unique("m"), service), { authorization: `Bearer ${ingest}` });
+    expect([a.body.outcome, b.body.outcome]).toEqual(["opened", "opened"]);
+
+    const put = await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, {
+      token: owner,
+      body: { attachKey: "body.tags.filter(t, t.startsWith('service:'))[0]" },
+    });
+    expect(put.status, JSON.stringify(put.body)).toBe(200);
+    const bad = await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner, body: { attachKey: "body.(" } });
+    expect(bad.status).toBe(400);
+    await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
+    const service2 = unique("svc");
+    const c = await post("/triggers", monitor(unique("m"), service2), { authorization: `Bearer ${ingest}` });
+    const d = await post("/triggers", monitor(unique("m"), service2), { authorization: `Bearer ${ingest}` });
+    expect(c.body.outcome).toBe("opened");
+    expect(d.body).toMatchObject({ outcome: "attached", incidentId: c.body.incidentId });
+    expect((await app.call("DELETE", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner })).status).toBe(204);
+
+    // A custom source with a one-hour window: an incident opened two hours ago is not attached to.
+    const source = await createSource({
+      name: unique("windowed").toLowerCase(),
+      rules: [
+        { name: "ok", when: "body.state == 'ok'", kind: "'recovery'", attachKey: "body.host" },
+        { name: "down", title: "body.host + ' down'", attachKey: "body.host" },
+      ],
+    });
+    expect((await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/${source.name}`, { token: owner, body: { windowHours: 1 } })).status).toBe(200);
+    const listed = await app.call("GET", `/o/${OWNER.org}/grouping-overrides`, { token: owner });
+    expect(listed.body.overrides).toContainEqual({ source: source.name, attachKey: "", windowHours: 1 });
+    await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
+    const first = await deliver(source, { host: "h1" });
+    expect(first.body.outcome).toBe("opened");
+    expect((await deliver(source, { host: "h1" })).body).toMatchObject({ outcome: "attached", incidentId: first.body.incidentId });
+
+    const db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+    try {
+      await db`update incidents.incidents set opened_at = opened_at - interval '2 hours' where id = ${first.body.incidentId}`;
+    } finally {
+      await db.end();
+    }
+    const preview = await app.call("POST", `/o/${OWNER.org}/custom-sources/${source.id}/preview`, { token: owner, body: { body: { host: "h1" } } });
+    expect(preview.body).toMatchObject({ would: "opened", incidentId: null });
+    // Past the window, concurrent deliveries open exactly one new incident, and later ones attach to it.
+    const racing = await Promise.all(Array.from({ length: 6 }, () => deliver(source, { host: "h1" })));
+    const opened = racing.filter((r) => r.body.outcome === "opened");
+    expect(opened).toHaveLength(1);
+    const second = opened[0]!.body.incidentId;
+    expect(second).not.toBe(first.body.incidentId);
+    for (const r of racing) expect(r.body.incidentId).toBe(second);
+    expect((await deliver(source, { host: "h1", state: "ok" })).body).toMatchObject({ outcome: "recorded", incidentId: second });
+    // The old incident is untouched: one opened entry and its one repeat.
+    expect((await getIncident(app, owner, first.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
   });
 
   it("limits an organization to 50 sources, counted across replicas", async () => {

@@ -13,6 +13,7 @@ import {
   ListCustomSourcesResponseSchema,
   PreviewCustomSourceResponseSchema,
 } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import { type IntakeService, TriggerResponseSchema } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/auth.js";
 import type { Clients } from "../../runtime/clients.js";
@@ -25,7 +26,8 @@ import type { Outbox } from "../../runtime/outbox.js";
 import { newHexSecret, sha256 } from "../../runtime/secrets.js";
 import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "./cel-mapping.js";
-import { createCustomSourceDelivery, customAttachIdentity, toMappedDelivery, unmappedAttachIdentity } from "./custom-source-delivery.js";
+import type { Grouping } from "./grouping.js";
+import { createCustomSourceDelivery, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
 import { PRESETS, presetNamed } from "./presets.js";
 import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
@@ -69,6 +71,7 @@ export function createCustomSourceHandlers(deps: {
   delivery: DeliveryPath;
   logger: Logger;
   customSources: CustomSourcesDeps | undefined;
+  grouping?: Grouping | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, CustomSourceMethods> {
   const { clients, delivery, logger } = deps;
   const config = deps.customSources;
@@ -294,10 +297,12 @@ export function createCustomSourceHandlers(deps: {
         response.would = "dropped";
         return response;
       }
-      const identity = result.error || !fields ? unmappedAttachIdentity(row.id) : fields.attachKey ? customAttachIdentity(row.id, fields.attachKey) : "";
-      const open = identity
-        ? await clients.incidents.findLatestOpen({ orgId: principal.orgId, source: row.name, attachIdentity: mapped.alert?.attachIdentity ?? identity })
-        : undefined;
+      // The organization's grouping override, as a delivery would apply it, without moving anything on.
+      if (mapped.alert && deps.grouping)
+        await deps.grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), mapped.alert, body, { dryRun: true });
+      const identity = mapped.alert?.attachIdentity ?? "";
+      response.attachIdentity = identity;
+      const open = identity ? await clients.incidents.findLatestOpen({ orgId: principal.orgId, source: row.name, attachIdentity: identity }) : undefined;
       const kind = mapped.alert?.kind ?? "alert";
       if (open?.incidentId) {
         response.incidentId = open.incidentId;

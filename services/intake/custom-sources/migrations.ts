@@ -50,4 +50,26 @@ export const customSourceMigrations: Migration[] = [
       create index custom_source_deliveries_newest on intake.custom_source_deliveries (source_id, at desc, id desc);
     `,
   },
+  {
+    id: 35,
+    name: "grouping overrides and their generations",
+    sql: `
+      create table intake.grouping_overrides (
+        org_id uuid not null,
+        source text not null,
+        attach_key text not null default '',
+        window_hours integer not null default 0,
+        version integer not null default 1,
+        primary key (org_id, source)
+      );
+      -- The current generation of an attach identity under a grouping window: a delivery that finds
+      -- the generation's open incident older than the window moves to the next one, which opens anew.
+      create table intake.grouping_generations (
+        org_id uuid not null,
+        identity text not null,
+        generation integer not null,
+        primary key (org_id, identity)
+      );
+    `,
+  },
 ];

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/intake/v1/custom_sources.proto.
  */
 export const file_warroom_intake_v1_custom_sources: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkiRQoXQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMSFgoOc2VjcmV0X2luX3BhdGgYASABKAgSEgoKYmFzaWNfYXV0aBgCIAEoCCLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCK0AQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCSKMAQoaQ3JlYXRlQ3VzdG9tU291cmNlUmVzcG9uc2USLwoGc291cmNlGAEgASgLMh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlEj0KCmNyZWRlbnRpYWwYAiABKAsyKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIicKGExpc3RDdXN0b21Tb3VyY2VzUmVxdWVzdBILCgNvcmcYASABKAkiVAoZTGlzdEN1c3RvbVNvdXJjZXNSZXNwb25zZRI3Cg5jdXN0b21fc291cmNlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZSIxChZHZXRDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKiAQoZVXBkYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyI0ChlEZWxldGVDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI+CiNSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPgojUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjwKIUxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QEKFEN1c3RvbVNvdXJjZURlbGl2ZXJ5EgoKAmlkGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdvdXRjb21lGAMgASgJEhgKC2luY2lkZW50X2lkGAQgASgJSACIAQESEQoEcnVsZRgFIAEoCUgBiAEBEhIKBWVycm9yGAYgASgJSAKIAQESEAoId2FybmluZ3MYByADKAkSEwoGcmVhc29uGAggASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQgcKBV9ydWxlQggKBl9lcnJvckIJCgdfcmVhc29uImEKIkxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVzcG9uc2USOwoKZGVsaXZlcmllcxgBIAMoCzInLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZURlbGl2ZXJ5IjoKH0xpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIvECChNDdXN0b21Tb3VyY2VQYXlsb2FkEgoKAmlkGAEgASgJEi8KC3JlY2VpdmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCgRib2R5GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEkQKB2hlYWRlcnMYBCADKAsyMy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkLkhlYWRlcnNFbnRyeRJACgVxdWVyeRgFIAMoCzIxLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuUXVlcnlFbnRyeRIRCgl0cnVuY2F0ZWQYBiABKAgaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlwKIExpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlEjgKCHBheWxvYWRzGAEgAygLMiYud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZCKXAwoaUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKcGF5bG9hZF9pZBgEIAEoCRJLCgdoZWFkZXJzGAUgAygLMjoud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuSGVhZGVyc0VudHJ5EkcKBXF1ZXJ5GAYgAygLMjgud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuUXVlcnlFbnRyeRIyCgVydWxlcxgHIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKF0N1c3RvbVNvdXJjZVJ1bGVWZXJkaWN0EgwKBHJ1bGUYASABKAkSDwoHbWF0Y2hlZBgCIAEoCBIOCgZyZWFzb24YAyABKAki1QIKGEN1c3RvbVNvdXJjZU1hcHBlZEZpZWxkcxIMCgRraW5kGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEhIKCmF0dGFjaF9rZXkYBCABKAkSEAoIZXZlbnRfaWQYBSABKAkSGAoLZW50aXR5X2tpbmQYBiABKAlIAIgBARIWCgllbnRpdHlfaWQYByABKAlIAYgBARIUCgdzdW1tYXJ5GAggASgJSAKIAQESEQoEbGluaxgJIAEoCUgDiAEBEhgKC3J1bmJvb2tfdXJsGAogASgJSASIAQESGgoNaWdub3JlX3JlYXNvbhgLIAEoCUgFiAEBQg4KDF9lbnRpdHlfa2luZEIMCgpfZW50aXR5X2lkQgoKCF9zdW1tYXJ5QgcKBV9saW5rQg4KDF9ydW5ib29rX3VybEIQCg5faWdub3JlX3JlYXNvbiKqAgobUHJldmlld0N1c3RvbVNvdXJjZVJlc3BvbnNlEhkKDG1hdGNoZWRfcnVsZRgBIAEoCUgAiAEBEjkKBXJ1bGVzGAIgAygLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSOwoGZmllbGRzGAMgASgLMisud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEhIKBWVycm9yGAQgASgJSAGIAQESEAoId2FybmluZ3MYBSADKAkSDQoFd291bGQYBiABKAkSGAoLaW5jaWRlbnRfaWQYByABKAlIAogBAUIPCg1fbWF0Y2hlZF9ydWxlQggKBl9lcnJvckIOCgxfaW5jaWRlbnRfaWQihQMKGkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0EhEKCXNvdXJjZV9pZBgBIAEoCRITCgtwYXRoX3NlY3JldBgCIAEoCRIMCgRib2R5GAMgASgMEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRJaCg9yZXF1ZXN0X2hlYWRlcnMYBSADKAsyQS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5SZXF1ZXN0SGVhZGVyc0VudHJ5ElQKDHF1ZXJ5X3BhcmFtcxgGIAMoCzI+LndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0LlF1ZXJ5UGFyYW1zRW50cnkaNQoTUmVxdWVzdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFF1ZXJ5UGFyYW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJrChJDdXN0b21Tb3VyY2VQcmVzZXQSDAoEbmFtZRgBIAEoCRITCgtkZXNjcmlwdGlvbhgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUiLQoeTGlzdEN1c3RvbVNvdXJjZVByZXNldHNSZXF1ZXN0EgsKA29yZxgBIAEoCSJZCh9MaXN0Q3VzdG9tU291cmNlUHJlc2V0c1Jlc3BvbnNlEjYKB3ByZXNldHMYASADKAsyJS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQcmVzZXRiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkiRQoXQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMSFgoOc2VjcmV0X2luX3BhdGgYASABKAgSEgoKYmFzaWNfYXV0aBgCIAEoCCLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCK0AQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCSKMAQoaQ3JlYXRlQ3VzdG9tU291cmNlUmVzcG9uc2USLwoGc291cmNlGAEgASgLMh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlEj0KCmNyZWRlbnRpYWwYAiABKAsyKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIicKGExpc3RDdXN0b21Tb3VyY2VzUmVxdWVzdBILCgNvcmcYASABKAkiVAoZTGlzdEN1c3RvbVNvdXJjZXNSZXNwb25zZRI3Cg5jdXN0b21fc291cmNlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZSIxChZHZXRDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKiAQoZVXBkYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyI0ChlEZWxldGVDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI+CiNSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPgojUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjwKIUxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QEKFEN1c3RvbVNvdXJjZURlbGl2ZXJ5EgoKAmlkGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdvdXRjb21lGAMgASgJEhgKC2luY2lkZW50X2lkGAQgASgJSACIAQESEQoEcnVsZRgFIAEoCUgBiAEBEhIKBWVycm9yGAYgASgJSAKIAQESEAoId2FybmluZ3MYByADKAkSEwoGcmVhc29uGAggASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQgcKBV9ydWxlQggKBl9lcnJvckIJCgdfcmVhc29uImEKIkxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVzcG9uc2USOwoKZGVsaXZlcmllcxgBIAMoCzInLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZURlbGl2ZXJ5IjoKH0xpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIvECChNDdXN0b21Tb3VyY2VQYXlsb2FkEgoKAmlkGAEgASgJEi8KC3JlY2VpdmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCgRib2R5GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEkQKB2hlYWRlcnMYBCADKAsyMy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkLkhlYWRlcnNFbnRyeRJACgVxdWVyeRgFIAMoCzIxLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuUXVlcnlFbnRyeRIRCgl0cnVuY2F0ZWQYBiABKAgaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlwKIExpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlEjgKCHBheWxvYWRzGAEgAygLMiYud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZCKXAwoaUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKcGF5bG9hZF9pZBgEIAEoCRJLCgdoZWFkZXJzGAUgAygLMjoud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuSGVhZGVyc0VudHJ5EkcKBXF1ZXJ5GAYgAygLMjgud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuUXVlcnlFbnRyeRIyCgVydWxlcxgHIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKF0N1c3RvbVNvdXJjZVJ1bGVWZXJkaWN0EgwKBHJ1bGUYASABKAkSDwoHbWF0Y2hlZBgCIAEoCBIOCgZyZWFzb24YAyABKAki1QIKGEN1c3RvbVNvdXJjZU1hcHBlZEZpZWxkcxIMCgRraW5kGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEhIKCmF0dGFjaF9rZXkYBCABKAkSEAoIZXZlbnRfaWQYBSABKAkSGAoLZW50aXR5X2tpbmQYBiABKAlIAIgBARIWCgllbnRpdHlfaWQYByABKAlIAYgBARIUCgdzdW1tYXJ5GAggASgJSAKIAQESEQoEbGluaxgJIAEoCUgDiAEBEhgKC3J1bmJvb2tfdXJsGAogASgJSASIAQESGgoNaWdub3JlX3JlYXNvbhgLIAEoCUgFiAEBQg4KDF9lbnRpdHlfa2luZEIMCgpfZW50aXR5X2lkQgoKCF9zdW1tYXJ5QgcKBV9saW5rQg4KDF9ydW5ib29rX3VybEIQCg5faWdub3JlX3JlYXNvbiLDAgobUHJldmlld0N1c3RvbVNvdXJjZVJlc3BvbnNlEhkKDG1hdGNoZWRfcnVsZRgBIAEoCUgAiAEBEjkKBXJ1bGVzGAIgAygLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSOwoGZmllbGRzGAMgASgLMisud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEhIKBWVycm9yGAQgASgJSAGIAQESEAoId2FybmluZ3MYBSADKAkSDQoFd291bGQYBiABKAkSGAoLaW5jaWRlbnRfaWQYByABKAlIAogBARIXCg9hdHRhY2hfaWRlbnRpdHkYCCABKAlCDwoNX21hdGNoZWRfcnVsZUIICgZfZXJyb3JCDgoMX2luY2lkZW50X2lkIoUDChpEZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBIRCglzb3VyY2VfaWQYASABKAkSEwoLcGF0aF9zZWNyZXQYAiABKAkSDAoEYm9keRgDIAEoDBIUCgxjb250ZW50X3R5cGUYBCABKAkSWgoPcmVxdWVzdF9oZWFkZXJzGAUgAygLMkEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlckN1c3RvbVNvdXJjZVJlcXVlc3QuUmVxdWVzdEhlYWRlcnNFbnRyeRJUCgxxdWVyeV9wYXJhbXMYBiADKAsyPi53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeVBhcmFtc0VudHJ5GjUKE1JlcXVlc3RIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBRdWVyeVBhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlIi0KHkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVxdWVzdBILCgNvcmcYASABKAkiWQofTGlzdEN1c3RvbVNvdXJjZVByZXNldHNSZXNwb25zZRI2CgdwcmVzZXRzGAEgAygLMiUud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUHJlc2V0IkwKEEdyb3VwaW5nT3ZlcnJpZGUSDgoGc291cmNlGAEgASgJEhIKCmF0dGFjaF9rZXkYAiABKAkSFAoMd2luZG93X2hvdXJzGAMgASgNImMKGlB1dEdyb3VwaW5nT3ZlcnJpZGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIOCgZzb3VyY2UYAiABKAkSEgoKYXR0YWNoX2tleRgDIAEoCRIUCgx3aW5kb3dfaG91cnMYBCABKA0iKwocTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVxdWVzdBILCgNvcmcYASABKAkiVwodTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVzcG9uc2USNgoJb3ZlcnJpZGVzGAEgAygLMiMud2Fycm9vbS5pbnRha2UudjEuR3JvdXBpbmdPdmVycmlkZSI8Ch1EZWxldGVHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJYgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One mapping rule of a custom source. Every field but `name` is a CEL expression over `body`
@@ -1472,6 +1472,13 @@ export type PreviewCustomSourceResponse = Message<"warroom.intake.v1.PreviewCust
    * @generated from field: optional string incident_id = 7;
    */
   incidentId?: string | undefined;
+
+  /**
+   * The attach identity the incident core would get, grouping overrides applied; empty: none.
+   *
+   * @generated from field: string attach_identity = 8;
+   */
+  attachIdentity: string;
 };
 
 /**
@@ -1520,6 +1527,13 @@ export type PreviewCustomSourceResponseJson = {
    * @generated from field: optional string incident_id = 7;
    */
   incidentId?: string;
+
+  /**
+   * The attach identity the incident core would get, grouping overrides applied; empty: none.
+   *
+   * @generated from field: string attach_identity = 8;
+   */
+  attachIdentity?: string;
 };
 
 /**
@@ -1718,4 +1732,221 @@ export type ListCustomSourcePresetsResponseJson = {
  */
 export const ListCustomSourcePresetsResponseSchema: GenMessage<ListCustomSourcePresetsResponse, {jsonType: ListCustomSourcePresetsResponseJson}> = /*@__PURE__*/
   messageDesc(file_warroom_intake_v1_custom_sources, 26);
+
+/**
+ * An organization's grouping of one source, built-in or custom. Unset fields keep the source's
+ * own behaviour.
+ *
+ * @generated from message warroom.intake.v1.GroupingOverride
+ */
+export type GroupingOverride = Message<"warroom.intake.v1.GroupingOverride"> & {
+  /**
+   * The source badge it applies to (metrics-monitor, alert-router, a custom source's name, ...).
+   *
+   * @generated from field: string source = 1;
+   */
+  source: string;
+
+  /**
+   * A CEL expression over `body` (and `headers`, `query`, `receivedAt`) yielding the attach key
+   * that replaces the source's own; empty or null for a delivery: the source's own key.
+   *
+   * @generated from field: string attach_key = 2;
+   */
+  attachKey: string;
+
+  /**
+   * Attach only to an open incident opened less than this many hours ago, else open a new one.
+   * 0: no window.
+   *
+   * @generated from field: uint32 window_hours = 3;
+   */
+  windowHours: number;
+};
+
+/**
+ * An organization's grouping of one source, built-in or custom. Unset fields keep the source's
+ * own behaviour.
+ *
+ * @generated from message warroom.intake.v1.GroupingOverride
+ */
+export type GroupingOverrideJson = {
+  /**
+   * The source badge it applies to (metrics-monitor, alert-router, a custom source's name, ...).
+   *
+   * @generated from field: string source = 1;
+   */
+  source?: string;
+
+  /**
+   * A CEL expression over `body` (and `headers`, `query`, `receivedAt`) yielding the attach key
+   * that replaces the source's own; empty or null for a delivery: the source's own key.
+   *
+   * @generated from field: string attach_key = 2;
+   */
+  attachKey?: string;
+
+  /**
+   * Attach only to an open incident opened less than this many hours ago, else open a new one.
+   * 0: no window.
+   *
+   * @generated from field: uint32 window_hours = 3;
+   */
+  windowHours?: number;
+};
+
+/**
+ * Describes the message warroom.intake.v1.GroupingOverride.
+ * Use `create(GroupingOverrideSchema)` to create a new message.
+ */
+export const GroupingOverrideSchema: GenMessage<GroupingOverride, {jsonType: GroupingOverrideJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 27);
+
+/**
+ * @generated from message warroom.intake.v1.PutGroupingOverrideRequest
+ */
+export type PutGroupingOverrideRequest = Message<"warroom.intake.v1.PutGroupingOverrideRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string source = 2;
+   */
+  source: string;
+
+  /**
+   * @generated from field: string attach_key = 3;
+   */
+  attachKey: string;
+
+  /**
+   * @generated from field: uint32 window_hours = 4;
+   */
+  windowHours: number;
+};
+
+/**
+ * @generated from message warroom.intake.v1.PutGroupingOverrideRequest
+ */
+export type PutGroupingOverrideRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string source = 2;
+   */
+  source?: string;
+
+  /**
+   * @generated from field: string attach_key = 3;
+   */
+  attachKey?: string;
+
+  /**
+   * @generated from field: uint32 window_hours = 4;
+   */
+  windowHours?: number;
+};
+
+/**
+ * Describes the message warroom.intake.v1.PutGroupingOverrideRequest.
+ * Use `create(PutGroupingOverrideRequestSchema)` to create a new message.
+ */
+export const PutGroupingOverrideRequestSchema: GenMessage<PutGroupingOverrideRequest, {jsonType: PutGroupingOverrideRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 28);
+
+/**
+ * @generated from message warroom.intake.v1.ListGroupingOverridesRequest
+ */
+export type ListGroupingOverridesRequest = Message<"warroom.intake.v1.ListGroupingOverridesRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.ListGroupingOverridesRequest
+ */
+export type ListGroupingOverridesRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.ListGroupingOverridesRequest.
+ * Use `create(ListGroupingOverridesRequestSchema)` to create a new message.
+ */
+export const ListGroupingOverridesRequestSchema: GenMessage<ListGroupingOverridesRequest, {jsonType: ListGroupingOverridesRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 29);
+
+/**
+ * @generated from message warroom.intake.v1.ListGroupingOverridesResponse
+ */
+export type ListGroupingOverridesResponse = Message<"warroom.intake.v1.ListGroupingOverridesResponse"> & {
+  /**
+   * @generated from field: repeated warroom.intake.v1.GroupingOverride overrides = 1;
+   */
+  overrides: GroupingOverride[];
+};
+
+/**
+ * @generated from message warroom.intake.v1.ListGroupingOverridesResponse
+ */
+export type ListGroupingOverridesResponseJson = {
+  /**
+   * @generated from field: repeated warroom.intake.v1.GroupingOverride overrides = 1;
+   */
+  overrides?: GroupingOverrideJson[];
+};
+
+/**
+ * Describes the message warroom.intake.v1.ListGroupingOverridesResponse.
+ * Use `create(ListGroupingOverridesResponseSchema)` to create a new message.
+ */
+export const ListGroupingOverridesResponseSchema: GenMessage<ListGroupingOverridesResponse, {jsonType: ListGroupingOverridesResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 30);
+
+/**
+ * @generated from message warroom.intake.v1.DeleteGroupingOverrideRequest
+ */
+export type DeleteGroupingOverrideRequest = Message<"warroom.intake.v1.DeleteGroupingOverrideRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string source = 2;
+   */
+  source: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.DeleteGroupingOverrideRequest
+ */
+export type DeleteGroupingOverrideRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string source = 2;
+   */
+  source?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.DeleteGroupingOverrideRequest.
+ * Use `create(DeleteGroupingOverrideRequestSchema)` to create a new message.
+ */
+export const DeleteGroupingOverrideRequestSchema: GenMessage<DeleteGroupingOverrideRequest, {jsonType: DeleteGroupingOverrideRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 31);
 
