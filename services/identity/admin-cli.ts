@@ -11,6 +11,7 @@ import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
 import { createDirectTransport } from "../runtime/direct-transport.js";
 import { createMethodRegistry } from "../runtime/unary-call.js";
+import { runConfigCommand } from "../intake/custom-sources/config-cli.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
@@ -21,6 +22,9 @@ the same DATA_DIR the embedded database is its own: the command refuses; stop th
 start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASSWORD.`;
 
 async function run(): Promise<number> {
+  // Configuration as code talks to a running service, never to its database.
+  const command = process.argv[2];
+  if (command === "export" || command === "apply") return runConfigCommand(process.argv.slice(2));
   const { positionals, values } = parseArgs({
     allowPositionals: true,
     options: { org: { type: "string" }, email: { type: "string" }, password: { type: "string" }, help: { type: "boolean" } },

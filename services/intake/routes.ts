@@ -5,6 +5,7 @@ import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
+import { createConfigAsCodeHandlers } from "./custom-sources/config-as-code.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
 import { createGrouping, createGroupingHandlers } from "./custom-sources/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
@@ -31,6 +32,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, logger, customSources: custom, grouping }),
     ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
+    ...createConfigAsCodeHandlers({ clients, customSources: custom }),
   });
 }
 
@@ -61,6 +63,8 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   putGroupingOverride: undefined,
   listGroupingOverrides: undefined,
   deleteGroupingOverride: undefined,
+  exportConfig: undefined,
+  applyConfig: undefined,
 };
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */

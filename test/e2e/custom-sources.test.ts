@@ -1,3 +1,7 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
@@ -438,6 +442,74 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     expect((await deliver(source, { host: "h1", state: "ok" })).body).toMatchObject({ outcome: "recorded", incidentId: second });
     // The old incident is untouched: one opened entry and its one repeat.
     expect((await getIncident(app, owner, first.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
+  });
+
+  it("exports the configuration as YAML without secrets, and applies a file idempotently, over the API and the admin command", async () => {
+    const org = unique("code").toLowerCase().slice(0, 30);
+    const { owner: token } = await bootstrapOrg(app, org);
+    const created = await app.call("POST", `/o/${org}/custom-sources`, { token, body: { name: "zabbix-prod", preset: "zabbix" } });
+    expect(created.status).toBe(201);
+    const secret = created.body.credential.secret as string;
+    expect((await app.call("PUT", `/o/${org}/grouping-overrides/metrics-monitor`, { token, body: { windowHours: 6 } })).status).toBe(200);
+
+    const exported = await app.call("GET", `/o/${org}/config`, { token });
+    expect(exported.status).toBe(200);
+    const yaml = exported.body.yaml as string;
+    expect(yaml).toContain("name: zabbix-prod");
+    expect(yaml).toContain("preset: zabbix");
+    expect(yaml).toContain("windowHours: 6");
+    expect(yaml).not.toContain(secret);
+    const apply = (body: unknown) => app.call("POST", `/o/${org}/config`, { token, body });
+    // The exported file applied back changes nothing.
+    expect((await apply({ yaml })).body).toMatchObject({ changes: [], applied: false });
+
+    const withNewSource = yaml
+      .replace("windowHours: 6", "windowHours: 8")
+      .replace("customSources:\n", "customSources:\n  - name: kuma\n    rules:\n      - title: \"'down'\"\n");
+    const plan = await apply({ yaml: withNewSource, dryRun: true });
+    expect(plan.status, JSON.stringify(plan.body)).toBe(200);
+    expect(plan.body.changes).toEqual([
+      { action: "create", kind: "customSource", name: "kuma" },
+      { action: "update", kind: "groupingOverride", name: "metrics-monitor" },
+    ]);
+    expect(plan.body.applied).toBe(false);
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources).toHaveLength(1);
+
+    const applied = await apply({ yaml: withNewSource });
+    expect(applied.body).toMatchObject({ applied: true, credentials: [{ name: "kuma" }] });
+    const kuma = (await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.find((s: any) => s.name === "kuma");
+    expect((await deliver({ id: kuma.id, secret: applied.body.credentials[0].credential.secret }, {})).body.outcome).toBe("opened");
+    // The second time, nothing: and the first source kept its credential.
+    expect((await apply({ yaml: withNewSource })).body).toMatchObject({ changes: [], applied: false });
+    expect((await deliver({ id: created.body.source.id, secret }, { event_value: "0", event_id: "1", event_recovery_id: "2" })).status).toBe(200);
+
+    // The admin command: export to a file, delete a source from it, plan, apply, apply again.
+    const dir = mkdtempSync(join(tmpdir(), "warroom-config-"));
+    const file = join(dir, "warroom.yaml");
+    const admin = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          ["--import", "tsx", "services/identity/admin-cli.ts", ...args],
+          { env: { ...process.env, WARROOM_URL: app.url, WARROOM_TOKEN: token }, timeout: 60_000 },
+          (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    const exportedByCli = await admin("export", "--org", org, "--out", file);
+    expect(exportedByCli.code, exportedByCli.stderr).toBe(0);
+    const text = readFileSync(file, "utf8");
+    expect(text).toContain("name: kuma");
+    writeFileSync(file, text.replace(/ {2}- name: kuma\n(?: {4}.*\n)+/, ""));
+    const dry = await admin("apply", file, "--org", org, "--dry-run");
+    expect(dry.stdout).toBe("delete customSource kuma\ndry run: nothing changed\n");
+    expect((await admin("apply", file, "--org", org)).stdout).toBe("delete customSource kuma\napplied 1 change(s)\n");
+    expect((await admin("apply", file, "--org", org)).stdout).toBe("no changes: the organization matches the file\n");
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.map((s: any) => s.name)).toEqual(["zabbix-prod"]);
+    // A file that does not compile changes nothing and names the rule.
+    const broken = await apply({ yaml: 'version: 1\ncustomSources:\n  - name: x\n    rules:\n      - title: "body.("\n' });
+    expect(broken.status).toBe(400);
+    expect(broken.body.error).toMatch(/customSources\[0\] \(x\): rules\[0\]\.title: does not compile/);
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources).toHaveLength(1);
   });
 
   it("limits an organization to 50 sources, counted across replicas", async () => {
