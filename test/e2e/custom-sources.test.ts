@@ -277,6 +277,28 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     ).toBe(403);
   });
 
+  it("lands every one of many concurrent deliveries to one source, keeping 50 payloads", async () => {
+    const source = await createSource({
+      name: unique("storm").toLowerCase(),
+      rules: [{ title: "'storm'", attachKey: "string(int(body.n) % 5)", eventId: "string(body.n)" }],
+    });
+    let next = 0;
+    const statuses: number[] = [];
+    await Promise.all(
+      Array.from({ length: 25 }, async () => {
+        while (next < 300) {
+          const n = next++;
+          statuses.push((await deliver(source, { n })).status);
+        }
+      }),
+    );
+    expect(statuses.filter((s) => s !== 200 && s !== 201)).toEqual([]);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(5);
+    const kept = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}/payloads`, { token: owner });
+    expect(kept.body.payloads).toHaveLength(50);
+    expect((await log(source.id)).length).toBe(300);
+  });
+
   it("previews a payload without creating anything: fields, the rule that matched, why the others did not, where it would attach", async () => {
     const name = unique("preview").toLowerCase();
     const source = await createSource({ name, rules: ZABBIX_RULES });

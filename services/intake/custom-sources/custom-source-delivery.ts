@@ -126,7 +126,10 @@ export function createCustomSourceDelivery(deps: {
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
       const kept = boundedBody(body);
-      await store.keepPayload(row.id, { ...kept, headers: redactHeaders(headers), query });
+      // What is kept for admins to look at must never cost the sender its delivery.
+      await store
+        .keepPayload(row.id, { ...kept, headers: redactHeaders(headers), query })
+        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload"));
       const result = mapping(row, body, headers, query);
       const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
@@ -139,14 +142,16 @@ export function createCustomSourceDelivery(deps: {
           .catch((logErr: unknown) => logger.warn({ err: String(logErr) }, "could not log a custom-source delivery"));
         throw err;
       }
-      await store.logDelivery(row.id, {
-        outcome: answer.outcome,
-        incidentId: answer.incidentId,
-        rule: result.matchedRule,
-        error: result.error,
-        warnings: result.warnings,
-        reason: answer.reason,
-      });
+      await store
+        .logDelivery(row.id, {
+          outcome: answer.outcome,
+          incidentId: answer.incidentId,
+          rule: result.matchedRule,
+          error: result.error,
+          warnings: result.warnings,
+          reason: answer.reason,
+        })
+        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not log a custom-source delivery"));
       return answer;
     },
   };

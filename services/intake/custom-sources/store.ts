@@ -74,8 +74,9 @@ export function createCustomSourceStore(sql: Sql) {
     },
 
     /**
-     * Keeps a payload and drops those beyond the newest KEPT_PAYLOADS, in one statement: two
-     * deliveries at once may each keep one more for a moment, never more than that.
+     * Keeps a payload and drops those beyond the newest KEPT_PAYLOADS, in one statement. Rows
+     * another delivery is dropping at the same moment are skipped, not waited for: two deliveries
+     * that each waited for the other's rows deadlocked. One of them drops the row later.
      */
     async keepPayload(
       sourceId: string,
@@ -91,6 +92,7 @@ export function createCustomSourceStore(sql: Sql) {
         where source_id = ${sourceId} and id in (
           select id from intake.custom_source_payloads where source_id = ${sourceId}
           order by received_at desc, id desc offset ${KEPT_PAYLOADS - 1}
+          for update skip locked
         )`;
     },
 
@@ -126,6 +128,7 @@ export function createCustomSourceStore(sql: Sql) {
         await sql`
           delete from intake.custom_source_deliveries where source_id = ${sourceId} and id in (
             select id from intake.custom_source_deliveries where source_id = ${sourceId} order by at desc, id desc offset ${KEPT_DELIVERIES}
+            for update skip locked
           )`;
       }
     },
