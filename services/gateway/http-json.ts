@@ -60,7 +60,13 @@ export class RequestShapeError extends Error {
 /** Builds a request message from a JSON body, path parameters and query parameters. */
 export function requestFromHttp<Desc extends DescMessage>(
   schema: Desc,
-  parts: { body?: JsonObject; pathParams: Record<string, string>; query: URLSearchParams; rawBody?: { field: string; bytes: Uint8Array; contentType: string } },
+  parts: {
+    body?: JsonObject;
+    pathParams: Record<string, string>;
+    query: URLSearchParams;
+    rawBody?: { field: string; bytes: Uint8Array; contentType: string };
+    headers?: Record<string, string>;
+  },
 ): MessageShape<Desc> {
   const json: JsonObject = { ...(parts.body ?? {}) };
   // Path parameters win over the body: the path names the resource.
@@ -90,6 +96,13 @@ export function requestFromHttp<Desc extends DescMessage>(
     const typeField = fieldByName(schema, "content_type");
     if (typeField) target[typeField.localName] = parts.rawBody.contentType;
   }
+  // A route that hands the sender's whole request to its mapping (a custom source) declares these
+  // two maps: every header and every query parameter, as they came.
+  const target = message as Record<string, unknown>;
+  const headersField = fieldByName(schema, "request_headers");
+  if (headersField?.fieldKind === "map" && parts.headers) target[headersField.localName] = { ...parts.headers };
+  const queryField = fieldByName(schema, "query_params");
+  if (queryField?.fieldKind === "map") target[queryField.localName] = Object.fromEntries(parts.query);
   return message;
 }
 

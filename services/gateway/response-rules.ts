@@ -12,6 +12,8 @@ const TRIGGER_METHODS = new Set([
   "warroom.intake.v1.IntakeService.Deliver",
   "warroom.intake.v1.IntakeService.DeliverAlertRouter",
   "warroom.intake.v1.IntakeService.DeliverChat",
+  "warroom.intake.v1.IntakeService.DeliverCustomSource",
+  "warroom.intake.v1.IntakeService.DeliverCustomSourceWithPathSecret",
 ]);
 const CHAT_RECEIVER = "warroom.intake.v1.IntakeService.DeliverChat";
 const ALERT_ROUTER_RECEIVER = "warroom.intake.v1.IntakeService.DeliverAlertRouter";

@@ -101,6 +101,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
         pathParams: params,
         query: url.searchParams,
         rawBody: route.body && route.body !== "*" ? { field: route.body, bytes: body, contentType: headerValue(req, "content-type") ?? "" } : undefined,
+        headers: allHeaders(req),
       });
     } catch (err) {
       if (err instanceof RequestShapeError) {
@@ -161,6 +162,25 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
 function sendText(res: Response, status: number, text: string, headers: Record<string, string> = {}): void {
   res.writeHead(status, { "content-type": "text/plain; charset=utf-8", "content-length": Buffer.byteLength(text), ...headers });
   res.end(text);
+}
+
+/**
+ * Credentials travel to the services in headers only, never in a message (docs/SECURITY.md): the
+ * copy of the request's headers a mapping reads leaves them out.
+ */
+const CREDENTIAL_HEADERS = new Set(["authorization", "proxy-authorization", "cookie", "x-service-alertrouter-secret", "x-service-chat-secret"]);
+
+/**
+ * Every request header but HTTP/2's pseudo-headers and the credentials, repeated values joined as
+ * HTTP joins them.
+ */
+function allHeaders(req: Request): Record<string, string> {
+  const headers: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (name.startsWith(":") || CREDENTIAL_HEADERS.has(name) || value === undefined) continue;
+    headers[name] = Array.isArray(value) ? value.join(", ") : value;
+  }
+  return headers;
 }
 
 function headerValue(req: Request, name: string): string | undefined {

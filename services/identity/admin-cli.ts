@@ -12,6 +12,7 @@ import { migrate } from "../runtime/migrations.js";
 import { createDirectTransport } from "../runtime/direct-transport.js";
 import { createMethodRegistry } from "../runtime/unary-call.js";
 import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
+import { runConfigCommand } from "../intake/custom-sources/config-cli.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
@@ -23,11 +24,19 @@ start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASS
 
        npm run admin -- import-healthchecks <export.json> --org <slug> [--url <base URL>] [--dry-run]
 
-Registers the checks of a Healthchecks export as heartbeats (see --help after the command).`;
+Registers the checks of a Healthchecks export as heartbeats (see --help after the command).
+
+       npm run admin -- export | apply <file> [--dry-run]
+
+Writes the organization's custom sources and grouping overrides as one YAML file, or applies one
+(see --help after the command).`;
 
 async function run(): Promise<number> {
   // Heartbeats' import talks to a running service over its API, not to the database.
   if (process.argv[2] === "import-healthchecks") return runImportHealthchecks(process.argv.slice(3));
+  // Configuration as code talks to a running service, never to its database.
+  const command = process.argv[2];
+  if (command === "export" || command === "apply") return runConfigCommand(process.argv.slice(2));
   const { positionals, values } = parseArgs({
     allowPositionals: true,
     options: { org: { type: "string" }, email: { type: "string" }, password: { type: "string" }, help: { type: "boolean" } },

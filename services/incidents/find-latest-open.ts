@@ -1,7 +1,8 @@
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
-import { isOneOf, SOURCE_BADGES } from "./vocabulary.js";
+import { isSourceBadge, SOURCE_BADGES } from "./vocabulary.js";
 import type { IncidentsDeps } from "./deps.js";
 
 /**
@@ -14,12 +15,19 @@ export function createFindLatestOpenHandlers(deps: Pick<IncidentsDeps, "sql">): 
   const { sql } = deps;
   return {
     async findLatestOpen(req: FindLatestOpenRequest) {
-      if (!isOneOf(SOURCE_BADGES, req.source)) throw new InvalidArgumentError(`source must be one of ${SOURCE_BADGES.join(", ")}`);
-      const [row] = await sql<{ id: string; attach_identity: string }[]>`
-        select id, attach_identity from incidents.incidents
+      if (req.attachIdentity !== undefined) {
+        // By the key only the open incidents' index holds (see record.ts).
+        const [open] = await sql<{ id: string; attach_identity: string; opened_at: Date }[]>`
+          select id, attach_identity, opened_at from incidents.incidents
+          where (org_id::text || open_identity) = (${req.orgId}::uuid::text || ${req.attachIdentity}::text)`;
+        return open ? { incidentId: open.id, attachIdentity: open.attach_identity, openedAt: timestampFromDate(open.opened_at) } : {};
+      }
+      if (!isSourceBadge(req.source)) throw new InvalidArgumentError(`source must be one of ${SOURCE_BADGES.join(", ")} or a custom source's name`);
+      const [row] = await sql<{ id: string; attach_identity: string; opened_at: Date }[]>`
+        select id, attach_identity, opened_at from incidents.incidents
         where org_id = ${req.orgId} and source = ${req.source} and state = 'open' and attach_identity is not null
         order by opened_at desc, id desc limit 1`;
-      return row ? { incidentId: row.id, attachIdentity: row.attach_identity } : {};
+      return row ? { incidentId: row.id, attachIdentity: row.attach_identity, openedAt: timestampFromDate(row.opened_at) } : {};
     },
   };
 }

@@ -131,7 +131,7 @@ describe("POST /o/{org}/maintenance-windows", () => {
       [{ reason: "" }, "reason is required"],
       [{ reason: "   " }, "reason is required"],
       [{ reason: "r".repeat(1001) }, "reason must be at most 1000 characters"],
-      [{ match: { sources: ["pagerthing"] } }, "match.sources"],
+      [{ match: { sources: ["Pager Thing"] } }, "match.sources"],
       [{ match: { entities: [{ kind: "service" }] } }, "match.entities: every entity needs a kind and an id"],
       [{ match: { entities: Array.from({ length: 101 }, (_, i) => ({ kind: "service", id: `s${i}` })) } }, "at most 100 entities"],
       [{ match: { entities: [{ kind: "service", id: "x".repeat(201) }] } }, "at most 200 characters"],

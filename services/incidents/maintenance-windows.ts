@@ -14,7 +14,7 @@ import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { maintenanceWindowShape, storableText } from "./incident-shape.js";
 import type { ClockRow, MaintenanceWindowRow } from "./store.js";
-import { AUDIT_KINDS, SOURCE_BADGES } from "./vocabulary.js";
+import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "./vocabulary.js";
 import { currentTraceparent } from "../runtime/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 
@@ -58,8 +58,8 @@ function checkWindow(req: CreateMaintenanceWindowRequest): CheckedWindow {
   if (!reason) throw new InvalidArgumentError("reason is required");
   const sources: string[] = [];
   for (const source of req.match?.sources ?? []) {
-    if (!SOURCE_BADGES.includes(source)) {
-      throw new InvalidArgumentError(`match.sources: "${source.slice(0, 50)}" is not a source; use ${SOURCE_BADGES.join(", ")}`);
+    if (!isSourceBadge(source)) {
+      throw new InvalidArgumentError(`match.sources: "${source.slice(0, 50)}" is not a source; use ${SOURCE_BADGES.join(", ")} or a custom source's name`);
     }
     if (!sources.includes(source)) sources.push(source);
   }

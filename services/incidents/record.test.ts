@@ -269,7 +269,7 @@ describe.each([
 
   it("refuses a malformed delivery with InvalidArgument and stores nothing", async () => {
     const cases: [AlertInit, string][] = [
-      [{ source: "pager" }, "alert.source must be one of"],
+      [{ source: "Pager Duty" }, "alert.source: does not match regex pattern"],
       [{ kind: "resolve" }, "alert.kind must be one of"],
       [{ severity: "critical" }, "alert.severity must be one of"],
       [{ title: "   " }, "alert.title is required"],

@@ -3,10 +3,30 @@ import { allowedValues } from "../runtime/schema-rules.js";
 
 // The fixed words of the incident core: source badges, delivery kinds, states, timeline kinds.
 //
-// Source badges, delivery kinds and severities are written once, as the `string.in` rules of the
-// schema's Alert (proto/warroom/incidents/v1/incidents.proto), and read from there.
-export const SOURCE_BADGES = allowedValues(AlertSchema.field.source);
+// Delivery kinds and severities are written once, as the `string.in` rules of the schema's Alert
+// (proto/warroom/incidents/v1/incidents.proto), and read from there. Source badges are open: the
+// built-in ones below, and each custom source's name (intake refuses a name equal to a built-in).
+export const SOURCE_BADGES = [
+  "metrics-monitor",
+  "cloud-monitor",
+  "log-analytics",
+  "error-tracker",
+  "remote",
+  "alert-router",
+  "chat",
+  "heartbeat",
+  "pagerduty-events",
+  "opsgenie",
+] as const;
 export type SourceBadge = string;
+
+/** The characters a custom source's name (its badge) may have: the schema's rule on Alert.source. */
+export const CUSTOM_BADGE_PATTERN = /^[a-z0-9][a-z0-9-]{0,62}$/;
+
+/** Whether `value` can be a source badge: a built-in one or a custom source's name. */
+export function isSourceBadge(value: string): boolean {
+  return (SOURCE_BADGES as readonly string[]).includes(value) || CUSTOM_BADGE_PATTERN.test(value);
+}
 
 export const SEVERITIES = allowedValues(AlertSchema.field.severity);
 

@@ -10,6 +10,7 @@ import { annotate } from "../runtime/tracing.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
 import type { RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
+import type { Grouping } from "./custom-sources/grouping.js";
 import type { IntakeStore } from "./store.js";
 
 /**
@@ -41,8 +42,15 @@ export function mapOrRefuse(source: TriggerSource, body: unknown): MappedDeliver
 }
 
 /** The delivery path over the incident core's client, intake's store and its retry recognition. */
-export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore; logger: Logger; retries: RetryRecognition }): DeliveryPath {
-  const { clients, store, logger, retries } = deps;
+export function createDeliveryPath(deps: {
+  clients: Clients;
+  store: IntakeStore;
+  logger: Logger;
+  retries: RetryRecognition;
+  /** The organization's grouping overrides; none: every source groups as it does by default. */
+  grouping?: Grouping | undefined;
+}): DeliveryPath {
+  const { clients, store, logger, retries, grouping } = deps;
 
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string): Promise<RecordResponse> {
@@ -82,7 +90,7 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
    * statement, so a retry after this process died between the core's commit and storing the
    * answer finds that incident instead of opening a second one.
    */
-  async function deliverMapped(org: Organization, mapped: MappedDelivery, context: HandlerContext, retryKey = ""): Promise<TriggerAnswer> {
+  async function deliverMapped(org: Organization, body: unknown, mapped: MappedDelivery, context: HandlerContext, retryKey = ""): Promise<TriggerAnswer> {
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     if (mapped.outcome === "subscription-notice") {
       // Never fetched: an operator confirms with the token (see README).
@@ -93,6 +101,14 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
         ...(mapped.token ? { token: mapped.token } : {}),
       });
       return { outcome: "ignored", reason: mapped.reason };
+    }
+    if (grouping) {
+      try {
+        await grouping.apply(org, mapped.alert, body);
+      } catch (err) {
+        // The override is the organization's preference; losing it for one delivery beats losing the delivery.
+        logger.warn({ err: String(err) }, "could not apply a grouping override");
+      }
     }
     const result = await record(org, mapped.alert, context, retryKey);
     return answerOf(result, mapped.alert);
@@ -105,8 +121,8 @@ export function createDeliveryPath(deps: { clients: Clients; store: IntakeStore;
   async function deliverOnce(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     const key = retryKeyOf(route, body, mapped, context.requestHeader);
-    if (!key) return deliverMapped(org, mapped, context);
-    return retries.once(org.id, key, () => deliverMapped(org, mapped, context, key), {
+    if (!key) return deliverMapped(org, body, mapped, context);
+    return retries.once(org.id, key, () => deliverMapped(org, body, mapped, context, key), {
       signal: context.signal,
       stillValid: (held) => stillNamesOpenIncident(org, held),
     });

@@ -1,6 +1,7 @@
 import type { Broadcast } from "../runtime/broadcast.js";
 import type { Clients } from "../runtime/clients.js";
 import type { Logger } from "../runtime/logger.js";
+import type { CustomSourcesDeps } from "./custom-sources/custom-source-handlers.js";
 import type { IntakeStore } from "./store.js";
 
 /** What intake's handlers are built from (see "A service's files" in docs/ARCHITECTURE.md). */
@@ -11,4 +12,6 @@ export interface IntakeDeps {
   logger: Logger;
   /** Carries identity's notice that an ingest token was replaced. */
   broadcast: Broadcast;
+  /** Custom sources' tables and URLs; without them their routes answer Unavailable. */
+  customSources?: CustomSourcesDeps;
 }

@@ -1,5 +1,6 @@
 import type { Migration } from "../runtime/migrations.js";
 import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
+import { customSourceMigrations } from "./custom-sources/migrations.js";
 
 export const migrations: Migration[] = [
   {
@@ -70,4 +71,5 @@ export const migrations: Migration[] = [
     `,
   },
   ...outboxUpgrades("intake"),
+  ...customSourceMigrations,
 ];

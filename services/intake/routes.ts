@@ -5,6 +5,9 @@ import { deliveries } from "../runtime/metrics.js";
 import { annotate } from "../runtime/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
+import { createConfigAsCodeHandlers } from "./custom-sources/config-as-code.js";
+import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
+import { createGrouping, createGroupingHandlers } from "./custom-sources/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";
@@ -18,13 +21,18 @@ type IntakeImpl = ServiceImpl<typeof IntakeService>;
 export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const { clients, store, logger, broadcast } = deps;
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
-  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger) });
+  const custom = deps.customSources;
+  const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger }) : undefined;
+  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger), grouping });
   const receiverSecrets = createReceiverSecrets({ clients, store });
   return countRefusals({
     ...createTriggerEndpointHandlers({ clients, ingestTokens, delivery }),
     ...createAlertRouterHandlers({ receiverSecrets, delivery }),
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
+    ...createCustomSourceHandlers({ clients, delivery, logger, customSources: custom, grouping }),
+    ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
+    ...createConfigAsCodeHandlers({ clients, customSources: custom }),
   });
 }
 
@@ -39,6 +47,24 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   closeOpsgenieAlert: "opsgenie",
   acknowledgeOpsgenieAlert: "opsgenie",
   getOpsgenieRequestStatus: undefined,
+  deliverCustomSource: "custom",
+  deliverCustomSourceWithPathSecret: "custom",
+  createCustomSource: undefined,
+  listCustomSources: undefined,
+  listCustomSourcePresets: undefined,
+  getCustomSource: undefined,
+  updateCustomSource: undefined,
+  deleteCustomSource: undefined,
+  rotateCustomSourceCredential: undefined,
+  revokeCustomSourceCredential: undefined,
+  listCustomSourceDeliveries: undefined,
+  listCustomSourcePayloads: undefined,
+  previewCustomSource: undefined,
+  putGroupingOverride: undefined,
+  listGroupingOverrides: undefined,
+  deleteGroupingOverride: undefined,
+  exportConfig: undefined,
+  applyConfig: undefined,
 };
 
 /** A delivery refused before it reached the incident core is counted as `refused`. */

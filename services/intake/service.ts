@@ -15,7 +15,13 @@ const FORGET_EVERY_MS = 10 * 60_000;
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
-  const routes = createIntakeRoutes({ clients, store, logger, broadcast });
+  const routes = createIntakeRoutes({
+    clients,
+    store,
+    logger,
+    broadcast,
+    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl },
+  });
   let forgetTimer: NodeJS.Timeout | undefined;
   return {
     name: "intake",

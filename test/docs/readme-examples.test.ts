@@ -88,6 +88,11 @@ describe("the README's shell examples", () => {
     // At least the examples of the sources above (the README may show more).
     expect(sources).toEqual(expect.arrayContaining(["alert-router", "chat", "cloud-monitor", "cloud-monitor", "error-tracker", "metrics-monitor"]));
     expect(sources.filter((s) => s === "cloud-monitor")).toHaveLength(2);
+    // The custom source's example: its name is the badge, and its preview records nothing.
+    expect(sources.filter((s) => s === "disk-watcher")).toHaveLength(1);
+    expect(run.stdout).toMatch(/"matchedRule":"ok".*"would":"recorded"/);
+    // Configuration as code: the file just exported, applied back, changes nothing.
+    expect(run.stdout).toContain("no changes: the organization matches the file\ndry run: nothing changed\n");
     const heartbeat = await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token });
     expect(heartbeat.body.lastSeenAt).not.toBeNull();
   });

@@ -5,15 +5,19 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
+import type { EmptySchema } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_empty } from "@bufbuild/protobuf/wkt";
 import type { Entity, EntityJson } from "../../incidents/v1/incidents_pb.js";
 import { file_warroom_incidents_v1_incidents } from "../../incidents/v1/incidents_pb.js";
+import type { ApplyConfigRequestSchema, ApplyConfigResponseSchema, CreateCustomSourceRequestSchema, CreateCustomSourceResponseSchema, CustomSourceCredentialSchema, CustomSourceSchema, DeleteCustomSourceRequestSchema, DeleteGroupingOverrideRequestSchema, DeliverCustomSourceRequestSchema, ExportConfigRequestSchema, ExportConfigResponseSchema, GetCustomSourceRequestSchema, GroupingOverrideSchema, ListCustomSourceDeliveriesRequestSchema, ListCustomSourceDeliveriesResponseSchema, ListCustomSourcePayloadsRequestSchema, ListCustomSourcePayloadsResponseSchema, ListCustomSourcePresetsRequestSchema, ListCustomSourcePresetsResponseSchema, ListCustomSourcesRequestSchema, ListCustomSourcesResponseSchema, ListGroupingOverridesRequestSchema, ListGroupingOverridesResponseSchema, PreviewCustomSourceRequestSchema, PreviewCustomSourceResponseSchema, PutGroupingOverrideRequestSchema, RevokeCustomSourceCredentialRequestSchema, RotateCustomSourceCredentialRequestSchema, UpdateCustomSourceRequestSchema } from "./custom_sources_pb.js";
+import { file_warroom_intake_v1_custom_sources } from "./custom_sources_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file warroom/intake/v1/intake.proto.
  */
 export const file_warroom_intake_v1_intake: GenFile = /*@__PURE__*/
-  fileDesc("Ch53YXJyb29tL2ludGFrZS92MS9pbnRha2UucHJvdG8SEXdhcnJvb20uaW50YWtlLnYxIjQKDkRlbGl2ZXJSZXF1ZXN0EgwKBGJvZHkYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJIkoKEkRlbGl2ZXJDaGF0UmVxdWVzdBIQCghvcmdfc2x1ZxgBIAEoCRIMCgRib2R5GAIgASgMEhQKDGNvbnRlbnRfdHlwZRgDIAEoCSL+AQoPVHJpZ2dlclJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSGAoLaW5jaWRlbnRfaWQYAiABKAlIAIgBARIsCgZlbnRpdHkYAyABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSHgoRcHJvcG9zZWRfc2V2ZXJpdHkYBCABKAlIAYgBARIaCg13b3Jrc3BhY2VfdXJsGAUgASgJSAKIAQESEwoGcmVhc29uGAYgASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQhQKEl9wcm9wb3NlZF9zZXZlcml0eUIQCg5fd29ya3NwYWNlX3VybEIJCgdfcmVhc29uImoKFlBhZ2VyRHV0eUV2ZW50UmVzcG9uc2USDgoGc3RhdHVzGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSIQoJZGVkdXBfa2V5GAMgASgJSABSCWRlZHVwX2tleYgBAUIMCgpfZGVkdXBfa2V5Im0KGk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0EhIKCmlkZW50aWZpZXIYASABKAkSFwoPaWRlbnRpZmllcl90eXBlGAIgASgJEgwKBGJvZHkYAyABKAwSFAoMY29udGVudF90eXBlGAQgASgJIkwKGE9wc2dlbmllQWNjZXB0ZWRSZXNwb25zZRIOCgZyZXN1bHQYASABKAkSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJIjUKH0dldE9wc2dlbmllUmVxdWVzdFN0YXR1c1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSK8AQoVT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzEg8KB3N1Y2Nlc3MYASABKAgSDgoGYWN0aW9uGAIgASgJEhQKDHByb2Nlc3NlZF9hdBgDIAEoCRIWCg5pbnRlZ3JhdGlvbl9pZBgEIAEoCRISCgppc19zdWNjZXNzGAUgASgIEg4KBnN0YXR1cxgGIAEoCRIQCghhbGVydF9pZBgHIAEoCRINCgVhbGlhcxgIIAEoCRIPCgdvdXRjb21lGAkgASgJInkKHU9wc2dlbmllUmVxdWVzdFN0YXR1c1Jlc3BvbnNlEjYKBGRhdGEYASABKAsyKC53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZVJlcXVlc3RTdGF0dXMSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJMokKCg1JbnRha2VTZXJ2aWNlEmkKB0RlbGl2ZXISIS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSIXgtPkkwIROgRib2R5IgkvdHJpZ2dlcnMSgAEKEkRlbGl2ZXJBbGVydFJvdXRlchIhLndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJSZXF1ZXN0GiIud2Fycm9vbS5pbnRha2UudjEuVHJpZ2dlclJlc3BvbnNlIiOC0+STAh06BGJvZHkiFS90cmlnZ2Vycy9hbGVydHJvdXRlchKBAQoLRGVsaXZlckNoYXQSJS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ2hhdFJlcXVlc3QaIi53YXJyb29tLmludGFrZS52MS5UcmlnZ2VyUmVzcG9uc2UiJ4LT5JMCIToEYm9keSIZL3RyaWdnZXJzL2NoYXQve29yZ19zbHVnfRKAAQoVRW5xdWV1ZVBhZ2VyRHV0eUV2ZW50EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIhmC0+STAhM6BGJvZHkiCy92Mi9lbnF1ZXVlEogBChZFbnF1ZXVlUGFnZXJEdXR5Q2hhbmdlEiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIiCC0+STAho6BGJvZHkiEi92Mi9jaGFuZ2UvZW5xdWV1ZRJ/ChNDcmVhdGVPcHNnZW5pZUFsZXJ0EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiGILT5JMCEjoEYm9keSIKL3YyL2FsZXJ0cxKdAQoSQ2xvc2VPcHNnZW5pZUFsZXJ0Ei0ud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBbGVydEFjdGlvblJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiK4LT5JMCJToEYm9keSIdL3YyL2FsZXJ0cy97aWRlbnRpZmllcn0vY2xvc2USqQEKGEFja25vd2xlZGdlT3BzZ2VuaWVBbGVydBItLndhcnJvb20uaW50YWtlLnYxLk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0Gisud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBY2NlcHRlZFJlc3BvbnNlIjGC0+STAis6BGJvZHkiIy92Mi9hbGVydHMve2lkZW50aWZpZXJ9L2Fja25vd2xlZGdlEqoBChhHZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXMSMi53YXJyb29tLmludGFrZS52MS5HZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXNSZXF1ZXN0GjAud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzUmVzcG9uc2UiKILT5JMCIhIgL3YyL2FsZXJ0cy9yZXF1ZXN0cy97cmVxdWVzdF9pZH1iBnByb3RvMw", [file_google_api_annotations, file_warroom_incidents_v1_incidents]);
+  fileDesc("Ch53YXJyb29tL2ludGFrZS92MS9pbnRha2UucHJvdG8SEXdhcnJvb20uaW50YWtlLnYxIjQKDkRlbGl2ZXJSZXF1ZXN0EgwKBGJvZHkYASABKAwSFAoMY29udGVudF90eXBlGAIgASgJIkoKEkRlbGl2ZXJDaGF0UmVxdWVzdBIQCghvcmdfc2x1ZxgBIAEoCRIMCgRib2R5GAIgASgMEhQKDGNvbnRlbnRfdHlwZRgDIAEoCSL+AQoPVHJpZ2dlclJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSGAoLaW5jaWRlbnRfaWQYAiABKAlIAIgBARIsCgZlbnRpdHkYAyABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSHgoRcHJvcG9zZWRfc2V2ZXJpdHkYBCABKAlIAYgBARIaCg13b3Jrc3BhY2VfdXJsGAUgASgJSAKIAQESEwoGcmVhc29uGAYgASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQhQKEl9wcm9wb3NlZF9zZXZlcml0eUIQCg5fd29ya3NwYWNlX3VybEIJCgdfcmVhc29uImoKFlBhZ2VyRHV0eUV2ZW50UmVzcG9uc2USDgoGc3RhdHVzGAEgASgJEg8KB21lc3NhZ2UYAiABKAkSIQoJZGVkdXBfa2V5GAMgASgJSABSCWRlZHVwX2tleYgBAUIMCgpfZGVkdXBfa2V5Im0KGk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0EhIKCmlkZW50aWZpZXIYASABKAkSFwoPaWRlbnRpZmllcl90eXBlGAIgASgJEgwKBGJvZHkYAyABKAwSFAoMY29udGVudF90eXBlGAQgASgJIkwKGE9wc2dlbmllQWNjZXB0ZWRSZXNwb25zZRIOCgZyZXN1bHQYASABKAkSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJIjUKH0dldE9wc2dlbmllUmVxdWVzdFN0YXR1c1JlcXVlc3QSEgoKcmVxdWVzdF9pZBgBIAEoCSK8AQoVT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzEg8KB3N1Y2Nlc3MYASABKAgSDgoGYWN0aW9uGAIgASgJEhQKDHByb2Nlc3NlZF9hdBgDIAEoCRIWCg5pbnRlZ3JhdGlvbl9pZBgEIAEoCRISCgppc19zdWNjZXNzGAUgASgIEg4KBnN0YXR1cxgGIAEoCRIQCghhbGVydF9pZBgHIAEoCRINCgVhbGlhcxgIIAEoCRIPCgdvdXRjb21lGAkgASgJInkKHU9wc2dlbmllUmVxdWVzdFN0YXR1c1Jlc3BvbnNlEjYKBGRhdGEYASABKAsyKC53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZVJlcXVlc3RTdGF0dXMSDAoEdG9vaxgCIAEoARISCgpyZXF1ZXN0X2lkGAMgASgJMvcfCg1JbnRha2VTZXJ2aWNlEmkKB0RlbGl2ZXISIS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSIXgtPkkwIROgRib2R5IgkvdHJpZ2dlcnMSgAEKEkRlbGl2ZXJBbGVydFJvdXRlchIhLndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJSZXF1ZXN0GiIud2Fycm9vbS5pbnRha2UudjEuVHJpZ2dlclJlc3BvbnNlIiOC0+STAh06BGJvZHkiFS90cmlnZ2Vycy9hbGVydHJvdXRlchKBAQoLRGVsaXZlckNoYXQSJS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ2hhdFJlcXVlc3QaIi53YXJyb29tLmludGFrZS52MS5UcmlnZ2VyUmVzcG9uc2UiJ4LT5JMCIToEYm9keSIZL3RyaWdnZXJzL2NoYXQve29yZ19zbHVnfRKAAQoVRW5xdWV1ZVBhZ2VyRHV0eUV2ZW50EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIhmC0+STAhM6BGJvZHkiCy92Mi9lbnF1ZXVlEogBChZFbnF1ZXVlUGFnZXJEdXR5Q2hhbmdlEiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5QYWdlckR1dHlFdmVudFJlc3BvbnNlIiCC0+STAho6BGJvZHkiEi92Mi9jaGFuZ2UvZW5xdWV1ZRJ/ChNDcmVhdGVPcHNnZW5pZUFsZXJ0EiEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlclJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiGILT5JMCEjoEYm9keSIKL3YyL2FsZXJ0cxKdAQoSQ2xvc2VPcHNnZW5pZUFsZXJ0Ei0ud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBbGVydEFjdGlvblJlcXVlc3QaKy53YXJyb29tLmludGFrZS52MS5PcHNnZW5pZUFjY2VwdGVkUmVzcG9uc2UiK4LT5JMCJToEYm9keSIdL3YyL2FsZXJ0cy97aWRlbnRpZmllcn0vY2xvc2USqQEKGEFja25vd2xlZGdlT3BzZ2VuaWVBbGVydBItLndhcnJvb20uaW50YWtlLnYxLk9wc2dlbmllQWxlcnRBY3Rpb25SZXF1ZXN0Gisud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVBY2NlcHRlZFJlc3BvbnNlIjGC0+STAis6BGJvZHkiIy92Mi9hbGVydHMve2lkZW50aWZpZXJ9L2Fja25vd2xlZGdlEqoBChhHZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXMSMi53YXJyb29tLmludGFrZS52MS5HZXRPcHNnZW5pZVJlcXVlc3RTdGF0dXNSZXF1ZXN0GjAud2Fycm9vbS5pbnRha2UudjEuT3BzZ2VuaWVSZXF1ZXN0U3RhdHVzUmVzcG9uc2UiKILT5JMCIhIgL3YyL2FsZXJ0cy9yZXF1ZXN0cy97cmVxdWVzdF9pZH0SlAEKE0RlbGl2ZXJDdXN0b21Tb3VyY2USLS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSIqgtPkkwIkOgRib2R5IhwvdHJpZ2dlcnMvY3VzdG9tL3tzb3VyY2VfaWR9ErABCiFEZWxpdmVyQ3VzdG9tU291cmNlV2l0aFBhdGhTZWNyZXQSLS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBoiLndhcnJvb20uaW50YWtlLnYxLlRyaWdnZXJSZXNwb25zZSI4gtPkkwIyOgRib2R5IiovdHJpZ2dlcnMvY3VzdG9tL3tzb3VyY2VfaWR9L3twYXRoX3NlY3JldH0SlQEKEkNyZWF0ZUN1c3RvbVNvdXJjZRIsLndhcnJvb20uaW50YWtlLnYxLkNyZWF0ZUN1c3RvbVNvdXJjZVJlcXVlc3QaLS53YXJyb29tLmludGFrZS52MS5DcmVhdGVDdXN0b21Tb3VyY2VSZXNwb25zZSIigtPkkwIcOgEqIhcvby97b3JnfS9jdXN0b20tc291cmNlcxKPAQoRTGlzdEN1c3RvbVNvdXJjZXMSKy53YXJyb29tLmludGFrZS52MS5MaXN0Q3VzdG9tU291cmNlc1JlcXVlc3QaLC53YXJyb29tLmludGFrZS52MS5MaXN0Q3VzdG9tU291cmNlc1Jlc3BvbnNlIh+C0+STAhkSFy9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzEqgBChdMaXN0Q3VzdG9tU291cmNlUHJlc2V0cxIxLndhcnJvb20uaW50YWtlLnYxLkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVxdWVzdBoyLndhcnJvb20uaW50YWtlLnYxLkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVzcG9uc2UiJoLT5JMCIBIeL28ve29yZ30vY3VzdG9tLXNvdXJjZS1wcmVzZXRzEoMBCg9HZXRDdXN0b21Tb3VyY2USKS53YXJyb29tLmludGFrZS52MS5HZXRDdXN0b21Tb3VyY2VSZXF1ZXN0Gh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlIiSC0+STAh4SHC9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzL3tpZH0SjAEKElVwZGF0ZUN1c3RvbVNvdXJjZRIsLndhcnJvb20uaW50YWtlLnYxLlVwZGF0ZUN1c3RvbVNvdXJjZVJlcXVlc3QaHy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2UiJ4LT5JMCIToBKjIcL28ve29yZ30vY3VzdG9tLXNvdXJjZXMve2lkfRKAAQoSRGVsZXRlQ3VzdG9tU291cmNlEiwud2Fycm9vbS5pbnRha2UudjEuRGVsZXRlQ3VzdG9tU291cmNlUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIkgtPkkwIeKhwvby97b3JnfS9jdXN0b20tc291cmNlcy97aWR9ErIBChxSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsEjYud2Fycm9vbS5pbnRha2UudjEuUm90YXRlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QaKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIi+C0+STAikiJy9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzL3tpZH0vY3JlZGVudGlhbBKfAQocUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbBI2LndhcnJvb20uaW50YWtlLnYxLlJldm9rZUN1c3RvbVNvdXJjZUNyZWRlbnRpYWxSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ii+C0+STAikqJy9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzL3tpZH0vY3JlZGVudGlhbBK6AQoaTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXMSNC53YXJyb29tLmludGFrZS52MS5MaXN0Q3VzdG9tU291cmNlRGVsaXZlcmllc1JlcXVlc3QaNS53YXJyb29tLmludGFrZS52MS5MaXN0Q3VzdG9tU291cmNlRGVsaXZlcmllc1Jlc3BvbnNlIi+C0+STAikSJy9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzL3tpZH0vZGVsaXZlcmllcxKyAQoYTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzEjIud2Fycm9vbS5pbnRha2UudjEuTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVxdWVzdBozLndhcnJvb20uaW50YWtlLnYxLkxpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlIi2C0+STAicSJS9vL3tvcmd9L2N1c3RvbS1zb3VyY2VzL3tpZH0vcGF5bG9hZHMSpQEKE1ByZXZpZXdDdXN0b21Tb3VyY2USLS53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdBouLndhcnJvb20uaW50YWtlLnYxLlByZXZpZXdDdXN0b21Tb3VyY2VSZXNwb25zZSIvgtPkkwIpOgEqIiQvby97b3JnfS9jdXN0b20tc291cmNlcy97aWR9L3ByZXZpZXcSmgEKE1B1dEdyb3VwaW5nT3ZlcnJpZGUSLS53YXJyb29tLmludGFrZS52MS5QdXRHcm91cGluZ092ZXJyaWRlUmVxdWVzdBojLndhcnJvb20uaW50YWtlLnYxLkdyb3VwaW5nT3ZlcnJpZGUiL4LT5JMCKToBKhokL28ve29yZ30vZ3JvdXBpbmctb3ZlcnJpZGVzL3tzb3VyY2V9Ep8BChVMaXN0R3JvdXBpbmdPdmVycmlkZXMSLy53YXJyb29tLmludGFrZS52MS5MaXN0R3JvdXBpbmdPdmVycmlkZXNSZXF1ZXN0GjAud2Fycm9vbS5pbnRha2UudjEuTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVzcG9uc2UiI4LT5JMCHRIbL28ve29yZ30vZ3JvdXBpbmctb3ZlcnJpZGVzEpABChZEZWxldGVHcm91cGluZ092ZXJyaWRlEjAud2Fycm9vbS5pbnRha2UudjEuRGVsZXRlR3JvdXBpbmdPdmVycmlkZVJlcXVlc3QaFi5nb29nbGUucHJvdG9idWYuRW1wdHkiLILT5JMCJiokL28ve29yZ30vZ3JvdXBpbmctb3ZlcnJpZGVzL3tzb3VyY2V9EngKDEV4cG9ydENvbmZpZxImLndhcnJvb20uaW50YWtlLnYxLkV4cG9ydENvbmZpZ1JlcXVlc3QaJy53YXJyb29tLmludGFrZS52MS5FeHBvcnRDb25maWdSZXNwb25zZSIXgtPkkwIREg8vby97b3JnfS9jb25maWcSeAoLQXBwbHlDb25maWcSJS53YXJyb29tLmludGFrZS52MS5BcHBseUNvbmZpZ1JlcXVlc3QaJi53YXJyb29tLmludGFrZS52MS5BcHBseUNvbmZpZ1Jlc3BvbnNlIhqC0+STAhQ6ASoiDy9vL3tvcmd9L2NvbmZpZ2IGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_warroom_incidents_v1_incidents, file_warroom_intake_v1_custom_sources]);
 
 /**
  * @generated from message warroom.intake.v1.DeliverRequest
@@ -655,6 +659,190 @@ export const IntakeService: GenService<{
     methodKind: "unary";
     input: typeof GetOpsgenieRequestStatusRequestSchema;
     output: typeof OpsgenieRequestStatusResponseSchema;
+  },
+  /**
+   * A custom source's trigger route, authenticated by `Authorization: Bearer <secret>` (or Basic
+   * with the secret as password, when the source accepts it). Its rules map the body.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.DeliverCustomSource
+   */
+  deliverCustomSource: {
+    methodKind: "unary";
+    input: typeof DeliverCustomSourceRequestSchema;
+    output: typeof TriggerResponseSchema;
+  },
+  /**
+   * The same, with the secret as the last path segment, for tools that can only set a URL.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.DeliverCustomSourceWithPathSecret
+   */
+  deliverCustomSourceWithPathSecret: {
+    methodKind: "unary";
+    input: typeof DeliverCustomSourceRequestSchema;
+    output: typeof TriggerResponseSchema;
+  },
+  /**
+   * Creates a custom source with its CEL rules; answers its credential, once.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.CreateCustomSource
+   */
+  createCustomSource: {
+    methodKind: "unary";
+    input: typeof CreateCustomSourceRequestSchema;
+    output: typeof CreateCustomSourceResponseSchema;
+  },
+  /**
+   * The organization's custom sources, oldest first; never a credential.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ListCustomSources
+   */
+  listCustomSources: {
+    methodKind: "unary";
+    input: typeof ListCustomSourcesRequestSchema;
+    output: typeof ListCustomSourcesResponseSchema;
+  },
+  /**
+   * The presets a custom source can start from.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ListCustomSourcePresets
+   */
+  listCustomSourcePresets: {
+    methodKind: "unary";
+    input: typeof ListCustomSourcePresetsRequestSchema;
+    output: typeof ListCustomSourcePresetsResponseSchema;
+  },
+  /**
+   * One custom source; never its credential.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.GetCustomSource
+   */
+  getCustomSource: {
+    methodKind: "unary";
+    input: typeof GetCustomSourceRequestSchema;
+    output: typeof CustomSourceSchema;
+  },
+  /**
+   * Replaces a custom source's rules or credential options.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.UpdateCustomSource
+   */
+  updateCustomSource: {
+    methodKind: "unary";
+    input: typeof UpdateCustomSourceRequestSchema;
+    output: typeof CustomSourceSchema;
+  },
+  /**
+   * Deletes a custom source, its credential, payloads and delivery log; its incidents stay.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.DeleteCustomSource
+   */
+  deleteCustomSource: {
+    methodKind: "unary";
+    input: typeof DeleteCustomSourceRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * Issues a new credential; the previous one stops working at once.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.RotateCustomSourceCredential
+   */
+  rotateCustomSourceCredential: {
+    methodKind: "unary";
+    input: typeof RotateCustomSourceCredentialRequestSchema;
+    output: typeof CustomSourceCredentialSchema;
+  },
+  /**
+   * Revokes the credential: every delivery is refused until a new one is issued.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.RevokeCustomSourceCredential
+   */
+  revokeCustomSourceCredential: {
+    methodKind: "unary";
+    input: typeof RevokeCustomSourceCredentialRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * The source's delivery log, newest first: outcome, incident, matching rule or error.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ListCustomSourceDeliveries
+   */
+  listCustomSourceDeliveries: {
+    methodKind: "unary";
+    input: typeof ListCustomSourceDeliveriesRequestSchema;
+    output: typeof ListCustomSourceDeliveriesResponseSchema;
+  },
+  /**
+   * The source's last 50 payloads, newest first, credential headers redacted.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ListCustomSourcePayloads
+   */
+  listCustomSourcePayloads: {
+    methodKind: "unary";
+    input: typeof ListCustomSourcePayloadsRequestSchema;
+    output: typeof ListCustomSourcePayloadsResponseSchema;
+  },
+  /**
+   * Maps a payload without delivering it: each field, the rule that matched and why the others
+   * did not, and the open incident it would attach to.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.PreviewCustomSource
+   */
+  previewCustomSource: {
+    methodKind: "unary";
+    input: typeof PreviewCustomSourceRequestSchema;
+    output: typeof PreviewCustomSourceResponseSchema;
+  },
+  /**
+   * Sets how one source's deliveries group onto incidents: a CEL attach key, a grouping window.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.PutGroupingOverride
+   */
+  putGroupingOverride: {
+    methodKind: "unary";
+    input: typeof PutGroupingOverrideRequestSchema;
+    output: typeof GroupingOverrideSchema;
+  },
+  /**
+   * The organization's grouping overrides.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ListGroupingOverrides
+   */
+  listGroupingOverrides: {
+    methodKind: "unary";
+    input: typeof ListGroupingOverridesRequestSchema;
+    output: typeof ListGroupingOverridesResponseSchema;
+  },
+  /**
+   * Removes a source's override: the source groups as it does by default.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.DeleteGroupingOverride
+   */
+  deleteGroupingOverride: {
+    methodKind: "unary";
+    input: typeof DeleteGroupingOverrideRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * The organization's custom sources and grouping overrides as one YAML file, without secrets.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ExportConfig
+   */
+  exportConfig: {
+    methodKind: "unary";
+    input: typeof ExportConfigRequestSchema;
+    output: typeof ExportConfigResponseSchema;
+  },
+  /**
+   * Makes the organization match a file as ExportConfig writes it: answers the plan of creates,
+   * updates and deletes, and applies it unless `dry_run`. Applying the same file again changes
+   * nothing.
+   *
+   * @generated from rpc warroom.intake.v1.IntakeService.ApplyConfig
+   */
+  applyConfig: {
+    methodKind: "unary";
+    input: typeof ApplyConfigRequestSchema;
+    output: typeof ApplyConfigResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_warroom_intake_v1_intake, 0);

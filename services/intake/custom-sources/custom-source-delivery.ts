@@ -1,0 +1,206 @@
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import type { HandlerContext } from "@connectrpc/connect";
+import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
+import type { DeliverCustomSourceRequest } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { UnauthenticatedError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import type { Logger } from "../../runtime/logger.js";
+import { sha256 } from "../../runtime/secrets.js";
+import { isUuid } from "../../runtime/ids.js";
+import type { DeliveryPath, TriggerAnswer } from "../delivery.js";
+import { MAX_JSON_DEPTH } from "../request-body.js";
+import { digestOf, toAlertDelivery } from "../sources/normalized-alert.js";
+import type { MappedDelivery } from "../sources/index.js";
+import { evaluateRules, type MappingResult } from "./cel-mapping.js";
+import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
+import type { CustomSourceRow, CustomSourceStore } from "./store.js";
+
+/** The title of the incident a delivery opens when its source's rules could not map it. */
+export function unmappedTitle(sourceName: string): string {
+  return `Unmapped alert from ${sourceName}`;
+}
+
+/**
+ * Reads a custom source's body: JSON when it parses as JSON, form fields when declared as a form,
+ * else the text itself, so that no sender's delivery is refused for its format. Only JSON nested
+ * past the shared limit is refused (the rules read it recursively).
+ */
+export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown {
+  const text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  if (type === "application/x-www-form-urlencoded") return Object.fromEntries(new URLSearchParams(text));
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  if (depthOf(value) > MAX_JSON_DEPTH)
+    throw new UnprocessablePayloadError("Unrecognized trigger payload", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
+  return value;
+}
+
+function depthOf(root: unknown): number {
+  let max = 0;
+  const stack: [unknown, number][] = [[root, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (value === null || typeof value !== "object") continue;
+    if (depth > max) max = depth;
+    if (max > MAX_JSON_DEPTH) return max;
+    for (const child of Object.values(value)) stack.push([child, depth + 1]);
+  }
+  return max;
+}
+
+/** The credential a request presents: the path segment, a Bearer token, or a Basic password. */
+function presentedSecret(req: DeliverCustomSourceRequest, authorization: string | null): { secret: string; via: "path" | "bearer" | "basic" } | undefined {
+  if (req.pathSecret) return { secret: req.pathSecret, via: "path" };
+  if (!authorization) return undefined;
+  const bearer = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+  if (bearer) return { secret: bearer[1]!, via: "bearer" };
+  const basic = /^Basic\s+(\S+)\s*$/i.exec(authorization);
+  if (basic) {
+    const decoded = Buffer.from(basic[1]!, "base64").toString("utf8");
+    const colon = decoded.indexOf(":");
+    if (colon >= 0) return { secret: decoded.slice(colon + 1), via: "basic" };
+  }
+  return undefined;
+}
+
+/**
+ * Every request header, from the REST gateway's copy (which leaves the credentials out: they
+ * reach us as headers of the call) or the Connect/gRPC request itself. The credential is kept by
+ * name only, so a kept payload shows that one was sent.
+ */
+function requestHeaders(req: DeliverCustomSourceRequest, context: HandlerContext): Record<string, string> {
+  let headers: Record<string, string> = {};
+  if (Object.keys(req.requestHeaders).length > 0) headers = { ...req.requestHeaders };
+  else {
+    context.requestHeader.forEach((value, name) => {
+      headers[name] = value;
+    });
+  }
+  if (context.requestHeader.has("authorization")) headers.authorization = "[redacted]";
+  return headers;
+}
+
+/**
+ * A custom source's trigger route: authenticates the source's credential, keeps the payload,
+ * maps it with the source's rules and hands it to the shared delivery path. A mapping that fails
+ * never loses the delivery: it opens (or repeats on) the source's default incident, holding the
+ * raw payload and the error.
+ */
+export function createCustomSourceDelivery(deps: {
+  store: CustomSourceStore;
+  compiled: ReturnType<typeof createCompiledRulesCache>;
+  delivery: DeliveryPath;
+  logger: Logger;
+}) {
+  const { store, compiled, delivery, logger } = deps;
+
+  async function authenticate(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow> {
+    // One answer for every failure: a caller cannot tell an unknown source from a wrong secret.
+    const refused = new UnauthenticatedError("unauthorized");
+    const presented = presentedSecret(req, context.requestHeader.get("authorization"));
+    if (!presented || !isUuid(req.sourceId) || presented.secret.length > 256) throw refused;
+    const row = await store.byCredential(req.sourceId, sha256(presented.secret));
+    if (!row) throw refused;
+    if (presented.via === "path" && !row.secret_in_path) throw refused;
+    if (presented.via === "basic" && !row.basic_auth) throw refused;
+    return row;
+  }
+
+  function mapping(row: CustomSourceRow, body: unknown, headers: Record<string, string>, query: Record<string, string>): MappingResult {
+    try {
+      return evaluateRules(compiled.get(row), { body, headers: headersForRules(headers), query, receivedAt: new Date() });
+    } catch (err) {
+      // Rules saved by an older version that no longer compile: still never lose the delivery.
+      return { verdicts: [], warnings: [], error: `the rules could not be compiled: ${(err as Error).message}` };
+    }
+  }
+
+  return {
+    async deliver(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<TriggerAnswer> {
+      const row = await authenticate(req, context);
+      const body = parseCustomBody(req.body, req.contentType);
+      const headers = requestHeaders(req, context);
+      const query = { ...req.queryParams };
+      const kept = boundedBody(body);
+      // What is kept for admins to look at must never cost the sender its delivery.
+      await store
+        .keepPayload(row.id, { ...kept, headers: redactHeaders(headers), query })
+        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload"));
+      const result = mapping(row, body, headers, query);
+      const mapped = toMappedDelivery(row, body, req.body, result);
+      const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
+      let answer: TriggerAnswer;
+      try {
+        answer = await delivery.deliver(org, "shared", "custom", body, mapped, context);
+      } catch (err) {
+        await store
+          .logDelivery(row.id, { outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings })
+          .catch((logErr: unknown) => logger.warn({ err: String(logErr) }, "could not log a custom-source delivery"));
+        throw err;
+      }
+      await store
+        .logDelivery(row.id, {
+          outcome: answer.outcome,
+          incidentId: answer.incidentId,
+          rule: result.matchedRule,
+          error: result.error,
+          warnings: result.warnings,
+          reason: answer.reason,
+        })
+        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not log a custom-source delivery"));
+      return answer;
+    },
+  };
+}
+
+/** The attach identity of a custom source's key: never shared with another source's. */
+export function customAttachIdentity(sourceId: string, key: string): string {
+  return `custom:${sourceId}:${key}`;
+}
+
+/** The default incident's identity: a source's unmapped deliveries gather on one open incident. */
+export function unmappedAttachIdentity(sourceId: string): string {
+  return `custom:${sourceId}:unmapped`;
+}
+
+/** The delivery the incident core records for a mapping result. */
+export function toMappedDelivery(row: CustomSourceRow, body: unknown, raw: Uint8Array, result: MappingResult): MappedDelivery {
+  const fields = result.fields;
+  if (result.error || !fields) {
+    const kept = boundedBody(body);
+    const data: JsonObject = { customSource: row.name, mappingError: result.error ?? "no rule matched", rawPayload: kept.body };
+    if (kept.truncated) data.rawPayloadTruncated = true;
+    if (result.matchedRule) data.rule = result.matchedRule;
+    return toAlertDelivery({
+      source: row.name,
+      attachIdentity: unmappedAttachIdentity(row.id),
+      // The same bytes redelivered are one entry; a different payload is its own.
+      eventId: `unmapped:${digestOf([Buffer.from(raw).toString("base64")])}`,
+      kind: "alert",
+      title: unmappedTitle(row.name),
+      severity: "sev3",
+      summary: `The mapping failed: ${result.error ?? "no rule matched"}`,
+      data,
+    });
+  }
+  if (fields.kind === "ignore") return { outcome: "ignored", reason: fields.ignoreReason ?? "dropped by a rule" };
+  const data: JsonObject = { customSource: row.name, rule: result.matchedRule ?? "" };
+  if (result.warnings.length > 0) data.warnings = result.warnings;
+  return toAlertDelivery({
+    source: row.name,
+    attachIdentity: fields.attachKey ? customAttachIdentity(row.id, fields.attachKey) : "",
+    eventId: fields.eventId,
+    kind: fields.kind === "trigger" ? "alert" : fields.kind,
+    title: fields.title,
+    severity: fields.severity,
+    entity: fields.entity,
+    summary: fields.summary,
+    link: fields.link,
+    runbookUrl: fields.runbookUrl,
+    data,
+  });
+}

@@ -1,0 +1,316 @@
+import { randomUUID } from "node:crypto";
+import { create, type JsonObject } from "@bufbuild/protobuf";
+import { timestampFromDate, ValueSchema } from "@bufbuild/protobuf/wkt";
+import { fromJson, toJson } from "@bufbuild/protobuf";
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import {
+  CreateCustomSourceResponseSchema,
+  CustomSourceCredentialSchema,
+  type CustomSourceRule,
+  ListCustomSourceDeliveriesResponseSchema,
+  ListCustomSourcePayloadsResponseSchema,
+  ListCustomSourcePresetsResponseSchema,
+  ListCustomSourcesResponseSchema,
+  PreviewCustomSourceResponseSchema,
+} from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
+import { type IntakeService, TriggerResponseSchema } from "../../../gen/warroom/intake/v1/intake_pb.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/auth.js";
+import type { Clients } from "../../runtime/clients.js";
+import type { Sql, TransactionSql } from "../../runtime/database.js";
+import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../../runtime/errors.js";
+import { recordAudit } from "../../runtime/events.js";
+import { isUuid } from "../../runtime/ids.js";
+import type { Logger } from "../../runtime/logger.js";
+import type { Outbox } from "../../runtime/outbox.js";
+import { newHexSecret, sha256 } from "../../runtime/secrets.js";
+import type { DeliveryPath } from "../delivery.js";
+import { compileRules, evaluateRules } from "./cel-mapping.js";
+import type { Grouping } from "./grouping.js";
+import { createCustomSourceDelivery, toMappedDelivery } from "./custom-source-delivery.js";
+import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
+import { PRESETS, presetNamed } from "./presets.js";
+import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
+
+/** What custom sources need beyond intake's own deps: their tables, the outbox for audit, the public URL. */
+export interface CustomSourcesDeps {
+  sql: Sql;
+  outbox: Outbox;
+  publicUrl: string;
+}
+
+type CustomSourceMethods =
+  | "deliverCustomSource"
+  | "deliverCustomSourceWithPathSecret"
+  | "createCustomSource"
+  | "listCustomSources"
+  | "listCustomSourcePresets"
+  | "getCustomSource"
+  | "updateCustomSource"
+  | "deleteCustomSource"
+  | "rotateCustomSourceCredential"
+  | "revokeCustomSourceCredential"
+  | "listCustomSourceDeliveries"
+  | "listCustomSourcePayloads"
+  | "previewCustomSource";
+
+export const AUDIT_KINDS = {
+  created: "custom_source.created",
+  updated: "custom_source.updated",
+  deleted: "custom_source.deleted",
+  rotated: "custom_source.credential_rotated",
+  revoked: "custom_source.credential_revoked",
+} as const;
+
+/**
+ * Custom sources: an admin's CRUD of a source and its credential, the source's trigger routes,
+ * its kept payloads, delivery log and preview.
+ */
+export function createCustomSourceHandlers(deps: {
+  clients: Clients;
+  delivery: DeliveryPath;
+  logger: Logger;
+  customSources: CustomSourcesDeps | undefined;
+  grouping?: Grouping | undefined;
+}): Pick<ServiceImpl<typeof IntakeService>, CustomSourceMethods> {
+  const { clients, delivery, logger } = deps;
+  const config = deps.customSources;
+  const store = config ? createCustomSourceStore(config.sql) : undefined;
+  const compiled = createCompiledRulesCache();
+  const receiver = store ? createCustomSourceDelivery({ store, compiled, delivery, logger }) : undefined;
+
+  function need<T>(value: T | undefined): T {
+    if (value === undefined) throw new UnavailableError("custom sources are not available in this process");
+    return value;
+  }
+
+  async function sourceOf(orgId: string, id: string): Promise<CustomSourceRow> {
+    if (!isUuid(id)) throw new NotFoundError("no such custom source");
+    const row = await need(store).get(orgId, id);
+    if (!row) throw new NotFoundError("no such custom source");
+    return row;
+  }
+
+  function credentialOf(row: CustomSourceRow, secret: string) {
+    const url = triggerUrl(need(config).publicUrl, row.id);
+    return create(CustomSourceCredentialSchema, { secret, url, ...(row.secret_in_path ? { pathUrl: `${url}/${secret}` } : {}) });
+  }
+
+  async function audited<T>(orgId: string, actor: string, kind: string, data: JsonObject, work: (tx: TransactionSql) => Promise<T>): Promise<T> {
+    const { sql, outbox } = need(config);
+    const result = await sql.begin(async (tx) => {
+      const value = await work(tx);
+      await recordAudit(outbox, tx, { orgId, kind, actor, data });
+      return value;
+    });
+    outbox.poke();
+    return result as T;
+  }
+
+  /** Rules as saved: given, or the preset's; compiled now so a bad one is refused at once. */
+  function rulesToSave(rules: CustomSourceRule[], preset: string): { rules: CustomSourceRule[]; preset: string } {
+    if (rules.length === 0 && preset) {
+      const found = presetNamed(preset);
+      if (!found) throw new InvalidArgumentError(`preset: no preset named ${JSON.stringify(preset)}; use ${PRESETS.map((p) => p.name).join(", ")}`);
+      compileRules(found.rules);
+      return { rules: found.rules, preset };
+    }
+    compileRules(rules);
+    return { rules, preset };
+  }
+
+  return {
+    async deliverCustomSource(req, context) {
+      return create(TriggerResponseSchema, await need(receiver).deliver(req, context));
+    },
+    async deliverCustomSourceWithPathSecret(req, context) {
+      return create(TriggerResponseSchema, await need(receiver).deliver(req, context));
+    },
+
+    async createCustomSource(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const name = validateName(req.name);
+      const saved = rulesToSave(req.rules, req.preset.trim());
+      const secret = newHexSecret();
+      const id = randomUUID();
+      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.created, { id, name, preset: saved.preset }, async (tx) => {
+        const count = await need(store).lockOrg(tx, principal.orgId);
+        if (count >= SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
+        const [existing] = await tx`select 1 from intake.custom_sources where org_id = ${principal.orgId} and name = ${name}`;
+        if (existing) throw new AlreadyExistsError(`a custom source named ${JSON.stringify(name)} already exists`);
+        const [inserted] = await tx<CustomSourceRow[]>`
+          insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, preset, secret_hash, credential_issued_at)
+          values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${name}, ${tx.json(rulesToJson(saved.rules))}, ${req.auth?.secretInPath ?? false},
+                  ${req.auth?.basicAuth ?? false}, ${saved.preset}, ${sha256(secret)}, now())
+          returning *`;
+        return inserted!;
+      });
+      return create(CreateCustomSourceResponseSchema, { source: toCustomSource(row, need(config).publicUrl), credential: credentialOf(row, secret) });
+    },
+
+    async listCustomSources(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const rows = await need(store).list(principal.orgId);
+      return create(ListCustomSourcesResponseSchema, { customSources: rows.map((row) => toCustomSource(row, need(config).publicUrl)) });
+    },
+
+    async listCustomSourcePresets(req, context) {
+      await authorize(clients, context, req.org, ANY_MEMBER);
+      return create(ListCustomSourcePresetsResponseSchema, { presets: PRESETS });
+    },
+
+    async getCustomSource(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      return toCustomSource(await sourceOf(principal.orgId, req.id), need(config).publicUrl);
+    },
+
+    async updateCustomSource(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const current = await sourceOf(principal.orgId, req.id);
+      if (req.rules.length > 0) compileRules(req.rules);
+      const rules = req.rules.length > 0 ? rulesToJson(req.rules) : current.rules;
+      const auth = req.auth ?? { secretInPath: current.secret_in_path, basicAuth: current.basic_auth };
+      const row = await audited(
+        principal.orgId,
+        principal.email,
+        AUDIT_KINDS.updated,
+        { id: current.id, name: current.name, rules: req.rules.length > 0, secretInPath: auth.secretInPath, basicAuth: auth.basicAuth },
+        async (tx) => {
+          const [updated] = await tx<CustomSourceRow[]>`
+            update intake.custom_sources
+            set rules = ${tx.json(rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth}
+            where org_id = ${principal.orgId} and id = ${current.id}
+            returning *`;
+          if (!updated) throw new NotFoundError("no such custom source");
+          return updated;
+        },
+      );
+      return toCustomSource(row, need(config).publicUrl);
+    },
+
+    async deleteCustomSource(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const current = await sourceOf(principal.orgId, req.id);
+      await audited(principal.orgId, principal.email, AUDIT_KINDS.deleted, { id: current.id, name: current.name }, async (tx) => {
+        await tx`delete from intake.custom_sources where org_id = ${principal.orgId} and id = ${current.id}`;
+      });
+      return {};
+    },
+
+    async rotateCustomSourceCredential(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const current = await sourceOf(principal.orgId, req.id);
+      const secret = newHexSecret();
+      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.rotated, { id: current.id, name: current.name }, async (tx) => {
+        const [updated] = await tx<CustomSourceRow[]>`
+          update intake.custom_sources set secret_hash = ${sha256(secret)}, credential_issued_at = now()
+          where org_id = ${principal.orgId} and id = ${current.id} returning *`;
+        if (!updated) throw new NotFoundError("no such custom source");
+        return updated;
+      });
+      return credentialOf(row, secret);
+    },
+
+    async revokeCustomSourceCredential(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const current = await sourceOf(principal.orgId, req.id);
+      await audited(principal.orgId, principal.email, AUDIT_KINDS.revoked, { id: current.id, name: current.name }, async (tx) => {
+        await tx`update intake.custom_sources set secret_hash = null where org_id = ${principal.orgId} and id = ${current.id}`;
+      });
+      return {};
+    },
+
+    async listCustomSourceDeliveries(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const row = await sourceOf(principal.orgId, req.id);
+      const entries = await need(store).deliveries(row.id);
+      return create(ListCustomSourceDeliveriesResponseSchema, {
+        deliveries: entries.map((entry) => ({
+          id: entry.id,
+          at: timestampFromDate(entry.at),
+          outcome: entry.outcome,
+          warnings: entry.warnings,
+          ...(entry.incident_id ? { incidentId: entry.incident_id } : {}),
+          ...(entry.rule ? { rule: entry.rule } : {}),
+          ...(entry.error ? { error: entry.error } : {}),
+          ...(entry.reason ? { reason: entry.reason } : {}),
+        })),
+      });
+    },
+
+    async listCustomSourcePayloads(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const row = await sourceOf(principal.orgId, req.id);
+      const payloads = await need(store).payloads(row.id);
+      return create(ListCustomSourcePayloadsResponseSchema, {
+        payloads: payloads.map((payload) => ({
+          id: payload.id,
+          receivedAt: timestampFromDate(payload.received_at),
+          body: fromJson(ValueSchema, payload.body),
+          headers: payload.headers,
+          query: payload.query,
+          truncated: payload.truncated,
+        })),
+      });
+    },
+
+    async previewCustomSource(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const row = await sourceOf(principal.orgId, req.id);
+      let body: unknown = req.body ? toJson(ValueSchema, req.body) : null;
+      let headers: Record<string, string> = { ...req.headers };
+      let query: Record<string, string> = { ...req.query };
+      if (req.payloadId) {
+        const kept = isUuid(req.payloadId) ? await need(store).payload(row.id, req.payloadId) : undefined;
+        if (!kept) throw new NotFoundError("no such payload of this source");
+        body = kept.body;
+        headers = kept.headers;
+        query = kept.query;
+      }
+      const rules = req.rules.length > 0 ? compileRules(req.rules) : compiled.get(row);
+      const result = evaluateRules(rules, { body, headers: headersForRules(headers), query, receivedAt: new Date() });
+      const fields = result.fields;
+      const response = create(PreviewCustomSourceResponseSchema, {
+        rules: result.verdicts,
+        warnings: result.warnings,
+        ...(result.matchedRule ? { matchedRule: result.matchedRule } : {}),
+        ...(result.error ? { error: result.error } : {}),
+      });
+      if (fields && !result.error) {
+        response.fields = {
+          $typeName: "warroom.intake.v1.CustomSourceMappedFields",
+          kind: fields.kind,
+          title: fields.title,
+          severity: fields.kind === "ignore" ? "" : fields.severity,
+          attachKey: fields.attachKey,
+          eventId: fields.eventId,
+          ...(fields.entity ? { entityKind: fields.entity.kind, entityId: fields.entity.id } : {}),
+          ...(fields.summary !== undefined ? { summary: fields.summary } : {}),
+          ...(fields.link !== undefined ? { link: fields.link } : {}),
+          ...(fields.runbookUrl !== undefined ? { runbookUrl: fields.runbookUrl } : {}),
+          ...(fields.ignoreReason !== undefined ? { ignoreReason: fields.ignoreReason } : {}),
+        };
+      }
+      // Where it would land: the open incident holding its attach identity, read, never written.
+      const mapped = toMappedDelivery(row, body, new Uint8Array(), result);
+      if (mapped.outcome === "ignored") {
+        response.would = "dropped";
+        return response;
+      }
+      // The organization's grouping override, as a delivery would apply it, without moving anything on.
+      if (mapped.alert && deps.grouping)
+        await deps.grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), mapped.alert, body, { dryRun: true });
+      const identity = mapped.alert?.attachIdentity ?? "";
+      response.attachIdentity = identity;
+      const open = identity ? await clients.incidents.findLatestOpen({ orgId: principal.orgId, source: row.name, attachIdentity: identity }) : undefined;
+      const kind = mapped.alert?.kind ?? "alert";
+      if (open?.incidentId) {
+        response.incidentId = open.incidentId;
+        response.would = kind === "alert" ? "attached" : "recorded";
+      } else {
+        response.would = kind === "alert" ? "opened" : "ignored";
+      }
+      return response;
+    },
+  };
+}

@@ -1,0 +1,97 @@
+import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
+import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { SOURCE_BADGES } from "../../incidents/vocabulary.js";
+import { InvalidArgumentError } from "../../runtime/errors.js";
+import { type CompiledRules, compileRules } from "./cel-mapping.js";
+import type { CustomSourceRow, RuleJson } from "./store.js";
+
+/** A custom source's name is its badge: the characters of a badge, never a built-in one's. */
+export function validateName(raw: string): string {
+  const name = raw.trim();
+  if (!/^[a-z0-9][a-z0-9-]{0,62}$/.test(name)) {
+    throw new InvalidArgumentError("name: 1 to 63 lowercase letters, digits and hyphens, starting with a letter or digit (it is the incidents' badge)");
+  }
+  if ((SOURCE_BADGES as readonly string[]).includes(name) || name === "custom") {
+    throw new InvalidArgumentError(`name: ${JSON.stringify(name)} is the badge of a built-in source; choose another`);
+  }
+  return name;
+}
+
+export function rulesToJson(rules: readonly CustomSourceRule[]): RuleJson[] {
+  return rules.map((rule) => toJson(CustomSourceRuleSchema, rule) as RuleJson);
+}
+
+export function rulesFromJson(rules: readonly RuleJson[]): CustomSourceRule[] {
+  return rules.map((rule) => fromJson(CustomSourceRuleSchema, rule as JsonObject, { ignoreUnknownFields: true }));
+}
+
+/** The trigger URL of a source (Bearer or Basic), and with the secret in its path. */
+export function triggerUrl(publicUrl: string, id: string): string {
+  return `${publicUrl}/triggers/custom/${id}`;
+}
+
+export function toCustomSource(row: CustomSourceRow, publicUrl: string): CustomSource {
+  return create(CustomSourceSchema, {
+    id: row.id,
+    name: row.name,
+    badge: row.name,
+    rules: rulesFromJson(row.rules),
+    auth: { secretInPath: row.secret_in_path, basicAuth: row.basic_auth },
+    url: triggerUrl(publicUrl, row.id),
+    credentialState: row.secret_hash ? "active" : "revoked",
+    ...(row.credential_issued_at ? { credentialIssuedAt: timestampFromDate(row.credential_issued_at) } : {}),
+    createdAt: timestampFromDate(row.created_at),
+    preset: row.preset,
+  });
+}
+
+/**
+ * Compiled rules per source and version, so each process compiles a source's rules once per
+ * change rather than once per delivery. Bounded: the oldest entry goes first.
+ */
+export function createCompiledRulesCache(limit = 1000) {
+  const entries = new Map<string, { version: number; compiled: CompiledRules }>();
+  return {
+    get(row: CustomSourceRow): CompiledRules {
+      const held = entries.get(row.id);
+      if (held && held.version === row.version) return held.compiled;
+      const compiled = compileRules(rulesFromJson(row.rules));
+      entries.delete(row.id);
+      entries.set(row.id, { version: row.version, compiled });
+      if (entries.size > limit) entries.delete(entries.keys().next().value!);
+      return compiled;
+    },
+  };
+}
+
+/** Header names whose values are credentials or signatures: kept as `[redacted]`. */
+const SECRET_HEADER = /authorization|cookie|secret|token|signature|api-?key|password|genie/i;
+
+/** Headers as the rules see them: every one but the credentials the request was made with. */
+export function headersForRules(headers: Record<string, string>): Record<string, string> {
+  const seen: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    const lower = name.toLowerCase();
+    if (lower === "authorization" || lower === "proxy-authorization" || lower === "cookie") continue;
+    seen[lower] = value;
+  }
+  return seen;
+}
+
+/** Headers as a kept payload shows them to admins: every secret-looking value redacted. */
+export function redactHeaders(headers: Record<string, string>): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const [name, value] of Object.entries(headers)) kept[name.toLowerCase()] = SECRET_HEADER.test(name) ? "[redacted]" : value;
+  return kept;
+}
+
+/** The most of a payload's body a source keeps, as JSON text. */
+export const KEPT_BODY_BYTES = 64 * 1024;
+
+/** A body as kept: the JSON itself when small enough, else its first KEPT_BODY_BYTES as text. */
+export function boundedBody(body: unknown): { body: JsonValue; truncated: boolean } {
+  const text = JSON.stringify(body ?? null);
+  if (Buffer.byteLength(text, "utf8") <= KEPT_BODY_BYTES) return { body: (body ?? null) as JsonValue, truncated: false };
+  return { body: Buffer.from(text, "utf8").subarray(0, KEPT_BODY_BYTES).toString("utf8"), truncated: true };
+}

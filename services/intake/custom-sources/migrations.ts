@@ -1,0 +1,75 @@
+import type { Migration } from "../../runtime/migrations.js";
+
+/** Custom sources' tables, in intake's schema (numbered apart from intake's own migrations). */
+export const customSourceMigrations: Migration[] = [
+  {
+    id: 34,
+    name: "custom sources, their last payloads and their delivery log",
+    sql: `
+      create table intake.custom_sources (
+        id uuid primary key,
+        org_id uuid not null,
+        org_slug text not null,
+        name text not null,
+        rules jsonb not null,
+        -- Bumped on every change of the rules, so a process knows its compiled copy is stale.
+        version integer not null default 1,
+        secret_in_path boolean not null default false,
+        basic_auth boolean not null default false,
+        preset text not null default '',
+        -- SHA-256 of the credential; null once revoked.
+        secret_hash bytea,
+        credential_issued_at timestamptz,
+        created_at timestamptz not null default now(),
+        unique (org_id, name)
+      );
+      create unique index custom_sources_secret on intake.custom_sources (secret_hash) where secret_hash is not null;
+
+      create table intake.custom_source_payloads (
+        id uuid primary key,
+        source_id uuid not null references intake.custom_sources (id) on delete cascade,
+        received_at timestamptz not null default clock_timestamp(),
+        body jsonb not null,
+        headers jsonb not null,
+        query jsonb not null,
+        truncated boolean not null
+      );
+      create index custom_source_payloads_newest on intake.custom_source_payloads (source_id, received_at desc, id desc);
+
+      create table intake.custom_source_deliveries (
+        id uuid primary key,
+        source_id uuid not null references intake.custom_sources (id) on delete cascade,
+        at timestamptz not null default clock_timestamp(),
+        outcome text not null,
+        incident_id uuid,
+        rule text,
+        error text,
+        warnings text[] not null default '{}',
+        reason text
+      );
+      create index custom_source_deliveries_newest on intake.custom_source_deliveries (source_id, at desc, id desc);
+    `,
+  },
+  {
+    id: 35,
+    name: "grouping overrides and their generations",
+    sql: `
+      create table intake.grouping_overrides (
+        org_id uuid not null,
+        source text not null,
+        attach_key text not null default '',
+        window_hours integer not null default 0,
+        version integer not null default 1,
+        primary key (org_id, source)
+      );
+      -- The current generation of an attach identity under a grouping window: a delivery that finds
+      -- the generation's open incident older than the window moves to the next one, which opens anew.
+      create table intake.grouping_generations (
+        org_id uuid not null,
+        identity text not null,
+        generation integer not null,
+        primary key (org_id, identity)
+      );
+    `,
+  },
+];

@@ -1,0 +1,145 @@
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { compileRules, evaluateRules } from "./cel-mapping.js";
+import { PRESETS, presetNamed } from "./presets.js";
+
+const FIXTURES = join(import.meta.dirname, "../../../test/fixtures");
+
+function fixture(preset: string, name: string): unknown {
+  return JSON.parse(readFileSync(join(FIXTURES, preset, `${name}.json`), "utf8"));
+}
+
+function map(preset: string, name: string) {
+  const found = presetNamed(preset);
+  if (!found) throw new Error(`no preset ${preset}`);
+  return evaluateRules(compileRules(found.rules), { body: fixture(preset, name), headers: {}, query: {}, receivedAt: new Date("2026-11-20T03:20:00Z") });
+}
+
+/** What each preset makes of its fixtures: the trigger's fields, the repeat's and the recovery's keys. */
+const EXPECTED: Record<string, { trigger: Record<string, unknown>; repeatEventDiffers: boolean }> = {
+  zabbix: {
+    trigger: {
+      kind: "trigger",
+      title: "High CPU utilization (over 90% for 5m)",
+      severity: "sev2",
+      attachKey: "4120931",
+      eventId: "problem:4120931",
+      entity: { kind: "host", id: "app-07.prod" },
+    },
+    repeatEventDiffers: true,
+  },
+  "uptime-kuma": {
+    trigger: {
+      kind: "trigger",
+      title: "Checkout API is down",
+      severity: "sev2",
+      attachKey: "monitor:12",
+      entity: { kind: "monitor", id: "Checkout API" },
+      link: "https://checkout.example.com/health",
+    },
+    repeatEventDiffers: true,
+  },
+  checkmk: {
+    trigger: {
+      kind: "trigger",
+      title: "db-02: Filesystem /var/lib/postgresql",
+      severity: "sev2",
+      attachKey: "prod/db-02/Filesystem /var/lib/postgresql",
+      eventId: "",
+    },
+    repeatEventDiffers: true,
+  },
+  nagios: {
+    trigger: { kind: "trigger", title: "mail-01: SMTP is CRITICAL", severity: "sev2", attachKey: "mail-01/SMTP", entity: { kind: "host", id: "mail-01" } },
+    repeatEventDiffers: true,
+  },
+  newrelic: {
+    trigger: {
+      kind: "trigger",
+      title: "checkout-api query result is > 5.0 on 'Error rate'",
+      severity: "sev1",
+      attachKey: "5a1c7e2b-9f11-4c1e-8a7d-3f0b6c2d9e41",
+      eventId: "5a1c7e2b-9f11-4c1e-8a7d-3f0b6c2d9e41:1763608567000",
+      summary: "Conditions: Error rate",
+    },
+    repeatEventDiffers: true,
+  },
+  elastic: {
+    trigger: {
+      kind: "trigger",
+      title: "Checkout 5xx above 2%",
+      severity: "sev3",
+      attachKey: "7f3c9a10-8d2e-11ef-9d5b-1b2c3d4e5f60/checkout-api",
+      entity: { kind: "alert", id: "checkout-api" },
+    },
+    repeatEventDiffers: true,
+  },
+  uptimerobot: {
+    trigger: {
+      kind: "trigger",
+      title: "Shop front page is down",
+      severity: "sev2",
+      attachKey: "monitor:797384571",
+      eventId: "down:797384571:1763608663",
+      summary: "Connection Timeout",
+    },
+    repeatEventDiffers: true,
+  },
+  grafana: {
+    trigger: {
+      kind: "trigger",
+      title: "HighLatency",
+      severity: "sev1",
+      attachKey: '{}/{__grafana_receiver__="warroom"}:{alertname="HighLatency", grafana_folder="Checkout"}',
+      eventId: "",
+      entity: { kind: "service", id: "checkout-api" },
+      runbookUrl: "https://runbooks.example.com/checkout/latency",
+    },
+    repeatEventDiffers: true,
+  },
+  "generic-json": {
+    trigger: {
+      kind: "trigger",
+      title: "Nightly backup failed",
+      severity: "sev2",
+      attachKey: "backup/nightly",
+      eventId: "run-20261120-0300",
+      summary: "pg_dump exited with status 1",
+    },
+    repeatEventDiffers: true,
+  },
+};
+
+describe("presets with their fixtures", () => {
+  it("covers every preset", () => {
+    expect(PRESETS.map((p) => p.name).sort()).toEqual(Object.keys(EXPECTED).sort());
+  });
+
+  for (const [preset, expected] of Object.entries(EXPECTED)) {
+    it(`${preset}: trigger, repeat, recovery on one key; malformed fails to the default incident`, () => {
+      const trigger = map(preset, "trigger");
+      expect(trigger.error).toBeUndefined();
+      expect(trigger.fields).toMatchObject(expected.trigger);
+      expect(trigger.warnings).toEqual([]);
+
+      const repeat = map(preset, "repeat");
+      expect(repeat.fields?.kind).toBe("trigger");
+      expect(repeat.fields?.attachKey).toBe(trigger.fields?.attachKey);
+      // A repeat is a new notification: its event id (when it has one) is not the trigger's.
+      if (repeat.fields?.eventId && expected.repeatEventDiffers) expect(repeat.fields.eventId).not.toBe(trigger.fields?.eventId);
+
+      const recovery = map(preset, "recovery");
+      expect(recovery.error).toBeUndefined();
+      expect(recovery.fields?.kind).toBe("recovery");
+      expect(recovery.fields?.attachKey).toBe(trigger.fields?.attachKey);
+
+      const malformed = map(preset, "malformed");
+      expect(malformed.error, JSON.stringify(malformed)).toBeTruthy();
+    });
+  }
+
+  it("uptime-kuma: the test notification is dropped on purpose", () => {
+    expect(map("uptime-kuma", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Uptime Kuma test notification" });
+  });
+});

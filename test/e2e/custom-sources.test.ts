@@ -1,0 +1,560 @@
+import { execFile } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
+import { OWNER } from "../support/app.js";
+import {
+  auditEvents,
+  bootstrapOrg,
+  fixture,
+  duringMaintenance,
+  getIncident,
+  type IntakeApp,
+  listIncidents,
+  MODES,
+  PUBLIC_URL,
+  startIntakeApp,
+  unique,
+  UUID,
+} from "./triggers-kit.js";
+
+/**
+ * Custom sources end to end over HTTP, in one process and as separate processes over NATS: an
+ * admin saves a source with CEL rules, its sender posts with the source's own credential, and
+ * every delivery lands through the same incident core as the built-in sources, or (when the
+ * mapping fails) on the source's default incident with the raw payload.
+ */
+
+const ZABBIX_RULES = [
+  { name: "maintenance", when: "body.status == 'MAINTENANCE'", kind: "'ignore'", ignoreReason: "'host in maintenance'" },
+  {
+    name: "problem",
+    when: "body.status == 'PROBLEM'",
+    title: "body.name",
+    severity: "body.severity == 'Disaster' ? 'sev1' : 'sev3'",
+    attachKey: "body.host + '/' + body.trigger",
+    eventId: "body.eventid",
+    entity: "{'kind': 'host', 'id': body.host}",
+    summary: "'Zabbix: ' + body.name + ' on ' + body.host",
+    link: "'https://zabbix.example.com/tr_events.php?eventid=' + body.eventid",
+  },
+  { name: "resolved", when: "body.status == 'RESOLVED'", kind: "'recovery'", attachKey: "body.host + '/' + body.trigger", eventId: "'r' + body.eventid" },
+];
+
+describe.each(MODES)("custom sources (%s)", (mode) => {
+  let app: IntakeApp;
+  let owner: string;
+
+  beforeAll(async () => {
+    app = await startIntakeApp(mode, { intakes: 2 });
+    owner = await app.ownerToken();
+  }, 180_000);
+
+  afterAll(async () => {
+    await app?.stop();
+  }, 60_000);
+
+  async function createSource(body: Record<string, unknown>): Promise<{ id: string; secret: string; url: string; pathUrl: string | null; name: string }> {
+    const res = await app.call("POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body });
+    expect(res.status, JSON.stringify(res.body)).toBe(201);
+    return {
+      id: res.body.source.id,
+      secret: res.body.credential.secret,
+      url: res.body.credential.url,
+      pathUrl: res.body.credential.pathUrl,
+      name: res.body.source.name,
+    };
+  }
+
+  function post(path: string, body: unknown, headers: Record<string, string> = {}) {
+    const raw = typeof body === "string" ? body : JSON.stringify(body);
+    return app.call("POST", path, { raw, headers: { "content-type": "application/json", ...headers } });
+  }
+
+  function deliver(source: { id: string; secret: string }, body: unknown, headers: Record<string, string> = {}) {
+    return post(`/triggers/custom/${source.id}`, body, { authorization: `Bearer ${source.secret}`, ...headers });
+  }
+
+  async function log(id: string): Promise<any[]> {
+    const res = await app.call("GET", `/o/${OWNER.org}/custom-sources/${id}/deliveries`, { token: owner });
+    expect(res.status).toBe(200);
+    return res.body.deliveries;
+  }
+
+  it("opens, attaches, records and drops through the incident core, with the source's name as the badge", async () => {
+    const name = unique("zabbix").toLowerCase();
+    const source = await createSource({ name, rules: ZABBIX_RULES });
+    expect(source.url).toBe(`${PUBLIC_URL}/triggers/custom/${source.id}`);
+    expect(source.secret).toMatch(/^[0-9a-f]{64}$/);
+
+    const problem = { status: "PROBLEM", name: "Disk full", severity: "Disaster", host: "db1", trigger: "disk", eventid: "101" };
+    const opened = await deliver(source, problem);
+    expect(opened.status, JSON.stringify(opened.body)).toBe(201);
+    expect(opened.body).toMatchObject({ outcome: "opened", proposedSeverity: "sev1", entity: { kind: "host", id: "db1" } });
+    const incident = await getIncident(app, owner, opened.body.incidentId);
+    expect(incident).toMatchObject({ title: "Disk full", severity: "sev1", source: name, entity: { kind: "host", id: "db1" } });
+    expect(incident.timeline[0]).toMatchObject({
+      kind: "opened",
+      summary: "Zabbix: Disk full on db1",
+      link: "https://zabbix.example.com/tr_events.php?eventid=101",
+    });
+
+    // A redelivery of the same event is one entry; a new event on the same trigger is a repeat.
+    const again = await deliver(source, problem);
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
+    const repeat = await deliver(source, { ...problem, eventid: "102" });
+    expect(repeat.body).toMatchObject({ outcome: "attached", incidentId: opened.body.incidentId });
+    const recovery = await deliver(source, { status: "RESOLVED", host: "db1", trigger: "disk", eventid: "102" });
+    expect(recovery.body).toMatchObject({ outcome: "recorded", incidentId: opened.body.incidentId });
+    const after = await getIncident(app, owner, opened.body.incidentId);
+    expect(after.timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat", "recovery"]);
+    // A recovery never rewrites the title.
+    expect(after.title).toBe("Disk full");
+
+    const dropped = await deliver(source, { status: "MAINTENANCE" });
+    expect(dropped.status).toBe(200);
+    expect(dropped.body).toMatchObject({ outcome: "ignored", reason: "host in maintenance" });
+
+    const entries = await log(source.id);
+    expect(entries.map((e) => [e.outcome, e.rule ?? null])).toEqual([
+      ["ignored", "maintenance"],
+      ["recorded", "resolved"],
+      ["attached", "problem"],
+      ["attached", "problem"],
+      ["opened", "problem"],
+    ]);
+    expect(entries[4].incidentId).toBe(opened.body.incidentId);
+  });
+
+  it("opens the default incident with the raw payload when a rule fails, and logs the error", async () => {
+    const name = unique("script").toLowerCase();
+    const source = await createSource({ name, rules: [{ name: "main", title: "body.count", attachKey: "'k'" }] });
+    const payload = { count: 3, note: "not a title" };
+    const res = await deliver(source, payload);
+    expect(res.status).toBe(201);
+    expect(res.body).toMatchObject({ outcome: "opened", proposedSeverity: "sev3" });
+    const incident = await getIncident(app, owner, res.body.incidentId);
+    expect(incident).toMatchObject({ title: `Unmapped alert from ${name}`, severity: "sev3", source: name });
+    expect(incident.timeline[0].summary).toBe('The mapping failed: rule "main": title yielded double, not a string');
+    expect(incident.timeline[0].data).toMatchObject({
+      customSource: name,
+      mappingError: 'rule "main": title yielded double, not a string',
+      rawPayload: payload,
+    });
+
+    // A body that is not JSON at all is kept as text, never refused.
+    const text = await deliver(source, "disk full on db2", { "content-type": "text/plain" });
+    expect(text.body).toMatchObject({ outcome: "attached", incidentId: res.body.incidentId });
+    const after = await getIncident(app, owner, res.body.incidentId);
+    expect(after.timeline[1].data.rawPayload).toBe("disk full on db2");
+
+    const entries = await log(source.id);
+    expect(entries[1]).toMatchObject({
+      outcome: "opened",
+      incidentId: res.body.incidentId,
+      rule: "main",
+      error: 'rule "main": title yielded double, not a string',
+    });
+    expect(entries[0].error).toMatch(/^rule "main": title failed: /);
+  });
+
+  it("treats an attach key that is empty or null as no key, and says so in the log", async () => {
+    const source = await createSource({ name: unique("keyless").toLowerCase(), rules: [{ title: "body.t", attachKey: "has(body.k) ? body.k : null" }] });
+    const first = await deliver(source, { t: "one", k: "" });
+    const second = await deliver(source, { t: "two" });
+    expect(first.body.outcome).toBe("opened");
+    expect(second.body.outcome).toBe("opened");
+    expect(second.body.incidentId).not.toBe(first.body.incidentId);
+    const entries = await log(source.id);
+    for (const entry of entries) expect(entry.warnings).toEqual(["attachKey was empty or null: this delivery has no attach key and opens its own incident"]);
+  });
+
+  it("refuses at save what does not compile, and stops a hostile expression within its budget", async () => {
+    const refusals: [unknown, RegExp][] = [
+      [[{ title: "body.(" }], /rules\[0\]\.title: does not compile/],
+      [[{ title: "nosuch(body)" }], /rules\[0\]\.title: unknown function "nosuch"/],
+      [[{ title: "'t'", severity: "'urgent'" }], /rules\[0\]\.severity: must be one of sev1, sev2, sev3, sev4/],
+      [[{ title: "string([1].map(a, [1].map(b, [1].map(c, c))))" }], /nested more than 2 deep/],
+      [[{ title: `string(${"-(".repeat(600)}1${")".repeat(600)})` }], /nested/],
+      [Array.from({ length: 21 }, (_, i) => ({ name: `r${i}`, title: "'t'" })), /at most 20 rules/],
+    ];
+    for (const [rules, message] of refusals) {
+      const res = await app.call("POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body: { name: unique("bad").toLowerCase(), rules } });
+      expect(res.status, JSON.stringify(res.body)).toBe(400);
+      expect(res.body.error).toMatch(message);
+    }
+    for (const reserved of ["metrics-monitor", "chat", "Bad Name"]) {
+      const res = await app.call("POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body: { name: reserved, rules: [{ title: "'t'" }] } });
+      expect(res.status).toBe(400);
+    }
+
+    const hostile = await createSource({
+      name: unique("hostile").toLowerCase(),
+      rules: [
+        { name: "loop", when: "body.list.exists(x, body.list.exists(y, y == -1))", title: "'never'" },
+        { name: "strings", title: "body.list.map(x, body.s).join('')" },
+      ],
+    });
+    const big = { list: Array.from({ length: 20_000 }, (_, i) => i), s: "x".repeat(200_000) };
+    const started = performance.now();
+    const res = await deliver(hostile, big);
+    const took = performance.now() - started;
+    expect(res.body.outcome).toBe("opened");
+    const incident = await getIncident(app, owner, res.body.incidentId);
+    expect(incident.title).toBe(`Unmapped alert from ${hostile.name}`);
+    expect(incident.timeline[0].data.mappingError).toBe("cost budget of 20000 exceeded");
+    // The raw payload is kept within its bound, marked as cut.
+    expect(incident.timeline[0].data.rawPayloadTruncated).toBe(true);
+    expect(took).toBeLessThan(5_000);
+  });
+
+  it("takes the credential as Bearer, and in the path or as Basic only when the source allows it; rotation and revocation are immediate and audited", async () => {
+    const rules = [{ title: "'up'" }];
+    const strict = await createSource({ name: unique("strict").toLowerCase(), rules });
+    expect(strict.pathUrl).toBeNull();
+    const basic = `Basic ${Buffer.from(`any:${strict.secret}`).toString("base64")}`;
+    expect((await post(`/triggers/custom/${strict.id}/${strict.secret}`, {})).status).toBe(401);
+    expect((await post(`/triggers/custom/${strict.id}`, {}, { authorization: basic })).status).toBe(401);
+    expect((await post(`/triggers/custom/${strict.id}`, {})).status).toBe(401);
+    expect((await post(`/triggers/custom/${strict.id}`, {}, { authorization: `Bearer ${"0".repeat(64)}` })).status).toBe(401);
+
+    const open = await createSource({ name: unique("urlonly").toLowerCase(), rules, auth: { secretInPath: true, basicAuth: true } });
+    expect(open.pathUrl).toBe(`${PUBLIC_URL}/triggers/custom/${open.id}/${open.secret}`);
+    expect((await post(`/triggers/custom/${open.id}/${open.secret}`, {})).body.outcome).toBe("opened");
+    const openBasic = `Basic ${Buffer.from(`zabbix:${open.secret}`).toString("base64")}`;
+    expect((await post(`/triggers/custom/${open.id}`, {}, { authorization: openBasic })).body.outcome).toBe("opened");
+    // Another source's secret does not open this one.
+    expect((await post(`/triggers/custom/${open.id}`, {}, { authorization: `Bearer ${strict.secret}` })).status).toBe(401);
+
+    const listed = await app.call("GET", `/o/${OWNER.org}/custom-sources/${strict.id}`, { token: owner });
+    expect(JSON.stringify(listed.body)).not.toContain(strict.secret);
+    expect(listed.body).toMatchObject({ id: strict.id, badge: strict.name, credentialState: "active" });
+
+    const rotated = await app.call("POST", `/o/${OWNER.org}/custom-sources/${strict.id}/credential`, { token: owner });
+    expect(rotated.status).toBe(200);
+    expect((await deliver(strict, {})).status).toBe(401);
+    expect((await deliver({ id: strict.id, secret: rotated.body.secret }, {})).body.outcome).toBe("opened");
+
+    const revoked = await app.call("DELETE", `/o/${OWNER.org}/custom-sources/${strict.id}/credential`, { token: owner });
+    expect(revoked.status).toBe(204);
+    expect((await deliver({ id: strict.id, secret: rotated.body.secret }, {})).status).toBe(401);
+    expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${strict.id}`, { token: owner })).body.credentialState).toBe("revoked");
+
+    for (const kind of ["custom_source.created", "custom_source.credential_rotated", "custom_source.credential_revoked"]) {
+      const events = await auditEvents(app, owner, kind, (list) => list.some((e) => e.data.id === strict.id));
+      expect(
+        events.find((e) => e.data.id === strict.id),
+        kind,
+      ).toMatchObject({ actor: OWNER.email });
+      expect(JSON.stringify(events)).not.toContain(strict.secret);
+    }
+  });
+
+  it("keeps the last 50 payloads for admins only, with secret headers redacted", async () => {
+    const source = await createSource({ name: unique("kept").toLowerCase(), rules: [{ title: "'t'", attachKey: "'one'" }] });
+    for (let i = 0; i < 52; i++) {
+      const res = await deliver(source, { n: i }, { "x-api-key": "hunter2", "x-env": "prod" });
+      expect(res.status).toBeLessThan(300);
+    }
+    const res = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}/payloads`, { token: owner });
+    expect(res.status).toBe(200);
+    expect(res.body.payloads).toHaveLength(50);
+    expect(res.body.payloads[0].body).toEqual({ n: 51 });
+    expect(res.body.payloads[49].body).toEqual({ n: 2 });
+    expect(res.body.payloads[0].headers).toMatchObject({ authorization: "[redacted]", "x-api-key": "[redacted]", "x-env": "prod" });
+    expect(JSON.stringify(res.body)).not.toContain(source.secret);
+    expect(JSON.stringify(res.body)).not.toContain("hunter2");
+
+    const member = await bootstrapMember(app, owner);
+    expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}/payloads`, { token: member })).status).toBe(403);
+    expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: member })).status).toBe(200);
+    expect(
+      (await app.call("POST", `/o/${OWNER.org}/custom-sources`, { token: member, body: { name: unique("m").toLowerCase(), rules: [{ title: "'t'" }] } }))
+        .status,
+    ).toBe(403);
+  });
+
+  it("lands every one of many concurrent deliveries to one source, keeping 50 payloads", async () => {
+    const source = await createSource({
+      name: unique("storm").toLowerCase(),
+      rules: [{ title: "'storm'", attachKey: "string(int(body.n) % 5)", eventId: "string(body.n)" }],
+    });
+    let next = 0;
+    const statuses: number[] = [];
+    await Promise.all(
+      Array.from({ length: 25 }, async () => {
+        while (next < 300) {
+          const n = next++;
+          statuses.push((await deliver(source, { n })).status);
+        }
+      }),
+    );
+    expect(statuses.filter((s) => s !== 200 && s !== 201)).toEqual([]);
+    expect(statuses.filter((s) => s === 201)).toHaveLength(5);
+    const kept = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}/payloads`, { token: owner });
+    expect(kept.body.payloads).toHaveLength(50);
+    expect((await log(source.id)).length).toBe(300);
+  });
+
+  it("previews a payload without creating anything: fields, the rule that matched, why the others did not, where it would attach", async () => {
+    const name = unique("preview").toLowerCase();
+    const source = await createSource({ name, rules: ZABBIX_RULES });
+    const problem = { status: "PROBLEM", name: "CPU high", severity: "High", host: "web1", trigger: "cpu", eventid: "7" };
+    const before = (await listIncidents(app, owner)).length;
+    const preview = (body: unknown) => app.call("POST", `/o/${OWNER.org}/custom-sources/${source.id}/preview`, { token: owner, body });
+
+    const first = await preview({ body: problem });
+    expect(first.status, JSON.stringify(first.body)).toBe(200);
+    expect(first.body).toMatchObject({
+      matchedRule: "problem",
+      would: "opened",
+      incidentId: null,
+      error: null,
+      fields: { kind: "trigger", title: "CPU high", severity: "sev3", attachKey: "web1/cpu", eventId: "7", entityKind: "host", entityId: "web1" },
+      rules: [
+        { rule: "maintenance", matched: false, reason: "condition is false" },
+        { rule: "problem", matched: true, reason: "condition is true" },
+        { rule: "resolved", matched: false, reason: 'not tried: rule "problem" matched first' },
+      ],
+    });
+    // The median of eleven previews, each timed as the caller sees it: one slow answer on a shared
+    // machine is a sample, not the figure.
+    const times: number[] = [];
+    for (let i = 0; i < 11; i++) {
+      const started = performance.now();
+      expect((await preview({ body: problem })).status).toBe(200);
+      times.push(performance.now() - started);
+    }
+    const took = times.sort((x, y) => x - y)[5]!;
+    expect((await listIncidents(app, owner)).length).toBe(before);
+
+    const opened = await deliver(source, problem);
+    const attach = await preview({
+      payloadId: (await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}/payloads`, { token: owner })).body.payloads[0].id,
+    });
+    expect(attach.body).toMatchObject({ would: "attached", incidentId: opened.body.incidentId });
+
+    // Unsaved rules: see what an edit would do before saving it.
+    const edited = await preview({ body: { status: "nonsense" }, rules: [{ name: "only", when: "body.status == 'PROBLEM'", title: "'x'" }] });
+    expect(edited.body).toMatchObject({
+      matchedRule: null,
+      error: "no rule matched",
+      would: "opened",
+      rules: [{ rule: "only", matched: false, reason: "condition is false" }],
+    });
+    expect(took).toBeLessThan(mode === "one process" ? 50 : 200);
+  });
+
+  it("is suppressed by a maintenance window naming the source", async () => {
+    const source = await createSource({ name: unique("maint").toLowerCase(), rules: [{ title: "'t'" }] });
+    await duringMaintenance(app, owner, { sources: [source.name] }, async () => {
+      const res = await deliver(source, {});
+      expect(res.status).toBe(200);
+      expect(res.body.outcome).toBe("suppressed");
+    });
+    const entries = await log(source.id);
+    expect(entries[0].outcome).toBe("suppressed");
+  });
+
+  it("updates rules (compiled again at once) and deletes a source", async () => {
+    const source = await createSource({ name: unique("edit").toLowerCase(), rules: [{ title: "'old'" }] });
+    const updated = await app.call("PATCH", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner, body: { rules: [{ title: "'new'" }] } });
+    expect(updated.status).toBe(200);
+    const res = await deliver(source, {});
+    expect((await getIncident(app, owner, res.body.incidentId)).title).toBe("new");
+    const bad = await app.call("PATCH", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner, body: { rules: [{ title: "body.(" }] } });
+    expect(bad.status).toBe(400);
+    expect((await app.call("DELETE", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(204);
+    expect((await deliver(source, {})).status).toBe(401);
+    expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(404);
+  });
+
+  it("maps every preset's fixtures: trigger opens, repeat attaches, recovery records, malformed opens the default incident", async () => {
+    const presets = await app.call("GET", `/o/${OWNER.org}/custom-source-presets`, { token: owner });
+    expect(presets.status).toBe(200);
+    const names = (presets.body.presets as any[]).map((p) => p.name);
+    expect(names.sort()).toEqual(["checkmk", "elastic", "generic-json", "grafana", "nagios", "newrelic", "uptime-kuma", "uptimerobot", "zabbix"]);
+    for (const preset of names) {
+      const source = await createSource({ name: unique(preset).toLowerCase(), preset });
+      const trigger = await deliver(source, fixture(`${preset}/trigger.json`));
+      expect(trigger.body.outcome, preset).toBe("opened");
+      const repeat = await deliver(source, fixture(`${preset}/repeat.json`));
+      expect(repeat.body, preset).toMatchObject({ outcome: "attached", incidentId: trigger.body.incidentId });
+      const recovery = await deliver(source, fixture(`${preset}/recovery.json`));
+      expect(recovery.body, preset).toMatchObject({ outcome: "recorded", incidentId: trigger.body.incidentId });
+      const incident = await getIncident(app, owner, trigger.body.incidentId);
+      expect(incident.source, preset).toBe(source.name);
+      expect(
+        incident.timeline.map((e: any) => e.kind),
+        preset,
+      ).toEqual(["opened", "repeat", "recovery"]);
+      const malformed = await deliver(source, fixture(`${preset}/malformed.json`));
+      expect(malformed.body.outcome, preset).toBe("opened");
+      expect((await getIncident(app, owner, malformed.body.incidentId)).title, preset).toBe(`Unmapped alert from ${source.name}`);
+      const got = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner });
+      expect(got.body.preset).toBe(preset);
+    }
+  });
+
+  it("groups by an organization's override, for a built-in source and a custom one, and opens anew past a grouping window", async () => {
+    const ingest = (await app.call("POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: owner })).body.token as string;
+    const monitor = (alertId: string, service: string) => ({
+      title: `CPU high (${alertId})`,
+      alert_type: "error",
+      alert_transition: "Triggered",
+      alert_id: alertId,
+      event_id: unique("ev"),
+      tags: [`service:${service}`],
+    });
+    const service = unique("svc");
+    // By default two monitors of one service are two incidents.
+    const a = await post("/triggers", monitor(unique("m"), service), { authorization: `Bearer ${ingest}` });
+    const b = await post("/triggers", monitor(unique("m"), service), { authorization: `Bearer ${ingest}` });
+    expect([a.body.outcome, b.body.outcome]).toEqual(["opened", "opened"]);
+
+    const put = await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, {
+      token: owner,
+      body: { attachKey: "body.tags.filter(t, t.startsWith('service:'))[0]" },
+    });
+    expect(put.status, JSON.stringify(put.body)).toBe(200);
+    const bad = await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner, body: { attachKey: "body.(" } });
+    expect(bad.status).toBe(400);
+    await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
+    const service2 = unique("svc");
+    const c = await post("/triggers", monitor(unique("m"), service2), { authorization: `Bearer ${ingest}` });
+    const d = await post("/triggers", monitor(unique("m"), service2), { authorization: `Bearer ${ingest}` });
+    expect(c.body.outcome).toBe("opened");
+    expect(d.body).toMatchObject({ outcome: "attached", incidentId: c.body.incidentId });
+    expect((await app.call("DELETE", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner })).status).toBe(204);
+
+    // A custom source with a one-hour window: an incident opened two hours ago is not attached to.
+    const source = await createSource({
+      name: unique("windowed").toLowerCase(),
+      rules: [
+        { name: "ok", when: "body.state == 'ok'", kind: "'recovery'", attachKey: "body.host" },
+        { name: "down", title: "body.host + ' down'", attachKey: "body.host" },
+      ],
+    });
+    expect((await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/${source.name}`, { token: owner, body: { windowHours: 1 } })).status).toBe(200);
+    const listed = await app.call("GET", `/o/${OWNER.org}/grouping-overrides`, { token: owner });
+    expect(listed.body.overrides).toContainEqual({ source: source.name, attachKey: "", windowHours: 1 });
+    await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
+    const first = await deliver(source, { host: "h1" });
+    expect(first.body.outcome).toBe("opened");
+    expect((await deliver(source, { host: "h1" })).body).toMatchObject({ outcome: "attached", incidentId: first.body.incidentId });
+
+    const db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+    try {
+      await db`update incidents.incidents set opened_at = opened_at - interval '2 hours' where id = ${first.body.incidentId}`;
+    } finally {
+      await db.end();
+    }
+    const preview = await app.call("POST", `/o/${OWNER.org}/custom-sources/${source.id}/preview`, { token: owner, body: { body: { host: "h1" } } });
+    expect(preview.body).toMatchObject({ would: "opened", incidentId: null });
+    // Past the window, concurrent deliveries open exactly one new incident, and later ones attach to it.
+    const racing = await Promise.all(Array.from({ length: 6 }, () => deliver(source, { host: "h1" })));
+    const opened = racing.filter((r) => r.body.outcome === "opened");
+    expect(opened).toHaveLength(1);
+    const second = opened[0]!.body.incidentId;
+    expect(second).not.toBe(first.body.incidentId);
+    for (const r of racing) expect(r.body.incidentId).toBe(second);
+    expect((await deliver(source, { host: "h1", state: "ok" })).body).toMatchObject({ outcome: "recorded", incidentId: second });
+    // The old incident is untouched: one opened entry and its one repeat.
+    expect((await getIncident(app, owner, first.body.incidentId)).timeline.map((e: any) => e.kind)).toEqual(["opened", "repeat"]);
+  });
+
+  it("exports the configuration as YAML without secrets, and applies a file idempotently, over the API and the admin command", async () => {
+    const org = unique("code").toLowerCase().slice(0, 30);
+    const { owner: token } = await bootstrapOrg(app, org);
+    const created = await app.call("POST", `/o/${org}/custom-sources`, { token, body: { name: "zabbix-prod", preset: "zabbix" } });
+    expect(created.status).toBe(201);
+    const secret = created.body.credential.secret as string;
+    expect((await app.call("PUT", `/o/${org}/grouping-overrides/metrics-monitor`, { token, body: { windowHours: 6 } })).status).toBe(200);
+
+    const exported = await app.call("GET", `/o/${org}/config`, { token });
+    expect(exported.status).toBe(200);
+    const yaml = exported.body.yaml as string;
+    expect(yaml).toContain("name: zabbix-prod");
+    expect(yaml).toContain("preset: zabbix");
+    expect(yaml).toContain("windowHours: 6");
+    expect(yaml).not.toContain(secret);
+    const apply = (body: unknown) => app.call("POST", `/o/${org}/config`, { token, body });
+    // The exported file applied back changes nothing.
+    expect((await apply({ yaml })).body).toMatchObject({ changes: [], applied: false });
+
+    const withNewSource = yaml
+      .replace("windowHours: 6", "windowHours: 8")
+      .replace("customSources:\n", "customSources:\n  - name: kuma\n    rules:\n      - title: \"'down'\"\n");
+    const plan = await apply({ yaml: withNewSource, dryRun: true });
+    expect(plan.status, JSON.stringify(plan.body)).toBe(200);
+    expect(plan.body.changes).toEqual([
+      { action: "create", kind: "customSource", name: "kuma" },
+      { action: "update", kind: "groupingOverride", name: "metrics-monitor" },
+    ]);
+    expect(plan.body.applied).toBe(false);
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources).toHaveLength(1);
+
+    const applied = await apply({ yaml: withNewSource });
+    expect(applied.body).toMatchObject({ applied: true, credentials: [{ name: "kuma" }] });
+    const kuma = (await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.find((s: any) => s.name === "kuma");
+    expect((await deliver({ id: kuma.id, secret: applied.body.credentials[0].credential.secret }, {})).body.outcome).toBe("opened");
+    // The second time, nothing: and the first source kept its credential.
+    expect((await apply({ yaml: withNewSource })).body).toMatchObject({ changes: [], applied: false });
+    expect((await deliver({ id: created.body.source.id, secret }, { event_value: "0", event_id: "1", event_recovery_id: "2" })).status).toBe(200);
+
+    // The admin command: export to a file, delete a source from it, plan, apply, apply again.
+    const dir = mkdtempSync(join(tmpdir(), "warroom-config-"));
+    const file = join(dir, "warroom.yaml");
+    const admin = (...args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
+        execFile(
+          process.execPath,
+          ["--import", "tsx", "services/identity/admin-cli.ts", ...args],
+          { env: { ...process.env, WARROOM_URL: app.url, WARROOM_TOKEN: token }, timeout: 60_000 },
+          (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        );
+      });
+    const exportedByCli = await admin("export", "--org", org, "--out", file);
+    expect(exportedByCli.code, exportedByCli.stderr).toBe(0);
+    const text = readFileSync(file, "utf8");
+    expect(text).toContain("name: kuma");
+    writeFileSync(file, text.replace(/ {2}- name: kuma\n(?: {4}.*\n)+/, ""));
+    const dry = await admin("apply", file, "--org", org, "--dry-run");
+    expect(dry.stdout).toBe("delete customSource kuma\ndry run: nothing changed\n");
+    expect((await admin("apply", file, "--org", org)).stdout).toBe("delete customSource kuma\napplied 1 change(s)\n");
+    expect((await admin("apply", file, "--org", org)).stdout).toBe("no changes: the organization matches the file\n");
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.map((s: any) => s.name)).toEqual(["zabbix-prod"]);
+    // A file that does not compile changes nothing and names the rule.
+    const broken = await apply({ yaml: 'version: 1\ncustomSources:\n  - name: x\n    rules:\n      - title: "body.("\n' });
+    expect(broken.status).toBe(400);
+    expect(broken.body.error).toMatch(/customSources\[0\] \(x\): rules\[0\]\.title: does not compile/);
+    expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources).toHaveLength(1);
+  });
+
+  it("limits an organization to 50 sources, counted across replicas", async () => {
+    const org = unique("limits").toLowerCase().slice(0, 30);
+    const { owner: token } = await bootstrapOrg(app, org);
+    const attempts = await Promise.all(
+      Array.from({ length: 55 }, (_, i) => app.call("POST", `/o/${org}/custom-sources`, { token, body: { name: `s${i}`, rules: [{ title: "'t'" }] } })),
+    );
+    expect(attempts.filter((r) => r.status === 201)).toHaveLength(50);
+    const refused = attempts.filter((r) => r.status !== 201);
+    expect(refused.map((r) => r.status)).toEqual([409, 409, 409, 409, 409]);
+    expect(refused[0]!.body.error).toBe("an organization has at most 50 custom sources");
+    const listed = await app.call("GET", `/o/${org}/custom-sources`, { token });
+    expect(listed.body.customSources).toHaveLength(50);
+    expect(listed.body.customSources[0].id).toMatch(UUID);
+  });
+});
+
+async function bootstrapMember(app: IntakeApp, owner: string): Promise<string> {
+  const email = `${unique("member")}@acme.test`;
+  const password = "member password 123";
+  const added = await app.call("POST", `/o/${OWNER.org}/members`, { token: owner, body: { email, password, role: "member" } });
+  expect(added.status).toBeLessThan(300);
+  const login = await app.call("POST", "/auth/login", { body: { email, password, orgSlug: OWNER.org } });
+  return login.body.accessToken;
+}
