@@ -26,8 +26,11 @@ import type { MappedDelivery } from "./sources/index.js";
 export const IDEMPOTENCY_KEY_HEADER = "idempotency-key";
 export const ERROR_TRACKER_REQUEST_ID_HEADER = "request-id";
 
-/** The route a delivery came in on; an `Idempotency-Key` is scoped to it. */
-export type TriggerRoute = "shared" | "alertrouter" | "chat" | "pagerduty" | "opsgenie";
+/**
+ * The route a delivery came in on; an `Idempotency-Key` is scoped to it. Each custom source is a
+ * route of its own, so one key used on two sources names two deliveries.
+ */
+export type TriggerRoute = "shared" | "alertrouter" | "chat" | "pagerduty" | "opsgenie" | `custom:${string}`;
 
 /**
  * The retry key of a delivery: from its `Idempotency-Key` header, else the error tracker's event

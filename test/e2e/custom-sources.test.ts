@@ -84,6 +84,24 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     return res.body.deliveries;
   }
 
+  it("scopes an Idempotency-Key to its source: the same key on another source is another delivery", async () => {
+    const rules = [{ name: "every", when: "true", title: "body.name" }];
+    const first = await createSource({ name: unique("scripts-a").toLowerCase(), rules });
+    const second = await createSource({ name: unique("scripts-b").toLowerCase(), rules });
+    const key = { "idempotency-key": unique("key") };
+    const opened = await deliver(first, { name: "Backup failed" }, key);
+    expect(opened.body, JSON.stringify(opened.body)).toMatchObject({ outcome: "opened" });
+    // The sender's retry gets the first answer back, and nothing more is recorded.
+    const retried = await deliver(first, { name: "Backup failed" }, key);
+    expect(retried.body).toMatchObject({ outcome: "opened", incidentId: opened.body.incidentId });
+    // The same key on another source names that source's own delivery.
+    const other = await deliver(second, { name: "Backup failed" }, key);
+    expect(other.body).toMatchObject({ outcome: "opened" });
+    expect(other.body.incidentId).not.toBe(opened.body.incidentId);
+    const incident = await getIncident(app, owner, opened.body.incidentId);
+    expect(incident.timeline.map((e: any) => e.kind)).toEqual(["opened"]);
+  });
+
   it("opens, attaches, records and drops through the incident core, with the source's name as the badge", async () => {
     const name = unique("zabbix").toLowerCase();
     const source = await createSource({ name, rules: ZABBIX_RULES });

@@ -135,7 +135,7 @@ export function createCustomSourceDelivery(deps: {
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
       let answer: TriggerAnswer;
       try {
-        answer = await delivery.deliver(org, "shared", "custom", body, mapped, context);
+        answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
         await store
           .logDelivery(row.id, { outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings })
