@@ -46,6 +46,18 @@ const ADMIN_ONLY = new Set([
   "SendTestEvent",
   "RedeliverMessage",
   "RedeliverSince",
+  "CreateCustomSource",
+  "UpdateCustomSource",
+  "DeleteCustomSource",
+  "RotateCustomSourceCredential",
+  "RevokeCustomSourceCredential",
+  "ListCustomSourceDeliveries",
+  "ListCustomSourcePayloads",
+  "PreviewCustomSource",
+  "PutGroupingOverride",
+  "DeleteGroupingOverride",
+  "ExportConfig",
+  "ApplyConfig",
 ]);
 const ANY_MEMBER = new Set([
   "ListMembers",
@@ -74,12 +86,17 @@ const ANY_MEMBER = new Set([
   "ListSubscriptions",
   "GetSubscription",
   "ListDeliveries",
+  "ListCustomSources",
+  "ListCustomSourcePresets",
+  "GetCustomSource",
+  "ListGroupingOverrides",
 ]);
 /** Any member, but only with a session: an API key never mints another key. */
 const SESSION_ONLY = new Set(["CreateApiKey"]);
 /**
  * Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token,
- * the PagerDuty and Opsgenie receivers by routing key or GenieKey): tested in their own suites.
+ * the PagerDuty and Opsgenie receivers by routing key or GenieKey, a custom source by its own
+ * credential): tested in their own suites.
  */
 const OWN_AUTHENTICATION = new Set([
   "Login",
@@ -98,6 +115,8 @@ const OWN_AUTHENTICATION = new Set([
   "CloseOpsgenieAlert",
   "AcknowledgeOpsgenieAlert",
   "GetOpsgenieRequestStatus",
+  "DeliverCustomSource",
+  "DeliverCustomSourceWithPathSecret",
 ]);
 
 const routes = buildRouteTable(internalServices);

@@ -29,6 +29,7 @@ const PUBLIC_SERVICES = [
   "warroom.incidents.v1.IncidentsService",
   "warroom.intake.v1.IntakeService",
   "warroom.remotesource.v1.RemoteSourcesService",
+  "warroom.subscriptions.v1.SubscriptionsService",
 ];
 
 type Reflection = typeof v1.ServerReflection | typeof v1alpha.ServerReflection;
