@@ -4,7 +4,7 @@ import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { TestEventDataSchema, type SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { recordAudit } from "../runtime/events.js";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import { subscriptionAttemptDuration, subscriptionAttempts } from "../runtime/metrics.js";
@@ -106,7 +106,12 @@ export function createDeliveryHandlers(
       const queued = await sql`
         update subscriptions.deliveries set state = 'pending', next_attempt_at = now(), window_start = now(), claim = null, claimed_until = null
         where subscription_id = ${sub.id} and id = ${req.webhookId} and event_type <> ${TEST_EVENT_TYPE}`;
-      if (queued.count === 0) throw new NotFoundError(`no delivery ${JSON.stringify(req.webhookId)} of this subscription`);
+      if (queued.count === 0) {
+        const [test] = await sql`
+          select 1 from subscriptions.deliveries where subscription_id = ${sub.id} and id = ${req.webhookId} and event_type = ${TEST_EVENT_TYPE}`;
+        if (test) throw new FailedPreconditionError("a test event is not sent again; send a new one with POST .../test");
+        throw new NotFoundError(`no delivery ${JSON.stringify(req.webhookId)} of this subscription`);
+      }
       deps.pokeWorker();
       return { queued: queued.count };
     },

@@ -412,6 +412,10 @@ describe("subscriptions: signed delivery", () => {
     expect(receiver.acceptedIds(sub.name).size).toBe(2);
     const missing = await app.call("POST", `${BASE}/${sub.id}/deliveries/msg_nope/redeliver`, { token: owner });
     expect(missing.status).toBe(404);
+    // A test event is never sent again (it would bypass the egress switch): the answer says what to do.
+    const test = await app.call("POST", `${BASE}/${sub.id}/test`, { token: owner });
+    const again = await app.call("POST", `${BASE}/${sub.id}/deliveries/${test.body.webhookId}/redeliver`, { token: owner });
+    expect(again).toMatchObject({ status: 409, body: { error: "a test event is not sent again; send a new one with POST .../test" } });
   });
 
   it("keeps one slow receiver from delaying another", async () => {

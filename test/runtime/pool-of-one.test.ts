@@ -291,8 +291,86 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await signal("fail", "backup failed: disk full"), 204, "ping fail");
     expectStatus(await signal("0"), 204, "ping exit status 0");
     expectStatus(await call("GET", `${o}/heartbeats/pool-job/pings`, { token: owner }), 200, "ping history");
+    // Healthchecks' ping URLs (the heartbeat's own key, and the organization's key with a slug),
+    // and Opsgenie's heartbeat ping.
+    const beat = await call("GET", `${o}/heartbeats/pool-job`, { token: owner });
+    const pingPath = new URL(beat.body.pingUrl).pathname;
+    expectStatus(await call("GET", pingPath), 200, "ping by key");
+    expectStatus(await call("POST", `${pingPath}/start`, { headers: { "content-type": "text/plain" }, raw: "" }), 200, "ping by key, start");
+    expectStatus(await call("POST", `${o}/heartbeats/pool-job/rotate-ping-key`, { token: owner }), 200, "rotate ping key");
+    const orgKey = await call("POST", `${o}/ping-key`, { token: owner, body: {} });
+    expectStatus(orgKey, 200, "issue the organization's ping key");
+    expectStatus(await call("GET", `/ping/${orgKey.body.pingKey}/pool-job/0`), 200, "ping by the organization's key");
+    expectStatus(await call("GET", "/v2/heartbeats/pool-job/ping", { headers: genie }), 202, "Opsgenie heartbeat ping");
     expectStatus(await call("PATCH", `${o}/heartbeats/pool-job`, { token: owner, body: { expectedIntervalSeconds: 3600 } }), 200, "update heartbeat");
     expectStatus(await call("DELETE", `${o}/heartbeats/pool-job`, { token: owner }), 204, "delete heartbeat");
+
+    // Custom sources: a source with its own credential, delivered to by header and by path, its
+    // log, kept payloads and preview; grouping overrides and configuration as code.
+    expectStatus(await call("GET", `${o}/custom-source-presets`, { token: owner }), 200, "list custom-source presets");
+    const custom = await call("POST", `${o}/custom-sources`, {
+      token: owner,
+      body: { name: "pool-script", rules: [{ name: "every", when: "true", title: "body.title" }], auth: { secretInPath: true } },
+    });
+    expectStatus(custom, 201, "create custom source");
+    const customPath = `${o}/custom-sources/${custom.body.source.id}`;
+    const customDelivery = await call("POST", `/triggers/custom/${custom.body.source.id}`, {
+      headers: { authorization: `Bearer ${custom.body.credential.secret}` },
+      body: { title: "Nightly export failed" },
+    });
+    expectStatus(customDelivery, 201, "deliver to a custom source");
+    expectStatus(
+      await call("POST", new URL(custom.body.credential.pathUrl).pathname, { body: { title: "Nightly export failed" } }),
+      201,
+      "deliver to a custom source with the secret in the path",
+    );
+    expectStatus(await call("GET", `${o}/custom-sources`, { token: owner }), 200, "list custom sources");
+    expectStatus(await call("GET", customPath, { token: owner }), 200, "get custom source");
+    expectStatus(await call("PATCH", customPath, { token: owner, body: { name: "pool-script-2" } }), 200, "update custom source");
+    expectStatus(await call("GET", `${customPath}/deliveries`, { token: owner }), 200, "custom-source delivery log");
+    expectStatus(await call("GET", `${customPath}/payloads`, { token: owner }), 200, "custom-source kept payloads");
+    expectStatus(await call("POST", `${customPath}/preview`, { token: owner, body: { body: { title: "Preview" } } }), 200, "preview");
+    expectStatus(await call("POST", `${customPath}/credential`, { token: owner }), 200, "rotate custom-source credential");
+    expectStatus(await call("DELETE", `${customPath}/credential`, { token: owner }), 204, "revoke custom-source credential");
+    expectStatus(await call("PUT", `${o}/grouping-overrides/metrics-monitor`, { token: owner, body: { windowHours: 12 } }), 200, "put grouping override");
+    expectStatus(await call("GET", `${o}/grouping-overrides`, { token: owner }), 200, "list grouping overrides");
+    const exported = await call("GET", `${o}/config`, { token: owner });
+    expectStatus(exported, 200, "export configuration");
+    expectStatus(await call("POST", `${o}/config`, { token: owner, body: { yaml: exported.body.yaml, dryRun: true } }), 200, "apply configuration (dry run)");
+    expectStatus(await call("DELETE", `${o}/grouping-overrides/metrics-monitor`, { token: owner }), 204, "delete grouping override");
+    expectStatus(await call("DELETE", customPath, { token: owner }), 204, "delete custom source");
+
+    // Event subscriptions: created, tested, its log read, redelivered, rotated, changed, deleted.
+    const subscription = await call("POST", `${o}/subscriptions`, {
+      token: owner,
+      body: { url: receiver.url("ok", "pool-subscription"), events: ["incident.opened"], description: "pool" },
+    });
+    expectStatus(subscription, 201, "create subscription");
+    const subscriptionPath = `${o}/subscriptions/${subscription.body.id}`;
+    expectStatus(await call("GET", `${o}/subscriptions`, { token: owner }), 200, "list subscriptions");
+    expectStatus(await call("GET", subscriptionPath, { token: owner }), 200, "get subscription");
+    expectStatus(await call("POST", `${subscriptionPath}/test`, { token: owner }), 200, "send a test event");
+    // An incident opened now reaches the subscription through the domain events (simulated: real
+    // egress is off), and can be sent again.
+    const announced = await call("POST", `/triggers/chat/acme`, {
+      headers: { "x-service-chat-secret": chatSecret.body.secret },
+      body: { channel_id: "C1", message_id: "pool-2", text: "search is down", author: "U1" },
+    });
+    expectStatus(announced, 201, "deliver chat for the subscription");
+    const announcedDelivery = await eventually("the subscription's incident.opened delivery", async () => {
+      const res = await call("GET", `${subscriptionPath}/deliveries`, { token: owner });
+      expectStatus(res, 200, "subscription delivery log");
+      return res.body.deliveries.find((d: { eventType: string }) => d.eventType === "incident.opened");
+    });
+    expectStatus(await call("POST", `${subscriptionPath}/deliveries/${announcedDelivery.webhookId}/redeliver`, { token: owner }), 200, "redeliver one event");
+    expectStatus(
+      await call("POST", `${subscriptionPath}/redeliver`, { token: owner, body: { since: new Date(now - 3600_000).toISOString() } }),
+      200,
+      "redeliver since",
+    );
+    expectStatus(await call("POST", `${subscriptionPath}/rotate-secret`, { token: owner }), 200, "rotate subscription secret");
+    expectStatus(await call("PATCH", subscriptionPath, { token: owner, body: { description: "pool, changed" } }), 200, "update subscription");
+    expectStatus(await call("DELETE", subscriptionPath, { token: owner }), 204, "delete subscription");
 
     // Remote sources (audited through the remote-source outbox).
     const created = await call("POST", `${o}/remote-sources`, {
