@@ -11,6 +11,8 @@ import { ADMIN_DATABASE_URL, OWNER, startApp, type TestApp } from "../support/ap
 
 const role = `wr_limited_${randomBytes(4).toString("hex")}`;
 const database = `${role}_db`;
+// The test servers ask for a password (scram-sha-256), as a stock Postgres does.
+const rolePassword = randomBytes(12).toString("hex");
 let admin: postgres.Sql;
 let app: TestApp;
 let owner: string;
@@ -18,10 +20,11 @@ let owner: string;
 beforeAll(async () => {
   admin = postgres(ADMIN_DATABASE_URL, { max: 1, onnotice: () => {} });
   // Connection limits do not apply to superusers, so the service runs as a role of its own.
-  await admin.unsafe(`create role ${role} login`);
+  await admin.unsafe(`create role ${role} login password '${rolePassword}'`);
   await admin.unsafe(`create database ${database} owner ${role}`);
   const url = new URL(ADMIN_DATABASE_URL);
   url.username = role;
+  url.password = rolePassword;
   url.pathname = `/${database}`;
   app = await startApp({ databaseUrl: url.toString() });
   owner = await app.ownerToken();
