@@ -212,7 +212,8 @@ describe("a flood of silent and dripping connections, with the process at ulimit
     expect(probes.length).toBeGreaterThanOrEqual(6);
     expect(openFor.length).toBeGreaterThan(ATTACKERS);
     expect(failed, JSON.stringify(failed.slice(0, 5))).toEqual([]);
-    expect(Math.max(...openFor)).toBeLessThan(CLOSE_BUDGET_MS);
+    // Tens of thousands of samples: spread into Math.max they would overflow the stack.
+    expect(openFor.reduce((longest, ms) => Math.max(longest, ms), 0)).toBeLessThan(CLOSE_BUDGET_MS);
 
     // And after the attack, a new connection is served at once.
     const after = await call("GET", "/healthz");
