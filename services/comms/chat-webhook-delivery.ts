@@ -1,7 +1,6 @@
-import { readFileSync } from "node:fs";
 import type { Config } from "../runtime/config.js";
-import { ConfigError } from "../runtime/config.js";
-import { createAddressPolicy, createEgressClient, isEgressError, type EgressClient, type EgressError } from "../runtime/egress/index.js";
+import { isEgressError, type EgressClient, type EgressError } from "../runtime/egress/index.js";
+import { createOutboundHttpsEgress } from "../runtime/egress/outbound-https.js";
 import { chatWebhookDuration, chatWebhookRequests } from "../runtime/metrics.js";
 import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../runtime/tracing.js";
 import type { ChatWebhookPayload } from "./adaptive-card.js";
@@ -11,33 +10,9 @@ const MAX_RESPONSE_BYTES = 16 * 1024;
 
 export type DeliveryOutcome = { ok: true; status: number } | { ok: false; error: string };
 
-/**
- * The egress client every chat-webhook call goes through: https only, every resolved address
- * vetted (EGRESS_ALLOW_PRIVATE_CIDRS names the non-public ranges an operator allows), the
- * connection pinned to the vetted address, no redirects, size and time capped. EGRESS_CA_FILE adds
- * a trusted CA for an on-premises chat server.
- */
+/** The egress client every chat-webhook call goes through (see createOutboundHttpsEgress). */
 export function createChatWebhookEgress(config: Config): EgressClient {
-  let ca: Buffer | undefined;
-  if (config.EGRESS_CA_FILE) {
-    try {
-      ca = readFileSync(config.EGRESS_CA_FILE);
-    } catch (err) {
-      throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
-    }
-  }
-  let policy: ReturnType<typeof createAddressPolicy>;
-  try {
-    policy = createAddressPolicy({ allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS, requireHttps: true });
-  } catch (err) {
-    throw new ConfigError(`invalid configuration:\n  EGRESS_ALLOW_PRIVATE_CIDRS: ${(err as Error).message}`);
-  }
-  return createEgressClient({
-    policy,
-    timeoutMs: Math.round(config.CHAT_WEBHOOK_TIMEOUT_SECONDS * 1000),
-    maxResponseBytes: MAX_RESPONSE_BYTES,
-    ...(ca ? { ca } : {}),
-  });
+  return createOutboundHttpsEgress(config, { timeoutMs: Math.round(config.CHAT_WEBHOOK_TIMEOUT_SECONDS * 1000), maxResponseBytes: MAX_RESPONSE_BYTES });
 }
 
 /**

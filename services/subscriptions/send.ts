@@ -1,39 +1,15 @@
-import { readFileSync } from "node:fs";
 import type { Config } from "../runtime/config.js";
-import { ConfigError } from "../runtime/config.js";
-import { createAddressPolicy, createEgressClient, isEgressError, type EgressClient } from "../runtime/egress/index.js";
+import { isEgressError, type EgressClient } from "../runtime/egress/index.js";
+import { createOutboundHttpsEgress } from "../runtime/egress/outbound-https.js";
 import { parseRetryAfter } from "./retry-schedule.js";
 import { signDelivery } from "./signing.js";
 
 /** The delivery log keeps this much of a receiver's answer, and nothing more is read. */
 export const RESPONSE_LOG_BYTES = 1024;
 
-/**
- * The egress client every delivery goes through: https only, every resolved address vetted
- * (EGRESS_ALLOW_PRIVATE_CIDRS names the non-public ranges an operator allows), the connection
- * pinned to the vetted address, no redirects followed, time and answer size capped.
- */
+/** The egress client every delivery goes through (see createOutboundHttpsEgress). */
 export function createSubscriptionEgress(config: Pick<Config, "EGRESS_CA_FILE" | "EGRESS_ALLOW_PRIVATE_CIDRS" | "SUBSCRIPTION_TIMEOUT_SECONDS">): EgressClient {
-  let ca: Buffer | undefined;
-  if (config.EGRESS_CA_FILE) {
-    try {
-      ca = readFileSync(config.EGRESS_CA_FILE);
-    } catch (err) {
-      throw new ConfigError(`invalid configuration:\n  EGRESS_CA_FILE: cannot read the file (${(err as NodeJS.ErrnoException).code ?? "error"})`);
-    }
-  }
-  let policy: ReturnType<typeof createAddressPolicy>;
-  try {
-    policy = createAddressPolicy({ allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS, requireHttps: true });
-  } catch (err) {
-    throw new ConfigError(`invalid configuration:\n  EGRESS_ALLOW_PRIVATE_CIDRS: ${(err as Error).message}`);
-  }
-  return createEgressClient({
-    policy,
-    timeoutMs: Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000),
-    maxResponseBytes: RESPONSE_LOG_BYTES,
-    ...(ca ? { ca } : {}),
-  });
+  return createOutboundHttpsEgress(config, { timeoutMs: Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000), maxResponseBytes: RESPONSE_LOG_BYTES });
 }
 
 /** What one attempt came to. */

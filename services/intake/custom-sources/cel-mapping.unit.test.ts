@@ -107,7 +107,7 @@ describe("custom-source rules", () => {
     expect(() => compileRules(Array.from({ length: 21 }, (_, i) => rule({ name: `r${i}`, title: "'t'" })))).toThrow(/at most 20 rules/);
   });
 
-  it("stops a hostile expression within its cost budget, quickly", () => {
+  it("stops a hostile expression within its cost budget", () => {
     const big = { list: Array.from({ length: 20_000 }, (_, i) => ({ a: i })), s: "x".repeat(200_000) };
     const hostile = [
       "string(body.list.map(x, body.list.map(y, y.a + x.a)).size())",
@@ -121,7 +121,10 @@ describe("custom-source rules", () => {
       const result = evaluateRules(compileRules([rule({ title })]), input(big));
       const took = performance.now() - started;
       expect(result.error ?? result.fields?.title, title).toMatch(/cost budget of 20000 exceeded/);
-      expect(took, title).toBeLessThan(1000);
+      // The budget is counted in cost units, not time, so this bound only tells a stop from a hang:
+      // unmetered, the first expression alone walks 400 million elements (minutes); metered, it
+      // stops in milliseconds. Ten seconds is far above that on any machine, however busy.
+      expect(took, title).toBeLessThan(10_000);
     }
   });
 
