@@ -18,9 +18,9 @@ function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 /** Runs vitest on one fixture file with the suite's reporters, then npm test's closing step. */
-function run(fixture: string, ci = false): { status: number; output: string; summary: RunSummary | undefined; closing: string; closingStatus: number } {
+function run(fixture: string, ci = false, vitestArgs: string[] = []): { status: number; output: string; summary: RunSummary | undefined; closing: string; closingStatus: number } {
   const file = join(dir, `${fixture}.json`);
-  const vitest = spawnSync(process.execPath, [join(ROOT, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/harness/fixtures/vitest.config.ts"], {
+  const vitest = spawnSync(process.execPath, [join(ROOT, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/harness/fixtures/vitest.config.ts", ...vitestArgs], {
     cwd: ROOT,
     env: cleanEnv({ FIXTURE: `${fixture}.fixture.ts`, RUN_SUMMARY_FILE: file }),
     encoding: "utf8",
@@ -54,6 +54,14 @@ describe("the closing of a test run", () => {
     const ci = run("skips", true);
     expect(ci.closing).toContain("CI: 2 test(s) skipped");
     expect(ci.closingStatus).toBe(1);
+  }, 120_000);
+
+  it("counts the tests a name filter (-t) left out apart from the skipped ones, and still lists a skip the filter kept", () => {
+    const filtered = run("skips", false, ["-t", "without a word|^runs$"]);
+    expect(filtered.status).toBe(0);
+    expect(filtered.summary?.filteredOut).toBe(1);
+    expect(filtered.summary?.skipped).toEqual([{ project: "", file: "skips.fixture.ts", name: "skipped without a word", reason: "no reason given (skip)" }]);
+    expect(filtered.output).toContain("1 left out by the name filter (-t)");
   }, 120_000);
 
   it("a run that exits non-zero with 0 failed says why: an error after a test ended", () => {

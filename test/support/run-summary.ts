@@ -1,6 +1,6 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { constants } from "node:os";
-import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason, TestSuite } from "vitest/node";
+import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason, TestSuite, Vitest } from "vitest/node";
 
 /**
  * What a test run ended with, beyond the counts: every skipped test with its reason, and every
@@ -18,6 +18,8 @@ export interface RunSummary {
    * counts them as skipped, and the run fails with "0 failed" unless they are named apart.
    */
   notRun: { project: string; file: string; name: string }[];
+  /** Tests left out because their name does not match `-t`: counted, not listed. */
+  filteredOut: number;
   /** Errors outside any test: vitest fails the run for each. */
   unhandledErrors: string[];
   /** Files or suites that failed outside their tests (import, beforeAll/afterAll). */
@@ -40,8 +42,20 @@ function failedAround(test: TestCase): boolean {
   }
 }
 
-export function summarize(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): RunSummary {
-  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], notRun: [], unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
+/** The name `-t` is matched against: the suites' and the test's names, joined by spaces. */
+function nameForFilter(test: TestCase): string {
+  const names = [test.name];
+  for (let parent: TestSuite | TestModule = test.parent; parent.type === "suite"; parent = parent.parent) names.unshift(parent.name);
+  return names.join(" ");
+}
+
+export function summarize(
+  testModules: ReadonlyArray<TestModule>,
+  unhandledErrors: ReadonlyArray<SerializedError>,
+  reason: TestRunEndReason,
+  namePattern?: RegExp,
+): RunSummary {
+  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], notRun: [], filteredOut: 0, unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
   for (const module of testModules) {
     const project = module.project.name;
     const file = module.relativeModuleId;
@@ -55,6 +69,8 @@ export function summarize(testModules: ReadonlyArray<TestModule>, unhandledError
       else if (result.state === "failed") summary.failed++;
       else if (result.state === "skipped" && result.note === undefined && test.options.mode === "run" && failedAround(test)) {
         summary.notRun.push({ project, file, name: test.fullName });
+      } else if (result.state === "skipped" && namePattern && test.options.mode === "skip" && !namePattern.test(nameForFilter(test))) {
+        summary.filteredOut++;
       } else if (result.state === "skipped") {
         const reason = result.note ?? (test.options.mode === "todo" ? "todo" : `no reason given (${test.options.mode})`);
         summary.skipped.push({ project, file, name: test.fullName, reason });
@@ -97,8 +113,16 @@ export function closingLine(summary: RunSummary | undefined, status: number): st
  * every run (npx vitest too), and writes the summary to RUN_SUMMARY_FILE when it is set.
  */
 export default class RunSummaryReporter implements Reporter {
+  private namePattern: RegExp | undefined;
+
+  onInit(vitest: Vitest): void {
+    const pattern = vitest.config.testNamePattern;
+    this.namePattern = pattern ? new RegExp(pattern) : undefined;
+  }
+
   onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<SerializedError>, reason: TestRunEndReason): void {
-    const summary = summarize(testModules, unhandledErrors, reason);
+    const summary = summarize(testModules, unhandledErrors, reason, this.namePattern);
+    if (summary.filteredOut) console.log(`\n${summary.filteredOut} left out by the name filter (-t)`);
     if (summary.skipped.length) {
       console.log(`\n${summary.skipped.length} skipped:`);
       for (const s of summary.skipped) console.log(`  - ${s.file} (${s.project}) > ${s.name}: ${s.reason}`);
