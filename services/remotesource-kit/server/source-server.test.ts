@@ -1,6 +1,8 @@
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import https from "node:https";
+import net from "node:net";
+import tls from "node:tls";
 import { resolve } from "node:path";
 import * as grpc from "@grpc/grpc-js";
 import * as protoLoader from "@grpc/proto-loader";
@@ -361,6 +363,62 @@ describe("a kit-hosted source with mutual TLS", () => {
       const result = await runConformanceCheck(client);
       expect(result.checks.filter((c) => !c.ok)).toEqual([]);
       expect(result.checks.find((c) => c.name === CHECKS.healthFailsClosed)?.detail).toContain("refused at the TLS handshake");
+    }
+  });
+});
+
+describe("a kit-hosted source over TLS, against connections that hold a slot and send nothing", () => {
+  let pki: TestPki;
+  let running: RunningSourceServer;
+
+  beforeAll(async () => {
+    pki = createTestPki();
+    running = await createSourceServer({ ...definition(), tls: { cert: pki.serverCertPem, key: pki.serverKeyPem } }).listen({
+      deadlines: { headersMs: 300, keepAliveMs: 300, http2IdleMs: 300 },
+    });
+  });
+
+  afterAll(async () => {
+    await running?.close();
+  });
+
+  /** Resolves with how the connection ended: "closed" by the server, or "open" still after `waitMs`. */
+  function outcome(socket: net.Socket | tls.TLSSocket, waitMs: number): Promise<"closed" | "open"> {
+    return new Promise((resolvePromise) => {
+      const timer = setTimeout(() => {
+        socket.destroy();
+        resolvePromise("open");
+      }, waitMs);
+      socket.on("error", () => {});
+      socket.once("close", () => {
+        clearTimeout(timer);
+        resolvePromise("closed");
+      });
+    });
+  }
+
+  // Each bound is ten times the deadline: it tells a closed connection from one left open.
+  it("closes a connection that never starts its TLS handshake", async () => {
+    const socket = net.connect(running.port, "127.0.0.1");
+    expect(await outcome(socket, 3000)).toBe("closed");
+  });
+
+  it("closes a connection that finished its handshake and then sends no request", async () => {
+    const socket = tls.connect({ port: running.port, host: "127.0.0.1", ca: pki.caPem, ALPNProtocols: ["http/1.1"] });
+    await new Promise<void>((resolvePromise, reject) => socket.once("secureConnect", resolvePromise).once("error", reject));
+    expect(await outcome(socket, 3000)).toBe("closed");
+  });
+
+  it("closes a request whose headers never end", async () => {
+    const socket = tls.connect({ port: running.port, host: "127.0.0.1", ca: pki.caPem, ALPNProtocols: ["http/1.1"] });
+    await new Promise<void>((resolvePromise, reject) => socket.once("secureConnect", resolvePromise).once("error", reject));
+    socket.write("GET /v1/health HTTP/1.1\r\nHost: localhost\r\n");
+    // A header line now and then, each sooner than the idle deadline: only a headers deadline ends it.
+    const drip = setInterval(() => socket.writable && socket.write("X-Drip: 1\r\n"), 100);
+    try {
+      expect(await outcome(socket, 3000)).toBe("closed");
+    } finally {
+      clearInterval(drip);
     }
   });
 });

@@ -5,13 +5,13 @@ import { createSourceCalls } from "./calls.js";
 import { validateOptions, type SourceServerOptions } from "./definition.js";
 import { createGrpcHandler } from "./grpc.js";
 import { createJsonHandler } from "./http-json.js";
-import { listenSource, type RunningSourceServer } from "./listen.js";
+import { listenSource, type RunningSourceServer, type SourceListenOptions } from "./listen.js";
 
 export interface SourceServer {
   /** A request handler for node:http or node:http2 servers of your own. */
   handler(req: IncomingMessage | Http2ServerRequest, res: ServerResponse | Http2ServerResponse): void;
   /** Serves HTTP-JSON and gRPC on one port (HTTP/1.1 and HTTP/2; TLS when configured). */
-  listen(options?: { port?: number; host?: string }): Promise<RunningSourceServer>;
+  listen(options?: SourceListenOptions): Promise<RunningSourceServer>;
 }
 
 /**
