@@ -75,8 +75,9 @@ stop() {
   if alive "$containerd_pid"; then kill -TERM "$(cat "$containerd_pid")"; sleep 1; fi
   rm -f "$pidfile" "$sock" "$containerd_pid"
   # The network namespace handle dockerd mounts under its run folder, and its data folder.
-  findmnt -rn -o TARGET | grep "^$exec_root/" | sort -r | while read -r target; do umount "$target" || true; done
-  if mountpoint -q "$data_root"; then umount "$data_root"; fi
+  findmnt -rn -o TARGET | { grep "^$exec_root/" || true; } | sort -r | while read -r target; do umount "$target" || true; done
+  # Once per start since the last clean stop: a daemon killed before it could unmount leaves its mounts stacked.
+  while mountpoint -q "$data_root"; do umount "$data_root" || break; done
 }
 
 case "${1:-}" in
