@@ -166,9 +166,9 @@ describe("the image, run hardened with its default command", () => {
     expect(page.status).toBe(200);
     const html = await page.text();
     expect(html).toContain('<div id="app">');
-    const script = /<script[^>]+src="([^"]+)"/.exec(html)?.[1];
-    expect(script, "the console's script").toBeDefined();
-    expect((await fetch(new URL(script!, url))).status).toBe(200);
+    const bundle = /<script[^>]+src="([^"]+)"/.exec(html)?.[1];
+    expect(bundle, "the console's script").toBeDefined();
+    expect((await fetch(new URL(bundle!, url))).status).toBe(200);
   }, 240_000);
 
   it("turns healthy by the Dockerfile's HEALTHCHECK", async () => {
@@ -183,7 +183,7 @@ describe("the image, run hardened with its default command", () => {
   }, 90_000);
 
   it("stops on SIGTERM by itself within the grace period, answering what it acknowledged and keeping it", async () => {
-    const { owner, ingest } = await ownerAndIngestToken(url);
+    const { ingest } = await ownerAndIngestToken(url);
     // Every delivery opens its own incident, so the list of incidents shows each one held once.
     const deliveries = makeDeliveries("sigterm", 200, 200);
     let stopped: { code: number; error: string } | undefined;
@@ -212,7 +212,6 @@ describe("the image, run hardened with its default command", () => {
     docker(["rm", name]);
     await startAll();
     const { owner: again } = await ownerAndIngestToken(url);
-    expect(again).toBeTruthy();
     const titles = async () => {
       const res = await callApi(url, "GET", "/o/acme/incidents?limit=1000", { token: again });
       expect(res.status).toBe(200);
@@ -230,7 +229,6 @@ describe("the image, run hardened with its default command", () => {
     measured["SIGTERM under load: acknowledged / lost / doubled"] = `${expected.length} / ${lost.length} / ${doubled.length}`;
     expect(lost).toEqual([]);
     expect(doubled).toEqual([]);
-    expect(owner).toBeTruthy();
   }, 300_000);
 });
 
