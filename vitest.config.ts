@@ -43,7 +43,7 @@ export default defineConfig({
           name: "server",
           sequence: { groupOrder: 0 },
           include: ["services/**/*.test.ts", "test/**/*.test.ts"],
-          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", "services/**/*.unit.test.ts"],
+          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", "services/**/*.unit.test.ts", "test/deploy/container.test.ts"],
         },
       },
       {
@@ -61,6 +61,12 @@ export default defineConfig({
         // budgets measure the service, not the rest of the suite sharing the two cores.
         extends: true,
         test: { name: "soak", sequence: { groupOrder: 1 }, include: ["test/soak/**/*.test.ts"], testTimeout: 300_000 },
+      },
+      {
+        // The image built from the Dockerfile, run in containers (scripts/build-image.sh builds it,
+        // scripts/docker-daemon.sh starts a daemon when none runs): last, as it takes both cores.
+        extends: true,
+        test: { name: "container", sequence: { groupOrder: 2 }, include: ["test/deploy/container.test.ts"], testTimeout: 300_000 },
       },
     ],
   },

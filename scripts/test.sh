@@ -3,7 +3,11 @@
 # on servers of its own. Needs: Node (see engines), the npm packages, nats-server (the run's NATS
 # and the private servers of the fault tests), Debian's Chromium for the console's browser tests,
 # and Prometheus (with promtool) and Alertmanager for the tests of the alert rules and of a real
-# Alertmanager. Only the Debian packages need root (apt-get, as root or through sudo).
+# Alertmanager, and Docker (Debian's docker.io) with debootstrap for the image's tests
+# (test/deploy/container.test.ts): scripts/build-image.sh builds warroom:dev without a registry, on
+# a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon when none
+# runs (host networking only) and stops it at the end. The Debian packages and that daemon need
+# root (apt-get, as root or through sudo).
 #
 # The run starts its own Postgres server from the embedded binaries in node_modules (a throw-away
 # data folder, a free port, a generated password checked with scram-sha-256) and its own nats-server
@@ -31,6 +35,9 @@ command -v promtool >/dev/null 2>&1 || need_packages+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_packages+=(prometheus-alertmanager)
 # The README's shell examples (test/docs/) call curl and jq.
 command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || need_packages+=(curl jq)
+# The image's tests: a Docker daemon and client, and debootstrap for the local base image.
+command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 || need_packages+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap)
 if [ ${#need_packages[@]} -gt 0 ]; then
   log "installing ${need_packages[*]}"
   as_root apt-get update -qq
@@ -49,13 +56,31 @@ fi
 # the servers the run starts, removed on any exit, so even a kill of vitest leaves no data behind.
 run_dir=$(mktemp -d "${TMPDIR:-/tmp}/wr-test-run-XXXXXX")
 chmod 755 "$run_dir"
-trap 'rm -rf "$run_dir"' EXIT
+stop_docker=false
+cleanup() {
+  rm -rf "$run_dir"
+  if $stop_docker; then as_root scripts/docker-daemon.sh stop || true; fi
+}
+trap cleanup EXIT
 export RUN_SUMMARY_FILE="$run_dir/summary.json"
 if [ -n "${DATABASE_URL:-}" ] || [ -n "${NATS_URL:-}" ]; then
   log "tests (external servers: ${DATABASE_URL:+Postgres at $DATABASE_URL }${NATS_URL:+NATS at $NATS_URL}; the others private)"
 else
   log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
 fi
+# The image the container tests run, built before the suite so its build shares the cores with
+# nothing (a few seconds when only cached layers are needed). Its size is printed here, its start
+# time by the tests. A run of other named test files needs neither.
+if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then
+  log "image: warroom:dev (scripts/build-image.sh)"
+  # A daemon that already answers needs no root; starting one does.
+  daemon=$(scripts/docker-daemon.sh start 2>/dev/null || as_root scripts/docker-daemon.sh start)
+  export DOCKER_HOST=${daemon%%$'\n'*}
+  if [[ $daemon == *started ]]; then stop_docker=true; fi
+  as_root env DOCKER_HOST="$DOCKER_HOST" scripts/build-image.sh warroom:dev
+  export WARROOM_IMAGE=warroom:dev
+fi
+
 set +e
 TMPDIR="$run_dir" npx vitest run "$@"
 status=$?

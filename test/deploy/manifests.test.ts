@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config.js";
 import { readKustomization, renderKustomization, yamlDocuments, type Obj } from "../support/kustomize.js";
+import { validateAgainstKubernetesSchema } from "../support/kubernetes-schema.js";
 
 // The Dockerfile and the Kubernetes manifests in deploy/, checked against the code: the
 // configuration schema, the service folders, the build output and the endpoints every process serves.
@@ -384,6 +385,36 @@ describe("deploy/ files", () => {
     expect(yamlFiles.filter((f) => !listed.has(f)).map((f) => relative(root, f))).toEqual([]);
   });
 
+  it("refuses, by the Kubernetes API schema, what a cluster would refuse", async () => {
+    const gateway = renderKustomization(join(deployCopy, "overlays", "dev")).find((d) => d.kind === "Deployment" && d.metadata.name === "warroom-gateway")!;
+    expect(await validateAgainstKubernetesSchema(gateway)).toEqual([]);
+    const broken = (change: (d: Obj) => void) => {
+      const copy = structuredClone(gateway);
+      change(copy);
+      return validateAgainstKubernetesSchema(copy);
+    };
+    expect(await broken((d) => (d.spec.template.spec.containers[0].imagePullPolicy = "Sometimes"))).not.toEqual([]);
+    expect(await broken((d) => (d.spec.template.spec.containers[0].ports[0].containerPort = "eighty"))).not.toEqual([]);
+    expect(await broken((d) => delete d.spec.template.spec.containers[0].name)).not.toEqual([]);
+    expect(await broken((d) => delete d.spec.selector)).not.toEqual([]);
+    expect(await broken((d) => (d.kind = "Deploymnet"))).not.toEqual([]);
+  });
+
+  it("states in deploy/README.md the copy of every example file an overlay needs, which this test makes before rendering", () => {
+    const readme = readFileSync(join(deployDir, "README.md"), "utf8");
+    const stated = new Set([...readme.matchAll(/cp (\S+)\.example \1\b/g)].map((m) => m[1]!));
+    for (const overlay of overlays) {
+      const k = readKustomization(join(deployDir, "overlays", overlay));
+      for (const generator of [...((k.configMapGenerator ?? []) as Obj[]), ...((k.secretGenerator ?? []) as Obj[])]) {
+        for (const file of (generator.envs ?? []) as string[]) {
+          expect(stated.has(file), `deploy/README.md says: cp ${file}.example ${file} (overlay ${overlay})`).toBe(true);
+          // The renderings below use the examples copied into place, as the README tells.
+          expect(existsSync(join(deployCopy, "overlays", overlay, file))).toBe(true);
+        }
+      }
+    }
+  });
+
   it("commits placeholders, never credentials, and keeps the real files out of git and the image", () => {
     const gitignore = readFileSync(join(deployDir, ".gitignore"), "utf8").split("\n");
     const examples = readdirSync(join(deployDir, "overlays"), { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".env.example"));
@@ -420,6 +451,16 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
     let docs: Obj[];
     beforeAll(() => {
       docs = renderer.render(overlay);
+    });
+
+    it("renders objects that the Kubernetes API schema accepts, every one of them", async () => {
+      expect(docs.length).toBeGreaterThan(0);
+      const refused: string[] = [];
+      for (const doc of docs) {
+        const errors = await validateAgainstKubernetesSchema(doc);
+        if (errors.length > 0) refused.push(`${doc.kind} ${doc.metadata?.name}: ${errors.join("; ")}`);
+      }
+      expect(refused).toEqual([]);
     });
 
     it("runs a Deployment of the compiled main.js of every service folder and the gateway", () => {
