@@ -628,7 +628,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       { action: "delete", kind: "heartbeat", name: "hourly-report" },
       { action: "delete", kind: "heartbeat", name: "queue-worker" },
     ]);
-    expect((await apply({ yaml: "version: 1\nmaintenanceWindows: [" + JSON.stringify(added) + "]\n" })).body).toMatchObject({
+    expect((await apply({ yaml: `version: 1\nmaintenanceWindows: [${JSON.stringify(added)}]\n` })).body).toMatchObject({
       changes: [{ action: "delete", kind: "maintenanceWindow", name: windowName(window) }],
       applied: true,
     });
