@@ -338,15 +338,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
         { rule: "resolved", matched: false, reason: 'not tried: rule "problem" matched first' },
       ],
     });
-    // The median of eleven previews, each timed as the caller sees it: one slow answer on a shared
-    // machine is a sample, not the figure.
-    const times: number[] = [];
-    for (let i = 0; i < 11; i++) {
-      const started = performance.now();
-      expect((await preview({ body: problem })).status).toBe(200);
-      times.push(performance.now() - started);
-    }
-    const took = times.sort((x, y) => x - y)[5]!;
+    // How fast a preview answers is a figure of `npm run bench -- custom-source`, not a test's verdict.
     expect((await listIncidents(app, owner)).length).toBe(before);
 
     const opened = await deliver(source, problem);
@@ -363,7 +355,6 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       would: "opened",
       rules: [{ rule: "only", matched: false, reason: "condition is false" }],
     });
-    expect(took).toBeLessThan(mode === "one process" ? 50 : 200);
   });
 
   it("is suppressed by a maintenance window naming the source", async () => {

@@ -14,7 +14,7 @@ import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
-import type { CustomSourceRow, CustomSourceStore } from "./store.js";
+import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
 export function unmappedTitle(sourceName: string): string {
@@ -148,11 +148,11 @@ export function createCustomSourceDelivery(deps: {
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const kept = boundedBody(body);
-      // What is kept for admins to look at must never cost the sender its delivery.
-      await store
-        .keepPayload(row.id, { ...kept, headers: redactHeaders(headers), query })
-        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload"));
+      const kept = { ...boundedBody(body), headers: redactHeaders(headers), query };
+      // The kept payload and the log row are written together once the delivery is answered (one
+      // statement), and what is kept for admins to look at never costs the sender its delivery.
+      const keepAndLog = (entry: DeliveryLogEntry) =>
+        store.keepAndLog(row.id, kept, entry).catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload and log row"));
       const result = mapping(row, body, headers, query);
       const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
@@ -160,21 +160,17 @@ export function createCustomSourceDelivery(deps: {
       try {
         answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
-        await store
-          .logDelivery(row.id, { outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings })
-          .catch((logErr: unknown) => logger.warn({ err: String(logErr) }, "could not log a custom-source delivery"));
+        await keepAndLog({ outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings });
         throw err;
       }
-      await store
-        .logDelivery(row.id, {
-          outcome: answer.outcome,
-          incidentId: answer.incidentId,
-          rule: result.matchedRule,
-          error: result.error,
-          warnings: result.warnings,
-          reason: answer.reason,
-        })
-        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not log a custom-source delivery"));
+      await keepAndLog({
+        outcome: answer.outcome,
+        incidentId: answer.incidentId,
+        rule: result.matchedRule,
+        error: result.error,
+        warnings: result.warnings,
+        reason: answer.reason,
+      });
       return answer;
     },
   };
