@@ -34,7 +34,7 @@ export const MAINTENANCE_LIMITS = {
   listed: 1000,
 };
 
-interface CheckedWindow {
+export interface CheckedWindow {
   startsAt: Date;
   endsAt: Date;
   reason: string;
@@ -50,7 +50,7 @@ function requiredTime(field: string, value: Timestamp | undefined): Date {
   return date;
 }
 
-function checkWindow(req: CreateMaintenanceWindowRequest): CheckedWindow {
+export function checkWindow(req: CreateMaintenanceWindowRequest): CheckedWindow {
   const startsAt = requiredTime("startsAt", req.startsAt);
   const endsAt = requiredTime("endsAt", req.endsAt);
   if (endsAt.getTime() <= startsAt.getTime()) throw new InvalidArgumentError("endsAt must be after startsAt");

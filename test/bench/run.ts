@@ -9,6 +9,7 @@ import { startTestServers } from "../support/test-servers.js";
 const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
   intake: async () => (await import("./intake.js")).benchIntake(),
+  "custom-source": async () => (await import("./custom-source.js")).benchCustomSource(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
   subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
   // Not part of the default run: a CPU profile and wait breakdown of the delivery path.

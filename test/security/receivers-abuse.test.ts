@@ -115,6 +115,66 @@ describe("receivers behind a trusted proxy", () => {
     expect((await post("192.0.2.100", alertRouterSecret)).status).not.toBe(401);
   });
 
+  describe("custom-source routes", () => {
+    let source: { id: string; secret: string };
+    const rules = [{ name: "every", when: "true", title: "body.name" }];
+    const custom = (from: string, path: string, headers: Record<string, string>, name: string) =>
+      app.call("POST", path, { raw: JSON.stringify({ name }), headers: { "content-type": "application/json", "x-forwarded-for": from, ...headers } });
+
+    beforeAll(async () => {
+      const owner = await app.ownerToken();
+      const res = await app.call("POST", "/o/acme/custom-sources", {
+        token: owner,
+        body: { name: "abuse-scripts", rules, auth: { secretInPath: true, basicAuth: true } },
+      });
+      expect(res.status, JSON.stringify(res.body)).toBe(201);
+      source = { id: res.body.source.id, secret: res.body.credential.secret };
+    });
+
+    it("limits failed credentials per address with one identical rejection; the right credential still gets through", async () => {
+      await earlyInTheMinute(db);
+      const guesser = "203.0.113.50";
+      const unknownSource = "00000000-0000-4000-8000-000000000000";
+      // Wrong Bearer, unknown source, wrong path secret, wrong Basic password: all one budget, one answer.
+      const attempts = [
+        () => custom(guesser, `/triggers/custom/${source.id}`, { authorization: `Bearer ${"f".repeat(64)}` }, "guess"),
+        () => custom(guesser, `/triggers/custom/${unknownSource}`, { authorization: `Bearer ${source.secret}` }, "guess"),
+        () => custom(guesser, `/triggers/custom/${source.id}/${"e".repeat(64)}`, {}, "guess"),
+        () => custom(guesser, `/triggers/custom/${source.id}`, { authorization: `Basic ${Buffer.from(`x:${"d".repeat(64)}`).toString("base64")}` }, "guess"),
+      ];
+      const answers = [];
+      for (let i = 0; i <= RECEIVER_FAILURES_PER_MINUTE; i++) answers.push(await attempts[i % attempts.length]!());
+      expect(answers.map((a) => a.status)).toEqual([...Array(RECEIVER_FAILURES_PER_MINUTE).fill(401), 429]);
+      const refusals = new Set(answers.slice(0, RECEIVER_FAILURES_PER_MINUTE).map((a) => JSON.stringify(a.body)));
+      expect(refusals.size).toBe(1);
+      const blocked = answers.at(-1)!;
+      expect(Number(blocked.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      expect(blocked.body.error).toMatch(/try again later/);
+
+      // The sender's own credential is checked first: from another address, and from the throttled one.
+      const real = await custom("198.51.100.50", `/triggers/custom/${source.id}`, { authorization: `Bearer ${source.secret}` }, "Backup failed");
+      expect(real.status, JSON.stringify(real.body)).toBe(201);
+      expect(real.body.outcome).toBe("opened");
+      const shared = await custom(guesser, `/triggers/custom/${source.id}/${source.secret}`, {}, "Backup failed");
+      expect(shared.status, JSON.stringify(shared.body)).not.toBe(429);
+      expect(shared.status).not.toBe(401);
+    });
+
+    it("counts failures over Connect against the same budget as REST", async () => {
+      await earlyInTheMinute(db);
+      const guesser = "203.0.113.51";
+      const connect = (secret: string) =>
+        app.call("POST", "/warroom.intake.v1.IntakeService/DeliverCustomSource", {
+          body: { sourceId: source.id, body: Buffer.from('{"name":"x"}').toString("base64"), contentType: "application/json" },
+          headers: { "connect-protocol-version": "1", authorization: `Bearer ${secret}`, "x-forwarded-for": guesser },
+        });
+      for (let i = 0; i < RECEIVER_FAILURES_PER_MINUTE; i++) expect((await connect("a".repeat(64))).status).toBe(401);
+      const rest = await custom(guesser, `/triggers/custom/${source.id}`, { authorization: `Bearer ${"a".repeat(64)}` }, "guess");
+      expect(rest.status).toBe(429);
+      expect(Number(rest.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    });
+  });
+
   it("the client is the right-most address a trusted proxy did not add", async () => {
     await chat(`1.2.3.4, 192.0.2.77, 10.1.2.3`, "d".repeat(64), "chain");
     const [row] = await db<{ data: { remoteAddress: string } }[]>`

@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
 import { z } from "zod";
 import {
@@ -19,6 +19,22 @@ import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from 
 import { recordAudit } from "../../runtime/events.js";
 import { newHexSecret, sha256 } from "../../runtime/secrets.js";
 import { compileRules } from "./cel-mapping.js";
+import {
+  checkHeartbeatEntry,
+  checkWindowEntry,
+  type HeartbeatSpec,
+  heartbeatEntry,
+  heartbeatEntrySchema,
+  heartbeatSpecOf,
+  maintenanceWindowEntrySchema,
+  sameHeartbeat,
+  scheduleCalls,
+  type WindowSpec,
+  windowEntry,
+  windowKey,
+  windowName,
+  windowSpecOf,
+} from "./config-schedules.js";
 import type { CustomSourcesDeps } from "./custom-source-handlers.js";
 import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "./custom-source-records.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "./store.js";
@@ -44,6 +60,8 @@ const fileSchema = z
     groupingOverrides: z
       .array(z.object({ source: z.string(), attachKey: z.string().optional(), windowHours: z.number().int().min(0).optional() }).strict())
       .optional(),
+    heartbeats: z.array(heartbeatEntrySchema).optional(),
+    maintenanceWindows: z.array(maintenanceWindowEntrySchema).optional(),
   })
   .strict();
 
@@ -82,8 +100,9 @@ function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
 }
 
 /**
- * Configuration as code: an organization's custom sources and grouping overrides as one YAML file
- * (never a secret), and a plan that makes the organization match a file, applied idempotently.
+ * Configuration as code: an organization's custom sources, grouping overrides, heartbeats and
+ * maintenance windows as one YAML file (never a secret: no credential, no ping URL), and a plan
+ * that makes the organization match a file, applied idempotently.
  */
 export function createConfigAsCodeHandlers(deps: {
   clients: Clients;
@@ -107,6 +126,8 @@ export function createConfigAsCodeHandlers(deps: {
     async exportConfig(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const { sources, overrides } = await current(principal.orgId);
+      const calls = scheduleCalls(clients, req.org, context);
+      const [heartbeats, windows] = await Promise.all([calls.heartbeats(), calls.windows()]);
       const file: JsonObject = {
         version: 1,
         customSources: sources.map((row) => {
@@ -123,6 +144,13 @@ export function createConfigAsCodeHandlers(deps: {
           if (o.window_hours) entry.windowHours = o.window_hours;
           return entry;
         }),
+        heartbeats: heartbeats.map((h) => heartbeatEntry(heartbeatSpecOf(h))),
+        // A window that has ended is history, not configuration.
+        maintenanceWindows: windows
+          .map(windowSpecOf)
+          .filter((w) => w.endsAt.getTime() > Date.now())
+          .sort((a, b) => a.startsAt.getTime() - b.startsAt.getTime() || windowKey(a).localeCompare(windowKey(b)))
+          .map(windowEntry),
       };
       return create(ExportConfigResponseSchema, { yaml: stringifyYaml(file, { lineWidth: 0 }) });
     },
@@ -169,6 +197,18 @@ export function createConfigAsCodeHandlers(deps: {
         }
         wantedOverrides.set(override.source, { attachKey, windowHours: override.windowHours ?? 0 });
       }
+      const wantedHeartbeats = new Map<string, HeartbeatSpec>();
+      for (const [index, entry] of (file.heartbeats ?? []).entries()) {
+        const spec = checkHeartbeatEntry(entry, index);
+        if (wantedHeartbeats.has(spec.name)) throw new InvalidArgumentError(`heartbeats[${index}].name: ${JSON.stringify(spec.name)} appears twice`);
+        wantedHeartbeats.set(spec.name, spec);
+      }
+      // A window of the file that has already ended is left out: there is nothing to create.
+      const wantedWindows = new Map<string, WindowSpec>();
+      for (const [index, entry] of (file.maintenanceWindows ?? []).entries()) {
+        const w = checkWindowEntry(entry, index);
+        if (w.endsAt.getTime() > Date.now()) wantedWindows.set(windowKey(w), w);
+      }
 
       const { sources, overrides } = await current(principal.orgId);
       const changes: ConfigChange[] = [];
@@ -191,6 +231,28 @@ export function createConfigAsCodeHandlers(deps: {
           else if (held.attach_key !== o.attachKey || held.window_hours !== o.windowHours) change("update", "groupingOverride", source);
         }
         for (const o of overrides) if (!wantedOverrides.has(o.source)) change("delete", "groupingOverride", o.source);
+      }
+      const calls = scheduleCalls(clients, req.org, context);
+      const heartbeatChanges: { action: string; spec?: HeartbeatSpec; name: string }[] = [];
+      if (file.heartbeats) {
+        const held = new Map((await calls.heartbeats()).map((h) => [h.name, heartbeatSpecOf(h)]));
+        for (const [name, spec] of wantedHeartbeats) {
+          const now = held.get(name);
+          if (!now) heartbeatChanges.push({ action: "create", spec, name });
+          else if (!sameHeartbeat(now, spec)) heartbeatChanges.push({ action: "update", spec, name });
+        }
+        for (const name of held.keys()) if (!wantedHeartbeats.has(name)) heartbeatChanges.push({ action: "delete", name });
+        for (const c of heartbeatChanges) change(c.action, "heartbeat", c.name);
+      }
+      const windowChanges: { action: string; spec: WindowSpec; id?: string }[] = [];
+      if (file.maintenanceWindows) {
+        // Windows that have ended are history: a file never deletes them.
+        const held = (await calls.windows()).map((w) => ({ id: w.id, spec: windowSpecOf(w) })).filter((w) => w.spec.endsAt.getTime() > Date.now());
+        const heldKeys = new Set(held.map((w) => windowKey(w.spec)));
+        for (const [key, spec] of wantedWindows) if (!heldKeys.has(key)) windowChanges.push({ action: "create", spec });
+        held.sort((a, b) => a.spec.startsAt.getTime() - b.spec.startsAt.getTime());
+        for (const w of held) if (!wantedWindows.has(windowKey(w.spec))) windowChanges.push({ action: "delete", spec: w.spec, id: w.id });
+        for (const c of windowChanges) change(c.action, "maintenanceWindow", windowName(c.spec));
       }
       const response = create(ApplyConfigResponseSchema, { changes, applied: false });
       if (req.dryRun || changes.length === 0) return response;
@@ -227,7 +289,7 @@ export function createConfigAsCodeHandlers(deps: {
               await tx`delete from intake.custom_sources where org_id = ${principal.orgId} and name = ${c.name}`;
               await audit("custom_source.deleted", { name: c.name });
             }
-          } else {
+          } else if (c.kind === "groupingOverride") {
             const o = wantedOverrides.get(c.name);
             if (o) {
               await tx`
@@ -243,6 +305,34 @@ export function createConfigAsCodeHandlers(deps: {
         }
       });
       outbox.poke();
+
+      // Then the heartbeats and windows, each through its own service: what is added before what
+      // is removed, so a refusal midway never leaves fewer than either the old or the new set.
+      const steps: { label: string; run: () => Promise<void> }[] = [];
+      for (const c of heartbeatChanges) {
+        if (c.action === "create") steps.push({ label: `create heartbeat ${c.name}`, run: () => calls.registerHeartbeat(c.spec!) });
+        if (c.action === "update") steps.push({ label: `update heartbeat ${c.name}`, run: () => calls.updateHeartbeat(c.spec!) });
+      }
+      for (const c of windowChanges) {
+        if (c.action === "create") steps.push({ label: `create maintenanceWindow ${windowName(c.spec)}`, run: () => calls.createWindow(c.spec) });
+      }
+      for (const c of heartbeatChanges) {
+        if (c.action === "delete") steps.push({ label: `delete heartbeat ${c.name}`, run: () => calls.deleteHeartbeat(c.name) });
+      }
+      for (const c of windowChanges) {
+        if (c.action === "delete") steps.push({ label: `delete maintenanceWindow ${windowName(c.spec)}`, run: () => calls.deleteWindow(c.id!) });
+      }
+      for (const step of steps) {
+        try {
+          await step.run();
+        } catch (err) {
+          const refused = ConnectError.from(err);
+          throw new ConnectError(
+            `${step.label}: ${refused.rawMessage}. The changes before it were applied (custom sources and grouping overrides all at once); fix the file and apply it again to finish`,
+            refused.code,
+          );
+        }
+      }
       response.applied = true;
       return response;
     },

@@ -5,8 +5,8 @@ export const CONFIG_USAGE = `usage: npm run admin -- export --org <slug> [--out 
        npm run admin -- apply <file> --org <slug> [--dry-run]
 
 Talks to a running service at WARROOM_URL (default http://localhost:8080) with WARROOM_TOKEN (an
-admin's session token or API key). export writes the organization's custom sources and grouping
-overrides as YAML (no secrets) to --out or stdout. apply prints the plan of creates, updates and
+admin's session token or API key). export writes the organization's custom sources, grouping
+overrides, heartbeats and maintenance windows as YAML (no secrets) to --out or stdout. apply prints the plan of creates, updates and
 deletes, then applies it unless --dry-run; applying the same file again changes nothing. The
 credentials of sources it creates are printed once.`;
 

@@ -2,17 +2,19 @@ import { create, type JsonObject } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverCustomSourceRequest } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
-import { UnauthenticatedError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import { RateLimitedError, UnauthenticatedError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import type { Logger } from "../../runtime/logger.js";
 import { sha256 } from "../../runtime/secrets.js";
 import { isUuid } from "../../runtime/ids.js";
 import type { DeliveryPath, TriggerAnswer } from "../delivery.js";
+import { RECEIVER_FAILURES_PER_MINUTE } from "../receiver-secrets.js";
 import { MAX_JSON_DEPTH } from "../request-body.js";
 import { digestOf, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
+import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
-import type { CustomSourceRow, CustomSourceStore } from "./store.js";
+import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
 export function unmappedTitle(sourceName: string): string {
@@ -84,6 +86,9 @@ function requestHeaders(req: DeliverCustomSourceRequest, context: HandlerContext
   return headers;
 }
 
+/** The scope failed credentials are counted in: every custom-source route shares one budget per address. */
+export const CUSTOM_SOURCE_FAILURE_SCOPE = "custom-source";
+
 /**
  * A custom source's trigger route: authenticates the source's credential, keeps the payload,
  * maps it with the source's rules and hands it to the shared delivery path. A mapping that fails
@@ -95,19 +100,37 @@ export function createCustomSourceDelivery(deps: {
   compiled: ReturnType<typeof createCompiledRulesCache>;
   delivery: DeliveryPath;
   logger: Logger;
+  failures: ReceiverFailureStore;
 }) {
-  const { store, compiled, delivery, logger } = deps;
+  const { store, compiled, delivery, logger, failures } = deps;
 
-  async function authenticate(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow> {
-    // One answer for every failure: a caller cannot tell an unknown source from a wrong secret.
-    const refused = new UnauthenticatedError("unauthorized");
+  /** The source whose current credential the request presents, when it presents one it may use. */
+  async function credentialed(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow | undefined> {
     const presented = presentedSecret(req, context.requestHeader.get("authorization"));
-    if (!presented || !isUuid(req.sourceId) || presented.secret.length > 256) throw refused;
+    if (!presented || !isUuid(req.sourceId) || presented.secret.length > 256) return undefined;
     const row = await store.byCredential(req.sourceId, sha256(presented.secret));
-    if (!row) throw refused;
-    if (presented.via === "path" && !row.secret_in_path) throw refused;
-    if (presented.via === "basic" && !row.basic_auth) throw refused;
+    if (!row) return undefined;
+    if (presented.via === "path" && !row.secret_in_path) return undefined;
+    if (presented.via === "basic" && !row.basic_auth) return undefined;
     return row;
+  }
+
+  /**
+   * The credential is checked first, always, so the right one is never refused for anybody's
+   * failures (senders share address ranges). A failure of any kind (no credential, an unknown
+   * source, a wrong or revoked secret, a way of presenting it the source does not accept) gets one
+   * answer, so a caller cannot tell them apart, and is counted per client address over every
+   * custom-source route, as the chat and alert-router receivers count theirs: past the limit the
+   * address is answered 429 with Retry-After until its minute ends.
+   */
+  async function authenticate(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow> {
+    const row = await credentialed(req, context);
+    if (row) return row;
+    const failed = await failures.add(CUSTOM_SOURCE_FAILURE_SCOPE, context.requestHeader.get("x-forwarded-for") ?? "");
+    if (failed.failures > RECEIVER_FAILURES_PER_MINUTE) {
+      throw new RateLimitedError("too many failed attempts from this address; try again later", Math.max(1, failed.retry_after));
+    }
+    throw new UnauthenticatedError("unauthorized: send the source's current credential as Authorization: Bearer <secret>");
   }
 
   function mapping(row: CustomSourceRow, body: unknown, headers: Record<string, string>, query: Record<string, string>): MappingResult {
@@ -125,11 +148,11 @@ export function createCustomSourceDelivery(deps: {
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const kept = boundedBody(body);
-      // What is kept for admins to look at must never cost the sender its delivery.
-      await store
-        .keepPayload(row.id, { ...kept, headers: redactHeaders(headers), query })
-        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload"));
+      const kept = { ...boundedBody(body), headers: redactHeaders(headers), query };
+      // The kept payload and the log row are written together once the delivery is answered (one
+      // statement), and what is kept for admins to look at never costs the sender its delivery.
+      const keepAndLog = (entry: DeliveryLogEntry) =>
+        store.keepAndLog(row.id, kept, entry).catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload and log row"));
       const result = mapping(row, body, headers, query);
       const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
@@ -137,21 +160,17 @@ export function createCustomSourceDelivery(deps: {
       try {
         answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
-        await store
-          .logDelivery(row.id, { outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings })
-          .catch((logErr: unknown) => logger.warn({ err: String(logErr) }, "could not log a custom-source delivery"));
+        await keepAndLog({ outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings });
         throw err;
       }
-      await store
-        .logDelivery(row.id, {
-          outcome: answer.outcome,
-          incidentId: answer.incidentId,
-          rule: result.matchedRule,
-          error: result.error,
-          warnings: result.warnings,
-          reason: answer.reason,
-        })
-        .catch((err: unknown) => logger.warn({ err: String(err) }, "could not log a custom-source delivery"));
+      await keepAndLog({
+        outcome: answer.outcome,
+        incidentId: answer.incidentId,
+        rule: result.matchedRule,
+        error: result.error,
+        warnings: result.warnings,
+        reason: answer.reason,
+      });
       return answer;
     },
   };

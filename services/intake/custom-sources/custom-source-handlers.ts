@@ -26,6 +26,7 @@ import type { Outbox } from "../../runtime/outbox.js";
 import { newHexSecret, sha256 } from "../../runtime/secrets.js";
 import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "./cel-mapping.js";
+import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "./grouping.js";
 import { createCustomSourceDelivery, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
@@ -72,12 +73,14 @@ export function createCustomSourceHandlers(deps: {
   logger: Logger;
   customSources: CustomSourcesDeps | undefined;
   grouping?: Grouping | undefined;
+  /** Where failed credentials are counted, shared with the chat and alert-router receivers. */
+  failures: ReceiverFailureStore;
 }): Pick<ServiceImpl<typeof IntakeService>, CustomSourceMethods> {
   const { clients, delivery, logger } = deps;
   const config = deps.customSources;
   const store = config ? createCustomSourceStore(config.sql) : undefined;
   const compiled = createCompiledRulesCache();
-  const receiver = store ? createCustomSourceDelivery({ store, compiled, delivery, logger }) : undefined;
+  const receiver = store ? createCustomSourceDelivery({ store, compiled, delivery, logger, failures: deps.failures }) : undefined;
 
   function need<T>(value: T | undefined): T {
     if (value === undefined) throw new UnavailableError("custom sources are not available in this process");

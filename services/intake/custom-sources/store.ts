@@ -47,7 +47,27 @@ export const KEPT_DELIVERIES = 500;
 export const SOURCES_PER_ORG = 50;
 
 /** The SQL of the custom-source tables. */
+/** One row of a source's delivery log. */
+export interface DeliveryLogEntry {
+  outcome: string;
+  incidentId?: string | undefined;
+  rule?: string | undefined;
+  error?: string | undefined;
+  warnings: string[];
+  reason?: string | undefined;
+}
+
 export function createCustomSourceStore(sql: Sql) {
+  /** Bounded without a sweep: every fiftieth delivery (by its random id) trims the log. */
+  async function trimLog(sourceId: string, id: string): Promise<void> {
+    if (!(id.endsWith("0") && /[0-3]$/.test(id.slice(-2, -1)))) return;
+    await sql`
+      delete from intake.custom_source_deliveries where source_id = ${sourceId} and id in (
+        select id from intake.custom_source_deliveries where source_id = ${sourceId} order by at desc, id desc offset ${KEPT_DELIVERIES}
+        for update skip locked
+      )`;
+  }
+
   return {
     sql,
 
@@ -96,6 +116,34 @@ export function createCustomSourceStore(sql: Sql) {
         )`;
     },
 
+    /**
+     * A delivery's kept payload and its log row in one statement (one round trip on the delivery
+     * path instead of two), with the payloads trimmed as keepPayload does.
+     */
+    async keepAndLog(
+      sourceId: string,
+      payload: { body: JsonValue; headers: Record<string, string>; query: Record<string, string>; truncated: boolean },
+      entry: DeliveryLogEntry,
+    ): Promise<void> {
+      const id = randomUUID();
+      await sql`
+        with kept as (
+          insert into intake.custom_source_payloads (id, source_id, body, headers, query, truncated)
+          values (${randomUUID()}, ${sourceId}, ${sql.json(payload.body)}, ${sql.json(payload.headers)}, ${sql.json(payload.query)}, ${payload.truncated})
+          returning id
+        ), trimmed as (
+          delete from intake.custom_source_payloads
+          where source_id = ${sourceId} and id in (
+            select id from intake.custom_source_payloads where source_id = ${sourceId}
+            order by received_at desc, id desc offset ${KEPT_PAYLOADS - 1}
+            for update skip locked
+          )
+        )
+        insert into intake.custom_source_deliveries (id, source_id, outcome, incident_id, rule, error, warnings, reason)
+        values (${id}, ${sourceId}, ${entry.outcome}, ${entry.incidentId ?? null}, ${entry.rule ?? null}, ${entry.error ?? null}, ${entry.warnings}, ${entry.reason ?? null})`;
+      await trimLog(sourceId, id);
+    },
+
     async payloads(sourceId: string): Promise<PayloadRow[]> {
       return sql<PayloadRow[]>`
         select id, received_at, body, headers, query, truncated from intake.custom_source_payloads
@@ -108,29 +156,12 @@ export function createCustomSourceStore(sql: Sql) {
       return row;
     },
 
-    async logDelivery(
-      sourceId: string,
-      entry: {
-        outcome: string;
-        incidentId?: string | undefined;
-        rule?: string | undefined;
-        error?: string | undefined;
-        warnings: string[];
-        reason?: string | undefined;
-      },
-    ): Promise<void> {
+    async logDelivery(sourceId: string, entry: DeliveryLogEntry): Promise<void> {
       const id = randomUUID();
       await sql`
         insert into intake.custom_source_deliveries (id, source_id, outcome, incident_id, rule, error, warnings, reason)
         values (${id}, ${sourceId}, ${entry.outcome}, ${entry.incidentId ?? null}, ${entry.rule ?? null}, ${entry.error ?? null}, ${entry.warnings}, ${entry.reason ?? null})`;
-      // Bounded without a sweep: every fiftieth delivery (by its random id) trims the log.
-      if (id.endsWith("0") && /[0-3]$/.test(id.slice(-2, -1))) {
-        await sql`
-          delete from intake.custom_source_deliveries where source_id = ${sourceId} and id in (
-            select id from intake.custom_source_deliveries where source_id = ${sourceId} order by at desc, id desc offset ${KEPT_DELIVERIES}
-            for update skip locked
-          )`;
-      }
+      await trimLog(sourceId, id);
     },
 
     async deliveries(sourceId: string): Promise<DeliveryLogRow[]> {

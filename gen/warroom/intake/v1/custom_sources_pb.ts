@@ -2077,13 +2077,15 @@ export type ConfigChange = Message<"warroom.intake.v1.ConfigChange"> & {
   action: string;
 
   /**
-   * customSource or groupingOverride.
+   * customSource, groupingOverride, heartbeat or maintenanceWindow.
    *
    * @generated from field: string kind = 2;
    */
   kind: string;
 
   /**
+   * A maintenance window, which has no name, is named `<startsAt>/<endsAt> <reason>`.
+   *
    * @generated from field: string name = 3;
    */
   name: string;
@@ -2103,13 +2105,15 @@ export type ConfigChangeJson = {
   action?: string;
 
   /**
-   * customSource or groupingOverride.
+   * customSource, groupingOverride, heartbeat or maintenanceWindow.
    *
    * @generated from field: string kind = 2;
    */
   kind?: string;
 
   /**
+   * A maintenance window, which has no name, is named `<startsAt>/<endsAt> <reason>`.
+   *
    * @generated from field: string name = 3;
    */
   name?: string;

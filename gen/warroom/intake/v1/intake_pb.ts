@@ -823,7 +823,8 @@ export const IntakeService: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * The organization's custom sources and grouping overrides as one YAML file, without secrets.
+   * The organization's custom sources, grouping overrides, heartbeats and maintenance windows as
+   * one YAML file, without secrets.
    *
    * @generated from rpc warroom.intake.v1.IntakeService.ExportConfig
    */

@@ -4,6 +4,7 @@ import { api, clearSession, loadSession, onSessionChange, type Session } from ".
 import { startLive, useLiveState } from "./live";
 import { Link, navigate, useLocation } from "./router";
 import { ApiKeysPage } from "./pages/api-keys";
+import { CustomSourcesPage } from "./pages/custom-sources";
 import { HeartbeatsPage } from "./pages/heartbeats";
 import { IncidentsPage } from "./pages/incidents";
 import { IntegrationsPage } from "./pages/integrations";
@@ -134,6 +135,7 @@ export function App() {
   if (room) page = <RoomPage id={decodeURIComponent(room[2]!)} />;
   else if (loc.path === "/" || loc.path === "/incidents") page = <IncidentsPage state={loc.query.get("state") ?? "open"} org={session.org} />;
   else if (loc.path === "/integrations") page = <IntegrationsPage org={session.org} />;
+  else if (loc.path === "/custom-sources") page = <CustomSourcesPage org={session.org} selected={loc.query.get("id") ?? undefined} />;
   else if (loc.path === "/heartbeats") page = <HeartbeatsPage org={session.org} />;
   else if (loc.path === "/maintenance") page = <MaintenancePage />;
   else if (loc.path === "/members") page = <MembersPage />;
@@ -141,7 +143,7 @@ export function App() {
   else page = <NotFound />;
 
   return (
-    <Shell session={session} path={loc.path === "/" || room ? "/incidents" : loc.path}>
+    <Shell session={session} path={loc.path === "/" || room ? "/incidents" : loc.path === "/custom-sources" ? "/integrations" : loc.path}>
       {page}
     </Shell>
   );

@@ -631,6 +631,9 @@ export function IntegrationsPage(props: { org: string }) {
   return (
     <>
       <PageHeading title="Integrations">Integrations</PageHeading>
+      <p class="muted">
+        Any other tool: <a href="/custom-sources">custom sources</a>.
+      </p>
       <Credentials org={props.org} />
       <ChatWebhook />
       <EgressSwitch />

@@ -1,0 +1,146 @@
+import { fileURLToPath } from "node:url";
+import { callApi, freshDatabase, OWNER } from "../support/app.js";
+import { cpuOf, startChild, stopChild } from "./child-process.js";
+import { deliveryMix, ingestToken, type LoadResult, load } from "./intake.js";
+import { printTable, summarize } from "./stats.js";
+
+/**
+ * A CEL-mapped custom source against the built-in metrics-monitor mapping, in the same run on the
+ * same app: the metrics-monitor stream of the intake bench (40 % new, 35 % repeat, 15 % exact
+ * redelivery, 10 % recovery) posted to `POST /triggers`, and the same bodies posted to a custom
+ * source whose rules map them the way the built-in mapping does. The two run in turn,
+ * `CUSTOM_SOURCE_BENCH_ROUNDS` times (default 3), each on a fresh organization's data, so drift
+ * in the machine's load falls on both alike. The figure is the app process's CPU time per
+ * delivery (and deliveries per second), median over the rounds, the metrics-monitor delivery
+ * being the floor; the target is at most 1.2 times its cost. Then the preview: 200 previews of
+ * one payload, one after another, timed as the caller sees them (target: under 50 ms).
+ */
+
+const TARGET_RATIO = 1.2;
+const PREVIEW_TARGET_MS = 50;
+
+/** Rules that map the metrics-monitor body as the built-in mapping does: title, severity, entity, keys. */
+export const METRICS_MONITOR_RULES = [
+  {
+    name: "recovered",
+    when: "body.alert_transition == 'Recovered'",
+    kind: "'recovery'",
+    attachKey: "body.alert_id",
+    eventId: "body.event_id",
+  },
+  {
+    name: "alert",
+    when: "body.alert_type == 'error'",
+    title: "body.title",
+    severity: "body.alert_priority == 'P1' ? 'sev1' : body.alert_priority == 'P2' ? 'sev2' : 'sev3'",
+    attachKey: "body.alert_id",
+    eventId: "body.event_id",
+    entity: "{'kind': 'service', 'id': body.tags.filter(t, t.startsWith('service:'))[0]}",
+    summary: "body.body",
+    link: "body.link",
+  },
+];
+
+async function ownerToken(url: string): Promise<string> {
+  const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+  if (login.status !== 200) throw new Error(`login failed: ${login.status}`);
+  return login.body.accessToken as string;
+}
+
+/** One measured window of `path` with the app's CPU per answered delivery. */
+async function measured(app: { url: string; child: Parameters<typeof cpuOf>[0] }, path: string, headers: Record<string, string>, run: string) {
+  let before: NodeJS.CpuUsage | undefined;
+  let after: NodeJS.CpuUsage | undefined;
+  const result: LoadResult = await load([app.url], path, headers, deliveryMix(run), {
+    onStart: async () => {
+      before = await cpuOf(app.child);
+    },
+    onEnd: async () => {
+      after = await cpuOf(app.child);
+    },
+  });
+  const answered = Object.values(result.statuses).reduce((a, b) => a + b, 0);
+  if (!before || !after || answered === 0) return result;
+  return { ...result, cpuMsPerRequest: (after.user + after.system - before.user - before.system) / 1000 / answered };
+}
+
+export async function benchCustomSource(): Promise<void> {
+  const rounds = Number(process.env.CUSTOM_SOURCE_BENCH_ROUNDS ?? 3);
+  const builtIn: LoadResult[] = [];
+  const custom: LoadResult[] = [];
+  let previewMs: number[] = [];
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url]);
+    try {
+      const ingest = await ingestToken(app.url);
+      const owner = await ownerToken(app.url);
+      const created = await callApi(app.url, "POST", `/o/${OWNER.org}/custom-sources`, {
+        token: owner,
+        body: { name: "bench-monitor", rules: METRICS_MONITOR_RULES },
+      });
+      if (created.status !== 201) throw new Error(`could not create the custom source: ${created.status} ${JSON.stringify(created.body)}`);
+      const sourcePath = `/triggers/custom/${created.body.source.id}`;
+      const sourceAuth = { authorization: `Bearer ${created.body.credential.secret}` };
+      for (let round = 0; round < rounds; round++) {
+        builtIn.push(await measured(app, "/triggers", { authorization: `Bearer ${ingest}` }, `mm${round}`));
+        custom.push(await measured(app, sourcePath, sourceAuth, `cs${round}`));
+      }
+      const payload = JSON.parse(deliveryMix("preview")().body) as unknown;
+      const previewPath = `/o/${OWNER.org}/custom-sources/${created.body.source.id}/preview`;
+      for (let i = 0; i < 20; i++) await callApi(app.url, "POST", previewPath, { token: owner, body: { body: payload } });
+      previewMs = [];
+      for (let i = 0; i < 200; i++) {
+        const started = performance.now();
+        const res = await callApi(app.url, "POST", previewPath, { token: owner, body: { body: payload } });
+        previewMs.push(performance.now() - started);
+        if (res.status !== 200) throw new Error(`preview answered ${res.status}`);
+      }
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
+
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const cpu = (runs: LoadResult[]) => median(runs.map((r) => r.cpuMsPerRequest ?? Number.NaN));
+  const rate = (runs: LoadResult[]) => median(runs.map((r) => r.perSecond));
+  const cpuRatio = cpu(custom) / cpu(builtIn);
+  const rateRatio = rate(builtIn) / rate(custom);
+  printTable(`A CEL-mapped custom source against the metrics-monitor delivery, same app, ${rounds} rounds in turn (medians)`, [
+    {
+      figure: "app CPU ms per delivery",
+      "custom source (ours)": cpu(custom).toFixed(3),
+      "metrics-monitor (floor, same run)": cpu(builtIn).toFixed(3),
+      "ours / floor": cpuRatio.toFixed(2),
+      target: `≤ ${TARGET_RATIO}`,
+      met: cpuRatio <= TARGET_RATIO ? "yes" : "NO",
+    },
+    {
+      figure: "deliveries/s",
+      "custom source (ours)": rate(custom),
+      "metrics-monitor (floor, same run)": rate(builtIn),
+      "ours / floor": `${rateRatio.toFixed(2)} (floor's rate / ours)`,
+      target: `≤ ${TARGET_RATIO}`,
+      met: rateRatio <= TARGET_RATIO ? "yes" : "NO",
+    },
+  ]);
+  printTable(
+    "Answers per round",
+    builtIn.map((b, i) => ({
+      round: i + 1,
+      "metrics-monitor": `${JSON.stringify(b.statuses)} ${b.cpuMsPerRequest?.toFixed(3) ?? "?"} ms`,
+      "custom source": `${JSON.stringify(custom[i]!.statuses)} ${custom[i]!.cpuMsPerRequest?.toFixed(3) ?? "?"} ms`,
+    })),
+  );
+  const preview = summarize(previewMs);
+  printTable("Preview of one payload, 200 in a row after 20 to warm up (as the caller sees it)", [
+    {
+      p50: `${preview.p50.toFixed(1)} ms`,
+      p99: `${preview.p99.toFixed(1)} ms`,
+      target: `< ${PREVIEW_TARGET_MS} ms`,
+      met: preview.p50 < PREVIEW_TARGET_MS ? "yes" : "NO",
+    },
+  ]);
+}
