@@ -103,7 +103,7 @@ export function heartbeatSnippets(heartbeat: Pick<Heartbeat, "name" | "schedule"
   if (cron) {
     snippets.push({
       id: `snippet-kubernetes-${heartbeat.name}`,
-      title: "Kubernetes CronJob",
+      title: "Kubernetes CronJob (an image with sh and curl)",
       text: [
         "apiVersion: batch/v1",
         "kind: CronJob",

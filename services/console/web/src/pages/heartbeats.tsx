@@ -119,12 +119,24 @@ function SettingsFields(props: { prefix: string; settings: Settings; onChange(se
     <>
       <fieldset class="cadence">
         <legend>Expects a ping</legend>
-        <label>
-          <input type="radio" name={`${prefix}-kind`} checked={settings.kind === "interval"} onChange={() => set({ kind: "interval" })} />
+        <label class="check">
+          <input
+            type="radio"
+            style={{ width: "auto" }}
+            name={`${prefix}-kind`}
+            checked={settings.kind === "interval"}
+            onChange={() => set({ kind: "interval" })}
+          />
           Every interval
         </label>
-        <label>
-          <input type="radio" name={`${prefix}-kind`} checked={settings.kind === "schedule"} onChange={() => set({ kind: "schedule" })} />
+        <label class="check">
+          <input
+            type="radio"
+            style={{ width: "auto" }}
+            name={`${prefix}-kind`}
+            checked={settings.kind === "schedule"}
+            onChange={() => set({ kind: "schedule" })}
+          />
           On a cron schedule
         </label>
       </fieldset>
@@ -242,7 +254,9 @@ function silentSince(heartbeat: Heartbeat): string | null {
 function StatusCell(props: { heartbeat: Heartbeat; org: string; now: number }) {
   const { heartbeat } = props;
   const since = silentSince(heartbeat);
-  const silentFor = heartbeat.status === "silent" && since ? liveSpan(props.now - Date.parse(since)) : "";
+  // Silent time once the deadline has passed; a failure's open incident alone is not silence.
+  const silentFor =
+    heartbeat.status === "silent" && since && heartbeat.dueAt && Date.parse(heartbeat.dueAt) < props.now ? liveSpan(props.now - Date.parse(since)) : "";
   return (
     <>
       <span class={`badge hb-${heartbeat.status}`}>{heartbeat.status}</span>
