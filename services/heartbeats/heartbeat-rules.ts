@@ -49,6 +49,19 @@ export function checkMinRun(value: number): number {
   return value;
 }
 
+export const MAX_MISSES = 100;
+
+/**
+ * How many expected pings in a row may be missed before a silence is declared: 1 (the first
+ * miss) to 100; anything else is InvalidArgument.
+ */
+export function checkMisses(value: number): number {
+  if (!Number.isInteger(value) || value < 1 || value > MAX_MISSES) {
+    throw new InvalidArgumentError(`alertAfterMisses must be a whole number from 1 (alert on the first missed ping) to ${MAX_MISSES}; leave it out for 1`);
+  }
+  return value;
+}
+
 /** A run cannot have to last longer than it may. */
 export function checkRunLimits(minRun: number | null, maxRun: number | null): void {
   if (minRun !== null && maxRun !== null && minRun >= maxRun) {

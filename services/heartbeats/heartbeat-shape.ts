@@ -1,6 +1,7 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSchema } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { expectedAfter } from "./schedule.js";
 import type { HeartbeatRow } from "./store.js";
 
 /**
@@ -19,7 +20,9 @@ export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShap
     timezone: row.timezone ?? undefined,
     maxRunSeconds: row.max_run_seconds ?? undefined,
     minRunSeconds: row.min_run_seconds ?? undefined,
-    nextExpectedAt: timestampFromDate(new Date(row.deadline.getTime() - row.grace_seconds * 1000)),
+    alertAfterMisses: row.alert_after_misses,
+    openIncidentId: row.open_incident_id || undefined,
+    nextExpectedAt: timestampFromDate(nextExpected(row)),
     lastPing:
       row.last_ping_kind && row.last_ping_at
         ? {
@@ -35,6 +38,15 @@ export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShap
     runningSince: row.running_since ? timestampFromDate(row.running_since) : undefined,
     pingUrl,
   };
+}
+
+/**
+ * The next expected ping: the deadline without grace when the first miss alerts; with more misses
+ * allowed, the first expected ping after the last one (or the registration).
+ */
+function nextExpected(row: HeartbeatRow): Date {
+  if (row.alert_after_misses <= 1) return new Date(row.deadline.getTime() - row.grace_seconds * 1000);
+  return expectedAfter(row.last_seen_at ?? row.created_at, { interval: row.expected_interval_seconds, schedule: row.schedule, timezone: row.timezone }, 1);
 }
 
 /** When a heartbeat expects its pings, as audit entries and silence alerts record it: a schedule or an interval. */

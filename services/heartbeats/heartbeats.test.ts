@@ -157,7 +157,9 @@ describe("update", () => {
     expect(tooMuchGrace.status).toBe(400);
     const empty = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: {} });
     expect(empty.status).toBe(400);
-    expect(empty.body.error).toBe("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
+    expect(empty.body.error).toBe(
+      "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses",
+    );
     const missing = await app.call("PATCH", "/o/acme/heartbeats/nope", { token: cast.admin, body: { graceSeconds: 5 } });
     expect(missing.status).toBe(404);
   });
@@ -168,6 +170,70 @@ describe("update", () => {
     expect((await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.otherAdmin, body })).status).toBe(403);
     expect((await app.call("PATCH", "/o/acme/heartbeats/upd", { body })).status).toBe(401);
     expect((await app.call("GET", "/o/acme/heartbeats/upd", { token: cast.admin })).body.graceSeconds).toBe(30);
+  });
+});
+
+describe("alert after N consecutive misses", () => {
+  it("is 1 unless set, takes 1 to 100, and an update moves the deadline to the last miss plus grace", async () => {
+    const plain = await register(cast.admin, { name: "misses-default", expectedIntervalSeconds: 60, graceSeconds: 10 });
+    expect(plain.body.alertAfterMisses).toBe(1);
+    for (const alertAfterMisses of [0, -1, 1.5, 101, "three"]) {
+      const res = await register(cast.admin, { name: "misses-bad", expectedIntervalSeconds: 60, graceSeconds: 10, alertAfterMisses });
+      expect(res.status, String(alertAfterMisses)).toBe(400);
+      if (Number.isInteger(alertAfterMisses)) expect(res.body.error).toContain("alertAfterMisses must be a whole number from 1");
+    }
+    const five = await register(cast.admin, { name: "misses-five", expectedIntervalSeconds: 60, graceSeconds: 10, alertAfterMisses: 5 });
+    expect(five.status).toBe(201);
+    expect(Date.parse(five.body.dueAt) - Date.parse(five.body.createdAt)).toBe((5 * 60 + 10) * 1000);
+    expect(Date.parse(five.body.nextExpectedAt) - Date.parse(five.body.createdAt)).toBe(60 * 1000);
+    const two = await app.call("PATCH", "/o/acme/heartbeats/misses-five", { token: cast.admin, body: { alertAfterMisses: 2 } });
+    expect(two.status).toBe(200);
+    expect(two.body).toMatchObject({ alertAfterMisses: 2, expectedIntervalSeconds: 60, graceSeconds: 10 });
+    expect(Date.parse(two.body.dueAt) - Date.parse(two.body.createdAt)).toBe((2 * 60 + 10) * 1000);
+    expect((await app.call("PATCH", "/o/acme/heartbeats/misses-five", { token: cast.admin, body: { alertAfterMisses: 0 } })).status).toBe(400);
+    // A schedule counts scheduled times: the third hourly run after the registration, plus grace.
+    const cron = await register(cast.admin, { name: "misses-cron", schedule: "0 * * * *", graceSeconds: 60, alertAfterMisses: 3 });
+    expect(cron.status).toBe(201);
+    const due = new Date(Date.parse(cron.body.dueAt) - 60_000);
+    expect(due.getUTCMinutes()).toBe(0);
+    expect(Date.parse(cron.body.nextExpectedAt)).toBe(due.getTime() - 2 * 3_600_000);
+    // A ping counts the misses from itself: interval × misses + grace.
+    const pinged = await ping(app, "misses-five", cast.ingestToken);
+    expect(pinged.status).toBe(204);
+    const read = await app.call("GET", "/o/acme/heartbeats/misses-five", { token: cast.member });
+    expect(Date.parse(read.body.dueAt) - Date.parse(read.body.lastSeenAt)).toBe((2 * 60 + 10) * 1000);
+    const audit = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
+    const updated = audit.body.events.find((e: { kind: string; data: { name?: string } }) => e.kind === "heartbeat.updated" && e.data.name === "misses-five");
+    expect(updated.data.alertAfterMisses).toBe(2);
+  });
+});
+
+describe("ping history", () => {
+  it("keeps each ping's body (its first 10 KiB, as text) and lists it with the ping", async () => {
+    expect((await register(cast.admin, { name: "said", expectedIntervalSeconds: 3600, graceSeconds: 60 })).status).toBe(201);
+    const post = (path: string, body?: string | Buffer) =>
+      fetch(`${app.url}/o/acme/heartbeats/said/ping${path}`, { method: "POST", headers: { authorization: `Bearer ${cast.ingestToken}` }, body });
+    expect((await post("", "first run: 3 files copied")).status).toBe(204);
+    expect((await post("/fail", "second run: disk full\n")).status).toBe(204);
+    expect((await post("", `${"x".repeat(12_000)}`)).status).toBe(204);
+    expect((await post("", Buffer.from([0x66, 0x00, 0xff]))).status).toBe(204);
+    expect((await post("")).status).toBe(204);
+    const res = await app.call("GET", "/o/acme/heartbeats/said/pings", { token: cast.member });
+    expect(res.status).toBe(200);
+    const pings = res.body.pings as { kind: string; body: string; bodyCut: boolean; bodyBytes: number }[];
+    expect(pings.map((p) => [p.kind, p.bodyBytes, p.bodyCut])).toEqual([
+      ["success", 0, false],
+      ["success", 3, false],
+      ["success", 12_000, true],
+      ["fail", 22, false],
+      ["success", 25, false],
+    ]);
+    expect(pings[0]!.body).toBe("");
+    // Not text: its size only, as on the heartbeat's latest ping.
+    expect(pings[1]!.body).toBe("");
+    expect(pings[2]!.body).toBe("x".repeat(10_240));
+    expect(pings[3]!.body).toBe("second run: disk full\n");
+    expect(pings[4]!.body).toBe("first run: 3 files copied");
   });
 });
 

@@ -14,16 +14,18 @@ interface PingHistoryRow {
   exit_status: number | null;
   client_address: string;
   body_bytes: number;
+  body: string | null;
+  body_cut: boolean | null;
 }
 
-/** The last 100 pings of a heartbeat, newest first, for any member. */
+/** The last 100 pings of a heartbeat, newest first, each with what the job said, for any member. */
 export function createHistoryHandlers(deps: { sql: Sql; clients: Clients }): Pick<ServiceImpl<typeof HeartbeatsService>, "listPings"> {
   const { sql, clients } = deps;
   return {
     async listPings(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const rows = await sql<(PingHistoryRow & { found: boolean })[]>`
-        select true as found, p.at, p.kind, p.run_id, p.run_seconds, p.exit_status, p.client_address, p.body_bytes
+        select true as found, p.at, p.kind, p.run_id, p.run_seconds, p.exit_status, p.client_address, p.body_bytes, p.body, p.body_cut
         from heartbeats.heartbeats h left join heartbeats.pings p on p.heartbeat_id = h.id
         where h.org_id = ${principal.orgId} and h.name = ${req.name}
         order by p.seq desc nulls last`;
@@ -39,6 +41,9 @@ export function createHistoryHandlers(deps: { sql: Sql; clients: Clients }): Pic
             exitStatus: r.exit_status ?? undefined,
             clientAddress: r.client_address,
             bodyBytes: r.body_bytes,
+            // Pings kept before bodies were kept in the history read as empty.
+            body: r.body ?? "",
+            bodyCut: r.body_cut ?? false,
           })),
       };
     },

@@ -218,4 +218,24 @@ export const migrations: Migration[] = [
       );
     `,
   },
+  {
+    id: 8,
+    name: "alert after N consecutive misses",
+    sql: `
+      -- How many expected pings in a row may be missed before the heartbeat is declared silent
+      -- (1: the first miss). The deadline is the last of them plus grace, so the sweep reads it
+      -- as before, on every replica alike.
+      alter table heartbeats.heartbeats
+        add column alert_after_misses integer not null default 1 check (alert_after_misses between 1 and 100);
+    `,
+  },
+  {
+    id: 9,
+    name: "each kept ping keeps what the job said",
+    sql: `
+      -- The history's pings keep their body as the latest ping does (the first 10 KiB, as text),
+      -- so every kept ping can be read with it: at most 100 per heartbeat, overwritten in turn.
+      alter table heartbeats.pings add column body text, add column body_cut boolean;
+    `,
+  },
 ];

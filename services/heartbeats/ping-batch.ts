@@ -26,6 +26,7 @@ export interface PingRow {
   schedule: string | null;
   timezone: string | null;
   grace_seconds: number;
+  alert_after_misses: number;
   /**
    * now() of the ping, as text (to the microsecond; a Date keeps milliseconds only) and as a Date.
    * Passed back as text: a timestamptz parameter would go through a Date and lose the microseconds.
@@ -190,7 +191,7 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
       update heartbeats.heartbeats h set
         last_seen_at = case when hb.kind in ('start', 'log') then h.last_seen_at else now() end,
         deadline = case when hb.kind in ('start', 'log') then h.deadline
-          else now() + make_interval(secs => coalesce(h.expected_interval_seconds, h.schedule_gap_seconds) + h.grace_seconds) end,
+          else now() + make_interval(secs => coalesce(h.expected_interval_seconds, h.schedule_gap_seconds) * h.alert_after_misses + h.grace_seconds) end,
         open_silence_id = case when failure.id is not null then coalesce(h.open_silence_id, failure.id)
           when hb.kind = 'success' then null else h.open_silence_id end,
         -- A log line is history only: the latest ping stays the job's latest signal.
@@ -216,7 +217,7 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
         left join failure on failure.heartbeat_id = hb.id
         left join ended_run on ended_run.heartbeat_id = hb.id
       where h.id = hb.id
-      returning hb.n, h.id, h.ping_count, h.last_ping_run_seconds, h.schedule, h.timezone, h.grace_seconds,
+      returning hb.n, h.id, h.ping_count, h.last_ping_run_seconds, h.schedule, h.timezone, h.grace_seconds, h.alert_after_misses,
         now()::text as seen_at, now() as seen,
         case when hb.kind = 'success' and failure.id is null then hb.open_silence_id end as ended_silence_id,
         failure.id as failure_id,
@@ -227,14 +228,14 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
         ended_run_seconds = upd.last_ping_run_seconds
       from upd where s.id = upd.ended_silence_id
     ), history as (
-      insert into heartbeats.pings (heartbeat_id, slot, seq, at, kind, run_id, run_seconds, exit_status, client_address, body_bytes)
+      insert into heartbeats.pings (heartbeat_id, slot, seq, at, kind, run_id, run_seconds, exit_status, client_address, body_bytes, body, body_cut)
       select upd.id, (upd.ping_count % 100)::smallint, upd.ping_count, now(), upd.kind, upd.run_id,
-        case when upd.kind = 'log' then null else upd.last_ping_run_seconds end, upd.exit_status, upd.client, upd.body_bytes
+        case when upd.kind = 'log' then null else upd.last_ping_run_seconds end, upd.exit_status, upd.client, upd.body_bytes, upd.body, upd.body_cut
       from upd
       on conflict (heartbeat_id, slot) do update set seq = excluded.seq, at = excluded.at, kind = excluded.kind,
         run_id = excluded.run_id, run_seconds = excluded.run_seconds, exit_status = excluded.exit_status,
-        client_address = excluded.client_address, body_bytes = excluded.body_bytes
+        client_address = excluded.client_address, body_bytes = excluded.body_bytes, body = excluded.body, body_cut = excluded.body_cut
     )
-    select n, id, ended_silence_id, failure_id, schedule, timezone, grace_seconds, seen_at, seen from upd`;
+    select n, id, ended_silence_id, failure_id, schedule, timezone, grace_seconds, alert_after_misses, seen_at, seen from upd`;
   return new Map(rows.map((row) => [row.n, row]));
 }

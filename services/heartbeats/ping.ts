@@ -12,7 +12,7 @@ import { NAME_PATTERN } from "./heartbeat-rules.js";
 import { createPingBatcher, type PingKind, type PingRow } from "./ping-batch.js";
 import { keepBody } from "./ping-body.js";
 import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
-import { nextScheduled } from "./schedule.js";
+import { expectedAfter } from "./schedule.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
@@ -75,7 +75,9 @@ export function createPingHandler(deps: {
    * in between leaves the safe one. Only the ping that wrote it is corrected.
    */
   function exactDeadlineSoon(row: PingRow): void {
-    const deadline = new Date(nextScheduled(row.schedule!, row.timezone ?? "UTC", row.seen).getTime() + row.grace_seconds * 1000);
+    // The last of the scheduled pings that may be missed in a row, plus grace.
+    const expected = expectedAfter(row.seen, { interval: null, schedule: row.schedule, timezone: row.timezone }, row.alert_after_misses);
+    const deadline = new Date(expected.getTime() + row.grace_seconds * 1000);
     delivery.track(
       sql`
         update heartbeats.heartbeats set deadline = ${deadline}

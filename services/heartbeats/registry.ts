@@ -10,9 +10,9 @@ import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runt
 import type { Outbox } from "../runtime/outbox.js";
 import type { SecretBox } from "../runtime/secret-box.js";
 import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
-import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "./heartbeat-rules.js";
+import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
-import { checkSchedule, checkTimezone, nextScheduled, type CheckedSchedule } from "./schedule.js";
+import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";
 import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
 
 export const AUDIT_KINDS = {
@@ -33,16 +33,19 @@ function notFound(name: string): NotFoundError {
   return new NotFoundError(`no heartbeat named "${name}"`);
 }
 
-/** The deadline: the next expected ping after `since`, plus grace. */
+/**
+ * The deadline: the last of the expected pings after `since` that may be missed in a row (the
+ * next one when a single miss alerts), plus grace.
+ */
 export function deadlineAfter(since: Date, kind: Expectation, graceSeconds: number): Date {
-  const next = kind.schedule ? nextScheduled(kind.schedule, kind.timezone ?? "UTC", since) : new Date(since.getTime() + kind.interval! * 1000);
-  return new Date(next.getTime() + graceSeconds * 1000);
+  return new Date(expectedAfter(since, kind, kind.misses).getTime() + graceSeconds * 1000);
 }
 
 function auditData(row: HeartbeatRow): JsonObject {
   const data: JsonObject = { name: row.name, graceSeconds: row.grace_seconds, ...cadenceData(row) };
   if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
   if (row.min_run_seconds) data.minRunSeconds = row.min_run_seconds;
+  if (row.alert_after_misses > 1) data.alertAfterMisses = row.alert_after_misses;
   return data;
 }
 
@@ -55,7 +58,7 @@ export const PROVISIONED = { interval: 86_400, grace: 3_600 } as const;
  */
 export function createProvisioner(deps: { store: HeartbeatStore; pingUrls: PingUrls; outbox: Pick<Outbox, "poke"> }) {
   return async (org: { id: string; slug: string }, name: string): Promise<boolean> => {
-    const expectation = { interval: PROVISIONED.interval, schedule: null, timezone: null };
+    const expectation = { interval: PROVISIONED.interval, schedule: null, timezone: null, misses: 1 };
     const row = await deps.store.register(
       {
         orgId: org.id,
@@ -122,7 +125,8 @@ export function createRegistryHandlers(deps: {
       const maxRun = req.maxRunSeconds === undefined ? null : checkMaxRun(req.maxRunSeconds);
       const minRun = req.minRunSeconds === undefined ? null : checkMinRun(req.minRunSeconds);
       checkRunLimits(minRun, maxRun);
-      const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null };
+      const misses = req.alertAfterMisses === undefined ? 1 : checkMisses(req.alertAfterMisses);
+      const expectation = { interval, schedule: schedule?.schedule ?? null, timezone: schedule?.timezone ?? null, misses };
       const row = await store.register(
         {
           orgId: principal.orgId,
@@ -177,9 +181,12 @@ export function createRegistryHandlers(deps: {
         req.schedule === undefined &&
         req.timezone === undefined &&
         req.maxRunSeconds === undefined &&
-        req.minRunSeconds === undefined
+        req.minRunSeconds === undefined &&
+        req.alertAfterMisses === undefined
       ) {
-        throw new InvalidArgumentError("nothing to update: send expectedIntervalSeconds and/or graceSeconds");
+        throw new InvalidArgumentError(
+          "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses",
+        );
       }
       if (req.expectedIntervalSeconds !== undefined && req.schedule !== undefined) {
         throw new InvalidArgumentError("send either expectedIntervalSeconds or schedule, not both");
@@ -189,17 +196,19 @@ export function createRegistryHandlers(deps: {
       // 0 removes the limit.
       const maxRun = req.maxRunSeconds === undefined || req.maxRunSeconds === 0 ? null : checkMaxRun(req.maxRunSeconds);
       const minRun = req.minRunSeconds === undefined || req.minRunSeconds === 0 ? null : checkMinRun(req.minRunSeconds);
+      const misses = req.alertAfterMisses === undefined ? null : checkMisses(req.alertAfterMisses);
       if (req.timezone !== undefined) checkTimezone(req.timezone);
       const row = await store.update(
         principal.orgId,
         target,
         (current) => {
-          let next: Expectation = { interval: current.interval, schedule: current.schedule, timezone: current.timezone };
+          const newMisses = misses ?? current.misses;
+          let next: Expectation = { interval: current.interval, schedule: current.schedule, timezone: current.timezone, misses: newMisses };
           let gap: number | null = null;
-          if (interval !== null) next = { interval, schedule: null, timezone: null };
+          if (interval !== null) next = { interval, schedule: null, timezone: null, misses: newMisses };
           else if (req.schedule !== undefined || (req.timezone !== undefined && current.schedule)) {
             const checked = checkSchedule(req.schedule ?? current.schedule!, req.timezone ?? current.timezone ?? undefined);
-            next = { interval: null, schedule: checked.schedule, timezone: checked.timezone };
+            next = { interval: null, schedule: checked.schedule, timezone: checked.timezone, misses: newMisses };
             gap = checked.gapSeconds;
           } else if (req.timezone !== undefined) {
             throw new InvalidArgumentError("timezone goes with a schedule");

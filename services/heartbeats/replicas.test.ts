@@ -246,3 +246,51 @@ describe("a replica killed mid-sweep", () => {
     expect(await heartbeatIncidents(["refused-once"])).toHaveLength(1);
   });
 });
+
+describe("alert after N consecutive misses, swept by three processes", () => {
+  it("declares nothing at the first misses and exactly one silence per heartbeat at the last, whichever process sweeps", async () => {
+    const names = Array.from({ length: 12 }, (_, i) => `three-misses-${i}`);
+    for (const [i, name] of names.entries()) {
+      const res = await apps[i % apps.length]!.call("POST", "/o/acme/heartbeats", {
+        token: cast.admin,
+        body: { name, expectedIntervalSeconds: 2, graceSeconds: 1, alertAfterMisses: 3 },
+      });
+      expect(res.status).toBe(201);
+    }
+    // Each pinged through another process than the one it was registered on; due 3 × 2 + 1 s later.
+    let looked = false;
+    for (let attempt = 0; attempt < 5 && !looked; attempt++) {
+      for (const [i, name] of names.entries()) expect((await ping(apps[(i + 1) % apps.length]!, name, cast.ingestToken)).status).toBe(204);
+      // Past the first miss plus grace (3 s after the latest ping), before the deadline (7 s).
+      const [{ wait }] = await db<[{ wait: number }]>`
+        select greatest(0, extract(epoch from max(last_seen_at) + interval '3.2 seconds' - now()))::float8 as wait
+        from heartbeats.heartbeats where name like 'three-misses-%'`;
+      await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      const early = await sweepEverywhere();
+      const [{ before }] = await db<[{ before: boolean }]>`
+        select now() < min(deadline) as before from heartbeats.heartbeats where name like 'three-misses-%'`;
+      if (!before) continue;
+      looked = true;
+      expect(early.silent).toBe(0);
+    }
+    expect(looked).toBe(true);
+    const [{ wait }] = await db<[{ wait: number }]>`
+      select greatest(0, extract(epoch from max(deadline) - now()))::float8 + 0.1 as wait from heartbeats.heartbeats where name like 'three-misses-%'`;
+    await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+    let silent = 0;
+    let opened = 0;
+    for (let round = 0; round < 3; round++) {
+      const swept = await sweepEverywhere();
+      silent += swept.silent;
+      opened += swept.opened;
+    }
+    expect({ silent, opened }).toEqual({ silent: names.length, opened: names.length });
+    const rows = await db<{ name: string; silences: number; after: number }[]>`
+      select h.name, count(s.id)::int as silences, extract(epoch from min(s.deadline) - min(s.since))::float8 as after
+      from heartbeats.heartbeats h join heartbeats.silences s on s.heartbeat_id = h.id
+      where h.name like 'three-misses-%' group by h.name`;
+    expect(rows).toHaveLength(names.length);
+    for (const row of rows) expect(row, row.name).toMatchObject({ silences: 1, after: 3 * 2 + 1 });
+    expect(await heartbeatIncidents(names)).toHaveLength(names.length);
+  });
+});

@@ -112,3 +112,11 @@ function measureGap(schedule: string, timezone: string): number {
   if (bound > MAX_GAP_SECONDS) throw new InvalidArgumentError(`schedule "${schedule}" runs less often than once a year; a heartbeat cannot watch it`);
   return bound;
 }
+
+/** The `count`th expected ping after `since`: on the schedule, or `count` intervals on. */
+export function expectedAfter(since: Date, kind: { interval: number | null; schedule: string | null; timezone: string | null }, count: number): Date {
+  if (!kind.schedule) return new Date(since.getTime() + count * kind.interval! * 1000);
+  let at = since;
+  for (let n = 0; n < count; n++) at = nextScheduled(kind.schedule, kind.timezone ?? "UTC", at);
+  return at;
+}

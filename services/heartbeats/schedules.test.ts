@@ -146,6 +146,23 @@ describe("pings and the sweep on a schedule", () => {
     expect(next - seen).toBeLessThanOrEqual(5 * 60_000);
   });
 
+  it("with alertAfterMisses, a ping moves the deadline to the last scheduled time that may be missed, plus grace", async () => {
+    expect((await register({ name: "scheduled-misses", schedule: "*/5 * * * *", alertAfterMisses: 3 })).status).toBe(201);
+    expect((await ping(app, "scheduled-misses", cast.ingestToken)).status).toBe(204);
+    // The ping writes a safe deadline (three whole gaps away), then the exact one.
+    const read = await eventually("the exact deadline", 5_000, async () => {
+      const res = await app.call("GET", "/o/acme/heartbeats/scheduled-misses", { token: cast.member });
+      const due = new Date(Date.parse(res.body.dueAt) - GRACE * 1000);
+      return due.getUTCMinutes() % 5 === 0 && due.getUTCSeconds() === 0 && due.getUTCMilliseconds() === 0 ? res.body : undefined;
+    });
+    const next = Date.parse(read.nextExpectedAt);
+    const seen = Date.parse(read.lastSeenAt);
+    expect(next).toBeGreaterThan(seen);
+    expect(next - seen).toBeLessThanOrEqual(5 * 60_000);
+    // The third scheduled time after the ping: two more five-minute steps after the next one.
+    expect(Date.parse(read.dueAt) - GRACE * 1000 - next).toBe(2 * 5 * 60_000);
+  });
+
   it("a scheduled heartbeat whose time passed without a ping opens an incident", async () => {
     expect((await register({ name: "missed-cron", schedule: "* * * * *", graceSeconds: 1 })).status).toBe(201);
     // Its registration was over a minute ago.

@@ -88,12 +88,22 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
   const { store, clients, logger } = deps;
   const background = new Set<Promise<unknown>>();
 
-  /** Words for what the heartbeat expects: "one every 5m with 1m of grace". */
-  function expectation(row: { expected_interval_seconds: number | null; schedule: string | null; timezone: string | null; grace_seconds: number }): string {
+  /**
+   * Words for what the heartbeat expects: "one every 5m with 1m of grace", and ", alerting after 3
+   * missed in a row" when more than the first miss is allowed.
+   */
+  function expectation(row: {
+    expected_interval_seconds: number | null;
+    schedule: string | null;
+    timezone: string | null;
+    grace_seconds: number;
+    alert_after_misses: number;
+  }): string {
     const grace = formatDuration(row.grace_seconds);
+    const misses = row.alert_after_misses > 1 ? `, alerting after ${row.alert_after_misses} missed in a row` : "";
     return row.schedule
-      ? `one on the schedule "${row.schedule}" (${row.timezone ?? "UTC"}) with ${grace} of grace`
-      : `one every ${formatDuration(row.expected_interval_seconds ?? 0)} with ${grace} of grace`;
+      ? `one on the schedule "${row.schedule}" (${row.timezone ?? "UTC"}) with ${grace} of grace${misses}`
+      : `one every ${formatDuration(row.expected_interval_seconds ?? 0)} with ${grace} of grace${misses}`;
   }
 
   function alertOf(row: ClaimedAlert): { title: string; summary: string; data: JsonObject } {
@@ -105,6 +115,7 @@ export function createSilenceDelivery(deps: { store: HeartbeatStore; clients: Cl
       ...cadenceData(row),
     };
     if (row.suppressed_by) data.suppressedByMaintenanceWindow = row.suppressed_by;
+    if (row.alert_after_misses > 1) data.alertAfterMisses = row.alert_after_misses;
     const heldNote = row.suppressed_by
       ? ` It went silent while a maintenance window (${row.suppressed_by}) covered it; the alert was held until the window ended and it was still silent.`
       : "";

@@ -209,6 +209,62 @@ describe.concurrent("silence", () => {
     expect(ended.map((e) => e.kind)).toEqual(["opened", "repeat", "resumed"]);
   });
 
+  it("with alertAfterMisses, declares the silence only once that many expected pings in a row are missed", async ({ expect }) => {
+    const registered = await app.call("POST", "/o/acme/heartbeats", {
+      token: cast.admin,
+      body: { name: "flaky-network", expectedIntervalSeconds: 3, graceSeconds: 1, alertAfterMisses: 3 },
+    });
+    expect(registered.status).toBe(201);
+    expect(registered.body.alertAfterMisses).toBe(3);
+    // Due after the third expected ping plus grace; the next one is expected after one interval.
+    expect(Date.parse(registered.body.dueAt) - Date.parse(registered.body.createdAt)).toBe((3 * 3 + 1) * 1000);
+    expect(Date.parse(registered.body.nextExpectedAt) - Date.parse(registered.body.createdAt)).toBe(3 * 1000);
+    const client = heartbeatsClient(app.process.transport);
+    // Past the first miss (and its grace), a sweep declares nothing while the third is still to come.
+    // On a machine too slow to look inside that window, ping and look again.
+    let looked = false;
+    for (let attempt = 0; attempt < 5 && !looked; attempt++) {
+      expect((await ping(app, "flaky-network", cast.ingestToken)).status).toBe(204);
+      await eventually("the first miss", 10_000, async () => {
+        const [row] = await db<{ past: boolean }[]>`
+          select now() > last_seen_at + interval '4 seconds' as past from heartbeats.heartbeats where name = 'flaky-network'`;
+        return row!.past ? true : undefined;
+      });
+      await client.sweep({});
+      const [state] = await db<{ before_deadline: boolean; silences: number }[]>`
+        select now() < h.deadline as before_deadline, (select count(*)::int from heartbeats.silences s where s.heartbeat_id = h.id) as silences
+        from heartbeats.heartbeats h where h.name = 'flaky-network'`;
+      if (!state!.before_deadline) continue;
+      looked = true;
+      expect(state!.silences).toBe(0);
+      const read = await app.call("GET", "/o/acme/heartbeats/flaky-network", { token: cast.member });
+      expect(read.body.status).toBe("ok");
+      expect(Date.parse(read.body.dueAt) - Date.parse(read.body.lastSeenAt)).toBe((3 * 3 + 1) * 1000);
+      expect(Date.parse(read.body.nextExpectedAt) - Date.parse(read.body.lastSeenAt)).toBe(3 * 1000);
+      expect(read.body.openIncidentId ?? null).toBe(null);
+    }
+    expect(looked).toBe(true);
+    const [incident] = await eventually("the silence incident", 20_000, async () => {
+      const found = await incidentsOf("flaky-network");
+      return found.length > 0 ? found : undefined;
+    });
+    const [silence] = await db<{ deadline: Date; since: Date; detected_at: Date }[]>`
+      select s.deadline, s.since, s.detected_at from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id
+      where h.name = 'flaky-network'`;
+    expect(silence!.deadline.getTime() - silence!.since.getTime()).toBe((3 * 3 + 1) * 1000);
+    expect(silence!.detected_at.getTime()).toBeGreaterThan(silence!.deadline.getTime());
+    const opened = (await timelineOf(incident!.id))[0]!;
+    expect(opened.summary).toContain("it expects one every 3s with 1s of grace, alerting after 3 missed in a row.");
+    expect(opened.data).toMatchObject({ cause: "silence", alertAfterMisses: 3 });
+    // The heartbeat links to its open incident until a ping ends the silence.
+    const silent = await app.call("GET", "/o/acme/heartbeats/flaky-network", { token: cast.member });
+    expect(silent.body).toMatchObject({ status: "silent", openIncidentId: incident!.id });
+    expect((await ping(app, "flaky-network", cast.ingestToken)).status).toBe(204);
+    const resumed = await app.call("GET", "/o/acme/heartbeats/flaky-network", { token: cast.member });
+    expect(resumed.body.status).toBe("ok");
+    expect(resumed.body.openIncidentId ?? null).toBe(null);
+  });
+
   it("is suppressed by an active maintenance window that matches the heartbeat", async ({ expect }) => {
     const now = Date.now();
     const window = await app.call("POST", "/o/acme/maintenance-windows", {

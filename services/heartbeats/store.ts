@@ -23,6 +23,9 @@ export interface HeartbeatRow {
   timezone: string | null;
   max_run_seconds: number | null;
   min_run_seconds: number | null;
+  alert_after_misses: number;
+  /** The incident of the silence (or failure, or overrun) in progress, once delivered. */
+  open_incident_id: string | null;
   created_at: Date;
   last_seen_at: Date | null;
   deadline: Date;
@@ -45,6 +48,8 @@ export interface Expectation {
   interval: number | null;
   schedule: string | null;
   timezone: string | null;
+  /** Expected pings in a row that may be missed before the silence: the deadline is the last of them plus grace. */
+  misses: number;
 }
 
 export interface NewHeartbeat extends Expectation {
@@ -104,6 +109,7 @@ export interface ClaimedAlert {
   grace_seconds: number;
   max_run_seconds: number | null;
   min_run_seconds: number | null;
+  alert_after_misses: number;
   silent_seconds: number;
   exit_status: number | null;
   body: string | null;
@@ -222,7 +228,9 @@ export interface HeartbeatStore {
 /** The columns of HeartbeatRow, for `select` and `returning` on heartbeats.heartbeats (no alias). */
 function heartbeatColumns(sql: Sql) {
   // "Silent" once a sweep has declared it, or as soon as the deadline is behind us.
-  return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, created_at, last_seen_at,
+  return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds,
+    alert_after_misses, (select s.incident_id from heartbeats.silences s where s.id = heartbeats.open_silence_id) as open_incident_id,
+    created_at, last_seen_at,
     deadline, (open_silence_id is not null or deadline < now()) as silent,
     last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
     (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since,
@@ -249,9 +257,9 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         const deadline = deadlineFrom(clock!.now);
         const [inserted] = await tx<HeartbeatRow[]>`
           insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, schedule, timezone,
-            schedule_gap_seconds, max_run_seconds, min_run_seconds, deadline, ping_key_hash, ping_key_sealed, ping_key_sealed_by)
+            schedule_gap_seconds, max_run_seconds, min_run_seconds, alert_after_misses, deadline, ping_key_hash, ping_key_sealed, ping_key_sealed_by)
           values (${heartbeat.orgId}, ${heartbeat.orgSlug}, ${heartbeat.name}, ${heartbeat.interval}, ${heartbeat.grace}, ${heartbeat.schedule},
-            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${heartbeat.minRun}, ${deadline},
+            ${heartbeat.timezone}, ${heartbeat.gapSeconds}, ${heartbeat.maxRun}, ${heartbeat.minRun}, ${heartbeat.misses}, ${deadline},
             ${heartbeat.pingKey.hash}, ${heartbeat.pingKey.sealed}, ${heartbeat.pingKey.sealedBy})
           on conflict (org_id, name) do nothing
           returning ${columns}`;
@@ -282,10 +290,11 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
             timezone: string | null;
             max_run_seconds: number | null;
             min_run_seconds: number | null;
+            alert_after_misses: number;
             since: Date;
           }[]
         >`
-          select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds,
+          select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, alert_after_misses,
             coalesce(last_seen_at, created_at) as since
           from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
         if (!current) return undefined;
@@ -293,6 +302,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
           interval: current.expected_interval_seconds,
           schedule: current.schedule,
           timezone: current.timezone,
+          misses: current.alert_after_misses,
           grace: current.grace_seconds,
           maxRun: current.max_run_seconds,
           minRun: current.min_run_seconds,
@@ -307,6 +317,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
             grace_seconds = ${next.grace},
             max_run_seconds = ${next.maxRun === undefined ? sql`max_run_seconds` : next.maxRun},
             min_run_seconds = ${next.minRun === undefined ? sql`min_run_seconds` : next.minRun},
+            alert_after_misses = ${next.misses},
             deadline = ${next.deadline}
           where org_id = ${orgId} and name = ${name}
           returning ${columns}`;
@@ -514,7 +525,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
         )
         -- Each heartbeat by its primary key (lateral): a join could hash the whole table.
         select s.id, s.cause, s.deadline, s.since, s.never_pinged, h.org_id, h.org_slug, h.name,
-          h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds, h.min_run_seconds,
+          h.expected_interval_seconds, h.schedule, h.timezone, h.grace_seconds, h.max_run_seconds, h.min_run_seconds, h.alert_after_misses,
           s.exit_status, s.body, s.body_cut, s.body_bytes, s.run_id, s.suppressed_by, now() as db_now,
           s.last_kind, s.last_ping_at, s.last_run_seconds, s.unfinished_start, s.during,
           extract(epoch from coalesce(s.ended_at, now()) - s.since)::float8 as silent_seconds

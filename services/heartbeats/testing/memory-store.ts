@@ -21,6 +21,7 @@ export interface MemoryHeartbeat {
   grace: number;
   maxRun: number | null;
   minRun: number | null;
+  misses: number;
   createdAt: Date;
   lastSeenAt: Date | null;
   deadline: Date;
@@ -79,6 +80,8 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     timezone: h.timezone,
     max_run_seconds: h.maxRun,
     min_run_seconds: h.minRun,
+    alert_after_misses: h.misses,
+    open_incident_id: silences.find((s) => s.id === h.openSilenceId)?.incidentId ?? null,
     created_at: h.createdAt,
     last_seen_at: h.lastSeenAt,
     deadline: h.deadline,
@@ -123,7 +126,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       silence.endedAt = now();
       h.openSilenceId = null;
       h.lastSeenAt = now();
-      h.deadline = new Date(clock + ((h.interval ?? 0) + h.grace) * 1000);
+      h.deadline = new Date(clock + ((h.interval ?? 0) * h.misses + h.grace) * 1000);
       return silence;
     },
 
@@ -167,6 +170,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         grace: h.grace,
         maxRun: h.maxRun,
         minRun: h.minRun,
+        misses: h.misses,
         since: h.lastSeenAt ?? h.createdAt,
       });
       Object.assign(h, {
@@ -177,6 +181,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         grace: next.grace,
         maxRun: next.maxRun === undefined ? h.maxRun : next.maxRun,
         minRun: next.minRun === undefined ? h.minRun : next.minRun,
+        misses: next.misses,
         deadline: next.deadline,
       });
       const row = rowOf(h);
@@ -297,6 +302,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
           grace_seconds: h.grace,
           max_run_seconds: h.maxRun,
           min_run_seconds: h.minRun,
+          alert_after_misses: h.misses,
           silent_seconds: silentSeconds(s),
           exit_status: null,
           body: null,

@@ -1,6 +1,7 @@
 import { api, orgPath, type Heartbeat, type PingRecord } from "../api";
 import { seconds } from "../format";
 import { Ago, ErrorNotice, Snippet, useLoad, useNow } from "../ui";
+import { heartbeatSnippets, JOB_PLACEHOLDER } from "./heartbeat-snippets";
 
 /** Run times of the pings that ended a run, oldest first, as bars scaled to the longest. */
 function RunTimeChart(props: { pings: PingRecord[] }) {
@@ -35,7 +36,20 @@ function p1(n: number): string {
   return n.toFixed(1);
 }
 
-/** The last 100 pings of a heartbeat, a chart of its run times and what the job said last. */
+/** What the job sent with one ping: its size, and the kept text behind a disclosure. */
+function PingBody(props: { ping: PingRecord }) {
+  const p = props.ping;
+  if (p.bodyBytes === 0) return <span class="muted">—</span>;
+  if (!p.body) return <span title="Not text: only its size is kept">{`${p.bodyBytes} B, not text`}</span>;
+  return (
+    <details class="ping-body">
+      <summary>{p.bodyCut ? `${p.bodyBytes} B (first 10 KiB kept)` : `${p.bodyBytes} B`}</summary>
+      <pre class="mono">{p.body}</pre>
+    </details>
+  );
+}
+
+/** The last 100 pings of a heartbeat, each with what the job sent, a chart of its run times and what the job said last. */
 export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
   const now = useNow(5_000);
   const history = useLoad(
@@ -83,7 +97,9 @@ export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
                 <td data-label="From" class="mono">
                   {p.clientAddress || "—"}
                 </td>
-                <td data-label="Body">{p.bodyBytes === 0 ? "—" : `${p.bodyBytes} B`}</td>
+                <td data-label="Body">
+                  <PingBody ping={p} />
+                </td>
               </tr>
             ))}
           </tbody>
@@ -93,60 +109,23 @@ export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
   );
 }
 
-/** Copy-paste setups for a job: crontab, a systemd service and timer, a Kubernetes CronJob. */
-export function scheduleSnippets(origin: string, org: string, name: string): { id: string; title: string; text: string }[] {
-  const url = `${origin}/o/${org}/heartbeats/${name}/ping`;
-  return [
-    {
-      id: "snippet-crontab",
-      title: "crontab line (start, exit status and output)",
-      text: [
-        `30 2 * * * RID=$(cat /proc/sys/kernel/random/uuid); U=${url}; A="Authorization: Bearer $WARROOM_INGEST_TOKEN";`,
-        `  curl -fsS -m 10 --retry 5 -X POST -H "$A" "$U/start?run_id=$RID"; /path/to/job > /tmp/${name}.log 2>&1;`,
-        `  curl -fsS -m 10 --retry 5 -X POST -H "$A" --data-binary @<(tail -c 10240 /tmp/${name}.log) "$U/$??run_id=$RID"`,
-        `# one line in the crontab; SHELL=/bin/bash for the <( ) above`,
-      ].join("\n"),
-    },
-    {
-      id: "snippet-systemd",
-      title: "systemd service (with a timer)",
-      text: [
-        "[Service]",
-        "Type=oneshot",
-        `Environment=U=${url}`,
-        "EnvironmentFile=/etc/warroom/ingest.env",
-        `ExecStartPre=/bin/sh -c 'curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "$U/start"'`,
-        "ExecStart=/path/to/job",
-        `ExecStopPost=/bin/sh -c 'curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "$U/$EXIT_STATUS"'`,
-      ].join("\n"),
-    },
-    {
-      id: "snippet-kubernetes",
-      title: "Kubernetes CronJob container",
-      text: [
-        `command: ["/bin/sh", "-c"]`,
-        "args:",
-        "  - |",
-        "    RID=$(cat /proc/sys/kernel/random/uuid)",
-        `    curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" "${url}/start?run_id=$RID"`,
-        "    /path/to/job > /tmp/out.log 2>&1; STATUS=$?",
-        `    tail -c 10240 /tmp/out.log | curl -fsS -m 10 --retry 5 -X POST -H "Authorization: Bearer $WARROOM_INGEST_TOKEN" --data-binary @- "${url}/$STATUS?run_id=$RID"`,
-        "    exit $STATUS",
-      ].join("\n"),
-    },
-  ];
-}
-
 /**
- * Copy-paste ping snippets for a heartbeat (crontab, a systemd service and timer, a Kubernetes
- * CronJob), with this console's origin filled in.
+ * Copy-paste setups for a heartbeat (the ping, a crontab line, systemd lines and a Kubernetes
+ * CronJob), generated from its settings and its own ping URL.
  */
-export function ScheduleSnippets(props: { org: string; name: string }) {
+export function HeartbeatSnippets(props: { heartbeat: Heartbeat }) {
+  const { snippets, notes } = heartbeatSnippets(props.heartbeat);
   return (
-    <>
-      {scheduleSnippets(location.origin, props.org, props.name).map((s) => (
+    <section class="snippets" aria-label={`Setups for ${props.heartbeat.name}`}>
+      <p class="hint">{`Replace ${JOB_PLACEHOLDER} with the job. The ping URL holds the heartbeat's key: keep it as secret as a password.`}</p>
+      {notes.map((note) => (
+        <p key={note} class="hint">
+          {note}
+        </p>
+      ))}
+      {snippets.map((s) => (
         <Snippet key={s.id} id={s.id} title={s.title} text={s.text} />
       ))}
-    </>
+    </section>
   );
 }
