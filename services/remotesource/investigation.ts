@@ -58,6 +58,9 @@ export interface Investigator {
   poke(): void;
 }
 
+/** An interrupted run is claimed again after this long. */
+const RETRY_AFTER_SECONDS = 3;
+
 /** Subscribes the durable consumer of `incident.opened` that records run 1 of an investigation. */
 export async function consumeIncidentOpened(deps: RemoteSourceDeps, bus: EventBus, poke: () => void): Promise<void> {
   await onEvent(
@@ -182,9 +185,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
         const claimed = await claim(free);
         for (const investigation of claimed) {
           const work: Promise<void> = runInvestigation(investigation)
-            .catch((err) =>
-              deps.logger.error({ err, incidentId: investigation.incident_id, run: investigation.run }, "investigation failed; retried when its claim lapses"),
-            )
+            .catch((err) => retryLater(investigation, err))
             .finally(() => {
               running.delete(work);
               void look();
@@ -197,6 +198,19 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     } finally {
       looking = false;
     }
+  }
+
+  /**
+   * A run that failed on the way (the incident core or the bus unreachable): its claim is
+   * shortened so that it runs again soon; what it recorded stays, and is not read twice.
+   */
+  async function retryLater(investigation: InvestigationRow, err: unknown): Promise<void> {
+    deps.logger.warn({ err, incidentId: investigation.incident_id, run: investigation.run }, "investigation interrupted; it runs again shortly");
+    await deps.sql`
+      update remotesource.investigations set claimed_until = now() + make_interval(secs => ${RETRY_AFTER_SECONDS})
+      where org_id = ${investigation.org_id} and incident_id = ${investigation.incident_id} and run = ${investigation.run} and state = 'running'`.catch(
+      (error) => deps.logger.warn({ err: error }, "could not shorten an interrupted investigation's claim; it runs again when the claim lapses"),
+    );
   }
 
   async function skip(investigation: InvestigationRow, reason: string): Promise<void> {
