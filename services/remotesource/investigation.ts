@@ -58,6 +58,9 @@ export interface Investigator {
   poke(): void;
 }
 
+/** How long stopping waits for runs in progress. */
+const STOP_WAIT_MS = 2_000;
+
 /** An interrupted run is claimed again after this long. */
 const RETRY_AFTER_SECONDS = 3;
 
@@ -452,7 +455,11 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     async stop() {
       stopped = true;
       if (timer) clearInterval(timer);
-      await Promise.allSettled([...running]);
+      // A read may wait on a slow source for its whole budget: shutdown waits a moment, no more.
+      // A run left behind keeps its claim and is taken up again when the claim lapses.
+      let wait: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.allSettled([...running]), new Promise<void>((resolve) => (wait = setTimeout(resolve, STOP_WAIT_MS)))]);
+      clearTimeout(wait);
     },
     poke() {
       void look();
