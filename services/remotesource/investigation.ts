@@ -264,7 +264,14 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     const outcomes = await Promise.all(
       planned.map(async (p) => {
         if (done.has(p.key)) return undefined;
-        const compiled = compileRead(p.read, p.read.name);
+        let compiled: ReturnType<typeof compileRead>;
+        try {
+          compiled = compileRead(p.read, p.read.name);
+        } catch (err) {
+          // Checked when saved; a read that no longer compiles is recorded, never retried forever.
+          const operation = p.read.call === "invoke" ? p.read.operation : p.read.call;
+          return record(p, investigation, partialResult(operation, {}, `template failed: ${err instanceof Error ? err.message : String(err)}`), undefined);
+        }
         if (compiled.when) {
           const verdict = evaluateMetered(TEMPLATE_ENVIRONMENT, compiled.when, bindings);
           if ("value" in verdict && verdict.value === false) return undefined;

@@ -265,3 +265,20 @@ describe("an incident arrives with its evidence", () => {
     expect(body.evidence).toEqual([]);
   });
 });
+
+describe("a stored read that no longer compiles", () => {
+  it("is recorded as partial with the reason, and the rest of the run completes", async () => {
+    // Reads are checked when saved; this one is written behind the API's back, as an older
+    // release's read that a newer CEL refuses would be.
+    await db`
+      update remotesource.connections
+      set investigation_reads = investigation_reads || ${db.json([{ name: "broken", call: "metrics/range", operation: "", template: "incident.title +", when: "", lookbackMinutes: 30 }])}::jsonb
+      where id = ${grpcConnection}`;
+    const id = await openIncident({ alertname: "Broken", severity: "critical", service: "checkout-api", namespace: "checkout" });
+    const body = await evidenceWhenDone(id);
+    expect(body.investigations[0].state).toBe("done");
+    const broken = body.evidence.find((e: any) => e.readName === "broken");
+    expect(broken).toMatchObject({ partial: true, error: expect.stringMatching(/^template failed: broken.template: does not compile/) });
+    expect(body.evidence.filter((e: any) => !e.partial)).toHaveLength(4);
+  });
+});
