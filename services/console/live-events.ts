@@ -22,6 +22,8 @@ export const LIVE_EVENTS: readonly EventType[] = [
   EVENTS.incidentResolved,
   EVENTS.severityChanged,
   EVENTS.updateSent,
+  EVENTS.evidenceRecorded,
+  EVENTS.investigationCompleted,
 ];
 
 export interface LiveEventsOptions {

@@ -115,6 +115,12 @@ export function createListAndGetHandlers(
 
     async incidentState(req: IncidentStateRequest) {
       if (!isUuid(req.incidentId) || !isUuid(req.orgId)) return { state: "" };
+      if (req.withIncident) {
+        const [row] = await sql<IncidentIdRow[]>`select id from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}`;
+        if (!row) return { state: "" };
+        const loaded = await loadIncident(sql, req.orgId, req.incidentId);
+        return { state: loaded.row.state, incident: incidentWithFirstPage(config, "", loaded) };
+      }
       const [row] = await sql<IncidentStateRow[]>`select state from incidents.incidents where id = ${req.incidentId} and org_id = ${req.orgId}`;
       return { state: row?.state ?? "" };
     },

@@ -45,7 +45,7 @@ export function entryKindOfDelivery(kind: AlertKind): string {
 }
 
 /** Entries other services append through AppendTimeline (never a delivery, never a state change). */
-export const APPENDABLE_ENTRY_KINDS = ["update_sent", "update_simulated"] as const;
+export const APPENDABLE_ENTRY_KINDS = ["update_sent", "update_simulated", "investigation"] as const;
 
 export const OUTCOMES = {
   opened: "opened",

@@ -10,6 +10,7 @@ import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtim
 import { SecretBoxError } from "../runtime/secret-box.js";
 import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 import type { RemoteSourceDeps } from "./deps.js";
+import { storedReads, toInvestigationRead } from "./investigation-reads.js";
 import type { ConnectionRow } from "./store.js";
 
 export const AUDIT_KINDS = {
@@ -67,6 +68,7 @@ export function toRemoteSource(row: ConnectionRow): RemoteSource {
     status: row.status,
     ...(row.last_error === null ? {} : { lastError: row.last_error }),
     ...(row.last_tested_at === null ? {} : { lastTestedAt: timestampFromDate(row.last_tested_at) }),
+    investigationReads: storedReads(row).map(toInvestigationRead),
   });
 }
 

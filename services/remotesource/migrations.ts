@@ -33,4 +33,57 @@ export const migrations: Migration[] = [
   },
   outboxMigration("remotesource", 2),
   ...outboxUpgrades("remotesource"),
+  {
+    id: 3,
+    name: "investigation reads, investigations and their evidence",
+    sql: `
+      -- The reads an investigation makes through the connection (see investigation-reads.ts).
+      alter table remotesource.connections add column investigation_reads jsonb not null default '[]';
+
+      -- Run 1 is started by the incident's opening (a redelivered event finds it and adds none);
+      -- a re-run from the room adds the next. A worker claims pending ones, and running ones
+      -- whose claim lapsed (the process that held it stopped).
+      create table remotesource.investigations (
+        org_id uuid not null,
+        incident_id uuid not null,
+        run integer not null,
+        state text not null default 'pending' check (state in ('pending', 'running', 'done', 'skipped')),
+        reason text,
+        runbook_url text,
+        requested_by text not null,
+        claimed_until timestamptz,
+        created_at timestamptz not null default now(),
+        completed_at timestamptz,
+        primary key (org_id, incident_id, run)
+      );
+      create index investigations_due on remotesource.investigations (created_at) where state in ('pending', 'running');
+
+      -- One row per read of a run: a redelivery or a resumed run never records a read twice.
+      -- Kept when the connection is deleted (its name is copied).
+      create table remotesource.evidence (
+        org_id uuid not null,
+        incident_id uuid not null,
+        run integer not null,
+        read_key text not null,
+        position integer not null,
+        connection_id uuid not null,
+        connection_name text not null,
+        read_name text not null,
+        call text not null,
+        operation text not null,
+        params jsonb,
+        fetched_at text not null,
+        partial boolean not null,
+        error text,
+        series jsonb,
+        entries jsonb,
+        raw text not null,
+        raw_cut boolean not null,
+        from_ms bigint,
+        to_ms bigint,
+        recorded_at timestamptz not null default now(),
+        primary key (org_id, incident_id, run, read_key)
+      );
+    `,
+  },
 ];

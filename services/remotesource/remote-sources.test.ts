@@ -113,6 +113,7 @@ describe("remote source connections", () => {
       status: "untested",
       lastError: null,
       lastTestedAt: null,
+      investigationReads: [],
     });
     const id = res.body.id;
     for (const path of [`/o/acme/remote-sources/${id}`, "/o/acme/remote-sources"]) {

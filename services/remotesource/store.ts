@@ -16,4 +16,45 @@ export interface ConnectionRow {
   last_error: string | null;
   last_tested_at: Date | null;
   revision: number;
+  /** The investigation's reads (StoredRead[], see investigation-reads.ts). */
+  investigation_reads: unknown;
+}
+
+/** One investigation of an incident: run 1 when it opened, one more per re-run. */
+export interface InvestigationRow {
+  org_id: string;
+  incident_id: string;
+  run: number;
+  state: "pending" | "running" | "done" | "skipped";
+  reason: string | null;
+  runbook_url: string | null;
+  requested_by: string;
+  claimed_until: Date | null;
+  created_at: Date;
+  completed_at: Date | null;
+}
+
+/** One read's outcome, kept as evidence on the incident. */
+export interface EvidenceRow {
+  org_id: string;
+  incident_id: string;
+  run: number;
+  read_key: string;
+  position: number;
+  connection_id: string;
+  connection_name: string;
+  read_name: string;
+  call: string;
+  operation: string;
+  params: unknown;
+  fetched_at: string;
+  partial: boolean;
+  error: string | null;
+  series: unknown;
+  entries: unknown;
+  raw: string;
+  raw_cut: boolean;
+  from_ms: string | null;
+  to_ms: string | null;
+  recorded_at: Date;
 }

@@ -3,9 +3,11 @@ import { timestampNow } from "@bufbuild/protobuf/wkt";
 import {
   AuditRecordedSchema,
   CredentialChangedSchema,
+  EvidenceRecordedSchema,
   HeartbeatSilentSchema,
   IncidentOpenedSchema,
   IncidentResolvedSchema,
+  InvestigationCompletedSchema,
   SeverityChangedSchema,
   TimelineRecordedSchema,
   UpdateSentSchema,
@@ -41,6 +43,8 @@ export const EVENTS = {
   updateSent: eventType("update.sent", UpdateSentSchema),
   credentialChanged: eventType("credential.changed", CredentialChangedSchema),
   auditRecorded: eventType("audit.recorded", AuditRecordedSchema),
+  investigationCompleted: eventType("incident.investigation_completed", InvestigationCompletedSchema),
+  evidenceRecorded: eventType("incident.evidence_recorded", EvidenceRecordedSchema),
 } as const;
 
 const BY_SUBJECT = new Map<string, EventType>(Object.values(EVENTS).map((type) => [type.subject, type]));

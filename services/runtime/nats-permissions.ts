@@ -59,7 +59,13 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     "warroom.incidents.v1.IncidentsService/GetIncident",
     "warroom.incidents.v1.IncidentsService/Record",
   ],
-  remotesource: [AUTHENTICATE],
+  remotesource: [
+    AUTHENTICATE,
+    // An investigation reads the incident, links its timeline entry into the organization's room, and writes it.
+    "warroom.incidents.v1.IncidentsService/IncidentState",
+    "warroom.identity.v1.IdentityService/GetOrganization",
+    "warroom.incidents.v1.IncidentsService/AppendTimeline",
+  ],
   // Each delivery follows the organization's real-egress switch, which comms owns.
   subscriptions: [AUTHENTICATE, "warroom.comms.v1.CommsService/EgressEnabled"],
 };

@@ -15,6 +15,7 @@ export const EVENT_TYPES = [
   "heartbeat.silent",
   "heartbeat.resumed",
   "comms.update_sent",
+  "incident.investigation_completed",
 ] as const;
 export type EventTypeName = (typeof EVENT_TYPES)[number];
 
@@ -70,6 +71,8 @@ const TIMELINE_EVENT_TYPES: Partial<Record<string, EventTypeName>> = {
   recovery: "incident.recovery",
   no_data: "incident.no_data",
   resumed: "heartbeat.resumed",
+  // Written once per run, when an investigation has read the connected remote sources.
+  investigation: "incident.investigation_completed",
   ...severityChangedTimelineKind(),
 };
 

@@ -384,6 +384,16 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("PATCH", sourcePath, { token: owner, body: { name: "pool-source-2" } }), 200, "update remote source");
     expectStatus(await call("POST", `${sourcePath}/test`, { token: owner }), 200, "test remote source");
     expectStatus(await call("POST", `${sourcePath}/read`, { token: owner, body: { call: "metrics/list", request: {} } }), 200, "read remote source");
+    expectStatus(
+      await call("PUT", `${sourcePath}/investigation-reads`, {
+        token: owner,
+        body: { reads: [{ name: "pool read", call: "metrics/range", template: "'up'" }] },
+      }),
+      200,
+      "set investigation reads",
+    );
+    expectStatus(await call("POST", `${o}/incidents/${chatIncident}/investigate`, { token: owner }), 200, "investigate again");
+    expectStatus(await call("GET", `${o}/incidents/${chatIncident}/evidence`, { token: owner }), 200, "list evidence");
     expectStatus(await call("DELETE", sourcePath, { token: owner }), 204, "delete remote source");
     expectStatus(await call("DELETE", `${o}/integrations/chatwebhook/connections/default`, { token: owner }), 204, "delete chat webhook");
 

@@ -30,8 +30,6 @@ type ExpressionField = (typeof EXPRESSION_FIELDS)[number];
 export const RULE_KINDS = ["trigger", "recovery", "no_data", "ignore"] as const;
 export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
 
-/** What an expression can read. */
-const VARIABLES = ["body", "headers", "query", "receivedAt"] as const;
 // Type names a condition may compare against (`type(body.x) == string`).
 const TYPE_IDENTIFIERS = new Set(["int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type", "dyn", "timestamp", "duration"]);
 
@@ -44,6 +42,7 @@ class BudgetExceeded extends Error {
 // Evaluation is synchronous, so the budget of the evaluation in progress can live here: nothing
 // else runs until it returns.
 let remaining = 0;
+let budget: number = MAPPING_LIMITS.costPerDelivery;
 
 /** Charges a call's result to the budget; a list or map is charged where a macro walks it. */
 function charge(value: CelValue, walked: boolean): CelValue {
@@ -52,7 +51,7 @@ function charge(value: CelValue, walked: boolean): CelValue {
   else if (value instanceof Uint8Array) cost += value.length >> 6;
   else if (walked && (isCelList(value) || isCelMap(value))) cost += value.size;
   remaining -= cost;
-  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${MAPPING_LIMITS.costPerDelivery} exceeded`);
+  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${budget} exceeded`);
   return value;
 }
 
@@ -61,17 +60,79 @@ const METER_FUNCS = [
   celFunc(`${METER}_walk`, [CelScalar.DYN], CelScalar.DYN, (value) => charge(value, true) as never),
 ];
 
-const ENV = celEnv({
-  variables: {
+type CelVariables = NonNullable<Parameters<typeof celEnv>[0]>["variables"];
+
+/**
+ * A CEL environment whose every expression is metered: the variables it may read, the standard
+ * and string functions, and the cost budget one evaluation may spend. Custom sources use it for
+ * their mappings; other features (investigation templates) build their own with other variables.
+ */
+export interface MeteredEnvironment {
+  env: ReturnType<typeof celEnv>;
+  variables: readonly string[];
+  costBudget: number;
+}
+
+/** A metered environment over these variables, spending at most `costBudget` per evaluation. */
+export function meteredEnvironment(variables: NonNullable<CelVariables>, costBudget: number): MeteredEnvironment {
+  return { env: celEnv({ variables, funcs: [...strings, ...METER_FUNCS] }), variables: Object.keys(variables), costBudget };
+}
+
+const MAPPING = meteredEnvironment(
+  {
     body: CelScalar.DYN,
     headers: mapType(CelScalar.STRING, CelScalar.STRING),
     query: mapType(CelScalar.STRING, CelScalar.STRING),
     receivedAt: CelScalar.DYN,
   },
-  funcs: [...strings, ...METER_FUNCS],
-});
+  MAPPING_LIMITS.costPerDelivery,
+);
 
-type Program = (bindings: Record<string, unknown>) => CelResult;
+export type Program = (bindings: Record<string, unknown>) => CelResult;
+
+/**
+ * Compiles one expression in a metered environment, with the limits of a mapping (length,
+ * nesting, macros, names); refusals are InvalidArgument naming `where`.
+ */
+export function compileMetered(environment: MeteredEnvironment, source: string, where: string): Program {
+  return compileIn(environment, source, where, undefined);
+}
+
+/**
+ * Evaluates one program with a fresh budget of its environment; never throws: a failure, or the
+ * budget spent, is answered as `{error}`.
+ */
+export function evaluateMetered(
+  environment: MeteredEnvironment,
+  program: Program,
+  bindings: Record<string, unknown>,
+): { value: CelResult } | { error: string } {
+  remaining = environment.costBudget;
+  budget = environment.costBudget;
+  try {
+    const result = run(program, bindings);
+    if (isCelError(result)) return { error: firstLine(result.message) };
+    return { value: result };
+  } catch (err) {
+    if (err instanceof BudgetExceeded) return { error: err.message };
+    throw err;
+  } finally {
+    budget = MAPPING_LIMITS.costPerDelivery;
+  }
+}
+
+/** JSON-like CEL values as plain JSON (maps to objects, ints to numbers); undefined for other kinds. */
+export function fromCelValue(value: unknown): unknown {
+  if (value === null || typeof value === "string" || typeof value === "boolean" || typeof value === "number") return value;
+  if (typeof value === "bigint") return Number(value);
+  if (isCelList(value)) return [...value].map(fromCelValue);
+  if (isCelMap(value)) {
+    const out: Record<string, unknown> = {};
+    for (const [key, entry] of value) out[String(key)] = fromCelValue(entry);
+    return out;
+  }
+  return undefined;
+}
 
 interface CompiledRule {
   name: string;
@@ -127,6 +188,10 @@ function constantOf(source: string): string | undefined {
 }
 
 function compileExpression(source: string, where: string, field: ExpressionField): Program {
+  return compileIn(MAPPING, source, where, field);
+}
+
+function compileIn(environment: MeteredEnvironment, source: string, where: string, field: ExpressionField | undefined): Program {
   if (source.length > MAPPING_LIMITS.expressionCharacters) {
     throw new InvalidArgumentError(`${where}: at most ${MAPPING_LIMITS.expressionCharacters} characters (got ${source.length})`);
   }
@@ -138,10 +203,10 @@ function compileExpression(source: string, where: string, field: ExpressionField
     const message = err instanceof RangeError ? "nested too deeply" : err instanceof Error ? err.message : String(err);
     throw new InvalidArgumentError(`${where}: does not compile: ${firstLine(message)}`);
   }
-  checkNames(parsed.expr, where);
-  checkConstant(parsed.expr, where, field);
+  checkNames(environment, parsed.expr, where);
+  if (field) checkConstant(parsed.expr, where, field);
   parsed.expr = metered(parsed.expr, { next: maxId(parsed.expr) + 1n });
-  const program = plan(ENV, parsed) as Program;
+  const program = plan(environment.env, parsed) as Program;
   return program;
 }
 
@@ -150,7 +215,8 @@ function firstLine(text: string): string {
 }
 
 /** Refuses unknown variables and functions, and limits nesting, without recursion on the input. */
-function checkNames(root: Expr, where: string): void {
+function checkNames(environment: MeteredEnvironment, root: Expr, where: string): void {
+  const { variables, env } = environment;
   const stack: { expr: Expr; depth: number; comprehensions: number; locals: readonly string[] }[] = [{ expr: root, depth: 1, comprehensions: 0, locals: [] }];
   while (stack.length > 0) {
     const { expr, depth, comprehensions, locals } = stack.pop()!;
@@ -168,8 +234,8 @@ function checkNames(root: Expr, where: string): void {
     switch (kind.case) {
       case "identExpr": {
         const name = kind.value.name;
-        if (!(VARIABLES as readonly string[]).includes(name) && !locals.includes(name) && !TYPE_IDENTIFIERS.has(name)) {
-          throw new InvalidArgumentError(`${where}: unknown name ${JSON.stringify(name)}; use ${VARIABLES.join(", ")}`);
+        if (!variables.includes(name) && !locals.includes(name) && !TYPE_IDENTIFIERS.has(name)) {
+          throw new InvalidArgumentError(`${where}: unknown name ${JSON.stringify(name)}; use ${variables.join(", ")}`);
         }
         break;
       }
@@ -180,7 +246,7 @@ function checkNames(root: Expr, where: string): void {
         const name = kind.value.function;
         // Operators (`_+_`, `_[_]`, `_?_:_`, `!_`, `@in`) are the parser's own names.
         const operator = /^(_[^_]|!_|@)/.test(name);
-        if (name === METER || name === `${METER}_walk` || (!operator && !ENV.funcs.find(name))) {
+        if (name === METER || name === `${METER}_walk` || (!operator && !env.funcs.find(name))) {
           throw new InvalidArgumentError(`${where}: unknown function ${JSON.stringify(name)}`);
         }
         next(kind.value.target);
@@ -414,7 +480,7 @@ export function evaluateRules(compiled: CompiledRules, input: MappingInput): Map
 function run(program: Program, bindings: Record<string, unknown>): CelResult {
   const result = program(bindings);
   if (isCelError(result) && /cost budget of \d+ exceeded/.test(result.message)) throw new BudgetExceeded(firstLine(result.message));
-  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${MAPPING_LIMITS.costPerDelivery} exceeded`);
+  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${budget} exceeded`);
   return result;
 }
 

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/events/v1/events.proto.
  */
 export const file_warroom_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJtChBUaW1lbGluZVJlY29yZGVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIMCgRraW5kGAMgASgJEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ9ChBJbmNpZGVudFJlc29sdmVkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRINCgVzdGF0ZRgDIAEoCRINCgVhY3RvchgEIAEoCRImCgJhdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAihwEKD1NldmVyaXR5Q2hhbmdlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDAoEZnJvbRgDIAEoCRIKCgJ0bxgEIAEoCRINCgVhY3RvchgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibwoPSGVhcnRiZWF0U2lsZW50Eg4KBm9yZ19pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhYKDnNpbGVudF9zZWNvbmRzGAMgASgDEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJ8CgpVcGRhdGVTZW50Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRISCgptZXNzYWdlX2lkGAMgASgJEg0KBXN0YXRlGAQgASgJEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJHChFDcmVkZW50aWFsQ2hhbmdlZBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRIUCgxyZXZva2VkX2hhc2gYAyABKAkiiwEKDUF1ZGl0UmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSDQoFYWN0b3IYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiUKBGRhdGEYBSABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0YgZwcm90bzM", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKYAQoWSW52ZXN0aWdhdGlvbkNvbXBsZXRlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSCwoDcnVuGAMgASgFEg0KBXJlYWRzGAQgASgFEhUKDXBhcnRpYWxfcmVhZHMYBSABKAUSJgoCYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn8KEEV2aWRlbmNlUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgsKA3J1bhgDIAEoBRIRCglyZWFkX25hbWUYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIm0KEFRpbWVsaW5lUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgwKBGtpbmQYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn0KEEluY2lkZW50UmVzb2x2ZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg0KBXN0YXRlGAMgASgJEg0KBWFjdG9yGAQgASgJEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKHAQoPU2V2ZXJpdHlDaGFuZ2VkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIMCgRmcm9tGAMgASgJEgoKAnRvGAQgASgJEg0KBWFjdG9yGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJvCg9IZWFydGJlYXRTaWxlbnQSDgoGb3JnX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOc2lsZW50X3NlY29uZHMYAyABKAMSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInwKClVwZGF0ZVNlbnQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkSDQoFc3RhdGUYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkcKEUNyZWRlbnRpYWxDaGFuZ2VkEg4KBm9yZ19pZBgBIAEoCRIMCgRraW5kGAIgASgJEhQKDHJldm9rZWRfaGFzaBgDIAEoCSKLAQoNQXVkaXRSZWNvcmRlZBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRINCgVhY3RvchgDIAEoCRImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.events.v1.IncidentOpened
@@ -96,6 +96,158 @@ export const IncidentOpenedSchema: GenMessage<IncidentOpened, {jsonType: Inciden
   messageDesc(file_warroom_events_v1_events, 0);
 
 /**
+ * An investigation finished reading the connected remote sources for an incident.
+ *
+ * @generated from message warroom.events.v1.InvestigationCompleted
+ */
+export type InvestigationCompleted = Message<"warroom.events.v1.InvestigationCompleted"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * @generated from field: int32 run = 3;
+   */
+  run: number;
+
+  /**
+   * @generated from field: int32 reads = 4;
+   */
+  reads: number;
+
+  /**
+   * @generated from field: int32 partial_reads = 5;
+   */
+  partialReads: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: Timestamp | undefined;
+};
+
+/**
+ * An investigation finished reading the connected remote sources for an incident.
+ *
+ * @generated from message warroom.events.v1.InvestigationCompleted
+ */
+export type InvestigationCompletedJson = {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * @generated from field: int32 run = 3;
+   */
+  run?: number;
+
+  /**
+   * @generated from field: int32 reads = 4;
+   */
+  reads?: number;
+
+  /**
+   * @generated from field: int32 partial_reads = 5;
+   */
+  partialReads?: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.events.v1.InvestigationCompleted.
+ * Use `create(InvestigationCompletedSchema)` to create a new message.
+ */
+export const InvestigationCompletedSchema: GenMessage<InvestigationCompleted, {jsonType: InvestigationCompletedJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_events_v1_events, 1);
+
+/**
+ * One read of an investigation was recorded as evidence (the room's live view).
+ *
+ * @generated from message warroom.events.v1.EvidenceRecorded
+ */
+export type EvidenceRecorded = Message<"warroom.events.v1.EvidenceRecorded"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * @generated from field: int32 run = 3;
+   */
+  run: number;
+
+  /**
+   * @generated from field: string read_name = 4;
+   */
+  readName: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 5;
+   */
+  at?: Timestamp | undefined;
+};
+
+/**
+ * One read of an investigation was recorded as evidence (the room's live view).
+ *
+ * @generated from message warroom.events.v1.EvidenceRecorded
+ */
+export type EvidenceRecordedJson = {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * @generated from field: int32 run = 3;
+   */
+  run?: number;
+
+  /**
+   * @generated from field: string read_name = 4;
+   */
+  readName?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 5;
+   */
+  at?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.events.v1.EvidenceRecorded.
+ * Use `create(EvidenceRecordedSchema)` to create a new message.
+ */
+export const EvidenceRecordedSchema: GenMessage<EvidenceRecorded, {jsonType: EvidenceRecordedJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_events_v1_events, 2);
+
+/**
  * @generated from message warroom.events.v1.TimelineRecorded
  */
 export type TimelineRecorded = Message<"warroom.events.v1.TimelineRecorded"> & {
@@ -150,7 +302,7 @@ export type TimelineRecordedJson = {
  * Use `create(TimelineRecordedSchema)` to create a new message.
  */
 export const TimelineRecordedSchema: GenMessage<TimelineRecorded, {jsonType: TimelineRecordedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 1);
+  messageDesc(file_warroom_events_v1_events, 3);
 
 /**
  * @generated from message warroom.events.v1.IncidentResolved
@@ -221,7 +373,7 @@ export type IncidentResolvedJson = {
  * Use `create(IncidentResolvedSchema)` to create a new message.
  */
 export const IncidentResolvedSchema: GenMessage<IncidentResolved, {jsonType: IncidentResolvedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 2);
+  messageDesc(file_warroom_events_v1_events, 4);
 
 /**
  * A person changed an incident's severity (the delivery's is only a proposal).
@@ -310,7 +462,7 @@ export type SeverityChangedJson = {
  * Use `create(SeverityChangedSchema)` to create a new message.
  */
 export const SeverityChangedSchema: GenMessage<SeverityChanged, {jsonType: SeverityChangedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 3);
+  messageDesc(file_warroom_events_v1_events, 5);
 
 /**
  * @generated from message warroom.events.v1.HeartbeatSilent
@@ -367,7 +519,7 @@ export type HeartbeatSilentJson = {
  * Use `create(HeartbeatSilentSchema)` to create a new message.
  */
 export const HeartbeatSilentSchema: GenMessage<HeartbeatSilent, {jsonType: HeartbeatSilentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 4);
+  messageDesc(file_warroom_events_v1_events, 6);
 
 /**
  * @generated from message warroom.events.v1.UpdateSent
@@ -438,7 +590,7 @@ export type UpdateSentJson = {
  * Use `create(UpdateSentSchema)` to create a new message.
  */
 export const UpdateSentSchema: GenMessage<UpdateSent, {jsonType: UpdateSentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 5);
+  messageDesc(file_warroom_events_v1_events, 7);
 
 /**
  * A credential was issued or revoked: caches keyed by it must drop it at once.
@@ -497,7 +649,7 @@ export type CredentialChangedJson = {
  * Use `create(CredentialChangedSchema)` to create a new message.
  */
 export const CredentialChangedSchema: GenMessage<CredentialChanged, {jsonType: CredentialChangedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 6);
+  messageDesc(file_warroom_events_v1_events, 8);
 
 /**
  * An audit record written by a service other than identity, stored by identity.
@@ -568,5 +720,5 @@ export type AuditRecordedJson = {
  * Use `create(AuditRecordedSchema)` to create a new message.
  */
 export const AuditRecordedSchema: GenMessage<AuditRecorded, {jsonType: AuditRecordedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 7);
+  messageDesc(file_warroom_events_v1_events, 9);
 

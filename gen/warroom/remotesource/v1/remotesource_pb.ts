@@ -7,13 +7,15 @@ import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2
 import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
 import type { EmptySchema, StructJson, StructSchema, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
+import type { LogEntry, LogEntryJson, RawSeries, RawSeriesJson } from "../../sourceprotocol/v1/source_pb.js";
+import { file_warroom_sourceprotocol_v1_source } from "../../sourceprotocol/v1/source_pb.js";
 import type { JsonObject, Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file warroom/remotesource/v1/remotesource.proto.
  */
 export const file_warroom_remotesource_v1_remotesource: GenFile = /*@__PURE__*/
-  fileDesc("Cip3YXJyb29tL3JlbW90ZXNvdXJjZS92MS9yZW1vdGVzb3VyY2UucHJvdG8SF3dhcnJvb20ucmVtb3Rlc291cmNlLnYxIsABChBSZW1vdGVTb3VyY2VBdXRoEhkKDGJlYXJlcl90b2tlbhgBIAEoCUgAiAEBEhwKD2NsaWVudF9jZXJ0X3BlbRgCIAEoCUgBiAEBEhsKDmNsaWVudF9rZXlfcGVtGAMgASgJSAKIAQESEwoGY2FfcGVtGAQgASgJSAOIAQFCDwoNX2JlYXJlcl90b2tlbkISChBfY2xpZW50X2NlcnRfcGVtQhEKD19jbGllbnRfa2V5X3BlbUIJCgdfY2FfcGVtIuUBCgxSZW1vdGVTb3VyY2USCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIRCgl0cmFuc3BvcnQYBCABKAkSEgoKdGVuYW50X3JlZhgFIAEoCRIOCgZzdGF0dXMYBiABKAkSFwoKbGFzdF9lcnJvchgHIAEoCUgAiAEBEjcKDmxhc3RfdGVzdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBQg0KC19sYXN0X2Vycm9yQhEKD19sYXN0X3Rlc3RlZF9hdCKoAQoZQ3JlYXRlUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIRCgl0cmFuc3BvcnQYBCABKAkSNwoEYXV0aBgFIAEoCzIpLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZUF1dGgSEgoKdGVuYW50X3JlZhgGIAEoCSJGChhMaXN0UmVtb3RlU291cmNlc1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCSKEAQoZTGlzdFJlbW90ZVNvdXJjZXNSZXNwb25zZRI9Cg5yZW1vdGVfc291cmNlcxgBIAMoCzIlLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciIxChZHZXRSZW1vdGVTb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSL7AQoZVXBkYXRlUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEQoEbmFtZRgDIAEoCUgAiAEBEhUKCGJhc2VfdXJsGAQgASgJSAGIAQESFgoJdHJhbnNwb3J0GAUgASgJSAKIAQESNwoEYXV0aBgGIAEoCzIpLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZUF1dGgSFwoKdGVuYW50X3JlZhgHIAEoCUgDiAEBQgcKBV9uYW1lQgsKCV9iYXNlX3VybEIMCgpfdHJhbnNwb3J0Qg0KC190ZW5hbnRfcmVmIjQKGURlbGV0ZVJlbW90ZVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjIKF1Rlc3RSZW1vdGVTb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI8ChBDb25mb3JtYW5jZUNoZWNrEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDgoGZGV0YWlsGAMgASgJInQKEUNvbmZvcm1hbmNlUmVwb3J0EgoKAm9rGAEgASgIEhgKEHByb3RvY29sX3ZlcnNpb24YAiABKAkSOQoGY2hlY2tzGAMgAygLMikud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuQ29uZm9ybWFuY2VDaGVjayJqChdSZWFkUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEY2FsbBgDIAEoCRIoCgdyZXF1ZXN0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJBChhSZXNvbHZlQ29ubmVjdGlvblJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkymwkKFFJlbW90ZVNvdXJjZXNTZXJ2aWNlEpMBChJDcmVhdGVSZW1vdGVTb3VyY2USMi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5DcmVhdGVSZW1vdGVTb3VyY2VSZXF1ZXN0GiUud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuUmVtb3RlU291cmNlIiKC0+STAhw6ASoiFy9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzEpsBChFMaXN0UmVtb3RlU291cmNlcxIxLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkxpc3RSZW1vdGVTb3VyY2VzUmVxdWVzdBoyLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkxpc3RSZW1vdGVTb3VyY2VzUmVzcG9uc2UiH4LT5JMCGRIXL28ve29yZ30vcmVtb3RlLXNvdXJjZXMSjwEKD0dldFJlbW90ZVNvdXJjZRIvLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkdldFJlbW90ZVNvdXJjZVJlcXVlc3QaJS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZW1vdGVTb3VyY2UiJILT5JMCHhIcL28ve29yZ30vcmVtb3RlLXNvdXJjZXMve2lkfRKYAQoSVXBkYXRlUmVtb3RlU291cmNlEjIud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuVXBkYXRlUmVtb3RlU291cmNlUmVxdWVzdBolLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZSIngtPkkwIhOgEqMhwvby97b3JnfS9yZW1vdGUtc291cmNlcy97aWR9EoYBChJEZWxldGVSZW1vdGVTb3VyY2USMi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5EZWxldGVSZW1vdGVTb3VyY2VSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IiSC0+STAh4qHC9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzL3tpZH0SmwEKEFRlc3RSZW1vdGVTb3VyY2USMC53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5UZXN0UmVtb3RlU291cmNlUmVxdWVzdBoqLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkNvbmZvcm1hbmNlUmVwb3J0IimC0+STAiMiIS9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzL3tpZH0vdGVzdBKLAQoQUmVhZFJlbW90ZVNvdXJjZRIwLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlYWRSZW1vdGVTb3VyY2VSZXF1ZXN0GhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCIsgtPkkwImOgEqIiEvby97b3JnfS9yZW1vdGUtc291cmNlcy97aWR9L3JlYWQSbQoRUmVzb2x2ZUNvbm5lY3Rpb24SMS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZXNvbHZlQ29ubmVjdGlvblJlcXVlc3QaJS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZW1vdGVTb3VyY2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Cip3YXJyb29tL3JlbW90ZXNvdXJjZS92MS9yZW1vdGVzb3VyY2UucHJvdG8SF3dhcnJvb20ucmVtb3Rlc291cmNlLnYxIsABChBSZW1vdGVTb3VyY2VBdXRoEhkKDGJlYXJlcl90b2tlbhgBIAEoCUgAiAEBEhwKD2NsaWVudF9jZXJ0X3BlbRgCIAEoCUgBiAEBEhsKDmNsaWVudF9rZXlfcGVtGAMgASgJSAKIAQESEwoGY2FfcGVtGAQgASgJSAOIAQFCDwoNX2JlYXJlcl90b2tlbkISChBfY2xpZW50X2NlcnRfcGVtQhEKD19jbGllbnRfa2V5X3BlbUIJCgdfY2FfcGVtIq4CCgxSZW1vdGVTb3VyY2USCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIRCgl0cmFuc3BvcnQYBCABKAkSEgoKdGVuYW50X3JlZhgFIAEoCRIOCgZzdGF0dXMYBiABKAkSFwoKbGFzdF9lcnJvchgHIAEoCUgAiAEBEjcKDmxhc3RfdGVzdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEkcKE2ludmVzdGlnYXRpb25fcmVhZHMYCSADKAsyKi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5JbnZlc3RpZ2F0aW9uUmVhZEINCgtfbGFzdF9lcnJvckIRCg9fbGFzdF90ZXN0ZWRfYXQitgEKEUludmVzdGlnYXRpb25SZWFkEgwKBG5hbWUYASABKAkSDAoEY2FsbBgCIAEoCRIRCglvcGVyYXRpb24YAyABKAkSEAoIdGVtcGxhdGUYBCABKAkSDAoEd2hlbhgFIAEoCRIYChBsb29rYmFja19taW51dGVzGAYgASgFEhEKBHN0ZXAYByABKAlIAIgBARISCgVsaW1pdBgIIAEoBUgBiAEBQgcKBV9zdGVwQggKBl9saW1pdCKoAQoZQ3JlYXRlUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIQCghiYXNlX3VybBgDIAEoCRIRCgl0cmFuc3BvcnQYBCABKAkSNwoEYXV0aBgFIAEoCzIpLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZUF1dGgSEgoKdGVuYW50X3JlZhgGIAEoCSJGChhMaXN0UmVtb3RlU291cmNlc1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBWxpbWl0GAIgASgFEg4KBmN1cnNvchgDIAEoCSKEAQoZTGlzdFJlbW90ZVNvdXJjZXNSZXNwb25zZRI9Cg5yZW1vdGVfc291cmNlcxgBIAMoCzIlLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciIxChZHZXRSZW1vdGVTb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSL7AQoZVXBkYXRlUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEQoEbmFtZRgDIAEoCUgAiAEBEhUKCGJhc2VfdXJsGAQgASgJSAGIAQESFgoJdHJhbnNwb3J0GAUgASgJSAKIAQESNwoEYXV0aBgGIAEoCzIpLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZUF1dGgSFwoKdGVuYW50X3JlZhgHIAEoCUgDiAEBQgcKBV9uYW1lQgsKCV9iYXNlX3VybEIMCgpfdHJhbnNwb3J0Qg0KC190ZW5hbnRfcmVmIjQKGURlbGV0ZVJlbW90ZVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjIKF1Rlc3RSZW1vdGVTb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI8ChBDb25mb3JtYW5jZUNoZWNrEgwKBG5hbWUYASABKAkSCgoCb2sYAiABKAgSDgoGZGV0YWlsGAMgASgJInQKEUNvbmZvcm1hbmNlUmVwb3J0EgoKAm9rGAEgASgIEhgKEHByb3RvY29sX3ZlcnNpb24YAiABKAkSOQoGY2hlY2tzGAMgAygLMikud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuQ29uZm9ybWFuY2VDaGVjayJqChdSZWFkUmVtb3RlU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEY2FsbBgDIAEoCRIoCgdyZXF1ZXN0GAQgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdCJBChhSZXNvbHZlQ29ubmVjdGlvblJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhUKDWNvbm5lY3Rpb25faWQYAiABKAkicgocU2V0SW52ZXN0aWdhdGlvblJlYWRzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSOQoFcmVhZHMYAyADKAsyKi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5JbnZlc3RpZ2F0aW9uUmVhZCIuChNMaXN0RXZpZGVuY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKCAgoNSW52ZXN0aWdhdGlvbhITCgtpbmNpZGVudF9pZBgBIAEoCRILCgNydW4YAiABKAUSDQoFc3RhdGUYAyABKAkSEwoGcmVhc29uGAQgASgJSACIAQESLgoKY3JlYXRlZF9hdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASNQoMY29tcGxldGVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgBiAEBEhgKC3J1bmJvb2tfdXJsGAcgASgJSAKIAQFCCQoHX3JlYXNvbkIPCg1fY29tcGxldGVkX2F0Qg4KDF9ydW5ib29rX3VybCLCAwoIRXZpZGVuY2USCwoDcnVuGAEgASgFEhUKDWNvbm5lY3Rpb25faWQYAiABKAkSFwoPY29ubmVjdGlvbl9uYW1lGAMgASgJEhEKCXJlYWRfbmFtZRgEIAEoCRIMCgRjYWxsGAUgASgJEhEKCW9wZXJhdGlvbhgGIAEoCRInCgZwYXJhbXMYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0EhIKCmZldGNoZWRfYXQYCCABKAkSDwoHcGFydGlhbBgJIAEoCBISCgVlcnJvchgKIAEoCUgAiAEBEjQKBnNlcmllcxgLIAMoCzIkLndhcnJvb20uc291cmNlcHJvdG9jb2wudjEuUmF3U2VyaWVzEjQKB2VudHJpZXMYDCADKAsyIy53YXJyb29tLnNvdXJjZXByb3RvY29sLnYxLkxvZ0VudHJ5EgsKA3JhdxgNIAEoCRIPCgdyYXdfY3V0GA4gASgIEg8KB2Zyb21fbXMYDyABKAMSDQoFdG9fbXMYECABKAMSLwoLcmVjb3JkZWRfYXQYESABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQggKBl9lcnJvciK6AQoUTGlzdEV2aWRlbmNlUmVzcG9uc2USPgoOaW52ZXN0aWdhdGlvbnMYASADKAsyJi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5JbnZlc3RpZ2F0aW9uEjMKCGV2aWRlbmNlGAIgAygLMiEud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuRXZpZGVuY2USLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItChJJbnZlc3RpZ2F0ZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJMvoMChRSZW1vdGVTb3VyY2VzU2VydmljZRKTAQoSQ3JlYXRlUmVtb3RlU291cmNlEjIud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuQ3JlYXRlUmVtb3RlU291cmNlUmVxdWVzdBolLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlJlbW90ZVNvdXJjZSIigtPkkwIcOgEqIhcvby97b3JnfS9yZW1vdGUtc291cmNlcxKbAQoRTGlzdFJlbW90ZVNvdXJjZXMSMS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5MaXN0UmVtb3RlU291cmNlc1JlcXVlc3QaMi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5MaXN0UmVtb3RlU291cmNlc1Jlc3BvbnNlIh+C0+STAhkSFy9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzEo8BCg9HZXRSZW1vdGVTb3VyY2USLy53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5HZXRSZW1vdGVTb3VyY2VSZXF1ZXN0GiUud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuUmVtb3RlU291cmNlIiSC0+STAh4SHC9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzL3tpZH0SmAEKElVwZGF0ZVJlbW90ZVNvdXJjZRIyLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLlVwZGF0ZVJlbW90ZVNvdXJjZVJlcXVlc3QaJS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZW1vdGVTb3VyY2UiJ4LT5JMCIToBKjIcL28ve29yZ30vcmVtb3RlLXNvdXJjZXMve2lkfRKGAQoSRGVsZXRlUmVtb3RlU291cmNlEjIud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuRGVsZXRlUmVtb3RlU291cmNlUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIkgtPkkwIeKhwvby97b3JnfS9yZW1vdGUtc291cmNlcy97aWR9EpsBChBUZXN0UmVtb3RlU291cmNlEjAud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuVGVzdFJlbW90ZVNvdXJjZVJlcXVlc3QaKi53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5Db25mb3JtYW5jZVJlcG9ydCIpgtPkkwIjIiEvby97b3JnfS9yZW1vdGUtc291cmNlcy97aWR9L3Rlc3QSiwEKEFJlYWRSZW1vdGVTb3VyY2USMC53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZWFkUmVtb3RlU291cmNlUmVxdWVzdBoXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3QiLILT5JMCJjoBKiIhL28ve29yZ30vcmVtb3RlLXNvdXJjZXMve2lkfS9yZWFkErIBChVTZXRJbnZlc3RpZ2F0aW9uUmVhZHMSNS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5TZXRJbnZlc3RpZ2F0aW9uUmVhZHNSZXF1ZXN0GiUud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuUmVtb3RlU291cmNlIjuC0+STAjU6ASoaMC9vL3tvcmd9L3JlbW90ZS1zb3VyY2VzL3tpZH0vaW52ZXN0aWdhdGlvbi1yZWFkcxKVAQoMTGlzdEV2aWRlbmNlEiwud2Fycm9vbS5yZW1vdGVzb3VyY2UudjEuTGlzdEV2aWRlbmNlUmVxdWVzdBotLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkxpc3RFdmlkZW5jZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L2V2aWRlbmNlEo8BCgtJbnZlc3RpZ2F0ZRIrLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkludmVzdGlnYXRlUmVxdWVzdBomLndhcnJvb20ucmVtb3Rlc291cmNlLnYxLkludmVzdGlnYXRpb24iK4LT5JMCJSIjL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vaW52ZXN0aWdhdGUSbQoRUmVzb2x2ZUNvbm5lY3Rpb24SMS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZXNvbHZlQ29ubmVjdGlvblJlcXVlc3QaJS53YXJyb29tLnJlbW90ZXNvdXJjZS52MS5SZW1vdGVTb3VyY2ViBnByb3RvMw", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp, file_warroom_sourceprotocol_v1_source]);
 
 /**
  * @generated from message warroom.remotesource.v1.RemoteSourceAuth
@@ -127,6 +129,13 @@ export type RemoteSource = Message<"warroom.remotesource.v1.RemoteSource"> & {
    * @generated from field: optional google.protobuf.Timestamp last_tested_at = 8;
    */
   lastTestedAt?: Timestamp | undefined;
+
+  /**
+   * What an investigation reads through this connection when an incident opens.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.InvestigationRead investigation_reads = 9;
+   */
+  investigationReads: InvestigationRead[];
 };
 
 /**
@@ -176,6 +185,13 @@ export type RemoteSourceJson = {
    * @generated from field: optional google.protobuf.Timestamp last_tested_at = 8;
    */
   lastTestedAt?: TimestampJson;
+
+  /**
+   * What an investigation reads through this connection when an incident opens.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.InvestigationRead investigation_reads = 9;
+   */
+  investigationReads?: InvestigationReadJson[];
 };
 
 /**
@@ -184,6 +200,143 @@ export type RemoteSourceJson = {
  */
 export const RemoteSourceSchema: GenMessage<RemoteSource, {jsonType: RemoteSourceJson}> = /*@__PURE__*/
   messageDesc(file_warroom_remotesource_v1_remotesource, 1);
+
+/**
+ * One read an investigation makes through a connection. Expressions are CEL over `incident`:
+ * {id, title, severity, source, entity: {kind, id}, labels: map, openedAt: timestamp, runbookUrl}.
+ *
+ * @generated from message warroom.remotesource.v1.InvestigationRead
+ */
+export type InvestigationRead = Message<"warroom.remotesource.v1.InvestigationRead"> & {
+  /**
+   * Unique within the connection; names the evidence.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * metrics/range, logs/range or invoke.
+   *
+   * @generated from field: string call = 2;
+   */
+  call: string;
+
+  /**
+   * invoke: the advertised operation.
+   *
+   * @generated from field: string operation = 3;
+   */
+  operation: string;
+
+  /**
+   * metrics/range: a string expression yielding the source's query (e.g. `'rate(x{job="' +
+   * incident.entity.id + '"}[5m])'`); logs/range: the log query; invoke: a map of params.
+   *
+   * @generated from field: string template = 4;
+   */
+  template: string;
+
+  /**
+   * A bool expression deciding which incidents the read applies to; empty: every incident.
+   *
+   * @generated from field: string when = 5;
+   */
+  when: string;
+
+  /**
+   * How far before the opened time the window starts (default 30, at most 1440).
+   *
+   * @generated from field: int32 lookback_minutes = 6;
+   */
+  lookbackMinutes: number;
+
+  /**
+   * metrics/range: the step (e.g. 60s); never below the source's minStepSeconds.
+   *
+   * @generated from field: optional string step = 7;
+   */
+  step?: string | undefined;
+
+  /**
+   * logs/range: at most this many entries (default 100, at most 1000).
+   *
+   * @generated from field: optional int32 limit = 8;
+   */
+  limit?: number | undefined;
+};
+
+/**
+ * One read an investigation makes through a connection. Expressions are CEL over `incident`:
+ * {id, title, severity, source, entity: {kind, id}, labels: map, openedAt: timestamp, runbookUrl}.
+ *
+ * @generated from message warroom.remotesource.v1.InvestigationRead
+ */
+export type InvestigationReadJson = {
+  /**
+   * Unique within the connection; names the evidence.
+   *
+   * @generated from field: string name = 1;
+   */
+  name?: string;
+
+  /**
+   * metrics/range, logs/range or invoke.
+   *
+   * @generated from field: string call = 2;
+   */
+  call?: string;
+
+  /**
+   * invoke: the advertised operation.
+   *
+   * @generated from field: string operation = 3;
+   */
+  operation?: string;
+
+  /**
+   * metrics/range: a string expression yielding the source's query (e.g. `'rate(x{job="' +
+   * incident.entity.id + '"}[5m])'`); logs/range: the log query; invoke: a map of params.
+   *
+   * @generated from field: string template = 4;
+   */
+  template?: string;
+
+  /**
+   * A bool expression deciding which incidents the read applies to; empty: every incident.
+   *
+   * @generated from field: string when = 5;
+   */
+  when?: string;
+
+  /**
+   * How far before the opened time the window starts (default 30, at most 1440).
+   *
+   * @generated from field: int32 lookback_minutes = 6;
+   */
+  lookbackMinutes?: number;
+
+  /**
+   * metrics/range: the step (e.g. 60s); never below the source's minStepSeconds.
+   *
+   * @generated from field: optional string step = 7;
+   */
+  step?: string;
+
+  /**
+   * logs/range: at most this many entries (default 100, at most 1000).
+   *
+   * @generated from field: optional int32 limit = 8;
+   */
+  limit?: number;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.InvestigationRead.
+ * Use `create(InvestigationReadSchema)` to create a new message.
+ */
+export const InvestigationReadSchema: GenMessage<InvestigationRead, {jsonType: InvestigationReadJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 2);
 
 /**
  * @generated from message warroom.remotesource.v1.CreateRemoteSourceRequest
@@ -260,7 +413,7 @@ export type CreateRemoteSourceRequestJson = {
  * Use `create(CreateRemoteSourceRequestSchema)` to create a new message.
  */
 export const CreateRemoteSourceRequestSchema: GenMessage<CreateRemoteSourceRequest, {jsonType: CreateRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 2);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 3);
 
 /**
  * @generated from message warroom.remotesource.v1.ListRemoteSourcesRequest
@@ -315,7 +468,7 @@ export type ListRemoteSourcesRequestJson = {
  * Use `create(ListRemoteSourcesRequestSchema)` to create a new message.
  */
 export const ListRemoteSourcesRequestSchema: GenMessage<ListRemoteSourcesRequest, {jsonType: ListRemoteSourcesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 3);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 4);
 
 /**
  * @generated from message warroom.remotesource.v1.ListRemoteSourcesResponse
@@ -356,7 +509,7 @@ export type ListRemoteSourcesResponseJson = {
  * Use `create(ListRemoteSourcesResponseSchema)` to create a new message.
  */
 export const ListRemoteSourcesResponseSchema: GenMessage<ListRemoteSourcesResponse, {jsonType: ListRemoteSourcesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 4);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 5);
 
 /**
  * @generated from message warroom.remotesource.v1.GetRemoteSourceRequest
@@ -393,7 +546,7 @@ export type GetRemoteSourceRequestJson = {
  * Use `create(GetRemoteSourceRequestSchema)` to create a new message.
  */
 export const GetRemoteSourceRequestSchema: GenMessage<GetRemoteSourceRequest, {jsonType: GetRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 5);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 6);
 
 /**
  * @generated from message warroom.remotesource.v1.UpdateRemoteSourceRequest
@@ -480,7 +633,7 @@ export type UpdateRemoteSourceRequestJson = {
  * Use `create(UpdateRemoteSourceRequestSchema)` to create a new message.
  */
 export const UpdateRemoteSourceRequestSchema: GenMessage<UpdateRemoteSourceRequest, {jsonType: UpdateRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 6);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 7);
 
 /**
  * @generated from message warroom.remotesource.v1.DeleteRemoteSourceRequest
@@ -517,7 +670,7 @@ export type DeleteRemoteSourceRequestJson = {
  * Use `create(DeleteRemoteSourceRequestSchema)` to create a new message.
  */
 export const DeleteRemoteSourceRequestSchema: GenMessage<DeleteRemoteSourceRequest, {jsonType: DeleteRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 7);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 8);
 
 /**
  * @generated from message warroom.remotesource.v1.TestRemoteSourceRequest
@@ -554,7 +707,7 @@ export type TestRemoteSourceRequestJson = {
  * Use `create(TestRemoteSourceRequestSchema)` to create a new message.
  */
 export const TestRemoteSourceRequestSchema: GenMessage<TestRemoteSourceRequest, {jsonType: TestRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 8);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 9);
 
 /**
  * @generated from message warroom.remotesource.v1.ConformanceCheck
@@ -601,7 +754,7 @@ export type ConformanceCheckJson = {
  * Use `create(ConformanceCheckSchema)` to create a new message.
  */
 export const ConformanceCheckSchema: GenMessage<ConformanceCheck, {jsonType: ConformanceCheckJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 9);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 10);
 
 /**
  * @generated from message warroom.remotesource.v1.ConformanceReport
@@ -648,7 +801,7 @@ export type ConformanceReportJson = {
  * Use `create(ConformanceReportSchema)` to create a new message.
  */
 export const ConformanceReportSchema: GenMessage<ConformanceReport, {jsonType: ConformanceReportJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 10);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 11);
 
 /**
  * @generated from message warroom.remotesource.v1.ReadRemoteSourceRequest
@@ -713,7 +866,7 @@ export type ReadRemoteSourceRequestJson = {
  * Use `create(ReadRemoteSourceRequestSchema)` to create a new message.
  */
 export const ReadRemoteSourceRequestSchema: GenMessage<ReadRemoteSourceRequest, {jsonType: ReadRemoteSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 11);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 12);
 
 /**
  * @generated from message warroom.remotesource.v1.ResolveConnectionRequest
@@ -750,7 +903,493 @@ export type ResolveConnectionRequestJson = {
  * Use `create(ResolveConnectionRequestSchema)` to create a new message.
  */
 export const ResolveConnectionRequestSchema: GenMessage<ResolveConnectionRequest, {jsonType: ResolveConnectionRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_remotesource_v1_remotesource, 12);
+  messageDesc(file_warroom_remotesource_v1_remotesource, 13);
+
+/**
+ * @generated from message warroom.remotesource.v1.SetInvestigationReadsRequest
+ */
+export type SetInvestigationReadsRequest = Message<"warroom.remotesource.v1.SetInvestigationReadsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * Replaces the list; empty: the connection is not read by investigations.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.InvestigationRead reads = 3;
+   */
+  reads: InvestigationRead[];
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.SetInvestigationReadsRequest
+ */
+export type SetInvestigationReadsRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+
+  /**
+   * Replaces the list; empty: the connection is not read by investigations.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.InvestigationRead reads = 3;
+   */
+  reads?: InvestigationReadJson[];
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.SetInvestigationReadsRequest.
+ * Use `create(SetInvestigationReadsRequestSchema)` to create a new message.
+ */
+export const SetInvestigationReadsRequestSchema: GenMessage<SetInvestigationReadsRequest, {jsonType: SetInvestigationReadsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 14);
+
+/**
+ * @generated from message warroom.remotesource.v1.ListEvidenceRequest
+ */
+export type ListEvidenceRequest = Message<"warroom.remotesource.v1.ListEvidenceRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * The incident's id.
+   *
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.ListEvidenceRequest
+ */
+export type ListEvidenceRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * The incident's id.
+   *
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.ListEvidenceRequest.
+ * Use `create(ListEvidenceRequestSchema)` to create a new message.
+ */
+export const ListEvidenceRequestSchema: GenMessage<ListEvidenceRequest, {jsonType: ListEvidenceRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 15);
+
+/**
+ * @generated from message warroom.remotesource.v1.Investigation
+ */
+export type Investigation = Message<"warroom.remotesource.v1.Investigation"> & {
+  /**
+   * @generated from field: string incident_id = 1;
+   */
+  incidentId: string;
+
+  /**
+   * 1 for the investigation the opening started, then one more per re-run.
+   *
+   * @generated from field: int32 run = 2;
+   */
+  run: number;
+
+  /**
+   * pending, running, done or skipped.
+   *
+   * @generated from field: string state = 3;
+   */
+  state: string;
+
+  /**
+   * @generated from field: optional string reason = 4;
+   */
+  reason?: string | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 5;
+   */
+  createdAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp completed_at = 6;
+   */
+  completedAt?: Timestamp | undefined;
+
+  /**
+   * The alert's runbook, shown first; never fetched by the service.
+   *
+   * @generated from field: optional string runbook_url = 7;
+   */
+  runbookUrl?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.Investigation
+ */
+export type InvestigationJson = {
+  /**
+   * @generated from field: string incident_id = 1;
+   */
+  incidentId?: string;
+
+  /**
+   * 1 for the investigation the opening started, then one more per re-run.
+   *
+   * @generated from field: int32 run = 2;
+   */
+  run?: number;
+
+  /**
+   * pending, running, done or skipped.
+   *
+   * @generated from field: string state = 3;
+   */
+  state?: string;
+
+  /**
+   * @generated from field: optional string reason = 4;
+   */
+  reason?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp created_at = 5;
+   */
+  createdAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp completed_at = 6;
+   */
+  completedAt?: TimestampJson;
+
+  /**
+   * The alert's runbook, shown first; never fetched by the service.
+   *
+   * @generated from field: optional string runbook_url = 7;
+   */
+  runbookUrl?: string;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.Investigation.
+ * Use `create(InvestigationSchema)` to create a new message.
+ */
+export const InvestigationSchema: GenMessage<Investigation, {jsonType: InvestigationJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 16);
+
+/**
+ * @generated from message warroom.remotesource.v1.Evidence
+ */
+export type Evidence = Message<"warroom.remotesource.v1.Evidence"> & {
+  /**
+   * @generated from field: int32 run = 1;
+   */
+  run: number;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId: string;
+
+  /**
+   * @generated from field: string connection_name = 3;
+   */
+  connectionName: string;
+
+  /**
+   * @generated from field: string read_name = 4;
+   */
+  readName: string;
+
+  /**
+   * @generated from field: string call = 5;
+   */
+  call: string;
+
+  /**
+   * @generated from field: string operation = 6;
+   */
+  operation: string;
+
+  /**
+   * @generated from field: google.protobuf.Struct params = 7;
+   */
+  params?: JsonObject | undefined;
+
+  /**
+   * @generated from field: string fetched_at = 8;
+   */
+  fetchedAt: string;
+
+  /**
+   * @generated from field: bool partial = 9;
+   */
+  partial: boolean;
+
+  /**
+   * @generated from field: optional string error = 10;
+   */
+  error?: string | undefined;
+
+  /**
+   * The shaped forms, as the source sent them (rule 7).
+   *
+   * @generated from field: repeated warroom.sourceprotocol.v1.RawSeries series = 11;
+   */
+  series: RawSeries[];
+
+  /**
+   * @generated from field: repeated warroom.sourceprotocol.v1.LogEntry entries = 12;
+   */
+  entries: LogEntry[];
+
+  /**
+   * The provider's payload as JSON text, at most 65536 bytes; `raw_cut` when it was longer.
+   *
+   * @generated from field: string raw = 13;
+   */
+  raw: string;
+
+  /**
+   * @generated from field: bool raw_cut = 14;
+   */
+  rawCut: boolean;
+
+  /**
+   * The window read, epoch milliseconds (0 for a read without one).
+   *
+   * @generated from field: int64 from_ms = 15;
+   */
+  fromMs: bigint;
+
+  /**
+   * @generated from field: int64 to_ms = 16;
+   */
+  toMs: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp recorded_at = 17;
+   */
+  recordedAt?: Timestamp | undefined;
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.Evidence
+ */
+export type EvidenceJson = {
+  /**
+   * @generated from field: int32 run = 1;
+   */
+  run?: number;
+
+  /**
+   * @generated from field: string connection_id = 2;
+   */
+  connectionId?: string;
+
+  /**
+   * @generated from field: string connection_name = 3;
+   */
+  connectionName?: string;
+
+  /**
+   * @generated from field: string read_name = 4;
+   */
+  readName?: string;
+
+  /**
+   * @generated from field: string call = 5;
+   */
+  call?: string;
+
+  /**
+   * @generated from field: string operation = 6;
+   */
+  operation?: string;
+
+  /**
+   * @generated from field: google.protobuf.Struct params = 7;
+   */
+  params?: StructJson;
+
+  /**
+   * @generated from field: string fetched_at = 8;
+   */
+  fetchedAt?: string;
+
+  /**
+   * @generated from field: bool partial = 9;
+   */
+  partial?: boolean;
+
+  /**
+   * @generated from field: optional string error = 10;
+   */
+  error?: string;
+
+  /**
+   * The shaped forms, as the source sent them (rule 7).
+   *
+   * @generated from field: repeated warroom.sourceprotocol.v1.RawSeries series = 11;
+   */
+  series?: RawSeriesJson[];
+
+  /**
+   * @generated from field: repeated warroom.sourceprotocol.v1.LogEntry entries = 12;
+   */
+  entries?: LogEntryJson[];
+
+  /**
+   * The provider's payload as JSON text, at most 65536 bytes; `raw_cut` when it was longer.
+   *
+   * @generated from field: string raw = 13;
+   */
+  raw?: string;
+
+  /**
+   * @generated from field: bool raw_cut = 14;
+   */
+  rawCut?: boolean;
+
+  /**
+   * The window read, epoch milliseconds (0 for a read without one).
+   *
+   * @generated from field: int64 from_ms = 15;
+   */
+  fromMs?: string;
+
+  /**
+   * @generated from field: int64 to_ms = 16;
+   */
+  toMs?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp recorded_at = 17;
+   */
+  recordedAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.Evidence.
+ * Use `create(EvidenceSchema)` to create a new message.
+ */
+export const EvidenceSchema: GenMessage<Evidence, {jsonType: EvidenceJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 17);
+
+/**
+ * @generated from message warroom.remotesource.v1.ListEvidenceResponse
+ */
+export type ListEvidenceResponse = Message<"warroom.remotesource.v1.ListEvidenceResponse"> & {
+  /**
+   * @generated from field: repeated warroom.remotesource.v1.Investigation investigations = 1;
+   */
+  investigations: Investigation[];
+
+  /**
+   * Of every run, newest run first, then in the order the reads were configured.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.Evidence evidence = 2;
+   */
+  evidence: Evidence[];
+
+  /**
+   * When the incident opened: where the charts mark it.
+   *
+   * @generated from field: google.protobuf.Timestamp opened_at = 3;
+   */
+  openedAt?: Timestamp | undefined;
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.ListEvidenceResponse
+ */
+export type ListEvidenceResponseJson = {
+  /**
+   * @generated from field: repeated warroom.remotesource.v1.Investigation investigations = 1;
+   */
+  investigations?: InvestigationJson[];
+
+  /**
+   * Of every run, newest run first, then in the order the reads were configured.
+   *
+   * @generated from field: repeated warroom.remotesource.v1.Evidence evidence = 2;
+   */
+  evidence?: EvidenceJson[];
+
+  /**
+   * When the incident opened: where the charts mark it.
+   *
+   * @generated from field: google.protobuf.Timestamp opened_at = 3;
+   */
+  openedAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.ListEvidenceResponse.
+ * Use `create(ListEvidenceResponseSchema)` to create a new message.
+ */
+export const ListEvidenceResponseSchema: GenMessage<ListEvidenceResponse, {jsonType: ListEvidenceResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 18);
+
+/**
+ * @generated from message warroom.remotesource.v1.InvestigateRequest
+ */
+export type InvestigateRequest = Message<"warroom.remotesource.v1.InvestigateRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * The incident's id.
+   *
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * @generated from message warroom.remotesource.v1.InvestigateRequest
+ */
+export type InvestigateRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * The incident's id.
+   *
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+};
+
+/**
+ * Describes the message warroom.remotesource.v1.InvestigateRequest.
+ * Use `create(InvestigateRequestSchema)` to create a new message.
+ */
+export const InvestigateRequestSchema: GenMessage<InvestigateRequest, {jsonType: InvestigateRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_remotesource_v1_remotesource, 19);
 
 /**
  * The service's connections to remote sources hosted by third parties.
@@ -827,6 +1466,36 @@ export const RemoteSourcesService: GenService<{
     methodKind: "unary";
     input: typeof ReadRemoteSourceRequestSchema;
     output: typeof StructSchema;
+  },
+  /**
+   * Replaces the reads an investigation runs through this connection, each checked against the source's capabilities.
+   *
+   * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.SetInvestigationReads
+   */
+  setInvestigationReads: {
+    methodKind: "unary";
+    input: typeof SetInvestigationReadsRequestSchema;
+    output: typeof RemoteSourceSchema;
+  },
+  /**
+   * The evidence the incident's investigations recorded, newest run first.
+   *
+   * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.ListEvidence
+   */
+  listEvidence: {
+    methodKind: "unary";
+    input: typeof ListEvidenceRequestSchema;
+    output: typeof ListEvidenceResponseSchema;
+  },
+  /**
+   * Runs the incident's investigation again, off the request: its evidence appears as reads complete.
+   *
+   * @generated from rpc warroom.remotesource.v1.RemoteSourcesService.Investigate
+   */
+  investigate: {
+    methodKind: "unary";
+    input: typeof InvestigateRequestSchema;
+    output: typeof InvestigationSchema;
   },
   /**
    * Internal: whether a connection exists in the organization (trigger intake asks).

@@ -5,6 +5,7 @@ import { useLiveEvents } from "../live";
 import { Link, navigate, useLocation } from "../router";
 import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
+import { EvidencePanel } from "./evidence";
 
 const KIND_LABELS: Record<string, string> = {
   opened: "Opened",
@@ -259,6 +260,7 @@ export function RoomPage(props: { id: string }) {
         </div>
         <ErrorNotice error={action.error || incident.error} />
       </header>
+      <EvidencePanel incidentId={current.id} open={current.state === "open"} />
       <Tabs
         label="Room"
         tabs={[

@@ -1,0 +1,289 @@
+import { api, orgPath } from "../api";
+import { exact, safeHref } from "../format";
+import { useLiveEvents } from "../live";
+import { ErrorNotice, useAction, useLoad } from "../ui";
+
+// The evidence an incident's investigation read from the connected remote sources: series drawn
+// as SVG line charts by the code below (a charting library would add tens of KiB to a page that
+// draws a few polylines), log entries as a table, partial reads with their reason. Live: it reads
+// again as each read is recorded.
+
+interface Point {
+  t: string;
+  v: number;
+}
+interface Series {
+  label: string;
+  unit: string | null;
+  points: Point[];
+}
+interface LogEntry {
+  t: string;
+  line: string;
+  labels: Record<string, string>;
+  stream: string | null;
+}
+interface Evidence {
+  run: number;
+  connectionName: string;
+  readName: string;
+  call: string;
+  operation: string;
+  fetchedAt: string;
+  partial: boolean;
+  error: string | null;
+  series: Series[];
+  entries: LogEntry[];
+  raw: string;
+  rawCut: boolean;
+  fromMs: string;
+  toMs: string;
+}
+interface Investigation {
+  run: number;
+  state: string;
+  reason: string | null;
+  createdAt: string;
+  completedAt: string | null;
+  runbookUrl: string | null;
+}
+interface EvidenceList {
+  investigations: Investigation[];
+  evidence: Evidence[];
+  openedAt: string | null;
+}
+
+const LIVE_TYPES = new Set(["ready", "incident.evidence_recorded", "incident.investigation_completed"]);
+const COLORS = ["#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#4b5563", "#ca8a04"];
+const WIDTH = 640;
+const HEIGHT = 220;
+const MARGIN = { top: 12, right: 16, bottom: 28, left: 56 };
+
+function time(ms: number, spanMs: number): string {
+  const d = new Date(ms);
+  const hhmm = `${String(d.getHours()).padStart(2, "0")}:${String(d.getMinutes()).padStart(2, "0")}`;
+  return spanMs > 36 * 3_600_000 ? `${d.getMonth() + 1}/${d.getDate()} ${hhmm}` : hhmm;
+}
+
+function number(value: number): string {
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs >= 1e6 || abs < 1e-2)) return value.toExponential(1);
+  return Number(value.toPrecision(3)).toString();
+}
+
+/** Evenly spaced ticks over [min, max]. */
+function ticks(min: number, max: number, count: number): number[] {
+  if (max === min) return [min];
+  return Array.from({ length: count + 1 }, (_, i) => min + ((max - min) * i) / count);
+}
+
+/** Series as a line chart: a time axis over the read's window, the opened time marked, the unit on the value axis. */
+export function LineChart(props: { title: string; series: Series[]; fromMs: number; toMs: number; openedMs: number | null }) {
+  const points = props.series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
+  const times = points.map((p) => p.t);
+  const x0 = Math.min(props.fromMs || Math.min(...times), ...times);
+  const x1 = Math.max(props.toMs || Math.max(...times), ...times);
+  const values = points.map((p) => p.v);
+  let y0 = Math.min(0, ...values);
+  let y1 = Math.max(...values);
+  if (y0 === y1) y1 = y0 + 1;
+  if (!Number.isFinite(y0)) y0 = 0;
+  const plotW = WIDTH - MARGIN.left - MARGIN.right;
+  const plotH = HEIGHT - MARGIN.top - MARGIN.bottom;
+  const sx = (t: number) => MARGIN.left + (x1 === x0 ? plotW / 2 : ((t - x0) / (x1 - x0)) * plotW);
+  const sy = (v: number) => MARGIN.top + plotH - ((v - y0) / (y1 - y0)) * plotH;
+  const units = [...new Set(props.series.map((s) => s.unit).filter((u): u is string => Boolean(u)))];
+  const opened = props.openedMs !== null && props.openedMs >= x0 && props.openedMs <= x1 ? props.openedMs : null;
+  return (
+    <figure class="evidence-chart">
+      <svg
+        viewBox={`0 0 ${WIDTH} ${HEIGHT}`}
+        role="img"
+        aria-label={`${props.title}: ${props.series.length} series${units.length ? ` in ${units.join(", ")}` : ""}`}
+        data-testid="evidence-chart"
+      >
+        <g class="axis" font-size="10" fill="currentColor">
+          {ticks(x0, x1, 5).map((t) => (
+            <g key={`x${t}`}>
+              <line x1={sx(t)} x2={sx(t)} y1={MARGIN.top + plotH} y2={MARGIN.top + plotH + 4} stroke="currentColor" />
+              <text x={sx(t)} y={HEIGHT - 8} text-anchor="middle">
+                {time(t, x1 - x0)}
+              </text>
+            </g>
+          ))}
+          {ticks(y0, y1, 4).map((v) => (
+            <g key={`y${v}`}>
+              <line x1={MARGIN.left} x2={MARGIN.left + plotW} y1={sy(v)} y2={sy(v)} stroke="currentColor" stroke-opacity="0.12" />
+              <text x={MARGIN.left - 6} y={sy(v) + 3} text-anchor="end">
+                {number(v)}
+              </text>
+            </g>
+          ))}
+          <line x1={MARGIN.left} x2={MARGIN.left + plotW} y1={MARGIN.top + plotH} y2={MARGIN.top + plotH} stroke="currentColor" />
+          <line x1={MARGIN.left} x2={MARGIN.left} y1={MARGIN.top} y2={MARGIN.top + plotH} stroke="currentColor" />
+          {units.length ? (
+            <text class="unit" x={12} y={MARGIN.top + plotH / 2} transform={`rotate(-90 12 ${MARGIN.top + plotH / 2})`} text-anchor="middle">
+              {units.join(", ")}
+            </text>
+          ) : null}
+        </g>
+        {opened !== null ? (
+          <g class="opened-marker" data-testid="opened-marker">
+            <line x1={sx(opened)} x2={sx(opened)} y1={MARGIN.top} y2={MARGIN.top + plotH} stroke="#dc2626" stroke-dasharray="4 3" />
+            <text
+              x={sx(opened) > WIDTH - 70 ? sx(opened) - 4 : sx(opened) + 4}
+              text-anchor={sx(opened) > WIDTH - 70 ? "end" : "start"}
+              y={MARGIN.top + 10}
+              font-size="10"
+              fill="#dc2626"
+            >
+              opened
+            </text>
+          </g>
+        ) : null}
+        {props.series.map((s, i) => (
+          <polyline
+            key={s.label || i}
+            fill="none"
+            stroke={COLORS[i % COLORS.length]}
+            stroke-width="1.5"
+            points={s.points.map((p) => `${sx(Date.parse(p.t)).toFixed(1)},${sy(p.v).toFixed(1)}`).join(" ")}
+          >
+            <title>{s.label}</title>
+          </polyline>
+        ))}
+      </svg>
+      <figcaption>
+        <ul class="legend">
+          {props.series.map((s, i) => (
+            <li key={s.label || i}>
+              <span class="swatch" style={{ background: COLORS[i % COLORS.length] }} aria-hidden="true" />
+              {s.label || `series ${i + 1}`}
+              {s.unit ? ` (${s.unit})` : ""}
+            </li>
+          ))}
+        </ul>
+      </figcaption>
+    </figure>
+  );
+}
+
+function LogTable(props: { entries: LogEntry[] }) {
+  return (
+    <div class="table-wrap">
+      <table class="evidence-logs">
+        <thead>
+          <tr>
+            <th scope="col">Time</th>
+            <th scope="col">Line</th>
+            <th scope="col">Labels</th>
+          </tr>
+        </thead>
+        <tbody>
+          {props.entries.map((e, i) => (
+            <tr key={`${e.t}-${i}`}>
+              <td>
+                <time dateTime={e.t}>{exact(e.t)}</time>
+              </td>
+              <td>
+                <code>{e.line}</code>
+              </td>
+              <td>
+                {Object.entries(e.labels ?? {})
+                  .sort(([a], [b]) => a.localeCompare(b))
+                  .concat(e.stream ? [["stream", e.stream]] : [])
+                  .map(([k, v]) => `${k}=${v}`)
+                  .join(" ")}
+              </td>
+            </tr>
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function Read(props: { evidence: Evidence; openedMs: number | null }) {
+  const e = props.evidence;
+  const title = `${e.connectionName} / ${e.readName}`;
+  return (
+    <article class="evidence-read" data-testid="evidence-read">
+      <h3>
+        {title} <span class="muted">{e.call === "invoke" ? e.operation : e.call}</span>
+      </h3>
+      {e.partial ? (
+        <p class="notice notice-warning" role="status">
+          Partial: {e.error ?? "partial result"}
+        </p>
+      ) : null}
+      {e.series.length > 0 ? <LineChart title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} openedMs={props.openedMs} /> : null}
+      {e.entries.length > 0 ? <LogTable entries={e.entries} /> : null}
+      {e.series.length === 0 && e.entries.length === 0 && e.raw ? (
+        <details>
+          <summary>{e.rawCut ? "Raw answer (cut at 64 KiB)" : "Raw answer"}</summary>
+          <pre>{e.raw}</pre>
+        </details>
+      ) : null}
+    </article>
+  );
+}
+
+/** The incident's evidence: the latest run's reads, its runbook first, and a button to run it again. */
+export function EvidencePanel(props: { incidentId: string; open: boolean }) {
+  const path = orgPath(`/incidents/${encodeURIComponent(props.incidentId)}`);
+  const list = useLoad(() => api<EvidenceList>("GET", `${path}/evidence`), [path]);
+  const action = useAction();
+  useLiveEvents((event) => {
+    if (event.type === "ready" || (LIVE_TYPES.has(event.type) && event.data.incidentId === props.incidentId)) list.reload();
+  });
+  const data = list.data;
+  if (!data || (data.investigations.length === 0 && !list.error)) return null;
+  const latest = data.investigations[0];
+  const reads = latest ? data.evidence.filter((e) => e.run === latest.run) : [];
+  const openedMs = data.openedAt ? Date.parse(data.openedAt) : null;
+  const runbook = safeHref(latest?.runbookUrl);
+  const partial = reads.filter((e) => e.partial).length;
+  return (
+    <section id="evidence" aria-labelledby="evidence-heading" class="evidence">
+      <h2 id="evidence-heading">Evidence</h2>
+      {runbook ? (
+        <p class="runbook">
+          Runbook:{" "}
+          <a href={runbook} target="_blank" rel="noopener noreferrer">
+            {latest?.runbookUrl}
+          </a>
+        </p>
+      ) : null}
+      {latest ? (
+        <p class="muted" aria-live="polite">
+          {latest.state === "done"
+            ? `Investigation ${latest.run}: ${reads.length} ${reads.length === 1 ? "read" : "reads"}, ${partial} partial, completed ${exact(latest.completedAt)}.`
+            : latest.state === "skipped"
+              ? `Investigation ${latest.run} skipped: ${latest.reason ?? ""}`
+              : `Investigation ${latest.run} ${latest.state}: ${reads.length} ${reads.length === 1 ? "read" : "reads"} so far…`}
+        </p>
+      ) : null}
+      {props.open ? (
+        <p>
+          <button
+            type="button"
+            class="secondary"
+            disabled={action.busy || latest?.state === "pending" || latest?.state === "running"}
+            onClick={() =>
+              void action.run(async () => {
+                await api("POST", `${path}/investigate`);
+                list.reload();
+              })
+            }
+          >
+            Investigate again
+          </button>
+        </p>
+      ) : null}
+      {reads.map((e) => (
+        <Read key={`${e.run}-${e.connectionName}-${e.readName}`} evidence={e} openedMs={openedMs} />
+      ))}
+      <ErrorNotice error={action.error || list.error} />
+    </section>
+  );
+}
