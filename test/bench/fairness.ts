@@ -187,6 +187,9 @@ export async function benchFairness(): Promise<void> {
 }
 
 export async function benchOverload(): Promise<void> {
+  // All the load comes from one address here: the per-address connection cap (256 by default)
+  // would refuse the connections before any delivery reached the service's shares.
+  process.env.HTTP_MAX_CONNECTIONS_PER_ADDRESS ??= String(OVERLOAD_CONNECTIONS * 2);
   await withApp(async (app, databaseUrl) => {
     const url = new URL(app.url);
     const token = await ingestToken(app.url);

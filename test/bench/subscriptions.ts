@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import { setFlagsFromString } from "node:v8";
+import postgres from "postgres";
 import { runInNewContext } from "node:vm";
 import { makeTestCertificates } from "../../services/comms/testing/https-receiver.js";
 import { createClients } from "../../services/runtime/clients.js";
@@ -86,8 +87,28 @@ export async function benchSubscriptions(): Promise<void> {
       const stormEnd = performance.now();
       const got = (name: string) => new Set(receiver.deliveries.filter((d) => d.endpoint === name && d.accepted).map((d) => String(d.event.data.incidentId)));
       const deadline = stormEnd + 300_000;
-      while (performance.now() < deadline && (got("healthy-a").size < INCIDENTS || got("healthy-b").size < INCIDENTS))
-        await new Promise((r) => setTimeout(r, 200));
+      // Where the drain stands every 10 s: deliveries queued by the fan-out against those sent, so a
+      // slow drain says whether the fan-out or the sending holds it back.
+      const sql = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+      const progress: Record<string, number | string>[] = [];
+      let nextSample = performance.now();
+      try {
+        while (performance.now() < deadline && (got("healthy-a").size < INCIDENTS || got("healthy-b").size < INCIDENTS)) {
+          if (performance.now() >= nextSample) {
+            nextSample += 10_000;
+            const rows = await sql<{ state: string; n: number }[]>`select state, count(*)::int as n from subscriptions.deliveries group by state`;
+            progress.push({
+              secondsAfterStorm: Number(((performance.now() - stormEnd) / 1000).toFixed(0)),
+              ...Object.fromEntries(rows.map((r) => [r.state, r.n])),
+              receivedHealthy: got("healthy-a").size + got("healthy-b").size,
+            });
+          }
+          await new Promise((r) => setTimeout(r, 200));
+        }
+      } finally {
+        await sql.end();
+      }
+      console.table(progress);
       const drainedAfter = (performance.now() - stormEnd) / 1000;
       // The down receiver's deliveries are still waiting for their retries: rows in the database, not memory.
       const after = memory();

@@ -1,6 +1,8 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { callApi } from "../support/app.js";
+import { callApi, OWNER } from "../support/app.js";
+
+const OWNER_ORG = OWNER.org;
 import {
   bootstrapOrg,
   issueCredentials,
@@ -135,6 +137,72 @@ describe.each(MODES)("fair shares of intake (%s)", (mode) => {
     const incidents = await listIncidents(app, flooding.owner);
     expect(incidents.filter((i: any) => i.title.includes(`${run}-a`))).toHaveLength(1);
     // The refused delivery opened nothing.
+    expect(incidents.filter((i: any) => i.title.includes(`${run}-b`))).toHaveLength(0);
+  }, 120_000);
+});
+
+describe("overload: the gateway refuses deliveries past its cap at once (one process)", () => {
+  let app: IntakeApp;
+  let creds: Credentials;
+  let sql: postgres.Sql;
+
+  beforeAll(async () => {
+    app = await startIntakeApp("one process", { env: { GATEWAY_DELIVERIES_IN_FLIGHT: "2", INTAKE_ORG_IN_FLIGHT: "100" } });
+    creds = await issueCredentials(app);
+    sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
+  }, 180_000);
+
+  afterAll(async () => {
+    await sql?.end();
+    await app?.stop();
+  });
+
+  it("answers 503 or 429 with Retry-After while its cap is full, in the status each sender retries, and takes deliveries again after", async () => {
+    const run = unique("cap");
+    const key = `${run}-key`;
+    const first = await postTrigger(app, creds.ingestToken, alertBody(`${run}-a`, `${run}-e0`), { headers: { "idempotency-key": key } });
+    expect(first.status).toBe(201);
+    const [keyRow] = await sql<{ org_id: string }[]>`select org_id from intake.retry_keys order by created_at desc limit 1`;
+    let releaseHold!: () => void;
+    const holdReleased = new Promise<void>((resolve) => (releaseHold = resolve));
+    let holding!: () => void;
+    const held = new Promise<void>((resolve) => (holding = resolve));
+    const hold = sql.begin(async (tx) => {
+      await tx`select 1 from intake.retry_keys where org_id = ${keyRow!.org_id} for update`;
+      holding();
+      await holdReleased;
+    });
+    await held;
+    try {
+      const stuck = [0, 1].map(() => postTrigger(app, creds.ingestToken, alertBody(`${run}-a`, `${run}-e0`), { headers: { "idempotency-key": key } }));
+      for (let i = 0; i < 200; i++) {
+        const [waiting] = await sql<
+          { n: number }[]
+        >`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%intake.retry_keys%'`;
+        if ((waiting?.n ?? 0) >= 2) break;
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      const [shared, pagerDuty] = await Promise.all([
+        postTrigger(app, creds.ingestToken, alertBody(`${run}-b`, `${run}-b0`)),
+        callApi(app.url, "POST", "/v2/enqueue", { body: pagerDutyEvent(creds.ingestToken, `${run}-pd`) }),
+      ]);
+      expect(shared.status, JSON.stringify(shared.body)).toBe(503);
+      expect(Number(shared.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      expect(JSON.stringify(shared.body)).toContain("Retry-After");
+      expect(pagerDuty.status, JSON.stringify(pagerDuty.body)).toBe(429);
+      expect(Number(pagerDuty.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+      // Other routes are not deliveries and are not held back.
+      expect((await app.call("GET", `/o/${OWNER_ORG}/incidents?limit=1`, { token: creds.owner })).status).toBe(200);
+      releaseHold();
+      await hold;
+      expect((await Promise.all(stuck)).map((a) => a.body.incidentId)).toEqual([first.body.incidentId, first.body.incidentId]);
+    } finally {
+      releaseHold();
+      await hold.catch(() => undefined);
+    }
+    const after = await postTrigger(app, creds.ingestToken, alertBody(`${run}-c`, `${run}-c0`));
+    expect(after.status).toBe(201);
+    const incidents = await listIncidents(app, creds.owner);
     expect(incidents.filter((i: any) => i.title.includes(`${run}-b`))).toHaveLength(0);
   }, 120_000);
 });
