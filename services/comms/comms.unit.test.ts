@@ -53,6 +53,8 @@ function fakeWebhook(): FakeWebhook {
       webhook.posts.push(request);
       return webhook.answer();
     },
+    pooledConnections: () => 0,
+    close: () => undefined,
   };
   return webhook;
 }

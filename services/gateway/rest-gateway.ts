@@ -5,7 +5,7 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
-import { httpDuration, httpRequests } from "../runtime/metrics.js";
+import { deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
 import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
@@ -38,8 +38,19 @@ const CALL_TIMEOUT_MS = 15_000;
  * route by calling the method through `transport`. Returns the request handler, which resolves
  * false for any other path.
  */
-export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger }) {
+/**
+ * The intake methods that take a delivery: the ones a sender's storm sends, which the gateway
+ * admits only up to its cap (GATEWAY_DELIVERIES_IN_FLIGHT).
+ */
+const DELIVERY_METHOD = /^warroom\.intake\.v1\.IntakeService\.(Deliver[A-Za-z]*|Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert)$/;
+/** Of those, the ones whose senders take 429 as "slow down and send again" (services/intake/README.md). */
+const ANSWERS_429 = /\.(Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert|DeliverCustomSource[A-Za-z]*)$/;
+const OVERLOAD_RETRY_AFTER_SECONDS = 1;
+
+export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; deliveriesInFlight?: number }) {
   const { routes, transport, logger } = options;
+  const deliveryCap = options.deliveriesInFlight ?? Number.POSITIVE_INFINITY;
+  let deliveriesInFlight = 0;
 
   async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
     const match = matchRoute(routes, req.method ?? "GET", url.pathname);
@@ -82,6 +93,29 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     });
     const key = methodKey(route.method);
     const limit = bodyLimit(route.method);
+    if (DELIVERY_METHOD.test(key)) {
+      // Overloaded: refused at once, before any work, rather than answered after the sender gave up.
+      if (deliveriesInFlight >= deliveryCap) {
+        const refusal = new ConnectError(
+          `This server has more deliveries in flight than it takes (${deliveryCap}); send it again after ${OVERLOAD_RETRY_AFTER_SECONDS} s (Retry-After)`,
+          ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable,
+          { "retry-after": String(OVERLOAD_RETRY_AFTER_SECONDS) },
+        );
+        deliveriesRefused.inc({ source: route.method.name, reason: "overload" });
+        const answer = errorAnswer(route.method, refusal, { requestId, took: (performance.now() - started) / 1000 });
+        // The body is not read: the connection closes after the answer.
+        sendJson(res, answer.status, answer.body, { ...answer.headers, connection: "close" });
+        return true;
+      }
+      deliveriesInFlight += 1;
+      let counted = true;
+      const done = () => {
+        if (counted) deliveriesInFlight -= 1;
+        counted = false;
+      };
+      res.once("finish", done);
+      res.once("close", done);
+    }
     const body = await readBody(req, limit);
     const plainText = isPlainTextMethod(key);
     if (body === "too-large" && plainText) {

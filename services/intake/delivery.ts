@@ -2,9 +2,10 @@ import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/clients.js";
-import { UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
+import { DomainError, RateLimitedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
+import { ShareExceeded, type FairShares } from "../runtime/fair-shares.js";
 import type { Logger } from "../runtime/logger.js";
-import { deliveries } from "../runtime/metrics.js";
+import { deliveries, deliveriesRefused } from "../runtime/metrics.js";
 import { detachedFromCancellation } from "../runtime/request-context.js";
 import { annotate } from "../runtime/tracing.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
@@ -49,8 +50,10 @@ export function createDeliveryPath(deps: {
   retries: RetryRecognition;
   /** The organization's grouping overrides; none: every source groups as it does by default. */
   grouping?: Grouping | undefined;
+  /** Each organization's share of this process's deliveries in flight; none: no limit. */
+  shares?: FairShares | undefined;
 }): DeliveryPath {
-  const { clients, store, logger, retries, grouping } = deps;
+  const { clients, store, logger, retries, grouping, shares } = deps;
 
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string): Promise<RecordResponse> {
@@ -128,9 +131,28 @@ export function createDeliveryPath(deps: {
     });
   }
 
+  /** Within the organization's share: past it, the answer its senders retry (see shareRefusal). */
+  async function deliverShared(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
+    if (!shares || mapped.outcome === "ignored") return deliverOnce(org, route, body, mapped, context);
+    const remaining = context.timeoutMs();
+    try {
+      return await shares.run(org.id, () => deliverOnce(org, route, body, mapped, context), {
+        // Never waits past the caller's deadline: a refusal in time beats an answer too late.
+        deadline: remaining === undefined ? undefined : Date.now() + remaining,
+        signal: context.signal,
+      });
+    } catch (err) {
+      if (err instanceof ShareExceeded) {
+        deliveriesRefused.inc({ source: route.startsWith("custom:") ? "custom" : route, reason: err.refusal });
+        throw shareRefusal(route, err);
+      }
+      throw err;
+    }
+  }
+
   return {
     async deliver(org, route, source, body, mapped, context) {
-      const answered = await deliverOnce(org, route, body, mapped, context);
+      const answered = await deliverShared(org, route, body, mapped, context);
       deliveries.inc({ source, outcome: answered.outcome });
       annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
       return answered;
@@ -171,4 +193,21 @@ function answerOf(result: RecordResponse, alert: AlertInit): TriggerAnswer {
 
 function ignoredReason(alert: AlertInit): string {
   return alert.kind === "no_data" ? "no open incident for this no-data notice, or already recorded" : "no open incident for this recovery, or already recorded";
+}
+
+/**
+ * The answer to a delivery past its organization's share (or an overloaded process), in the status
+ * its senders retry: 429 where the sender's API names 429 as "slow down and send again" (PagerDuty
+ * Events v2, Opsgenie, custom sources, whose senders are told so in the README), 503 where some
+ * senders retry only 5xx (the shared trigger route's monitors, the alert router, chat workflows).
+ * Both carry Retry-After. The table is in services/intake/README.md.
+ */
+export function shareRefusal(route: TriggerRoute, err: ShareExceeded): DomainError {
+  const what =
+    err.refusal === "share"
+      ? "This organization has more deliveries in flight than its share of this server"
+      : "This server has more deliveries in flight than it can take";
+  const message = `${what}; send it again after ${err.retryAfterSeconds} s (Retry-After)`;
+  if (route === "pagerduty" || route === "opsgenie" || route.startsWith("custom:")) return new RateLimitedError(message, err.retryAfterSeconds);
+  return new DomainError(Code.Unavailable, message, { "retry-after": String(err.retryAfterSeconds) });
 }

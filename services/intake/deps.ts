@@ -1,5 +1,6 @@
 import type { Broadcast } from "../runtime/broadcast.js";
 import type { Clients } from "../runtime/clients.js";
+import type { FairShares } from "../runtime/fair-shares.js";
 import type { Logger } from "../runtime/logger.js";
 import type { CustomSourcesDeps } from "./custom-sources/custom-source-handlers.js";
 import type { IntakeStore } from "./store.js";
@@ -14,4 +15,6 @@ export interface IntakeDeps {
   broadcast: Broadcast;
   /** Custom sources' tables and URLs; without them their routes answer Unavailable. */
   customSources?: CustomSourcesDeps;
+  /** Each organization's share of this process's deliveries (INTAKE_ORG_IN_FLIGHT and the rest); none: no limit. */
+  shares?: FairShares;
 }

@@ -1,5 +1,6 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
+import { createFairShares } from "../runtime/fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";
@@ -21,6 +22,12 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     logger,
     broadcast,
     customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl },
+    shares: createFairShares({
+      perOrg: ctx.config.INTAKE_ORG_IN_FLIGHT,
+      total: ctx.config.INTAKE_IN_FLIGHT,
+      waitMs: ctx.config.INTAKE_SHARE_WAIT_MS,
+      maxWaiting: ctx.config.INTAKE_MAX_WAITING,
+    }),
   });
   let forgetTimer: NodeJS.Timeout | undefined;
   return {

@@ -229,7 +229,9 @@ async function startServices(
     },
     fallback: (_req, res) => sendJson(res, 404, { error: "not found" }),
   });
-  const rest = options.gateway ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger }) : undefined;
+  const rest = options.gateway
+    ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger, deliveriesInFlight: config.GATEWAY_DELIVERIES_IN_FLIGHT })
+    : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
 
   const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);

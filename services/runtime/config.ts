@@ -88,6 +88,14 @@ export const configSchema = z.object({
     .positive()
     .default(3 * 86400),
   SUBSCRIPTION_CONCURRENCY: z.coerce.number().int().min(1).max(64).default(4),
+  // Fair shares of each intake process's deliveries (see services/intake/README.md): one
+  // organization's in flight, all in flight, how long one waits for room, and how many may wait.
+  INTAKE_ORG_IN_FLIGHT: z.coerce.number().int().min(1).max(10_000).default(16),
+  INTAKE_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(128),
+  INTAKE_SHARE_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
+  INTAKE_MAX_WAITING: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
+  // Deliveries each gateway process admits at once; past it, 503/429 with Retry-After at once.
+  GATEWAY_DELIVERIES_IN_FLIGHT: z.coerce.number().int().min(1).max(1_000_000).default(256),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
   // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
   REMOTE_SOURCE_ALLOW_CIDRS: cidrList,

@@ -25,6 +25,13 @@ export const httpDuration = new Histogram({
   registers: [registry],
 });
 
+export const deliveriesRefused = new Counter({
+  name: "warroom_trigger_deliveries_refused_total",
+  help: "Trigger deliveries refused before any work, by route and reason: share (the organization's share of the process was full past the wait), overload (the process's).",
+  labelNames: ["source", "reason"] as const,
+  registers: [registry],
+});
+
 export const deliveries = new Counter({
   name: "warroom_trigger_deliveries_total",
   help: "Trigger deliveries by source badge and outcome (opened, attached, recorded, ignored, suppressed, refused).",

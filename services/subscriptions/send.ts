@@ -7,9 +7,24 @@ import { signDelivery } from "./signing.js";
 /** The delivery log keeps this much of a receiver's answer, and nothing more is read. */
 export const RESPONSE_LOG_BYTES = 1024;
 
-/** The egress client every delivery goes through (see createOutboundHttpsEgress). */
+/** Idle kept connections to a receiver close after this: below the 5 s most servers keep them. */
+export const KEEP_ALIVE_MS = 4_000;
+/** Deliveries in flight per process, over every subscription. */
+export const MAX_IN_FLIGHT = 64;
+
+/**
+ * The egress client every delivery goes through (see createOutboundHttpsEgress). A receiver's
+ * connections are kept between deliveries (a TLS handshake per post cost more than the post), as
+ * many to one pinned address as the worker ever has in flight, so no delivery waits for another's
+ * connection.
+ */
 export function createSubscriptionEgress(config: Pick<Config, "EGRESS_CA_FILE" | "EGRESS_ALLOW_PRIVATE_CIDRS" | "SUBSCRIPTION_TIMEOUT_SECONDS">): EgressClient {
-  return createOutboundHttpsEgress(config, { timeoutMs: Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000), maxResponseBytes: RESPONSE_LOG_BYTES });
+  return createOutboundHttpsEgress(config, {
+    timeoutMs: Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000),
+    maxResponseBytes: RESPONSE_LOG_BYTES,
+    keepAliveMs: KEEP_ALIVE_MS,
+    maxSocketsPerPin: MAX_IN_FLIGHT,
+  });
 }
 
 /** What one attempt came to. */

@@ -7,10 +7,7 @@ import type { SubscriptionsDeps } from "./deps.js";
 import { startFanOut } from "./fan-out.js";
 import { migrations } from "./migrations.js";
 import { createSubscriptionsRoutes } from "./routes.js";
-import { createSubscriptionEgress } from "./send.js";
-
-/** Deliveries in flight per process, over every subscription. */
-const MAX_IN_FLIGHT = 64;
+import { createSubscriptionEgress, MAX_IN_FLIGHT } from "./send.js";
 
 /**
  * Signed event subscriptions: the routes, the fan-out of domain events into deliveries, and the
@@ -48,6 +45,7 @@ export function createSubscriptionsService(ctx: ServiceContext): ServiceModule {
     },
     async stop() {
       await worker.stop();
+      deps.egress.close();
     },
   };
 }

@@ -12,6 +12,8 @@ const benches: Record<string, () => Promise<void>> = {
   "custom-source": async () => (await import("./custom-source.js")).benchCustomSource(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
   subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
+  fairness: async () => (await import("./fairness.js")).benchFairness(),
+  overload: async () => (await import("./fairness.js")).benchOverload(),
   // Not part of the default run: a CPU profile and wait breakdown of the delivery path.
   profile: async () => (await import("./profile.js")).benchProfile(),
 };

@@ -44,8 +44,8 @@ function secretsKey(): string {
  * server: two gateways and `intakes` intake replicas. The private server keeps these processes
  * from answering (or being answered by) another test file's cluster on a shared NATS server.
  */
-export async function startIntakeApp(mode: Mode, options: { intakes?: number } = {}): Promise<IntakeApp> {
-  const env = { PUBLIC_URL, SECRETS_KEYS: secretsKey() };
+export async function startIntakeApp(mode: Mode, options: { intakes?: number; env?: Record<string, string> } = {}): Promise<IntakeApp> {
+  const env = { PUBLIC_URL, SECRETS_KEYS: secretsKey(), ...options.env };
   if (mode === "one process") {
     const app = await startApp({ env });
     return { ...app, mode, gatewayUrls: [app.url] };

@@ -224,11 +224,16 @@ interface ReceivedRequest {
   servername: string | false | null | undefined;
   body: string;
   clientCertificateAuthorized: boolean;
+  /** The client's side of the connection: the same port means the same connection. */
+  remotePort: number | undefined;
 }
 
 interface Receiver {
   port: number;
   received: ReceivedRequest[];
+  /** TLS connections accepted so far, and those still open. */
+  connectionsAccepted: () => number;
+  connectionsOpen: () => number;
   close: () => Promise<void>;
 }
 
@@ -247,6 +252,7 @@ async function startReceiver(certificate: TestCertificate, redirectTarget: () =>
       servername: socket.servername,
       body,
       clientCertificateAuthorized: socket.authorized,
+      remotePort: socket.remotePort,
     });
     if (path.startsWith("/hook")) {
       response.writeHead(200, { "content-type": "application/json" });
@@ -289,10 +295,19 @@ async function startReceiver(certificate: TestCertificate, redirectTarget: () =>
     request.on("data", (chunk: Buffer) => chunks.push(chunk));
     request.on("end", () => handle(request, response, Buffer.concat(chunks).toString("utf8")));
   });
+  let accepted = 0;
+  const open = new Set<TLSSocket>();
+  server.on("secureConnection", (socket: TLSSocket) => {
+    accepted += 1;
+    open.add(socket);
+    socket.on("close", () => open.delete(socket));
+  });
   await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
   return {
     port: (server.address() as net.AddressInfo).port,
     received,
+    connectionsAccepted: () => accepted,
+    connectionsOpen: () => open.size,
     close: () =>
       new Promise<void>((resolve) => {
         for (const timer of pendingTimers) clearInterval(timer);
@@ -516,6 +531,129 @@ describe("requests to an allowed HTTPS receiver on loopback", () => {
     const target = await clientFor(resolverFrom({ "receiver.test": ["127.0.0.1", "127.0.0.3"] })).vet(`https://receiver.test:${receiver.port}/hook`);
     expect(target).toMatchObject({ hostname: "receiver.test", address: "127.0.0.1", addresses: ["127.0.0.1", "127.0.0.3"] });
     expect(receiver.received.length).toBe(before);
+  });
+
+  describe("with kept-alive connections", () => {
+    const keptAliveClient = (resolver: HostResolver, policy = onPremisesPolicy) =>
+      createEgressClient({ policy, ca: certificate.cert, resolver, timeoutMs: CALL_TIMEOUT_MS, maxResponseBytes: 64 * 1024, keepAliveMs: 2_000 });
+    const waitFor = async (condition: () => boolean) => {
+      for (let i = 0; i < 100 && !condition(); i++) await new Promise((resolve) => setTimeout(resolve, 20));
+      return condition();
+    };
+
+    it("sends consecutive posts to one pinned address over one connection, vetting the name each time", BOUND, async () => {
+      const own = await startReceiver(certificate, () => "/");
+      try {
+        const resolver = resolverFrom({ "receiver.test": ["127.0.0.1"] });
+        const client = keptAliveClient(resolver);
+        const url = `https://receiver.test:${own.port}/hook/kept`;
+        for (let i = 0; i < 5; i++) expect((await client.request({ url, method: "POST", body: `{"n":${i}}` })).status).toBe(200);
+        expect(own.connectionsAccepted()).toBe(1);
+        expect(new Set(own.received.map((request) => request.remotePort)).size).toBe(1);
+        expect(own.received.map((request) => request.servername)).toEqual(Array(5).fill("receiver.test"));
+        // The pin is checked on every send: the resolver was asked each time.
+        expect(resolver.calls).toEqual(Array(5).fill("receiver.test"));
+        client.close();
+        expect(await waitFor(() => own.connectionsOpen() === 0)).toBe(true);
+      } finally {
+        await own.close();
+      }
+    });
+
+    it("never reuses a kept connection once the name resolves elsewhere: the old pin's connections are closed", BOUND, async () => {
+      const own = await startReceiver(certificate, () => "/");
+      // Where the re-resolved answer lands: an allowed address, reached only by a new connection.
+      const elsewhere = await startCanary("127.0.0.3", own.port);
+      if (!elsewhere) throw new Error("could not start a canary on 127.0.0.3");
+      try {
+        let answers = 0;
+        const moving: HostResolver = async () => (++answers === 1 ? ["127.0.0.1"] : ["127.0.0.3"]);
+        const client = keptAliveClient(moving);
+        const url = `https://rebind.test:${own.port}/hook/moving`;
+        expect((await client.request({ url })).status).toBe(200);
+        expect(own.connectionsOpen()).toBe(1);
+        // The canary is no TLS server: the call fails, but it went to the new pin.
+        await refusal(client.request({ url }));
+        expect(elsewhere.connections()).toBe(1);
+        expect(own.received.length).toBe(1);
+        expect(await waitFor(() => own.connectionsOpen() === 0)).toBe(true);
+        client.close();
+      } finally {
+        await Promise.all([own.close(), elsewhere.close()]);
+      }
+    });
+
+    it("closes a kept connection whose name now resolves to a denied address, and never sends on it", BOUND, async () => {
+      const own = await startReceiver(certificate, () => "/");
+      try {
+        let answers = 0;
+        // Third answer: the first address again, which must come over a new connection.
+        const rebinding: HostResolver = async () => (++answers === 2 ? ["::1"] : ["127.0.0.1"]);
+        const client = keptAliveClient(rebinding);
+        const url = `https://rebind-private.test:${own.port}/hook/kept-then-denied`;
+        expect((await client.request({ url })).status).toBe(200);
+        const error = await refusal(client.request({ url: `https://rebind-private.test:${own.port}${SECRET_PATH}` }));
+        expect(error.reason).toBe("forbidden_address");
+        expectNoSecretIn(error);
+        expect(own.received.length).toBe(1);
+        expect(await waitFor(() => own.connectionsOpen() === 0)).toBe(true);
+        expect((await client.request({ url })).status).toBe(200);
+        expect(own.connectionsAccepted()).toBe(2);
+        expect(totalCanaryConnections()).toBe(0);
+        client.close();
+      } finally {
+        await own.close();
+      }
+    });
+
+    it("still refuses every denied range with keep-alive on", BOUND, async () => {
+      const strict = createAddressPolicy({ allowPrivateCidrs: [], requireHttps: true });
+      const client = keptAliveClient(resolverFrom({ "internal.test": ["127.0.0.1"], "metadata.test": ["169.254.169.254"] }), strict);
+      for (const url of [
+        `https://127.0.0.1:${receiver.port}/hook`,
+        `https://internal.test:${receiver.port}/hook`,
+        "https://metadata.test/latest/meta-data/",
+        `https://[::1]:${receiver.port}/hook`,
+      ]) {
+        expect((await refusal(client.request({ url }))).reason).toBe("forbidden_address");
+      }
+      expect(totalCanaryConnections()).toBe(0);
+      client.close();
+    });
+
+    it("closes an idle kept connection after the idle time", BOUND, async () => {
+      const own = await startReceiver(certificate, () => "/");
+      try {
+        const client = createEgressClient({
+          policy: onPremisesPolicy,
+          ca: certificate.cert,
+          resolver: resolverFrom({ "receiver.test": ["127.0.0.1"] }),
+          timeoutMs: CALL_TIMEOUT_MS,
+          maxResponseBytes: 1024,
+          keepAliveMs: 100,
+        });
+        expect((await client.request({ url: `https://receiver.test:${own.port}/hook/idle` })).status).toBe(200);
+        expect(await waitFor(() => own.connectionsOpen() === 0)).toBe(true);
+        expect(client.pooledConnections()).toBe(0);
+      } finally {
+        await own.close();
+      }
+    });
+
+    it("opens a connection per call for a call with its own TLS material", BOUND, async () => {
+      const own = await startReceiver(certificate, () => "/", { requestCert: true, rejectUnauthorized: false, ca: certificate.cert });
+      try {
+        const client = keptAliveClient(resolverFrom({}));
+        const url = `https://127.0.0.1:${own.port}/hook/mtls-kept`;
+        await client.request({ url, clientCert: certificate.cert, clientKey: certificate.key });
+        await client.request({ url });
+        expect(own.received.map((request) => request.clientCertificateAuthorized)).toEqual([true, false]);
+        expect(own.connectionsAccepted()).toBe(2);
+        client.close();
+      } finally {
+        await own.close();
+      }
+    });
   });
 
   it("works with a certificate made by the built-in generator as well", BOUND, async () => {

@@ -26,6 +26,15 @@ export interface EgressClientOptions {
   maxResponseBytes: number;
   /** An extra trusted CA (PEM), added to the system roots, e.g. for an on-premises chat server. */
   ca?: string | Buffer;
+  /**
+   * Keep connections open between calls for this long when idle (0 or absent: a new connection
+   * per call). A kept connection belongs to one host, port and pinned address: every call still
+   * resolves and vets the name, and only reuses a connection to the very address it vetted; a
+   * name that resolves elsewhere, or is refused, closes its kept connections at once.
+   */
+  keepAliveMs?: number;
+  /** Connections at once to one pinned address when keeping them alive (default 16). */
+  maxSocketsPerPin?: number;
 }
 
 export interface EgressRequest {
@@ -68,7 +77,21 @@ export interface EgressClient {
    * a 3xx is an answer like any other, and its Location is not trusted.
    */
   request(request: EgressRequest): Promise<EgressResponse>;
+  /** Connections kept open for reuse (always 0 without keep-alive). */
+  pooledConnections(): number;
+  /** Closes every kept connection; later calls open new ones. */
+  close(): void;
 }
+
+/** Kept connections of one host, port and pinned address. */
+interface PinnedPool {
+  target: string;
+  address: string;
+  agent: http.Agent;
+}
+
+/** At most this many pinned pools per client; the least recently used one is closed beyond it. */
+const MAX_PINNED_POOLS = 256;
 
 const TLS_ERROR_CODES = new Set([
   "DEPTH_ZERO_SELF_SIGNED_CERT",
@@ -151,6 +174,87 @@ function withoutHostHeader(headers: Record<string, string> | undefined): Outgoin
 export function createEgressClient(options: EgressClientOptions): EgressClient {
   const { policy, timeoutMs, maxResponseBytes } = options;
   const resolve = options.resolver ?? systemResolver;
+  const keepAliveMs = options.keepAliveMs ?? 0;
+  /** Keyed by scheme, host, port and pinned address; insertion order is recency. */
+  const pools = new Map<string, PinnedPool>();
+
+  const targetOf = (url: URL, hostname: string, port: number) => `${url.protocol}//${hostname}:${port}`;
+
+  /** Closes the kept connections of a host and port, except those to `keep` (the address just vetted). */
+  function dropPins(target: string, keep?: string): void {
+    for (const [key, pool] of pools) {
+      if (pool.target === target && pool.address !== keep) {
+        pools.delete(key);
+        pool.agent.destroy();
+      }
+    }
+  }
+
+  function pooledAgent(vetted: VettedTarget): http.Agent {
+    const { url, hostname, port, address, family } = vetted;
+    const target = targetOf(url, hostname, port);
+    const key = `${target}@${address}`;
+    const existing = pools.get(key);
+    if (existing) {
+      pools.delete(key);
+      pools.set(key, existing);
+      return existing.agent;
+    }
+    const isHttps = url.protocol === "https:";
+    const agentOptions: https.AgentOptions = {
+      keepAlive: true,
+      // An idle kept connection closes after this (the agent's socket timeout on a free socket).
+      timeout: keepAliveMs,
+      maxSockets: options.maxSocketsPerPin ?? 16,
+      maxFreeSockets: options.maxSocketsPerPin ?? 16,
+      scheduling: "lifo",
+      lookup: pinnedLookup(address, family),
+    };
+    if (isHttps) {
+      if (!net.isIP(hostname)) agentOptions.servername = hostname;
+      const ca = trustedCas(options.ca);
+      if (ca) agentOptions.ca = ca;
+    }
+    const agent = isHttps ? new https.Agent(agentOptions) : new http.Agent(agentOptions);
+    // Every new connection of the pool checks its address again before connecting.
+    const connect = agent.createConnection.bind(agent) as (...args: unknown[]) => net.Socket;
+    agent.createConnection = ((...args: unknown[]) => {
+      const verdict = policy.checkAddress(address);
+      if (!verdict.allowed) throw forbiddenAddressError(hostname, verdict);
+      return connect(...args);
+    }) as typeof agent.createConnection;
+    pools.set(key, { target, address, agent });
+    if (pools.size > MAX_PINNED_POOLS) {
+      const [oldestKey, oldest] = pools.entries().next().value as [string, PinnedPool];
+      pools.delete(oldestKey);
+      oldest.agent.destroy();
+    }
+    return agent;
+  }
+
+  /** Vets a URL and keeps the kept connections in step: only the address just vetted keeps its own. */
+  async function vetAndPin(spelledUrl: string): Promise<VettedTarget> {
+    if (pools.size === 0) return vet(spelledUrl);
+    let vetted: VettedTarget;
+    try {
+      vetted = await vet(spelledUrl);
+    } catch (error) {
+      const target = targetOfSpelled(spelledUrl);
+      if (target !== undefined) dropPins(target);
+      throw error;
+    }
+    dropPins(targetOf(vetted.url, vetted.hostname, vetted.port), vetted.address);
+    return vetted;
+  }
+
+  function targetOfSpelled(spelledUrl: string): string | undefined {
+    try {
+      const { url, hostname, port } = policy.checkUrl(spelledUrl);
+      return targetOf(url, hostname, port);
+    } catch {
+      return undefined;
+    }
+  }
 
   async function vet(spelledUrl: string): Promise<VettedTarget> {
     const checked = policy.checkUrl(spelledUrl);
@@ -189,14 +293,17 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
     const headers = withoutHostHeader(request.headers);
     if (body !== undefined) headers["content-length"] = String(body.length);
 
+    // A call with TLS material of its own never shares a connection; nor does any call without keep-alive.
+    const ownTls = request.clientCert !== undefined || request.clientKey !== undefined || request.ca !== undefined;
+    const pooled = keepAliveMs > 0 && !ownTls;
     const requestOptions: https.RequestOptions = {
       hostname,
       port,
       path: `${url.pathname}${url.search}`,
       method: request.method ?? "GET",
       headers,
-      // A fresh connection per call: no pooled socket from another call, no shared TLS options.
-      agent: false,
+      // Without keep-alive, a fresh connection per call: no pooled socket from another call, no shared TLS options.
+      agent: pooled ? pooledAgent(target) : false,
       lookup: pinnedLookup(address, family),
     };
     if (isHttps) {
@@ -216,7 +323,14 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
         signal.removeEventListener("abort", onAbort);
         outcome();
       };
-      const fail = (error: unknown) => finish(() => rejectPromise(connectionError(error, hostname)));
+      let answered = false;
+      const fail = (error: unknown) =>
+        finish(() => {
+          const failure = connectionError(error, hostname);
+          // Nothing came back on a kept connection the receiver had just closed: safe to send again.
+          const lostReused = !answered && outgoing?.reusedSocket === true && !signal.aborted && !(error instanceof EgressError);
+          rejectPromise(lostReused ? new ReusedConnectionLost(failure) : failure);
+        });
 
       let outgoing: http.ClientRequest;
       try {
@@ -238,6 +352,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
       outgoing.on("error", fail);
 
       function onResponse(response: IncomingMessage) {
+        answered = true;
         const chunks: Buffer[] = [];
         let received = 0;
         const done = (truncated: boolean) =>
@@ -289,6 +404,19 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
 
   return {
     vet,
+    pooledConnections() {
+      let count = 0;
+      for (const pool of pools.values()) {
+        for (const sockets of [pool.agent.sockets, pool.agent.freeSockets]) {
+          for (const list of Object.values(sockets)) count += list?.length ?? 0;
+        }
+      }
+      return count;
+    },
+    close() {
+      for (const pool of pools.values()) pool.agent.destroy();
+      pools.clear();
+    },
     async request(request) {
       const controller = new AbortController();
       const hostname = hostnameForMessages(request.url);
@@ -300,13 +428,26 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
       abandoned.catch(() => undefined);
       try {
         // Resolution is inside the time budget too; a stalled resolver is abandoned, not awaited.
-        const target = await Promise.race([vet(request.url), abandoned]);
-        return await send(target, request, controller.signal);
+        const target = await Promise.race([vetAndPin(request.url), abandoned]);
+        try {
+          return await send(target, request, controller.signal);
+        } catch (error) {
+          // A kept connection the receiver closed as it was reused: once more, on a new connection.
+          if (error instanceof ReusedConnectionLost && !controller.signal.aborted) return await send(target, request, controller.signal);
+          throw error instanceof ReusedConnectionLost ? error.cause : error;
+        }
       } finally {
         clearTimeout(timer);
       }
     },
   };
+}
+
+/** A kept connection lost before any answer came on it. */
+class ReusedConnectionLost extends Error {
+  constructor(override readonly cause: EgressError) {
+    super(cause.message);
+  }
 }
 
 function hostnameForMessages(spelledUrl: string): string | undefined {

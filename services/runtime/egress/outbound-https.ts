@@ -7,11 +7,12 @@ import { createEgressClient, type EgressClient } from "./egress-client.js";
  * The egress client for the service's own outbound posts (chat webhooks, event subscriptions):
  * https only, every resolved address vetted (EGRESS_ALLOW_PRIVATE_CIDRS names the non-public
  * ranges an operator allows), the connection pinned to the vetted address, no redirects followed,
- * time and answer size capped. EGRESS_CA_FILE adds a trusted CA for an on-premises receiver.
+ * time and answer size capped. With keepAliveMs, connections are kept between posts, each one
+ * to its pinned address only (see EgressClientOptions.keepAliveMs). EGRESS_CA_FILE adds a trusted CA for an on-premises receiver.
  */
 export function createOutboundHttpsEgress(
   config: Pick<Config, "EGRESS_CA_FILE" | "EGRESS_ALLOW_PRIVATE_CIDRS">,
-  limits: { timeoutMs: number; maxResponseBytes: number },
+  limits: { timeoutMs: number; maxResponseBytes: number; keepAliveMs?: number; maxSocketsPerPin?: number },
 ): EgressClient {
   let ca: Buffer | undefined;
   if (config.EGRESS_CA_FILE) {
