@@ -48,7 +48,7 @@ beforeAll(async () => {
   const now = Date.now();
   writeFileSync(
     join(logDir, "checkout-api.log"),
-    [0, 1, 2].map((i) => `${new Date(now - (3 - i) * 60_000).toISOString()} checkout-api error ${i}: upstream timed out`).join("\n") + "\n",
+    `${[0, 1, 2].map((i) => `${new Date(now - (3 - i) * 60_000).toISOString()} checkout-api error ${i}: upstream timed out`).join("\n")}\n`,
   );
   source = await createPrometheusFilesSource({ prometheusUrl: prometheus.url, logDir, auth: { bearerTokens: [SOURCE_TOKEN] } }).listen({ host: "127.0.0.1" });
 

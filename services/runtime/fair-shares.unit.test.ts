@@ -23,7 +23,12 @@ describe("fair shares", () => {
     const shares = createFairShares({ perOrg: 2, total: 10, waitMs: 5_000, maxWaiting: 10 });
     const g = gate();
     const order: number[] = [];
-    const runs = [1, 2, 3, 4].map((n) => shares.run("a", async () => (await g.work(), order.push(n))));
+    const runs = [1, 2, 3, 4].map((n) =>
+      shares.run("a", async () => {
+        await g.work();
+        order.push(n);
+      }),
+    );
     expect(shares.state()).toEqual({ active: 2, waiting: 2, organizations: 1 });
     // Another organization is not behind "a"'s queue.
     expect(await shares.run("b", async () => "b done")).toBe("b done");
@@ -63,7 +68,10 @@ describe("fair shares", () => {
     const shares = createFairShares({ perOrg: 5, total: 1, waitMs: 5_000, maxWaiting: 10 });
     const g = gate();
     const order: string[] = [];
-    const first = shares.run("a", async () => (await g.work(), order.push("a")));
+    const first = shares.run("a", async () => {
+      await g.work();
+      order.push("a");
+    });
     const b = shares.run("b", async () => order.push("b"));
     const c = shares.run("c", async () => order.push("c"));
     g.open();

@@ -18,13 +18,21 @@ function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 /** Runs vitest on one fixture file with the suite's reporters, then npm test's closing step. */
-function run(fixture: string, ci = false, vitestArgs: string[] = []): { status: number; output: string; summary: RunSummary | undefined; closing: string; closingStatus: number } {
+function run(
+  fixture: string,
+  ci = false,
+  vitestArgs: string[] = [],
+): { status: number; output: string; summary: RunSummary | undefined; closing: string; closingStatus: number } {
   const file = join(dir, `${fixture}.json`);
-  const vitest = spawnSync(process.execPath, [join(ROOT, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/harness/fixtures/vitest.config.ts", ...vitestArgs], {
-    cwd: ROOT,
-    env: cleanEnv({ FIXTURE: `${fixture}.fixture.ts`, RUN_SUMMARY_FILE: file }),
-    encoding: "utf8",
-  });
+  const vitest = spawnSync(
+    process.execPath,
+    [join(ROOT, "node_modules/vitest/vitest.mjs"), "run", "--config", "test/harness/fixtures/vitest.config.ts", ...vitestArgs],
+    {
+      cwd: ROOT,
+      env: cleanEnv({ FIXTURE: `${fixture}.fixture.ts`, RUN_SUMMARY_FILE: file }),
+      encoding: "utf8",
+    },
+  );
   const closing = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", file, String(vitest.status)], {
     cwd: ROOT,
     env: cleanEnv({ CI: ci ? "true" : "" }),
