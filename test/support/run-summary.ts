@@ -55,7 +55,16 @@ export function summarize(
   reason: TestRunEndReason,
   namePattern?: RegExp,
 ): RunSummary {
-  const summary: RunSummary = { passed: 0, failed: 0, skipped: [], notRun: [], filteredOut: 0, unhandledErrors: unhandledErrors.map(describeError), fileErrors: [], reason };
+  const summary: RunSummary = {
+    passed: 0,
+    failed: 0,
+    skipped: [],
+    notRun: [],
+    filteredOut: 0,
+    unhandledErrors: unhandledErrors.map(describeError),
+    fileErrors: [],
+    reason,
+  };
   for (const module of testModules) {
     const project = module.project.name;
     const file = module.relativeModuleId;
