@@ -14,6 +14,7 @@ export const E2E_SUITES = [
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",
   "services/incidents/maintenance-windows.test.ts",
+  "services/incidents/respond.test.ts",
   "services/remotesource/remote-sources.test.ts",
   "services/subscriptions/subscriptions.test.ts",
   // The transaction rule, checked with a pool of one connection: the freeze the default mode had.

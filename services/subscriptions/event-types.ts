@@ -10,6 +10,9 @@ export const EVENT_TYPES = [
   "incident.recovery",
   "incident.no_data",
   "incident.severity_changed",
+  "incident.acknowledged",
+  "incident.owner_changed",
+  "incident.note_added",
   "incident.resolved",
   "incident.archived",
   "heartbeat.silent",
@@ -71,6 +74,10 @@ const TIMELINE_EVENT_TYPES: Partial<Record<string, EventTypeName>> = {
   no_data: "incident.no_data",
   resumed: "heartbeat.resumed",
   ...severityChangedTimelineKind(),
+  // A responder's acknowledgement (or a drop-in sender's), owner change and note.
+  acknowledged: "incident.acknowledged",
+  owner_changed: "incident.owner_changed",
+  note: "incident.note_added",
 };
 
 /**
