@@ -13,6 +13,7 @@ export const E2E_SUITES = [
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",
+  "services/comms/review.test.ts",
   "services/incidents/maintenance-windows.test.ts",
   "services/incidents/respond.test.ts",
   "services/remotesource/remote-sources.test.ts",

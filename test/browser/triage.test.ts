@@ -145,7 +145,9 @@ describe("triage and respond in the console", () => {
     await page.goto(`${app.url}/o/acme/incidents/${ids.cpu}`);
     await page.getByRole("heading", { level: 1, name: "CPU high on checkout" }).waitFor();
     await page.getByRole("button", { name: "Acknowledge" }).click();
-    await expect.poll(() => page.locator(".respond .badge.acknowledged").textContent()).toMatch(new RegExp(`^Acknowledged by ${OWNER.email} at .*(GMT\\+1|CET)$`));
+    await expect
+      .poll(() => page.locator(".respond .badge.acknowledged").textContent())
+      .toMatch(new RegExp(`^Acknowledged by ${OWNER.email} at .*(GMT\\+1|CET)$`));
     expect(await page.getByRole("button", { name: "Acknowledge" }).count()).toBe(0);
     await expect.poll(() => page.locator(".timeline .kind").allTextContents()).toContain("Acknowledged");
 
