@@ -170,4 +170,46 @@ describe("triage and respond in the console", () => {
     expect(await page.locator("thead").textContent()).toContain("Duration");
     await expect.poll(() => cell("old", "Duration").textContent()).toMatch(/^\d+ s$/);
   });
+
+  it("shows each update's times, edits and discards a draft, and leaves approval to a second person when the setting asks", async () => {
+    await page.goto(`${app.url}/o/acme/incidents/${ids.cpu}?tab=comms`);
+    await page.getByLabel("Update text", { exact: true }).fill("Investigating");
+    await page.getByRole("button", { name: "Save draft" }).click();
+    const update = page.locator(".messages > li").first();
+    await expect.poll(() => update.locator(".message-times").textContent()).toMatch(new RegExp(`^Drafted by ${OWNER.email} .*(GMT\\+1|CET)$`));
+
+    await update.getByRole("button", { name: "Edit" }).click();
+    await update.getByLabel("Edit the update text").fill("Investigating checkout errors");
+    await update.getByRole("button", { name: "Save changes" }).click();
+    await expect.poll(() => update.locator(".card-text").textContent()).toBe("Investigating checkout errors");
+    await expect.poll(() => update.locator(".message-times li").allTextContents()).toHaveLength(2);
+    expect((await update.locator(".message-times li").allTextContents())[1]).toMatch(new RegExp(`^Edited by ${OWNER.email} `));
+
+    await page.getByLabel("Update text", { exact: true }).fill("Never mind");
+    await page.getByRole("button", { name: "Save draft" }).click();
+    const second = page.locator(".messages > li").nth(1);
+    await second.getByRole("button", { name: "Discard" }).click();
+    await expect.poll(() => second.locator(".msg-state").textContent()).toBe("Discarded: never sent");
+
+    // The setting: the author's Approve gives way to a note, and the service refuses them anyway.
+    const setting = page.getByLabel("A second person must approve each update (an admin changes this)");
+    await setting.click();
+    await expect.poll(() => setting.isChecked()).toBe(true);
+    await expect.poll(() => update.textContent()).toContain("You wrote this update: a second person approves it.");
+    expect(await update.getByRole("button", { name: "Approve" }).count()).toBe(0);
+    const messageId = await update.getAttribute("data-message-id");
+    const listed = (await app.call("GET", `/o/acme/incidents/${ids.cpu}/comms/messages`, { token: owner })).body.messages[0];
+    const own = await app.call("POST", `/o/acme/incidents/${ids.cpu}/comms/messages/${messageId}/approve`, { token: owner, body: { version: listed.version } });
+    expect(own.status).toBe(403);
+    const responder = (await app.call("POST", "/auth/login", { body: { email: "responder@acme.test", password: "responder password", orgSlug: "acme" } })).body
+      .accessToken;
+    const approved = await app.call("POST", `/o/acme/incidents/${ids.cpu}/comms/messages/${messageId}/approve`, {
+      token: responder,
+      body: { version: listed.version },
+    });
+    expect(approved.status).toBe(200);
+    await page.reload();
+    await expect.poll(() => page.locator(".messages > li").first().locator(".message-times").textContent()).toContain("Approved by responder@acme.test");
+    await shot("comms");
+  });
 });
