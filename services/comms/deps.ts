@@ -27,6 +27,7 @@ export const AUDIT_KINDS = {
   chatWebhookSaved: "comms.chatwebhook.saved",
   chatWebhookDeleted: "comms.chatwebhook.deleted",
   chatWebhookTested: "comms.chatwebhook.tested",
+  approvalChanged: "comms.approval.changed",
 } as const;
 
 /**

@@ -3,7 +3,8 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { isUuid } from "../runtime/ids.js";
-import { ConflictError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { ConflictError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnavailableError } from "../runtime/errors.js";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { buildUpdateCard } from "./adaptive-card.js";
 import { parseChannel } from "./channel.js";
 import { loadWebhookUrl } from "./chat-webhook-connection.js";
@@ -47,6 +48,7 @@ function notSendable(row: MessageRow): ConflictError {
 }
 
 function toMessage(row: MessageRow) {
+  const time = (at: Date | null | undefined) => (at ? timestampFromDate(at) : undefined);
   return {
     messageId: row.id,
     version: String(row.version),
@@ -54,7 +56,23 @@ function toMessage(row: MessageRow) {
     body: row.body,
     state: row.state,
     ...(row.error ? { error: row.error } : {}),
+    draftedBy: row.drafted_by ?? "",
+    ...(row.drafted_at ? { draftedAt: time(row.drafted_at) } : {}),
+    ...(row.edited_by ? { editedBy: row.edited_by, editedAt: time(row.edited_at) } : {}),
+    ...(row.approved_by ? { approvedBy: row.approved_by } : {}),
+    ...(row.approved_at ? { approvedAt: time(row.approved_at) } : {}),
+    ...(row.finished_at ? { sentAt: time(row.finished_at) } : {}),
+    ...(row.sent_by ? { sentBy: row.sent_by } : {}),
   };
+}
+
+/** Why a message at `version` could not be edited, discarded or approved: not a draft, or read at another version. */
+function notADraft(row: MessageRow, version: string | undefined, verb: "approved" | "edited" | "discarded"): ConflictError {
+  if (row.state !== "drafted") {
+    return new ConflictError(`message ${row.id} is already ${row.state}; only a draft can be ${verb}${verb === "edited" ? ": draft a new update" : ""}`);
+  }
+  const action = verb === "approved" ? "approve" : verb === "edited" ? "edit" : "discard";
+  return new ConflictError(`stale version ${version}: message ${row.id} is at version ${row.version}; read it again and ${action} what you read`);
 }
 
 /**
@@ -63,7 +81,7 @@ function toMessage(row: MessageRow) {
  */
 export function createMessageHandlers(
   deps: CommsDeps,
-): Pick<ServiceImpl<typeof CommsService>, "draftMessage" | "listMessages" | "approveMessage" | "sendMessage"> {
+): Pick<ServiceImpl<typeof CommsService>, "draftMessage" | "listMessages" | "approveMessage" | "sendMessage" | "editMessage" | "discardMessage"> {
   const { store, clients, outbox, logger, config } = deps;
 
   async function findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow> {
@@ -129,11 +147,38 @@ export function createMessageHandlers(
       const version = req.version.trim();
       if (!version) throw new InvalidArgumentError("version required: echo the version the draft returned");
       const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      // The second-approver rule: whoever wrote the words (the drafter, or the last editor) does
+      // not approve them. Checked on the version read; the approval below holds only at that
+      // version, so an edit meanwhile (a new version) makes it stale.
+      if (current.state === "drafted" && String(current.version) === version && (await store.requireSecondApprover(principal.orgId))) {
+        if (current.drafted_by === principal.email || current.edited_by === principal.email) {
+          throw new PermissionDeniedError(
+            `this organization requires a second person to approve an update (comms setting requireSecondApprover): ask another member to approve it, or an admin to change the setting at PUT /o/${req.org}/comms/settings`,
+          );
+        }
+      }
       const approved = await store.approveMessage(current.id, version, principal.email);
       if (approved !== undefined) return { messageId: current.id, version: String(approved), state: "approved" };
-      const now = await findMessage(principal.orgId, req.incidentId, req.messageId);
-      if (now.state !== "drafted") throw new ConflictError(`message ${now.id} is already ${now.state}; only a draft can be approved`);
-      throw new ConflictError(`stale version ${version}: message ${now.id} is at version ${now.version}; read it again and approve what you read`);
+      throw notADraft(await findMessage(principal.orgId, req.incidentId, req.messageId), version, "approved");
+    },
+
+    async editMessage(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const version = req.version.trim();
+      if (!version) throw new InvalidArgumentError("version required: echo the version the draft returned");
+      const body = checkBody(req.body);
+      const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      const edited = await store.editMessage(current.id, version, body, principal.email);
+      if (edited !== undefined) return { messageId: current.id, version: String(edited) };
+      throw notADraft(await findMessage(principal.orgId, req.incidentId, req.messageId), version, "edited");
+    },
+
+    async discardMessage(req, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const version = req.version.trim() || undefined;
+      const current = await findMessage(principal.orgId, req.incidentId, req.messageId);
+      if (await store.discardMessage(current.id, version)) return {};
+      throw notADraft(await findMessage(principal.orgId, req.incidentId, req.messageId), version, "discarded");
     },
 
     async sendMessage(req, context: HandlerContext) {

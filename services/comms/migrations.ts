@@ -58,5 +58,24 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("comms", 2),
+  {
+    id: 3,
+    name: "drafts edited and discarded; the organization's second-approver setting",
+    // A draft's text can be replaced (at its version) until it is approved; a discarded draft is
+    // kept, marked, so the record of what was proposed stays. No row in approval_settings: the
+    // drafter may approve, as before.
+    sql: `
+      alter table comms.messages add column edited_by text, add column edited_at timestamptz;
+      alter table comms.messages drop constraint messages_state_check;
+      alter table comms.messages add constraint messages_state_check
+        check (state in ('drafted', 'approved', 'sending', 'sent', 'simulated', 'failed', 'discarded'));
+      create table comms.approval_settings (
+        org_id uuid primary key,
+        require_second_approver boolean not null,
+        changed_by text not null,
+        changed_at timestamptz not null default now()
+      );
+    `,
+  },
   ...outboxUpgrades("comms"),
 ];

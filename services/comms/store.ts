@@ -24,6 +24,12 @@ export interface SentMessageRow {
 
 export interface MessageRow extends SentMessageRow {
   version: number;
+  drafted_by?: string;
+  drafted_at?: Date;
+  edited_by?: string | null;
+  edited_at?: Date | null;
+  approved_at?: Date | null;
+  finished_at?: Date | null;
 }
 
 /** A message written or approved: its id and version, for optimistic updates. */
@@ -78,6 +84,14 @@ export interface CommsStore {
   /** A page of the incident's messages in the order they were drafted, after message `after` when given. */
   listMessages(orgId: string, incidentId: string, after: string | undefined, limit: number): Promise<MessageRow[]>;
   findMessage(orgId: string, incidentId: string, messageId: string): Promise<MessageRow | undefined>;
+  /** Replaces a draft's body at `version`; its new version, or undefined when it is not a draft at that version. */
+  editMessage(messageId: string, version: string, body: string, editedBy: string): Promise<number | undefined>;
+  /** Marks a draft discarded (at `version` when given); false when it is not a draft (at that version). */
+  discardMessage(messageId: string, version: string | undefined): Promise<boolean>;
+  /** Whether a second person must approve an update: off unless an admin switched it on. */
+  requireSecondApprover(orgId: string): Promise<boolean>;
+  /** Sets the second-approver setting and writes the audit record, which is told the previous setting. */
+  setRequireSecondApprover(orgId: string, value: boolean, changedBy: string, audit: (previous: boolean) => AuditRecord): Promise<void>;
   /** Approves a draft at `version`; its new version, or undefined when it is not a draft at that version. */
   approveMessage(messageId: string, version: string, approvedBy: string): Promise<number | undefined>;
   /**
@@ -92,7 +106,8 @@ export interface CommsStore {
   unrecordedSends(olderThanSeconds: number, limit: number): Promise<SentMessageRow[]>;
 }
 
-const COLUMNS = "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by";
+const COLUMNS =
+  "id, org_id, incident_id, channel, label, body, state, version, error, approved_by, sent_by, drafted_by, drafted_at, edited_by, edited_at, approved_at, finished_at";
 
 /** The comms store on Postgres; events and audit records go to `outbox` in the same transactions. */
 export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): CommsStore {
@@ -196,6 +211,39 @@ export function createPostgresCommsStore(deps: { sql: Sql; outbox: Outbox }): Co
         incidentId,
       ]);
       return row;
+    },
+
+    async editMessage(messageId, version, body, editedBy) {
+      const [edited] = await sql<Pick<MessageVersionRow, "version">[]>`
+        update comms.messages set body = ${body}, version = version + 1, edited_by = ${editedBy}, edited_at = now()
+        where id = ${messageId} and state = 'drafted' and version::text = ${version}
+        returning version`;
+      return edited?.version;
+    },
+
+    async discardMessage(messageId, version) {
+      const rows = await sql`
+        update comms.messages set state = 'discarded', version = version + 1
+        where id = ${messageId} and state = 'drafted' and (${version ?? null}::text is null or version::text = ${version ?? null}::text)
+        returning id`;
+      return rows.length > 0;
+    },
+
+    async requireSecondApprover(orgId) {
+      const [row] = await sql<{ require_second_approver: boolean }[]>`
+        select require_second_approver from comms.approval_settings where org_id = ${orgId}`;
+      return row?.require_second_approver ?? false;
+    },
+
+    async setRequireSecondApprover(orgId, value, changedBy, audit) {
+      await sql.begin(async (tx) => {
+        const [previous] = await tx<{ require_second_approver: boolean }[]>`
+          select require_second_approver from comms.approval_settings where org_id = ${orgId} for update`;
+        await tx`
+          insert into comms.approval_settings (org_id, require_second_approver, changed_by) values (${orgId}, ${value}, ${changedBy})
+          on conflict (org_id) do update set require_second_approver = excluded.require_second_approver, changed_by = excluded.changed_by, changed_at = now()`;
+        await recordAudit(outbox, tx, audit(previous?.require_second_approver ?? false));
+      });
     },
 
     async approveMessage(messageId, version, approvedBy) {

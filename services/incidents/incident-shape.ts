@@ -33,6 +33,13 @@ export function incidentShape(config: Config, orgSlug: string, row: IncidentRow,
   if (row.resolved_at) incident.resolvedAt = timestampFromDate(row.resolved_at);
   if (row.archived_at) incident.archivedAt = timestampFromDate(row.archived_at);
   if (row.runbook_url !== null) incident.runbookUrl = row.runbook_url;
+  if (row.acknowledged_at) incident.acknowledgedAt = timestampFromDate(row.acknowledged_at);
+  if (row.acknowledged_by) incident.acknowledgedBy = row.acknowledged_by;
+  if (row.owner_id) incident.ownerId = row.owner_id;
+  if (row.owner_email) incident.ownerEmail = row.owner_email;
+  incident.repeatCount = row.repeat_count ?? 0;
+  incident.lastActivityAt = timestampFromDate(row.last_activity_at ?? row.opened_at);
+  incident.recoveredAtSource = row.recovered_at_source ?? false;
   return incident;
 }
 

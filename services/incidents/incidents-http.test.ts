@@ -136,10 +136,17 @@ describe("GET /o/{org}/incidents/{id}", () => {
     const body = res.body;
     expect(Object.keys(body).sort()).toEqual(
       [
+        "acknowledgedAt",
+        "acknowledgedBy",
         "archivedAt",
         "entity",
         "id",
+        "lastActivityAt",
         "openedAt",
+        "ownerEmail",
+        "ownerId",
+        "recoveredAtSource",
+        "repeatCount",
         "resolvedAt",
         "runbookUrl",
         "severity",
@@ -162,8 +169,17 @@ describe("GET /o/{org}/incidents/{id}", () => {
       resolvedAt: null,
       archivedAt: null,
       runbookUrl: null,
+      // Fields added to the design's shape (docs/ARCHITECTURE.md): the repeat and the recovery
+      // recorded above, and no responder yet.
+      repeatCount: 1,
+      recoveredAtSource: true,
+      acknowledgedAt: null,
+      acknowledgedBy: null,
+      ownerId: null,
+      ownerEmail: null,
     });
     expect(Number.isNaN(Date.parse(body.openedAt))).toBe(false);
+    expect(body.lastActivityAt).toBe(body.timeline.at(-1).at);
     expect(body.timeline.map((e: { kind: string }) => e.kind)).toEqual(["opened", "repeat", "recovery"]);
     expect(body.timeline[0]).toMatchObject({
       kind: "opened",

@@ -13,7 +13,11 @@ import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
 import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
-import { INCIDENT_STATES, isOneOf } from "./vocabulary.js";
+import { INCIDENT_STATES, isOneOf, SEVERITIES } from "./vocabulary.js";
+
+function invalid(message: string): never {
+  throw new InvalidArgumentError(message);
+}
 import type { IncidentsDeps } from "./deps.js";
 
 const DEFAULT_LIMIT = 100;
@@ -28,18 +32,48 @@ export const TIMELINE_PAGE_SIZE = 100;
 export const TIMELINE_MAX_PAGE_SIZE = 500;
 
 /**
+ * An incident with what its timeline says of it: how many repeats, the time of its latest entry,
+ * and whether the source's latest word (opened, repeat or recovery) was a recovery. Each is a walk
+ * of the index (incident_id, kind, id) or (incident_id, id) of one incident; the repeat count
+ * reads one index entry per repeat.
+ */
+function incidentRead(sql: Sql) {
+  return sql`
+    i.*,
+    (select count(*) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'repeat')::int as repeat_count,
+    (select t.at from incidents.timeline_entries t where t.incident_id = i.id order by t.id desc limit 1) as last_activity_at,
+    coalesce(
+      (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'recovery') >
+      greatest(
+        (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'repeat'),
+        (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'opened')
+      ),
+      false
+    ) as recovered_at_source`;
+}
+
+/** The list's orders: opened newest first (the default), by severity, or by latest activity. */
+const SORTS = ["newest", "severity", "activity"] as const;
+type Sort = (typeof SORTS)[number];
+
+/**
  * Cursors are opaque to callers: the position after which the next page starts, so a page never
  * repeats or skips an entry that was recorded meanwhile.
  */
-function encodeCursor(kind: "t" | "i", value: string): string {
+function encodeCursor(kind: "t" | "i" | "o", value: string): string {
   return Buffer.from(`${kind}:${value}`).toString("base64url");
 }
 
-function decodeCursor(kind: "t" | "i", cursor: string): string {
+/**
+ * `t`: after a timeline entry's id; `i`: after an incident (newest first); `o`: an offset into a
+ * list sorted by severity or activity, whose keys change as incidents do.
+ */
+function decodeCursor(kind: "t" | "i" | "o", cursor: string): string {
   const text = Buffer.from(cursor, "base64url").toString();
-  if (!text.startsWith(`${kind}:`)) throw new InvalidArgumentError("cursor is not one this list gave");
+  if (!text.startsWith(`${kind}:`)) throw new InvalidArgumentError("cursor is not one this list gave: start again without a cursor");
   const value = text.slice(2);
-  if (kind === "t" ? !/^\d{1,19}$/.test(value) : !isUuid(value)) throw new InvalidArgumentError("cursor is not one this list gave");
+  if (kind === "i" ? !isUuid(value) : !/^\d{1,19}$/.test(value))
+    throw new InvalidArgumentError("cursor is not one this list gave: start again without a cursor");
   return value;
 }
 
@@ -65,7 +99,7 @@ export async function loadIncident(
   id: string,
 ): Promise<{ row: IncidentRow; timeline: TimelineEntryRow[]; timelineNextCursor?: string }> {
   if (!isUuid(id)) throw new NotFoundError("no such incident");
-  const [row] = await sql<IncidentRow[]>`select * from incidents.incidents where id = ${id} and org_id = ${orgId}`;
+  const [row] = await sql<IncidentRow[]>`select ${incidentRead(sql)} from incidents.incidents i where i.id = ${id} and i.org_id = ${orgId}`;
   if (!row) throw new NotFoundError("no such incident");
   const page = await timelinePage(sql, id, undefined, TIMELINE_PAGE_SIZE);
   return { row, timeline: page.entries, ...(page.nextCursor ? { timelineNextCursor: page.nextCursor } : {}) };
@@ -92,19 +126,53 @@ export function createListAndGetHandlers(
       if (req.state && !isOneOf(INCIDENT_STATES, req.state)) throw new InvalidArgumentError("state must be open, resolved or archived");
       const limit = req.limit === 0 ? DEFAULT_LIMIT : req.limit;
       if (limit < 1 || limit > MAX_LIMIT) throw new InvalidArgumentError(`limit must be between 1 and ${MAX_LIMIT}`);
-      // Newest first; a page continues strictly after the (opened_at, id) of the cursor's incident.
-      const after = req.cursor ? decodeCursor("i", req.cursor) : undefined;
-      const afterClause = after
-        ? sql`and (opened_at, id) < (select opened_at, id from incidents.incidents where id = ${after} and org_id = ${principal.orgId})`
-        : sql``;
-      const stateClause = req.state ? sql`and state = ${req.state}` : sql``;
+      const sort: Sort = req.sort === "" ? "newest" : isOneOf(SORTS, req.sort) ? req.sort : invalid(`sort must be one of ${SORTS.join(", ")}`);
+      const severities = req.severity === "" ? [] : req.severity.split(",").map((v) => v.trim());
+      for (const severity of severities) {
+        if (!isOneOf(SEVERITIES, severity)) invalid(`severity must be a comma-separated list of ${SEVERITIES.join(", ")}`);
+      }
+      if (req.acknowledged !== "" && req.acknowledged !== "yes" && req.acknowledged !== "no") invalid("acknowledged must be yes or no");
+      if (req.ownerId !== "" && req.ownerId !== "none" && !isUuid(req.ownerId)) invalid("ownerId must be a member's id (GET /o/{org}/members) or none");
+      if (req.entityKind !== "" && req.entityId === "") invalid("entityKind needs entityId: filter by the entity's id, and its kind if you like");
+
+      const filters = [
+        req.state ? sql`and i.state = ${req.state}` : sql``,
+        severities.length > 0 ? sql`and i.severity in ${sql(severities)}` : sql``,
+        req.source ? sql`and i.source = ${req.source}` : sql``,
+        req.entityId ? sql`and i.entity_id = ${req.entityId}` : sql``,
+        req.entityKind ? sql`and i.entity_kind = ${req.entityKind}` : sql``,
+        req.acknowledged === "yes" ? sql`and i.acknowledged_at is not null` : req.acknowledged === "no" ? sql`and i.acknowledged_at is null` : sql``,
+        req.ownerId === "none" ? sql`and i.owner_id is null` : req.ownerId ? sql`and i.owner_id = ${req.ownerId}::uuid` : sql``,
+        // Plain text, not a pattern: the caller's % and _ match themselves.
+        req.q ? sql`and strpos(lower(i.title), lower(${req.q})) > 0` : sql``,
+      ];
+      const where = filters.reduce((all, clause) => sql`${all} ${clause}`, sql`i.org_id = ${principal.orgId}`);
+
+      if (sort === "newest") {
+        // Newest first; a page continues strictly after the (opened_at, id) of the cursor's incident.
+        const after = req.cursor ? decodeCursor("i", req.cursor) : undefined;
+        const afterClause = after
+          ? sql`and (i.opened_at, i.id) < (select opened_at, id from incidents.incidents where id = ${after} and org_id = ${principal.orgId})`
+          : sql``;
+        const rows = await sql<IncidentRow[]>`
+          select ${incidentRead(sql)} from incidents.incidents i where ${where} ${afterClause}
+          order by i.opened_at desc, i.id desc limit ${limit + 1}`;
+        const page = rows.slice(0, limit);
+        return {
+          incidents: page.map((row) => incidentShape(config, principal.orgSlug, row)),
+          ...(rows.length > limit ? { nextCursor: encodeCursor("i", page.at(-1)!.id) } : {}),
+        };
+      }
+      // Severity and activity change while a reader pages: the cursor is an offset into the order.
+      const offset = req.cursor ? Number(decodeCursor("o", req.cursor)) : 0;
+      const order = sort === "severity" ? sql`i.severity asc, i.opened_at desc, i.id desc` : sql`last_activity_at desc nulls last, i.id desc`;
       const rows = await sql<IncidentRow[]>`
-        select * from incidents.incidents where org_id = ${principal.orgId} ${stateClause} ${afterClause}
-        order by opened_at desc, id desc limit ${limit + 1}`;
+        select * from (select ${incidentRead(sql)} from incidents.incidents i where ${where}) i
+        order by ${order} limit ${limit + 1} offset ${offset}`;
       const page = rows.slice(0, limit);
       return {
         incidents: page.map((row) => incidentShape(config, principal.orgSlug, row)),
-        ...(rows.length > limit ? { nextCursor: encodeCursor("i", page.at(-1)!.id) } : {}),
+        ...(rows.length > limit ? { nextCursor: encodeCursor("o", String(offset + limit)) } : {}),
       };
     },
 

@@ -214,5 +214,26 @@ export const migrations: Migration[] = [
       create unique index incidents_one_open_retry_key on incidents.incidents (org_id, retry_key) where retry_key is not null and state = 'open';
     `,
   },
+  {
+    id: 9,
+    name: "a person's acknowledgement and the incident's owner",
+    // Attributes of the incident, not states: Record's statements neither read nor write them, so
+    // a repeat attaches as before and leaves them as they are. The owner is a member of the
+    // organization (the identity service's id), with the email it had when assigned.
+    sql: `
+      alter table incidents.incidents
+        add column acknowledged_at timestamptz,
+        add column acknowledged_by text,
+        add column owner_id uuid,
+        add column owner_email text;
+    `,
+  },
+  {
+    id: 10,
+    name: "timeline entries of one kind found through an index",
+    // The list reads, for each incident, how many repeats it has and whether the source's latest
+    // word was a recovery: the latest entry of a kind, and the count of a kind, of one incident.
+    sql: `create index timeline_entries_incident_kind on incidents.timeline_entries (incident_id, kind, id)`,
+  },
   ...outboxUpgrades("incidents"),
 ];

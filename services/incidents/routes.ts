@@ -10,6 +10,7 @@ import { createRecordHandlers } from "./record.js";
 import { groupCommitted } from "./group-commit.js";
 import { createRecordBatch, createRecordManyHandlers } from "./record-many.js";
 import { createResolveAndArchiveHandlers } from "./resolve-and-archive.js";
+import { createRespondHandlers } from "./respond.js";
 import { createSeverityHandlers } from "./severity.js";
 
 /** Every IncidentsService method, from its handler groups. */
@@ -24,6 +25,7 @@ export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof I
     ...createListAndGetHandlers(deps),
     ...createResolveAndArchiveHandlers(deps),
     ...createSeverityHandlers(deps),
+    ...createRespondHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
     ...createMaintenanceWindowEndHandlers(deps),
   };

@@ -16,6 +16,14 @@ export interface IncidentRow {
   opened_at: Date;
   resolved_at: Date | null;
   archived_at: Date | null;
+  acknowledged_at?: Date | null;
+  acknowledged_by?: string | null;
+  owner_id?: string | null;
+  owner_email?: string | null;
+  /** Read by INCIDENT_READ (list-and-get.ts); Record's rows do not carry them. */
+  repeat_count?: number;
+  last_activity_at?: Date | null;
+  recovered_at_source?: boolean;
 }
 
 export interface TimelineEntryRow {

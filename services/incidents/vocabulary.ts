@@ -60,6 +60,8 @@ export const AUDIT_KINDS = {
   maintenanceWindowCreated: "maintenance_window.created",
   maintenanceWindowDeleted: "maintenance_window.deleted",
   severityChanged: "incident.severity_changed",
+  incidentAcknowledged: "incident.acknowledged",
+  ownerChanged: "incident.owner_changed",
 } as const;
 
 /** Whether `value` is one of `values`, narrowing its type. */

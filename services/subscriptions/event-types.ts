@@ -10,6 +10,9 @@ export const EVENT_TYPES = [
   "incident.recovery",
   "incident.no_data",
   "incident.severity_changed",
+  "incident.acknowledged",
+  "incident.owner_changed",
+  "incident.note_added",
   "incident.resolved",
   "incident.archived",
   "heartbeat.silent",
@@ -74,6 +77,10 @@ const TIMELINE_EVENT_TYPES: Partial<Record<string, EventTypeName>> = {
   // Written once per run, when an investigation has read the connected remote sources.
   investigation: "incident.investigation_completed",
   ...severityChangedTimelineKind(),
+  // A responder's acknowledgement (or a drop-in sender's), owner change and note.
+  acknowledged: "incident.acknowledged",
+  owner_changed: "incident.owner_changed",
+  note: "incident.note_added",
 };
 
 /**

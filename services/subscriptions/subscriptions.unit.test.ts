@@ -25,13 +25,20 @@ describe("event types: which domain event becomes which webhook event", () => {
   it("maps every documented type from a domain event", () => {
     const produced = new Set<string>([
       fromIncidentOpened(URL, create(IncidentOpenedSchema, { orgId: org, incidentId: incident })).type,
-      ...["repeat", "recovery", "no_data", "severity_changed", "resumed", "investigation"].map((k) => timeline(k)!.type),
+      ...["repeat", "recovery", "no_data", "severity_changed", "acknowledged", "owner_changed", "note", "resumed", "investigation"].map((k) => timeline(k)!.type),
       fromIncidentResolved(URL, create(IncidentResolvedSchema, { orgId: org, incidentId: incident, state: "resolved" }))!.type,
       fromIncidentResolved(URL, create(IncidentResolvedSchema, { orgId: org, incidentId: incident, state: "archived" }))!.type,
       fromHeartbeatSilent(create(HeartbeatSilentSchema, { orgId: org, name: "nightly" })).type,
       fromUpdateSent(URL, create(UpdateSentSchema, { orgId: org, incidentId: incident, messageId: "m", state: "sent" })).type,
     ]);
     expect([...produced].sort()).toEqual([...EVENT_TYPES].sort());
+  });
+
+  it("offers a responder's acknowledgement, owner change and note as events of their own", () => {
+    expect(timeline("acknowledged")!.type).toBe("incident.acknowledged");
+    expect(timeline("owner_changed")!.type).toBe("incident.owner_changed");
+    expect(timeline("note")!.type).toBe("incident.note_added");
+    expect(timeline("note")!.data("acme")).toMatchObject({ org: "acme", incidentId: incident, kind: "note" });
   });
 
   it("offers no event for timeline kinds that have their own (opened, resolved, archived) or none (updates)", () => {

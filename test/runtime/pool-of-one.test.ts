@@ -205,7 +205,16 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     });
     expectStatus(drafted, 201, "draft");
     const messagePath = `${o}/incidents/${incidentId}/comms/messages/${drafted.body.messageId}`;
-    expectStatus(await call("POST", `${messagePath}/approve`, { token: owner, body: { version: drafted.body.version } }), 200, "approve");
+    const edited = await call("PATCH", messagePath, { token: owner, body: { version: drafted.body.version, body: "Investigating checkout" } });
+    expectStatus(edited, 200, "edit draft");
+    expectStatus(await call("GET", `${o}/comms/settings`, { token: owner }), 200, "comms settings");
+    expectStatus(await call("PUT", `${o}/comms/settings`, { token: owner, body: { requireSecondApprover: false } }), 200, "set comms settings");
+    expectStatus(await call("POST", `${messagePath}/approve`, { token: owner, body: { version: edited.body.version } }), 200, "approve");
+    const discardable = await call("POST", `${o}/incidents/${incidentId}/comms/messages`, {
+      token: owner,
+      body: { channel: "chatwebhook", body: "Never mind" },
+    });
+    expectStatus(await call("DELETE", `${o}/incidents/${incidentId}/comms/messages/${discardable.body.messageId}`, { token: owner }), 204, "discard draft");
     const sent = await call("POST", `${messagePath}/send`, { token: owner });
     expectStatus(sent, 200, "send");
     expect(sent.body.state).toBe("simulated");
@@ -231,6 +240,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expect(recorded).toBe(1);
 
     expectStatus(await call("PATCH", `${o}/incidents/${incidentId}`, { token: owner, body: { severity: "sev1" } }), 200, "change severity");
+    expectStatus(await call("POST", `${o}/incidents/${incidentId}/acknowledge`, { token: owner }), 200, "acknowledge");
+    const ownMember = (await call("GET", `${o}/members`, { token: owner })).body.members[0].id;
+    expectStatus(await call("PUT", `${o}/incidents/${incidentId}/owner`, { token: owner, body: { ownerId: ownMember } }), 200, "set owner");
+    expectStatus(await call("POST", `${o}/incidents/${incidentId}/notes`, { token: owner, body: { text: "Restarted the pods" } }), 201, "add note");
+    expectStatus(await call("GET", `${o}/incidents?severity=sev1,sev2&acknowledged=yes&sort=activity&q=a&limit=1`, { token: owner }), 200, "list with filters");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/resolve`, { token: owner }), 200, "resolve");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/archive`, { token: owner }), 200, "archive");
 

@@ -20,6 +20,7 @@ export interface MemoryCommsStore extends CommsStore {
   messages: MemoryMessage[];
   connections: Map<string, Sealed>;
   egress: Map<string, boolean>;
+  secondApprover: Map<string, boolean>;
   audits: AuditRecord[];
   /** The `update.sent` events written, as "messageId:state". */
   updateSentEvents: string[];
@@ -30,6 +31,7 @@ export function createMemoryCommsStore(): MemoryCommsStore {
   const messages: MemoryMessage[] = [];
   const connections = new Map<string, Sealed>();
   const egress = new Map<string, boolean>();
+  const secondApprover = new Map<string, boolean>();
   const audits: AuditRecord[] = [];
   const updateSentEvents: string[] = [];
   let drafted = 0;
@@ -41,6 +43,7 @@ export function createMemoryCommsStore(): MemoryCommsStore {
     messages,
     connections,
     egress,
+    secondApprover,
     audits,
     updateSentEvents,
 
@@ -88,6 +91,12 @@ export function createMemoryCommsStore(): MemoryCommsStore {
         error: null,
         approved_by: null,
         sent_by: null,
+        drafted_by: message.draftedBy,
+        drafted_at: new Date(),
+        edited_by: null,
+        edited_at: null,
+        approved_at: null,
+        finished_at: null,
         origin: "person",
         draftedAt: ++drafted,
         finishedAt: null,
@@ -111,10 +120,30 @@ export function createMemoryCommsStore(): MemoryCommsStore {
       const m = byId(messageId);
       return m && m.org_id === orgId && m.incident_id === incidentId ? rowOf(m) : undefined;
     },
+    async editMessage(messageId, version, body, editedBy) {
+      const m = byId(messageId);
+      if (m?.state !== "drafted" || String(m.version) !== version) return undefined;
+      Object.assign(m, { body, version: m.version + 1, edited_by: editedBy, edited_at: new Date() });
+      return m.version;
+    },
+    async discardMessage(messageId, version) {
+      const m = byId(messageId);
+      if (m?.state !== "drafted" || (version !== undefined && String(m.version) !== version)) return false;
+      Object.assign(m, { state: "discarded", version: m.version + 1 });
+      return true;
+    },
+    async requireSecondApprover(orgId) {
+      return secondApprover.get(orgId) ?? false;
+    },
+    async setRequireSecondApprover(orgId, value, _changedBy, audit) {
+      const previous = secondApprover.get(orgId) ?? false;
+      secondApprover.set(orgId, value);
+      audits.push(audit(previous));
+    },
     async approveMessage(messageId, version, approvedBy) {
       const m = byId(messageId);
       if (m?.state !== "drafted" || String(m.version) !== version) return undefined;
-      Object.assign(m, { state: "approved", version: m.version + 1, approved_by: approvedBy });
+      Object.assign(m, { state: "approved", version: m.version + 1, approved_by: approvedBy, approved_at: new Date() });
       return m.version;
     },
     async claimSend(messageId, state, sentBy) {

@@ -5,15 +5,15 @@
 import type { GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import { file_google_api_annotations } from "../../../google/api/annotations_pb.js";
-import type { EmptySchema } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_empty } from "@bufbuild/protobuf/wkt";
+import type { EmptySchema, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_empty, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message as Message$1 } from "@bufbuild/protobuf";
 
 /**
  * Describes the file warroom/comms/v1/comms.proto.
  */
 export const file_warroom_comms_v1_comms: GenFile = /*@__PURE__*/
-  fileDesc("Chx3YXJyb29tL2NvbW1zL3YxL2NvbW1zLnByb3RvEhB3YXJyb29tLmNvbW1zLnYxIjAKEFNldEVncmVzc1JlcXVlc3QSCwoDb3JnGAEgASgJEg8KB2VuYWJsZWQYAiABKAgiHwoQR2V0RWdyZXNzUmVxdWVzdBILCgNvcmcYASABKAkiJgoURWdyZXNzRW5hYmxlZFJlcXVlc3QSDgoGb3JnX2lkGAEgASgJIhkKBkVncmVzcxIPCgdlbmFibGVkGAEgASgIIlYKE0RyYWZ0TWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSDAoEYm9keRgEIAEoCSI7ChREcmFmdE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkiegoHTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAkSDwoHY2hhbm5lbBgDIAEoCRIMCgRib2R5GAQgASgJEg0KBXN0YXRlGAUgASgJEhIKBWVycm9yGAYgASgJSACIAQFCCAoGX2Vycm9yIlYKE0xpc3RNZXNzYWdlc1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJtChRMaXN0TWVzc2FnZXNSZXNwb25zZRIrCghtZXNzYWdlcxgBIAMoCzIZLndhcnJvb20uY29tbXMudjEuTWVzc2FnZRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJeChVBcHByb3ZlTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkSDwoHdmVyc2lvbhgEIAEoCSJMChZBcHByb3ZlTWVzc2FnZVJlc3BvbnNlEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCRINCgVzdGF0ZRgDIAEoCSJKChJTZW5kTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkiOAoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJIjoKFlNhdmVDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIjgKFUNoYXRXZWJob29rQ29ubmVjdGlvbhIMCgRuYW1lGAEgASgJEhEKCWNvbm5lY3RlZBgCIAEoCCIkChVHZXRDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIiUKFlRlc3RDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIkMKF1Rlc3RDaGF0V2ViaG9va1Jlc3BvbnNlEgoKAm9rGAEgASgIEhIKBWVycm9yGAIgASgJSACIAQFCCAoGX2Vycm9yIicKGERlbGV0ZUNoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAky4QwKDENvbW1zU2VydmljZRJsCglTZXRFZ3Jlc3MSIi53YXJyb29tLmNvbW1zLnYxLlNldEVncmVzc1JlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcyIhgtPkkwIbOgEqGhYvby97b3JnfS9vbmNhbGwvZWdyZXNzEmkKCUdldEVncmVzcxIiLndhcnJvb20uY29tbXMudjEuR2V0RWdyZXNzUmVxdWVzdBoYLndhcnJvb20uY29tbXMudjEuRWdyZXNzIh6C0+STAhgSFi9vL3tvcmd9L29uY2FsbC9lZ3Jlc3MSUQoNRWdyZXNzRW5hYmxlZBImLndhcnJvb20uY29tbXMudjEuRWdyZXNzRW5hYmxlZFJlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcxKZAQoMRHJhZnRNZXNzYWdlEiUud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXNwb25zZSI6gtPkkwI0OgEqIi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxKWAQoMTGlzdE1lc3NhZ2VzEiUud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXNwb25zZSI3gtPkkwIxEi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxK0AQoOQXBwcm92ZU1lc3NhZ2USJy53YXJyb29tLmNvbW1zLnYxLkFwcHJvdmVNZXNzYWdlUmVxdWVzdBooLndhcnJvb20uY29tbXMudjEuQXBwcm92ZU1lc3NhZ2VSZXNwb25zZSJPgtPkkwJJOgEqIkQvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vYXBwcm92ZRKlAQoLU2VuZE1lc3NhZ2USJC53YXJyb29tLmNvbW1zLnYxLlNlbmRNZXNzYWdlUmVxdWVzdBolLndhcnJvb20uY29tbXMudjEuU2VuZE1lc3NhZ2VSZXNwb25zZSJJgtPkkwJDIkEvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vc2VuZBKmAQoPU2F2ZUNoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5TYXZlQ2hhdFdlYmhvb2tSZXF1ZXN0Gicud2Fycm9vbS5jb21tcy52MS5DaGF0V2ViaG9va0Nvbm5lY3Rpb24iQILT5JMCOjoBKho1L28ve29yZ30vaW50ZWdyYXRpb25zL2NoYXR3ZWJob29rL2Nvbm5lY3Rpb25zL2RlZmF1bHQSoQEKDkdldENoYXRXZWJob29rEicud2Fycm9vbS5jb21tcy52MS5HZXRDaGF0V2ViaG9va1JlcXVlc3QaJy53YXJyb29tLmNvbW1zLnYxLkNoYXRXZWJob29rQ29ubmVjdGlvbiI9gtPkkwI3EjUvby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdBKqAQoPVGVzdENoYXRXZWJob29rEigud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXF1ZXN0Gikud2Fycm9vbS5jb21tcy52MS5UZXN0Q2hhdFdlYmhvb2tSZXNwb25zZSJCgtPkkwI8Ijovby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdC90ZXN0EpYBChFEZWxldGVDaGF0V2ViaG9vaxIqLndhcnJvb20uY29tbXMudjEuRGVsZXRlQ2hhdFdlYmhvb2tSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5Ij2C0+STAjcqNS9vL3tvcmd9L2ludGVncmF0aW9ucy9jaGF0d2ViaG9vay9jb25uZWN0aW9ucy9kZWZhdWx0YgZwcm90bzM", [file_google_api_annotations, file_google_protobuf_empty]);
+  fileDesc("Chx3YXJyb29tL2NvbW1zL3YxL2NvbW1zLnByb3RvEhB3YXJyb29tLmNvbW1zLnYxIjAKEFNldEVncmVzc1JlcXVlc3QSCwoDb3JnGAEgASgJEg8KB2VuYWJsZWQYAiABKAgiHwoQR2V0RWdyZXNzUmVxdWVzdBILCgNvcmcYASABKAkiJgoURWdyZXNzRW5hYmxlZFJlcXVlc3QSDgoGb3JnX2lkGAEgASgJIhkKBkVncmVzcxIPCgdlbmFibGVkGAEgASgIIlYKE0RyYWZ0TWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSDAoEYm9keRgEIAEoCSI7ChREcmFmdE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg8KB3ZlcnNpb24YAiABKAki9gMKB01lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEg8KB2NoYW5uZWwYAyABKAkSDAoEYm9keRgEIAEoCRINCgVzdGF0ZRgFIAEoCRISCgVlcnJvchgGIAEoCUgAiAEBEhIKCmRyYWZ0ZWRfYnkYByABKAkSLgoKZHJhZnRlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoJZWRpdGVkX2J5GAkgASgJSAGIAQESMgoJZWRpdGVkX2F0GAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgCiAEBEhgKC2FwcHJvdmVkX2J5GAsgASgJSAOIAQESNAoLYXBwcm92ZWRfYXQYDCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSASIAQESMAoHc2VudF9hdBgNIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBYgBARIUCgdzZW50X2J5GA4gASgJSAaIAQFCCAoGX2Vycm9yQgwKCl9lZGl0ZWRfYnlCDAoKX2VkaXRlZF9hdEIOCgxfYXBwcm92ZWRfYnlCDgoMX2FwcHJvdmVkX2F0QgoKCF9zZW50X2F0QgoKCF9zZW50X2J5ImkKEkVkaXRNZXNzYWdlUmVxdWVzdBILCgNvcmcYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSEgoKbWVzc2FnZV9pZBgDIAEoCRIPCgd2ZXJzaW9uGAQgASgJEgwKBGJvZHkYBSABKAkiXgoVRGlzY2FyZE1lc3NhZ2VSZXF1ZXN0EgsKA29yZxgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRISCgptZXNzYWdlX2lkGAMgASgJEg8KB3ZlcnNpb24YBCABKAkiJgoXR2V0Q29tbXNTZXR0aW5nc1JlcXVlc3QSCwoDb3JnGAEgASgJIkcKF1NldENvbW1zU2V0dGluZ3NSZXF1ZXN0EgsKA29yZxgBIAEoCRIfChdyZXF1aXJlX3NlY29uZF9hcHByb3ZlchgCIAEoCCIwCg1Db21tc1NldHRpbmdzEh8KF3JlcXVpcmVfc2Vjb25kX2FwcHJvdmVyGAEgASgIIlYKE0xpc3RNZXNzYWdlc1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCSJtChRMaXN0TWVzc2FnZXNSZXNwb25zZRIrCghtZXNzYWdlcxgBIAMoCzIZLndhcnJvb20uY29tbXMudjEuTWVzc2FnZRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJeChVBcHByb3ZlTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkSDwoHdmVyc2lvbhgEIAEoCSJMChZBcHByb3ZlTWVzc2FnZVJlc3BvbnNlEhIKCm1lc3NhZ2VfaWQYASABKAkSDwoHdmVyc2lvbhgCIAEoCRINCgVzdGF0ZRgDIAEoCSJKChJTZW5kTWVzc2FnZVJlcXVlc3QSCwoDb3JnGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkiOAoTU2VuZE1lc3NhZ2VSZXNwb25zZRISCgptZXNzYWdlX2lkGAEgASgJEg0KBXN0YXRlGAIgASgJIjoKFlNhdmVDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJEhMKC3dlYmhvb2tfdXJsGAIgASgJIjgKFUNoYXRXZWJob29rQ29ubmVjdGlvbhIMCgRuYW1lGAEgASgJEhEKCWNvbm5lY3RlZBgCIAEoCCIkChVHZXRDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIiUKFlRlc3RDaGF0V2ViaG9va1JlcXVlc3QSCwoDb3JnGAEgASgJIkMKF1Rlc3RDaGF0V2ViaG9va1Jlc3BvbnNlEgoKAm9rGAEgASgIEhIKBWVycm9yGAIgASgJSACIAQFCCAoGX2Vycm9yIicKGERlbGV0ZUNoYXRXZWJob29rUmVxdWVzdBILCgNvcmcYASABKAkyqBEKDENvbW1zU2VydmljZRJsCglTZXRFZ3Jlc3MSIi53YXJyb29tLmNvbW1zLnYxLlNldEVncmVzc1JlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcyIhgtPkkwIbOgEqGhYvby97b3JnfS9vbmNhbGwvZWdyZXNzEmkKCUdldEVncmVzcxIiLndhcnJvb20uY29tbXMudjEuR2V0RWdyZXNzUmVxdWVzdBoYLndhcnJvb20uY29tbXMudjEuRWdyZXNzIh6C0+STAhgSFi9vL3tvcmd9L29uY2FsbC9lZ3Jlc3MSUQoNRWdyZXNzRW5hYmxlZBImLndhcnJvb20uY29tbXMudjEuRWdyZXNzRW5hYmxlZFJlcXVlc3QaGC53YXJyb29tLmNvbW1zLnYxLkVncmVzcxKZAQoMRHJhZnRNZXNzYWdlEiUud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5EcmFmdE1lc3NhZ2VSZXNwb25zZSI6gtPkkwI0OgEqIi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxKWAQoMTGlzdE1lc3NhZ2VzEiUud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXF1ZXN0GiYud2Fycm9vbS5jb21tcy52MS5MaXN0TWVzc2FnZXNSZXNwb25zZSI3gtPkkwIxEi8vby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcxK0AQoOQXBwcm92ZU1lc3NhZ2USJy53YXJyb29tLmNvbW1zLnYxLkFwcHJvdmVNZXNzYWdlUmVxdWVzdBooLndhcnJvb20uY29tbXMudjEuQXBwcm92ZU1lc3NhZ2VSZXNwb25zZSJPgtPkkwJJOgEqIkQvby97b3JnfS9pbmNpZGVudHMve2luY2lkZW50X2lkfS9jb21tcy9tZXNzYWdlcy97bWVzc2FnZV9pZH0vYXBwcm92ZRKkAQoLRWRpdE1lc3NhZ2USJC53YXJyb29tLmNvbW1zLnYxLkVkaXRNZXNzYWdlUmVxdWVzdBomLndhcnJvb20uY29tbXMudjEuRHJhZnRNZXNzYWdlUmVzcG9uc2UiR4LT5JMCQToBKjI8L28ve29yZ30vaW5jaWRlbnRzL3tpbmNpZGVudF9pZH0vY29tbXMvbWVzc2FnZXMve21lc3NhZ2VfaWR9EpcBCg5EaXNjYXJkTWVzc2FnZRInLndhcnJvb20uY29tbXMudjEuRGlzY2FyZE1lc3NhZ2VSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IkSC0+STAj4qPC9vL3tvcmd9L2luY2lkZW50cy97aW5jaWRlbnRfaWR9L2NvbW1zL21lc3NhZ2VzL3ttZXNzYWdlX2lkfRJ/ChBHZXRDb21tc1NldHRpbmdzEikud2Fycm9vbS5jb21tcy52MS5HZXRDb21tc1NldHRpbmdzUmVxdWVzdBofLndhcnJvb20uY29tbXMudjEuQ29tbXNTZXR0aW5ncyIfgtPkkwIZEhcvby97b3JnfS9jb21tcy9zZXR0aW5ncxKCAQoQU2V0Q29tbXNTZXR0aW5ncxIpLndhcnJvb20uY29tbXMudjEuU2V0Q29tbXNTZXR0aW5nc1JlcXVlc3QaHy53YXJyb29tLmNvbW1zLnYxLkNvbW1zU2V0dGluZ3MiIoLT5JMCHDoBKhoXL28ve29yZ30vY29tbXMvc2V0dGluZ3MSpQEKC1NlbmRNZXNzYWdlEiQud2Fycm9vbS5jb21tcy52MS5TZW5kTWVzc2FnZVJlcXVlc3QaJS53YXJyb29tLmNvbW1zLnYxLlNlbmRNZXNzYWdlUmVzcG9uc2UiSYLT5JMCQyJBL28ve29yZ30vaW5jaWRlbnRzL3tpbmNpZGVudF9pZH0vY29tbXMvbWVzc2FnZXMve21lc3NhZ2VfaWR9L3NlbmQSpgEKD1NhdmVDaGF0V2ViaG9vaxIoLndhcnJvb20uY29tbXMudjEuU2F2ZUNoYXRXZWJob29rUmVxdWVzdBonLndhcnJvb20uY29tbXMudjEuQ2hhdFdlYmhvb2tDb25uZWN0aW9uIkCC0+STAjo6ASoaNS9vL3tvcmd9L2ludGVncmF0aW9ucy9jaGF0d2ViaG9vay9jb25uZWN0aW9ucy9kZWZhdWx0EqEBCg5HZXRDaGF0V2ViaG9vaxInLndhcnJvb20uY29tbXMudjEuR2V0Q2hhdFdlYmhvb2tSZXF1ZXN0Gicud2Fycm9vbS5jb21tcy52MS5DaGF0V2ViaG9va0Nvbm5lY3Rpb24iPYLT5JMCNxI1L28ve29yZ30vaW50ZWdyYXRpb25zL2NoYXR3ZWJob29rL2Nvbm5lY3Rpb25zL2RlZmF1bHQSqgEKD1Rlc3RDaGF0V2ViaG9vaxIoLndhcnJvb20uY29tbXMudjEuVGVzdENoYXRXZWJob29rUmVxdWVzdBopLndhcnJvb20uY29tbXMudjEuVGVzdENoYXRXZWJob29rUmVzcG9uc2UiQoLT5JMCPCI6L28ve29yZ30vaW50ZWdyYXRpb25zL2NoYXR3ZWJob29rL2Nvbm5lY3Rpb25zL2RlZmF1bHQvdGVzdBKWAQoRRGVsZXRlQ2hhdFdlYmhvb2sSKi53YXJyb29tLmNvbW1zLnYxLkRlbGV0ZUNoYXRXZWJob29rUmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSI9gtPkkwI3KjUvby97b3JnfS9pbnRlZ3JhdGlvbnMvY2hhdHdlYmhvb2svY29ubmVjdGlvbnMvZGVmYXVsdGIGcHJvdG8z", [file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.comms.v1.SetEgressRequest
@@ -256,8 +256,8 @@ export type Message = Message$1<"warroom.comms.v1.Message"> & {
   body: string;
 
   /**
-   * drafted, approved, sending (claimed by one send, outcome not yet known), sent, simulated
-   * or failed.
+   * drafted, approved, sending (claimed by one send, outcome not yet known), sent, simulated,
+   * failed or discarded.
    *
    * @generated from field: string state = 5;
    */
@@ -269,6 +269,52 @@ export type Message = Message$1<"warroom.comms.v1.Message"> & {
    * @generated from field: optional string error = 6;
    */
   error?: string | undefined;
+
+  /**
+   * Who drafted it and when; who last edited the draft and when.
+   *
+   * @generated from field: string drafted_by = 7;
+   */
+  draftedBy: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp drafted_at = 8;
+   */
+  draftedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string edited_by = 9;
+   */
+  editedBy?: string | undefined;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp edited_at = 10;
+   */
+  editedAt?: Timestamp | undefined;
+
+  /**
+   * Who approved it and when.
+   *
+   * @generated from field: optional string approved_by = 11;
+   */
+  approvedBy?: string | undefined;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp approved_at = 12;
+   */
+  approvedAt?: Timestamp | undefined;
+
+  /**
+   * When its send ended (sent, simulated or failed), and who sent it.
+   *
+   * @generated from field: optional google.protobuf.Timestamp sent_at = 13;
+   */
+  sentAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string sent_by = 14;
+   */
+  sentBy?: string | undefined;
 };
 
 /**
@@ -296,8 +342,8 @@ export type MessageJson = {
   body?: string;
 
   /**
-   * drafted, approved, sending (claimed by one send, outcome not yet known), sent, simulated
-   * or failed.
+   * drafted, approved, sending (claimed by one send, outcome not yet known), sent, simulated,
+   * failed or discarded.
    *
    * @generated from field: string state = 5;
    */
@@ -309,6 +355,52 @@ export type MessageJson = {
    * @generated from field: optional string error = 6;
    */
   error?: string;
+
+  /**
+   * Who drafted it and when; who last edited the draft and when.
+   *
+   * @generated from field: string drafted_by = 7;
+   */
+  draftedBy?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp drafted_at = 8;
+   */
+  draftedAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional string edited_by = 9;
+   */
+  editedBy?: string;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp edited_at = 10;
+   */
+  editedAt?: TimestampJson;
+
+  /**
+   * Who approved it and when.
+   *
+   * @generated from field: optional string approved_by = 11;
+   */
+  approvedBy?: string;
+
+  /**
+   * @generated from field: optional google.protobuf.Timestamp approved_at = 12;
+   */
+  approvedAt?: TimestampJson;
+
+  /**
+   * When its send ended (sent, simulated or failed), and who sent it.
+   *
+   * @generated from field: optional google.protobuf.Timestamp sent_at = 13;
+   */
+  sentAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional string sent_by = 14;
+   */
+  sentBy?: string;
 };
 
 /**
@@ -317,6 +409,231 @@ export type MessageJson = {
  */
 export const MessageSchema: GenMessage<Message, {jsonType: MessageJson}> = /*@__PURE__*/
   messageDesc(file_warroom_comms_v1_comms, 6);
+
+/**
+ * @generated from message warroom.comms.v1.EditMessageRequest
+ */
+export type EditMessageRequest = Message$1<"warroom.comms.v1.EditMessageRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * @generated from field: string message_id = 3;
+   */
+  messageId: string;
+
+  /**
+   * The version the draft was read at: an edit never overwrites one made meanwhile.
+   *
+   * @generated from field: string version = 4;
+   */
+  version: string;
+
+  /**
+   * @generated from field: string body = 5;
+   */
+  body: string;
+};
+
+/**
+ * @generated from message warroom.comms.v1.EditMessageRequest
+ */
+export type EditMessageRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * @generated from field: string message_id = 3;
+   */
+  messageId?: string;
+
+  /**
+   * The version the draft was read at: an edit never overwrites one made meanwhile.
+   *
+   * @generated from field: string version = 4;
+   */
+  version?: string;
+
+  /**
+   * @generated from field: string body = 5;
+   */
+  body?: string;
+};
+
+/**
+ * Describes the message warroom.comms.v1.EditMessageRequest.
+ * Use `create(EditMessageRequestSchema)` to create a new message.
+ */
+export const EditMessageRequestSchema: GenMessage<EditMessageRequest, {jsonType: EditMessageRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 7);
+
+/**
+ * @generated from message warroom.comms.v1.DiscardMessageRequest
+ */
+export type DiscardMessageRequest = Message$1<"warroom.comms.v1.DiscardMessageRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * @generated from field: string message_id = 3;
+   */
+  messageId: string;
+
+  /**
+   * @generated from field: string version = 4;
+   */
+  version: string;
+};
+
+/**
+ * @generated from message warroom.comms.v1.DiscardMessageRequest
+ */
+export type DiscardMessageRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * @generated from field: string message_id = 3;
+   */
+  messageId?: string;
+
+  /**
+   * @generated from field: string version = 4;
+   */
+  version?: string;
+};
+
+/**
+ * Describes the message warroom.comms.v1.DiscardMessageRequest.
+ * Use `create(DiscardMessageRequestSchema)` to create a new message.
+ */
+export const DiscardMessageRequestSchema: GenMessage<DiscardMessageRequest, {jsonType: DiscardMessageRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 8);
+
+/**
+ * @generated from message warroom.comms.v1.GetCommsSettingsRequest
+ */
+export type GetCommsSettingsRequest = Message$1<"warroom.comms.v1.GetCommsSettingsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.comms.v1.GetCommsSettingsRequest
+ */
+export type GetCommsSettingsRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.comms.v1.GetCommsSettingsRequest.
+ * Use `create(GetCommsSettingsRequestSchema)` to create a new message.
+ */
+export const GetCommsSettingsRequestSchema: GenMessage<GetCommsSettingsRequest, {jsonType: GetCommsSettingsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 9);
+
+/**
+ * @generated from message warroom.comms.v1.SetCommsSettingsRequest
+ */
+export type SetCommsSettingsRequest = Message$1<"warroom.comms.v1.SetCommsSettingsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * When true, the person who drafted an update (or last edited it) cannot approve it: a second
+   * member must. Enforced by ApproveMessage on every surface.
+   *
+   * @generated from field: bool require_second_approver = 2;
+   */
+  requireSecondApprover: boolean;
+};
+
+/**
+ * @generated from message warroom.comms.v1.SetCommsSettingsRequest
+ */
+export type SetCommsSettingsRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * When true, the person who drafted an update (or last edited it) cannot approve it: a second
+   * member must. Enforced by ApproveMessage on every surface.
+   *
+   * @generated from field: bool require_second_approver = 2;
+   */
+  requireSecondApprover?: boolean;
+};
+
+/**
+ * Describes the message warroom.comms.v1.SetCommsSettingsRequest.
+ * Use `create(SetCommsSettingsRequestSchema)` to create a new message.
+ */
+export const SetCommsSettingsRequestSchema: GenMessage<SetCommsSettingsRequest, {jsonType: SetCommsSettingsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 10);
+
+/**
+ * @generated from message warroom.comms.v1.CommsSettings
+ */
+export type CommsSettings = Message$1<"warroom.comms.v1.CommsSettings"> & {
+  /**
+   * @generated from field: bool require_second_approver = 1;
+   */
+  requireSecondApprover: boolean;
+};
+
+/**
+ * @generated from message warroom.comms.v1.CommsSettings
+ */
+export type CommsSettingsJson = {
+  /**
+   * @generated from field: bool require_second_approver = 1;
+   */
+  requireSecondApprover?: boolean;
+};
+
+/**
+ * Describes the message warroom.comms.v1.CommsSettings.
+ * Use `create(CommsSettingsSchema)` to create a new message.
+ */
+export const CommsSettingsSchema: GenMessage<CommsSettings, {jsonType: CommsSettingsJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_comms_v1_comms, 11);
 
 /**
  * @generated from message warroom.comms.v1.ListMessagesRequest
@@ -381,7 +698,7 @@ export type ListMessagesRequestJson = {
  * Use `create(ListMessagesRequestSchema)` to create a new message.
  */
 export const ListMessagesRequestSchema: GenMessage<ListMessagesRequest, {jsonType: ListMessagesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 7);
+  messageDesc(file_warroom_comms_v1_comms, 12);
 
 /**
  * @generated from message warroom.comms.v1.ListMessagesResponse
@@ -422,7 +739,7 @@ export type ListMessagesResponseJson = {
  * Use `create(ListMessagesResponseSchema)` to create a new message.
  */
 export const ListMessagesResponseSchema: GenMessage<ListMessagesResponse, {jsonType: ListMessagesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 8);
+  messageDesc(file_warroom_comms_v1_comms, 13);
 
 /**
  * @generated from message warroom.comms.v1.ApproveMessageRequest
@@ -479,7 +796,7 @@ export type ApproveMessageRequestJson = {
  * Use `create(ApproveMessageRequestSchema)` to create a new message.
  */
 export const ApproveMessageRequestSchema: GenMessage<ApproveMessageRequest, {jsonType: ApproveMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 9);
+  messageDesc(file_warroom_comms_v1_comms, 14);
 
 /**
  * @generated from message warroom.comms.v1.ApproveMessageResponse
@@ -530,7 +847,7 @@ export type ApproveMessageResponseJson = {
  * Use `create(ApproveMessageResponseSchema)` to create a new message.
  */
 export const ApproveMessageResponseSchema: GenMessage<ApproveMessageResponse, {jsonType: ApproveMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 10);
+  messageDesc(file_warroom_comms_v1_comms, 15);
 
 /**
  * @generated from message warroom.comms.v1.SendMessageRequest
@@ -577,7 +894,7 @@ export type SendMessageRequestJson = {
  * Use `create(SendMessageRequestSchema)` to create a new message.
  */
 export const SendMessageRequestSchema: GenMessage<SendMessageRequest, {jsonType: SendMessageRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 11);
+  messageDesc(file_warroom_comms_v1_comms, 16);
 
 /**
  * @generated from message warroom.comms.v1.SendMessageResponse
@@ -618,7 +935,7 @@ export type SendMessageResponseJson = {
  * Use `create(SendMessageResponseSchema)` to create a new message.
  */
 export const SendMessageResponseSchema: GenMessage<SendMessageResponse, {jsonType: SendMessageResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 12);
+  messageDesc(file_warroom_comms_v1_comms, 17);
 
 /**
  * @generated from message warroom.comms.v1.SaveChatWebhookRequest
@@ -659,7 +976,7 @@ export type SaveChatWebhookRequestJson = {
  * Use `create(SaveChatWebhookRequestSchema)` to create a new message.
  */
 export const SaveChatWebhookRequestSchema: GenMessage<SaveChatWebhookRequest, {jsonType: SaveChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 13);
+  messageDesc(file_warroom_comms_v1_comms, 18);
 
 /**
  * What may be shown of the connection: never its URL.
@@ -700,7 +1017,7 @@ export type ChatWebhookConnectionJson = {
  * Use `create(ChatWebhookConnectionSchema)` to create a new message.
  */
 export const ChatWebhookConnectionSchema: GenMessage<ChatWebhookConnection, {jsonType: ChatWebhookConnectionJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 14);
+  messageDesc(file_warroom_comms_v1_comms, 19);
 
 /**
  * @generated from message warroom.comms.v1.GetChatWebhookRequest
@@ -727,7 +1044,7 @@ export type GetChatWebhookRequestJson = {
  * Use `create(GetChatWebhookRequestSchema)` to create a new message.
  */
 export const GetChatWebhookRequestSchema: GenMessage<GetChatWebhookRequest, {jsonType: GetChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 15);
+  messageDesc(file_warroom_comms_v1_comms, 20);
 
 /**
  * @generated from message warroom.comms.v1.TestChatWebhookRequest
@@ -754,7 +1071,7 @@ export type TestChatWebhookRequestJson = {
  * Use `create(TestChatWebhookRequestSchema)` to create a new message.
  */
 export const TestChatWebhookRequestSchema: GenMessage<TestChatWebhookRequest, {jsonType: TestChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 16);
+  messageDesc(file_warroom_comms_v1_comms, 21);
 
 /**
  * @generated from message warroom.comms.v1.TestChatWebhookResponse
@@ -791,7 +1108,7 @@ export type TestChatWebhookResponseJson = {
  * Use `create(TestChatWebhookResponseSchema)` to create a new message.
  */
 export const TestChatWebhookResponseSchema: GenMessage<TestChatWebhookResponse, {jsonType: TestChatWebhookResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 17);
+  messageDesc(file_warroom_comms_v1_comms, 22);
 
 /**
  * @generated from message warroom.comms.v1.DeleteChatWebhookRequest
@@ -818,7 +1135,7 @@ export type DeleteChatWebhookRequestJson = {
  * Use `create(DeleteChatWebhookRequestSchema)` to create a new message.
  */
 export const DeleteChatWebhookRequestSchema: GenMessage<DeleteChatWebhookRequest, {jsonType: DeleteChatWebhookRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_comms_v1_comms, 18);
+  messageDesc(file_warroom_comms_v1_comms, 23);
 
 /**
  * Approved incident updates to a team-chat webhook, and the per-organization egress switch.
@@ -886,6 +1203,48 @@ export const CommsService: GenService<{
     methodKind: "unary";
     input: typeof ApproveMessageRequestSchema;
     output: typeof ApproveMessageResponseSchema;
+  },
+  /**
+   * Replaces the text of a draft at the given version (nothing else can be edited); its new
+   * version. An approved or sent update is never edited: draft a new one.
+   *
+   * @generated from rpc warroom.comms.v1.CommsService.EditMessage
+   */
+  editMessage: {
+    methodKind: "unary";
+    input: typeof EditMessageRequestSchema;
+    output: typeof DraftMessageResponseSchema;
+  },
+  /**
+   * Discards a draft (state `discarded`): it can no longer be approved or sent. `version`, when
+   * given, must be the draft's current one.
+   *
+   * @generated from rpc warroom.comms.v1.CommsService.DiscardMessage
+   */
+  discardMessage: {
+    methodKind: "unary";
+    input: typeof DiscardMessageRequestSchema;
+    output: typeof EmptySchema;
+  },
+  /**
+   * The organization's comms settings.
+   *
+   * @generated from rpc warroom.comms.v1.CommsService.GetCommsSettings
+   */
+  getCommsSettings: {
+    methodKind: "unary";
+    input: typeof GetCommsSettingsRequestSchema;
+    output: typeof CommsSettingsSchema;
+  },
+  /**
+   * Changes the organization's comms settings (admin), audited.
+   *
+   * @generated from rpc warroom.comms.v1.CommsService.SetCommsSettings
+   */
+  setCommsSettings: {
+    methodKind: "unary";
+    input: typeof SetCommsSettingsRequestSchema;
+    output: typeof CommsSettingsSchema;
   },
   /**
    * Sends an approved update once, or simulates it while egress is off.

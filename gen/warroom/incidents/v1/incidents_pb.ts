@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIvMDCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBQg4KDF9yZXNvbHZlZF9hdEIOCgxfYXJjaGl2ZWRfYXRCDgoMX3J1bmJvb2tfdXJsQhcKFV90aW1lbGluZV9uZXh0X2N1cnNvciLjBAoFQWxlcnQSLwoGc291cmNlGAEgASgJQh+6SBxyGhABGD8yFF5bYS16MC05XVthLXowLTktXSokEiEKD2F0dGFjaF9pZGVudGl0eRgCIAEoCUIIukgFcgMogAgSGgoIZXZlbnRfaWQYAyABKAlCCLpIBXIDKIAIEksKBGtpbmQYBCABKAlCPbpIOnI4UgVhbGVydFIIcmVjb3ZlcnlSB25vX2RhdGFSB3Jlc3VtZWRSC2Fja25vd2xlZGdlUgZjaGFuZ2USFwoFdGl0bGUYBSABKAlCCLpIBXIDGIAQEjIKCHNldmVyaXR5GAYgASgJQiC6SB3YAQFyGFIEc2V2MVIEc2V2MlIEc2V2M1IEc2V2NBIsCgZlbnRpdHkYByABKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHkSHwoHc3VtbWFyeRgIIAEoCUIJukgGcgQYgIAESACIAQESGwoEbGluaxgJIAEoCUIIukgFcgMYgEBIAYgBARIgCglhbGVydF9yZWYYCiABKAlCCLpIBXIDGIBASAKIAQESNAoLb2NjdXJyZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAOIAQESIgoLcnVuYm9va191cmwYDCABKAlCCLpIBXIDGIBASASIAQESJQoEZGF0YRgNIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RCCgoIX3N1bW1hcnlCBwoFX2xpbmtCDAoKX2FsZXJ0X3JlZkIOCgxfb2NjdXJyZWRfYXRCDgoMX3J1bmJvb2tfdXJsIpQBCg1SZWNvcmRSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESGAoIb3JnX3NsdWcYAiABKAlCBrpIA8gBARIyCgVhbGVydBgDIAEoCzIbLndhcnJvb20uaW5jaWRlbnRzLnYxLkFsZXJ0Qga6SAPIAQESGwoJcmV0cnlfa2V5GAQgASgJQgi6SAVyAxiAAiKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCJRChRMaXN0SW5jaWRlbnRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFc3RhdGUYAiABKAkSDQoFbGltaXQYAyABKAUSDgoGY3Vyc29yGAQgASgJInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJNChNMaXN0VGltZWxpbmVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIOCgZjdXJzb3IYAyABKAkSDQoFbGltaXQYBCABKAUidgoUTGlzdFRpbWVsaW5lUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJCChVVcGRhdGVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHNldmVyaXR5GAMgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIl0KEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRI4CghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eUIIukgFkgECEGQiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLaAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKBnJlYXNvbhgEIAEoCUIIukgFcgMY6AcSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIiwKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCSJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkyng8KEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEoEBCg5VcGRhdGVJbmNpZGVudBIrLndhcnJvb20uaW5jaWRlbnRzLnYxLlVwZGF0ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiKC0+STAhw6ASoyFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH1iBnByb3RvMw", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIqoGCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAhCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwilAEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACIrEBCg5SZWNvcmRSZXNwb25zZRIPCgdvdXRjb21lGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSIgoVbWFpbnRlbmFuY2Vfd2luZG93X2lkGAMgASgJSACIAQESEwoGcmVhc29uGAQgASgJSAGIAQFCGAoWX21haW50ZW5hbmNlX3dpbmRvd19pZEIJCgdfcmVhc29uIlwKEVJlY29yZE1hbnlSZXF1ZXN0EkcKCmRlbGl2ZXJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0Qg66SAuSAQgQ6AciA9gBAyLAAQoSUmVjb3JkTWFueVJlc3BvbnNlEjUKB3Jlc3VsdHMYASADKAsyJC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXNwb25zZRJECgZlcnJvcnMYAiADKAsyNC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVzcG9uc2UuRXJyb3JzRW50cnkaLQoLRXJyb3JzRW50cnkSCwoDa2V5GAEgASgFEg0KBXZhbHVlGAIgASgJOgI4ASI8Ch5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEgoKAmlkGAIgASgJIogBCh9HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEjAKB2VuZHNfYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESJwoDbm93GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIKCghfZW5kc19hdCJ6ChVBcHBlbmRUaW1lbGluZVJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARITCgtpbmNpZGVudF9pZBgCIAEoCRIyCgVlbnRyeRgDIAEoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkifQoVRmluZExhdGVzdE9wZW5SZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESDgoGc291cmNlGAIgASgJEiYKD2F0dGFjaF9pZGVudGl0eRgDIAEoCUIIukgFcgMogAhIAIgBAUISChBfYXR0YWNoX2lkZW50aXR5IooBChZGaW5kTGF0ZXN0T3BlblJlc3BvbnNlEhgKC2luY2lkZW50X2lkGAEgASgJSACIAQESFwoPYXR0YWNoX2lkZW50aXR5GAIgASgJEi0KCW9wZW5lZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCDgoMX2luY2lkZW50X2lkIlIKFEluY2lkZW50U3RhdGVSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIVCg13aXRoX2luY2lkZW50GAMgASgIIlgKFUluY2lkZW50U3RhdGVSZXNwb25zZRINCgVzdGF0ZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IpUCChRMaXN0SW5jaWRlbnRzUmVxdWVzdBILCgNvcmcYASABKAkSDQoFc3RhdGUYAiABKAkSDQoFbGltaXQYAyABKAUSDgoGY3Vyc29yGAQgASgJEhkKCHNldmVyaXR5GAUgASgJQge6SARyAhhAEhcKBnNvdXJjZRgGIAEoCUIHukgEcgIYPxIdCgtlbnRpdHlfa2luZBgHIAEoCUIIukgFcgMYgAgSGwoJZW50aXR5X2lkGAggASgJQgi6SAVyAxiACBIUCgxhY2tub3dsZWRnZWQYCSABKAkSGQoIb3duZXJfaWQYCiABKAlCB7pIBHICGEASDAoEc29ydBgLIAEoCRITCgFxGAwgASgJQgi6SAVyAxjIASJ0ChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiQgoVVXBkYXRlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghzZXZlcml0eRgDIAEoCSI1ChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiRAoXU2V0SW5jaWRlbnRPd25lclJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJIj8KFkFkZEluY2lkZW50Tm90ZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEgwKBHRleHQYAyABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiXQoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEjgKCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5Qgi6SAWSAQIQZCLCAQoRTWFpbnRlbmFuY2VXaW5kb3cSCgoCaWQYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoItoBCh5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoGcmVhc29uGAQgASgJQgi6SAVyAxjoBxI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giLAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTLUEgoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSgQEKDlVwZGF0ZUluY2lkZW50Eisud2Fycm9vbS5pbmNpZGVudHMudjEuVXBkYXRlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiIoLT5JMCHDoBKjIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SlAEKE0Fja25vd2xlZGdlSW5jaWRlbnQSMC53YXJyb29tLmluY2lkZW50cy52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiuC0+STAiUiIy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2Fja25vd2xlZGdlEosBChBTZXRJbmNpZGVudE93bmVyEi0ud2Fycm9vbS5pbmNpZGVudHMudjEuU2V0SW5jaWRlbnRPd25lclJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIogtPkkwIiOgEqGh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9vd25lchKOAQoPQWRkSW5jaWRlbnROb3RlEiwud2Fycm9vbS5pbmNpZGVudHMudjEuQWRkSW5jaWRlbnROb3RlUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkiKILT5JMCIjoBKiIdL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vbm90ZXMSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfWIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -63,7 +63,8 @@ export const EntitySchema: GenMessage<Entity, {jsonType: EntityJson}> = /*@__PUR
 export type TimelineEntry = Message<"warroom.incidents.v1.TimelineEntry"> & {
   /**
    * opened, repeat, recovery, no_data, resumed, acknowledged, change, update_sent,
-   * update_simulated, severity_changed, resolved, archived, investigation.
+   * update_simulated, severity_changed, owner_changed, note, resolved, archived, investigation. A
+   * person's `acknowledged` entry carries data {actor}; a drop-in receiver's carries the sender's data.
    *
    * @generated from field: string kind = 1;
    */
@@ -106,7 +107,8 @@ export type TimelineEntry = Message<"warroom.incidents.v1.TimelineEntry"> & {
 export type TimelineEntryJson = {
   /**
    * opened, repeat, recovery, no_data, resumed, acknowledged, change, update_sent,
-   * update_simulated, severity_changed, resolved, archived, investigation.
+   * update_simulated, severity_changed, owner_changed, note, resolved, archived, investigation. A
+   * person's `acknowledged` entry carries data {actor}; a drop-in receiver's carries the sender's data.
    *
    * @generated from field: string kind = 1;
    */
@@ -229,6 +231,52 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: optional string timeline_next_cursor = 13;
    */
   timelineNextCursor?: string | undefined;
+
+  /**
+   * When a person first acknowledged the open incident, and who (their email).
+   *
+   * @generated from field: optional google.protobuf.Timestamp acknowledged_at = 14;
+   */
+  acknowledgedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string acknowledged_by = 15;
+   */
+  acknowledgedBy?: string | undefined;
+
+  /**
+   * The member it is assigned to (a member's id, and their email when assigned).
+   *
+   * @generated from field: optional string owner_id = 16;
+   */
+  ownerId?: string | undefined;
+
+  /**
+   * @generated from field: optional string owner_email = 17;
+   */
+  ownerEmail?: string | undefined;
+
+  /**
+   * How many repeats of its alert were recorded.
+   *
+   * @generated from field: int32 repeat_count = 18;
+   */
+  repeatCount: number;
+
+  /**
+   * The time of its latest timeline entry.
+   *
+   * @generated from field: google.protobuf.Timestamp last_activity_at = 19;
+   */
+  lastActivityAt?: Timestamp | undefined;
+
+  /**
+   * True when the source's latest word was a recovery: the source says the problem is gone,
+   * while the incident stays open until a person resolves it.
+   *
+   * @generated from field: bool recovered_at_source = 20;
+   */
+  recoveredAtSource: boolean;
 };
 
 /**
@@ -310,6 +358,52 @@ export type IncidentJson = {
    * @generated from field: optional string timeline_next_cursor = 13;
    */
   timelineNextCursor?: string;
+
+  /**
+   * When a person first acknowledged the open incident, and who (their email).
+   *
+   * @generated from field: optional google.protobuf.Timestamp acknowledged_at = 14;
+   */
+  acknowledgedAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional string acknowledged_by = 15;
+   */
+  acknowledgedBy?: string;
+
+  /**
+   * The member it is assigned to (a member's id, and their email when assigned).
+   *
+   * @generated from field: optional string owner_id = 16;
+   */
+  ownerId?: string;
+
+  /**
+   * @generated from field: optional string owner_email = 17;
+   */
+  ownerEmail?: string;
+
+  /**
+   * How many repeats of its alert were recorded.
+   *
+   * @generated from field: int32 repeat_count = 18;
+   */
+  repeatCount?: number;
+
+  /**
+   * The time of its latest timeline entry.
+   *
+   * @generated from field: google.protobuf.Timestamp last_activity_at = 19;
+   */
+  lastActivityAt?: TimestampJson;
+
+  /**
+   * True when the source's latest word was a recovery: the source says the problem is gone,
+   * while the incident stays open until a person resolves it.
+   *
+   * @generated from field: bool recovered_at_source = 20;
+   */
+  recoveredAtSource?: boolean;
 };
 
 /**
@@ -1089,11 +1183,67 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
   limit: number;
 
   /**
-   * The `next_cursor` of the previous page; empty for the first page.
+   * The `next_cursor` of the previous page (with the same filters and sort); empty for the first
+   * page.
    *
    * @generated from field: string cursor = 4;
    */
   cursor: string;
+
+  /**
+   * Only these severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 5;
+   */
+  severity: string;
+
+  /**
+   * Only incidents of this source badge.
+   *
+   * @generated from field: string source = 6;
+   */
+  source: string;
+
+  /**
+   * Only incidents of this entity (its id, and its kind when given).
+   *
+   * @generated from field: string entity_kind = 7;
+   */
+  entityKind: string;
+
+  /**
+   * @generated from field: string entity_id = 8;
+   */
+  entityId: string;
+
+  /**
+   * "yes": only acknowledged incidents; "no": only unacknowledged ones; all when empty.
+   *
+   * @generated from field: string acknowledged = 9;
+   */
+  acknowledged: string;
+
+  /**
+   * Only incidents assigned to this member (a member's id); "none": only unassigned ones.
+   *
+   * @generated from field: string owner_id = 10;
+   */
+  ownerId: string;
+
+  /**
+   * newest (opened, newest first; the default), severity (sev1 first, then newest) or activity
+   * (latest timeline entry first).
+   *
+   * @generated from field: string sort = 11;
+   */
+  sort: string;
+
+  /**
+   * Only incidents whose title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 12;
+   */
+  q: string;
 };
 
 /**
@@ -1120,11 +1270,67 @@ export type ListIncidentsRequestJson = {
   limit?: number;
 
   /**
-   * The `next_cursor` of the previous page; empty for the first page.
+   * The `next_cursor` of the previous page (with the same filters and sort); empty for the first
+   * page.
    *
    * @generated from field: string cursor = 4;
    */
   cursor?: string;
+
+  /**
+   * Only these severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 5;
+   */
+  severity?: string;
+
+  /**
+   * Only incidents of this source badge.
+   *
+   * @generated from field: string source = 6;
+   */
+  source?: string;
+
+  /**
+   * Only incidents of this entity (its id, and its kind when given).
+   *
+   * @generated from field: string entity_kind = 7;
+   */
+  entityKind?: string;
+
+  /**
+   * @generated from field: string entity_id = 8;
+   */
+  entityId?: string;
+
+  /**
+   * "yes": only acknowledged incidents; "no": only unacknowledged ones; all when empty.
+   *
+   * @generated from field: string acknowledged = 9;
+   */
+  acknowledged?: string;
+
+  /**
+   * Only incidents assigned to this member (a member's id); "none": only unassigned ones.
+   *
+   * @generated from field: string owner_id = 10;
+   */
+  ownerId?: string;
+
+  /**
+   * newest (opened, newest first; the default), severity (sev1 first, then newest) or activity
+   * (latest timeline entry first).
+   *
+   * @generated from field: string sort = 11;
+   */
+  sort?: string;
+
+  /**
+   * Only incidents whose title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 12;
+   */
+  q?: string;
 };
 
 /**
@@ -1409,6 +1615,147 @@ export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jso
   messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
+ * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
+ */
+export type AcknowledgeIncidentRequest = Message<"warroom.incidents.v1.AcknowledgeIncidentRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
+ */
+export type AcknowledgeIncidentRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.AcknowledgeIncidentRequest.
+ * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
+ */
+export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
+
+/**
+ * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
+ */
+export type SetIncidentOwnerRequest = Message<"warroom.incidents.v1.SetIncidentOwnerRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * A member's id (GET /o/{org}/members); empty clears the owner.
+   *
+   * @generated from field: string owner_id = 3;
+   */
+  ownerId: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
+ */
+export type SetIncidentOwnerRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+
+  /**
+   * A member's id (GET /o/{org}/members); empty clears the owner.
+   *
+   * @generated from field: string owner_id = 3;
+   */
+  ownerId?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.SetIncidentOwnerRequest.
+ * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
+ */
+export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
+
+/**
+ * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
+ */
+export type AddIncidentNoteRequest = Message<"warroom.incidents.v1.AddIncidentNoteRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id: string;
+
+  /**
+   * Plain text, at most 65536 characters (the limit of a timeline entry's summary). Checked after
+   * the caller's credential.
+   *
+   * @generated from field: string text = 3;
+   */
+  text: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
+ */
+export type AddIncidentNoteRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string id = 2;
+   */
+  id?: string;
+
+  /**
+   * Plain text, at most 65536 characters (the limit of a timeline entry's summary). Checked after
+   * the caller's credential.
+   *
+   * @generated from field: string text = 3;
+   */
+  text?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.AddIncidentNoteRequest.
+ * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
+ */
+export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
+
+/**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
  */
 export type ArchiveIncidentRequest = Message<"warroom.incidents.v1.ArchiveIncidentRequest"> & {
@@ -1443,7 +1790,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -1488,7 +1835,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -1555,7 +1902,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -1622,7 +1969,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -1649,7 +1996,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -1676,7 +2023,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -1713,7 +2060,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -1848,6 +2195,39 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof UpdateIncidentRequestSchema;
     output: typeof IncidentSchema;
+  },
+  /**
+   * Acknowledges an open incident: records who and when (timeline entry `acknowledged` {actor}),
+   * audited. An attribute of the open incident, not a state: deliveries attach as before, and a
+   * later repeat does not clear it. Acknowledging again answers the incident unchanged.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.AcknowledgeIncident
+   */
+  acknowledgeIncident: {
+    methodKind: "unary";
+    input: typeof AcknowledgeIncidentRequestSchema;
+    output: typeof IncidentSchema;
+  },
+  /**
+   * Assigns the incident to a member of the organization (`owner_id`, a member's id), or clears
+   * the owner when `owner_id` is empty: timeline entry `owner_changed` {from, to, actor}, audited.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.SetIncidentOwner
+   */
+  setIncidentOwner: {
+    methodKind: "unary";
+    input: typeof SetIncidentOwnerRequestSchema;
+    output: typeof IncidentSchema;
+  },
+  /**
+   * Adds a person's note to the timeline: entry `note` {actor}, its plain text as the summary.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.AddIncidentNote
+   */
+  addIncidentNote: {
+    methodKind: "unary";
+    input: typeof AddIncidentNoteRequestSchema;
+    output: typeof TimelineEntrySchema;
   },
   /**
    * Creates a window in which deliveries of the badges and entities it covers are suppressed.

@@ -1157,7 +1157,8 @@ export const WebhookEnvelopeSchema: GenMessage<WebhookEnvelope, {jsonType: Webho
 
 /**
  * incident.opened, incident.repeat, incident.recovery, incident.no_data,
- * incident.severity_changed, incident.resolved, incident.archived.
+ * incident.severity_changed, incident.acknowledged, incident.owner_changed, incident.note_added,
+ * incident.resolved, incident.archived.
  *
  * @generated from message warroom.subscriptions.v1.IncidentEventData
  */
@@ -1178,7 +1179,8 @@ export type IncidentEventData = Message<"warroom.subscriptions.v1.IncidentEventD
   workspaceUrl: string;
 
   /**
-   * The timeline entry kind (opened, repeat, recovery, no_data, severity_changed, resolved, archived).
+   * The timeline entry kind (opened, repeat, recovery, no_data, severity_changed, acknowledged,
+   * owner_changed, note, resolved, archived).
    *
    * @generated from field: string kind = 4;
    */
@@ -1216,7 +1218,8 @@ export type IncidentEventData = Message<"warroom.subscriptions.v1.IncidentEventD
 
 /**
  * incident.opened, incident.repeat, incident.recovery, incident.no_data,
- * incident.severity_changed, incident.resolved, incident.archived.
+ * incident.severity_changed, incident.acknowledged, incident.owner_changed, incident.note_added,
+ * incident.resolved, incident.archived.
  *
  * @generated from message warroom.subscriptions.v1.IncidentEventData
  */
@@ -1237,7 +1240,8 @@ export type IncidentEventDataJson = {
   workspaceUrl?: string;
 
   /**
-   * The timeline entry kind (opened, repeat, recovery, no_data, severity_changed, resolved, archived).
+   * The timeline entry kind (opened, repeat, recovery, no_data, severity_changed, acknowledged,
+   * owner_changed, note, resolved, archived).
    *
    * @generated from field: string kind = 4;
    */

@@ -133,7 +133,7 @@ export function App() {
 
   let page: ComponentChildren;
   if (room) page = <RoomPage id={decodeURIComponent(room[2]!)} />;
-  else if (loc.path === "/" || loc.path === "/incidents") page = <IncidentsPage state={loc.query.get("state") ?? "open"} org={session.org} />;
+  else if (loc.path === "/" || loc.path === "/incidents") page = <IncidentsPage state={loc.query.get("state") ?? "open"} org={session.org} query={loc.query} />;
   else if (loc.path === "/integrations") page = <IntegrationsPage org={session.org} />;
   else if (loc.path === "/custom-sources") page = <CustomSourcesPage org={session.org} selected={loc.query.get("id") ?? undefined} />;
   else if (loc.path === "/heartbeats") page = <HeartbeatsPage org={session.org} />;

@@ -29,11 +29,31 @@ export function until(at: Time, now: number): string {
   return ms >= 0 ? `in ${span(ms)}` : `overdue by ${span(ms)}`;
 }
 
-/** The exact local date and time of `at`, for a hover title. */
+/** The exact local date and time of `at` with its time zone, e.g. "27 Nov 2026, 03:12:05 UTC". */
 export function exact(at: Time): string {
   if (!at) return "";
   const date = new Date(at);
-  return Number.isNaN(date.getTime()) ? at : date.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+  if (Number.isNaN(date.getTime())) return at;
+  return date.toLocaleString(undefined, {
+    year: "numeric",
+    month: "short",
+    day: "numeric",
+    hour: "2-digit",
+    minute: "2-digit",
+    second: "2-digit",
+    timeZoneName: "short",
+  });
+}
+
+/** The browser's time zone, as the console shows times in it (e.g. "Europe/Berlin"). */
+export function timeZone(): string {
+  return Intl.DateTimeFormat().resolvedOptions().timeZone || "local time";
+}
+
+/** How long from `from` to `to`, in words ("2 h 5 min"). */
+export function duration(from: Time, to: Time): string {
+  if (!from || !to) return "unknown";
+  return span(Date.parse(to) - Date.parse(from));
 }
 
 /** A number of seconds in the largest whole unit (h, min or s). */

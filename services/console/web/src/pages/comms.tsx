@@ -1,5 +1,6 @@
 import { useState } from "preact/hooks";
-import { api, orgPath, type CommsMessage, type Incident } from "../api";
+import { api, loadSession, orgPath, type CommsMessage, type Incident } from "../api";
+import { exact } from "../format";
 import { useLiveEvents } from "../live";
 import { Link } from "../router";
 import { ErrorNotice, useAction, useLoad } from "../ui";
@@ -11,7 +12,26 @@ const STATE_TEXT: Record<string, string> = {
   sent: "Sent to the chat channel",
   simulated: "Simulated: recorded in the room, not delivered",
   failed: "Failed: not delivered",
+  discarded: "Discarded: never sent",
 };
+
+/** Who did each step of an update, and when (with the time zone). */
+function MessageTimes(props: { message: CommsMessage }) {
+  const m = props.message;
+  const steps = [
+    m.draftedAt ? `Drafted by ${m.draftedBy} ${exact(m.draftedAt)}` : undefined,
+    m.editedAt ? `Edited by ${m.editedBy} ${exact(m.editedAt)}` : undefined,
+    m.approvedAt ? `Approved by ${m.approvedBy} ${exact(m.approvedAt)}` : undefined,
+    m.sentAt ? `${m.state === "failed" ? "Failed" : m.state === "simulated" ? "Simulated" : "Sent"} by ${m.sentBy} ${exact(m.sentAt)}` : undefined,
+  ].filter((step): step is string => step !== undefined);
+  return (
+    <ul class="message-times">
+      {steps.map((step) => (
+        <li key={step}>{step}</li>
+      ))}
+    </ul>
+  );
+}
 
 /**
  * What the chat channel will show: the same layout as the adaptive card the service posts (title
@@ -45,6 +65,9 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
   const base = orgPath(`/incidents/${encodeURIComponent(props.incident.id)}/comms/messages`);
   const messages = useLoad(() => api<{ messages: CommsMessage[] }>("GET", base).then((r) => r.messages), [base]);
   const egress = useLoad(() => api<{ enabled: boolean }>("GET", orgPath("/oncall/egress")), []);
+  const settings = useLoad(() => api<{ requireSecondApprover: boolean }>("GET", orgPath("/comms/settings")), []);
+  const [editing, setEditing] = useState<{ messageId: string; version: string; body: string } | null>(null);
+  const me = loadSession()?.email;
   const [label, setLabel] = useState("");
   const [body, setBody] = useState("");
   const [results, setResults] = useState<Record<string, string>>({});
@@ -73,6 +96,30 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
     });
   }
 
+  async function saveEdit(event: Event) {
+    event.preventDefault();
+    if (!editing) return;
+    await act.run(async () => {
+      await api("PATCH", `${base}/${encodeURIComponent(editing.messageId)}`, { version: editing.version, body: editing.body });
+      setEditing(null);
+      messages.reload();
+    });
+  }
+
+  async function discard(message: CommsMessage) {
+    await act.run(async () => {
+      await api("DELETE", `${base}/${encodeURIComponent(message.messageId)}?version=${encodeURIComponent(message.version)}`);
+      messages.reload();
+    });
+  }
+
+  async function setSecondApprover(value: boolean) {
+    await act.run(async () => {
+      await api("PUT", orgPath("/comms/settings"), { requireSecondApprover: value });
+      settings.reload();
+    });
+  }
+
   async function send(message: CommsMessage) {
     await act.run(async () => {
       const res = await api<{ messageId: string; state: string }>("POST", `${base}/${encodeURIComponent(message.messageId)}/send`);
@@ -97,6 +144,19 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
             <Link href="/integrations">Integrations</Link>.
           </p>
         )
+      ) : null}
+      {settings.data ? (
+        <p class="second-approver">
+          <label>
+            <input
+              type="checkbox"
+              checked={settings.data.requireSecondApprover}
+              disabled={act.busy}
+              onChange={(e) => void setSecondApprover(e.currentTarget.checked)}
+            />{" "}
+            A second person must approve each update (an admin changes this)
+          </label>
+        </p>
       ) : null}
       <form class="card draft" onSubmit={submit}>
         <h3>New update</h3>
@@ -128,7 +188,29 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
                   <span class={`badge msg-state msg-${message.state}`}>{STATE_TEXT[message.state] ?? message.state}</span>
                   <span class="muted">{`${message.channel} · version ${message.version}`}</span>
                 </div>
-                <CardPreview incident={props.incident} text={message.body} />
+                {editing?.messageId === message.messageId ? (
+                  <form class="edit-draft" onSubmit={saveEdit}>
+                    <label for={`edit-${message.messageId}`}>Edit the update text</label>
+                    <textarea
+                      id={`edit-${message.messageId}`}
+                      rows={4}
+                      value={editing.body}
+                      onInput={(e) => setEditing({ ...editing, body: e.currentTarget.value })}
+                    />
+                    <CardPreview incident={props.incident} text={editing.body} />
+                    <div class="actions">
+                      <button type="submit" disabled={act.busy || !editing.body.trim()}>
+                        Save changes
+                      </button>
+                      <button type="button" class="secondary" onClick={() => setEditing(null)}>
+                        Cancel
+                      </button>
+                    </div>
+                  </form>
+                ) : (
+                  <CardPreview incident={props.incident} text={message.body} />
+                )}
+                <MessageTimes message={message} />
                 {message.error ? <p class="error-text">{message.error}</p> : null}
                 {results[message.messageId] ? (
                   <p class="notice" role="status">
@@ -140,10 +222,26 @@ export function CommsPanel(props: { incident: Incident; onChanged(): void }) {
                   </p>
                 ) : null}
                 <div class="actions">
-                  {message.state === "drafted" ? (
-                    <button type="button" onClick={() => approve(message)} disabled={act.busy}>
-                      Approve
-                    </button>
+                  {message.state === "drafted" && editing?.messageId !== message.messageId ? (
+                    <>
+                      {settings.data?.requireSecondApprover && me !== undefined && (message.draftedBy === me || message.editedBy === me) ? (
+                        <span class="muted">You wrote this update: a second person approves it.</span>
+                      ) : (
+                        <button type="button" onClick={() => approve(message)} disabled={act.busy}>
+                          Approve
+                        </button>
+                      )}
+                      <button
+                        type="button"
+                        class="secondary"
+                        onClick={() => setEditing({ messageId: message.messageId, version: message.version, body: message.body })}
+                      >
+                        Edit
+                      </button>
+                      <button type="button" class="secondary" onClick={() => void discard(message)} disabled={act.busy}>
+                        Discard
+                      </button>
+                    </>
                   ) : null}
                   {message.state === "approved" ? (
                     <button type="button" onClick={() => send(message)} disabled={act.busy}>

@@ -1,8 +1,9 @@
 import { useRef, useState } from "preact/hooks";
-import { api, orgPath, type Incident } from "../api";
+import { api, orgPath, SEVERITIES, SOURCE_BADGES, type Incident, type Member } from "../api";
+import { duration, exact, timeZone } from "../format";
 import { useLiveEvents } from "../live";
-import { Link } from "../router";
-import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, useLoad, useNow } from "../ui";
+import { Link, navigate } from "../router";
+import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, useAction, useLoad, useNow } from "../ui";
 
 const STATES = [
   { id: "open", label: "Open" },
@@ -21,42 +22,164 @@ export function roomPath(incident: Pick<Incident, "id" | "workspaceUrl">, org: s
   return `/o/${encodeURIComponent(org)}/incidents/${encodeURIComponent(incident.id)}`;
 }
 
-/** The incidents list of one state, updated live, announcing new incidents to screen readers. */
-export function IncidentsPage(props: { state: string; org: string }) {
+/** The list's filters and sort, as the URL holds them, so that a link shares a view. */
+const FILTERS = ["severity", "source", "entityId", "acknowledged", "ownerId", "sort", "q"] as const;
+type Filters = Record<(typeof FILTERS)[number], string>;
+
+function filtersOf(query: URLSearchParams): Filters {
+  return Object.fromEntries(FILTERS.map((name) => [name, query.get(name) ?? ""])) as Filters;
+}
+
+function listQuery(state: string, filters: Filters): string {
+  const query = new URLSearchParams({ state });
+  for (const name of FILTERS) if (filters[name]) query.set(name, filters[name]);
+  return query.toString();
+}
+
+/** The incidents list of one state, filtered and sorted from the URL, updated live, announcing new incidents to screen readers. */
+export function IncidentsPage(props: { state: string; org: string; query?: URLSearchParams }) {
   const state = STATES.some((s) => s.id === props.state) ? props.state : "open";
+  const filters = filtersOf(props.query ?? new URLSearchParams());
+  const query = listQuery(state, filters);
   const now = useNow();
-  const known = useRef<{ state: string; ids: Set<string> } | undefined>(undefined);
+  const known = useRef<{ query: string; ids: Set<string> } | undefined>(undefined);
   const [fresh, setFresh] = useState<Set<string>>(new Set());
   const [announcement, setAnnouncement] = useState("");
+  const [more, setMore] = useState<{ query: string; incidents: Incident[]; cursor: string | null } | null>(null);
+  const paging = useAction();
+  const [search, setSearch] = useState<{ query: string; text: string } | null>(null);
 
+  const members = useLoad(() => api<{ members: Member[] }>("GET", orgPath("/members")), []);
   const list = useLoad(async () => {
-    const res = await api<{ incidents: Incident[] }>("GET", orgPath(`/incidents?state=${state}`));
+    const res = await api<{ incidents: Incident[]; nextCursor: string | null }>("GET", orgPath(`/incidents?${query}`));
     // Rows that arrived while the page was open are marked (and announced) once.
-    const seen = known.current?.state === state ? known.current.ids : undefined;
+    const seen = known.current?.query === query ? known.current.ids : undefined;
     const added = seen ? res.incidents.filter((i) => !seen.has(i.id)) : [];
-    known.current = { state, ids: new Set(res.incidents.map((i) => i.id)) };
+    known.current = { query, ids: new Set(res.incidents.map((i) => i.id)) };
     if (added.length > 0) {
       setFresh(new Set(added.map((i) => i.id)));
       setAnnouncement(added.length === 1 ? `New incident: ${added[0]!.title}` : `${added.length} new incidents`);
     }
-    return res.incidents;
-  }, [state]);
+    return res;
+  }, [query]);
 
   useLiveEvents((event) => {
     if (event.type === "ready" || event.type.startsWith("incident.")) list.reload();
   });
 
-  const incidents = list.data ?? [];
+  /** Changes one filter in the URL (replacing the history entry), which reloads the list. */
+  function setFilter(name: (typeof FILTERS)[number], value: string) {
+    navigate(`/incidents?${listQuery(state, { ...filters, [name]: value })}`, { replace: true });
+  }
+
+  const later = more && more.query === query ? more : null;
+  const incidents = [...(list.data?.incidents ?? []), ...(later?.incidents ?? [])];
+  const cursor = later ? later.cursor : (list.data?.nextCursor ?? null);
+  const showMore = () =>
+    paging.run(async () => {
+      if (!cursor) return;
+      const page = await api<{ incidents: Incident[]; nextCursor: string | null }>("GET", orgPath(`/incidents?${query}&cursor=${encodeURIComponent(cursor)}`));
+      setMore({ query, incidents: [...(later?.incidents ?? []), ...page.incidents], cursor: page.nextCursor });
+    });
+  const searchText = search && search.query === query ? search.text : filters.q;
+  const filtered = FILTERS.some((name) => name !== "sort" && filters[name]);
+  const resolvedList = state !== "open";
+  const sortLabel = filters.sort === "severity" ? "most severe first" : filters.sort === "activity" ? "latest activity first" : "newest first";
+
   return (
     <>
       <PageHeading title="Incidents">Incidents</PageHeading>
       <nav class="segmented" aria-label="Incident state">
         {STATES.map((s) => (
-          <Link key={s.id} href={`/incidents?state=${s.id}`} aria-current={s.id === state ? "page" : undefined}>
+          <Link key={s.id} href={`/incidents?${listQuery(s.id, filters)}`} aria-current={s.id === state ? "page" : undefined}>
             {s.label}
           </Link>
         ))}
       </nav>
+      <form
+        class="filters"
+        aria-label="Filter incidents"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setFilter("q", searchText.trim());
+        }}
+      >
+        <span>
+          <label for="filter-q">Title contains</label>
+          <input id="filter-q" type="search" value={searchText} onInput={(e) => setSearch({ query, text: e.currentTarget.value })} />
+        </span>
+        <span>
+          <label for="filter-severity">Severity</label>
+          <select id="filter-severity" value={filters.severity} onChange={(e) => setFilter("severity", e.currentTarget.value)}>
+            <option value="">Any</option>
+            {SEVERITIES.map((sev) => (
+              <option key={sev} value={sev}>
+                {sev.toUpperCase()}
+              </option>
+            ))}
+            <option value="sev1,sev2">SEV1 and SEV2</option>
+            {filters.severity && !SEVERITIES.includes(filters.severity) && filters.severity !== "sev1,sev2" ? (
+              <option value={filters.severity}>{filters.severity.toUpperCase()}</option>
+            ) : null}
+          </select>
+        </span>
+        <span>
+          <label for="filter-source">Source</label>
+          <input
+            id="filter-source"
+            list="filter-source-badges"
+            value={filters.source}
+            placeholder="any"
+            onChange={(e) => setFilter("source", e.currentTarget.value.trim())}
+          />
+          <datalist id="filter-source-badges">
+            {SOURCE_BADGES.map((badge) => (
+              <option key={badge} value={badge} />
+            ))}
+          </datalist>
+        </span>
+        <span>
+          <label for="filter-entity">Entity id</label>
+          <input id="filter-entity" value={filters.entityId} placeholder="any" onChange={(e) => setFilter("entityId", e.currentTarget.value.trim())} />
+        </span>
+        <span>
+          <label for="filter-acknowledged">Acknowledged</label>
+          <select id="filter-acknowledged" value={filters.acknowledged} onChange={(e) => setFilter("acknowledged", e.currentTarget.value)}>
+            <option value="">Any</option>
+            <option value="no">Not acknowledged</option>
+            <option value="yes">Acknowledged</option>
+          </select>
+        </span>
+        <span>
+          <label for="filter-owner">Owner</label>
+          <select id="filter-owner" value={filters.ownerId} onChange={(e) => setFilter("ownerId", e.currentTarget.value)}>
+            <option value="">Anyone or no one</option>
+            <option value="none">No owner</option>
+            {(members.data?.members ?? []).map((m) => (
+              <option key={m.id} value={m.id}>
+                {m.email}
+              </option>
+            ))}
+          </select>
+        </span>
+        <span>
+          <label for="filter-sort">Sort</label>
+          <select
+            id="filter-sort"
+            value={filters.sort || "newest"}
+            onChange={(e) => setFilter("sort", e.currentTarget.value === "newest" ? "" : e.currentTarget.value)}
+          >
+            <option value="newest">Newest first</option>
+            <option value="severity">Severity</option>
+            <option value="activity">Latest activity</option>
+          </select>
+        </span>
+        <button type="submit" class="secondary">
+          Search
+        </button>
+        {filtered ? <Link href={`/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`}>Clear filters</Link> : null}
+      </form>
+      <p class="muted zone">{`Times in ${timeZone()}`}</p>
       <p class="sr-only" role="status" aria-live="polite">
         {announcement}
       </p>
@@ -64,17 +187,26 @@ export function IncidentsPage(props: { state: string; org: string }) {
       {list.loading && !list.data ? (
         <p class="muted">Loading…</p>
       ) : incidents.length === 0 ? (
-        <p class="empty">{state === "open" ? "No open incidents. New ones appear here as triggers arrive." : `No ${state} incidents.`}</p>
+        <p class="empty">
+          {filtered
+            ? "No incidents match these filters."
+            : state === "open"
+              ? "No open incidents. New ones appear here as triggers arrive."
+              : `No ${state} incidents.`}
+        </p>
       ) : (
         <table class="list incidents">
-          <caption class="sr-only">{`${STATES.find((s) => s.id === state)!.label} incidents, newest first`}</caption>
+          <caption class="sr-only">{`${STATES.find((s) => s.id === state)!.label} incidents, ${sortLabel}`}</caption>
           <thead>
             <tr>
               <th scope="col">Incident</th>
               <th scope="col">Source</th>
               <th scope="col">Severity</th>
               <th scope="col">Entity</th>
-              <th scope="col">Age</th>
+              <th scope="col">Repeats</th>
+              <th scope="col">Last activity</th>
+              <th scope="col">Responder</th>
+              <th scope="col">{resolvedList ? "Duration" : "Age"}</th>
             </tr>
           </thead>
           <tbody>
@@ -85,6 +217,11 @@ export function IncidentsPage(props: { state: string; org: string }) {
                     {incident.title || "Untitled incident"}
                   </Link>
                   {incident.state !== "open" ? <StateBadge state={incident.state} /> : null}
+                  {incident.state === "open" && incident.recoveredAtSource ? (
+                    <span class="badge recovered" title="The source sent a recovery after its last alert; resolve it when you agree">
+                      Recovered at source
+                    </span>
+                  ) : null}
                 </td>
                 <td data-label="Source">
                   <SourceBadge source={incident.source} />
@@ -95,14 +232,40 @@ export function IncidentsPage(props: { state: string; org: string }) {
                 <td data-label="Entity">
                   {incident.entity ? <span class="entity">{`${incident.entity.kind}:${incident.entity.id}`}</span> : <span class="muted">none</span>}
                 </td>
-                <td data-label="Age">
-                  <Ago at={incident.openedAt} now={now} />
+                <td data-label="Repeats">{incident.repeatCount}</td>
+                <td data-label="Last activity">
+                  <Ago at={incident.lastActivityAt} now={now} />
+                </td>
+                <td data-label="Responder">
+                  {incident.acknowledgedBy ? (
+                    <span class="badge acknowledged" title={`Acknowledged ${exact(incident.acknowledgedAt)}`}>{`Ack ${incident.acknowledgedBy}`}</span>
+                  ) : incident.state === "open" ? (
+                    <span class="badge unacknowledged">Not acknowledged</span>
+                  ) : null}
+                  {incident.ownerEmail ? <span class="owner">{`Owner ${incident.ownerEmail}`}</span> : null}
+                </td>
+                <td data-label={resolvedList ? "Duration" : "Age"}>
+                  {resolvedList && incident.resolvedAt ? (
+                    <span title={`Opened ${exact(incident.openedAt)}, resolved ${exact(incident.resolvedAt)}`}>
+                      {duration(incident.openedAt, incident.resolvedAt)}
+                    </span>
+                  ) : (
+                    <Ago at={incident.openedAt} now={now} />
+                  )}
                 </td>
               </tr>
             ))}
           </tbody>
         </table>
       )}
+      {cursor ? (
+        <p>
+          <button type="button" onClick={() => void showMore()} disabled={paging.busy}>
+            {paging.busy ? "Loading…" : "Show more incidents"}
+          </button>
+        </p>
+      ) : null}
+      <ErrorNotice error={paging.error} />
     </>
   );
 }

@@ -6,6 +6,7 @@ import { Link, navigate, useLocation } from "../router";
 import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
 import { EvidencePanel } from "./evidence";
+import { RespondControls } from "./respond";
 
 const KIND_LABELS: Record<string, string> = {
   opened: "Opened",
@@ -18,6 +19,8 @@ const KIND_LABELS: Record<string, string> = {
   update_sent: "Update sent",
   update_simulated: "Update simulated",
   severity_changed: "Severity changed",
+  owner_changed: "Owner changed",
+  note: "Note",
   resolved: "Resolved",
   archived: "Archived",
 };
@@ -259,6 +262,7 @@ export function RoomPage(props: { id: string }) {
           ) : null}
         </div>
         <ErrorNotice error={action.error || incident.error} />
+        <RespondControls incident={current} onChanged={incident.reload} />
       </header>
       <EvidencePanel incidentId={current.id} open={current.state === "open"} />
       <Tabs

@@ -1,0 +1,178 @@
+import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
+import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import type { Clients } from "../runtime/clients.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
+import { isUuid } from "../runtime/ids.js";
+import { currentTraceparent } from "../runtime/tracing.js";
+import type { IncidentsDeps } from "./deps.js";
+import { type OutboxRow, outboxRows } from "./domain-events.js";
+import { storableText, timelineEntryShape } from "./incident-shape.js";
+import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
+import type { ClockRow, IncidentIdRow, IncidentStateRow, TimelineEntryRow } from "./store.js";
+import { AUDIT_KINDS } from "./vocabulary.js";
+
+/** A note is a timeline entry's summary, held to the same limit as every other summary. */
+export const MAX_NOTE_CHARACTERS = 65536;
+
+/** The most turns a compare-and-set retries before it asks the caller to. */
+const TURNS = 4;
+
+/** The outbox rows as the VALUES list of an insert, written only if the change happened. */
+function outboxInsert(sql: IncidentsDeps["sql"], rows: OutboxRow[]) {
+  const values = rows.map((r) => sql`(${r.subject}::text, ${r.payload}::bytea)`);
+  let list = values[0]!;
+  for (const value of values.slice(1)) list = sql`${list}, ${value}`;
+  return sql`
+    insert into incidents.outbox (subject, payload, trace_context)
+    select subject, payload, ${currentTraceparent()}::text from (values ${list}) as e (subject, payload)`;
+}
+
+/** The member of the organization with this id, read with the caller's own credential. */
+async function findMember(clients: Clients, context: HandlerContext, org: string, id: string): Promise<{ id: string; email: string } | undefined> {
+  const headers = {
+    authorization: context.requestHeader.get("authorization") ?? "",
+    "x-request-id": context.requestHeader.get("x-request-id") ?? "",
+  };
+  let cursor = "";
+  for (;;) {
+    const page = await clients.identity.listMembers({ org, cursor }, { headers, signal: context.signal });
+    const member = page.members.find((m) => m.id === id);
+    if (member) return { id: member.id, email: member.email };
+    if (!page.nextCursor) return undefined;
+    cursor = page.nextCursor;
+  }
+}
+
+/**
+ * What a responder does on an incident: acknowledge it, give it an owner, write a note. Each is
+ * one statement that makes the change, writes its timeline entry and its domain events (and its
+ * audit record), as every write of this service is. Acknowledgement and owner are attributes of
+ * the incident, never states: the spec's attach rules read only the state, and Record never
+ * writes these columns, so a later repeat leaves them as they are.
+ */
+export function createRespondHandlers(
+  deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
+): Pick<ServiceImpl<typeof IncidentsService>, "acknowledgeIncident" | "setIncidentOwner" | "addIncidentNote"> {
+  const { sql, config, clients, outbox } = deps;
+  return {
+    async acknowledgeIncident(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
+      const actor = principal.email;
+      for (let turn = 0; ; turn++) {
+        if (turn === TURNS) throw new UnavailableError("the incident kept changing; retry");
+        const [current] = await sql<(IncidentStateRow & ClockRow & { acknowledged_at: Date | null })[]>`
+          select state, acknowledged_at, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+        if (!current) throw new NotFoundError("no such incident");
+        // The first acknowledgement counts; a second one (a retried click, a colleague) records nothing.
+        if (current.acknowledged_at) break;
+        if (current.state !== "open") {
+          throw new FailedPreconditionError(`the incident is ${current.state}; only an open incident is acknowledged`);
+        }
+        const at = current.now;
+        const rows = [
+          outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: "acknowledged", at }),
+          outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.incidentAcknowledged, actor, at, data: { incidentId: req.id } }),
+        ];
+        const changed = await sql<IncidentIdRow[]>`
+          with changed as (
+            update incidents.incidents set acknowledged_at = ${at}::timestamptz, acknowledged_by = ${actor}::text
+            where id = ${req.id} and org_id = ${principal.orgId} and state = 'open' and acknowledged_at is null
+            returning id
+          ), entry as (
+            insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
+            select id, 'acknowledged', ${at}::timestamptz, ${`Acknowledged by ${actor}`}::text, ${sql.json({ actor })}::jsonb from changed
+          ), events as (
+            ${outboxInsert(sql, rows)} where exists (select 1 from changed)
+          )
+          select id from changed`;
+        if (changed.length > 0) {
+          outbox.poke();
+          break;
+        }
+      }
+      return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+    },
+
+    async setIncidentOwner(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
+      let owner: { id: string; email: string } | null = null;
+      if (req.ownerId !== "") {
+        const found = isUuid(req.ownerId) ? await findMember(clients, context, req.org, req.ownerId) : undefined;
+        if (!found) throw new InvalidArgumentError(`ownerId ${req.ownerId} is not a member of ${req.org}: take an id from GET /o/${req.org}/members`);
+        owner = found;
+      }
+      const actor = principal.email;
+      for (let turn = 0; ; turn++) {
+        if (turn === TURNS) throw new UnavailableError("the incident kept changing; retry");
+        const [current] = await sql<(IncidentStateRow & ClockRow & { owner_id: string | null; owner_email: string | null })[]>`
+          select state, owner_id, owner_email, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+        if (!current) throw new NotFoundError("no such incident");
+        if (current.owner_id === (owner?.id ?? null)) break;
+        if (current.state === "archived") throw new FailedPreconditionError("the incident is archived; its owner no longer changes");
+        const at = current.now;
+        const data = { from: current.owner_email, to: owner?.email ?? null, fromId: current.owner_id, toId: owner?.id ?? null, actor };
+        const rows = [
+          outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: "owner_changed", at }),
+          outboxRows.audit({
+            orgId: principal.orgId,
+            kind: AUDIT_KINDS.ownerChanged,
+            actor,
+            at,
+            data: { incidentId: req.id, from: data.fromId, to: data.toId },
+          }),
+        ];
+        const summary = owner ? `Owner ${owner.email}, set by ${actor}` : `Owner ${current.owner_email ?? ""} removed by ${actor}`;
+        const changed = await sql<IncidentIdRow[]>`
+          with changed as (
+            update incidents.incidents set owner_id = ${owner?.id ?? null}::uuid, owner_email = ${owner?.email ?? null}::text
+            where id = ${req.id} and org_id = ${principal.orgId} and owner_id is not distinct from ${current.owner_id}::uuid
+              and state = ${current.state}::text
+            returning id
+          ), entry as (
+            insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
+            select id, 'owner_changed', ${at}::timestamptz, ${summary}::text, ${sql.json(data)}::jsonb from changed
+          ), events as (
+            ${outboxInsert(sql, rows)} where exists (select 1 from changed)
+          )
+          select id from changed`;
+        if (changed.length > 0) {
+          outbox.poke();
+          break;
+        }
+      }
+      return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+    },
+
+    async addIncidentNote(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const text = req.text.trim();
+      if (text === "") throw new InvalidArgumentError("text is empty: write the note's text");
+      if (text.length > MAX_NOTE_CHARACTERS) {
+        throw new InvalidArgumentError(`text is ${text.length} characters, longer than ${MAX_NOTE_CHARACTERS}: shorten the note or split it in two`);
+      }
+      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
+      const [clock] = await sql<ClockRow[]>`select now() as now`;
+      const at = clock!.now;
+      const actor = principal.email;
+      const rows = [outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: "note", at })];
+      // A note may follow a resolve or an archive: the timeline is the incident's record.
+      const [entry] = await sql<TimelineEntryRow[]>`
+        with incident as (
+          select id from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}
+        ), entry as (
+          insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
+          select id, 'note', ${at}::timestamptz, ${storableText(text)}::text, ${sql.json({ actor })}::jsonb from incident
+          returning kind, at, summary, link, alert_ref, event_id, data
+        ), events as (
+          ${outboxInsert(sql, rows)} where exists (select 1 from entry)
+        )
+        select * from entry`;
+      if (!entry) throw new NotFoundError("no such incident");
+      outbox.poke();
+      return timelineEntryShape(entry);
+    },
+  };
+}
