@@ -1,9 +1,9 @@
 import { useState } from "preact/hooks";
 import { api, orgPath, type Heartbeat } from "../api";
 import { seconds } from "../format";
-import { Ago, ErrorNotice, PageHeading, Snippet, Until, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, PageHeading, Snippet, Until, useAction, useLoad, useNow } from "../ui";
 import { HeartbeatHistory, ScheduleSnippets } from "./heartbeat-history";
-import { heartbeatCurl } from "./integrations";
+import { heartbeatCurl } from "../snippets";
 
 /** "1 h + 5 min", or for a schedule "30 2 * * * (Europe/Berlin) + 5 min". */
 function expectation(heartbeat: Heartbeat): string {
@@ -104,7 +104,13 @@ export function HeartbeatsPage(props: { org: string }) {
   }
 
   async function remove(heartbeat: Heartbeat) {
-    if (!window.confirm(`Delete the heartbeat ${heartbeat.name}? Its pings are then refused and its silence no longer opens incidents.`)) return;
+    const ok = await askConfirm({
+      title: `Delete the heartbeat ${heartbeat.name}?`,
+      message: "Its pings are then refused and its silence no longer opens incidents.",
+      confirmLabel: "Delete",
+      danger: true,
+    });
+    if (!ok) return;
     await rowAction.run(async () => {
       await api("DELETE", orgPath(`/heartbeats/${encodeURIComponent(heartbeat.name)}`));
       list.reload();
