@@ -70,15 +70,19 @@ export function Attention(props: { session: Session }) {
   });
   useEffect(() => {
     let alive = true;
-    api<{ incidents: { acknowledgedAt?: string | null }[]; nextCursor?: string }>("GET", orgPath("/incidents?state=open&limit=1000"))
-      .then((res) => {
-        if (!alive) return;
-        const count = res.incidents.filter((i) => !i.acknowledgedAt).length;
-        setTitleCount(count, res.nextCursor ? "+" : "");
-      })
-      .catch(() => undefined);
+    // A burst of events (an alert storm) costs one read: each event restarts the short wait.
+    const timer = setTimeout(() => {
+      api<{ incidents: { acknowledgedAt?: string | null }[]; nextCursor?: string }>("GET", orgPath("/incidents?state=open&limit=1000"))
+        .then((res) => {
+          if (!alive) return;
+          const count = res.incidents.filter((i) => !i.acknowledgedAt).length;
+          setTitleCount(count, res.nextCursor ? "+" : "");
+        })
+        .catch(() => undefined);
+    }, 300);
     return () => {
       alive = false;
+      clearTimeout(timer);
     };
   }, [tick, props.session.org, props.session.token]);
   useEffect(() => () => setTitleCount(0, ""), []);

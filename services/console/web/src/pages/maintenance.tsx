@@ -37,6 +37,7 @@ function WindowTable(props: {
   busy: boolean;
   labelledBy: string;
   empty: string;
+  past?: boolean;
   onAct(mw: MaintenanceWindow, verb: string): void;
 }) {
   const windows = props.list.data ?? [];
@@ -57,7 +58,8 @@ function WindowTable(props: {
       </thead>
       <tbody>
         {windows.map((w) => {
-          const p = phase(w, props.now);
+          // The service's clock decides what is past; the page's clock only ticks the others on.
+          const p = props.past ? "ended" : phase(w, props.now);
           const verb = p === "active" ? "End now" : p === "upcoming" ? "Cancel" : "Remove";
           return (
             <tr key={w.id} data-window={w.id}>
@@ -161,7 +163,7 @@ export function MaintenancePage() {
       <h2 id="mw-current">Active and upcoming</h2>
       <WindowTable list={current} now={now} busy={end.busy} onAct={act} labelledBy="mw-current" empty="No active or upcoming maintenance windows." />
       <h2 id="mw-past">Past</h2>
-      <WindowTable list={past} now={now} busy={end.busy} onAct={act} labelledBy="mw-past" empty="No past maintenance windows." />
+      <WindowTable list={past} now={now} busy={end.busy} onAct={act} labelledBy="mw-past" empty="No past maintenance windows." past />
 
       <form class="card" onSubmit={submit} aria-labelledby="mw-heading">
         <h2 id="mw-heading">Create a maintenance window</h2>
