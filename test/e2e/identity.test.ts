@@ -249,7 +249,9 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       const ownerEvents = (
         await app.call("GET", `/o/acme/audit-events?actor=${encodeURIComponent(OWNER.email)}&kind=trigger.chat_secret.issued`, { token: admin })
       ).body as Listed;
-      expect(ownerEvents.events.length).toBe(byKind.events.length);
+      const ownersIssues = byKind.events.filter((e) => e.actor === OWNER.email);
+      expect(ownersIssues.length).toBeGreaterThanOrEqual(3);
+      expect(ownerEvents.events).toEqual(ownersIssues);
 
       // Paging keeps the filter: two pages of one chat-secret issue each, then the rest.
       const first = (await app.call("GET", "/o/acme/audit-events?kind=trigger.chat_secret.issued&limit=1", { token: admin })).body as Listed;
@@ -265,7 +267,7 @@ describe.each(modes)("identity and access (%s)", (mode) => {
         headers: { "connect-protocol-version": "1" },
       });
       expect(connect.status).toBe(200);
-      expect((connect.body as Listed).events.length).toBe(byKind.events.length);
+      expect((connect.body as Listed).events).toEqual(ownersIssues);
       expect((await app.call("GET", "/o/acme/audit-events?kind=trigger.", { token: member })).status).toBe(403);
       const tooLong = await app.call("GET", `/o/acme/audit-events?actor=${"a".repeat(400)}`, { token: admin });
       expect(tooLong.status).toBe(400);
