@@ -20,7 +20,7 @@ export function createChatWebhookEgress(config: Config): EgressClient {
  * URL is a credential, so no part of it is repeated beyond the address it leads to.
  */
 function refusedAddress(err: EgressError): string | undefined {
-  const match = /(?:resolves to|outbound address) (.+)$/.exec(err.message);
+  const match = /(?:resolves to|outbound address) (.+?)(?:; to allow it, .*)?$/.exec(err.message);
   return match?.[1];
 }
 

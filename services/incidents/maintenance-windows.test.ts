@@ -175,6 +175,50 @@ describe("GET and DELETE /o/{org}/maintenance-windows", () => {
     expect((await app.call("DELETE", `${PATH}/not-a-uuid`, { token: adminToken })).status).toBe(404);
     expect((await app.call("GET", PATH, { token: memberToken })).body.maintenanceWindows).toEqual([]);
   });
+  it("ends an active window now: it stays listed under past, and what it covered opens again", async () => {
+    const window = await createWindow({ reason: "ended early" });
+    const id = window.body.id as string;
+    const current = await app.call("GET", `${PATH}?state=current`, { token: memberToken });
+    expect(current.status).toBe(200);
+    expect(current.body.maintenanceWindows.map((w: { id: string }) => w.id)).toContain(id);
+    expect((await deliver()).outcome).toBe("suppressed");
+
+    expect((await app.call("POST", `${PATH}/${id}/end`, { token: memberToken })).status).toBe(403);
+    expect((await app.call("POST", `${PATH}/${id}/end`)).status).toBe(401);
+    expect((await app.call("POST", `/o/${OTHER.org}/maintenance-windows/${id}/end`, { token: otherOrgToken })).status).toBe(404);
+    const ended = await app.call("POST", `${PATH}/${id}/end`, { token: adminToken });
+    expect(ended.status).toBe(200);
+    expect(ended.body).toMatchObject({ id, reason: "ended early", startsAt: window.body.startsAt });
+    expect(Date.parse(ended.body.endsAt)).toBeLessThan(Date.parse(window.body.endsAt));
+    expect(Date.parse(ended.body.endsAt)).toBeGreaterThanOrEqual(Date.parse(window.body.startsAt));
+
+    expect((await deliver()).outcome).toBe("opened");
+    const past = await app.call("GET", `${PATH}?state=past`, { token: memberToken });
+    expect(past.body.maintenanceWindows).toEqual([ended.body]);
+    const stillCurrent = await app.call("GET", `${PATH}?state=current`, { token: memberToken });
+    expect(stillCurrent.body.maintenanceWindows.map((w: { id: string }) => w.id)).not.toContain(id);
+    // Without a state the list is the design's: every window, past ones included.
+    expect((await app.call("GET", PATH, { token: memberToken })).body.maintenanceWindows).toEqual([ended.body]);
+
+    const again = await app.call("POST", `${PATH}/${id}/end`, { token: adminToken });
+    expect(again.status).toBe(409);
+    expect(again.body).toEqual({ error: "the maintenance window has already ended" });
+    const audit = await app.call("GET", `/o/${OWNER.org}/audit-events?kind=maintenance_window.ended`, { token: ownerToken });
+    expect(audit.body.events.map((e: { data: { maintenanceWindowId: string } }) => e.data.maintenanceWindowId)).toContain(id);
+  });
+
+  it("refuses to end a window that has not started, saying to cancel it instead", async () => {
+    const window = await createWindow({ startsAt: minutesFromNow(30), endsAt: minutesFromNow(90) });
+    const res = await app.call("POST", `${PATH}/${window.body.id}/end`, { token: adminToken });
+    expect(res.status).toBe(409);
+    expect(res.body).toEqual({ error: "the maintenance window has not started; delete it to cancel it" });
+  });
+
+  it("refuses an unknown state with 400 naming the accepted values", async () => {
+    const res = await app.call("GET", `${PATH}?state=later`, { token: memberToken });
+    expect(res.status).toBe(400);
+    expect(res.body).toEqual({ error: "state must be current, past, or empty for every window" });
+  });
 });
 
 describe("suppression", () => {

@@ -5,11 +5,12 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type {
   CreateMaintenanceWindowRequest,
   DeleteMaintenanceWindowRequest,
+  EndMaintenanceWindowRequest,
   IncidentsService,
   ListMaintenanceWindowsRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { maintenanceWindowShape, storableText } from "./incident-shape.js";
@@ -22,9 +23,9 @@ import type { IncidentsDeps } from "./deps.js";
  * Maintenance windows. A window is active while starts_at <= now() < ends_at by the database
  * clock, and matches a delivery when its sources are empty or name the delivery's badge AND its
  * entities are empty or contain the delivery's entity exactly (the match itself runs in Record's
- * first read, see record.ts). DELETE removes the window at once, whether it is upcoming, active
- * or over: ending a window early is deleting it. Creating and deleting are audited, so the
- * history survives the row.
+ * first read, see record.ts). Ending an active window early moves its end to the present moment,
+ * so it stays listed under "past"; DELETE removes a window at once, whether it is upcoming,
+ * active or over. Creating, ending and deleting are audited, so the history survives the row.
  */
 
 // The reason's length and the number of entities are bounded by the schema's rules; an entity's
@@ -89,11 +90,11 @@ function auditData(row: MaintenanceWindowRow): JsonObject {
 }
 
 /**
- * The maintenance-window handlers: create (admin), list, and delete (admin), each change audited.
+ * The maintenance-window handlers: create (admin), list, end and delete (admin), each change audited.
  */
 export function createMaintenanceWindowHandlers(
   deps: Pick<IncidentsDeps, "sql" | "clients" | "outbox">,
-): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow"> {
+): Pick<ServiceImpl<typeof IncidentsService>, "createMaintenanceWindow" | "listMaintenanceWindows" | "deleteMaintenanceWindow" | "endMaintenanceWindow"> {
   const { sql, clients, outbox } = deps;
   const columns = sql`id, starts_at, ends_at, reason, sources, entities`;
 
@@ -134,8 +135,10 @@ export function createMaintenanceWindowHandlers(
 
     async listMaintenanceWindows(req: ListMaintenanceWindowsRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      if (!["", "current", "past"].includes(req.state)) throw new InvalidArgumentError("state must be current, past, or empty for every window");
+      const stateClause = req.state === "current" ? sql`and ends_at > now()` : req.state === "past" ? sql`and ends_at <= now()` : sql``;
       const rows = await sql<MaintenanceWindowRow[]>`
-        select ${columns} from incidents.maintenance_windows where org_id = ${principal.orgId}
+        select ${columns} from incidents.maintenance_windows where org_id = ${principal.orgId} ${stateClause}
         order by starts_at desc, id desc limit ${MAINTENANCE_LIMITS.listed}`;
       return { maintenanceWindows: rows.map(maintenanceWindowShape) };
     },
@@ -143,7 +146,7 @@ export function createMaintenanceWindowHandlers(
     async deleteMaintenanceWindow(req: DeleteMaintenanceWindowRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       if (!isUuid(req.id)) throw new NotFoundError("no such maintenance window");
-      // Windows never change, so the row read here is the row deleted below, and its fields
+      // A window changes only by ending (its end moves earlier, never later), so the row read here is the row deleted below, and its fields
       // go into the audit record written by the deleting statement itself.
       const [found] = await sql<(MaintenanceWindowRow & ClockRow)[]>`
         select ${columns}, now() as now from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}`;
@@ -165,6 +168,40 @@ export function createMaintenanceWindowHandlers(
       if (deleted.length === 0) throw new NotFoundError("no such maintenance window");
       outbox.poke();
       return {};
+    },
+
+    async endMaintenanceWindow(req: EndMaintenanceWindowRequest, context: HandlerContext) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      if (!isUuid(req.id)) throw new NotFoundError("no such maintenance window");
+      const [found] = await sql<(MaintenanceWindowRow & ClockRow)[]>`
+        select ${columns}, now() as now from incidents.maintenance_windows where id = ${req.id} and org_id = ${principal.orgId}`;
+      if (!found) throw new NotFoundError("no such maintenance window");
+      if (found.ends_at.getTime() <= found.now.getTime()) throw new FailedPreconditionError("the maintenance window has already ended");
+      if (found.starts_at.getTime() > found.now.getTime()) {
+        throw new FailedPreconditionError("the maintenance window has not started; delete it to cancel it");
+      }
+      const row: MaintenanceWindowRow = { ...found, ends_at: found.now };
+      const audit = outboxRows.audit({
+        orgId: principal.orgId,
+        kind: AUDIT_KINDS.maintenanceWindowEnded,
+        actor: principal.email,
+        at: found.now,
+        data: { ...auditData(row), plannedEndsAt: found.ends_at.toISOString() },
+      });
+      // Only while it is still active at the moment read above: a second end, or a delete in
+      // between, changes nothing and is answered like the state it found.
+      const ended = await sql`
+        with ended as (
+          update incidents.maintenance_windows set ends_at = ${found.now}
+          where id = ${req.id} and org_id = ${principal.orgId} and starts_at <= ${found.now} and ends_at > ${found.now}
+          returning id
+        ), events as (
+          insert into incidents.outbox (subject, payload, trace_context) select ${audit.subject}::text, ${audit.payload}::bytea, ${currentTraceparent()}::text from ended
+        )
+        select id from ended`;
+      if (ended.length === 0) throw new FailedPreconditionError("the maintenance window has already ended");
+      outbox.poke();
+      return maintenanceWindowShape(row);
     },
   };
 }

@@ -59,6 +59,7 @@ export const AUDIT_KINDS = {
   triggerSuppressed: "trigger.suppressed",
   maintenanceWindowCreated: "maintenance_window.created",
   maintenanceWindowDeleted: "maintenance_window.deleted",
+  maintenanceWindowEnded: "maintenance_window.ended",
   severityChanged: "incident.severity_changed",
   incidentAcknowledged: "incident.acknowledged",
   ownerChanged: "incident.owner_changed",

@@ -39,6 +39,7 @@ export function remoteSourcePolicy(config: Config): AddressPolicy {
       denyCidrs: config.REMOTE_SOURCE_DENY_CIDRS,
       requireHttps: false,
       allowPrivateByDefault: true,
+      settings: { allow: "REMOTE_SOURCE_ALLOW_CIDRS", deny: "REMOTE_SOURCE_DENY_CIDRS" },
     });
   } catch (err) {
     throw new ConfigError(`invalid configuration:\n  REMOTE_SOURCE_DENY_CIDRS or REMOTE_SOURCE_ALLOW_CIDRS: ${(err as Error).message}`);

@@ -161,8 +161,14 @@ describe("remote source connections", () => {
     [{ baseUrl: "" }, "baseUrl required"],
     [{ baseUrl: "ftp://127.0.0.1/" }, 'baseUrl refused: The URL scheme "ftp" is not allowed; use https or http'],
     [{ baseUrl: "http://user:pw@127.0.0.1:1" }, "baseUrl refused: The URL must not contain a user name or password"],
-    [{ baseUrl: "http://10.99.1.1:9400" }, "baseUrl refused: Refused outbound address 10.99.1.1, in a denied range"],
-    [{ baseUrl: "http://169.254.169.254" }, "baseUrl refused: Refused outbound address 169.254.169.254, a cloud metadata endpoint"],
+    [
+      { baseUrl: "http://10.99.1.1:9400" },
+      "baseUrl refused: Refused outbound address 10.99.1.1, in a denied range; to allow it, take its range out of REMOTE_SOURCE_DENY_CIDRS",
+    ],
+    [
+      { baseUrl: "http://169.254.169.254" },
+      "baseUrl refused: Refused outbound address 169.254.169.254, a cloud metadata endpoint; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
+    ],
     [{ baseUrl: "http://127.0.0.1:1?x=1" }, "baseUrl must not have a query or a fragment"],
     [{ transport: "carrier-pigeon" }, "transport must be http or grpc"],
     [{ tenantRef: " " }, "tenantRef required"],

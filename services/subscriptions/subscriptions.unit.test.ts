@@ -25,7 +25,9 @@ describe("event types: which domain event becomes which webhook event", () => {
   it("maps every documented type from a domain event", () => {
     const produced = new Set<string>([
       fromIncidentOpened(URL, create(IncidentOpenedSchema, { orgId: org, incidentId: incident })).type,
-      ...["repeat", "recovery", "no_data", "severity_changed", "acknowledged", "owner_changed", "note", "resumed", "investigation"].map((k) => timeline(k)!.type),
+      ...["repeat", "recovery", "no_data", "severity_changed", "acknowledged", "owner_changed", "note", "resumed", "investigation"].map(
+        (k) => timeline(k)!.type,
+      ),
       fromIncidentResolved(URL, create(IncidentResolvedSchema, { orgId: org, incidentId: incident, state: "resolved" }))!.type,
       fromIncidentResolved(URL, create(IncidentResolvedSchema, { orgId: org, incidentId: incident, state: "archived" }))!.type,
       fromHeartbeatSilent(create(HeartbeatSilentSchema, { orgId: org, name: "nightly" })).type,

@@ -36,6 +36,15 @@ let owner: string;
 let ingest: string;
 let firstIncident: string;
 
+const nativeDialogs: string[] = [];
+
+/** Confirms the console's own dialog with its button `label`, and waits for it to close. */
+async function confirmDialog(label: string): Promise<void> {
+  const dialog = page.getByRole("dialog");
+  await dialog.getByRole("button", { name: label, exact: true }).click();
+  await dialog.waitFor({ state: "detached" });
+}
+
 async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
 }
@@ -106,8 +115,11 @@ beforeAll(async () => {
   });
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());
-  // Confirmations (issue a credential, switch egress on, delete) are accepted.
-  page.on("dialog", (dialog) => void dialog.accept());
+  // Confirmations are the console's own dialogs; a native one would be a regression.
+  page.on("dialog", (dialog) => {
+    nativeDialogs.push(dialog.message());
+    void dialog.dismiss();
+  });
 }, 240_000);
 
 afterAll(async () => {
@@ -261,7 +273,8 @@ describe("web console in a browser", () => {
 
   it("issues the ingest token once, with snippets that work as pasted", async () => {
     await page.getByRole("button", { name: "Issue ingest token" }).click();
-    const token = await page.getByLabel("Ingest token").inputValue();
+    await confirmDialog("Issue");
+    const token = await page.getByLabel("Ingest token", { exact: true }).inputValue();
     expect(token).toMatch(/^[0-9a-f]{64}$/);
     expect(await page.getByLabel("Datadog webhook: custom headers").inputValue()).toBe(JSON.stringify({ Authorization: `Bearer ${token}` }, null, 2));
     const payload = JSON.parse(await page.getByLabel("Datadog webhook: payload").inputValue());
@@ -289,9 +302,14 @@ describe("web console in a browser", () => {
     ingest = token;
 
     await page.getByRole("button", { name: "Issue alert-router secret" }).click();
-    const secret = await page.getByLabel("Alert-router secret").inputValue();
+    await confirmDialog("Issue");
+    const secret = await page.getByLabel("Alert-router secret", { exact: true }).inputValue();
     expect(secret).toMatch(/^[0-9a-f]{64}$/);
-    const block = await page.getByLabel("Alertmanager (0.28.0 or later): receiver with webhook_configs").inputValue();
+    // The ingest token issued before stays on screen beside it until dismissed.
+    expect(await page.getByLabel("Ingest token", { exact: true }).inputValue()).toBe(token);
+    const authorization = await page.getByLabel("Alertmanager (any version, 0.25 included): receiver with authorization").inputValue();
+    expect(authorization).toContain(`credentials: "${secret}"`);
+    const block = await page.getByLabel("Alertmanager (0.28.0 or later): receiver with http_headers").inputValue();
     expect(block).toContain(`url: ${app.url}/triggers/alertrouter`);
     expect(block).toContain("http_headers:");
     expect(block).toContain("X-Service-Alertrouter-Secret:");
@@ -376,6 +394,7 @@ describe("web console in a browser", () => {
 
     await nav("Integrations").click();
     await page.getByRole("switch").click();
+    await confirmDialog("Switch on");
     await page.getByText("Real egress is on", { exact: true }).waitFor();
     expect((await app.call("GET", "/o/acme/oncall/egress", { token: owner })).body).toEqual({ enabled: true });
 
@@ -406,12 +425,14 @@ describe("web console in a browser", () => {
 
   it("resolves and archives from the room", async () => {
     await page.getByRole("button", { name: "Resolve" }).click();
+    await confirmDialog("Resolve");
     await page.locator(".room-badges .state-resolved").waitFor();
     await expect.poll(async () => (await app.call("GET", `/o/acme/incidents/${firstIncident}`, { token: owner })).body.state).toBe("resolved");
     await page.getByRole("link", { name: "Resolved incidents" }).click();
     await page.locator(`tr[data-incident-id="${firstIncident}"]`).waitFor();
     await page.getByRole("link", { name: "CPU high on checkout" }).click();
     await page.getByRole("button", { name: "Archive" }).click();
+    await confirmDialog("Archive");
     await page.locator(".room-badges .state-archived").waitFor();
     await expect.poll(() => page.getByRole("button", { name: "Resolve" }).count()).toBe(0);
     await nav("Incidents").click();
@@ -450,6 +471,7 @@ describe("web console in a browser", () => {
     expect((await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner })).body.expectedIntervalSeconds).toBe(7200);
 
     await row.getByRole("button", { name: "Delete nightly-backup" }).click();
+    await confirmDialog("Delete");
     await expect.poll(() => row.count()).toBe(0);
     expect((await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: owner })).status).toBe(404);
   });
@@ -504,7 +526,11 @@ describe("web console in a browser", () => {
     await shot("maintenance");
 
     await row.getByRole("button", { name: "End now: Database upgrade" }).click();
-    await expect.poll(() => row.count()).toBe(0);
+    await confirmDialog("End now");
+    // Ended, it moves to the past windows instead of vanishing.
+    await expect.poll(() => row.locator('td[data-label="Status"]').textContent()).toBe("ended");
+    expect(await page.getByRole("table", { name: "Past" }).locator("tr", { hasText: "Database upgrade" }).count()).toBe(1);
+    expect(nativeDialogs).toEqual([]);
     const opened = await trigger({ title: "DB lag", alert_type: "error", alert_id: "db-lag", event_id: "lag-2", tags: ["service:orders-db"] });
     expect(opened.body.outcome).toBe("opened");
   });

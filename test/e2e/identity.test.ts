@@ -228,6 +228,50 @@ describe.each(modes)("identity and access (%s)", (mode) => {
       const events = (await app.call("GET", "/o/acme/audit-events", { token: admin })).body.events as { kind: string; data: { reason?: string } }[];
       expect(events.find((e) => e.kind === "receiver.auth_failed")?.data.reason).toBe("secret wrong");
     });
+
+    it("filters the audit log by kind, kind prefix and actor, and pages a filtered view, over REST and Connect", async () => {
+      for (const kind of ["ingest-token", "alertrouter-secret"])
+        expect((await app.call("POST", `/o/acme/triggers/${kind}`, { token: owner })).status).toBe(200);
+      for (let i = 0; i < 3; i++) expect((await app.call("POST", "/o/acme/triggers/chat-secret", { token: owner })).status).toBe(200);
+      type Listed = { events: { kind: string; actor: string }[]; nextCursor?: string };
+      const byKind = (await app.call("GET", "/o/acme/audit-events?kind=trigger.chat_secret.issued", { token: admin })).body as Listed;
+      expect(byKind.events.length).toBeGreaterThanOrEqual(3);
+      expect(new Set(byKind.events.map((e) => e.kind))).toEqual(new Set(["trigger.chat_secret.issued"]));
+
+      const byPrefix = (await app.call("GET", "/o/acme/audit-events?kind=trigger.", { token: admin })).body as Listed;
+      expect(byPrefix.events.every((e) => e.kind.startsWith("trigger."))).toBe(true);
+      expect(new Set(byPrefix.events.map((e) => e.kind))).toEqual(
+        new Set(["trigger.ingest_token.issued", "trigger.chat_secret.issued", "trigger.alertrouter_secret.issued"]),
+      );
+
+      const byActor = (await app.call("GET", "/o/acme/audit-events?actor=admin@acme.test", { token: admin })).body as Listed;
+      expect(byActor.events.every((e) => e.actor === "admin@acme.test")).toBe(true);
+      const ownerEvents = (
+        await app.call("GET", `/o/acme/audit-events?actor=${encodeURIComponent(OWNER.email)}&kind=trigger.chat_secret.issued`, { token: admin })
+      ).body as Listed;
+      const ownersIssues = byKind.events.filter((e) => e.actor === OWNER.email);
+      expect(ownersIssues.length).toBeGreaterThanOrEqual(3);
+      expect(ownerEvents.events).toEqual(ownersIssues);
+
+      // Paging keeps the filter: two pages of one chat-secret issue each, then the rest.
+      const first = (await app.call("GET", "/o/acme/audit-events?kind=trigger.chat_secret.issued&limit=1", { token: admin })).body as Listed;
+      expect(first.events).toEqual([byKind.events[0]]);
+      const second = (
+        await app.call("GET", `/o/acme/audit-events?kind=trigger.chat_secret.issued&limit=1&cursor=${encodeURIComponent(first.nextCursor!)}`, { token: admin })
+      ).body as Listed;
+      expect(second.events).toEqual([byKind.events[1]]);
+
+      const connect = await app.call("POST", "/warroom.identity.v1.IdentityService/ListAuditEvents", {
+        token: admin,
+        body: { org: "acme", kind: "trigger.chat_secret.issued", actor: OWNER.email },
+        headers: { "connect-protocol-version": "1" },
+      });
+      expect(connect.status).toBe(200);
+      expect((connect.body as Listed).events).toEqual(ownersIssues);
+      expect((await app.call("GET", "/o/acme/audit-events?kind=trigger.", { token: member })).status).toBe(403);
+      const tooLong = await app.call("GET", `/o/acme/audit-events?actor=${"a".repeat(400)}`, { token: admin });
+      expect(tooLong.status).toBe(400);
+    });
   });
 
   it("stores no raw token, secret, key or password in the identity tables", async () => {

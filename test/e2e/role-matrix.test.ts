@@ -26,6 +26,7 @@ const ADMIN_ONLY = new Set([
   "ListAuditEvents",
   "CreateMaintenanceWindow",
   "DeleteMaintenanceWindow",
+  "EndMaintenanceWindow",
   "RegisterHeartbeat",
   "UpdateHeartbeat",
   "DeleteHeartbeat",

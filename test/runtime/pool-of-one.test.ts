@@ -261,6 +261,9 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
       raw: triggered,
     });
     expect(suppressed.body.outcome).toBe("suppressed");
+    expectStatus(await call("POST", `${o}/maintenance-windows/${window.body.id}/end`, { token: owner }), 200, "end maintenance window");
+    expectStatus(await call("GET", `${o}/maintenance-windows?state=past`, { token: owner }), 200, "list past maintenance windows");
+    expectStatus(await call("GET", `${o}/audit-events?kind=maintenance_window.`, { token: owner }), 200, "filtered audit log");
     expectStatus(await call("DELETE", `${o}/maintenance-windows/${window.body.id}`, { token: owner }), 204, "delete maintenance window");
 
     // The PagerDuty and Opsgenie drop-in receivers: trigger, acknowledge, resolve, change; create,

@@ -252,6 +252,11 @@ export interface AddressPolicyOptions {
    * metadata and the other special ranges stay refused.
    */
   allowPrivateByDefault?: boolean;
+  /**
+   * The names of the settings behind the allow and deny ranges, so a refusal says which one would
+   * allow the address (for example REMOTE_SOURCE_ALLOW_CIDRS).
+   */
+  settings?: { allow?: string; deny?: string };
 }
 
 export type VerdictReason = "public" | "explicitly_allowed" | "private_network_allowed" | "denied_by_policy" | "not_public";
@@ -284,8 +289,10 @@ export class AddressPolicy {
   private readonly allowCidrs: Cidr[];
   private readonly denyCidrs: Cidr[];
   private readonly allowPrivateByDefault: boolean;
+  private readonly settings: { allow?: string; deny?: string };
 
   constructor(options: AddressPolicyOptions) {
+    this.settings = options.settings ?? {};
     this.requireHttps = options.requireHttps;
     this.allowCidrs = toCidrs(options.allowPrivateCidrs, "allowPrivateCidrs");
     this.denyCidrs = toCidrs(options.denyCidrs ?? [], "denyCidrs");
@@ -372,8 +379,13 @@ export class AddressPolicy {
     if (literalAddress === undefined) return { url, hostname, port };
 
     const verdict = this.checkAddress(literalAddress);
-    if (!verdict.allowed) throw forbiddenAddressError(hostname, verdict);
+    if (!verdict.allowed) throw this.refusal(hostname, verdict);
     return { url, hostname: literalAddress, port, literalAddress };
+  }
+
+  /** The error for a refused address, naming the setting that would allow it. */
+  refusal(hostname: string, verdict: AddressVerdict): EgressError {
+    return forbiddenAddressError(hostname, verdict, this.settings);
   }
 }
 
@@ -434,9 +446,16 @@ export function describeKind(verdict: AddressVerdict): string {
  * The error for a refused address; `hostname` is the URL's host, a name or the literal itself. An
  * address the caller wrote is named; one a host name resolves to is described by its kind only.
  */
-export function forbiddenAddressError(hostname: string, verdict: AddressVerdict): EgressError {
+export function forbiddenAddressError(hostname: string, verdict: AddressVerdict, settings: { allow?: string; deny?: string } = {}): EgressError {
   const message = isIpLiteral(hostname)
     ? `Refused outbound address ${describeVerdict(verdict)}`
     : `Refused outbound host ${hostname}: it resolves to ${describeKind(verdict)}`;
-  return new EgressError("forbidden_address", message, { host: hostname });
+  return new EgressError("forbidden_address", `${message}${allowHint(verdict, settings)}`, { host: hostname });
+}
+
+/** What would allow a refused address: the deny setting naming its range, else the allow setting. */
+function allowHint(verdict: AddressVerdict, settings: { allow?: string; deny?: string }): string {
+  const denied = verdict.reason === "denied_by_policy" || verdict.embeddedIpv4?.reason === "denied_by_policy";
+  if (denied) return settings.deny ? `; to allow it, take its range out of ${settings.deny}` : "";
+  return settings.allow ? `; to allow it, add its range to ${settings.allow}` : "";
 }

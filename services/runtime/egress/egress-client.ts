@@ -5,7 +5,7 @@ import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders } from "
 import https from "node:https";
 import net from "node:net";
 import tls from "node:tls";
-import { forbiddenAddressError, type AddressPolicy } from "./address-policy.js";
+import type { AddressPolicy } from "./address-policy.js";
 import { EgressError } from "./egress-error.js";
 
 /** Every address a host name resolves to. Injectable so tests never touch real DNS. */
@@ -220,7 +220,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
     const connect = agent.createConnection.bind(agent) as (...args: unknown[]) => net.Socket;
     agent.createConnection = ((...args: unknown[]) => {
       const verdict = policy.checkAddress(address);
-      if (!verdict.allowed) throw forbiddenAddressError(hostname, verdict);
+      if (!verdict.allowed) throw policy.refusal(hostname, verdict);
       return connect(...args);
     }) as typeof agent.createConnection;
     pools.set(key, { target, address, agent });
@@ -280,7 +280,7 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
     // attacker only needs one private address among public ones.
     const verdicts = addresses.map((address) => policy.checkAddress(address));
     const refused = verdicts.find((verdict) => !verdict.allowed);
-    if (refused) throw forbiddenAddressError(hostname, refused);
+    if (refused) throw policy.refusal(hostname, refused);
     const first = verdicts[0]!;
     const family = net.isIPv6(first.address) ? 6 : 4;
     return { url, hostname, port, address: first.address, family, addresses: verdicts.map((verdict) => verdict.address) };

@@ -24,7 +24,11 @@ export function createOutboundHttpsEgress(
   }
   let policy: ReturnType<typeof createAddressPolicy>;
   try {
-    policy = createAddressPolicy({ allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS, requireHttps: true });
+    policy = createAddressPolicy({
+      allowPrivateCidrs: config.EGRESS_ALLOW_PRIVATE_CIDRS,
+      requireHttps: true,
+      settings: { allow: "EGRESS_ALLOW_PRIVATE_CIDRS" },
+    });
   } catch (err) {
     throw new ConfigError(`invalid configuration:\n  EGRESS_ALLOW_PRIVATE_CIDRS: ${(err as Error).message}`);
   }

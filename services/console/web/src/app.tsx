@@ -1,9 +1,11 @@
 import type { ComponentChildren } from "preact";
 import { useEffect, useState } from "preact/hooks";
 import { api, clearSession, loadSession, onSessionChange, type Session } from "./api";
-import { startLive, useLiveState } from "./live";
+import { startLive, useLiveStatus, useLiveState } from "./live";
+import { Attention, NotifySettingsButton, OfflineBanner } from "./notice";
 import { Link, navigate, useLocation } from "./router";
 import { ApiKeysPage } from "./pages/api-keys";
+import { AuditLogPage } from "./pages/audit-log";
 import { CustomSourcesPage } from "./pages/custom-sources";
 import { HeartbeatsPage } from "./pages/heartbeats";
 import { IncidentsPage } from "./pages/incidents";
@@ -12,7 +14,7 @@ import { LoginPage } from "./pages/login";
 import { MaintenancePage } from "./pages/maintenance";
 import { MembersPage } from "./pages/members";
 import { RoomPage } from "./pages/room";
-import { PageHeading } from "./ui";
+import { ConfirmHost, PageHeading } from "./ui";
 
 const NAV = [
   { href: "/incidents", label: "Incidents" },
@@ -21,6 +23,7 @@ const NAV = [
   { href: "/maintenance", label: "Maintenance" },
   { href: "/members", label: "Members" },
   { href: "/api-keys", label: "API keys" },
+  { href: "/audit-log", label: "Audit log" },
 ];
 
 /** The room's path is the incident's workspaceUrl path, so a link from a chat card opens it here. */
@@ -45,6 +48,9 @@ function LiveIndicator() {
 
 function Shell(props: { session: Session; path: string; children: ComponentChildren }) {
   useEffect(() => startLive(props.session), [props.session.token, props.session.org]);
+  // Each time the live connection comes back, the page is mounted afresh: every view reads again,
+  // including those that do not follow live events.
+  const { comebacks } = useLiveStatus();
   async function signOut() {
     await api("POST", "/auth/logout").catch(() => undefined);
     clearSession("You are signed out.");
@@ -55,6 +61,8 @@ function Shell(props: { session: Session; path: string; children: ComponentChild
       <a class="skip" href="#main">
         Skip to content
       </a>
+      <OfflineBanner />
+      <Attention session={props.session} />
       <header class="top">
         <div class="top-row">
           <Link href="/incidents" class="brand">
@@ -66,6 +74,7 @@ function Shell(props: { session: Session; path: string; children: ComponentChild
           </span>
           <LiveIndicator />
           <span class="spacer" />
+          <NotifySettingsButton />
           <span class="who muted">{props.session.email}</span>
           <button type="button" class="secondary small" onClick={signOut}>
             Sign out
@@ -83,9 +92,10 @@ function Shell(props: { session: Session; path: string; children: ComponentChild
           </ul>
         </nav>
       </header>
-      <main id="main" tabIndex={-1}>
+      <main id="main" tabIndex={-1} key={comebacks}>
         {props.children}
       </main>
+      <ConfirmHost />
     </>
   );
 }
@@ -140,6 +150,7 @@ export function App() {
   else if (loc.path === "/maintenance") page = <MaintenancePage />;
   else if (loc.path === "/members") page = <MembersPage />;
   else if (loc.path === "/api-keys") page = <ApiKeysPage />;
+  else if (loc.path === "/audit-log") page = <AuditLogPage />;
   else page = <NotFound />;
 
   return (

@@ -20,8 +20,18 @@ type Listener = (event: LiveEvent) => void;
 const listeners = new Set<Listener>();
 const stateListeners = new Set<(state: LiveState) => void>();
 let currentState: LiveState = "connecting";
+/** When the stream last brought anything (an event, or `ready`), in ms since the epoch. */
+let lastUpdateAt: number | undefined;
+/** How many times the stream came back after being lost: views key on it to read everything again. */
+let comebacks = 0;
+let wasOffline = false;
 
 function setState(state: LiveState): void {
+  if (state === "offline") wasOffline = true;
+  if (state === "live" && wasOffline) {
+    wasOffline = false;
+    comebacks++;
+  }
   currentState = state;
   for (const listener of stateListeners) listener(state);
 }
@@ -87,6 +97,7 @@ export function startLive(session: Session): () => void {
             } catch {
               return;
             }
+            lastUpdateAt = Date.now();
             if (event === "ready") {
               attempt = 0;
               setState("live");
@@ -110,10 +121,16 @@ export function startLive(session: Session): () => void {
     }
   }
 
+  // Offline at once when the browser knows the network is gone, and a new try when it is back,
+  // instead of waiting out the backoff.
+  const goneOffline = () => controller?.abort();
+  window.addEventListener("offline", goneOffline);
   void run();
   return () => {
     stopped = true;
+    window.removeEventListener("offline", goneOffline);
     controller?.abort();
+    wasOffline = false;
     setState("connecting");
   };
 }
@@ -145,4 +162,18 @@ export function useLiveState(): LiveState {
     };
   }, []);
   return state;
+}
+
+export interface LiveStatus {
+  state: LiveState;
+  /** When the stream last brought anything; undefined before the first frame. */
+  lastUpdateAt: number | undefined;
+  /** Grows by one each time the stream comes back after being lost. */
+  comebacks: number;
+}
+
+/** The stream's state with the time of its last update and how many times it came back. */
+export function useLiveStatus(): LiveStatus {
+  const state = useLiveState();
+  return { state, lastUpdateAt, comebacks };
 }

@@ -79,11 +79,25 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): Loaded<T> {
   return { data, error, loading, reload: run };
 }
 
+let pageTitle = "warroom";
+let titleCount = "";
+
+function renderTitle(): void {
+  document.title = `${titleCount ? `(${titleCount}) ` : ""}${pageTitle}`;
+}
+
+/** Puts the count of open unacknowledged incidents before the tab's title (none when zero). */
+export function setTitleCount(count: number, more: "" | "+"): void {
+  titleCount = count > 0 ? `${count}${more}` : "";
+  renderTitle();
+}
+
 /** The page's main heading; it takes focus after an in-app navigation (for screen readers). */
 export function PageHeading(props: { children: ComponentChildren; title: string }) {
   const ref = useRef<HTMLHeadingElement>(null);
   useEffect(() => {
-    document.title = `${props.title} · warroom`;
+    pageTitle = `${props.title} · warroom`;
+    renderTitle();
     if (hasNavigated()) ref.current?.focus();
   }, [props.title]);
   return (
@@ -290,5 +304,131 @@ export function Tabs(props: {
         {props.children}
       </div>
     </div>
+  );
+}
+
+export interface ConfirmOptions {
+  /** The dialog's title: the question. */
+  title: string;
+  /** What happens if the person goes ahead. */
+  message: string;
+  /** The confirming button's label, a verb ("Remove", "Issue"). */
+  confirmLabel: string;
+  /** Styles the confirming button as destructive. */
+  danger?: boolean;
+}
+
+interface PendingConfirm extends ConfirmOptions {
+  resolve(ok: boolean): void;
+}
+
+let showConfirm: ((pending: PendingConfirm) => void) | undefined;
+
+/**
+ * Asks the person to confirm in an in-app dialog (see ConfirmHost); resolves true when they
+ * confirm, false when they cancel (the Cancel button, Esc, or a click outside).
+ */
+export function askConfirm(options: ConfirmOptions): Promise<boolean> {
+  return new Promise((resolve) => {
+    if (!showConfirm) {
+      resolve(false);
+      return;
+    }
+    showConfirm({ ...options, resolve });
+  });
+}
+
+const FOCUSABLE = 'button:not([disabled]), [href], input:not([disabled]), select:not([disabled]), textarea:not([disabled]), [tabindex]:not([tabindex="-1"])';
+
+/**
+ * A modal dialog on the native <dialog> element: the rest of the page is inert while it is open,
+ * Tab and Shift+Tab stay inside it, Esc cancels, and focus returns to what had it before. The
+ * element named by `initialFocus` (else the first focusable one) takes focus on opening.
+ */
+export function Dialog(props: { open: boolean; title: string; onCancel(): void; children: ComponentChildren; describedBy?: string; initialFocus?: string }) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const titleId = useRef(`dialog-${Math.random().toString(36).slice(2, 9)}`).current;
+  useEffect(() => {
+    const dialog = ref.current;
+    if (!dialog || !props.open) return;
+    const previous = document.activeElement as HTMLElement | null;
+    if (!dialog.open) dialog.showModal();
+    const first = (props.initialFocus ? dialog.querySelector<HTMLElement>(props.initialFocus) : null) ?? dialog.querySelector<HTMLElement>(FOCUSABLE);
+    first?.focus();
+    return () => {
+      if (dialog.open) dialog.close();
+      previous?.focus?.();
+    };
+  }, [props.open]);
+  if (!props.open) return null;
+  return (
+    <dialog
+      ref={ref}
+      class="dialog"
+      aria-labelledby={titleId}
+      aria-describedby={props.describedBy}
+      onCancel={(e) => {
+        e.preventDefault();
+        props.onCancel();
+      }}
+      onClick={(e) => {
+        // A click on the backdrop (the dialog element itself, outside its content) cancels.
+        if (e.target === ref.current) props.onCancel();
+      }}
+      onKeyDown={(e) => {
+        if (e.key !== "Tab") return;
+        const items = [...(ref.current?.querySelectorAll<HTMLElement>(FOCUSABLE) ?? [])];
+        if (items.length === 0) return;
+        const first = items[0]!;
+        const last = items[items.length - 1]!;
+        if (e.shiftKey && document.activeElement === first) {
+          last.focus();
+          e.preventDefault();
+        } else if (!e.shiftKey && document.activeElement === last) {
+          first.focus();
+          e.preventDefault();
+        }
+      }}
+    >
+      <div class="dialog-body">
+        <h2 id={titleId}>{props.title}</h2>
+        {props.children}
+      </div>
+    </dialog>
+  );
+}
+
+/**
+ * Renders the confirmations askConfirm() asks for; mounted once. Enter confirms (the confirming
+ * button has focus), Esc cancels.
+ */
+export function ConfirmHost() {
+  const [pending, setPending] = useState<PendingConfirm | undefined>(undefined);
+  useEffect(() => {
+    showConfirm = (next) =>
+      setPending((current) => {
+        current?.resolve(false);
+        return next;
+      });
+    return () => {
+      showConfirm = undefined;
+    };
+  }, []);
+  const finish = (ok: boolean) => {
+    pending?.resolve(ok);
+    setPending(undefined);
+  };
+  return (
+    <Dialog open={pending !== undefined} title={pending?.title ?? ""} onCancel={() => finish(false)} describedBy="confirm-message" initialFocus=".confirm-go">
+      <p id="confirm-message">{pending?.message}</p>
+      <div class="dialog-actions">
+        <button type="button" class="secondary" onClick={() => finish(false)}>
+          Cancel
+        </button>
+        <button type="button" class={`confirm-go ${pending?.danger ? "danger" : ""}`} onClick={() => finish(true)}>
+          {pending?.confirmLabel}
+        </button>
+      </div>
+    </Dialog>
   );
 }

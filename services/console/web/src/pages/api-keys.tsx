@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { type ApiKey, api, orgPath } from "../api";
-import { Ago, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow } from "../ui";
 
 /**
  * The API keys page: the signed-in person's keys (every member's for admins and owners), a form to
@@ -25,7 +25,13 @@ export function ApiKeysPage() {
   }
 
   async function remove(key: ApiKey) {
-    if (!window.confirm(`Revoke the API key "${key.name}" of ${key.email}? Anything using it is refused from its next request.`)) return;
+    const ok = await askConfirm({
+      title: `Revoke the API key "${key.name}"?`,
+      message: `The key of ${key.email}: anything using it is refused from its next request.`,
+      confirmLabel: "Revoke",
+      danger: true,
+    });
+    if (!ok) return;
     await revoke.run(async () => {
       await api("DELETE", orgPath(`/api-keys/${encodeURIComponent(key.id)}`));
       if (created?.id === key.id) setCreated(null);

@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { api, orgPath, type Heartbeat } from "../api";
 import { exact, seconds } from "../format";
 import { Link } from "../router";
-import { Ago, ErrorNotice, PageHeading, Until, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, PageHeading, Until, useAction, useLoad, useNow } from "../ui";
 import { HeartbeatHistory, HeartbeatSnippets } from "./heartbeat-history";
 
 /** "1 h + 5 min", or for a schedule "30 2 * * * (Europe/Berlin) + 5 min", and "× 3 missed" when more misses are allowed. */
@@ -308,7 +308,13 @@ export function HeartbeatsPage(props: { org: string }) {
   }
 
   async function remove(heartbeat: Heartbeat) {
-    if (!window.confirm(`Delete the heartbeat ${heartbeat.name}? Its pings are then refused and its silence no longer opens incidents.`)) return;
+    const ok = await askConfirm({
+      title: `Delete the heartbeat ${heartbeat.name}?`,
+      message: "Its pings are then refused and its silence no longer opens incidents.",
+      confirmLabel: "Delete",
+      danger: true,
+    });
+    if (!ok) return;
     await rowAction.run(async () => {
       await api("DELETE", orgPath(`/heartbeats/${encodeURIComponent(heartbeat.name)}`));
       list.reload();

@@ -1,79 +1,97 @@
 import { useState } from "preact/hooks";
 import { api, orgPath, type ConformanceReport, type RemoteSource } from "../api";
-import { Ago, ErrorNotice, OnceSecret, PageHeading, Snippet, useAction, useLoad, useNow } from "../ui";
+import { alertmanagerAuthorizationBlock, alertmanagerHeadersBlock, chatCurl, datadogPayload, heartbeatCurl } from "../snippets";
+import { Ago, askConfirm, ErrorNotice, OnceSecret, PageHeading, Snippet, useAction, useLoad, useNow } from "../ui";
 
-// Ready-to-paste configuration for each sender. The base address is the one this console is
-// served from, which is the address people and monitors reach the service at.
+// Each credential issued here stays on screen until the person dismisses it, beside the others
+// issued in this tab: issuing the alert-router secret after the ingest token must not hide the
+// token, which is already live at the source and can never be shown again. They live in memory
+// only (never in storage), so they survive moving between pages but not a reload.
 
-/** The metrics monitor's webhook payload template, with its template variables. */
-export function datadogPayload(): string {
-  return JSON.stringify(
-    {
-      title: "$EVENT_TITLE",
-      body: "$EVENT_MSG",
-      alert_id: "$ALERT_ID",
-      event_id: "$ID",
-      alert_type: "$ALERT_TYPE",
-      alert_transition: "$ALERT_TRANSITION",
-      alert_priority: "$ALERT_PRIORITY",
-      alert_scope: "$ALERT_SCOPE",
-      tags: ["service:$TAGS[service]", "env:$TAGS[env]"],
-      link: "$LINK",
-      date: "$DATE",
-    },
-    null,
-    2,
+export { datadogPayload, heartbeatCurl } from "../snippets";
+
+type IssuedKind = "ingest" | "alertrouter" | "chat";
+interface Issued {
+  kind: IssuedKind;
+  value: string;
+  /** When it was issued, to tell two of the same session apart. */
+  at: string;
+}
+
+const ISSUED_NAMES: Record<IssuedKind, string> = { ingest: "ingest token", alertrouter: "alert-router secret", chat: "chat secret" };
+let issuedInTab: Issued[] = [];
+
+function IssuedCredential(props: { issued: Issued; org: string; origin: string; onDismiss(): void }) {
+  const { issued, origin } = props;
+  const label = ISSUED_NAMES[issued.kind];
+  return (
+    <section class="issued" data-issued={issued.kind} aria-labelledby={`issued-${issued.kind}-heading`}>
+      <div class="issued-head">
+        <h3 id={`issued-${issued.kind}-heading`}>
+          New {label} <span class="muted">(issued {new Date(issued.at).toLocaleTimeString()})</span>
+        </h3>
+        <button type="button" class="secondary small" onClick={props.onDismiss} aria-label={`Dismiss the ${label}`}>
+          Dismiss
+        </button>
+      </div>
+      <OnceSecret id={`issued-${issued.kind}`} label={label[0]!.toUpperCase() + label.slice(1)} value={issued.value} />
+      {issued.kind === "ingest" ? (
+        <>
+          <p>
+            Metrics monitor (Datadog webhooks integration): URL <code>{`${origin}/triggers`}</code>, custom headers and payload below. A <code>service:</code>{" "}
+            tag names the affected service.
+          </p>
+          <Snippet
+            id="snippet-datadog-headers"
+            title="Datadog webhook: custom headers"
+            text={JSON.stringify({ Authorization: `Bearer ${issued.value}` }, null, 2)}
+          />
+          <Snippet id="snippet-datadog-body" title="Datadog webhook: payload" text={datadogPayload()} />
+          <Snippet id="snippet-heartbeat" title="Heartbeat ping (end of your job)" text={heartbeatCurl(origin, props.org, issued.value)} />
+        </>
+      ) : null}
+      {issued.kind === "alertrouter" ? (
+        <>
+          <Snippet
+            id="snippet-alertmanager-authorization"
+            title="Alertmanager (any version, 0.25 included): receiver with authorization"
+            text={alertmanagerAuthorizationBlock(origin, issued.value)}
+          />
+          <Snippet
+            id="snippet-alertmanager"
+            title="Alertmanager (0.28.0 or later): receiver with http_headers"
+            text={alertmanagerHeadersBlock(origin, issued.value)}
+          />
+        </>
+      ) : null}
+      {issued.kind === "chat" ? <Snippet id="snippet-chat" title="Chat workflow: the call it makes" text={chatCurl(origin, props.org, issued.value)} /> : null}
+    </section>
   );
 }
 
-/** An Alertmanager receiver block that posts to this service with the alert-router secret. */
-export function alertmanagerBlock(origin: string, secret: string): string {
-  return [
-    "receivers:",
-    "  - name: warroom",
-    "    webhook_configs:",
-    `      - url: ${origin}/triggers/alertrouter`,
-    "        send_resolved: true",
-    "        http_config:",
-    "          http_headers:",
-    "            X-Service-Alertrouter-Secret:",
-    "              secrets:",
-    `                - ${secret}`,
-  ].join("\n");
-}
-
-/** The curl command that pings a heartbeat with the ingest token. */
-export function heartbeatCurl(origin: string, org: string, token: string, name = "<heartbeat-name>"): string {
-  return `curl -fsS -X POST -H "Authorization: Bearer ${token}" \\\n  ${origin}/o/${org}/heartbeats/${name}/ping`;
-}
-
-function chatCurl(origin: string, org: string, secret: string): string {
-  return [
-    `curl -fsS -X POST ${origin}/triggers/chat/${org} \\`,
-    `  -H "x-service-chat-secret: ${secret}" \\`,
-    `  -H "content-type: application/json" \\`,
-    `  -d '{"channel_id": "C012AB3CD", "message_id": "1718186712.000100", "author": "alice", "text": "checkout is down"}'`,
-  ].join("\n");
-}
-
-type Issued = { kind: "ingest"; value: string } | { kind: "alertrouter"; value: string } | { kind: "chat"; value: string };
-
 function Credentials(props: { org: string }) {
   const origin = location.origin;
-  const [issued, setIssued] = useState<Issued | undefined>(undefined);
+  const [issued, setIssuedState] = useState<Issued[]>(issuedInTab);
   const action = useAction();
+  const setIssued = (next: Issued[]) => {
+    issuedInTab = next;
+    setIssuedState(next);
+  };
 
-  async function issue(kind: Issued["kind"]) {
-    const names = { ingest: "ingest token", alertrouter: "alert-router secret", chat: "chat secret" };
-    if (!window.confirm(`Issue a new ${names[kind]}? It replaces the current one at once; senders still using the old one are refused.`)) return;
+  async function issue(kind: IssuedKind) {
+    const ok = await askConfirm({
+      title: `Issue a new ${ISSUED_NAMES[kind]}?`,
+      message: "It replaces the current one at once; senders still using the old one are refused.",
+      confirmLabel: "Issue",
+    });
+    if (!ok) return;
     await action.run(async () => {
-      if (kind === "ingest") {
-        const res = await api<{ token: string }>("POST", orgPath("/triggers/ingest-token"));
-        setIssued({ kind, value: res.token });
-      } else {
-        const res = await api<{ secret: string }>("POST", orgPath(kind === "chat" ? "/triggers/chat-secret" : "/triggers/alertrouter-secret"));
-        setIssued({ kind, value: res.secret });
-      }
+      const value =
+        kind === "ingest"
+          ? (await api<{ token: string }>("POST", orgPath("/triggers/ingest-token"))).token
+          : (await api<{ secret: string }>("POST", orgPath(kind === "chat" ? "/triggers/chat-secret" : "/triggers/alertrouter-secret"))).secret;
+      // A second one of the same kind replaces the first, which the service no longer accepts.
+      setIssued([...issuedInTab.filter((i) => i.kind !== kind), { kind, value, at: new Date().toISOString() }]);
     });
   }
 
@@ -82,7 +100,7 @@ function Credentials(props: { org: string }) {
       <h2 id="credentials-heading">Trigger credentials</h2>
       <p class="muted">
         Each is 64 hexadecimal characters, shown once, and replaces the previous one at once. The ingest token serves every monitor on{" "}
-        <code>POST /triggers</code> and every heartbeat ping.
+        <code>POST /triggers</code> and every heartbeat ping. What you issue stays here until you dismiss it.
       </p>
       <div class="actions">
         <button type="button" onClick={() => issue("ingest")} disabled={action.busy}>
@@ -96,38 +114,11 @@ function Credentials(props: { org: string }) {
         </button>
       </div>
       <ErrorNotice error={action.error} />
-      {issued?.kind === "ingest" ? (
-        <div class="issued" aria-live="polite">
-          <OnceSecret id="issued-ingest" label="Ingest token" value={issued.value} />
-          <p>
-            Metrics monitor (Datadog webhooks integration): URL <code>{`${origin}/triggers`}</code>, custom headers and payload below. A <code>service:</code>{" "}
-            tag names the affected service.
-          </p>
-          <Snippet
-            id="snippet-datadog-headers"
-            title="Datadog webhook: custom headers"
-            text={JSON.stringify({ Authorization: `Bearer ${issued.value}` }, null, 2)}
-          />
-          <Snippet id="snippet-datadog-body" title="Datadog webhook: payload" text={datadogPayload()} />
-          <Snippet id="snippet-heartbeat" title="Heartbeat ping (end of your job)" text={heartbeatCurl(origin, props.org, issued.value)} />
-        </div>
-      ) : null}
-      {issued?.kind === "alertrouter" ? (
-        <div class="issued" aria-live="polite">
-          <OnceSecret id="issued-alertrouter" label="Alert-router secret" value={issued.value} />
-          <Snippet
-            id="snippet-alertmanager"
-            title="Alertmanager (0.28.0 or later): receiver with webhook_configs"
-            text={alertmanagerBlock(origin, issued.value)}
-          />
-        </div>
-      ) : null}
-      {issued?.kind === "chat" ? (
-        <div class="issued" aria-live="polite">
-          <OnceSecret id="issued-chat" label="Chat secret" value={issued.value} />
-          <Snippet id="snippet-chat" title="Chat workflow: the call it makes" text={chatCurl(origin, props.org, issued.value)} />
-        </div>
-      ) : null}
+      <div aria-live="polite">
+        {issued.map((i) => (
+          <IssuedCredential key={i.kind} issued={i} org={props.org} origin={origin} onDismiss={() => setIssued(issuedInTab.filter((x) => x !== i))} />
+        ))}
+      </div>
     </section>
   );
 }
@@ -155,7 +146,13 @@ function ChatWebhook() {
   }
 
   async function remove() {
-    if (!window.confirm("Remove the chat-webhook connection? Approved updates then have nowhere to go until a new one is saved.")) return;
+    const ok = await askConfirm({
+      title: "Remove the chat-webhook connection?",
+      message: "Approved updates then have nowhere to go until a new one is saved.",
+      confirmLabel: "Remove",
+      danger: true,
+    });
+    if (!ok) return;
     await action.run(async () => {
       await api("DELETE", path);
       setTest(undefined);
@@ -217,7 +214,15 @@ function EgressSwitch() {
   const enabled = egress.data?.enabled ?? false;
 
   async function toggle(next: boolean) {
-    if (next && !window.confirm("Switch real egress on? From now on every approved update you send is posted to the real chat channel.")) return;
+    if (
+      next &&
+      !(await askConfirm({
+        title: "Switch real egress on?",
+        message: "From now on every approved update you send is posted to the real chat channel.",
+        confirmLabel: "Switch on",
+      }))
+    )
+      return;
     await action.run(async () => {
       await api("PUT", orgPath("/oncall/egress"), { enabled: next });
       egress.reload();
@@ -291,6 +296,22 @@ function RemoteSources() {
   const [form, setForm] = useState({ name: "", baseUrl: "", transport: "http", tenantRef: "", bearerToken: "" });
   const create = useAction();
   const test = useAction();
+  const change = useAction();
+  const [editing, setEditing] = useState("");
+
+  async function remove(source: RemoteSource) {
+    const ok = await askConfirm({
+      title: `Delete the remote source ${source.name}?`,
+      message: "Its connection and credential are deleted; incidents that name it keep their history, and its reads stop.",
+      confirmLabel: "Delete",
+      danger: true,
+    });
+    if (!ok) return;
+    await change.run(async () => {
+      await api("DELETE", orgPath(`/remote-sources/${encodeURIComponent(source.id)}`));
+      sources.reload();
+    });
+  }
 
   async function submit(event: Event) {
     event.preventDefault();
@@ -329,7 +350,7 @@ function RemoteSources() {
       <p class="muted">
         Telemetry sources hosted by third parties. Test connection runs the conformance check; a source is marked connected only when every check passes.
       </p>
-      <ErrorNotice error={sources.error || test.error} />
+      <ErrorNotice error={sources.error || test.error || change.error} />
       {list.length === 0 ? (
         <p class="empty">No remote sources yet.</p>
       ) : (
@@ -345,10 +366,33 @@ function RemoteSources() {
                     {source.lastError ? <span class="error-text">{` · ${source.lastError}`}</span> : null}
                   </div>
                 </div>
-                <button type="button" class="secondary" onClick={() => runTest(source)} disabled={testing !== ""}>
-                  {testing === source.id ? "Testing…" : "Test connection"}
-                </button>
+                <div class="row-actions">
+                  <button type="button" class="secondary" onClick={() => runTest(source)} disabled={testing !== ""}>
+                    {testing === source.id ? "Testing…" : "Test connection"}
+                  </button>
+                  <button
+                    type="button"
+                    class="secondary"
+                    aria-expanded={editing === source.id}
+                    aria-label={`Edit ${source.name}`}
+                    onClick={() => setEditing(editing === source.id ? "" : source.id)}
+                  >
+                    Edit
+                  </button>
+                  <button type="button" class="danger" aria-label={`Delete ${source.name}`} onClick={() => remove(source)} disabled={change.busy}>
+                    Delete
+                  </button>
+                </div>
               </div>
+              {editing === source.id ? (
+                <EditRemoteSource
+                  source={source}
+                  onDone={() => {
+                    setEditing("");
+                    sources.reload();
+                  }}
+                />
+              ) : null}
               {reports[source.id] ? <Report report={reports[source.id]!} name={source.name} /> : null}
             </li>
           ))}
@@ -389,6 +433,67 @@ function RemoteSources() {
         </form>
       </details>
     </section>
+  );
+}
+
+/** Changes a remote source's target or credential; a change sets it back to untested. */
+function EditRemoteSource(props: { source: RemoteSource; onDone(): void }) {
+  const { source } = props;
+  const [form, setForm] = useState({ name: source.name, baseUrl: source.baseUrl, transport: source.transport, tenantRef: source.tenantRef, bearerToken: "" });
+  const save = useAction();
+  const id = `rs-edit-${source.id}`;
+  const field = (key: keyof typeof form) => ({
+    value: form[key],
+    onInput: (e: { currentTarget: { value: string } }) => setForm((f) => ({ ...f, [key]: e.currentTarget.value })),
+  });
+  async function submit(event: Event) {
+    event.preventDefault();
+    const done = await save.run(() =>
+      api<RemoteSource>("PATCH", orgPath(`/remote-sources/${encodeURIComponent(source.id)}`), {
+        name: form.name.trim(),
+        baseUrl: form.baseUrl.trim(),
+        transport: form.transport,
+        tenantRef: form.tenantRef.trim(),
+        ...(form.bearerToken ? { auth: { bearerToken: form.bearerToken } } : {}),
+      }),
+    );
+    if (done) props.onDone();
+  }
+  return (
+    <form onSubmit={submit} class="grid-2 edit-source" aria-label={`Edit ${source.name}`}>
+      <div>
+        <label for={`${id}-name`}>Name</label>
+        <input id={`${id}-name`} required {...field("name")} />
+      </div>
+      <div>
+        <label for={`${id}-url`}>Base URL</label>
+        <input id={`${id}-url`} type="url" required {...field("baseUrl")} />
+      </div>
+      <div>
+        <label for={`${id}-transport`}>Transport</label>
+        <select id={`${id}-transport`} value={form.transport} onChange={(e) => setForm((f) => ({ ...f, transport: e.currentTarget.value }))}>
+          <option value="http">HTTP with JSON</option>
+          <option value="grpc">gRPC</option>
+        </select>
+      </div>
+      <div>
+        <label for={`${id}-tenant`}>Tenant reference</label>
+        <input id={`${id}-tenant`} required {...field("tenantRef")} />
+      </div>
+      <div>
+        <label for={`${id}-token`}>New bearer token (empty keeps the current one)</label>
+        <input id={`${id}-token`} type="password" autoComplete="off" {...field("bearerToken")} />
+      </div>
+      <div class="form-end">
+        <ErrorNotice error={save.error} />
+        <button type="submit" disabled={save.busy}>
+          Save changes
+        </button>
+        <button type="button" class="secondary" onClick={props.onDone}>
+          Cancel
+        </button>
+      </div>
+    </form>
   );
 }
 

@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, orgPath, SOURCE_BADGES, type Entity, type MaintenanceWindow } from "../api";
 import { exact, toLocalInput, until } from "../format";
-import { ErrorNotice, PageHeading, useAction, useLoad, useNow } from "../ui";
+import { askConfirm, ErrorNotice, type Loaded, PageHeading, useAction, useLoad, useNow } from "../ui";
 
 function phase(mw: MaintenanceWindow, now: number): "upcoming" | "active" | "ended" {
   if (Date.parse(mw.endsAt ?? "") <= now) return "ended";
@@ -30,10 +30,83 @@ function parseEntities(text: string): Entity[] {
     });
 }
 
+/** One table of windows: the current ones or the past ones, each with its action. */
+function WindowTable(props: {
+  list: Loaded<MaintenanceWindow[]>;
+  now: number;
+  busy: boolean;
+  labelledBy: string;
+  empty: string;
+  past?: boolean;
+  onAct(mw: MaintenanceWindow, verb: string): void;
+}) {
+  const windows = props.list.data ?? [];
+  if (props.list.loading && !props.list.data) return <p class="muted">Loading…</p>;
+  if (windows.length === 0) return <p class="empty">{props.empty}</p>;
+  return (
+    <table class="list windows" aria-labelledby={props.labelledBy}>
+      <thead>
+        <tr>
+          <th scope="col">Reason</th>
+          <th scope="col">When</th>
+          <th scope="col">Covers</th>
+          <th scope="col">Status</th>
+          <th scope="col">
+            <span class="sr-only">Actions</span>
+          </th>
+        </tr>
+      </thead>
+      <tbody>
+        {windows.map((w) => {
+          // The service's clock decides what is past; the page's clock only ticks the others on.
+          const p = props.past ? "ended" : phase(w, props.now);
+          const verb = p === "active" ? "End now" : p === "upcoming" ? "Cancel" : "Remove";
+          return (
+            <tr key={w.id} data-window={w.id}>
+              <td data-label="Reason">{w.reason || <span class="muted">no reason given</span>}</td>
+              <td data-label="When">
+                <time dateTime={w.startsAt ?? undefined}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt ?? undefined}>{exact(w.endsAt)}</time>
+              </td>
+              <td data-label="Covers">{matchText(w)}</td>
+              <td data-label="Status">
+                <span class={`badge mw-${p}`}>
+                  {p === "active" ? `active, ends ${until(w.endsAt, props.now)}` : p === "upcoming" ? `starts ${until(w.startsAt, props.now)}` : "ended"}
+                </span>
+              </td>
+              <td data-label="Actions" class="row-actions">
+                <button
+                  type="button"
+                  class={p === "active" ? "danger" : "secondary"}
+                  onClick={() => props.onAct(w, verb)}
+                  disabled={props.busy}
+                  aria-label={`${verb}: ${w.reason}`}
+                >
+                  {verb}
+                </button>
+              </td>
+            </tr>
+          );
+        })}
+      </tbody>
+    </table>
+  );
+}
+
 /** The maintenance page: the organization's windows and a form to create one. */
 export function MaintenancePage() {
   const now = useNow(10_000);
-  const list = useLoad(() => api<{ maintenanceWindows: MaintenanceWindow[] }>("GET", orgPath("/maintenance-windows")).then((r) => r.maintenanceWindows), []);
+  const current = useLoad(
+    () => api<{ maintenanceWindows: MaintenanceWindow[] }>("GET", orgPath("/maintenance-windows?state=current")).then((r) => r.maintenanceWindows),
+    [],
+  );
+  const past = useLoad(
+    () => api<{ maintenanceWindows: MaintenanceWindow[] }>("GET", orgPath("/maintenance-windows?state=past")).then((r) => r.maintenanceWindows),
+    [],
+  );
+  const reload = () => {
+    current.reload();
+    past.reload();
+  };
   const [reason, setReason] = useState("");
   const [startsAt, setStartsAt] = useState(() => toLocalInput(new Date()));
   const [endsAt, setEndsAt] = useState(() => toLocalInput(new Date(Date.now() + 3600_000)));
@@ -56,75 +129,41 @@ export function MaintenancePage() {
       setReason("");
       setSources([]);
       setEntities("");
-      list.reload();
+      reload();
     }
   }
 
-  async function remove(mw: MaintenanceWindow, verb: string) {
-    if (!window.confirm(`${verb} the maintenance window "${mw.reason}"? Matching alerts then open incidents again.`)) return;
+  /** Ends an active window now (it moves to past); cancels an upcoming one or removes a past one. */
+  async function act(mw: MaintenanceWindow, verb: string) {
+    const ending = verb === "End now";
+    const ok = await askConfirm({
+      title: `${verb}: the maintenance window "${mw.reason}"?`,
+      message: ending
+        ? "It ends at once and stays listed under past windows; matching alerts open incidents again."
+        : verb === "Cancel"
+          ? "It is deleted before it starts."
+          : "It is deleted from the list; the audit log keeps its record.",
+      confirmLabel: verb,
+      danger: true,
+    });
+    if (!ok) return;
     await end.run(async () => {
-      await api("DELETE", orgPath(`/maintenance-windows/${encodeURIComponent(mw.id)}`));
-      list.reload();
+      const path = `/maintenance-windows/${encodeURIComponent(mw.id)}`;
+      if (ending) await api("POST", orgPath(`${path}/end`));
+      else await api("DELETE", orgPath(path));
+      reload();
     });
   }
 
-  const windows = list.data ?? [];
   return (
     <>
       <PageHeading title="Maintenance windows">Maintenance windows</PageHeading>
       <p class="muted">While a window is active, a matching delivery is answered "suppressed" and opens nothing.</p>
-      <ErrorNotice error={list.error || end.error} />
-      {list.loading && !list.data ? (
-        <p class="muted">Loading…</p>
-      ) : windows.length === 0 ? (
-        <p class="empty">No maintenance windows.</p>
-      ) : (
-        <table class="list windows">
-          <caption class="sr-only">Maintenance windows, latest start first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Reason</th>
-              <th scope="col">When</th>
-              <th scope="col">Covers</th>
-              <th scope="col">Status</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {windows.map((w) => {
-              const p = phase(w, now);
-              const verb = p === "active" ? "End now" : p === "upcoming" ? "Cancel" : "Remove";
-              return (
-                <tr key={w.id} data-window={w.id}>
-                  <td data-label="Reason">{w.reason || <span class="muted">no reason given</span>}</td>
-                  <td data-label="When">
-                    <time dateTime={w.startsAt ?? undefined}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt ?? undefined}>{exact(w.endsAt)}</time>
-                  </td>
-                  <td data-label="Covers">{matchText(w)}</td>
-                  <td data-label="Status">
-                    <span class={`badge mw-${p}`}>
-                      {p === "active" ? `active, ends ${until(w.endsAt, now)}` : p === "upcoming" ? `starts ${until(w.startsAt, now)}` : "ended"}
-                    </span>
-                  </td>
-                  <td data-label="Actions" class="row-actions">
-                    <button
-                      type="button"
-                      class={p === "active" ? "danger" : "secondary"}
-                      onClick={() => remove(w, verb)}
-                      disabled={end.busy}
-                      aria-label={`${verb}: ${w.reason}`}
-                    >
-                      {verb}
-                    </button>
-                  </td>
-                </tr>
-              );
-            })}
-          </tbody>
-        </table>
-      )}
+      <ErrorNotice error={current.error || past.error || end.error} />
+      <h2 id="mw-current">Active and upcoming</h2>
+      <WindowTable list={current} now={now} busy={end.busy} onAct={act} labelledBy="mw-current" empty="No active or upcoming maintenance windows." />
+      <h2 id="mw-past">Past</h2>
+      <WindowTable list={past} now={now} busy={end.busy} onAct={act} labelledBy="mw-past" empty="No past maintenance windows." past />
 
       <form class="card" onSubmit={submit} aria-labelledby="mw-heading">
         <h2 id="mw-heading">Create a maintenance window</h2>

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, loadSession, type Member, orgPath } from "../api";
-import { ErrorNotice, PageHeading, useAction, useLoad } from "../ui";
+import { askConfirm, ErrorNotice, PageHeading, useAction, useLoad } from "../ui";
 
 const ROLES = ["member", "admin", "owner"] as const;
 const RANK: Record<string, number> = { member: 1, admin: 2, owner: 3 };
@@ -67,7 +67,13 @@ export function MembersPage() {
   }
 
   async function remove(member: Member) {
-    if (!window.confirm(`Remove ${member.email}? Their sessions and API keys stop working at once.`)) return;
+    const ok = await askConfirm({
+      title: `Remove ${member.email}?`,
+      message: "Their sessions and API keys stop working at once.",
+      confirmLabel: "Remove",
+      danger: true,
+    });
+    if (!ok) return;
     setNotice("");
     const done = await change.run(async () => {
       await api("DELETE", orgPath(`/members/${encodeURIComponent(member.id)}`));

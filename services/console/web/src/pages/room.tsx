@@ -3,7 +3,7 @@ import { api, orgPath, SEVERITIES, type Incident, type TimelineEntry } from "../
 import { exact, safeHref } from "../format";
 import { useLiveEvents } from "../live";
 import { Link, navigate, useLocation } from "../router";
-import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
 import { EvidencePanel } from "./evidence";
 import { RespondControls } from "./respond";
@@ -166,11 +166,16 @@ export function RoomPage(props: { id: string }) {
   }
 
   async function change(verb: "resolve" | "archive") {
-    const question =
+    const ok = await askConfirm(
       verb === "resolve"
-        ? "Resolve this incident? The next matching alert opens a new incident."
-        : "Archive this incident? It leaves the open and resolved lists; the next matching alert opens a new incident.";
-    if (!window.confirm(question)) return;
+        ? { title: "Resolve this incident?", message: "The next matching alert opens a new incident.", confirmLabel: "Resolve" }
+        : {
+            title: "Archive this incident?",
+            message: "It leaves the open and resolved lists; the next matching alert opens a new incident.",
+            confirmLabel: "Archive",
+          },
+    );
+    if (!ok) return;
     await action.run(async () => {
       await api<Incident>("POST", orgPath(`/incidents/${encodeURIComponent(props.id)}/${verb}`));
       incident.reload();
