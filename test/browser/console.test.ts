@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -20,7 +21,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // webhook (a real HTTPS receiver on loopback) and for a remote source, the approve-and-send flow,
 // heartbeats and maintenance windows. Each screen is saved under test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
 
@@ -97,22 +97,7 @@ beforeAll(async () => {
   owner = await app.ownerToken();
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: 1280, height: 800 },
-    timeout: 30_000,
-  });
+  context = await launchChromium(profile, {});
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());
   // Confirmations are the console's own dialogs; a native one would be a regression.

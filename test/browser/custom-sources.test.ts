@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -13,7 +14,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // payload, the delivery log, and rotate and revoke behind an in-app confirmation. Each screen is
 // saved under test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 15_000;
 
@@ -58,21 +58,8 @@ beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   app = await startConsoleApp();
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
+  context = await launchChromium(profile, {
     viewport: { width: 1280, height: 900 },
-    timeout: 30_000,
   });
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());

@@ -2,7 +2,8 @@ import { randomBytes } from "node:crypto";
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -15,7 +16,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // without a reload: a chart with its time axis, the opened time marked and the unit, the log
 // table, the partial read with its reason, the runbook first. Saved under test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const SOURCE_TOKEN = `tok-${randomBytes(12).toString("hex")}`;
 
@@ -100,21 +100,8 @@ beforeAll(async () => {
   expect(saved.status, JSON.stringify(saved.body)).toBe(200);
 
   profile = mkdtempSync(join(tmpdir(), "evidence-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
+  context = await launchChromium(profile, {
     viewport: { width: 1280, height: 900 },
-    timeout: 30_000,
   });
   context.setDefaultTimeout(15_000);
   page = context.pages()[0] ?? (await context.newPage());

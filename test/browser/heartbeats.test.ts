@@ -3,7 +3,8 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
@@ -15,7 +16,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // open incident with its silent time counting live, and setup snippets whose commands are run
 // here with sh against the running service. Each screen is saved under test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
 const JOB_PLACEHOLDER = "/usr/local/bin/your-job";
@@ -96,12 +96,8 @@ beforeAll(async () => {
   app = await startConsoleApp({ env: { HEARTBEAT_SWEEP_SECONDS: "1" } });
   owner = await app.ownerToken();
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+  context = await launchChromium(profile, {
     viewport: { width: 1280, height: 900 },
-    timeout: 30_000,
   });
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());

@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -11,7 +12,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // driven by playwright-core, against the whole service on loopback. Each screen is saved under
 // test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
 const PASSWORD = "password-123";
@@ -91,22 +91,7 @@ beforeAll(async () => {
   app = await startConsoleApp();
   owner = await app.ownerToken();
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: 1280, height: 800 },
-    timeout: 30_000,
-  });
+  context = await launchChromium(profile, {});
   context.setDefaultTimeout(WAIT);
   page = await signedIn(OWNER.email, OWNER.password);
 }, 240_000);

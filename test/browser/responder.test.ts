@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { createConsoleHttp } from "../../services/console/console-http.js";
@@ -16,7 +17,6 @@ import { OWNER, startApp, type TestApp } from "../support/app.js";
 // by keyboard. Every page is checked with axe-core (no serious or critical violation) and at a
 // phone's width.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
@@ -76,14 +76,9 @@ beforeAll(async () => {
   owner = await app.ownerToken();
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
   profile = mkdtempSync(join(tmpdir(), "responder-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-    viewport: { width: 1280, height: 800 },
+  context = await launchChromium(profile, {
     // The profile grants notifications to the service's origin, as a person would at the prompt.
     permissions: ["notifications"],
-    timeout: 30_000,
   });
   context.setDefaultTimeout(WAIT);
   // Records each notification the page shows (and still shows it).

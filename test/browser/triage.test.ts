@@ -1,7 +1,8 @@
 import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { chromium, type BrowserContext, type Page } from "playwright-core";
+import type { BrowserContext, Page } from "playwright-core";
+import { launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -12,7 +13,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // owner, the time zone, a resolved incident's duration), its filters kept in the URL, and the
 // room's Acknowledge, owner picker and note box. Each screen is saved under test/artifacts/.
 
-const CHROMIUM = "/usr/bin/chromium";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 15_000;
 
@@ -70,22 +70,8 @@ beforeAll(async () => {
   expect((await app.call("POST", `/o/acme/incidents/${ids.old}/resolve`, { token: owner })).status).toBe(200);
 
   profile = mkdtempSync(join(tmpdir(), "triage-chromium-"));
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: [
-      "--headless",
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-    viewport: { width: 1280, height: 800 },
+  context = await launchChromium(profile, {
     timezoneId: "Europe/Berlin",
-    timeout: 30_000,
   });
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());
