@@ -21,7 +21,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     store,
     logger,
     broadcast,
-    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl },
+    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast },
     shares: createFairShares({
       perOrg: ctx.config.INTAKE_ORG_IN_FLIGHT,
       total: ctx.config.INTAKE_IN_FLIGHT,

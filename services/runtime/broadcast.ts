@@ -21,6 +21,13 @@ export interface Broadcast {
 }
 
 /**
+ * Subject a change to a custom source (its rules, how it takes its credential, a rotation, a
+ * revocation, a deletion) is broadcast on by intake, with the source's id, before the change is
+ * answered: every intake replica drops what it cached of that source at once.
+ */
+export const CUSTOM_SOURCE_CHANGED = "credentials.custom_source.changed";
+
+/**
  * A broadcast for a process that has every service in it: a notice reaches this process's
  * subscribers only, at once.
  */

@@ -1,4 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
+import { CUSTOM_SOURCE_CHANGED } from "./broadcast.js";
 import { internalServices } from "./clients.js";
 import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "./public-surface.js";
@@ -8,7 +9,8 @@ import { subjectForPath } from "./nats-transport.js";
  * Least-privilege NATS users, one per service process: each subscribes only to its own service's
  * RPC subjects and its own reply inbox, and publishes only the calls it makes. The gateway may
  * call the public methods (those with an HTTP route) and identity's Authenticate, never
- * Bootstrap, Record or the other internal methods. Identity alone may publish broadcast notices.
+ * Bootstrap, Record or the other internal methods. Identity may publish broadcast notices, and
+ * intake only the one that announces a changed custom source.
  * `npm run nats-config` renders these as a nats-server `authorization` block; the file under
  * `deploy/` is checked against it.
  */
@@ -110,6 +112,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
         prefixed(subjectPrefix, "events.>"),
         prefixed(subjectPrefix, "deadletter.>"),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
+        ...(user === "intake" ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`)] : []),
         ...jetstream,
       ],
     },

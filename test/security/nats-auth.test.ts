@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CUSTOM_SOURCE_CHANGED } from "../../services/runtime/broadcast.js";
 import { loadConfig } from "../../services/runtime/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/nats-permissions.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
@@ -111,11 +112,13 @@ describe("a cluster on an authenticated NATS", () => {
     }
   });
 
-  it("gives every service a user, and no service but identity the right to broadcast", () => {
+  it("gives every service a user, and no service but identity the right to broadcast, and intake only its custom-source notice", () => {
     for (const user of NATS_USERS) {
       const p = natsPermissions(user);
       expect(p.publish.allow.some((s) => s.includes("IdentityService.Bootstrap"))).toBe(false);
       expect(p.publish.allow.includes("broadcast.>")).toBe(user === "identity");
+      const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
+      expect(broadcasts).toEqual(user === "identity" ? ["broadcast.>"] : user === "intake" ? [`broadcast.${CUSTOM_SOURCE_CHANGED}`] : []);
     }
   });
 });

@@ -35,6 +35,7 @@ import {
   windowName,
   windowSpecOf,
 } from "./config-schedules.js";
+import { CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { CustomSourcesDeps } from "./custom-source-handlers.js";
 import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "./custom-source-records.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "./store.js";
@@ -257,7 +258,8 @@ export function createConfigAsCodeHandlers(deps: {
       const response = create(ApplyConfigResponseSchema, { changes, applied: false });
       if (req.dryRun || changes.length === 0) return response;
 
-      const { sql, outbox, publicUrl } = need();
+      const { sql, outbox, publicUrl, broadcast } = need();
+      const changedSources: string[] = [];
       await sql.begin(async (tx) => {
         await tx`select pg_advisory_xact_lock(hashtext(${`custom-sources:${principal.orgId}`}))`;
         const audit = (kind: string, data: JsonObject) =>
@@ -280,13 +282,15 @@ export function createConfigAsCodeHandlers(deps: {
               });
               await audit("custom_source.created", { id, name: spec.name });
             } else if (c.action === "update" && spec) {
-              await tx`
+              const updated = await tx<{ id: string }[]>`
                 update intake.custom_sources set rules = ${rules!}, version = version + 1, secret_in_path = ${spec.secretInPath},
                   basic_auth = ${spec.basicAuth}, preset = ${spec.preset}
-                where org_id = ${principal.orgId} and name = ${spec.name}`;
+                where org_id = ${principal.orgId} and name = ${spec.name} returning id`;
+              changedSources.push(...updated.map((row) => row.id));
               await audit("custom_source.updated", { name: spec.name });
             } else if (c.action === "delete") {
-              await tx`delete from intake.custom_sources where org_id = ${principal.orgId} and name = ${c.name}`;
+              const deleted = await tx<{ id: string }[]>`delete from intake.custom_sources where org_id = ${principal.orgId} and name = ${c.name} returning id`;
+              changedSources.push(...deleted.map((row) => row.id));
               await audit("custom_source.deleted", { name: c.name });
             }
           } else if (c.kind === "groupingOverride") {
@@ -305,6 +309,8 @@ export function createConfigAsCodeHandlers(deps: {
         }
       });
       outbox.poke();
+      // Every replica drops what it cached of a changed source before the change is answered.
+      for (const id of changedSources) await broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
 
       // Then the heartbeats and windows, each through its own service: what is added before what
       // is removed, so a refusal midway never leaves fewer than either the old or the new set.

@@ -3,7 +3,9 @@ import type { HandlerContext } from "@connectrpc/connect";
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverCustomSourceRequest } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { RateLimitedError, UnauthenticatedError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { Logger } from "../../runtime/logger.js";
+import { createRevocableCache } from "../../runtime/revocable-cache.js";
 import { sha256 } from "../../runtime/secrets.js";
 import { isUuid } from "../../runtime/ids.js";
 import type { DeliveryPath, TriggerAnswer } from "../delivery.js";
@@ -14,7 +16,7 @@ import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
-import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry } from "./store.js";
+import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
 export function unmappedTitle(sourceName: string): string {
@@ -101,14 +103,20 @@ export function createCustomSourceDelivery(deps: {
   delivery: DeliveryPath;
   logger: Logger;
   failures: ReceiverFailureStore;
+  broadcast: Broadcast;
 }) {
   const { store, compiled, delivery, logger, failures } = deps;
+  // The source lookup by id and credential, cached per process: a storm sends one source's
+  // credential thousands of times a second. Grouped by source id, which a change broadcasts.
+  const sources = createRevocableCache<CustomSourceRow>({ broadcast: deps.broadcast, subject: CUSTOM_SOURCE_CHANGED });
+  const records = createRecordWriter(store, logger);
 
   /** The source whose current credential the request presents, when it presents one it may use. */
   async function credentialed(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow | undefined> {
     const presented = presentedSecret(req, context.requestHeader.get("authorization"));
     if (!presented || !isUuid(req.sourceId) || presented.secret.length > 256) return undefined;
-    const row = await store.byCredential(req.sourceId, sha256(presented.secret));
+    const hash = sha256(presented.secret);
+    const row = await sources.get(`${req.sourceId}:${hash.toString("hex")}`, req.sourceId, () => store.byCredential(req.sourceId, hash), context.signal);
     if (!row) return undefined;
     if (presented.via === "path" && !row.secret_in_path) return undefined;
     if (presented.via === "basic" && !row.basic_auth) return undefined;
@@ -148,11 +156,10 @@ export function createCustomSourceDelivery(deps: {
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const kept = { ...boundedBody(body), headers: redactHeaders(headers), query };
-      // The kept payload and the log row are written together once the delivery is answered (one
-      // statement), and what is kept for admins to look at never costs the sender its delivery.
-      const keepAndLog = (entry: DeliveryLogEntry) =>
-        store.keepAndLog(row.id, kept, entry).catch((err: unknown) => logger.warn({ err: String(err) }, "could not keep a custom-source payload and log row"));
+      const payload = { ...boundedBody(body), headers: redactHeaders(headers), query };
+      // The kept payload and the log row are written once the delivery is answered, with those of
+      // the deliveries answered at the same time, and never cost the sender its delivery.
+      const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, payload, entry });
       const result = mapping(row, body, headers, query);
       const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
@@ -172,6 +179,54 @@ export function createCustomSourceDelivery(deps: {
         reason: answer.reason,
       });
       return answer;
+    },
+  };
+}
+
+/** The most deliveries' records one statement writes. */
+const MOST_RECORDS_PER_STATEMENT = 100;
+
+/**
+ * Writes deliveries' kept payloads and log rows as a group commit: the first is written at once,
+ * and those that arrive while a statement runs wait for it and go together in the next one, so
+ * a storm costs a statement per batch rather than per delivery, and a lone delivery waits for
+ * nothing. Each write resolves once its record is written (or failed, which is logged): a log
+ * read right after a delivery's answer shows it. A batch that fails is written again one record
+ * at a time, so one bad record (its source deleted meanwhile) costs no other its row.
+ */
+function createRecordWriter(store: CustomSourceStore, logger: Logger) {
+  let waiting: { record: DeliveryRecord; written: () => void }[] = [];
+  let writing = false;
+
+  async function writeAll(batch: DeliveryRecord[]): Promise<void> {
+    let logged: Awaited<ReturnType<CustomSourceStore["keepAndLogMany"]>>;
+    try {
+      logged = await store.keepAndLogMany(batch);
+    } catch (err) {
+      if (batch.length > 1) for (const record of batch) await writeAll([record]);
+      else logger.warn({ err: String(err), source: batch[0]!.sourceId }, "could not keep a custom-source payload and log row");
+      return;
+    }
+    await store.trimLogs(logged).catch((err: unknown) => logger.warn({ err: String(err) }, "could not trim a custom-source delivery log"));
+  }
+
+  async function drain(): Promise<void> {
+    writing = true;
+    while (waiting.length > 0) {
+      const batch = waiting.slice(0, MOST_RECORDS_PER_STATEMENT);
+      waiting = waiting.slice(batch.length);
+      await writeAll(batch.map((w) => w.record));
+      for (const w of batch) w.written();
+    }
+    writing = false;
+  }
+
+  return {
+    write(record: DeliveryRecord): Promise<void> {
+      return new Promise((written) => {
+        waiting.push({ record, written });
+        if (!writing) void drain();
+      });
     },
   };
 }

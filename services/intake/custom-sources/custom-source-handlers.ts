@@ -16,6 +16,7 @@ import {
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import { type IntakeService, TriggerResponseSchema } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/auth.js";
+import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { Clients } from "../../runtime/clients.js";
 import type { Sql, TransactionSql } from "../../runtime/database.js";
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../../runtime/errors.js";
@@ -33,11 +34,15 @@ import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource,
 import { PRESETS, presetNamed } from "./presets.js";
 import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
 
-/** What custom sources need beyond intake's own deps: their tables, the outbox for audit, the public URL. */
+/**
+ * What custom sources need beyond intake's own deps: their tables, the outbox for audit, the
+ * public URL, and the broadcast that tells every replica a source changed.
+ */
 export interface CustomSourcesDeps {
   sql: Sql;
   outbox: Outbox;
   publicUrl: string;
+  broadcast: Broadcast;
 }
 
 type CustomSourceMethods =
@@ -80,7 +85,8 @@ export function createCustomSourceHandlers(deps: {
   const config = deps.customSources;
   const store = config ? createCustomSourceStore(config.sql) : undefined;
   const compiled = createCompiledRulesCache();
-  const receiver = store ? createCustomSourceDelivery({ store, compiled, delivery, logger, failures: deps.failures }) : undefined;
+  const receiver =
+    config && store ? createCustomSourceDelivery({ store, compiled, delivery, logger, failures: deps.failures, broadcast: config.broadcast }) : undefined;
 
   function need<T>(value: T | undefined): T {
     if (value === undefined) throw new UnavailableError("custom sources are not available in this process");
@@ -99,14 +105,25 @@ export function createCustomSourceHandlers(deps: {
     return create(CustomSourceCredentialSchema, { secret, url, ...(row.secret_in_path ? { pathUrl: `${url}/${secret}` } : {}) });
   }
 
-  async function audited<T>(orgId: string, actor: string, kind: string, data: JsonObject, work: (tx: TransactionSql) => Promise<T>): Promise<T> {
-    const { sql, outbox } = need(config);
+  /**
+   * Runs a change with its audit record in one transaction; a change to an existing source is then
+   * broadcast before it is answered, so no replica serves the old credential or rules after.
+   */
+  async function audited<T>(
+    orgId: string,
+    actor: string,
+    kind: string,
+    data: JsonObject & { id: string },
+    work: (tx: TransactionSql) => Promise<T>,
+  ): Promise<T> {
+    const { sql, outbox, broadcast } = need(config);
     const result = await sql.begin(async (tx) => {
       const value = await work(tx);
       await recordAudit(outbox, tx, { orgId, kind, actor, data });
       return value;
     });
     outbox.poke();
+    if (kind !== AUDIT_KINDS.created) await broadcast.publish(CUSTOM_SOURCE_CHANGED, data.id);
     return result as T;
   }
 

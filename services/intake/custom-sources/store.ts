@@ -57,6 +57,25 @@ export interface DeliveryLogEntry {
   reason?: string | undefined;
 }
 
+/** What a delivery leaves for admins to look at: its payload as kept, and its log row. */
+export interface DeliveryRecord {
+  sourceId: string;
+  payload: { body: JsonValue; headers: Record<string, string>; query: Record<string, string>; truncated: boolean };
+  entry: DeliveryLogEntry;
+}
+
+/** A log entry as the delivery log's columns. */
+function logColumns(entry: DeliveryLogEntry) {
+  return {
+    outcome: entry.outcome,
+    incident_id: entry.incidentId ?? null,
+    rule: entry.rule ?? null,
+    error: entry.error ?? null,
+    warnings: entry.warnings,
+    reason: entry.reason ?? null,
+  };
+}
+
 export function createCustomSourceStore(sql: Sql) {
   /** Bounded without a sweep: every fiftieth delivery (by its random id) trims the log. */
   async function trimLog(sourceId: string, id: string): Promise<void> {
@@ -94,54 +113,47 @@ export function createCustomSourceStore(sql: Sql) {
     },
 
     /**
-     * Keeps a payload and drops those beyond the newest KEPT_PAYLOADS, in one statement. Rows
-     * another delivery is dropping at the same moment are skipped, not waited for: two deliveries
+     * The kept payloads and log rows of several deliveries in one statement, each source's payloads
+     * trimmed to its newest KEPT_PAYLOADS (of a batch that brings more, only the newest are kept).
+     * Rows another batch is dropping at the same moment are skipped, not waited for: two writers
      * that each waited for the other's rows deadlocked. One of them drops the row later.
      */
-    async keepPayload(
-      sourceId: string,
-      payload: { body: JsonValue; headers: Record<string, string>; query: Record<string, string>; truncated: boolean },
-    ): Promise<void> {
+    async keepAndLogMany(records: DeliveryRecord[]): Promise<{ id: string; source_id: string }[]> {
+      const logged = records.map((r) => ({ id: randomUUID(), source_id: r.sourceId, ...logColumns(r.entry) }));
+      const newPayloads = new Map<string, number>();
+      const payloads: Record<string, unknown>[] = [];
+      // Newest first, so each source's newest KEPT_PAYLOADS are the ones kept; inserted oldest first.
+      for (const r of [...records].reverse()) {
+        const count = newPayloads.get(r.sourceId) ?? 0;
+        newPayloads.set(r.sourceId, count + 1);
+        if (count < KEPT_PAYLOADS) payloads.unshift({ id: randomUUID(), source_id: r.sourceId, ...r.payload });
+      }
+      const keepOld = [...newPayloads].map(([source_id, count]) => ({ source_id, keep: Math.max(0, KEPT_PAYLOADS - count) }));
       await sql`
         with kept as (
           insert into intake.custom_source_payloads (id, source_id, body, headers, query, truncated)
-          values (${randomUUID()}, ${sourceId}, ${sql.json(payload.body)}, ${sql.json(payload.headers)}, ${sql.json(payload.query)}, ${payload.truncated})
-          returning id
-        )
-        delete from intake.custom_source_payloads
-        where source_id = ${sourceId} and id in (
-          select id from intake.custom_source_payloads where source_id = ${sourceId}
-          order by received_at desc, id desc offset ${KEPT_PAYLOADS - 1}
-          for update skip locked
-        )`;
-    },
-
-    /**
-     * A delivery's kept payload and its log row in one statement (one round trip on the delivery
-     * path instead of two), with the payloads trimmed as keepPayload does.
-     */
-    async keepAndLog(
-      sourceId: string,
-      payload: { body: JsonValue; headers: Record<string, string>; query: Record<string, string>; truncated: boolean },
-      entry: DeliveryLogEntry,
-    ): Promise<void> {
-      const id = randomUUID();
-      await sql`
-        with kept as (
-          insert into intake.custom_source_payloads (id, source_id, body, headers, query, truncated)
-          values (${randomUUID()}, ${sourceId}, ${sql.json(payload.body)}, ${sql.json(payload.headers)}, ${sql.json(payload.query)}, ${payload.truncated})
-          returning id
+          select id, source_id, body, headers, query, truncated
+          from jsonb_to_recordset(${sql.json(payloads as JsonValue)}) as p(id uuid, source_id uuid, body jsonb, headers jsonb, query jsonb, truncated boolean)
         ), trimmed as (
-          delete from intake.custom_source_payloads
-          where source_id = ${sourceId} and id in (
-            select id from intake.custom_source_payloads where source_id = ${sourceId}
-            order by received_at desc, id desc offset ${KEPT_PAYLOADS - 1}
-            for update skip locked
+          delete from intake.custom_source_payloads where id in (
+            select old.id from jsonb_to_recordset(${sql.json(keepOld)}) as t(source_id uuid, keep integer)
+            cross join lateral (
+              select id from intake.custom_source_payloads where source_id = t.source_id
+              order by received_at desc, id desc offset t.keep
+              for update skip locked
+            ) as old
           )
         )
         insert into intake.custom_source_deliveries (id, source_id, outcome, incident_id, rule, error, warnings, reason)
-        values (${id}, ${sourceId}, ${entry.outcome}, ${entry.incidentId ?? null}, ${entry.rule ?? null}, ${entry.error ?? null}, ${entry.warnings}, ${entry.reason ?? null})`;
-      await trimLog(sourceId, id);
+        select id, source_id, outcome, incident_id, rule, error, warnings, reason
+        from jsonb_to_recordset(${sql.json(logged)})
+          as l(id uuid, source_id uuid, outcome text, incident_id uuid, rule text, error text, warnings text[], reason text)`;
+      return logged;
+    },
+
+    /** Trims the delivery logs the rows just written fall due to trim (see trimLog). */
+    async trimLogs(logged: { id: string; source_id: string }[]): Promise<void> {
+      for (const row of logged) await trimLog(row.source_id, row.id);
     },
 
     async payloads(sourceId: string): Promise<PayloadRow[]> {
@@ -154,14 +166,6 @@ export function createCustomSourceStore(sql: Sql) {
       const [row] = await sql<PayloadRow[]>`
         select id, received_at, body, headers, query, truncated from intake.custom_source_payloads where source_id = ${sourceId} and id = ${id}`;
       return row;
-    },
-
-    async logDelivery(sourceId: string, entry: DeliveryLogEntry): Promise<void> {
-      const id = randomUUID();
-      await sql`
-        insert into intake.custom_source_deliveries (id, source_id, outcome, incident_id, rule, error, warnings, reason)
-        values (${id}, ${sourceId}, ${entry.outcome}, ${entry.incidentId ?? null}, ${entry.rule ?? null}, ${entry.error ?? null}, ${entry.warnings}, ${entry.reason ?? null})`;
-      await trimLog(sourceId, id);
     },
 
     async deliveries(sourceId: string): Promise<DeliveryLogRow[]> {
