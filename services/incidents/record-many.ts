@@ -58,6 +58,8 @@ function plain(req: RecordRequest, index: number, traceContext: string | null): 
   const title = storableText(a.title.trim());
   if (a.kind === "alert" && (!title || !a.severity)) return undefined;
   if (!a.attachIdentity || !a.eventId) return undefined;
+  // A sender's acknowledgement also acknowledges the incident: Record's statement does that.
+  if (a.kind === "acknowledge") return undefined;
   const entity: Plain["entity"] = a.entity?.kind && a.entity.id ? { kind: storableText(a.entity.kind), id: storableText(a.entity.id) } : null;
   const occurredAt = a.occurredAt ? timestampDate(a.occurredAt) : null;
   if (occurredAt && !(occurredAt.getUTCFullYear() >= 1 && occurredAt.getUTCFullYear() <= 9999)) return undefined;

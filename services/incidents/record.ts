@@ -116,6 +116,18 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
    * it, or the incident opened or found open with whether an entry was written, or neither: no
    * open incident (or, for an alert, a concurrent delivery opened it first: decide again).
    */
+  /**
+   * A sender's acknowledgement (PagerDuty's `acknowledge`, Opsgenie's) acknowledges the incident
+   * as a responder's does, by the source's badge, when its entry is written and nobody has yet;
+   * in the statement that writes the entry, so neither is ever written without the other.
+   */
+  function acknowledgedBySender(d: Delivery) {
+    return sql`, acknowledged as (
+        update incidents.incidents i set acknowledged_at = e.at, acknowledged_by = ${d.source}::text
+        from entry e where i.id = e.incident_id and i.acknowledged_at is null
+      )`;
+  }
+
   async function writeInOneStatement(d: Delivery, events: EventPrefixes): Promise<Written> {
     const entityMatch = d.entity ? sql.json([{ kind: d.entity.kind, id: d.entity.id }]) : null;
     // Nothing is written for a caller that has given up (its deadline passed, or it canceled).
@@ -157,7 +169,7 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         from target
         on conflict (incident_id, event_id) where event_id is not null do nothing
         returning incident_id, at
-      ), opened as (
+      )${d.kind === "acknowledge" ? acknowledgedBySender(d) : sql``}, opened as (
         insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key)
         select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
                ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now(),

@@ -89,6 +89,8 @@ export function opsgenieSuite(ctx: DropinContext): void {
     const after = await getIncident(ctx.app, ctx.creds.owner, incident.id);
     expect(after.state).toBe("open");
     expect(after.timeline.map((entry: any) => entry.kind)).toEqual(["opened", "repeat", "acknowledged", "recovery"]);
+    // The sender's acknowledgement acknowledges the incident, by the source's badge, as a responder's would.
+    expect(after).toMatchObject({ acknowledgedAt: after.timeline[2].at, acknowledgedBy: after.source });
     expect(after.timeline[2]).toMatchObject({
       summary: "Looking into it",
       data: { action: "acknowledge", user: "sre@example.com", source: "Opsgenie mobile" },

@@ -84,6 +84,8 @@ export function pagerDutySuite(ctx: DropinContext): void {
     const after = await getIncident(ctx.app, ctx.creds.owner, row.id);
     expect(after.state).toBe("open");
     expect(after.timeline.map((entry: any) => entry.kind)).toEqual(["opened", "repeat", "acknowledged", "recovery"]);
+    // The sender's acknowledgement acknowledges the incident, by the source's badge, as a responder's would.
+    expect(after).toMatchObject({ acknowledgedAt: after.timeline[2].at, acknowledgedBy: after.source });
     expect(await byTitle(body.payload.summary)).toHaveLength(1);
   });
 
