@@ -698,8 +698,9 @@ async function investigationComparison(rounds: number): Promise<void> {
     try {
       const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env });
       try {
-        if (variant === "with") await connect(app.url);
+        // First: it waits until the owner can log in.
         const token = await ingestToken(app.url);
+        if (variant === "with") await connect(app.url);
         let before: NodeJS.CpuUsage | undefined;
         let after: NodeJS.CpuUsage | undefined;
         const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(`inv-${variant}-${round}`), {
