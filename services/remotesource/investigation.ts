@@ -1,3 +1,4 @@
+import { performance } from "node:perf_hooks";
 import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, timestampNow } from "@bufbuild/protobuf/wkt";
 import { EvidenceRecordedSchema, InvestigationCompletedSchema } from "../../gen/warroom/events/v1/events_pb.js";
@@ -16,6 +17,7 @@ import type { RemoteSourceDeps } from "./deps.js";
 import {
   capabilitiesOf,
   compileRead,
+  type CompiledRead,
   READ_LIMITS,
   rangeDescriptor,
   stepSeconds,
@@ -40,6 +42,13 @@ export const INVESTIGATION_LIMITS = {
   readsPerOrganization: 4,
   /** Investigations one process runs at once. */
   investigationsPerProcess: 8,
+  /**
+   * Investigations one process runs at once while its event loop is busier than `busyLoop`: they
+   * yield to the deliveries the process answers (or to the process's other work), and still progress.
+   */
+  investigationsWhenBusy: 1,
+  /** The share of the last poll interval the event loop spent working, above which it counts as busy. */
+  busyLoop: 0.8,
   /** The raw payload kept per read; a longer one is cut there and marked cut. */
   rawKeptBytes: 64 * 1024,
 } as const;
@@ -57,6 +66,15 @@ export interface Investigator {
   stop(): Promise<void>;
   poke(): void;
 }
+
+/**
+ * How long a source's capabilities, once read, serve the investigations after: a storm of opens
+ * asks a source once, not once per incident. A changed connection (its revision) reads them anew.
+ */
+const CAPABILITIES_KEPT_MS = 60_000;
+
+/** Compiled reads kept per process; past this the cache starts over (reads change rarely). */
+const COMPILED_READS_KEPT = 1_000;
 
 /** How long stopping waits for runs in progress. */
 const STOP_WAIT_MS = 2_000;
@@ -155,10 +173,41 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   // A claim outlives the investigation's budget: only a stopped process leaves one to lapse.
   const leaseSeconds = Math.ceil(totalBudgetMs / 1000) + 60;
   const running = new Set<Promise<void>>();
+  const capabilitiesKept = new Map<string, { until: number; capabilities: Promise<CapabilitiesResponse | undefined> }>();
+  const compiledReads = new Map<string, CompiledRead>();
   let timer: NodeJS.Timeout | undefined;
+  let runsAtOnce: number = INVESTIGATION_LIMITS.investigationsPerProcess;
+  let loopSample = performance.eventLoopUtilization();
   let stopped = true;
   let looking = false;
   let again = false;
+
+  /** The source's capabilities, read at most once a minute per connection revision; a failed read is not kept. */
+  function capabilitiesFor(connection: ConnectionRow): Promise<CapabilitiesResponse | undefined> {
+    const key = `${connection.id}:${connection.revision}`;
+    const now = Date.now();
+    const kept = capabilitiesKept.get(key);
+    if (kept && kept.until > now) return kept.capabilities;
+    for (const [other, entry] of capabilitiesKept) if (entry.until <= now) capabilitiesKept.delete(other);
+    const capabilities = capabilitiesOf(deps, connection).catch(() => {
+      capabilitiesKept.delete(key);
+      return undefined;
+    });
+    capabilitiesKept.set(key, { until: now + CAPABILITIES_KEPT_MS, capabilities });
+    return capabilities;
+  }
+
+  /** A read's expressions compiled once per process, not once per incident; throws as compileRead does. */
+  function compiledRead(read: StoredRead): CompiledRead {
+    const key = JSON.stringify([read.name, read.template, read.when]);
+    let compiled = compiledReads.get(key);
+    if (!compiled) {
+      compiled = compileRead(read, read.name);
+      if (compiledReads.size >= COMPILED_READS_KEPT) compiledReads.clear();
+      compiledReads.set(key, compiled);
+    }
+    return compiled;
+  }
 
   async function claim(count: number): Promise<InvestigationRow[]> {
     return deps.sql<InvestigationRow[]>`
@@ -183,7 +232,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     try {
       do {
         again = false;
-        const free = INVESTIGATION_LIMITS.investigationsPerProcess - running.size;
+        const free = runsAtOnce - running.size;
         if (free <= 0) break;
         const claimed = await claim(free);
         for (const investigation of claimed) {
@@ -231,9 +280,11 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     if (answer.state !== "open") return skip(investigation, `the incident was ${answer.state} before its investigation started`);
     const incident = answer.incident;
     const runbookUrl = incident.runbookUrl ?? null;
-    await deps.sql`
-      update remotesource.investigations set runbook_url = ${runbookUrl}
-      where org_id = ${orgId} and incident_id = ${incidentId} and run = ${run}`;
+    if (runbookUrl !== null) {
+      await deps.sql`
+        update remotesource.investigations set runbook_url = ${runbookUrl}
+        where org_id = ${orgId} and incident_id = ${incidentId} and run = ${run}`;
+    }
 
     const connections = await deps.sql<ConnectionRow[]>`
       select * from remotesource.connections where org_id = ${orgId} and investigation_reads <> '[]'::jsonb order by created_at, id`;
@@ -251,22 +302,13 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     );
     const bindings = { incident: toCelInput(incidentVariables(incident)) };
     const openedMs = incident.openedAt ? timestampDate(incident.openedAt).getTime() : started;
-    const capabilities = new Map<string, Promise<CapabilitiesResponse | undefined>>();
-    const capabilitiesFor = (connection: ConnectionRow) => {
-      let known = capabilities.get(connection.id);
-      if (!known) {
-        known = capabilitiesOf(deps, connection).catch(() => undefined);
-        capabilities.set(connection.id, known);
-      }
-      return known;
-    };
 
     const outcomes = await Promise.all(
       planned.map(async (p) => {
         if (done.has(p.key)) return undefined;
-        let compiled: ReturnType<typeof compileRead>;
+        let compiled: CompiledRead;
         try {
-          compiled = compileRead(p.read, p.read.name);
+          compiled = compiledRead(p.read);
         } catch (err) {
           // Checked when saved; a read that no longer compiles is recorded, never retried forever.
           const operation = p.read.call === "invoke" ? p.read.operation : p.read.call;
@@ -280,7 +322,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
             return record(p, investigation, partialResult(p.read.call, {}, `condition failed: ${reason}`), undefined);
           }
         }
-        const result = await withSlot(orgId, () => readOne(p, compiled.template, bindings, openedMs, deadline, capabilitiesFor));
+        const result = await withSlot(orgId, () => readOne(p, compiled.template, bindings, openedMs, deadline));
         return record(p, investigation, result.result, result.window);
       }),
     );
@@ -290,11 +332,10 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
 
   async function readOne(
     p: PlannedRead,
-    template: ReturnType<typeof compileRead>["template"],
+    template: CompiledRead["template"],
     bindings: Record<string, unknown>,
     openedMs: number,
     deadline: number,
-    capabilitiesFor: (connection: ConnectionRow) => Promise<CapabilitiesResponse | undefined>,
   ): Promise<{ result: RawResult; window?: { fromMs: number; toMs: number } }> {
     const { read } = p;
     const now = Date.now();
@@ -455,7 +496,16 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   return {
     start() {
       stopped = false;
-      timer = setInterval(() => void look(), pollMs);
+      loopSample = performance.eventLoopUtilization();
+      timer = setInterval(() => {
+        // A loop kept busy by a storm of deliveries gets one investigation at a time: each costs
+        // the process several statements, calls and a read, all on the loop the deliveries share.
+        const now = performance.eventLoopUtilization();
+        const busy = performance.eventLoopUtilization(now, loopSample).utilization > INVESTIGATION_LIMITS.busyLoop;
+        loopSample = now;
+        runsAtOnce = busy ? INVESTIGATION_LIMITS.investigationsWhenBusy : INVESTIGATION_LIMITS.investigationsPerProcess;
+        void look();
+      }, pollMs);
       timer.unref();
       void look();
     },

@@ -1,4 +1,7 @@
 import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { createClient } from "@connectrpc/connect";
 import postgres from "postgres";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
@@ -9,6 +12,8 @@ import { createClients, type Clients } from "../runtime/clients.js";
 import { newSecretKeyEntry } from "../runtime/secret-box.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
 import { makeTestCertificates, type TestCertificates } from "../comms/testing/https-receiver.js";
+import { createPrometheusFilesSource } from "../remotesource-kit/examples/prometheus-files/source.js";
+import { startFakePrometheus } from "../remotesource-kit/testing/fake-prometheus.js";
 import { startWebhookReceiver, type WebhookReceiver } from "./testing/webhook-receiver.js";
 
 const PUBLIC_URL = "https://warroom.example.test";
@@ -73,6 +78,9 @@ beforeAll(async () => {
       // rather than given up.
       SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "0.1,0.2,0.4,0.8,1.6,3.2",
       SUBSCRIPTION_DISABLE_AFTER_SECONDS: "3600",
+      // The example remote source of the investigation test listens on loopback over plain HTTP.
+      REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
+      REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
     },
   });
   sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
@@ -431,5 +439,75 @@ describe("subscriptions: signed delivery", () => {
     expect(hanging.maxOpen).toBeLessThanOrEqual(4);
     receiver.setBehaviour(slow.name, () => ({ status: 204 }));
     await app.call("DELETE", `${BASE}/${slow.id}`, { token: owner });
+  });
+});
+
+describe("subscriptions: an investigation's completion", () => {
+  it("delivers incident.investigation_completed, signed, once the reads of a new incident are recorded", async () => {
+    const prometheus = await startFakePrometheus();
+    const logDir = mkdtempSync(join(tmpdir(), "wr-logs-"));
+    const sourceToken = `tok-${randomBytes(12).toString("hex")}`;
+    const source = await createPrometheusFilesSource({ prometheusUrl: prometheus.url, logDir, auth: { bearerTokens: [sourceToken] } }).listen({
+      host: "127.0.0.1",
+    });
+    let connectionId: string | undefined;
+    try {
+      const sub = await subscribe(["incident.investigation_completed"]);
+      const connected = await app.call("POST", "/o/acme/remote-sources", {
+        token: owner,
+        body: { name: "example", baseUrl: source.url, transport: "http", tenantRef: "tenant-subs", auth: { bearerToken: sourceToken } },
+      });
+      expect(connected.status, JSON.stringify(connected.body)).toBe(201);
+      connectionId = connected.body.id;
+      const reads = [{ name: "error rate", call: "metrics/range", template: `'rate(http_requests_total{source="' + incident.source + '"}[5m])'` }];
+      const saved = await app.call("PUT", `/o/acme/remote-sources/${connectionId}/investigation-reads`, { token: owner, body: { reads } });
+      expect(saved.status, JSON.stringify(saved.body)).toBe(200);
+
+      const incidentId = await openIncident("Investigated on opening");
+      // The whole chain (opened event, investigation, read, timeline entry, fan-out, post) takes
+      // about a second on a busy machine: the bound is well over 10x that.
+      const [delivery] = await waitFor(
+        "the investigation_completed event",
+        () => {
+          const got = received(sub.name).filter((d) => d.event.data.incidentId === incidentId);
+          return got.length > 0 && got;
+        },
+        30_000,
+      );
+      // As an independent receiver verifies it: the library checks the signature and returns the payload.
+      const payload = new Webhook(sub.secret).verify(delivery!.body, {
+        "webhook-id": delivery!.webhookId,
+        "webhook-timestamp": delivery!.timestamp,
+        "webhook-signature": delivery!.signature,
+      }) as { type: string; timestamp: string; data: Record<string, unknown> };
+      expect(payload.type).toBe("incident.investigation_completed");
+      // The payload services/subscriptions/README.md describes: org, incidentId, workspaceUrl, kind, at.
+      expect(payload.data).toEqual({
+        org: "acme",
+        incidentId,
+        workspaceUrl: `${PUBLIC_URL}/o/acme/incidents/${incidentId}`,
+        kind: "investigation",
+        at: expect.any(String),
+      });
+      expect(Date.parse(payload.data.at as string)).not.toBeNaN();
+      expect(payload.timestamp).toBe(new Date(Date.parse(payload.data.at as string)).toISOString());
+
+      // By the time it is sent, the evidence it points at is there, and the run is done.
+      const evidence = await app.call("GET", `/o/acme/incidents/${incidentId}/evidence`, { token: memberKey });
+      expect(evidence.status).toBe(200);
+      expect(evidence.body.investigations).toEqual([expect.objectContaining({ run: 1, state: "done" })]);
+      expect(evidence.body.evidence).toEqual([expect.objectContaining({ readName: "error rate", connectionName: "example", partial: false })]);
+      expect(evidence.body.evidence[0].series.length).toBeGreaterThan(0);
+      // The read reached the source's Prometheus with the incident's own values.
+      expect(prometheus.requests.some((r) => r.params.get("query") === 'rate(http_requests_total{source="metrics-monitor"}[5m])')).toBe(true);
+      // Only the type subscribed: the incident's opening is not sent to this subscription.
+      expect(received(sub.name).map((d) => d.event.type)).toEqual(["incident.investigation_completed"]);
+    } finally {
+      // The organization's later incidents are not investigated.
+      if (connectionId) await app.call("DELETE", `/o/acme/remote-sources/${connectionId}`, { token: owner });
+      await source.close();
+      await prometheus.close();
+      rmSync(logDir, { recursive: true, force: true });
+    }
   });
 });

@@ -1,5 +1,6 @@
 import type { ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -14,6 +15,9 @@ import { openDatabase } from "../../services/runtime/database.js";
 import { createLogger } from "../../services/runtime/logger.js";
 import { startCluster } from "../../services/process/cluster.js";
 import { runProcess, type RunningProcess } from "../../services/process/run-process.js";
+import { createPrometheusFilesSource } from "../../services/remotesource-kit/examples/prometheus-files/source.js";
+import { startFakePrometheus } from "../../services/remotesource-kit/testing/fake-prometheus.js";
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { printTable, summarize } from "./stats.js";
@@ -36,6 +40,11 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
  * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
  * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
  * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
+ *
+ * `INTAKE_BENCH_INVESTIGATIONS=<rounds>` adds the cost of investigations in one-process mode: the
+ * app without and with a remote-source read that applies to every incident, in turn, `rounds`
+ * times, each beside its floor (see investigationComparison); with `INTAKE_BENCH_TOGETHER=1` the two
+ * runs of a round at the same time.
  */
 
 export const CONNECTIONS = 50;
@@ -644,6 +653,167 @@ function askDatabaseUrl(child: ChildProcess): Promise<string | undefined> {
   });
 }
 
+// --- investigations --------------------------------------------------------------------------
+
+/**
+ * One process with and without an investigation of every incident that opens: the same app on
+ * a fresh database each time, the only difference an organization with a connection to the kit's
+ * example source (on a fake Prometheus, both in this process) whose one read applies to every
+ * incident. Investigations run off the delivery path; what they cost it is the difference of the
+ * two runs' deliveries per second, each beside the INSERT floor of the same round.
+ */
+async function investigationComparison(rounds: number): Promise<void> {
+  const prometheus = await startFakePrometheus();
+  const logDir = mkdtempSync(join(tmpdir(), "wr-bench-logs-"));
+  writeFileSync(join(logDir, "metrics-monitor.log"), `${new Date().toISOString()} metrics-monitor: bench log line\n`);
+  const sourceToken = `bench-${randomBytes(12).toString("hex")}`;
+  const source = await createPrometheusFilesSource({ prometheusUrl: prometheus.url, logDir, auth: { bearerTokens: [sourceToken] } }).listen({
+    host: "127.0.0.1",
+  });
+  // Both runs alike: the source reachable on loopback and a key to seal its credential with.
+  const env = {
+    ...process.env,
+    REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
+    REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
+    SECRETS_KEYS: newSecretKeyEntry("bench1"),
+  };
+  const connect = async (url: string) => {
+    const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+    const token = login.body.accessToken as string;
+    const created = await callApi(url, "POST", `/o/${OWNER.org}/remote-sources`, {
+      token,
+      body: { name: "example", baseUrl: source.url, transport: "http", tenantRef: "bench", auth: { bearerToken: sourceToken } },
+    });
+    if (created.status !== 201) throw new Error(`connecting the source failed: ${created.status} ${JSON.stringify(created.body)}`);
+    // No condition: the read applies to every incident.
+    const reads = [{ name: "up of the source", call: "metrics/range", template: `'up{source="' + incident.source + '"}'`, step: "60s" }];
+    const saved = await callApi(url, "PUT", `/o/${OWNER.org}/remote-sources/${created.body.id}/investigation-reads`, { token, body: { reads } });
+    if (saved.status !== 200) throw new Error(`saving the read failed: ${saved.status} ${JSON.stringify(saved.body)}`);
+  };
+  type Run = { ours: LoadResult; floor: LoadResult; rows: InvestigationRows };
+  const together = process.env.INTAKE_BENCH_TOGETHER === "1";
+  /** One app on a fresh database under load; its database is left for the floor, then dropped. */
+  const measure = async (variant: "without" | "with", round: number) => {
+    const database = await freshDatabase();
+    try {
+      const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env });
+      try {
+        // First: it waits until the owner can log in.
+        const token = await ingestToken(app.url);
+        if (variant === "with") await connect(app.url);
+        let before: NodeJS.CpuUsage | undefined;
+        let after: NodeJS.CpuUsage | undefined;
+        const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(`inv-${variant}-${round}`), {
+          onStart: async () => {
+            before = await cpuOf(app.child);
+          },
+          onEnd: async () => {
+            after = await cpuOf(app.child);
+          },
+        });
+        const answered = Object.values(ours.statuses).reduce((a, b) => a + b, 0);
+        // The app's CPU per answered delivery, investigations included: the figure a busy machine disturbs least.
+        if (before && after && answered > 0) ours.cpuMsPerRequest = (after.user + after.system - before.user - before.system) / 1000 / answered;
+        return { ours, database };
+      } finally {
+        await stopChild(app.child);
+      }
+    } catch (err) {
+      await database.drop();
+      throw err;
+    }
+  };
+  const finish = async (variant: "without" | "with", measured: Awaited<ReturnType<typeof measure>>) => {
+    try {
+      const rows = await countInvestigations(measured.database.url);
+      runs[variant].push({ ours: measured.ours, floor: await floor(measured.database.url), rows });
+    } finally {
+      await measured.database.drop();
+    }
+  };
+  const runs = { without: [] as Run[], with: [] as Run[] };
+  try {
+    for (let round = 0; round < rounds; round++) {
+      if (together) {
+        // Both apps at once, each under its own load: both saturated, each gets its share of the
+        // cores, and whatever else the machine runs weighs on them alike. Floors after, in turn.
+        const [without, withInvestigations] = await Promise.all([measure("without", round), measure("with", round)]);
+        await finish("without", without);
+        await finish("with", withInvestigations);
+      } else {
+        // Each run beside its own floor: the machine's load drifts between the two runs.
+        for (const variant of ["without", "with"] as const) await finish(variant, await measure(variant, round));
+      }
+    }
+  } finally {
+    await source.close();
+    await prometheus.close();
+    rmSync(logDir, { recursive: true, force: true });
+  }
+  const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+  const ratioOf = (r: Run) => r.ours.perSecond / r.floor.perSecond;
+  const fiveHundreds = (r: Run) =>
+    Object.entries(r.ours.statuses)
+      .filter(([status]) => status.startsWith("5"))
+      .reduce((n, [, count]) => n + count, 0);
+  printTable(
+    `One process, ${rounds} round(s) of two runs ${together ? "at the same time" : "in turn"}: without and with a connection whose one read applies to every incident; floor: one INSERT per request, after each run`,
+    (["without", "with"] as const).map((variant) => {
+      const list = runs[variant];
+      return {
+        investigations: variant === "with" ? "every incident" : "none configured",
+        "deliveries/s (each run)": list.map((r) => r.ours.perSecond).join(", "),
+        "floor (each run)": list.map((r) => r.floor.perSecond).join(", "),
+        "ours / floor (each run)": list.map((r) => ratioOf(r).toFixed(2)).join(", "),
+        "median ours / floor": median(list.map(ratioOf)).toFixed(2),
+        "median p50": ms(median(list.map((r) => r.ours.p50))),
+        "median p99": ms(median(list.map((r) => r.ours.p99))),
+        "app CPU ms/delivery (each run)": list.map((r) => r.ours.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
+        "5xx": list.reduce((n, r) => n + fiveHundreds(r), 0),
+        "incidents opened": list.map((r) => r.rows.incidents).join(", "),
+        "investigations done / still due": list.map((r) => `${r.rows.done} / ${r.rows.due}`).join(", "),
+        "evidence rows": list.map((r) => r.rows.evidence).join(", "),
+      };
+    }),
+  );
+  // At the same time, the two runs of a round share one window: their deliveries compare directly
+  // (the floors, measured in turn after, drift); in turn, each run is set against its own floor.
+  const relative = together
+    ? median(runs.with.map((r, i) => r.ours.perSecond / runs.without[i]!.ours.perSecond))
+    : median(runs.with.map(ratioOf)) / median(runs.without.map(ratioOf));
+  const cpu = (list: Run[]) => median(list.map((r) => r.ours.cpuMsPerRequest ?? Number.NaN));
+  const investigated = runs.with.reduce((n, r) => n + r.rows.evidence, 0);
+  console.log("");
+  console.log(
+    `with / without investigations: ${(relative * 100).toFixed(1)} % of the ${together ? "deliveries per second in the same window (median of the rounds)" : "delivery ratio to the floor (medians)"} (target: within 10 %: ${relative >= 0.9 ? "met" : "not met"})`,
+  );
+  console.log(`with / without investigations: ${((cpu(runs.with) / cpu(runs.without)) * 100).toFixed(1)} % of the app's CPU per delivery`);
+  // A run in which no investigation read anything proves nothing about their cost.
+  if (investigated === 0) throw new Error("no investigation recorded evidence: the comparison measured nothing");
+}
+
+interface InvestigationRows {
+  incidents: number;
+  done: number;
+  /** Recorded as due but not finished when the app stopped: investigations run behind a storm of opens. */
+  due: number;
+  evidence: number;
+}
+
+async function countInvestigations(databaseUrl: string): Promise<InvestigationRows> {
+  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+  try {
+    const [row] = await sql<InvestigationRows[]>`
+      select (select count(*)::int from incidents.incidents) as incidents,
+        (select count(*)::int from remotesource.investigations where state = 'done') as done,
+        (select count(*)::int from remotesource.investigations where state in ('pending', 'running')) as due,
+        (select count(*)::int from remotesource.evidence) as evidence`;
+    return row!;
+  } finally {
+    await sql.end();
+  }
+}
+
 export async function benchIntake(): Promise<void> {
   // `embedded` is left out by default until the embedded database is a Postgres server (see embeddedMode).
   const modes = (process.env.INTAKE_BENCH_MODES ?? "one,cluster").split(",");
@@ -675,6 +845,8 @@ export async function benchIntake(): Promise<void> {
   printTable("Answers and rows written", details);
   const tracingRounds = Number(process.env.INTAKE_BENCH_TRACING ?? 0);
   if (tracingRounds > 0) await tracingComparison(tracingRounds);
+  const investigationRounds = Number(process.env.INTAKE_BENCH_INVESTIGATIONS ?? 0);
+  if (investigationRounds > 0) await investigationComparison(investigationRounds);
 }
 
 if (["--serve", "--floor", "--floor-record", "--serve-embedded"].includes(process.argv[2] ?? "")) {
