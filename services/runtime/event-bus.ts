@@ -25,6 +25,27 @@ export interface SubscribeOptions {
    * every process gets every event published after it subscribed (cache invalidation, live views).
    */
   durableName?: string;
+  /**
+   * How many events this subscriber handles at once (default 1). At 1 it sees one event at a time,
+   * in the order of the stream; above 1, up to that many run together and their order is lost: only
+   * for a handler that needs no order between events (each event stands alone and is idempotent).
+   * Per process: over NATS each replica handles that many of the durable consumer's events.
+   */
+  concurrency?: number;
+}
+
+/** The concurrency of a subscription: at least one. */
+function concurrencyOf(options: SubscribeOptions): number {
+  return Math.max(1, Math.floor(options.concurrency ?? 1));
+}
+
+/** Runs `work` for each item, at most `limit` at once, started in the items' order. */
+async function eachBounded<T>(items: readonly T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await work(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
 
 export interface EventBus {
@@ -102,61 +123,68 @@ export function subjectMatches(pattern: string, subject: string): boolean {
 const errorOf = (err: unknown): Error => (err instanceof Error ? err : new Error(String(err)));
 
 /**
- * One-process mode: the relay hands each event to the in-process subscribers, after the
- * transaction that wrote it has committed (the relay holds none). A durable subscriber that
- * fails makes the publish fail, so the outbox row stays and the relay retries it with its backoff
- * (and, after its last try, keeps it in the outbox's dead letters): nothing is logged and
- * dropped. Subscribers that already handled the event are not called again on the retry.
+ * One-process mode: the relay hands each batch of events to the in-process subscribers, after the
+ * transaction that wrote it has committed (the relay holds none). Each subscriber works through
+ * the batch on its own, as a JetStream consumer would: one event at a time in outbox order, or up
+ * to its `concurrency` at once, so a slow subscriber never makes another wait for it. A durable
+ * subscriber that fails makes the publish of that event fail, so the outbox row stays and the
+ * relay retries it with its backoff (and, after its last try, keeps it in the outbox's dead
+ * letters): nothing is logged and dropped. Subscribers that already handled the event are not
+ * called again on the retry.
  */
 export function createInMemoryEventBus(logger: Logger): EventBus {
-  const subscribers: { subject: string; handler: EventHandler; durableName?: string | undefined }[] = [];
+  const subscribers: { subject: string; handler: EventHandler; durableName?: string | undefined; concurrency: number }[] = [];
   /** Event id to the subscribers done with it, for events some durable subscriber failed. */
   const done = new Map<string, Set<number>>();
   const DONE_LIMIT = 10_000;
 
-  async function deliver(event: DomainEvent): Promise<Error | undefined> {
-    const finished = done.get(event.id) ?? new Set<number>();
-    const failures: string[] = [];
-    for (const [index, subscriber] of subscribers.entries()) {
-      if (finished.has(index) || !subjectMatches(subscriber.subject, event.subject)) continue;
-      try {
-        await consume(subscriber.handler, event, subscriber.durableName);
-        finished.add(index);
-      } catch (err) {
-        if (subscriber.durableName) {
-          failures.push(`${subscriber.durableName}: ${errorOf(err).message}`);
-        } else {
-          // A live view missed one event; it is not retried (nor is it over JetStream once it has gone).
-          logger.warn({ err, subject: event.subject, id: event.id }, "event handler failed");
-          finished.add(index);
-        }
+  async function deliverMany(events: DomainEvent[]): Promise<(Error | undefined)[]> {
+    const finished = events.map((event) => done.get(event.id) ?? new Set<number>());
+    const failures = events.map((): string[] => []);
+    await Promise.all(
+      subscribers.map(async (subscriber, index) => {
+        const mine = events.flatMap((event, i) => (!finished[i]!.has(index) && subjectMatches(subscriber.subject, event.subject) ? [i] : []));
+        await eachBounded(mine, subscriber.concurrency, async (i) => {
+          const event = events[i]!;
+          try {
+            await consume(subscriber.handler, event, subscriber.durableName);
+            finished[i]!.add(index);
+          } catch (err) {
+            if (subscriber.durableName) {
+              failures[i]!.push(`${subscriber.durableName}: ${errorOf(err).message}`);
+            } else {
+              // A live view missed one event; it is not retried (nor is it over JetStream once it has gone).
+              logger.warn({ err, subject: event.subject, id: event.id }, "event handler failed");
+              finished[i]!.add(index);
+            }
+          }
+        });
+      }),
+    );
+    return events.map((event, i) => {
+      if (failures[i]!.length === 0) {
+        done.delete(event.id);
+        return undefined;
       }
-    }
-    if (failures.length === 0) {
-      done.delete(event.id);
-      return undefined;
-    }
-    done.set(event.id, finished);
-    if (done.size > DONE_LIMIT) done.delete(done.keys().next().value!);
-    return new Error(`event handler failed: ${failures.join("; ")}`);
+      done.set(event.id, finished[i]!);
+      if (done.size > DONE_LIMIT) done.delete(done.keys().next().value!);
+      return new Error(`event handler failed: ${failures[i]!.join("; ")}`);
+    });
   }
 
   return {
     async publish(event) {
-      const err = await deliver(event);
+      const [err] = await deliverMany([event]);
       if (err) throw err;
     },
     async publishMany(events) {
-      // In order, one at a time: subscribers see events in the order of the outbox.
-      const outcomes: (Error | undefined)[] = [];
-      for (const event of events) outcomes.push(await deliver(event));
-      return outcomes;
+      return deliverMany(events);
     },
     async reachable() {
       return true;
     },
     async subscribe(subject, handler, options = {}) {
-      subscribers.push({ subject, handler, durableName: options.durableName });
+      subscribers.push({ subject, handler, durableName: options.durableName, concurrency: concurrencyOf(options) });
     },
     async close() {},
   };
@@ -331,10 +359,22 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
           clearInterval(working);
         }
       };
+      const concurrency = concurrencyOf(options);
+      /** Handlers running now, when more than one may. */
+      const active = new Set<Promise<void>>();
       void (async () => {
         for (;;) {
           try {
-            for await (const m of messages) await handle(m);
+            for await (const m of messages) {
+              if (concurrency === 1) {
+                await handle(m);
+                continue;
+              }
+              // Up to `concurrency` at once: the next message is taken once a handler is done.
+              const running: Promise<void> = handle(m).finally(() => active.delete(running));
+              active.add(running);
+              if (active.size >= concurrency) await Promise.race(active);
+            }
           } catch (err) {
             logger.error({ err, consumer: consumerName }, "event consumer stopped reading");
           }

@@ -42,6 +42,14 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
 }
 
 /**
+ * Events each fan-out consumer queues at once, per process. The fan-out needs no order between
+ * events (deliveries are not ordered, and each event's rows are written once whatever comes
+ * first), so a storm is queued a few events at a time rather than one by one. Each holds a
+ * connection of the request pool for two statements: a few, not the whole pool.
+ */
+export const FAN_OUT_CONCURRENCY = 4;
+
+/**
  * Subscribes the fan-out to every domain event a webhook type comes from, each through a durable
  * consumer: in NATS mode the replicas share the events and a failed fan-out is retried; in one
  * process the outbox relay keeps the event until the fan-out has succeeded.
@@ -49,9 +57,10 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
 export async function startFanOut(deps: SubscriptionsDeps, bus: EventBus): Promise<void> {
   const { publicUrl } = deps.config;
   const run = (event: WebhookEvent | undefined, domainEvent: DomainEvent) => (event ? fanOut(deps, event, domainEvent.id).then(() => {}) : Promise.resolve());
-  await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), { durableName: "subscriptions-incident-opened" });
-  await onEvent(bus, EVENTS.timelineRecorded, (e, d) => run(fromTimelineRecorded(publicUrl, e), d), { durableName: "subscriptions-timeline" });
-  await onEvent(bus, EVENTS.incidentResolved, (e, d) => run(fromIncidentResolved(publicUrl, e), d), { durableName: "subscriptions-incident-resolved" });
-  await onEvent(bus, EVENTS.heartbeatSilent, (e, d) => run(fromHeartbeatSilent(e), d), { durableName: "subscriptions-heartbeat-silent" });
-  await onEvent(bus, EVENTS.updateSent, (e, d) => run(fromUpdateSent(publicUrl, e), d), { durableName: "subscriptions-update-sent" });
+  const consumer = (durableName: string) => ({ durableName, concurrency: FAN_OUT_CONCURRENCY });
+  await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), consumer("subscriptions-incident-opened"));
+  await onEvent(bus, EVENTS.timelineRecorded, (e, d) => run(fromTimelineRecorded(publicUrl, e), d), consumer("subscriptions-timeline"));
+  await onEvent(bus, EVENTS.incidentResolved, (e, d) => run(fromIncidentResolved(publicUrl, e), d), consumer("subscriptions-incident-resolved"));
+  await onEvent(bus, EVENTS.heartbeatSilent, (e, d) => run(fromHeartbeatSilent(e), d), consumer("subscriptions-heartbeat-silent"));
+  await onEvent(bus, EVENTS.updateSent, (e, d) => run(fromUpdateSent(publicUrl, e), d), consumer("subscriptions-update-sent"));
 }

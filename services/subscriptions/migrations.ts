@@ -76,5 +76,13 @@ export const migrations: Migration[] = [
     `,
   },
   outboxMigration("subscriptions", 2),
+  {
+    id: 3,
+    // Every claim counts each subscription's attempts in flight. Read off deliveries_due, that
+    // count visited every delivery waiting (a storm's thousands, or a down receiver's retries)
+    // on each claim; this index holds only the few in flight.
+    name: "deliveries in flight, for the claim's count",
+    sql: `create index deliveries_in_flight on subscriptions.deliveries (subscription_id, claimed_until) where state = 'delivering'`,
+  },
   ...outboxUpgrades("subscriptions"),
 ];

@@ -20,6 +20,8 @@ import { startFakePrometheus } from "../../services/remotesource-kit/testing/fak
 import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
+import { makeTestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { startWebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { printTable, summarize } from "./stats.js";
 import { cpuOf, startChild, stopChild } from "./child-process.js";
 
@@ -45,6 +47,8 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
  * app without and with a remote-source read that applies to every incident, in turn, `rounds`
  * times, each beside its floor (see investigationComparison); with `INTAKE_BENCH_TOGETHER=1` the two
  * runs of a round at the same time.
+ * `INTAKE_BENCH_SUBSCRIPTIONS=1` adds a row: the one-process run again with three subscriptions to
+ * incident.opened, one of them down, against the same floor (see oneProcessWithSubscriptions).
  */
 
 export const CONNECTIONS = 50;
@@ -814,6 +818,47 @@ async function countInvestigations(databaseUrl: string): Promise<InvestigationRo
   }
 }
 
+/**
+ * The one-process run with three event subscriptions to incident.opened at a receiver in this
+ * process: two take every post, one drops its connections (retried on the production schedule).
+ * The subscriptions issue asks that the intake's ratio to its floor move less than 10 % with them.
+ */
+async function oneProcessWithSubscriptions(): Promise<LoadResult> {
+  const certs = makeTestCertificates();
+  const receiver = await startWebhookReceiver(certs);
+  const database = await freshDatabase();
+  try {
+    const env = { ...process.env, SECRETS_KEYS: newSecretKeyEntry("k1"), EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile };
+    const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env });
+    try {
+      const token = await ingestToken(app.url);
+      const login = await callApi(app.url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+      const owner = login.body.accessToken as string;
+      await callApi(app.url, "PUT", `/o/${OWNER.org}/oncall/egress`, { token: owner, body: { enabled: true } });
+      for (const [name, up] of [
+        ["healthy-a", true],
+        ["healthy-b", true],
+        ["down", false],
+      ] as const) {
+        receiver.endpoint(name, [], up ? () => ({ status: 204 }) : () => "drop");
+        const res = await callApi(app.url, "POST", `/o/${OWNER.org}/subscriptions`, {
+          token: owner,
+          body: { url: receiver.url(name), events: ["incident.opened"] },
+        });
+        if (res.status !== 201) throw new Error(`subscribing failed: ${res.status} ${JSON.stringify(res.body)}`);
+        receiver.setSecrets(name, [res.body.secret]);
+      }
+      return await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("subscribed"));
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+    await receiver.close();
+    certs.remove();
+  }
+}
+
 export async function benchIntake(): Promise<void> {
   // `embedded` is left out by default until the embedded database is a Postgres server (see embeddedMode).
   const modes = (process.env.INTAKE_BENCH_MODES ?? "one,cluster").split(",");
@@ -836,6 +881,22 @@ export async function benchIntake(): Promise<void> {
     });
   };
   await run("one", "one process", async () => ({ ...(await onePerProcessMode()), shape: "one process" }));
+  const withoutSubscriptions = table.find((row) => row.mode === "one process" && row.figure === "deliveries/s");
+  if (process.env.INTAKE_BENCH_SUBSCRIPTIONS === "1" && withoutSubscriptions) {
+    const subscribed = await oneProcessWithSubscriptions();
+    const floorPerSecond = Number(withoutSubscriptions["floor (same run)"]);
+    const ratioWithout = Number(withoutSubscriptions.ours) / floorPerSecond;
+    const ratio = subscribed.perSecond / floorPerSecond;
+    table.push({
+      mode: "one process, three subscriptions (one down)",
+      figure: "deliveries/s",
+      ours: subscribed.perSecond,
+      "floor (same run)": floorPerSecond,
+      "ours / floor": ratio.toFixed(2),
+      target: `within 10 % of ${ratioWithout.toFixed(2)} (no subscription)`,
+      met: Math.abs(ratio / ratioWithout - 1) < 0.1 ? "yes" : "no",
+    });
+  }
   await run("cluster", "separate processes over NATS", clusterMode);
   await run("embedded", "one process, embedded database", embeddedMode);
   printTable(

@@ -5,8 +5,10 @@ import { makeTestCertificates, type TestCertificates } from "../../services/comm
 import { createClients, type Clients } from "../../services/runtime/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { startWebhookReceiver, type Behaviour, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
-import { startApp, type TestApp } from "../support/app.js";
+import { callApi, freshDatabase, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
+import { startServiceProcess, type ServiceProcess } from "../support/service-process.js";
+import { makeDeliveries, ownerAndIngestToken, runLoad } from "./load.js";
 
 /**
  * Event subscriptions under faults, over NATS (JetStream durable consumers feed the deliveries):
@@ -14,7 +16,9 @@ import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
  * mid-delivery, and a subscription deleted with retries pending. Each case counts the incidents
  * opened (sent), the ones whose event the receiver took (delivered), those it took more than once
  * (doubled: allowed, always with one webhook-id) and those it never took (lost: must be 0). The
- * retry schedule is shortened by configuration; its shape is the production one.
+ * retry schedule is shortened by configuration; its shape is the production one. Last, in one
+ * process and over NATS alike, the service is killed (kill -9) in the middle of a storm's
+ * deliveries and started again: what it had not sent is continued from Postgres.
  */
 const SCHEDULE = "0.2,0.5,1,2,3,3,3,3,3,3";
 let nats: PrivateNats;
@@ -64,9 +68,9 @@ async function openIncidents(count: number, label: string): Promise<string[]> {
   return ids;
 }
 
-/** What the receiver took of the events of `sent`, at endpoint `name`. */
-function tally(name: string, sent: string[]) {
-  const accepted = receiver.deliveries.filter((d) => d.endpoint === name && d.accepted);
+/** What the receiver took of the events of `sent`, at endpoint `name` (posts after `from` only). */
+function tally(name: string, sent: string[], from = 0) {
+  const accepted = receiver.deliveries.slice(from).filter((d) => d.endpoint === name && d.accepted);
   const byIncident = new Map<string, { count: number; ids: Set<string> }>();
   for (const d of accepted) {
     const incidentId = String(d.event.data.incidentId);
@@ -197,4 +201,123 @@ describe("subscription deliveries under faults", () => {
       `subscription deleted with retries pending: ${JSON.stringify({ sent: sent.length, postsBeforeDelete: atDelete, postsAfterDelete: afterDelete - atDelete })}`,
     );
   }, 60_000);
+});
+
+describe.each([
+  ["in one process", false],
+  ["over NATS", true],
+])("the service killed mid-storm and started again (%s)", (mode, overNats) => {
+  it("continues every delivery it had not sent from Postgres: none lost, doubled only with the same webhook-id", async () => {
+    const INCIDENTS = 120;
+    const database = await freshDatabase();
+    const ownNats = overNats ? await startPrivateNats() : undefined;
+    const from = receiver.deliveries.length;
+    const env = {
+      DATABASE_URL: database.url,
+      NATS_URL: ownNats?.url ?? "",
+      PORT: "0",
+      HOST: "127.0.0.1",
+      // The process says where it serves at info.
+      LOG_LEVEL: "info",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      // The same key for both lives of the service: the second unseals the signing secrets the first stored.
+      SECRETS_KEYS: newSecretKeyEntry("k1"),
+      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+      EGRESS_CA_FILE: certs.caFile,
+      SUBSCRIPTION_TIMEOUT_SECONDS: "1",
+      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: SCHEDULE,
+    };
+    const processes: ServiceProcess[] = [];
+    const db = postgres(database.url, { max: 1, onnotice: () => {} });
+    try {
+      const first = startServiceProcess(env);
+      processes.push(first);
+      const firstUrl = (await first.serving).url;
+      const { owner: token, ingest } = await ownerAndIngestToken(firstUrl);
+      expect((await callApi(firstUrl, "PUT", "/o/acme/oncall/egress", { token, body: { enabled: true } })).status).toBe(200);
+      // Two receivers: one takes every post, one leaves every fourth hanging past the timeout while
+      // the first process lives, so that the kill finds attempts in flight and deliveries waiting.
+      const steady = `restart-steady-${overNats ? "nats" : "one"}`;
+      const slow = `restart-slow-${overNats ? "nats" : "one"}`;
+      let firstAlive = true;
+      for (const [name, behaviour] of [
+        [steady, () => ({ status: 204 })],
+        [slow, (n: number) => (firstAlive && n % 4 === 0 ? "hang" : { status: 204 })],
+      ] as const) {
+        receiver.endpoint(name, [], behaviour as Behaviour);
+        const res = await callApi(firstUrl, "POST", "/o/acme/subscriptions", { token, body: { url: receiver.url(name), events: ["incident.opened"] } });
+        expect(res.status, JSON.stringify(res.body)).toBe(201);
+        receiver.setSecrets(name, [res.body.secret]);
+      }
+
+      const storm = await runLoad({
+        urls: [firstUrl],
+        token: ingest,
+        deliveries: makeDeliveries(randomBytes(4).toString("hex"), INCIDENTS, INCIDENTS),
+        concurrency: 8,
+        deadlineMs: 60_000,
+      });
+      expect(storm.unacknowledged).toEqual([]);
+      const sent = (await db<{ id: string }[]>`select id::text from incidents.incidents`).map((r) => r.id);
+      expect(sent).toHaveLength(INCIDENTS);
+
+      // Killed once the steady receiver has a quarter of the events: the slow one has far fewer.
+      await until("a quarter of the events at the steady receiver", () => tally(steady, sent, from).delivered >= INCIDENTS / 4, 120_000);
+      first.child.kill("SIGKILL");
+      await first.exited;
+      firstAlive = false;
+      const atKill = { steady: tally(steady, sent, from).delivered, slow: tally(slow, sent, from).delivered };
+      const left = await db<{ state: string; n: number }[]>`select state, count(*)::int as n from subscriptions.deliveries group by state order by state`;
+      const [outbox] = await db<{ n: number }[]>`select count(*)::int as n from incidents.outbox`;
+      const byState = Object.fromEntries(left.map((r) => [r.state, r.n]));
+      const notQueued = INCIDENTS * 2 - left.reduce((n, r) => n + r.n, 0);
+      console.log(`killed mid-storm (${mode}): ${JSON.stringify({ received: atKill, deliveries: byState, notQueued, unpublishedEvents: outbox!.n })}`);
+      // The kill left work behind: events the slow receiver had not had, deliveries not settled.
+      expect(atKill.slow).toBeLessThan(INCIDENTS);
+      expect((byState.pending ?? 0) + (byState.delivering ?? 0) + notQueued).toBeGreaterThan(0);
+
+      const second = startServiceProcess(env);
+      processes.push(second);
+      await second.serving;
+      // A hang bound: the killed process's claims come back when their lease runs out (the 1 s
+      // timeout and a 30 s margin), and the rest takes seconds; 360 s is over ten times that.
+      await until(
+        "every event at both receivers",
+        () => tally(steady, sent, from).delivered === INCIDENTS && tally(slow, sent, from).delivered === INCIDENTS,
+        360_000,
+      );
+      // A post the killed process made but could not record is made again once its lease ran out
+      // (same webhook-id): wait for those to settle too.
+      await until(
+        "every delivery settled",
+        async () => (await db<{ n: number }[]>`select count(*)::int as n from subscriptions.deliveries where state = 'delivered'`)[0]!.n === INCIDENTS * 2,
+        360_000,
+      );
+      report(`killed mid-storm, steady receiver (${mode})`, tally(steady, sent, from));
+      report(`killed mid-storm, slow receiver (${mode})`, tally(slow, sent, from));
+      // Every delivery settled as delivered, one per event and subscription, each with the
+      // webhook-id its posts carried.
+      const rows = await db<{ id: string; state: string; incident: string; url: string }[]>`
+        select d.id, d.state, d.payload::jsonb -> 'data' ->> 'incidentId' as incident, s.url
+        from subscriptions.deliveries d join subscriptions.subscriptions s on s.id = d.subscription_id`;
+      expect(rows).toHaveLength(INCIDENTS * 2);
+      expect(rows.filter((r) => r.state !== "delivered")).toEqual([]);
+      for (const name of [steady, slow]) {
+        const idOf = new Map(rows.filter((r) => r.url === receiver.url(name)).map((r) => [r.incident, r.id]));
+        const posted = receiver.deliveries.slice(from).filter((d) => d.endpoint === name);
+        expect(posted.filter((d) => idOf.get(String(d.event.data.incidentId)) !== d.webhookId)).toEqual([]);
+      }
+    } finally {
+      for (const p of processes) {
+        if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGTERM");
+        await p.exited;
+      }
+      await db.end();
+      await ownNats?.cleanup();
+      await database.drop();
+    }
+  }, 480_000);
 });

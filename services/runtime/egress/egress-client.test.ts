@@ -674,6 +674,17 @@ describe("requests to an allowed HTTPS receiver on loopback", () => {
       await other.close();
     }
   });
+
+  it("trusts its own extra CA only: a receiver certified by another CA is refused, on a kept connection or not", BOUND, async () => {
+    // The client parses its trust once and shares it between connections: it must still check each.
+    const otherCa = certificateFromNodeCrypto().cert;
+    for (const keepAliveMs of [0, 2_000]) {
+      const client = createEgressClient({ policy: onPremisesPolicy, ca: otherCa, timeoutMs: CALL_TIMEOUT_MS, maxResponseBytes: 1024, keepAliveMs });
+      const error = await refusal(client.request({ url: `https://127.0.0.1:${receiver.port}${SECRET_PATH}` }));
+      expect(error.reason).toBe("tls");
+      client.close();
+    }
+  });
 });
 
 /* ------------------------------------------------------------------------------------------------
