@@ -30,8 +30,12 @@ export default defineConfig({
     globalSetup: ["test/support/global-setup.ts"],
     // Lists every skipped test with its reason, and why a run fails besides its failed tests.
     reporters: ["default", "./test/support/run-summary.ts"],
-    testTimeout: 30_000,
-    hookTimeout: 60_000,
+    // Bounds that detect a hang, not a budget: a test that takes a few seconds on a quiet machine
+    // can take ten times as long while other work loads every core (scripts/loaded-test-runs.sh).
+    testTimeout: 120_000,
+    hookTimeout: 180_000,
+    // expect.poll waits for something that happens in milliseconds; its default second is a budget.
+    expect: { poll: { timeout: 30_000 } },
     // Two cores: test files share one Postgres server and one NATS server.
     maxWorkers: 2,
     pool: "forks",

@@ -16,7 +16,7 @@ let browser: Browser;
 
 beforeAll(async () => {
   browser = await chromium.launch({ executablePath: CHROMIUM, headless: true, args: ["--no-sandbox", "--disable-gpu"] });
-}, 60_000);
+});
 afterAll(async () => {
   await browser?.close();
 });
@@ -69,5 +69,5 @@ describe("an update card rendered", () => {
     // The person's text keeps its markdown: the renderer did process markdown where it applies.
     expect(html).toContain('href="https://runbooks.example/db"');
     expect(html).toMatch(/<strong[^>]*>now<\/strong>/);
-  }, 60_000);
+  });
 });

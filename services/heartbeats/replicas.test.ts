@@ -62,7 +62,7 @@ async function timelineKinds(id: string): Promise<string[]> {
 
 /** What the incident core answered to the `resumed` of the heartbeat's last silence, once it answered. */
 async function resumeOutcome(name: string): Promise<string> {
-  const deadline = Date.now() + 15_000;
+  const deadline = Date.now() + 60_000; // a hang bound, many times what it takes
   for (;;) {
     const [silence] = await db<{ resume_outcome: string | null }[]>`
       select s.resume_outcome from heartbeats.silences s join heartbeats.heartbeats h on h.id = s.heartbeat_id

@@ -376,7 +376,7 @@ describe("domain events through the outbox", () => {
 
   it("publishes what it wrote (the relay deletes the published rows)", async () => {
     const incident = await open();
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 60_000; // a hang bound, many times what it takes
     for (;;) {
       const [row] = await db<{ pending: number }[]>`
         select count(*)::int as pending from incidents.outbox`;

@@ -28,7 +28,7 @@ beforeAll(async () => {
   await admin.unsafe(`create database ${DATABASE}`);
   app = await startApp({ databaseUrl: appDatabaseUrl() });
   orgId = (await createClient(IdentityService, app.process.transport).getOrganization({ slug: OWNER.org })).id;
-}, 60_000);
+});
 
 afterAll(async () => {
   await app?.stop();

@@ -70,7 +70,7 @@ describe("the kit run as a third party runs it", () => {
     const dir = thirdPartyPackage("my-source.ts", code);
     const line = await runUntil(dir, "my-source.ts", { SOURCE_TOKEN: "third-party-token" }, /serving on http:\/\/127\.0\.0\.1:\d+|ERROR/);
     expect(line).toMatch(/^serving on http:\/\/127\.0\.0\.1:\d+/);
-  }, 60_000);
+  });
 
   it("the example's main.ts, copied the same way, serves", async () => {
     const code = readFileSync(join(KIT, "examples/prometheus-files/main.ts"), "utf8")
@@ -80,7 +80,7 @@ describe("the kit run as a third party runs it", () => {
     const env = { SOURCE_TOKENS: "third-party-token", PROMETHEUS_URL: "http://127.0.0.1:9", LOG_DIR: dir, PORT: "0", HOST: "127.0.0.1" };
     const line = await runUntil(dir, "main.ts", env, /serving HTTP-JSON and gRPC on port \d+|ERROR/);
     expect(line).toMatch(/^prometheus-files source serving HTTP-JSON and gRPC on port \d+$/);
-  }, 60_000);
+  });
 });
 
 describe("check-source against a source it cannot reach", () => {
@@ -98,5 +98,5 @@ describe("check-source against a source it cannot reach", () => {
     expect(output).toMatch(
       /^FAIL {2}credentials accepted: not checked: no call with the connection's credential reached the source \(unreachable: .*ECONNREFUSED/m,
     );
-  }, 60_000);
+  });
 });

@@ -115,7 +115,7 @@ afterAll(async () => {
   await app?.stop();
   certs?.remove();
   if (profile) rmSync(profile, { recursive: true, force: true });
-}, 60_000);
+});
 
 describe("web console in a browser", () => {
   it("signs in with email, password and organization, keeping the token in sessionStorage", async () => {

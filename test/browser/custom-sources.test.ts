@@ -79,7 +79,7 @@ afterAll(async () => {
   await context?.close();
   await app?.stop();
   if (profile) rmSync(profile, { recursive: true, force: true });
-}, 60_000);
+});
 
 describe("the custom-source editor in the web console", () => {
   let sourceId = "";

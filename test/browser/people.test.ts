@@ -100,7 +100,7 @@ afterAll(async () => {
   await context?.close();
   await app?.stop();
   if (profile) rmSync(profile, { recursive: true, force: true });
-}, 60_000);
+});
 
 describe("people and severity in the web console", () => {
   it("adds a member with a role, changes the role, sets their password, and removes them: their session ends at once", async () => {

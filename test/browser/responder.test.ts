@@ -112,7 +112,7 @@ afterAll(async () => {
   await restarted?.stop();
   await app?.stop();
   if (profile) rmSync(profile, { recursive: true, force: true });
-}, 60_000);
+});
 
 describe("the console for a responder", () => {
   it("turns on notifications for SEV2 and above: one for a SEV1, none for a SEV4; the title counts open incidents", async () => {

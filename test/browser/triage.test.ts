@@ -82,7 +82,7 @@ afterAll(async () => {
   await context?.close();
   await app?.stop();
   if (profile) rmSync(profile, { recursive: true, force: true });
-}, 60_000);
+});
 
 describe("triage and respond in the console", () => {
   it("lists what a responder needs: recovered at source, repeats, last activity, acknowledgement, the time zone", async () => {

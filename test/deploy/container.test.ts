@@ -129,7 +129,7 @@ describe("the image, run hardened with its default command", () => {
     url = `http://127.0.0.1:${ports.port}`;
     dataDir = mkdtempSync(join(tmpdir(), "warroom-image-data-"));
     chownSync(dataDir, 10001, 10001);
-  }, 60_000);
+  });
 
   afterAll(() => {
     docker(["rm", "-f", name], { allowFailure: true });
@@ -180,7 +180,7 @@ describe("the image, run hardened with its default command", () => {
       if (health !== "healthy") await sleep(500);
     }
     expect(health, JSON.stringify(JSON.parse(docker(["inspect", "--format", "{{json .State.Health}}", name])).Log)).toBe("healthy");
-  }, 90_000);
+  });
 
   it("stops on SIGTERM by itself within the grace period, answering what it acknowledged and keeping it", async () => {
     const { ingest } = await ownerAndIngestToken(url);

@@ -826,5 +826,5 @@ describe("Dockerfile", () => {
       expect(run.code, `${run.service}: ${run.stderr}`).toBe(1);
       expect(run.stderr, run.service).toContain("LOG_LEVEL");
     }
-  }, 90_000);
+  });
 });

@@ -45,7 +45,7 @@ describe("the README's subscription receiver", () => {
     });
     child.stdout!.on("data", (d: Buffer) => (output += d.toString()));
     child.stderr!.on("data", (d: Buffer) => (output += d.toString()));
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 60_000; // a hang bound, many times what it takes
     for (;;) {
       try {
         await fetch(`http://127.0.0.1:${port}/`, { method: "POST", body: "" });

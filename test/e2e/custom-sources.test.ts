@@ -57,7 +57,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
   afterAll(async () => {
     await app?.stop();
-  }, 60_000);
+  });
 
   async function createSource(body: Record<string, unknown>): Promise<{ id: string; secret: string; url: string; pathUrl: string | null; name: string }> {
     const res = await app.call("POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body });
@@ -673,7 +673,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     expect((await apply({ yaml: stringify({ version: 1, maintenanceWindows: [ended, added] }) })).body).toMatchObject({ changes: [], applied: false });
     expect((await app.call("GET", `/o/${org}/heartbeats`, { token })).body.heartbeats).toHaveLength(2);
     expect((await app.call("GET", `/o/${org}/maintenance-windows`, { token })).body.maintenanceWindows).toHaveLength(1);
-  }, 60_000);
+  });
 
   it("limits an organization to 50 sources, counted across replicas", async () => {
     const org = unique("limits").toLowerCase().slice(0, 30);

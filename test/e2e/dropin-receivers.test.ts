@@ -16,7 +16,7 @@ describe.each(MODES)("drop-in receivers (%s)", (mode) => {
 
   afterAll(async () => {
     await ctx.app?.stop();
-  }, 60_000);
+  });
 
   describe("PagerDuty Events API v2", () => pagerDutySuite(ctx));
   describe("Opsgenie Alert API", () => opsgenieSuite(ctx));

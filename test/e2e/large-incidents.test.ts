@@ -15,7 +15,7 @@ beforeAll(async () => {
   app = await startApp({ nats: true });
   owner = await app.ownerToken();
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
-}, 60_000);
+});
 
 afterAll(async () => {
   await app?.stop();

@@ -12,7 +12,7 @@ let owner: string;
 beforeAll(async () => {
   app = await startApp({ env: { SECRETS_KEYS: `test1:${Buffer.alloc(32, 3).toString("base64")}` } });
   owner = await app.ownerToken();
-}, 60_000);
+});
 
 afterAll(async () => {
   await app?.stop();

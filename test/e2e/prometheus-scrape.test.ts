@@ -63,7 +63,7 @@ describe("Prometheus scraping the service", () => {
     prometheus.stdout!.on("data", (d) => output.push(String(d)));
     prometheus.stderr!.on("data", (d) => output.push(String(d)));
     await eventually(async () => (await fetch(`${prometheusUrl}/-/ready`)).status === 200, "Prometheus is ready");
-  }, 60_000);
+  });
 
   afterAll(async () => {
     if (prometheus && prometheus.exitCode === null) {

@@ -20,7 +20,7 @@ describe.each(MODES)("receivers (%s)", (mode) => {
 
   afterAll(async () => {
     await ctx.app?.stop();
-  }, 60_000);
+  });
 
   describe("POST /triggers/alertrouter", () => alertRouterSuite(ctx));
   describe("POST /triggers/chat/{org_slug}", () => chatSuite(ctx));

@@ -19,7 +19,7 @@ describe.each(MODES)("POST /triggers (%s)", (mode) => {
 
   afterAll(async () => {
     await ctx.app?.stop();
-  }, 60_000);
+  });
 
   describe("metrics-monitor", () => metricsMonitorSuite(ctx));
   describe("error-tracker", () => errorTrackerSuite(ctx));

@@ -72,7 +72,7 @@ describe("durable consumers", () => {
     await new Promise((r) => setTimeout(r, 300));
     expect(tally(sent, handled)).toEqual({ sent: 25, foundOnce: 25, doubled: 0, lost: 0 });
     await late.close();
-  }, 30_000);
+  });
 
   it("a durable consumer created by an older release loses its delivery limit", async () => {
     const nc = await natsConnection();
@@ -97,7 +97,7 @@ describe("durable consumers", () => {
     await until("the events on the upgraded consumer", async () => handled.length >= 3, 10_000);
     expect(tally(sent, handled)).toEqual({ sent: 3, foundOnce: 3, doubled: 0, lost: 0 });
     await bus.close();
-  }, 30_000);
+  });
 
   it("a consumer failing through a database outage longer than 20 s does not lose the event", async () => {
     const database = await freshDatabase();
@@ -189,5 +189,5 @@ describe("durable consumers", () => {
     await until("the event handled after the fix", async () => handled.length === 1, 10_000);
     expect((await jsm.streams.info(DEAD_LETTER_STREAM)).state.messages).toBe(1);
     await bus.close();
-  }, 40_000);
+  });
 });

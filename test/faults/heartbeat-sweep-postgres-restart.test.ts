@@ -68,7 +68,24 @@ describe("Postgres restart during the heartbeat sweep", () => {
     // A process cut off between Record and marking the batch keeps its lease (120 s): end every
     // lease now, as time would, so that the next sweeps hand those silences over again under the
     // same event ids. They must change nothing.
-    await sql`update heartbeats.silences set claim_until = now() where alert_recorded_at is null`;
+    // The sweep writes the same rows meanwhile, in its own order: a deadlock aborts one of the two
+    // statements, sometimes this one, which is then run again.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await sql`update heartbeats.silences set claim_until = now() where alert_recorded_at is null`;
+        break;
+      } catch (err) {
+        if ((err as { code?: string }).code !== "40P01" || attempt === 5) throw err;
+      }
+    }
+    // Sweeps (every second) hand them over again; then some more sweeps, which must change nothing.
+    // 60 s is a bound that means "never"; it takes a second or two.
+    const handedOver = Date.now() + 60_000;
+    while (Date.now() < handedOver) {
+      const [left] = await sql<{ n: number }[]>`select count(*)::int as n from heartbeats.silences where alert_recorded_at is null`;
+      if (left!.n === 0) break;
+      await new Promise((r) => setTimeout(r, 250));
+    }
     await new Promise((r) => setTimeout(r, 4_000));
     const [final] = await sql<{ silences: number; undelivered: number; incidents: number; found: number; doubled: number; entries: number }[]>`
       select (select count(*)::int from heartbeats.silences) as silences,

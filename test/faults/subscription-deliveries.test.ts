@@ -200,7 +200,7 @@ describe("subscription deliveries under faults", () => {
     console.log(
       `subscription deleted with retries pending: ${JSON.stringify({ sent: sent.length, postsBeforeDelete: atDelete, postsAfterDelete: afterDelete - atDelete })}`,
     );
-  }, 60_000);
+  });
 });
 
 describe.each([

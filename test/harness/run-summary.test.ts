@@ -111,5 +111,5 @@ describe("the closing of a test run", () => {
     });
     expect(interrupted.stdout.trim()).toBe("exit status 130: stopped by SIGINT (Ctrl-C) before vitest wrote its summary");
     expect(interrupted.status).toBe(130);
-  }, 60_000);
+  });
 });

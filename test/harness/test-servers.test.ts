@@ -152,5 +152,5 @@ describe("the servers of a test run", () => {
       // Only the folders stay after a kill -9 (test.sh removes its run's folder on exit).
       rmSync(tmp, { recursive: true, force: true });
     }
-  }, 90_000);
+  });
 });

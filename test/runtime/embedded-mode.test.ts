@@ -87,7 +87,7 @@ describe("one-process mode with the embedded database", () => {
     } finally {
       await second.stop();
     }
-  }, 90_000);
+  });
 
   it("refuses a second start and the admin command on a DATA_DIR in use, naming the folder and the PID", async () => {
     const first = await runProcess({ name: "embedded", services: allServices, gateway: true, env });
@@ -113,7 +113,7 @@ describe("one-process mode with the embedded database", () => {
     const admin = await runAdmin(data.dir);
     expect(admin.output).toContain("created organization other");
     expect(admin.code).toBe(0);
-  }, 90_000);
+  });
 
   it("after kill -9 of the service, its Postgres stops too and the next start recovers the lock and the server", async () => {
     const first = startServiceProcess(embeddedEnv(data.dir));

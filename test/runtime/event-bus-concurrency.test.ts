@@ -146,5 +146,5 @@ describe.each(buses)("a durable subscriber with a concurrency, %s", (mode, makeB
     // The default subscriber: each event once, one at a time, in the order written.
     expect(ordered).toEqual(titles);
     expect(orderedMostActive).toBe(1);
-  }, 60_000);
+  });
 });

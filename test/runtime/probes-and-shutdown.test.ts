@@ -110,13 +110,13 @@ describe("probes", () => {
       signalPostgres(dir, "SIGCONT");
     }
     try {
-      await waitFor(`${running.url}/healthz`, 200, 10_000);
-      await waitFor(`${running.url}/readyz`, 200, 10_000);
+      await waitFor(`${running.url}/healthz`, 200, 60_000);
+      await waitFor(`${running.url}/readyz`, 200, 60_000);
       expect(await grpcHealth(running.url)).toBe("SERVING");
     } finally {
       await running.stop();
     }
-  }, 60_000);
+  });
 
   it("/readyz names NATS/JetStream when the NATS server hangs, and the event loop when it was stuck", async () => {
     const nats = await startPrivateNats();
@@ -124,21 +124,21 @@ describe("probes", () => {
     try {
       expect((await app.call("GET", "/readyz")).status).toBe(200);
       nats.signal("SIGSTOP");
-      // A JetStream ping answered just before the stop can still stand for one probe: within a few
-      // probes readiness is 503 naming JetStream, and each probe answers (within CHECK_BUDGET_MS by
-      // design; PROBE_HANG_MS detects a hang).
-      const first = await timed(app.call("GET", "/readyz"));
-      expect(first.ms).toBeLessThan(PROBE_HANG_MS);
-      let ready = first.value;
-      for (let i = 0; i < 5 && ready.status === 200; i++) {
+      // A JetStream ping answered just before the stop can still stand for a probe: readiness turns
+      // 503 naming JetStream within a few probes (a few CHECK_BUDGET_MS), and each probe answers
+      // (PROBE_HANG_MS detects a hang). The probes go on for up to 20 budgets, a bound that means
+      // "never", since on a machine busy enough the first few can all be late.
+      const probingUntil = Date.now() + 20 * CHECK_BUDGET_MS;
+      let ready: Awaited<ReturnType<typeof app.call>>;
+      do {
         const probe = await timed(app.call("GET", "/readyz"));
         expect(probe.ms).toBeLessThan(PROBE_HANG_MS);
         ready = probe.value;
-      }
+      } while (ready.status === 200 && Date.now() < probingUntil);
       expect(ready.status).toBe(503);
       expect(ready.body.failing).toContain("jetstream");
       nats.signal("SIGCONT");
-      await waitFor(`${app.url}/readyz`, 200, 10_000);
+      await waitFor(`${app.url}/readyz`, 200, 60_000);
 
       // A turn of the event loop that takes 2.5 s (a stuck loop) makes readiness fail for a while.
       const until = Date.now() + 2500;
@@ -155,7 +155,7 @@ describe("probes", () => {
       await app.stop();
       await nats.cleanup();
     }
-  }, 60_000);
+  });
 });
 
 describe("shutdown", () => {
@@ -182,7 +182,7 @@ describe("shutdown", () => {
       if (!resumed) signalPostgres(dir, "SIGCONT");
       service.child.kill("SIGKILL");
     }
-  }, 60_000);
+  });
 
   it("ends on SIGTERM when Postgres hangs (the drain gives up after SHUTDOWN_GRACE_SECONDS), and the server does not outlive it", async () => {
     const dir = dataDir();
@@ -208,10 +208,10 @@ describe("shutdown", () => {
       signalPostgres(dir, "SIGCONT");
     }
     // Resumed, the server finds its service gone and stops.
-    const deadline = Date.now() + 15_000;
+    const deadline = Date.now() + 60_000; // a hang bound, many times what it takes
     while (processAlive(postmaster) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
     expect(processAlive(postmaster)).toBe(false);
-  }, 60_000);
+  });
 
   it("a NATS call delivered after the drain began is refused at once, and the one in flight is answered", async () => {
     const nats = await startPrivateNats();
@@ -257,5 +257,5 @@ describe("shutdown", () => {
       await serverConn.close();
       await nats.cleanup();
     }
-  }, 30_000);
+  });
 });

@@ -28,7 +28,7 @@ describe("accounts across organizations", () => {
       ownerPassword: "globex-owner-pass",
     });
     globexOwner = (await login("boss@globex.test", "globex-owner-pass", "globex")).body.accessToken;
-  }, 60_000);
+  });
   afterAll(async () => {
     await app?.stop();
   });

@@ -87,7 +87,7 @@ afterAll(async () => {
     await exited;
   }
   await drop?.();
-}, 60_000);
+});
 
 /** One call on a connection of its own, as a monitor elsewhere makes it: status and time, or the error. */
 function call(method: string, path: string, body?: string): Promise<{ status: number; ms: number; error?: string }> {

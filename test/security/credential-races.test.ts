@@ -20,7 +20,7 @@ describe("credentials created while access is being taken away", () => {
     owner = await app.ownerToken();
     holder = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
     watcher = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
-  }, 60_000);
+  });
   afterAll(async () => {
     await holder?.end();
     await watcher?.end();

@@ -18,7 +18,7 @@ describe("login", () => {
     for (const email of ["target@acme.test", "upgrade@acme.test"]) {
       expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "the-right-one", role: "member" } })).status).toBe(201);
     }
-  }, 60_000);
+  });
   afterAll(async () => {
     await db?.end();
     await app?.stop();

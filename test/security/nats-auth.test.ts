@@ -212,7 +212,7 @@ describe("a NATS that asks for no credentials", () => {
   beforeAll(async () => {
     nats = await startPrivateNats();
     db = await freshDatabase();
-  }, 60_000);
+  });
   afterAll(async () => {
     await nats?.cleanup();
     await db?.drop();
@@ -241,7 +241,7 @@ describe("a NATS that asks for no credentials", () => {
     expect(service.output()).toMatch(/accepted this process without credentials/);
     expect(service.output()).toMatch(/NATS_ALLOW_UNAUTHENTICATED=true/);
     expect(service.output()).not.toMatch(/"msg":"serving"/);
-  }, 60_000);
+  });
 
   it("is used when NATS_ALLOW_UNAUTHENTICATED=true, with a warning at every start", async () => {
     const service = start("true");
@@ -252,5 +252,5 @@ describe("a NATS that asks for no credentials", () => {
       service.child.kill("SIGTERM");
       await service.exited;
     }
-  }, 90_000);
+  });
 });

@@ -21,7 +21,7 @@ describe("guessing the current password through PUT /o/{org}/me/password", () =>
     ).toBe(201);
     token = (await app.call("POST", "/auth/login", { body: { email: "kim@acme.test", password: "password-123", orgSlug: "acme" } })).body.accessToken;
     key = (await app.call("POST", "/o/acme/api-keys", { token, body: { name: "stolen" } })).body.key;
-  }, 60_000);
+  });
   afterAll(async () => {
     await app?.stop();
   });

@@ -34,7 +34,7 @@ describe("receivers behind a trusted proxy", () => {
     const owner = await app.ownerToken();
     chatSecret = (await app.call("POST", "/o/acme/triggers/chat-secret", { token: owner, body: {} })).body.secret;
     alertRouterSecret = (await app.call("POST", "/o/acme/triggers/alertrouter-secret", { token: owner, body: {} })).body.secret;
-  }, 60_000);
+  });
   afterAll(async () => {
     await db?.end();
     await app?.stop();
@@ -190,7 +190,7 @@ describe("receivers without a trusted proxy", () => {
   beforeAll(async () => {
     app = await startApp();
     db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
-  }, 60_000);
+  });
   afterAll(async () => {
     await db?.end();
     await app?.stop();

@@ -11,7 +11,7 @@ describe("request ids and internal methods on the public port", () => {
 
   beforeAll(async () => {
     app = await startApp();
-  }, 60_000);
+  });
   afterAll(async () => {
     await app?.stop();
   });

@@ -446,7 +446,7 @@ describe("a 4 MiB remote-source read in NATS mode", () => {
         SECRETS_KEYS: `test1:${Buffer.alloc(32, 9).toString("base64")}`,
       },
     });
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await app?.stop();
@@ -479,5 +479,5 @@ describe("a 4 MiB remote-source read in NATS mode", () => {
     expect(bytes).toBeGreaterThan(3.5 * 1024 * 1024);
     expect(bytes).toBeLessThanOrEqual(MAX_RESPONSE_BYTES + 64 * 1024);
     expect(best!.body.series[0].points.length).toBe(best!.body.raw.data.result[0].values.length);
-  }, 60_000);
+  });
 });

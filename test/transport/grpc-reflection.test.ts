@@ -71,7 +71,7 @@ describe("gRPC server reflection", () => {
   beforeAll(async () => {
     app = await startApp();
     transport = createGrpcTransport({ baseUrl: app.url });
-  }, 60_000);
+  });
 
   afterAll(async () => {
     await app?.stop();

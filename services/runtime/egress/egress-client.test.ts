@@ -378,7 +378,7 @@ beforeAll(async () => {
   receiver = await startReceiver(certificate, () => `http://127.0.0.1:${canary4.port}/stolen`);
   reboundCanary4 = await startCanary("127.0.0.2", receiver.port);
   reboundCanary6 = await startCanary("::1", receiver.port);
-}, 30_000);
+});
 
 afterAll(async () => {
   net.Socket.prototype.connect = originalSocketConnect;

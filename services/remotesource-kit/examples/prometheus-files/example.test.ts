@@ -135,5 +135,5 @@ describe("the prometheus-files example source", () => {
     expect(onCommandLine.exitCode).toBe(2);
     expect(onCommandLine.output).toMatch(/SOURCE_TOKEN/);
     expect(onCommandLine.output).not.toContain(TOKEN);
-  }, 30_000);
+  });
 });
