@@ -194,7 +194,7 @@ const MOST_RECORDS_PER_STATEMENT = 100;
  * read right after a delivery's answer shows it. A batch that fails is written again one record
  * at a time, so one bad record (its source deleted meanwhile) costs no other its row.
  */
-function createRecordWriter(store: CustomSourceStore, logger: Logger) {
+export function createRecordWriter(store: CustomSourceStore, logger: Logger) {
   let waiting: { record: DeliveryRecord; written: () => void }[] = [];
   let writing = false;
 
