@@ -302,8 +302,10 @@ async function startServices(
   const url = `http://127.0.0.1:${server.port}`;
   if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
 
-  for (const relay of relays) relay.start();
+  // Consumers subscribe before any relay runs: in one process the bus hands an event only to the
+  // subscribers it has, so events a crash left in an outbox, relayed first, would reach none.
   for (const module of modules) await module.start?.();
+  for (const relay of relays) relay.start();
   probes.markStarted();
   markStarted();
   logger.info(

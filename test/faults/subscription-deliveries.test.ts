@@ -227,7 +227,10 @@ describe.each([
       SECRETS_KEYS: newSecretKeyEntry("k1"),
       EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
       EGRESS_CA_FILE: certs.caFile,
-      SUBSCRIPTION_TIMEOUT_SECONDS: "1",
+      // Long enough that a post to a receiver that answers is never cut short on a machine busy
+      // with other work (a delivery cut short ten times is given up); the slow receiver's
+      // hanging posts are still in flight when the process is killed.
+      SUBSCRIPTION_TIMEOUT_SECONDS: "5",
       SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: SCHEDULE,
     };
     const processes: ServiceProcess[] = [];
@@ -282,13 +285,17 @@ describe.each([
       const second = startServiceProcess(env);
       processes.push(second);
       await second.serving;
-      // A hang bound: the killed process's claims come back when their lease runs out (the 1 s
-      // timeout and a 30 s margin), and the rest takes seconds; 360 s is over ten times that.
+      // A hang bound: the killed process's claims come back when their lease runs out (the 5 s
+      // timeout and a 30 s margin), and the rest takes seconds; 360 s is ten times that.
       await until(
         "every event at both receivers",
         () => tally(steady, sent, from).delivered === INCIDENTS && tally(slow, sent, from).delivered === INCIDENTS,
         360_000,
-      );
+      ).catch(async (err: Error) => {
+        const states = await db<{ state: string; attempts: number; n: number }[]>`
+          select state, attempt_count as attempts, count(*)::int as n from subscriptions.deliveries group by state, attempt_count order by state, attempt_count`;
+        throw new Error(`${err.message}; deliveries by state and attempts: ${JSON.stringify(states)}`);
+      });
       // A post the killed process made but could not record is made again once its lease ran out
       // (same webhook-id): wait for those to settle too.
       await until(
@@ -320,4 +327,84 @@ describe.each([
       await database.drop();
     }
   }, 480_000);
+});
+
+describe("one process started again with events still in its outbox", () => {
+  it("hands them to every durable consumer: none is relayed before the consumers have subscribed", async () => {
+    const database = await freshDatabase();
+    const env = {
+      DATABASE_URL: database.url,
+      NATS_URL: "",
+      PORT: "0",
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "info",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      SECRETS_KEYS: newSecretKeyEntry("k1"),
+      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+      EGRESS_CA_FILE: certs.caFile,
+    };
+    const processes: ServiceProcess[] = [];
+    const db = postgres(database.url, { max: 2, onnotice: () => {} });
+    const lock = await db.reserve();
+    try {
+      const first = startServiceProcess(env);
+      processes.push(first);
+      const firstUrl = (await first.serving).url;
+      const { owner: token, ingest } = await ownerAndIngestToken(firstUrl);
+      expect((await callApi(firstUrl, "PUT", "/o/acme/oncall/egress", { token, body: { enabled: true } })).status).toBe(200);
+      const name = "restart-outbox";
+      receiver.endpoint(name, [], () => ({ status: 204 }));
+      const subscribed = await callApi(firstUrl, "POST", "/o/acme/subscriptions", { token, body: { url: receiver.url(name), events: ["incident.opened"] } });
+      expect(subscribed.status, JSON.stringify(subscribed.body)).toBe(201);
+
+      // The fan-out is held on a lock, so the incident's opened event stays in the outbox (the
+      // relay keeps an event until every durable consumer has it) when the process is killed.
+      await lock`begin`;
+      await lock`lock table subscriptions.deliveries in exclusive mode`;
+      const opened = await callApi(firstUrl, "POST", "/triggers", {
+        token: ingest,
+        body: { alert_type: "error", title: "Restart with events in the outbox", alert_id: "outbox-1", event_id: "e-1", tags: ["service:db"] },
+      });
+      expect(opened.status).toBe(201);
+      // A hang bound, many times what it takes: the fan-out waits on the lock within milliseconds.
+      await until(
+        "the fan-out waiting on the lock",
+        async () =>
+          (
+            await db<
+              { n: number }[]
+            >`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%subscriptions.deliveries%'`
+          )[0]!.n > 0,
+        60_000,
+      );
+      first.child.kill("SIGKILL");
+      await first.exited;
+      await lock`rollback`;
+      const [left] = await db<{ n: number }[]>`select count(*)::int as n from incidents.outbox where subject like '%incident.opened'`;
+      expect(left!.n).toBe(1);
+
+      const second = startServiceProcess(env);
+      processes.push(second);
+      await second.serving;
+      // A hang bound: the event is relayed within a second of the start.
+      await until(
+        "the opened event at the receiver",
+        () => receiver.deliveries.some((d) => d.endpoint === name && d.event.data.incidentId === opened.body.incidentId),
+        60_000,
+      );
+      const [queued] = await db<{ n: number }[]>`select count(*)::int as n from subscriptions.deliveries`;
+      expect(queued!.n).toBe(1);
+    } finally {
+      lock.release();
+      for (const p of processes) {
+        if (p.child.exitCode === null && p.child.signalCode === null) p.child.kill("SIGTERM");
+        await p.exited;
+      }
+      await db.end();
+      await database.drop();
+    }
+  });
 });
