@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { expectLabelled, inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -47,27 +47,6 @@ async function confirmDialog(label: string): Promise<void> {
 
 async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
-}
-
-/**
- * Evaluates a JavaScript expression in the page. Written as text: the project's type check has no
- * DOM library, and the expression runs in the browser, not here.
- */
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
-
-/** Every visible form control has a label (a <label>, aria-label or aria-labelledby), every button and link a name. */
-async function expectLabelled(): Promise<void> {
-  const unlabelled = await inPage<string[]>(`[...document.querySelectorAll("input, select, textarea")]
-    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
-    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
-    .map((el) => el.outerHTML)`);
-  expect(unlabelled).toEqual([]);
-  const nameless = await inPage<string[]>(`[...document.querySelectorAll("button, a[href]")]
-    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
-    .map((el) => el.outerHTML)`);
-  expect(nameless).toEqual([]);
 }
 
 function nav(name: string) {
@@ -121,7 +100,7 @@ describe("web console in a browser", () => {
   it("signs in with email, password and organization, keeping the token in sessionStorage", async () => {
     await page.goto(`${app.url}/`);
     await page.getByRole("heading", { name: "warroom" }).waitFor();
-    await expectLabelled();
+    await expectLabelled(page);
     await page.getByLabel("Email").fill(OWNER.email);
     await page.getByLabel("Password").fill("not the password");
     await page.getByLabel("Organization").fill(OWNER.org);
@@ -133,19 +112,19 @@ describe("web console in a browser", () => {
     await page.getByLabel("Password").press("Enter");
     await page.getByRole("heading", { name: "Incidents" }).waitFor();
     expect(new URL(page.url()).pathname).toBe("/incidents");
-    const stored = await inPage(`JSON.parse(sessionStorage.getItem("warroom.session") ?? "null")`);
+    const stored = await inPage(page, `JSON.parse(sessionStorage.getItem("warroom.session") ?? "null")`);
     expect(stored).toMatchObject({ org: "acme", email: OWNER.email, token: expect.any(String) });
-    expect(await inPage("localStorage.length")).toBe(0);
+    expect(await inPage(page, "localStorage.length")).toBe(0);
     // A page load keeps the session; the keyboard's first stop is the skip link.
     await page.reload();
     await page.getByRole("heading", { name: "Incidents" }).waitFor();
     await page.keyboard.press("Tab");
-    expect(await inPage("document.activeElement?.textContent")).toBe("Skip to content");
+    expect(await inPage(page, "document.activeElement?.textContent")).toBe("Skip to content");
   });
 
   it("shows a trigger in the open list as it arrives, without a reload", async () => {
     await page.getByText("Live", { exact: true }).waitFor();
-    await inPage("window.loadedOnce = true");
+    await inPage(page, "window.loadedOnce = true");
     const res = await trigger({
       title: "CPU high on checkout",
       body: "CPU above 90% on web-01 for 5 minutes",
@@ -166,7 +145,7 @@ describe("web console in a browser", () => {
     await expect.poll(() => row.locator('td[data-label="Severity"]').textContent()).toBe("SEV1");
     await expect.poll(() => row.locator('td[data-label="Entity"]').textContent()).toBe("service:checkout");
     await expect.poll(() => row.locator('td[data-label="Age"]').textContent()).toMatch(/just now|\d+ s ago/);
-    expect(await inPage("window.loadedOnce")).toBe(true);
+    expect(await inPage(page, "window.loadedOnce")).toBe(true);
 
     const second = await trigger({
       title: "Disk almost full on db-2",
@@ -178,7 +157,7 @@ describe("web console in a browser", () => {
     expect(second.status).toBe(201);
     await page.locator(`tr[data-incident-id="${second.body.incidentId}"]`).waitFor();
     await expect.poll(() => page.locator("tbody tr").count()).toBe(2);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("incidents");
   });
 
@@ -208,7 +187,7 @@ describe("web console in a browser", () => {
       .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT })
       .toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
     await expect.poll(() => page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("room");
 
     // The workspace URL is the room's address: a page load of it opens the room.
@@ -299,7 +278,7 @@ describe("web console in a browser", () => {
     expect(block).toContain("http_headers:");
     expect(block).toContain("X-Service-Alertrouter-Secret:");
     expect(block).toContain(`- ${secret}`);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("integrations");
   });
 
@@ -342,7 +321,7 @@ describe("web console in a browser", () => {
     expect(subscriptionReceiver.deliveries[0]).toMatchObject({ verified: true });
     await item.getByRole("button", { name: "Delivery log" }).click();
     await expect.poll(() => item.locator(".delivery-log tbody tr").first().textContent()).toContain("subscription.test");
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("integrations-subscriptions");
 
     const list = await app.call("GET", "/o/acme/subscriptions", { token: owner });
@@ -364,7 +343,7 @@ describe("web console in a browser", () => {
     await expect.poll(() => preview.locator(".card-title").textContent()).toBe("CPU high on checkout");
     await expect.poll(() => preview.locator(".card-text").textContent()).toBe("Rolling back the 14:02 deploy of checkout.");
     await expect.poll(() => preview.textContent()).toContain(`/o/acme/incidents/${firstIncident}`);
-    await expectLabelled();
+    await expectLabelled(page);
     await page.getByRole("button", { name: "Save draft" }).click();
     const message = page.locator(".messages > li").first();
     await message.getByText("Draft: waiting for approval").waitFor();
@@ -442,7 +421,7 @@ describe("web console in a browser", () => {
     expect(registered.body).toMatchObject({ name: "nightly-backup", expectedIntervalSeconds: 3600, graceSeconds: 300, lastSeenAt: null });
     // The ping by the heartbeat's own URL (test/browser/heartbeats.test.ts runs every setup).
     expect(await page.getByLabel("Ping (at the end of the job)").inputValue()).toBe(`curl -fsS -m 10 --retry 5 -o /dev/null "${registered.body.pingUrl}"`);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("heartbeats");
 
     expect((await app.call("POST", "/o/acme/heartbeats/nightly-backup/ping", { token: ingest })).status).toBe(204);
@@ -491,7 +470,7 @@ describe("web console in a browser", () => {
     expect(await history.locator("svg rect").count()).toBe(2);
     expect(await history.locator("pre.last-body").textContent()).toBe("pg_dump: error: connection refused");
     expect(await history.locator('tr[data-ping-kind="fail"] td[data-label="Exit status"]').textContent()).toBe("1");
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("heartbeat-history");
   });
 
@@ -507,7 +486,7 @@ describe("web console in a browser", () => {
     await expect.poll(() => row.locator('td[data-label="Status"]').textContent()).toMatch(/^active, ends in /);
     const suppressed = await trigger({ title: "DB lag", alert_type: "error", alert_id: "db-lag", event_id: "lag-1", tags: ["service:orders-db"] });
     expect(suppressed.body.outcome).toBe("suppressed");
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("maintenance");
 
     await row.getByRole("button", { name: "End now: Database upgrade" }).click();
@@ -527,12 +506,12 @@ describe("web console in a browser", () => {
     const row = page.locator("tbody tr").first();
     await row.waitFor();
     // Rows become cards: no horizontal scrolling, each cell labelled with its column.
-    expect(await inPage<number>("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
-    expect(await inPage(`getComputedStyle(document.querySelector("tbody tr td"), "::before").content`)).toBe('"Incident"');
+    expect(await inPage<number>(page, "document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+    expect(await inPage(page, `getComputedStyle(document.querySelector("tbody tr td"), "::before").content`)).toBe('"Incident"');
     await shot("phone-incidents");
     await row.getByRole("link").click();
     await page.locator(".timeline").waitFor();
-    expect(await inPage<number>("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+    expect(await inPage<number>(page, "document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
     await shot("phone-room");
     await page.setViewportSize({ width: 1280, height: 800 });
   });

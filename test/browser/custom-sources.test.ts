@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { expectLabelled, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -26,24 +26,6 @@ const nativeDialogs: string[] = [];
 
 async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `console-custom-sources-${name}.png`), fullPage: true });
-}
-
-/** Evaluates a JavaScript expression in the page (written as text: the type check has no DOM library). */
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
-
-/** Every visible form control has a label, every button and link a name. */
-async function expectLabelled(): Promise<void> {
-  const unlabelled = await inPage<string[]>(`[...document.querySelectorAll("input, select, textarea")]
-    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
-    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
-    .map((el) => el.outerHTML)`);
-  expect(unlabelled).toEqual([]);
-  const nameless = await inPage<string[]>(`[...document.querySelectorAll("button, a[href]")]
-    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
-    .map((el) => el.outerHTML)`);
-  expect(nameless).toEqual([]);
 }
 
 function deliver(sourceId: string, secret: string, body: unknown) {
@@ -91,7 +73,7 @@ describe("the custom-source editor in the web console", () => {
     await page.getByRole("heading", { level: 1, name: "Custom sources" }).waitFor();
     await page.getByText("No custom sources yet.").waitFor();
     await page.getByText("Add a custom source").click();
-    await expectLabelled();
+    await expectLabelled(page);
     await page.getByLabel("Name (the badge on its incidents)").fill("disk-watcher");
     await page.getByRole("button", { name: "Create source" }).click();
 
@@ -138,7 +120,7 @@ describe("the custom-source editor in the web console", () => {
       ["full", "body.state == 'alert'"],
       ["ok", "body.state == 'ok'"],
     ]);
-    await expectLabelled();
+    await expectLabelled(page);
   });
 
   it("previews a pasted payload and a recent one: the verdict of each rule and the incident it would attach to; nothing is created", async () => {
@@ -183,7 +165,7 @@ describe("the custom-source editor in the web console", () => {
     expect(await rows.first().getAttribute("data-outcome")).toBe("opened");
     expect(await rows.first().locator('td[data-label="Rule or error"]').textContent()).toBe('rule "full"');
     expect(await rows.first().getByRole("link", { name: "open" }).getAttribute("href")).toMatch(new RegExp(`^/o/${OWNER.org}/incidents/`));
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("log");
   });
 

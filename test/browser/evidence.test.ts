@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -29,10 +29,6 @@ let ingest: string;
 /** Reads wait for this before answering, so the room is showing the incident first. */
 let release: () => void = () => {};
 let gate = Promise.resolve();
-
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
 
 beforeAll(async () => {
   ensureConsoleBuilt({ quiet: true });
@@ -143,13 +139,13 @@ describe("the room shows an incident's evidence", () => {
     const incidentId = res.body.incidentId;
     await page.goto(`${app.url}/o/acme/incidents/${incidentId}`);
     await page.getByRole("heading", { name: "Checkout latency high" }).waitFor();
-    await inPage("window.loadedOnce = true");
+    await inPage(page, "window.loadedOnce = true");
     // The reads answer only now; the room was already open.
     release();
 
     await page.getByRole("heading", { name: "Evidence" }).waitFor();
     await page.getByText(/Investigation 1: 3 reads, 1 partial/).waitFor({ timeout: 20_000 });
-    expect(await inPage("window.loadedOnce")).toBe(true);
+    expect(await inPage(page, "window.loadedOnce")).toBe(true);
 
     const chart = page.getByTestId("evidence-chart");
     await chart.waitFor();

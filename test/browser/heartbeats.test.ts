@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { expectLabelled, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
@@ -29,23 +29,6 @@ let owner: string;
 
 async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `heartbeats-${name}.png`), fullPage: true, timeout: 30_000 });
-}
-
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
-
-/** Every visible form control has a label, every button and link a name. */
-async function expectLabelled(): Promise<void> {
-  const unlabelled = await inPage<string[]>(`[...document.querySelectorAll("input, select, textarea")]
-    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
-    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
-    .map((el) => el.outerHTML)`);
-  expect(unlabelled).toEqual([]);
-  const nameless = await inPage<string[]>(`[...document.querySelectorAll("button, a[href]")]
-    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
-    .map((el) => el.outerHTML)`);
-  expect(nameless).toEqual([]);
 }
 
 async function heartbeatsPage(): Promise<void> {
@@ -149,7 +132,7 @@ describe("console heartbeats", () => {
     expect(crontab).toContain(registered.body.pingUrl);
     expect(crontab).not.toContain("\n");
     expect(await page.getByText("put CRON_TZ=Europe/Berlin on a line above it").count()).toBe(1);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("register");
 
     await row.getByRole("button", { name: "Edit nightly-backup" }).click();
@@ -203,7 +186,7 @@ describe("console heartbeats", () => {
     const row = page.locator('tr[data-heartbeat="every-minute"]');
     await row.getByRole("button", { name: "Setup of every-minute" }).click();
     await page.getByRole("region", { name: "Setups for every-minute" }).waitFor();
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("setup");
 
     // The plain ping: Healthchecks' own line, the key in the URL.
@@ -312,7 +295,7 @@ describe("console heartbeats", () => {
     expect(cut).toHaveLength(10_240);
     expect(await rows.nth(0).locator("summary").textContent()).toBe("11035 B (first 10 KiB kept)");
     expect(await rows.nth(3).locator('td[data-label="Body"]').textContent()).toBe("—");
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("history");
   });
 
@@ -334,7 +317,7 @@ describe("console heartbeats", () => {
     expect(first).toBeGreaterThanOrEqual(2);
     // Live: the count grows without a reload.
     await expect.poll(secondsSilent, { timeout: WAIT }).toBeGreaterThan(first);
-    await expectLabelled();
+    await expectLabelled(page);
     await shot("silent");
     await status.getByRole("link", { name: "Open incident of gone-quiet" }).click();
     await page.waitForURL(`**/o/acme/incidents/${incidentId}`);

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { expectLabelled, inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -24,30 +24,6 @@ let owner: string;
 
 async function shot(target: Page, name: string): Promise<void> {
   await target.screenshot({ path: join(ARTIFACTS, `console-${name}.png`), fullPage: true });
-}
-
-/** Evaluates a JavaScript expression in the page (written as text: the type check has no DOM library). */
-function inPage<T>(target: Page, expression: string): Promise<T> {
-  return target.evaluate(expression) as Promise<T>;
-}
-
-/** Every visible form control has a label, every button and link a name. */
-async function expectLabelled(target: Page): Promise<void> {
-  const unlabelled = await inPage<string[]>(
-    target,
-    `[...document.querySelectorAll("input, select, textarea")]
-    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
-    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
-    .map((el) => el.outerHTML)`,
-  );
-  expect(unlabelled).toEqual([]);
-  const nameless = await inPage<string[]>(
-    target,
-    `[...document.querySelectorAll("button, a[href]")]
-    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
-    .map((el) => el.outerHTML)`,
-  );
-  expect(nameless).toEqual([]);
 }
 
 const nativeDialogs: string[] = [];

@@ -3,7 +3,7 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { createConsoleHttp } from "../../services/console/console-http.js";
@@ -31,10 +31,6 @@ let owner: string;
 let ingest: string;
 const nativeDialogs: string[] = [];
 
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
-
 function nav(name: string) {
   return page.getByRole("navigation", { name: "Main" }).getByRole("link", { name });
 }
@@ -47,8 +43,9 @@ async function shot(name: string): Promise<void> {
 async function expectAccessible(): Promise<void> {
   // Evaluated through the browser's debugging protocol, which the console's CSP (no inline
   // scripts) does not govern.
-  if (!(await inPage<boolean>("typeof window.axe === 'object'"))) await page.evaluate(AXE_SOURCE);
+  if (!(await inPage<boolean>(page, "typeof window.axe === 'object'"))) await page.evaluate(AXE_SOURCE);
   const violations = await inPage<{ id: string; impact: string; nodes: { target: string[] }[] }[]>(
+    page,
     `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations
       .filter((v) => v.impact === "serious" || v.impact === "critical")
       .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
@@ -59,7 +56,7 @@ async function expectAccessible(): Promise<void> {
 /** Nothing wider than a phone's screen: no sideways scrolling. */
 async function expectFitsPhone(): Promise<void> {
   await page.setViewportSize({ width: 390, height: 844 });
-  expect(await inPage<number>("document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
+  expect(await inPage<number>(page, "document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
   await page.setViewportSize({ width: 1280, height: 800 });
 }
 
@@ -116,7 +113,7 @@ afterAll(async () => {
 
 describe("the console for a responder", () => {
   it("turns on notifications for SEV2 and above: one for a SEV1, none for a SEV4; the title counts open incidents", async () => {
-    expect(await inPage("Notification.permission")).toBe("granted");
+    expect(await inPage(page, "Notification.permission")).toBe("granted");
     await page.getByRole("button", { name: "Notifications: off" }).click();
     const dialog = page.getByRole("dialog", { name: "Browser notifications" });
     await dialog.getByLabel("Notify me of new incidents while this console is open").check();
@@ -125,15 +122,15 @@ describe("the console for a responder", () => {
     await dialog.getByRole("button", { name: "Save" }).click();
     await dialog.waitFor({ state: "detached" });
     await page.getByRole("button", { name: "Notifications: SEV2 and above" }).waitFor();
-    expect(JSON.parse(await inPage<string>(`localStorage.getItem("warroom.notifications")`))).toEqual({ enabled: true, minSeverity: "sev2" });
+    expect(JSON.parse(await inPage<string>(page, `localStorage.getItem("warroom.notifications")`))).toEqual({ enabled: true, minSeverity: "sev2" });
 
     await trigger({ title: "Checkout down", alert_type: "error", priority: "P1", alert_id: "n-1", event_id: "n-1" });
     await expect
-      .poll(() => inPage<{ title: string; body: string }[]>("window.shownNotifications"))
+      .poll(() => inPage<{ title: string; body: string }[]>(page, "window.shownNotifications"))
       .toEqual([{ title: "SEV1 New incident", body: "Checkout down (metrics-monitor)" }]);
     await trigger({ title: "Slow report", alert_type: "error", priority: "P4", alert_id: "n-2", event_id: "n-2" });
     await page.getByRole("link", { name: "Slow report" }).waitFor();
-    expect(await inPage<unknown[]>("window.shownNotifications")).toHaveLength(1);
+    expect(await inPage<unknown[]>(page, "window.shownNotifications")).toHaveLength(1);
     // Two open incidents, neither acknowledged.
     await expect.poll(() => page.title()).toBe("(2) Incidents · warroom");
     // The setting survives a reload (kept in this browser).
@@ -148,13 +145,13 @@ describe("the console for a responder", () => {
     const dialog = page.getByRole("dialog", { name: "Issue a new ingest token?" });
     await dialog.waitFor();
     // Focus starts on the confirming button; Tab and Shift+Tab stay inside the dialog.
-    await expect.poll(() => inPage("document.activeElement.textContent")).toBe("Issue");
+    await expect.poll(() => inPage(page, "document.activeElement.textContent")).toBe("Issue");
     await page.keyboard.press("Tab");
-    expect(await inPage("document.activeElement.closest('dialog') !== null")).toBe(true);
+    expect(await inPage(page, "document.activeElement.closest('dialog') !== null")).toBe(true);
     await page.keyboard.press("Tab");
-    expect(await inPage("document.activeElement.closest('dialog') !== null")).toBe(true);
+    expect(await inPage(page, "document.activeElement.closest('dialog') !== null")).toBe(true);
     await page.keyboard.press("Shift+Tab");
-    expect(await inPage("document.activeElement.closest('dialog') !== null")).toBe(true);
+    expect(await inPage(page, "document.activeElement.closest('dialog') !== null")).toBe(true);
     await expectAccessible();
     await shot("dialog");
     // Esc cancels: nothing is issued, focus returns to the button.
@@ -162,7 +159,7 @@ describe("the console for a responder", () => {
     await dialog.waitFor({ state: "detached" });
     expect(await page.locator("[data-issued]").count()).toBe(0);
     // Focus goes back once the dialog has closed, which may be a frame after it left the page.
-    await expect.poll(() => inPage("document.activeElement.textContent")).toBe("Issue ingest token");
+    await expect.poll(() => inPage(page, "document.activeElement.textContent")).toBe("Issue ingest token");
 
     // Enter confirms.
     await page.keyboard.press("Enter");
@@ -285,13 +282,13 @@ describe("the console for a responder", () => {
   it("shows a full-width banner with the last update's time while the service is stopped, and reads everything again when it is back", async () => {
     await nav("Incidents").click();
     await page.getByText("Live", { exact: true }).waitFor();
-    await inPage("window.mainBefore = document.querySelector('main')");
+    await inPage(page, "window.mainBefore = document.querySelector('main')");
     await app.process.stop();
     const banner = page.getByRole("alert").filter({ hasText: "Connection to the service lost." });
     await banner.waitFor({ timeout: 30_000 });
     expect(await banner.textContent()).toMatch(/Last update .*\((just now|\d+ s ago)\)/);
-    const width = await inPage<number>("document.querySelector('.offline-banner').getBoundingClientRect().width");
-    expect(width).toBe(await inPage<number>("document.documentElement.clientWidth"));
+    const width = await inPage<number>(page, "document.querySelector('.offline-banner').getBoundingClientRect().width");
+    expect(width).toBe(await inPage<number>(page, "document.documentElement.clientWidth"));
     await expectAccessible();
     await shot("offline");
 
@@ -305,7 +302,7 @@ describe("the console for a responder", () => {
     await banner.waitFor({ state: "detached", timeout: 60_000 });
     await page.getByText("Live", { exact: true }).waitFor();
     // The page was mounted afresh: every view read again.
-    expect(await inPage("document.querySelector('main') !== window.mainBefore")).toBe(true);
+    expect(await inPage(page, "document.querySelector('main') !== window.mainBefore")).toBe(true);
     await page.getByRole("link", { name: "Checkout down" }).waitFor();
     expect(nativeDialogs).toEqual([]);
   });

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -28,17 +28,13 @@ async function shot(name: string): Promise<void> {
   await page.screenshot({ path: join(ARTIFACTS, `triage-${name}.png`), fullPage: true });
 }
 
-function inPage<T>(expression: string): Promise<T> {
-  return page.evaluate(expression) as Promise<T>;
-}
-
 async function trigger(body: Record<string, unknown>): Promise<{ status: number; body: any }> {
   return app.call("POST", "/triggers", { token: ingest, body });
 }
 
 const row = (name: string) => page.locator(`tr[data-incident-id="${ids[name]}"]`);
 const cell = (name: string, label: string) => row(name).locator(`td[data-label="${label}"]`);
-const visibleIds = () => inPage<string[]>(`[...document.querySelectorAll("tbody tr")].map((tr) => tr.dataset.incidentId)`);
+const visibleIds = () => inPage<string[]>(page, `[...document.querySelectorAll("tbody tr")].map((tr) => tr.dataset.incidentId)`);
 
 beforeAll(async () => {
   ensureConsoleBuilt({ quiet: true });

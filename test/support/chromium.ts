@@ -1,4 +1,5 @@
-import { type BrowserContext, chromium, type LaunchOptions } from "playwright-core";
+import { type BrowserContext, chromium, type LaunchOptions, type Page } from "playwright-core";
+import { expect } from "vitest";
 
 /** Debian's Chromium, which the test command installs. */
 const CHROMIUM = "/usr/bin/chromium";
@@ -30,4 +31,31 @@ export function launchChromium(profile: string, options: Omit<ContextOptions, ke
     timeout: 30_000,
     ...options,
   });
+}
+
+/**
+ * Evaluates a JavaScript expression in a page. Written as text: the project's type check has no
+ * DOM library, and the expression runs in the browser, not here.
+ */
+export function inPage<T>(page: Page, expression: string): Promise<T> {
+  return page.evaluate(expression) as Promise<T>;
+}
+
+/** Every visible form control has a label (a <label>, aria-label or aria-labelledby), every button and link a name. */
+export async function expectLabelled(page: Page): Promise<void> {
+  const unlabelled = await inPage<string[]>(
+    page,
+    `[...document.querySelectorAll("input, select, textarea")]
+    .filter((el) => el.type !== "hidden" && el.getClientRects().length > 0)
+    .filter((el) => (el.labels?.length ?? 0) === 0 && !el.getAttribute("aria-label") && !el.getAttribute("aria-labelledby"))
+    .map((el) => el.outerHTML)`,
+  );
+  expect(unlabelled).toEqual([]);
+  const nameless = await inPage<string[]>(
+    page,
+    `[...document.querySelectorAll("button, a[href]")]
+    .filter((el) => el.getClientRects().length > 0 && !(el.textContent ?? "").trim() && !el.getAttribute("aria-label"))
+    .map((el) => el.outerHTML)`,
+  );
+  expect(nameless).toEqual([]);
 }
