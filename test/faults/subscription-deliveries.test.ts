@@ -90,6 +90,26 @@ function tally(name: string, sent: string[], from = 0) {
   };
 }
 
+/** The whole service as one process of its own, to be killed and started again on the same database. */
+function restartableServiceEnv(databaseUrl: string, natsUrl: string): Record<string, string> {
+  return {
+    DATABASE_URL: databaseUrl,
+    NATS_URL: natsUrl,
+    PORT: "0",
+    HOST: "127.0.0.1",
+    // The process says where it serves at info.
+    LOG_LEVEL: "info",
+    BOOTSTRAP_ORG_SLUG: OWNER.org,
+    BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+    BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+    SHUTDOWN_GRACE_SECONDS: "1",
+    // The same key for both lives of the service: the second unseals the signing secrets the first stored.
+    SECRETS_KEYS: newSecretKeyEntry("k1"),
+    EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
+    EGRESS_CA_FILE: certs.caFile,
+  };
+}
+
 function report(what: string, result: ReturnType<typeof tally>) {
   console.log(`${what}: ${JSON.stringify(result)}`);
   expect(result.lost).toBe(0);
@@ -213,20 +233,7 @@ describe.each([
     const ownNats = overNats ? await startPrivateNats() : undefined;
     const from = receiver.deliveries.length;
     const env = {
-      DATABASE_URL: database.url,
-      NATS_URL: ownNats?.url ?? "",
-      PORT: "0",
-      HOST: "127.0.0.1",
-      // The process says where it serves at info.
-      LOG_LEVEL: "info",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      SHUTDOWN_GRACE_SECONDS: "1",
-      // The same key for both lives of the service: the second unseals the signing secrets the first stored.
-      SECRETS_KEYS: newSecretKeyEntry("k1"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
+      ...restartableServiceEnv(database.url, ownNats?.url ?? ""),
       // Long enough that a post to a receiver that answers is never cut short on a machine busy
       // with other work (a delivery cut short ten times is given up); the slow receiver's
       // hanging posts are still in flight when the process is killed.
@@ -332,20 +339,7 @@ describe.each([
 describe("one process started again with events still in its outbox", () => {
   it("hands them to every durable consumer: none is relayed before the consumers have subscribed", async () => {
     const database = await freshDatabase();
-    const env = {
-      DATABASE_URL: database.url,
-      NATS_URL: "",
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: "info",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      SHUTDOWN_GRACE_SECONDS: "1",
-      SECRETS_KEYS: newSecretKeyEntry("k1"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
-    };
+    const env = restartableServiceEnv(database.url, "");
     const processes: ServiceProcess[] = [];
     const db = postgres(database.url, { max: 2, onnotice: () => {} });
     const lock = await db.reserve();
