@@ -3,9 +3,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase } from "../support/app.js";
 
 /**
- * The two fixes patches/postgres+3.4.9.patch applies to the driver, each through its upstream
- * issue's deterministic reproduction. Without the patch the first rejects every transaction and
- * the second ends the test process.
+ * The fixes patches/postgres+3.4.9.patch applies to the driver, each through its upstream issue's
+ * deterministic reproduction. Without the patch the first rejects every transaction, and the
+ * second and third end the process.
  */
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 beforeAll(async () => {
@@ -57,6 +57,34 @@ describe("the patched Postgres driver", () => {
     } finally {
       process.off("uncaughtException", record);
       await killer.end({ timeout: 2 });
+      await sql.end({ timeout: 2 });
+    }
+  });
+
+  it("never rejects unobserved when a new connection's array-type lookup fails (#1192, #1205)", async () => {
+    // A 1 ms statement_timeout, set at the startup handshake, cancels the driver's own pg_type
+    // query on every new connection: unpatched, that rejection reached nobody and a service
+    // process ended with it when Postgres went away under load.
+    const sql = postgres(database.url, { max: 1, onnotice: () => {}, connection: { statement_timeout: 1 } });
+    const unhandled: unknown[] = [];
+    const record = (err: unknown) => unhandled.push(err);
+    process.on("unhandledRejection", record);
+    try {
+      // The first query shares its connection's failure; the ones after it are answered.
+      const outcomes = [];
+      for (let i = 0; i < 3; i++) {
+        outcomes.push(
+          await sql`select 1 as ok`.then(
+            ([row]) => row?.ok,
+            (err: { code?: string }) => err.code,
+          ),
+        );
+      }
+      expect(outcomes.slice(1)).toEqual([1, 1]);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", record);
       await sql.end({ timeout: 2 });
     }
   });
