@@ -8,6 +8,8 @@ import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadc
 import { createClients, internalServices, type Clients } from "../runtime/clients.js";
 import { ConfigError, loadConfig, type Config } from "../runtime/config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
+import { DataDirLockedError } from "../runtime/data-dir-lock.js";
+import { EmbeddedPostgresError } from "../runtime/embedded-postgres.js";
 import { errorInterceptor } from "../runtime/errors.js";
 import { validationInterceptor } from "../runtime/validation.js";
 import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/event-bus.js";
@@ -362,7 +364,9 @@ export async function main(options: ProcessOptions): Promise<void> {
   try {
     running = await runProcess(options);
   } catch (err) {
-    console.error(err instanceof Error ? err.message : err);
+    // A refusal says what to change; anything else was not expected, and its stack says where.
+    const explained = err instanceof ConfigError || err instanceof DataDirLockedError || err instanceof EmbeddedPostgresError;
+    console.error(explained ? err.message : err);
     process.exit(1);
   }
   let signalled = false;

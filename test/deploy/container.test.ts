@@ -1,11 +1,12 @@
 import { execFile, spawnSync } from "node:child_process";
-import { chownSync, mkdtempSync, rmSync } from "node:fs";
+import { chownSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { freePort, serviceFolders } from "../../services/process/cluster.js";
+import { serviceFolders } from "../../services/process/cluster.js";
 import { OWNER, callApi } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
@@ -54,6 +55,32 @@ function script(path: string, args: string[], timeout: number): string {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+const chosenPorts = new Set<number>();
+/**
+ * A free port for a container, below the kernel's ephemeral range. The container binds it seconds
+ * after it is chosen, and again each time it is restarted: a port from the ephemeral range could
+ * meanwhile go to any process listening on port 0 (the other tests' servers, a benchmark), and the
+ * container would then fail to start until the test gave up on it.
+ */
+async function containerPort(): Promise<number> {
+  const ephemeralFrom = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+  const top = ephemeralFrom > 11_024 ? ephemeralFrom - 1 : 65_535;
+  const bottom = top - 10_000;
+  for (;;) {
+    const port = bottom + Math.floor(Math.random() * (top - bottom));
+    if (chosenPorts.has(port)) continue;
+    const free = await new Promise<boolean>((resolvePort) => {
+      const probe = createServer();
+      probe.once("error", () => resolvePort(false));
+      probe.listen(port, "127.0.0.1", () => probe.close(() => resolvePort(true)));
+    });
+    if (free) {
+      chosenPorts.add(port);
+      return port;
+    }
+  }
+}
+
 /** Milliseconds until GET url/readyz answers 200, polled every 100 ms; throws with the container's log when it never does. */
 async function untilReady(url: string, container: string, limitMs = 180_000): Promise<number> {
   const started = Date.now();
@@ -63,7 +90,17 @@ async function untilReady(url: string, container: string, limitMs = 180_000): Pr
     if (docker(["inspect", "--format", "{{.State.Running}}", container], { allowFailure: true }) === "false") break;
     await sleep(100);
   }
-  throw new Error(`${container} never became ready; its log:\n${docker(["logs", "--tail", "40", container], { allowFailure: true })}`);
+  throw new Error(`${container} never became ready; its log:\n${containerLog(container)}`);
+}
+
+/** The container's last lines, its stderr (where a process that cannot start says why) included. */
+function containerLog(container: string): string {
+  const result = spawnSync("docker", ["logs", "--tail", "40", container], {
+    encoding: "utf8",
+    env: { ...process.env, DOCKER_HOST: dockerHost },
+    timeout: 30_000,
+  });
+  return [result.stdout.trim(), result.stderr.trim() && `stderr:\n${result.stderr.trim()}`].filter(Boolean).join("\n");
 }
 
 function removeContainers(): void {
@@ -125,7 +162,7 @@ describe("the image, run hardened with its default command", () => {
   }
 
   beforeAll(async () => {
-    ports = { port: await freePort(), metrics: await freePort() };
+    ports = { port: await containerPort(), metrics: await containerPort() };
     url = `http://127.0.0.1:${ports.port}`;
     dataDir = mkdtempSync(join(tmpdir(), "warroom-image-data-"));
     chownSync(dataDir, 10001, 10001);
@@ -246,7 +283,7 @@ describe("the image as separate service containers against Postgres and NATS", (
     const plan = [...serviceFolders().flatMap((s) => (s === "intake" ? [s, s] : [s])), "gateway", "gateway"];
     const started = Date.now();
     for (const [index, service] of plan.entries()) {
-      const port = await freePort();
+      const port = await containerPort();
       const name = `${run}-${service}-${index}`;
       docker([
         "run",
@@ -265,7 +302,7 @@ describe("the image as separate service containers against Postgres and NATS", (
         "-e",
         `PORT=${port}`,
         "-e",
-        `METRICS_PORT=${await freePort()}`,
+        `METRICS_PORT=${await containerPort()}`,
         "-e",
         "HOST=127.0.0.1",
         "-e",
