@@ -22,6 +22,9 @@ const benches: Record<string, () => Promise<void>> = {
 const servers = await startTestServers(process.env);
 process.env.DATABASE_URL = servers.databaseUrl;
 process.env.NATS_URL = servers.natsUrl;
+// Like npm test's (vitest.config.ts): the private nats-server has no users, and a service over NATS
+// refuses to start on a server that accepts anyone unless told this is not production.
+process.env.NATS_ALLOW_UNAUTHENTICATED ??= "true";
 // The servers stop by themselves when this process dies; their folder goes with them here.
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.once(signal, () => void servers.stop().finally(() => process.exit(130)));

@@ -91,8 +91,6 @@ async function storm(overNats: boolean, certs: TestCertificates, receiver: Webho
       EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
       EGRESS_CA_FILE: certs.caFile,
       LOG_LEVEL: "warn",
-      // The bench's private NATS server asks for no credentials.
-      ...(overNats ? { NATS_ALLOW_UNAUTHENTICATED: "true" } : {}),
     },
   });
   const mode = overNats ? "nats" : "one";
