@@ -14,6 +14,7 @@ import { keepBody } from "./ping-body.js";
 import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
 import { expectedAfter } from "./schedule.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
+import { noteForegroundWork } from "../runtime/background-yield.js";
 
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
 /** Matches no heartbeat: the update still runs when the token is not this organization's. */
@@ -122,6 +123,7 @@ export function createPingHandler(deps: {
     context: HandlerContext,
     signal: Signal,
   ): Promise<PingRow | undefined> {
+    noteForegroundWork();
     const body = keepBody(bytes);
     const client = (context.requestHeader.get("x-forwarded-for") ?? "").split(",")[0]!.trim();
     const { kind, exitStatus } = signal;

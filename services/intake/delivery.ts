@@ -8,6 +8,7 @@ import type { Logger } from "../runtime/logger.js";
 import { deliveries, deliveriesRefused } from "../runtime/metrics.js";
 import { detachedFromCancellation } from "../runtime/request-context.js";
 import { annotate } from "../runtime/tracing.js";
+import { noteForegroundWork } from "../runtime/background-yield.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
 import type { RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
@@ -152,6 +153,7 @@ export function createDeliveryPath(deps: {
 
   return {
     async deliver(org, route, source, body, mapped, context) {
+      noteForegroundWork();
       const answered = await deliverShared(org, route, body, mapped, context);
       deliveries.inc({ source, outcome: answered.outcome });
       annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });

@@ -1,4 +1,4 @@
-import { performance } from "node:perf_hooks";
+import { backgroundShouldYield } from "../runtime/background-yield.js";
 import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, timestampNow } from "@bufbuild/protobuf/wkt";
 import { EvidenceRecordedSchema, InvestigationCompletedSchema } from "../../gen/warroom/events/v1/events_pb.js";
@@ -43,12 +43,10 @@ export const INVESTIGATION_LIMITS = {
   /** Investigations one process runs at once. */
   investigationsPerProcess: 8,
   /**
-   * Investigations one process runs at once while its event loop is busier than `busyLoop`: they
-   * yield to the deliveries the process answers (or to the process's other work), and still progress.
+   * Investigations one process runs at once while its deliveries keep its event loop busy
+   * (`background-yield.ts`): they give way to the deliveries, and still progress.
    */
   investigationsWhenBusy: 1,
-  /** The share of the last poll interval the event loop spent working, above which it counts as busy. */
-  busyLoop: 0.8,
   /** The raw payload kept per read; a longer one is cut there and marked cut. */
   rawKeptBytes: 64 * 1024,
 } as const;
@@ -177,7 +175,6 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   const compiledReads = new Map<string, CompiledRead>();
   let timer: NodeJS.Timeout | undefined;
   let runsAtOnce: number = INVESTIGATION_LIMITS.investigationsPerProcess;
-  let loopSample = performance.eventLoopUtilization();
   let stopped = true;
   let looking = false;
   let again = false;
@@ -496,14 +493,10 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   return {
     start() {
       stopped = false;
-      loopSample = performance.eventLoopUtilization();
       timer = setInterval(() => {
         // A loop kept busy by a storm of deliveries gets one investigation at a time: each costs
         // the process several statements, calls and a read, all on the loop the deliveries share.
-        const now = performance.eventLoopUtilization();
-        const busy = performance.eventLoopUtilization(now, loopSample).utilization > INVESTIGATION_LIMITS.busyLoop;
-        loopSample = now;
-        runsAtOnce = busy ? INVESTIGATION_LIMITS.investigationsWhenBusy : INVESTIGATION_LIMITS.investigationsPerProcess;
+        runsAtOnce = backgroundShouldYield() ? INVESTIGATION_LIMITS.investigationsWhenBusy : INVESTIGATION_LIMITS.investigationsPerProcess;
         void look();
       }, pollMs);
       timer.unref();

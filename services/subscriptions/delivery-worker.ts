@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import type { TransactionSql } from "../runtime/database.js";
+import { backgroundShouldYield } from "../runtime/background-yield.js";
 import { recordAudit } from "../runtime/events.js";
 import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/metrics.js";
 import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
@@ -35,11 +36,12 @@ const SWITCH_UNKNOWN_RETRY_MS = 5_000;
 /**
  * Sends due deliveries, never on a request's path: claims them from the database (so replicas
  * share them and a crashed process's claims expire), at most SUBSCRIPTION_CONCURRENCY in flight
- * per subscription over every process, so one slow receiver holds only its own slots.
+ * per subscription over every process, so one slow receiver holds only its own slots. While the
+ * process's deliveries keep its event loop busy, each subscription gets one slot: the sends wait
+ * for the storm rather than slow the alerts it brings, and each receiver still progresses.
  */
 export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryWorkerOptions): DeliveryWorker {
   const { sql, config, logger } = deps;
-  const perSubscription = config.SUBSCRIPTION_CONCURRENCY;
   const leaseMs = Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000) + LEASE_MARGIN_MS;
   const inFlight = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;
@@ -56,7 +58,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
    * inserts, which only take a key share, never wait for it), so counting the ones in
    * flight and claiming up to the limit cannot race with another process doing the same.
    */
-  async function claim(room: number): Promise<Claimed[]> {
+  async function claim(room: number, perSubscription: number): Promise<Claimed[]> {
     const token = randomUUID();
     return sql.begin(async (tx) => {
       const rows = await tx<Claimed[]>`
@@ -252,7 +254,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       if (room <= 0 || stopped) return;
       let claimed: Claimed[];
       try {
-        claimed = await claim(room);
+        claimed = await claim(room, backgroundShouldYield() ? 1 : config.SUBSCRIPTION_CONCURRENCY);
       } catch (err) {
         logger.warn({ err: String(err) }, "claiming due deliveries failed; will retry");
         return;
