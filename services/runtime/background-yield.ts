@@ -7,7 +7,7 @@ import { performance } from "node:perf_hooks";
  * itself (a backlog draining after a storm) runs at full speed: slowing it would help nobody.
  * One process has one event loop, so this is per process, not per service.
  */
-export const BUSY_LOOP = 0.8;
+const BUSY_LOOP = 0.8;
 /** The loop's utilization is judged over at least this long. */
 const SAMPLE_MS = 1000;
 
