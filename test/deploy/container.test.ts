@@ -31,11 +31,13 @@ const measured: Record<string, string | number> = {};
 let dockerHost: string;
 let startedDaemon = false;
 
-function docker(args: string[], options: { allowFailure?: boolean; timeout?: number } = {}): string {
+/** `withStderr`: for `docker logs`, which puts the container's stderr on its own. */
+function docker(args: string[], options: { allowFailure?: boolean; timeout?: number; withStderr?: boolean } = {}): string {
   const result = spawnSync("docker", args, { encoding: "utf8", env: { ...process.env, DOCKER_HOST: dockerHost }, timeout: options.timeout ?? 120_000 });
   if (result.status !== 0 && !options.allowFailure)
     throw new Error(`docker ${args.join(" ")} failed (${result.status}): ${result.stderr || result.error?.message}`);
-  return result.stdout.trim();
+  const stderr = options.withStderr ? (result.stderr ?? "").trim() : "";
+  return [result.stdout.trim(), stderr && `stderr:\n${stderr}`].filter(Boolean).join("\n");
 }
 
 /** docker without blocking the event loop: for actions taken while a load is running. */
@@ -90,17 +92,8 @@ async function untilReady(url: string, container: string, limitMs = 180_000): Pr
     if (docker(["inspect", "--format", "{{.State.Running}}", container], { allowFailure: true }) === "false") break;
     await sleep(100);
   }
-  throw new Error(`${container} never became ready; its log:\n${containerLog(container)}`);
-}
-
-/** The container's last lines, its stderr (where a process that cannot start says why) included. */
-function containerLog(container: string): string {
-  const result = spawnSync("docker", ["logs", "--tail", "40", container], {
-    encoding: "utf8",
-    env: { ...process.env, DOCKER_HOST: dockerHost },
-    timeout: 30_000,
-  });
-  return [result.stdout.trim(), result.stderr.trim() && `stderr:\n${result.stderr.trim()}`].filter(Boolean).join("\n");
+  // stderr is where a process that cannot start says why.
+  throw new Error(`${container} never became ready; its log:\n${docker(["logs", "--tail", "40", container], { allowFailure: true, withStderr: true })}`);
 }
 
 function removeContainers(): void {
