@@ -6,6 +6,13 @@
  * own share at once. Over every organization, at most `total` are in flight and `maxWaiting` wait;
  * past those the process is overloaded and refuses at once, early, instead of answering late.
  *
+ * The shares are work-conserving: an organization alone in the process (no other one has anything
+ * in flight or waiting) may borrow beyond its share, up to `total - perOrg`. Most installations
+ * run one organization, and the delivery path groups concurrent deliveries into shared statements,
+ * so a hard cap of `perOrg` cost a lone organization about a third of its throughput. The last
+ * `perOrg` slots stay free for the next organization to arrive, which therefore never waits for
+ * the borrower; from then on the borrower is held to its share until the other is gone again.
+ *
  * Nothing is kept for an organization with nothing in flight and nothing waiting, so the memory
  * is bounded by `total + maxWaiting` whatever the number of organizations.
  */
@@ -76,32 +83,43 @@ export function createFairShares(options: FairSharesOptions): FairShares {
     if (state.active === 0 && state.waiting.length === 0) orgs.delete(orgId);
   };
 
-  /** Hands a freed slot on: first to the same organization's next waiter, else to any waiter the total held back. */
+  /** Whether the organization may start one more delivery now: within its share, or borrowing while alone. */
+  const mayStart = (state: OrgState): boolean =>
+    active < options.total && (state.active < options.perOrg || (orgs.size === 1 && active < options.total - options.perOrg));
+
+  /**
+   * Hands freed slots on, as many as may start: to the same organization's next waiter first,
+   * then to the organization that has waited longest. A release can free more than one slot's
+   * worth, as when the last other organization leaves and a borrower may borrow again.
+   */
   function release(orgId: string): void {
     const state = orgs.get(orgId);
     active -= 1;
     if (state) {
       state.active -= 1;
-      if (state.waiting.length > 0 && state.active < options.perOrg) {
+      if (state.waiting.length > 0 && mayStart(state)) {
         state.waiting.shift()!.grant();
         return;
       }
       forgetIfIdle(orgId, state);
     }
-    // The total freed a slot: the longest-waiting organization with room in its share takes it.
-    for (const [otherId, other] of orgs) {
-      if (other.waiting.length > 0 && other.active < options.perOrg) {
-        other.waiting.shift()!.grant();
-        orgs.delete(otherId);
-        orgs.set(otherId, other); // served: to the back of the line
-        return;
+    for (let granted = true; granted; ) {
+      granted = false;
+      for (const [otherId, other] of orgs) {
+        if (other.waiting.length > 0 && mayStart(other)) {
+          other.waiting.shift()!.grant();
+          orgs.delete(otherId);
+          orgs.set(otherId, other); // served: to the back of the line
+          granted = true;
+          break;
+        }
       }
     }
   }
 
   function acquire(orgId: string, deadline: number | undefined, signal: AbortSignal | undefined): Promise<void> | undefined {
     const state = stateOf(orgId);
-    if (state.active < options.perOrg && active < options.total && state.waiting.length === 0) {
+    if (state.waiting.length === 0 && mayStart(state)) {
       state.active += 1;
       active += 1;
       return undefined;

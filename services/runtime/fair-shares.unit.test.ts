@@ -19,9 +19,10 @@ async function refusal(call: Promise<unknown>): Promise<ShareExceeded> {
 }
 
 describe("fair shares", () => {
-  it("keeps one organization to its share, queues the rest in order, and lets another through at once", async () => {
+  it("keeps one organization to its share while another is present, queues the rest in order, and lets another through at once", async () => {
     const shares = createFairShares({ perOrg: 2, total: 10, waitMs: 5_000, maxWaiting: 10 });
     const g = gate();
+    const present = shares.run("b", g.work);
     const order: number[] = [];
     const runs = [1, 2, 3, 4].map((n) =>
       shares.run("a", async () => {
@@ -29,18 +30,70 @@ describe("fair shares", () => {
         order.push(n);
       }),
     );
-    expect(shares.state()).toEqual({ active: 2, waiting: 2, organizations: 1 });
+    expect(shares.state()).toEqual({ active: 3, waiting: 2, organizations: 2 });
     // Another organization is not behind "a"'s queue.
-    expect(await shares.run("b", async () => "b done")).toBe("b done");
+    expect(await shares.run("c", async () => "c done")).toBe("c done");
     g.open();
-    await Promise.all(runs);
+    await Promise.all([present, ...runs]);
     expect(order).toEqual([1, 2, 3, 4]);
     // Nothing is kept once nothing is in flight or waiting.
     expect(shares.state()).toEqual({ active: 0, waiting: 0, organizations: 0 });
   });
 
+  it("lets an organization alone borrow up to the total less one share, and holds it to its share while another is present", async () => {
+    const shares = createFairShares({ perOrg: 2, total: 8, waitMs: 5_000, maxWaiting: 20 });
+    const a = gate();
+    const b = gate();
+    const present = shares.run("b", b.work);
+    // With "b" present, "a" has its share; the rest waits.
+    const held = Array.from({ length: 4 }, () => shares.run("a", a.work));
+    expect(shares.state()).toEqual({ active: 3, waiting: 2, organizations: 2 });
+    // "b" is gone: "a" is alone and borrows, so its waiters start.
+    b.open();
+    await present;
+    expect(shares.state()).toEqual({ active: 4, waiting: 0, organizations: 1 });
+    // Up to 6 (8 less a share of 2); the 7th waits.
+    const more = Array.from({ length: 3 }, () => shares.run("a", a.work));
+    expect(shares.state()).toEqual({ active: 6, waiting: 1, organizations: 1 });
+    // The kept slots: another organization starts at once, up to its share.
+    const c = gate();
+    const other = [shares.run("c", c.work), shares.run("c", c.work)];
+    expect(shares.state()).toEqual({ active: 8, waiting: 1, organizations: 2 });
+    a.open();
+    c.open();
+    await Promise.all([...held, ...more, ...other]);
+    expect(shares.state()).toEqual({ active: 0, waiting: 0, organizations: 0 });
+  });
+
+  it("gives a freed slot to an organization within its share before a borrower's own waiter", async () => {
+    const shares = createFairShares({ perOrg: 1, total: 3, waitMs: 5_000, maxWaiting: 10 });
+    const a = gate();
+    const order: string[] = [];
+    const first = shares.run("a", async () => {
+      await a.work();
+      order.push("a1");
+    });
+    const second = shares.run("a", async () => {
+      await a.work();
+      order.push("a2");
+    });
+    const c = gate();
+    const third = shares.run("c", c.work);
+    // The total is full: "a" borrowed one, "c" holds one; "b" and "a" wait.
+    const b = shares.run("b", async () => order.push("b"));
+    const aWaits = shares.run("a", async () => order.push("a3"));
+    expect(shares.state()).toEqual({ active: 3, waiting: 2, organizations: 3 });
+    a.open();
+    await Promise.all([first, second, b]);
+    c.open();
+    await Promise.all([third, aWaits]);
+    expect(order.indexOf("b")).toBeLessThan(order.indexOf("a3"));
+    expect(shares.state()).toEqual({ active: 0, waiting: 0, organizations: 0 });
+  });
+
   it("refuses a wait that would pass the caller's deadline or the wait limit, and forgets it", async () => {
-    const shares = createFairShares({ perOrg: 1, total: 10, waitMs: 30, maxWaiting: 10 });
+    // A total of two shares: nothing to borrow.
+    const shares = createFairShares({ perOrg: 1, total: 2, waitMs: 30, maxWaiting: 10 });
     const g = gate();
     const first = shares.run("a", g.work);
     const late = await refusal(shares.run("a", async () => "never", { deadline: Date.now() - 1 }));

@@ -55,7 +55,9 @@ describe.each(MODES)("fair shares of intake (%s)", (mode) => {
   beforeAll(async () => {
     app = await startIntakeApp(mode, {
       intakes: 1,
-      env: { INTAKE_ORG_IN_FLIGHT: String(SHARE), INTAKE_SHARE_WAIT_MS: String(WAIT_MS) },
+      // A total of two shares: an organization alone may borrow up to the total less one share,
+      // which is then its share, so the flooding organization is held to it from the start.
+      env: { INTAKE_ORG_IN_FLIGHT: String(SHARE), INTAKE_IN_FLIGHT: String(2 * SHARE), INTAKE_SHARE_WAIT_MS: String(WAIT_MS) },
     });
     flooding = await issueCredentials(app);
     quiet = await bootstrapOrg(app, unique("quiet").slice(0, 30));
