@@ -198,16 +198,19 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger) {
   let waiting: { record: DeliveryRecord; written: () => void }[] = [];
   let writing = false;
 
-  async function writeAll(batch: DeliveryRecord[]): Promise<void> {
-    let logged: Awaited<ReturnType<CustomSourceStore["keepAndLogMany"]>>;
+  /** Keeps the batch's payloads and log rows; what was logged, for the trim. */
+  async function keepAll(batch: DeliveryRecord[]): Promise<Awaited<ReturnType<CustomSourceStore["keepAndLogMany"]>>> {
     try {
-      logged = await store.keepAndLogMany(batch);
+      return await store.keepAndLogMany(batch);
     } catch (err) {
-      if (batch.length > 1) for (const record of batch) await writeAll([record]);
-      else logger.warn({ err: String(err), source: batch[0]!.sourceId }, "could not keep a custom-source payload and log row");
-      return;
+      if (batch.length === 1) {
+        logger.warn({ err: String(err), source: batch[0]!.sourceId }, "could not keep a custom-source payload and log row");
+        return [];
+      }
+      const logged = [];
+      for (const record of batch) logged.push(...(await keepAll([record])));
+      return logged;
     }
-    await store.trimLogs(logged).catch((err: unknown) => logger.warn({ err: String(err) }, "could not trim a custom-source delivery log"));
   }
 
   async function drain(): Promise<void> {
@@ -215,8 +218,10 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger) {
     while (waiting.length > 0) {
       const batch = waiting.slice(0, MOST_RECORDS_PER_STATEMENT);
       waiting = waiting.slice(batch.length);
-      await writeAll(batch.map((w) => w.record));
+      const logged = await keepAll(batch.map((w) => w.record));
+      // Answered once written; the trim is housekeeping the senders do not wait for.
       for (const w of batch) w.written();
+      await store.trimLogs(logged).catch((err: unknown) => logger.warn({ err: String(err) }, "could not trim a custom-source delivery log"));
     }
     writing = false;
   }
