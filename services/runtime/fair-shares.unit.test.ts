@@ -68,15 +68,8 @@ describe("fair shares", () => {
   it("gives a freed slot to an organization within its share before a borrower's own waiter", async () => {
     const shares = createFairShares({ perOrg: 1, total: 3, waitMs: 5_000, maxWaiting: 10 });
     const a = gate();
+    const borrowed = [shares.run("a", a.work), shares.run("a", a.work)];
     const order: string[] = [];
-    const first = shares.run("a", async () => {
-      await a.work();
-      order.push("a1");
-    });
-    const second = shares.run("a", async () => {
-      await a.work();
-      order.push("a2");
-    });
     const c = gate();
     const third = shares.run("c", c.work);
     // The total is full: "a" borrowed one, "c" holds one; "b" and "a" wait.
@@ -84,7 +77,7 @@ describe("fair shares", () => {
     const aWaits = shares.run("a", async () => order.push("a3"));
     expect(shares.state()).toEqual({ active: 3, waiting: 2, organizations: 3 });
     a.open();
-    await Promise.all([first, second, b]);
+    await Promise.all([...borrowed, b]);
     c.open();
     await Promise.all([third, aWaits]);
     expect(order.indexOf("b")).toBeLessThan(order.indexOf("a3"));
