@@ -68,6 +68,7 @@ async function run(): Promise<number> {
       openPool: () => database.sql,
       logger,
       clients: createClients(transport),
+      transport: "in-memory",
       // Bootstrap writes no events; the CLI runs no relay.
       outbox: { write: async () => {}, writeMany: async () => {}, poke: () => {} },
       events: createInMemoryEventBus(logger),

@@ -9,6 +9,10 @@ import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
 import { afterRecording, type Delivery, recordedAnswer } from "./record.js";
+import { toConnectError } from "../runtime/errors.js";
+import type { Logger } from "../runtime/logger.js";
+import { runWithRequestId } from "../runtime/request-context.js";
+import { currentTraceparent, inTraceOf, linkTraces } from "../runtime/tracing.js";
 import { checkRequest } from "../runtime/validation.js";
 import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
 
@@ -35,6 +39,8 @@ import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
  */
 
 type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
+
+const RECORD_METHOD = "warroom.incidents.v1.IncidentsService/Record";
 
 /** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
 interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey"> {
@@ -292,16 +298,20 @@ export function createRecordBatch(deps: { sql: Sql; config: Config; outbox: Outb
 
 /**
  * RecordMany: decides a batch of deliveries as Record would, the plain ones in the batch path's
- * statements and the rest through `record`.
+ * statements and the rest through `record`: the deliveries of one identity in request order (a
+ * second delivery attaches to what the first opened), different identities at the same time.
+ * Each delivery is decided in its own trace and under its own request id when it names them (a
+ * caller batching the deliveries of many callers, intake over NATS); the call's span links to them.
  */
 export function createRecordManyHandlers(deps: {
   sql: Sql;
   config: Config;
   outbox: Outbox;
+  logger: Logger;
   /** Record itself, for every delivery the batch statements do not decide. */
   record: ServiceImpl<typeof IncidentsService>["record"];
 }): Pick<ServiceImpl<typeof IncidentsService>, "recordMany"> {
-  const { record } = deps;
+  const { record, logger } = deps;
   const batch = createRecordBatch(deps);
   return {
     async recordMany(req, context: HandlerContext) {
@@ -319,25 +329,44 @@ export function createRecordManyHandlers(deps: {
           return [];
         }
       });
+      const callTrace = currentTraceparent();
+      linkTraces(new Set(checked.map((i) => req.deliveries[i]!.traceparent)));
       const decided = new Map<number, RecordResponseInit>();
       await batch(
         checked.map((i) => req.deliveries[i]!),
         decided,
+        checked.map((i) => req.deliveries[i]!.traceparent || callTrace),
       );
-      // The rest, in request order (a second delivery of an identity attaches to what the first opened).
+      // The rest: one chain per identity, each in request order.
+      const chains = new Map<string, number[]>();
       for (const [k, i] of checked.entries()) {
         const answer = decided.get(k);
         if (answer) {
           results[i] = answer;
           continue;
         }
+        const { orgId, alert } = req.deliveries[i]!;
+        const identity = alert?.attachIdentity ? `${orgId}/${alert.attachIdentity}` : `#${i}`;
+        const chain = chains.get(identity);
+        if (chain) chain.push(i);
+        else chains.set(identity, [i]);
+      }
+      const decide = async (i: number) => {
+        const delivery = req.deliveries[i]!;
+        const inItsContext = () => inTraceOf(delivery.traceparent, () => record(delivery, context));
         try {
-          results[i] = (await record(req.deliveries[i]!, context)) as RecordResponseInit;
+          results[i] = (await (delivery.requestId ? runWithRequestId(delivery.requestId, inItsContext) : inItsContext())) as RecordResponseInit;
         } catch (err) {
-          errors[i] = err instanceof Error ? err.message : String(err);
+          // As Record's own call would have answered it ("[code] message"), logged the same way.
+          errors[i] = toConnectError(err, logger, RECORD_METHOD).message;
           results[i] = {};
         }
-      }
+      };
+      await Promise.all(
+        [...chains.values()].map(async (chain) => {
+          for (const i of chain) await decide(i);
+        }),
+      );
       return { results, errors };
     },
   };

@@ -392,6 +392,27 @@ describe.each([
     expect(timeline.slice(1).every((e) => e.kind === "repeat")).toBe(true);
     expect(new Set(timeline.map((e) => e.eventId)).size).toBe(200);
   });
+
+  it("RecordMany decides what its batch path leaves to Record per identity in request order, and answers a refused delivery with Record's code", async () => {
+    const busy = identity("many-ordered");
+    const alone = identity("many-alone");
+    const { results, errors } = await h.client.recordMany({
+      deliveries: [
+        // Two deliveries of one identity: the first opens, the second (left to Record) attaches to it, then a recovery.
+        { orgId: h.orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: busy, eventId: "many-1" }), requestId: "req-many-1" },
+        { orgId: h.orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: busy, eventId: "many-2" }), requestId: "req-many-2" },
+        { orgId: h.orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: busy, eventId: "many-3", kind: "recovery", title: "", severity: "" }) },
+        // Record refuses what its own checks judge: an alert without a title.
+        { orgId: h.orgId, orgSlug: OWNER.org, alert: alert({ attachIdentity: alone, eventId: "many-4", title: " " }) },
+      ],
+    });
+    expect(results.slice(0, 3).map((r) => r.outcome)).toEqual(["opened", "attached", "recorded"]);
+    expect(new Set(results.slice(0, 3).map((r) => r.incident?.id)).size).toBe(1);
+    expect(Object.keys(errors)).toEqual(["3"]);
+    expect(errors[3]).toMatch(/^\[invalid_argument\] /);
+    const timeline = await timelineOf(results[0]!.incident!.id);
+    expect(timeline.map((e) => e.eventId)).toEqual(["many-1", "many-2", "many-3"]);
+  });
 });
 
 describe("Record across three processes over NATS", () => {

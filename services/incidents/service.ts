@@ -18,7 +18,7 @@ export function createIncidentsService(ctx: ServiceContext): ServiceModule {
   // open incident by its key, incidents by primary key, windows by organization), so they keep
   // one plan per connection (database.ts).
   const deliverySql = ctx.openPool("warroom-deliveries", DELIVERY_POOL_SIZE, "kept, by index");
-  const deps: IncidentsDeps = { sql: ctx.sql, deliverySql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox };
+  const deps: IncidentsDeps = { sql: ctx.sql, deliverySql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox, logger: ctx.logger };
   return {
     name: "incidents",
     migrations,

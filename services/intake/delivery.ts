@@ -6,9 +6,10 @@ import { DomainError, RateLimitedError, UnavailableError, UnprocessablePayloadEr
 import { ShareExceeded, type FairShares } from "../runtime/fair-shares.js";
 import type { Logger } from "../runtime/logger.js";
 import { deliveries, deliveriesRefused } from "../runtime/metrics.js";
-import { detachedFromCancellation } from "../runtime/request-context.js";
+import { detachedFromCancellation, REQUEST_ID_HEADER } from "../runtime/request-context.js";
 import { annotate } from "../runtime/tracing.js";
 import { noteForegroundWork } from "../runtime/background-yield.js";
+import { recordAlone, type RecordCall } from "./record-groups.js";
 import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
 import type { RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
@@ -53,8 +54,11 @@ export function createDeliveryPath(deps: {
   grouping?: Grouping | undefined;
   /** Each organization's share of this process's deliveries in flight; none: no limit. */
   shares?: FairShares | undefined;
+  /** How deliveries reach the incident core; by default one Record call each. */
+  recordCall?: RecordCall | undefined;
 }): DeliveryPath {
   const { clients, store, logger, retries, grouping, shares } = deps;
+  const recordCall = deps.recordCall ?? recordAlone(clients.incidents);
 
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
   async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string): Promise<RecordResponse> {
@@ -62,10 +66,7 @@ export function createDeliveryPath(deps: {
       // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
       // the sender's retry, which would otherwise do the work again.
       return await detachedFromCancellation(() =>
-        clients.incidents.record(
-          { orgId: org.id, orgSlug: org.slug, alert, retryKey },
-          { headers: { "x-request-id": context.requestHeader.get("x-request-id") ?? "" } },
-        ),
+        recordCall({ orgId: org.id, orgSlug: org.slug, alert, retryKey }, context.requestHeader.get(REQUEST_ID_HEADER) ?? ""),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;

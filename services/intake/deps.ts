@@ -3,6 +3,7 @@ import type { Clients } from "../runtime/clients.js";
 import type { FairShares } from "../runtime/fair-shares.js";
 import type { Logger } from "../runtime/logger.js";
 import type { CustomSourcesDeps } from "./custom-sources/custom-source-handlers.js";
+import type { RecordCall } from "./record-groups.js";
 import type { IntakeStore } from "./store.js";
 
 /** What intake's handlers are built from (see "A service's files" in docs/ARCHITECTURE.md). */
@@ -17,4 +18,6 @@ export interface IntakeDeps {
   customSources?: CustomSourcesDeps;
   /** Each organization's share of this process's deliveries (INTAKE_ORG_IN_FLIGHT and the rest); none: no limit. */
   shares?: FairShares;
+  /** How deliveries reach the incident core: in groups over NATS (record-groups.ts); by default one Record each. */
+  recordCall?: RecordCall;
 }

@@ -23,7 +23,15 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
   const custom = deps.customSources;
   const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger }) : undefined;
-  const delivery = createDeliveryPath({ clients, store, logger, retries: createRetryRecognition(store.retryKeys, logger), grouping, shares: deps.shares });
+  const delivery = createDeliveryPath({
+    clients,
+    store,
+    logger,
+    retries: createRetryRecognition(store.retryKeys, logger),
+    grouping,
+    shares: deps.shares,
+    recordCall: deps.recordCall,
+  });
   const receiverSecrets = createReceiverSecrets({ clients, store });
   return countRefusals({
     ...createTriggerEndpointHandlers({ clients, ingestTokens, delivery }),

@@ -4,6 +4,7 @@ import { createFairShares } from "../runtime/fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";
+import { recordInGroups } from "./record-groups.js";
 import { createIntakeRoutes } from "./routes.js";
 import { createPostgresIntakeStore } from "./store.js";
 
@@ -28,6 +29,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       waitMs: ctx.config.INTAKE_SHARE_WAIT_MS,
       maxWaiting: ctx.config.INTAKE_MAX_WAITING,
     }),
+    recordCall: ctx.transport === "nats" ? recordInGroups(clients.incidents) : undefined,
   });
   let forgetTimer: NodeJS.Timeout | undefined;
   return {

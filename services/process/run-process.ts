@@ -165,6 +165,7 @@ async function startServices(
       openPool: (applicationName, size, planning) => openPoolOn(database, size, applicationName, planning),
       logger: logger.child({ service: "pending" }),
       clients,
+      transport: nats ? "nats" : "in-memory",
       outbox,
       events,
       broadcast,

@@ -32,6 +32,13 @@ export const deliveriesRefused = new Counter({
   registers: [registry],
 });
 
+export const recordGroupSize = new Histogram({
+  name: "warroom_intake_record_call_deliveries",
+  help: "Deliveries per call from intake to the incident core: 1 for a Record, more for a RecordMany carrying the deliveries that arrived while every call in flight was busy (over NATS only).",
+  buckets: [1, 2, 5, 10, 20, 50, 100],
+  registers: [registry],
+});
+
 export const deliveries = new Counter({
   name: "warroom_trigger_deliveries_total",
   help: "Trigger deliveries by source badge and outcome (opened, attached, recorded, ignored, suppressed, refused).",

@@ -39,6 +39,8 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     "warroom.identity.v1.IdentityService/ResolveIngestToken",
     "warroom.identity.v1.IdentityService/ResolveReceiverSecret",
     "warroom.incidents.v1.IncidentsService/Record",
+    // Deliveries that arrive while the calls in flight are busy go together (record-groups.ts).
+    "warroom.incidents.v1.IncidentsService/RecordMany",
     // A recognized retry reads the state of the incident its first delivery opened.
     "warroom.incidents.v1.IncidentsService/IncidentState",
     // A PagerDuty change event is recorded on the latest open incident of its source.

@@ -69,9 +69,22 @@ export function currentRequestId(): string | undefined {
   return storage.getStore()?.requestId;
 }
 
-/** Runs `fn` with `requestId` as the current request id, for the log lines and calls it makes. */
+/**
+ * Runs `fn` with `requestId` as the current request id, for the log lines and calls it makes,
+ * keeping the deadline and signal of the call being served, if any.
+ */
 export function runWithRequestId<T>(requestId: string, fn: () => T): T {
-  return storage.run({ requestId }, fn);
+  return storage.run({ ...storage.getStore(), requestId }, fn);
+}
+
+/** The deadline (epoch ms) of the call being served, if it has one. */
+export function currentDeadline(): number | undefined {
+  return storage.getStore()?.deadline;
+}
+
+/** Runs `fn` outside the call being served: its calls carry no deadline, signal or request id of that call. */
+export function outsideCall<T>(fn: () => T): T {
+  return storage.exit(fn);
 }
 
 /**

@@ -26,8 +26,10 @@ export interface ServiceContext {
    */
   openPool(applicationName: string, size: number, planning?: Planning): Sql;
   logger: Logger;
-  /** Clients of every internal service, over this process's transport (in-memory or NATS). */
+  /** Clients of every internal service, over this process's transport. */
   clients: Clients;
+  /** What the clients' calls travel on: NATS (a message each way), or in memory in one process. */
+  transport: "nats" | "in-memory";
   /** This service's outbox: write events in the transaction of the change. */
   outbox: Outbox;
   events: EventBus;

@@ -7,6 +7,7 @@ import {
   trace,
   type Attributes,
   type Context,
+  type Link,
   type Span,
   type TextMapGetter,
 } from "@opentelemetry/api";
@@ -115,6 +116,25 @@ export function currentTraceparent(): string | null {
 export function contextFromTraceparent(traceparent: string | null | undefined): Context {
   if (!traceparent) return ROOT_CONTEXT;
   return propagation.extract(ROOT_CONTEXT, { traceparent }, getter);
+}
+
+/** Runs `fn` with the trace a stored `traceparent` names as the current one; as is without one. */
+export function inTraceOf<T>(traceparent: string | null | undefined, fn: () => T): T {
+  if (!enabled || !traceparent) return fn();
+  return context.with(contextFromTraceparent(traceparent), fn);
+}
+
+/** Links the current span to the traces `traceparents` name: one call carrying many callers' work. */
+export function linkTraces(traceparents: Iterable<string | null | undefined>): void {
+  if (!enabled) return;
+  const span = trace.getActiveSpan();
+  if (!span) return;
+  const links: Link[] = [];
+  for (const traceparent of traceparents) {
+    const linked = traceparent ? trace.getSpanContext(contextFromTraceparent(traceparent)) : undefined;
+    if (linked) links.push({ context: linked });
+  }
+  if (links.length > 0) span.addLinks(links);
 }
 
 /**

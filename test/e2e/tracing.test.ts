@@ -228,6 +228,46 @@ describe("a trace across every hop of a delivery", () => {
     expect(everything).not.toContain(secret);
   });
 
+  it("keeps each delivery's own trace when intake sends deliveries to the incident core in a group", async () => {
+    const owner = await app.ownerToken();
+    const ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token as string;
+    const run = randomBytes(4).toString("hex");
+    // Enough at once that the calls in flight are busy and the rest go together (RecordMany).
+    const traces = Array.from({ length: 60 }, () => ({ traceId: randomBytes(16).toString("hex"), spanId: randomBytes(8).toString("hex") }));
+    const answers = await Promise.all(
+      traces.map((t, n) =>
+        app.call("POST", "/triggers", {
+          token: ingest,
+          body: { ...datadog, alert_id: `grouped-${run}-${n}`, title: `grouped ${run} ${n}` },
+          headers: { traceparent: `00-${t.traceId}-${t.spanId}-01` },
+        }),
+      ),
+    );
+    expect(answers.map((a) => a.status).filter((s) => s !== 200 && s !== 201)).toEqual([]);
+    const ours = new Set(traces.map((t) => t.traceId));
+    const groups = () => receiver.spans.filter((s) => s.name === "intake.record_group" && s.links.some((l) => ours.has(l.traceId)));
+    const deadline = Date.now() + 60_000; // a hang bound, many times what it takes
+    while (groups().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    const group = groups()[0];
+    expect(group, "a group span linking to the deliveries it carried").toBeDefined();
+    expect(group!.service).toBe("intake");
+    const linked = group!.links.map((l) => l.traceId);
+    expect(linked).toHaveLength(Number(group!.attributes["warroom.record.group_size"]));
+    // The incident core's RecordMany links to them too, under the group's trace.
+    const served = () =>
+      receiver.spans.filter((s) => s.kind === SERVER && s.name === "warroom.incidents.v1.IncidentsService/RecordMany" && s.traceId === group!.traceId);
+    while (served().length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    expect(
+      served()[0]
+        ?.links.map((l) => l.traceId)
+        .toSorted(),
+    ).toEqual(linked.toSorted());
+    // What each member caused (its events) continues the member's own trace, not the group's.
+    const published = (traceId: string) => receiver.spans.some((s) => s.traceId === traceId && s.kind === PRODUCER && s.service === "incidents");
+    while (!linked.every(published) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+    expect(linked.filter((t) => !published(t))).toEqual([]);
+  });
+
   it("continues a caller's trace on the public Connect surface too, and answers traceparent", async () => {
     const owner = await app.ownerToken();
     const traceId = randomBytes(16).toString("hex");

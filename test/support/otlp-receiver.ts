@@ -23,6 +23,8 @@ export interface ReceivedSpan {
   attributes: Record<string, AttributeValue>;
   /** 0 unset, 1 ok, 2 error. */
   statusCode: number;
+  /** The spans of other traces this one links to (a batch carrying many callers' work). */
+  links: { traceId: string; spanId: string }[];
 }
 
 export interface OtlpReceiver {
@@ -80,6 +82,7 @@ function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
     endNanos: 0n,
     attributes: {},
     statusCode: 0,
+    links: [],
   };
   fields(bytes, (field, _wt, r) => {
     if (field === 1) span.traceId = hex(r.bytes());
@@ -90,7 +93,14 @@ function decodeSpan(service: string, bytes: Uint8Array): ReceivedSpan {
     else if (field === 7) span.startNanos = BigInt(r.fixed64());
     else if (field === 8) span.endNanos = BigInt(r.fixed64());
     else if (field === 9) keyValues(span.attributes, r.bytes());
-    else if (field === 15)
+    else if (field === 13) {
+      const link = { traceId: "", spanId: "" };
+      fields(r.bytes(), (f, _w, l) => {
+        if (f === 1) link.traceId = hex(l.bytes());
+        else if (f === 2) link.spanId = hex(l.bytes());
+      });
+      span.links.push(link);
+    } else if (field === 15)
       fields(r.bytes(), (f, _w, s) => {
         if (f === 3) span.statusCode = s.int32();
       });
