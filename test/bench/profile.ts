@@ -197,6 +197,15 @@ function perDelivery(rows: StatementRow[], deliveries: number) {
 }
 
 /** `BENCH_PROFILE_DIR=<dir>`: the raw profiles are copied there, for a profiler's own viewer. */
+/**
+ * The profiler's options for the service processes. `BENCH_CPU_PROFILE=off` runs them without it:
+ * the sampler's own cost is per second, not per request, so at low rates it inflates the CPU per
+ * request and can change which process limits the rate.
+ */
+function cpuProfiling(profDir: string): string[] {
+  return process.env.BENCH_CPU_PROFILE === "off" ? [] : ["--cpu-prof", `--cpu-prof-dir=${profDir}`];
+}
+
 function keepProfiles(profDir: string): void {
   const keep = process.env.BENCH_PROFILE_DIR;
   if (keep) cpSync(profDir, keep, { recursive: true });
@@ -412,7 +421,7 @@ async function profileOneProcess(): Promise<void> {
   const profDir = mkdtempSync(join(tmpdir(), "wr-prof-"));
   try {
     const url = await freshOn(admin, pg.url, "bench_one");
-    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: ["--cpu-prof", "--cpu-prof-dir", profDir] });
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: cpuProfiling(profDir) });
     let stats: ChildStats | undefined;
     let cpu = { app: 0, appKernel: 0, postgres: 0, seconds: 0 };
     let before: RpcTimes = {};
@@ -534,7 +543,7 @@ async function profileCluster(): Promise<void> {
         SHUTDOWN_GRACE_SECONDS: "1",
         DATABASE_POOL_SIZE: process.env.INTAKE_BENCH_POOL_SIZE ?? "6",
       },
-      nodeOptions: ["--cpu-prof", `--cpu-prof-dir=${profDir}`],
+      nodeOptions: cpuProfiling(profDir),
       port: 0,
       gateways: 1,
       intakes: 1,
