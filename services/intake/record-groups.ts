@@ -33,11 +33,11 @@ export interface RecordInit {
 export type RecordCall = (req: RecordInit, requestId: string) => Promise<RecordResponse>;
 
 /** Calls in flight at once, as the incident core's own group commit. */
-export const LANES = 2;
+const LANES = 2;
 /** The most deliveries one RecordMany carries. */
-export const MAX_GROUP = 100;
+const MAX_GROUP = 100;
 /** And the most bytes (encoded): one bus message of the default 1 MiB, with room to spare. */
-export const MAX_GROUP_BYTES = 768 * 1024;
+const MAX_GROUP_BYTES = 768 * 1024;
 /** A group whose members carry no deadline waits this long for its answer (the transport's default). */
 const GROUP_TIMEOUT_MS = 15_000;
 
