@@ -38,7 +38,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createAlertRouterHandlers({ receiverSecrets, delivery }),
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
-    ...createCustomSourceHandlers({ clients, delivery, logger, customSources: custom, grouping, failures: store.receiverFailures }),
+    ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
     ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
     ...createConfigAsCodeHandlers({ clients, customSources: custom }),
   });

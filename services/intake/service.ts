@@ -2,6 +2,8 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { createFairShares } from "../runtime/fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
+import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
+import { createCustomSourceStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";
 import { recordInGroups } from "./record-groups.js";
@@ -17,12 +19,13 @@ const FORGET_EVERY_MS = 10 * 60_000;
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
+  const customSourceRecords = createRecordWriter(createCustomSourceStore(ctx.sql), logger);
   const routes = createIntakeRoutes({
     clients,
     store,
     logger,
     broadcast,
-    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast },
+    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast, records: customSourceRecords },
     shares: createFairShares({
       perOrg: ctx.config.INTAKE_ORG_IN_FLIGHT,
       total: ctx.config.INTAKE_IN_FLIGHT,
@@ -50,6 +53,8 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     },
     async stop() {
       clearInterval(forgetTimer);
+      // What this process answered keeps its payload and log row.
+      await customSourceRecords.flush();
     },
   };
 }

@@ -142,6 +142,12 @@ export const chatWebhookDuration = new Histogram({
   registers: [registry],
 });
 
+export const customSourceRecordsDropped = new Counter({
+  name: "warroom_custom_source_records_dropped_total",
+  help: "Custom-source kept payloads and delivery-log rows dropped unwritten because Postgres did not keep up (the deliveries themselves were recorded).",
+  registers: [registry],
+});
+
 export const subscriptionAttempts = new Counter({
   name: "warroom_subscription_attempts_total",
   help: "Event subscription delivery attempts by outcome: delivered, failed (non-2xx, timeout, connection error), simulated (egress off), gone (410).",

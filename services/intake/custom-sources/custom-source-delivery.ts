@@ -5,6 +5,7 @@ import type { DeliverCustomSourceRequest } from "../../../gen/warroom/intake/v1/
 import { RateLimitedError, UnauthenticatedError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { Logger } from "../../runtime/logger.js";
+import { customSourceRecordsDropped } from "../../runtime/metrics.js";
 import { createRevocableCache } from "../../runtime/revocable-cache.js";
 import { sha256 } from "../../runtime/secrets.js";
 import { isUuid } from "../../runtime/ids.js";
@@ -29,7 +30,7 @@ export function unmappedTitle(sourceName: string): string {
  * past the shared limit is refused (the rules read it recursively).
  */
 export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown {
-  const text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
   const type = contentType.split(";")[0]!.trim().toLowerCase();
   if (type === "application/x-www-form-urlencoded") return Object.fromEntries(new URLSearchParams(text));
   let value: unknown;
@@ -101,15 +102,14 @@ export function createCustomSourceDelivery(deps: {
   store: CustomSourceStore;
   compiled: ReturnType<typeof createCompiledRulesCache>;
   delivery: DeliveryPath;
-  logger: Logger;
   failures: ReceiverFailureStore;
   broadcast: Broadcast;
+  records: RecordWriter;
 }) {
-  const { store, compiled, delivery, logger, failures } = deps;
+  const { store, compiled, delivery, failures, records } = deps;
   // The source lookup by id and credential, cached per process: a storm sends one source's
   // credential thousands of times a second. Grouped by source id, which a change broadcasts.
   const sources = createRevocableCache<CustomSourceRow>({ broadcast: deps.broadcast, subject: CUSTOM_SOURCE_CHANGED });
-  const records = createRecordWriter(store, logger);
 
   /** The source whose current credential the request presents, when it presents one it may use. */
   async function credentialed(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow | undefined> {
@@ -141,9 +141,9 @@ export function createCustomSourceDelivery(deps: {
     throw new UnauthenticatedError("unauthorized: send the source's current credential as Authorization: Bearer <secret>");
   }
 
-  function mapping(row: CustomSourceRow, body: unknown, headers: Record<string, string>, query: Record<string, string>): MappingResult {
+  function mapping(row: CustomSourceRow, body: unknown, headers: Record<string, string>, query: Record<string, string>, receivedAt: Date): MappingResult {
     try {
-      return evaluateRules(compiled.get(row), { body, headers: headersForRules(headers), query, receivedAt: new Date() });
+      return evaluateRules(compiled.get(row), { body, headers: headersForRules(headers), query, receivedAt });
     } catch (err) {
       // Rules saved by an older version that no longer compile: still never lose the delivery.
       return { verdicts: [], warnings: [], error: `the rules could not be compiled: ${(err as Error).message}` };
@@ -152,25 +152,26 @@ export function createCustomSourceDelivery(deps: {
 
   return {
     async deliver(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<TriggerAnswer> {
+      const receivedAt = new Date();
       const row = await authenticate(req, context);
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const payload = { ...boundedBody(body), headers: redactHeaders(headers), query };
-      // The kept payload and the log row are written once the delivery is answered, with those of
-      // the deliveries answered at the same time, and never cost the sender its delivery.
-      const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, payload, entry });
-      const result = mapping(row, body, headers, query);
+      const payload = { ...boundedBody(body, req.body.byteLength), headers: redactHeaders(headers), query };
+      // The kept payload and the log row are written after the answer, with those of the deliveries
+      // answered about the same time, and never cost the sender its delivery nor its time.
+      const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
+      const result = mapping(row, body, headers, query, receivedAt);
       const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
       let answer: TriggerAnswer;
       try {
         answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
-        await keepAndLog({ outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings });
+        keepAndLog({ outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings });
         throw err;
       }
-      await keepAndLog({
+      keepAndLog({
         outcome: answer.outcome,
         incidentId: answer.incidentId,
         rule: result.matchedRule,
@@ -185,56 +186,87 @@ export function createCustomSourceDelivery(deps: {
 
 /** The most deliveries' records one statement writes. */
 const MOST_RECORDS_PER_STATEMENT = 100;
+/** How long a record waits for others to share its statement. */
+const RECORD_WRITE_DELAY_MS = 20;
+/** The most records waiting to be written: past it, the oldest are dropped (and counted). */
+const MOST_WAITING_RECORDS = 10_000;
 
 /**
- * Writes deliveries' kept payloads and log rows as a group commit: the first is written at once,
- * and those that arrive while a statement runs wait for it and go together in the next one, so
- * a storm costs a statement per batch rather than per delivery, and a lone delivery waits for
- * nothing. Each write resolves once its record is written (or failed, which is logged): a log
- * read right after a delivery's answer shows it. A batch that fails is written again one record
- * at a time, so one bad record (its source deleted meanwhile) costs no other its row.
+ * Writes deliveries' kept payloads and log rows after their answers, in groups: a record waits up
+ * to RECORD_WRITE_DELAY_MS for others (or until MOST_RECORDS_PER_STATEMENT have come), and they are
+ * written together, one group at a time, so a storm costs a write per group rather than a round
+ * trip per delivery and no sender waits for its record. `flush()` writes everything waiting: the
+ * log and payload reads call it, so what this process answered is there to read, and stopping
+ * calls it so nothing waiting is lost. While Postgres cannot keep up, at most MOST_WAITING_RECORDS
+ * wait; the oldest beyond are dropped and counted, never the delivery.
  */
-export function createRecordWriter(store: CustomSourceStore, logger: Logger) {
-  let waiting: { record: DeliveryRecord; written: () => void }[] = [];
-  let writing = false;
+export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS) {
+  let waiting: DeliveryRecord[] = [];
+  let timer: NodeJS.Timeout | undefined;
+  let writing: Promise<void> | undefined;
+  // Records ever queued, and ever done with (written, failed or dropped): flush waits by these.
+  let queued = 0;
+  let done = 0;
 
-  /** Keeps the batch's payloads and log rows; what was logged, for the trim. */
-  async function keepAll(batch: DeliveryRecord[]): Promise<Awaited<ReturnType<CustomSourceStore["keepAndLogMany"]>>> {
+  /** Keeps the group's payloads and log rows, else each record's alone (one bad one costs no other its row). */
+  async function keepAll(group: DeliveryRecord[]): Promise<void> {
     try {
-      return await store.keepAndLogMany(batch);
+      await store.keepAndLogMany(group);
     } catch (err) {
-      if (batch.length === 1) {
-        logger.warn({ err: String(err), source: batch[0]!.sourceId }, "could not keep a custom-source payload and log row");
-        return [];
+      if (group.length === 1) {
+        logger.warn({ err: String(err), source: group[0]!.sourceId }, "could not keep a custom-source payload and log row");
+        return;
       }
-      const logged = [];
-      for (const record of batch) logged.push(...(await keepAll([record])));
-      return logged;
+      for (const record of group) await keepAll([record]);
     }
   }
 
-  async function drain(): Promise<void> {
-    writing = true;
-    while (waiting.length > 0) {
-      const batch = waiting.slice(0, MOST_RECORDS_PER_STATEMENT);
-      waiting = waiting.slice(batch.length);
-      const logged = await keepAll(batch.map((w) => w.record));
-      // Answered once written; the trim is housekeeping the senders do not wait for.
-      for (const w of batch) w.written();
-      await store.trimLogs(logged).catch((err: unknown) => logger.warn({ err: String(err) }, "could not trim a custom-source delivery log"));
-    }
-    writing = false;
+  async function writeGroup(): Promise<void> {
+    const group = waiting.splice(0, MOST_RECORDS_PER_STATEMENT);
+    await keepAll(group);
+    done += group.length;
+  }
+
+  /** Starts writing the next group now, or returns the one being written. */
+  function writeNext(): Promise<void> {
+    clearTimeout(timer);
+    timer = undefined;
+    writing ??= writeGroup().finally(() => {
+      writing = undefined;
+      schedule();
+    });
+    return writing;
+  }
+
+  function schedule(): void {
+    if (writing || waiting.length === 0) return;
+    if (waiting.length >= MOST_RECORDS_PER_STATEMENT) void writeNext();
+    else timer ??= setTimeout(() => void writeNext(), RECORD_WRITE_DELAY_MS);
   }
 
   return {
-    write(record: DeliveryRecord): Promise<void> {
-      return new Promise((written) => {
-        waiting.push({ record, written });
-        if (!writing) void drain();
-      });
+    write(record: DeliveryRecord): void {
+      waiting.push(record);
+      queued++;
+      if (waiting.length > mostWaiting) {
+        const dropped = waiting.length - mostWaiting;
+        waiting = waiting.slice(dropped);
+        done += dropped;
+        customSourceRecordsDropped.inc(dropped);
+        logger.warn({ dropped }, "dropped custom-source payloads and log rows: Postgres is not keeping up");
+      }
+      schedule();
+    },
+
+    /** Resolves once everything waiting when called is written (or failed, which is logged). */
+    async flush(): Promise<void> {
+      const until = queued;
+      while (done < until) await writeNext();
     },
   };
 }
+
+export type RecordWriter = ReturnType<typeof createRecordWriter>;
 
 /** The attach identity of a custom source's key: never shared with another source's. */
 export function customAttachIdentity(sourceId: string, key: string): string {
@@ -250,7 +282,7 @@ export function unmappedAttachIdentity(sourceId: string): string {
 export function toMappedDelivery(row: CustomSourceRow, body: unknown, raw: Uint8Array, result: MappingResult): MappedDelivery {
   const fields = result.fields;
   if (result.error || !fields) {
-    const kept = boundedBody(body);
+    const kept = boundedBody(body, raw.byteLength);
     const data: JsonObject = { customSource: row.name, mappingError: result.error ?? "no rule matched", rawPayload: kept.body };
     if (kept.truncated) data.rawPayloadTruncated = true;
     if (result.matchedRule) data.rule = result.matchedRule;

@@ -22,14 +22,13 @@ import type { Sql, TransactionSql } from "../../runtime/database.js";
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../../runtime/errors.js";
 import { recordAudit } from "../../runtime/events.js";
 import { isUuid } from "../../runtime/ids.js";
-import type { Logger } from "../../runtime/logger.js";
 import type { Outbox } from "../../runtime/outbox.js";
 import { newHexSecret, sha256 } from "../../runtime/secrets.js";
 import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "./cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "./grouping.js";
-import { createCustomSourceDelivery, toMappedDelivery } from "./custom-source-delivery.js";
+import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
 import { PRESETS, presetNamed } from "./presets.js";
 import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
@@ -43,6 +42,8 @@ export interface CustomSourcesDeps {
   outbox: Outbox;
   publicUrl: string;
   broadcast: Broadcast;
+  /** Writes the deliveries' kept payloads and log rows (one per process; stopping flushes it). */
+  records: RecordWriter;
 }
 
 type CustomSourceMethods =
@@ -75,18 +76,19 @@ export const AUDIT_KINDS = {
 export function createCustomSourceHandlers(deps: {
   clients: Clients;
   delivery: DeliveryPath;
-  logger: Logger;
   customSources: CustomSourcesDeps | undefined;
   grouping?: Grouping | undefined;
   /** Where failed credentials are counted, shared with the chat and alert-router receivers. */
   failures: ReceiverFailureStore;
 }): Pick<ServiceImpl<typeof IntakeService>, CustomSourceMethods> {
-  const { clients, delivery, logger } = deps;
+  const { clients, delivery } = deps;
   const config = deps.customSources;
   const store = config ? createCustomSourceStore(config.sql) : undefined;
   const compiled = createCompiledRulesCache();
   const receiver =
-    config && store ? createCustomSourceDelivery({ store, compiled, delivery, logger, failures: deps.failures, broadcast: config.broadcast }) : undefined;
+    config && store
+      ? createCustomSourceDelivery({ store, compiled, delivery, failures: deps.failures, broadcast: config.broadcast, records: config.records })
+      : undefined;
 
   function need<T>(value: T | undefined): T {
     if (value === undefined) throw new UnavailableError("custom sources are not available in this process");
@@ -243,10 +245,11 @@ export function createCustomSourceHandlers(deps: {
     async listCustomSourceDeliveries(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const row = await sourceOf(principal.orgId, req.id);
+      await need(config).records.flush();
       const entries = await need(store).deliveries(row.id);
       return create(ListCustomSourceDeliveriesResponseSchema, {
         deliveries: entries.map((entry) => ({
-          id: entry.id,
+          id: entry.seq,
           at: timestampFromDate(entry.at),
           outcome: entry.outcome,
           warnings: entry.warnings,
@@ -261,10 +264,11 @@ export function createCustomSourceHandlers(deps: {
     async listCustomSourcePayloads(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const row = await sourceOf(principal.orgId, req.id);
+      await need(config).records.flush();
       const payloads = await need(store).payloads(row.id);
       return create(ListCustomSourcePayloadsResponseSchema, {
         payloads: payloads.map((payload) => ({
-          id: payload.id,
+          id: payload.seq,
           receivedAt: timestampFromDate(payload.received_at),
           body: fromJson(ValueSchema, payload.body),
           headers: payload.headers,
@@ -281,7 +285,7 @@ export function createCustomSourceHandlers(deps: {
       let headers: Record<string, string> = { ...req.headers };
       let query: Record<string, string> = { ...req.query };
       if (req.payloadId) {
-        const kept = isUuid(req.payloadId) ? await need(store).payload(row.id, req.payloadId) : undefined;
+        const kept = /^\d{1,18}$/.test(req.payloadId) ? await need(store).payload(row.id, BigInt(req.payloadId)) : undefined;
         if (!kept) throw new NotFoundError("no such payload of this source");
         body = kept.body;
         headers = kept.headers;

@@ -89,8 +89,19 @@ export function redactHeaders(headers: Record<string, string>): Record<string, s
 /** The most of a payload's body a source keeps, as JSON text. */
 export const KEPT_BODY_BYTES = 64 * 1024;
 
-/** A body as kept: the JSON itself when small enough, else its first KEPT_BODY_BYTES as text. */
-export function boundedBody(body: unknown): { body: JsonValue; truncated: boolean } {
+/**
+ * The most a body parsed from `n` bytes grows when written back as JSON: a number such as `1e20`
+ * prints as 21 digits, a control character in a text body as `\u0001`. A body that small is kept
+ * without writing it out to measure it.
+ */
+const MOST_JSON_GROWTH = 6;
+
+/**
+ * A body as kept: the JSON itself when small enough, else its first KEPT_BODY_BYTES as text.
+ * `receivedBytes`, the size it arrived in, spares measuring a body that cannot be too big.
+ */
+export function boundedBody(body: unknown, receivedBytes = Number.POSITIVE_INFINITY): { body: JsonValue; truncated: boolean } {
+  if ((receivedBytes + 1) * MOST_JSON_GROWTH <= KEPT_BODY_BYTES) return { body: (body ?? null) as JsonValue, truncated: false };
   const text = JSON.stringify(body ?? null);
   if (Buffer.byteLength(text, "utf8") <= KEPT_BODY_BYTES) return { body: (body ?? null) as JsonValue, truncated: false };
   return { body: Buffer.from(text, "utf8").subarray(0, KEPT_BODY_BYTES).toString("utf8"), truncated: true };

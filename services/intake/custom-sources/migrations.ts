@@ -72,4 +72,66 @@ export const customSourceMigrations: Migration[] = [
       );
     `,
   },
+  {
+    id: 36,
+    name: "custom sources' kept payloads and delivery log as rings of slots",
+    // A storm on one source inserted a row per delivery and deleted one: dead rows and index
+    // entries that every trim walked again. Now each source has 50 payload slots and 500 log slots,
+    // numbered by its own counters, and a delivery overwrites the oldest in place.
+    sql: `
+      alter table intake.custom_sources
+        add column payload_seq bigint not null default 0,
+        add column delivery_seq bigint not null default 0;
+
+      alter table intake.custom_source_payloads rename to custom_source_payloads_old;
+      alter index intake.custom_source_payloads_pkey rename to custom_source_payloads_old_pkey;
+      create table intake.custom_source_payloads (
+        source_id uuid not null references intake.custom_sources (id) on delete cascade,
+        slot integer not null,
+        -- The source's payload number: slot = seq % 50; the newest has the highest.
+        seq bigint not null,
+        received_at timestamptz not null,
+        body jsonb not null,
+        headers jsonb not null,
+        query jsonb not null,
+        truncated boolean not null,
+        primary key (source_id, slot)
+      );
+      insert into intake.custom_source_payloads (source_id, slot, seq, received_at, body, headers, query, truncated)
+      select source_id, (kept - newest) % 50, kept - newest, received_at, body, headers, query, truncated from (
+        select *, row_number() over (partition by source_id order by received_at desc, id desc) as newest,
+          least(count(*) over (partition by source_id), 50) as kept
+        from intake.custom_source_payloads_old
+      ) numbered where newest <= 50;
+      drop table intake.custom_source_payloads_old;
+
+      alter table intake.custom_source_deliveries rename to custom_source_deliveries_old;
+      alter index intake.custom_source_deliveries_pkey rename to custom_source_deliveries_old_pkey;
+      create table intake.custom_source_deliveries (
+        source_id uuid not null references intake.custom_sources (id) on delete cascade,
+        slot integer not null,
+        -- The source's delivery number: slot = seq % 500; the newest has the highest.
+        seq bigint not null,
+        at timestamptz not null,
+        outcome text not null,
+        incident_id uuid,
+        rule text,
+        error text,
+        warnings text[] not null default '{}',
+        reason text,
+        primary key (source_id, slot)
+      );
+      insert into intake.custom_source_deliveries (source_id, slot, seq, at, outcome, incident_id, rule, error, warnings, reason)
+      select source_id, (kept - newest) % 500, kept - newest, at, outcome, incident_id, rule, error, warnings, reason from (
+        select *, row_number() over (partition by source_id order by at desc, id desc) as newest,
+          least(count(*) over (partition by source_id), 500) as kept
+        from intake.custom_source_deliveries_old
+      ) numbered where newest <= 500;
+      drop table intake.custom_source_deliveries_old;
+
+      update intake.custom_sources s set
+        payload_seq = coalesce((select max(seq) + 1 from intake.custom_source_payloads p where p.source_id = s.id), 0),
+        delivery_seq = coalesce((select max(seq) + 1 from intake.custom_source_deliveries d where d.source_id = s.id), 0);
+    `,
+  },
 ];

@@ -1,4 +1,3 @@
-import { randomUUID } from "node:crypto";
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { Sql, TransactionSql } from "../../runtime/database.js";
 
@@ -22,7 +21,8 @@ export interface CustomSourceRow {
 export type RuleJson = Record<string, string>;
 
 export interface PayloadRow {
-  id: string;
+  /** The source's payload number, its id in the API. */
+  seq: string;
   received_at: Date;
   body: JsonValue;
   headers: Record<string, string>;
@@ -31,7 +31,8 @@ export interface PayloadRow {
 }
 
 export interface DeliveryLogRow {
-  id: string;
+  /** The source's delivery number, its id in the API. */
+  seq: string;
   at: Date;
   outcome: string;
   incident_id: string | null;
@@ -46,7 +47,6 @@ export const KEPT_PAYLOADS = 50;
 export const KEPT_DELIVERIES = 500;
 export const SOURCES_PER_ORG = 50;
 
-/** The SQL of the custom-source tables. */
 /** One row of a source's delivery log. */
 export interface DeliveryLogEntry {
   outcome: string;
@@ -60,6 +60,8 @@ export interface DeliveryLogEntry {
 /** What a delivery leaves for admins to look at: its payload as kept, and its log row. */
 export interface DeliveryRecord {
   sourceId: string;
+  /** When the delivery arrived: what the payload list and the log are ordered by. */
+  receivedAt: Date;
   payload: { body: JsonValue; headers: Record<string, string>; query: Record<string, string>; truncated: boolean };
   entry: DeliveryLogEntry;
 }
@@ -77,16 +79,6 @@ function logColumns(entry: DeliveryLogEntry) {
 }
 
 export function createCustomSourceStore(sql: Sql) {
-  /** Bounded without a sweep: every fiftieth delivery (by its random id) trims the log. */
-  async function trimLog(sourceId: string, id: string): Promise<void> {
-    if (!(id.endsWith("0") && /[0-3]$/.test(id.slice(-2, -1)))) return;
-    await sql`
-      delete from intake.custom_source_deliveries where source_id = ${sourceId} and id in (
-        select id from intake.custom_source_deliveries where source_id = ${sourceId} order by at desc, id desc offset ${KEPT_DELIVERIES}
-        for update skip locked
-      )`;
-  }
-
   return {
     sql,
 
@@ -113,65 +105,76 @@ export function createCustomSourceStore(sql: Sql) {
     },
 
     /**
-     * The kept payloads and log rows of several deliveries in one statement, each source's payloads
-     * trimmed to its newest KEPT_PAYLOADS (of a batch that brings more, only the newest are kept).
-     * Rows another batch is dropping at the same moment are skipped, not waited for: two writers
-     * that each waited for the other's rows deadlocked. One of them drops the row later.
+     * The kept payloads and log rows of several deliveries. Each source's rows are rings: the
+     * source's counters number its payloads and deliveries, and a record overwrites the slot of the
+     * one KEPT_PAYLOADS (KEPT_DELIVERIES) before it, in place, so a storm leaves no dead rows
+     * behind. Of a batch that brings a source more payloads than it keeps, only the newest are
+     * written. The sources' rows are locked in id order first, so two writers never deadlock; a
+     * record whose source was deleted meanwhile is left out.
      */
-    async keepAndLogMany(records: DeliveryRecord[]): Promise<{ id: string; source_id: string }[]> {
-      const logged = records.map((r) => ({ id: randomUUID(), source_id: r.sourceId, ...logColumns(r.entry) }));
-      const newPayloads = new Map<string, number>();
+    async keepAndLogMany(records: DeliveryRecord[]): Promise<void> {
+      const bySource = new Map<string, DeliveryRecord[]>();
+      for (const r of records) bySource.set(r.sourceId, [...(bySource.get(r.sourceId) ?? []), r]);
+      const counts = [...bySource].map(([source_id, rs]) => ({ source_id, n: rs.length }));
       const payloads: Record<string, unknown>[] = [];
-      // Newest first, so each source's newest KEPT_PAYLOADS are the ones kept; inserted oldest first.
-      for (const r of [...records].reverse()) {
-        const count = newPayloads.get(r.sourceId) ?? 0;
-        newPayloads.set(r.sourceId, count + 1);
-        if (count < KEPT_PAYLOADS) payloads.unshift({ id: randomUUID(), source_id: r.sourceId, ...r.payload });
+      const logged: Record<string, unknown>[] = [];
+      for (const [source_id, rs] of bySource) {
+        rs.forEach((r, ord) => {
+          const at = r.receivedAt.toISOString();
+          if (ord >= rs.length - KEPT_PAYLOADS) payloads.push({ source_id, ord, at, ...r.payload });
+          if (ord >= rs.length - KEPT_DELIVERIES) logged.push({ source_id, ord, at, ...logColumns(r.entry) });
+        });
       }
-      const keepOld = [...newPayloads].map(([source_id, count]) => ({ source_id, keep: Math.max(0, KEPT_PAYLOADS - count) }));
-      await sql`
-        with kept as (
-          insert into intake.custom_source_payloads (id, source_id, body, headers, query, truncated)
-          select id, source_id, body, headers, query, truncated
-          from jsonb_to_recordset(${sql.json(payloads as JsonValue)}) as p(id uuid, source_id uuid, body jsonb, headers jsonb, query jsonb, truncated boolean)
-        ), trimmed as (
-          delete from intake.custom_source_payloads where id in (
-            select old.id from jsonb_to_recordset(${sql.json(keepOld)}) as t(source_id uuid, keep integer)
-            cross join lateral (
-              select id from intake.custom_source_payloads where source_id = t.source_id
-              order by received_at desc, id desc offset t.keep
-              for update skip locked
-            ) as old
+      await sql.begin(async (tx) => {
+        await tx`select id from intake.custom_sources where id in (select (c->>'source_id')::uuid from jsonb_array_elements(${sql.json(counts)}) c) order by id for update`;
+        await tx`
+          with advanced as (
+            update intake.custom_sources s set payload_seq = s.payload_seq + c.n, delivery_seq = s.delivery_seq + c.n
+            from jsonb_to_recordset(${sql.json(counts)}) as c(source_id uuid, n integer)
+            where s.id = c.source_id
+            returning s.id, s.payload_seq - c.n as payload_base, s.delivery_seq - c.n as delivery_base
+          ), kept as (
+            insert into intake.custom_source_payloads (source_id, slot, seq, received_at, body, headers, query, truncated)
+            select p.source_id, (a.payload_base + p.ord) % ${KEPT_PAYLOADS}, a.payload_base + p.ord, p.at, p.body, p.headers, p.query, p.truncated
+            from jsonb_to_recordset(${sql.json(payloads as JsonValue)})
+              as p(source_id uuid, ord integer, at timestamptz, body jsonb, headers jsonb, query jsonb, truncated boolean)
+            join advanced a on a.id = p.source_id
+            on conflict (source_id, slot) do update set seq = excluded.seq, received_at = excluded.received_at, body = excluded.body,
+              headers = excluded.headers, query = excluded.query, truncated = excluded.truncated
           )
-        )
-        insert into intake.custom_source_deliveries (id, source_id, outcome, incident_id, rule, error, warnings, reason)
-        select id, source_id, outcome, incident_id, rule, error, warnings, reason
-        from jsonb_to_recordset(${sql.json(logged)})
-          as l(id uuid, source_id uuid, outcome text, incident_id uuid, rule text, error text, warnings text[], reason text)`;
-      return logged;
+          insert into intake.custom_source_deliveries (source_id, slot, seq, at, outcome, incident_id, rule, error, warnings, reason)
+          select l.source_id, (a.delivery_base + l.ord) % ${KEPT_DELIVERIES}, a.delivery_base + l.ord, l.at, l.outcome, l.incident_id, l.rule, l.error, l.warnings, l.reason
+          from jsonb_to_recordset(${sql.json(logged as JsonValue)})
+            as l(source_id uuid, ord integer, at timestamptz, outcome text, incident_id uuid, rule text, error text, warnings text[], reason text)
+          join advanced a on a.id = l.source_id
+          on conflict (source_id, slot) do update set seq = excluded.seq, at = excluded.at, outcome = excluded.outcome, incident_id = excluded.incident_id,
+            rule = excluded.rule, error = excluded.error, warnings = excluded.warnings, reason = excluded.reason`;
+      });
     },
 
-    /** Trims the delivery logs the rows just written fall due to trim (see trimLog). */
-    async trimLogs(logged: { id: string; source_id: string }[]): Promise<void> {
-      for (const row of logged) await trimLog(row.source_id, row.id);
-    },
-
+    /**
+     * A source's kept payloads, the newest to arrive first. Replicas write theirs a few
+     * milliseconds apart, so the numbers (in the order written) may differ from the arrival order.
+     */
     async payloads(sourceId: string): Promise<PayloadRow[]> {
       return sql<PayloadRow[]>`
-        select id, received_at, body, headers, query, truncated from intake.custom_source_payloads
-        where source_id = ${sourceId} order by received_at desc, id desc limit ${KEPT_PAYLOADS}`;
+        select seq, received_at, body, headers, query, truncated from intake.custom_source_payloads
+        where source_id = ${sourceId} order by received_at desc, seq desc`;
     },
 
-    async payload(sourceId: string, id: string): Promise<PayloadRow | undefined> {
+    /** A kept payload by its number, while the source still keeps it. */
+    async payload(sourceId: string, seq: bigint): Promise<PayloadRow | undefined> {
       const [row] = await sql<PayloadRow[]>`
-        select id, received_at, body, headers, query, truncated from intake.custom_source_payloads where source_id = ${sourceId} and id = ${id}`;
+        select seq, received_at, body, headers, query, truncated from intake.custom_source_payloads
+        where source_id = ${sourceId} and slot = ${Number(seq % BigInt(KEPT_PAYLOADS))} and seq = ${seq.toString()}`;
       return row;
     },
 
+    /** A source's delivery log, the newest to arrive first (see payloads). */
     async deliveries(sourceId: string): Promise<DeliveryLogRow[]> {
       return sql<DeliveryLogRow[]>`
-        select id, at, outcome, incident_id, rule, error, warnings, reason from intake.custom_source_deliveries
-        where source_id = ${sourceId} order by at desc, id desc limit ${KEPT_DELIVERIES}`;
+        select seq, at, outcome, incident_id, rule, error, warnings, reason from intake.custom_source_deliveries
+        where source_id = ${sourceId} order by at desc, seq desc`;
     },
   };
 }
