@@ -1,10 +1,11 @@
+import { type ChildProcess, fork } from "node:child_process";
 import http from "node:http";
 import { randomBytes } from "node:crypto";
-import { createClient } from "@connectrpc/connect";
+import { fileURLToPath } from "node:url";
 import postgres from "postgres";
-import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { RunningProcess } from "../../services/process/run-process.js";
-import { callApi, freshDatabase } from "../support/app.js";
+import { freshDatabase } from "../support/app.js";
+import { startChild, stopChild } from "./child-process.js";
 import { ingestToken, startBenchApp } from "./intake.js";
 import { printTable, summarize } from "./stats.js";
 
@@ -15,7 +16,11 @@ import { printTable, summarize } from "./stats.js";
  * fairness: a second organization sends 50 deliveries/s (open loop: on schedule, whatever the
  *   answers) first alone (its quiet figures, the same-run floor), then while the first
  *   organization floods at full speed over FLOOD_CONNECTIONS connections. Target: the second's
- *   p99 at most 3x quiet.
+ *   p99 at most 3x quiet. The app, the flood and the second organization's sender are three
+ *   processes, as they are three parties: in one, the second's answers would wait in one event
+ *   loop behind the flood's own requests and answers, and its timings would measure the load
+ *   generator. `BENCH_PROFILE_DIR` writes the app's CPU profile there, and the app's event-loop
+ *   delay is printed beside the figures.
  * overload: the machine's capacity in the same run (CAPACITY_CONNECTIONS connections back to back),
  *   then OVERLOAD_CONNECTIONS (8x as many). Every answer is either accepted (2xx) or shed early
  *   (429/503 with Retry-After); prints accepted/s, shed/s, the p99 of the accepted, the RSS, and
@@ -117,15 +122,6 @@ async function openLoop(url: URL, token: string, rate: number, seconds: number, 
   return answers;
 }
 
-async function secondOrgToken(app: RunningProcess): Promise<string> {
-  const slug = `quiet-${randomBytes(3).toString("hex")}`;
-  const owner = { email: `owner@${slug}.test`, password: "another horse battery" };
-  await createClient(IdentityService, app.transport).bootstrap({ orgSlug: slug, ownerEmail: owner.email, ownerPassword: owner.password });
-  const login = await callApi(app.url, "POST", "/auth/login", { body: { ...owner, orgSlug: slug } });
-  const issued = await callApi(app.url, "POST", `/o/${slug}/triggers/ingest-token`, { token: login.body.accessToken });
-  return issued.body.token as string;
-}
-
 const ms = (v: number) => `${v.toFixed(1)} ms`;
 const tally = (answers: Sent[]) => {
   const counts: Record<string, number> = {};
@@ -147,43 +143,99 @@ async function withApp<T>(work: (app: RunningProcess, databaseUrl: string) => Pr
   }
 }
 
-export async function benchFairness(): Promise<void> {
-  await withApp(async (app) => {
-    const url = new URL(app.url);
-    const flooding = await ingestToken(app.url);
-    const quiet = await secondOrgToken(app);
-    const run = randomBytes(3).toString("hex");
-    // Warm-up, then the second organization alone: its quiet figures.
-    await openLoop(url, quiet, QUIET_RATE, 2, `${run}-warm`);
-    const alone = await openLoop(url, quiet, QUIET_RATE, SECONDS, `${run}-alone`);
-    const flood = closedLoop(url, flooding, FLOOD_CONNECTIONS, SECONDS + 2, `${run}-flood`);
-    await new Promise((r) => setTimeout(r, 1000));
-    const during = await openLoop(url, quiet, QUIET_RATE, SECONDS, `${run}-during`);
-    const flooded = await flood;
-    const a = summarize(alone.filter((x) => x.status >= 200 && x.status < 300).map((x) => x.ms));
-    const d = summarize(during.filter((x) => x.status >= 200 && x.status < 300).map((x) => x.ms));
-    const floodAccepted = flooded.filter((x) => x.status >= 200 && x.status < 300).length;
-    printTable(
-      `Fairness: a second organization at ${QUIET_RATE}/s, alone (same-run floor) and while the first floods over ${FLOOD_CONNECTIONS} connections; target p99 <= ${FAIRNESS_TARGET}x quiet`,
-      [
-        { figure: "second org p50", quiet: ms(a.p50), "during flood": ms(d.p50), ratio: (d.p50 / a.p50).toFixed(2) },
-        {
-          figure: "second org p99",
-          quiet: ms(a.p99),
-          "during flood": ms(d.p99),
-          ratio: (d.p99 / a.p99).toFixed(2),
-          target: `<= ${FAIRNESS_TARGET}`,
-          met: d.p99 <= FAIRNESS_TARGET * a.p99 ? "yes" : "no",
-        },
-        { figure: "second org answers", quiet: tally(alone), "during flood": tally(during) },
-        {
-          figure: "flooding org",
-          quiet: "",
-          "during flood": `${Math.round(floodAccepted / (SECONDS + 2))}/s accepted; ${tally(flooded)}`,
-        },
-      ],
-    );
+/** `openLoop` in a process of its own: the second organization's sender, timed apart from the flood. */
+async function openLoopApart(url: URL, token: string, rate: number, seconds: number, run: string): Promise<Sent[]> {
+  const child = fork(fileURLToPath(import.meta.url), [OPEN_LOOP, url.toString(), token, String(rate), String(seconds), run], {
+    stdio: "inherit",
+    execArgv: process.execArgv,
   });
+  return new Promise((resolve, reject) => {
+    child.once("error", reject);
+    child.once("exit", (code) => reject(new Error(`the second organization's sender exited with ${code}`)));
+    child.once("message", (m: { answers: Sent[] }) => resolve(m.answers));
+  });
+}
+
+const OPEN_LOOP = "--open-loop";
+
+interface LoopDelay {
+  p50: number;
+  p99: number;
+  max: number;
+}
+
+/** The app's event-loop delay since the last ask ("event-loop" message to intake.ts's child). */
+const eventLoopDelay = (child: ChildProcess) => ask<LoopDelay>(child, "event-loop", "eventLoop");
+
+/** Sends the child `message` and resolves with the `key` of its first answer that has one. */
+function ask<T>(child: ChildProcess, message: string, key: string): Promise<T> {
+  return new Promise((resolve) => {
+    const onMessage = (m: Record<string, T>) => {
+      if (!(key in m)) return;
+      child.off("message", onMessage);
+      resolve(m[key]!);
+    };
+    child.on("message", onMessage);
+    child.send(message);
+  });
+}
+
+export async function benchFairness(): Promise<void> {
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url], {
+      nodeOptions: process.env.BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [],
+    });
+    try {
+      const url = new URL(app.url);
+      const flooding = await ingestToken(app.url);
+      const quiet = await ask<string>(app.child, "second-org", "secondOrgToken");
+      const run = randomBytes(3).toString("hex");
+      // Warm-up, then the second organization alone: its quiet figures.
+      await openLoopApart(url, quiet, QUIET_RATE, 2, `${run}-warm`);
+      await eventLoopDelay(app.child);
+      const alone = await openLoopApart(url, quiet, QUIET_RATE, SECONDS, `${run}-alone`);
+      const loopAlone = await eventLoopDelay(app.child);
+      const flood = closedLoop(url, flooding, FLOOD_CONNECTIONS, SECONDS + 2, `${run}-flood`);
+      await new Promise((r) => setTimeout(r, 1000));
+      await eventLoopDelay(app.child);
+      const during = await openLoopApart(url, quiet, QUIET_RATE, SECONDS, `${run}-during`);
+      const loopDuring = await eventLoopDelay(app.child);
+      const flooded = await flood;
+      const a = summarize(alone.filter((x) => x.status >= 200 && x.status < 300).map((x) => x.ms));
+      const d = summarize(during.filter((x) => x.status >= 200 && x.status < 300).map((x) => x.ms));
+      const floodAccepted = flooded.filter((x) => x.status >= 200 && x.status < 300).length;
+      printTable(
+        `Fairness: a second organization at ${QUIET_RATE}/s, alone (same-run floor) and while the first floods over ${FLOOD_CONNECTIONS} connections; target p99 <= ${FAIRNESS_TARGET}x quiet`,
+        [
+          { figure: "second org p50", quiet: ms(a.p50), "during flood": ms(d.p50), ratio: (d.p50 / a.p50).toFixed(2) },
+          {
+            figure: "second org p99",
+            quiet: ms(a.p99),
+            "during flood": ms(d.p99),
+            ratio: (d.p99 / a.p99).toFixed(2),
+            target: `<= ${FAIRNESS_TARGET}`,
+            met: d.p99 <= FAIRNESS_TARGET * a.p99 ? "yes" : "no",
+          },
+          { figure: "second org answers", quiet: tally(alone), "during flood": tally(during) },
+          {
+            figure: "flooding org",
+            quiet: "",
+            "during flood": `${Math.round(floodAccepted / (SECONDS + 2))}/s accepted; ${tally(flooded)}`,
+          },
+          {
+            figure: "app event-loop delay p50 / p99 / max",
+            quiet: `${ms(loopAlone.p50)} / ${ms(loopAlone.p99)} / ${ms(loopAlone.max)}`,
+            "during flood": `${ms(loopDuring.p50)} / ${ms(loopDuring.p99)} / ${ms(loopDuring.max)}`,
+          },
+        ],
+      );
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
 }
 
 export async function benchOverload(): Promise<void> {
@@ -263,4 +315,10 @@ export async function benchOverload(): Promise<void> {
       },
     ]);
   });
+}
+
+if (process.argv[2] === OPEN_LOOP) {
+  const [, , , url, token, rate, seconds, run] = process.argv;
+  const answers = await openLoop(new URL(url!), token!, Number(rate), Number(seconds), run!);
+  process.send!({ answers }, () => process.exit(0));
 }

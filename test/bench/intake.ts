@@ -3,10 +3,13 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import { tmpdir } from "node:os";
+import { monitorEventLoopDelay } from "node:perf_hooks";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
 import { create } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { RecordRequestSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { createRecordHandlers } from "../../services/incidents/record.js";
 import { allServices } from "../../services/process/all-services.js";
@@ -90,6 +93,8 @@ async function serveChild(): Promise<void> {
     return;
   }
   const running = mode === "--serve-embedded" ? await startBenchApp(undefined, databaseUrl) : await startBenchApp(databaseUrl!);
+  const loopDelay = monitorEventLoopDelay({ resolution: 1 });
+  loopDelay.enable();
   process.on("message", async (message: string) => {
     if (message === "database-url") {
       // Where a second client reaches the embedded database, when it is a server one can reach.
@@ -100,6 +105,13 @@ async function serveChild(): Promise<void> {
       process.send!({ databaseUrl: url });
     }
     if (message === "cpu") process.send!({ cpu: process.cpuUsage() });
+    if (message === "second-org") process.send!({ secondOrgToken: await secondOrgToken(running) });
+    if (message === "event-loop") {
+      // Since the last ask, in milliseconds.
+      const ms = (ns: number) => ns / 1e6;
+      process.send!({ eventLoop: { p50: ms(loopDelay.percentile(50)), p99: ms(loopDelay.percentile(99)), max: ms(loopDelay.max) } });
+      loopDelay.reset();
+    }
     if (message === "stop") {
       await running.stop();
       process.exit(0);
@@ -332,6 +344,16 @@ export async function load(
     failures,
     loadCpuMsPerRequest: (cpu.user + cpu.system) / 1000 / Math.max(1, s.n),
   };
+}
+
+/** A second organization's ingest token, its owner bootstrapped through the app's own transport. */
+export async function secondOrgToken(app: RunningProcess): Promise<string> {
+  const slug = `quiet-${randomBytes(3).toString("hex")}`;
+  const owner = { email: `owner@${slug}.test`, password: "another horse battery" };
+  await createClient(IdentityService, app.transport).bootstrap({ orgSlug: slug, ownerEmail: owner.email, ownerPassword: owner.password });
+  const login = await callApi(app.url, "POST", "/auth/login", { body: { ...owner, orgSlug: slug } });
+  const issued = await callApi(app.url, "POST", `/o/${slug}/triggers/ingest-token`, { token: login.body.accessToken });
+  return issued.body.token as string;
 }
 
 export async function ingestToken(url: string): Promise<string> {
