@@ -46,12 +46,11 @@ import { cpuOf, startChild, stopChild } from "./child-process.js";
  * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
  * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
  *
- * `INTAKE_BENCH_INVESTIGATIONS=<rounds>` adds the cost of investigations in one-process mode: the
- * app without and with a remote-source read that applies to every incident, in turn, `rounds`
- * times, each beside its floor (see investigationComparison); with `INTAKE_BENCH_TOGETHER=1` the two
- * runs of a round at the same time.
- * `INTAKE_BENCH_SUBSCRIPTIONS=1` adds a row: the one-process run again with three subscriptions to
- * incident.opened, one of them down, against the same floor (see oneProcessWithSubscriptions).
+ * `INTAKE_BENCH_INVESTIGATIONS=<rounds>` and `INTAKE_BENCH_SUBSCRIPTIONS=<rounds>` add the cost of
+ * that background work in one-process mode: the app without and with a remote-source read that
+ * applies to every incident, or with three subscriptions to incident.opened (one down), in turn,
+ * `rounds` times, each beside its floor (see backgroundWorkComparison); with
+ * `INTAKE_BENCH_TOGETHER=1` the two runs of a round at the same time.
  */
 
 export const CONNECTIONS = 50;
@@ -679,16 +678,38 @@ function askDatabaseUrl(child: ChildProcess): Promise<string | undefined> {
   });
 }
 
-// --- investigations --------------------------------------------------------------------------
+// --- background work: investigations, subscriptions ----------------------------------------------
 
 /**
- * One process with and without an investigation of every incident that opens: the same app on
- * a fresh database each time, the only difference an organization with a connection to the kit's
- * example source (on a fake Prometheus, both in this process) whose one read applies to every
- * incident. Investigations run off the delivery path; what they cost it is the difference of the
- * two runs' deliveries per second, each beside the INSERT floor of the same round.
+ * Work a process does off the delivery path, which the issues that added it ask to cost the
+ * delivery ratio less than 10 %: what a "with" run configures, and what it left behind.
  */
-async function investigationComparison(rounds: number): Promise<void> {
+interface BackgroundWork {
+  /** As the comparison's lines name it. */
+  name: string;
+  /** The table's first column, for the runs without and with. */
+  label: { without: string; with: string };
+  env: NodeJS.ProcessEnv;
+  /** Configures the app of a "with" run (after its owner can log in). */
+  configure(appUrl: string): Promise<void>;
+  /** What the work left in the app's database, as the table's columns. */
+  count(databaseUrl: string): Promise<Record<string, number>>;
+  /** Throws when the "with" runs did none of the work: their comparison would measure nothing. */
+  check(rows: Record<string, number>[]): void;
+  close(): Promise<void>;
+}
+
+async function ownerAccessToken(url: string): Promise<string> {
+  const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+  return login.body.accessToken as string;
+}
+
+/**
+ * An investigation of every incident that opens: an organization with a connection to the kit's
+ * example source (on a fake Prometheus, both in this process) whose one read applies to every
+ * incident.
+ */
+async function investigationWork(): Promise<BackgroundWork> {
   const prometheus = await startFakePrometheus();
   const logDir = mkdtempSync(join(tmpdir(), "wr-bench-logs-"));
   writeFileSync(join(logDir, "metrics-monitor.log"), `${new Date().toISOString()} metrics-monitor: bench log line\n`);
@@ -696,40 +717,121 @@ async function investigationComparison(rounds: number): Promise<void> {
   const source = await createPrometheusFilesSource({ prometheusUrl: prometheus.url, logDir, auth: { bearerTokens: [sourceToken] } }).listen({
     host: "127.0.0.1",
   });
-  // Both runs alike: the source reachable on loopback and a key to seal its credential with.
-  const env = {
-    ...process.env,
-    REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
-    REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
-    SECRETS_KEYS: newSecretKeyEntry("bench1"),
+  return {
+    name: "investigations",
+    label: { without: "no investigation", with: "an investigation of every incident" },
+    // Both runs alike: the source reachable on loopback and a key to seal its credential with.
+    env: { ...process.env, REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1", SECRETS_KEYS: newSecretKeyEntry("bench1") },
+    async configure(url) {
+      const token = await ownerAccessToken(url);
+      const created = await callApi(url, "POST", `/o/${OWNER.org}/remote-sources`, {
+        token,
+        body: { name: "example", baseUrl: source.url, transport: "http", tenantRef: "bench", auth: { bearerToken: sourceToken } },
+      });
+      if (created.status !== 201) throw new Error(`connecting the source failed: ${created.status} ${JSON.stringify(created.body)}`);
+      // No condition: the read applies to every incident.
+      const reads = [{ name: "up of the source", call: "metrics/range", template: `'up{source="' + incident.source + '"}'`, step: "60s" }];
+      const saved = await callApi(url, "PUT", `/o/${OWNER.org}/remote-sources/${created.body.id}/investigation-reads`, { token, body: { reads } });
+      if (saved.status !== 200) throw new Error(`saving the read failed: ${saved.status} ${JSON.stringify(saved.body)}`);
+    },
+    async count(databaseUrl) {
+      return rowsOf(
+        databaseUrl,
+        (sql) => sql`
+          select (select count(*)::int from incidents.incidents) as "incidents opened",
+            (select count(*)::int from remotesource.investigations where state = 'done') as "investigations done",
+            -- Recorded as due but not finished when the app stopped: investigations run behind a storm.
+            (select count(*)::int from remotesource.investigations where state in ('pending', 'running')) as "still due",
+            (select count(*)::int from remotesource.evidence) as "evidence rows"`,
+      );
+    },
+    check(rows) {
+      if (rows.every((r) => r["evidence rows"] === 0)) throw new Error("no investigation recorded evidence: the comparison measured nothing");
+    },
+    async close() {
+      await source.close();
+      await prometheus.close();
+      rmSync(logDir, { recursive: true, force: true });
+    },
   };
-  const connect = async (url: string) => {
-    const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-    const token = login.body.accessToken as string;
-    const created = await callApi(url, "POST", `/o/${OWNER.org}/remote-sources`, {
-      token,
-      body: { name: "example", baseUrl: source.url, transport: "http", tenantRef: "bench", auth: { bearerToken: sourceToken } },
-    });
-    if (created.status !== 201) throw new Error(`connecting the source failed: ${created.status} ${JSON.stringify(created.body)}`);
-    // No condition: the read applies to every incident.
-    const reads = [{ name: "up of the source", call: "metrics/range", template: `'up{source="' + incident.source + '"}'`, step: "60s" }];
-    const saved = await callApi(url, "PUT", `/o/${OWNER.org}/remote-sources/${created.body.id}/investigation-reads`, { token, body: { reads } });
-    if (saved.status !== 200) throw new Error(`saving the read failed: ${saved.status} ${JSON.stringify(saved.body)}`);
+}
+
+/**
+ * Three event subscriptions to incident.opened at a receiver in this process: two take every post,
+ * one drops its connections (retried on the production schedule).
+ */
+async function subscriptionWork(): Promise<BackgroundWork> {
+  const certs = makeTestCertificates();
+  const receiver = await startWebhookReceiver(certs);
+  const endpoints = [
+    ["healthy-a", true],
+    ["healthy-b", true],
+    ["down", false],
+  ] as const;
+  for (const [name, up] of endpoints) receiver.endpoint(name, [], up ? () => ({ status: 204 }) : () => "drop");
+  return {
+    name: "subscriptions",
+    label: { without: "no subscription", with: "three subscriptions (one down)" },
+    env: { ...process.env, SECRETS_KEYS: newSecretKeyEntry("k1"), EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile },
+    async configure(url) {
+      const token = await ownerAccessToken(url);
+      await callApi(url, "PUT", `/o/${OWNER.org}/oncall/egress`, { token, body: { enabled: true } });
+      for (const [name] of endpoints) {
+        const res = await callApi(url, "POST", `/o/${OWNER.org}/subscriptions`, { token, body: { url: receiver.url(name), events: ["incident.opened"] } });
+        if (res.status !== 201) throw new Error(`subscribing failed: ${res.status} ${JSON.stringify(res.body)}`);
+        receiver.setSecrets(name, [res.body.secret]);
+      }
+    },
+    async count(databaseUrl) {
+      return rowsOf(
+        databaseUrl,
+        (sql) => sql`
+          select (select count(*)::int from incidents.incidents) as "incidents opened",
+            (select count(*)::int from subscriptions.deliveries) as "deliveries queued",
+            (select count(*)::int from subscriptions.deliveries where state = 'delivered') as "delivered"`,
+      );
+    },
+    check(rows) {
+      if (rows.every((r) => r.delivered === 0)) throw new Error("no subscription delivery was made: the comparison measured nothing");
+    },
+    async close() {
+      await receiver.close();
+      certs.remove();
+    },
   };
-  type Run = { ours: LoadResult; floor: LoadResult; rows: InvestigationRows };
+}
+
+async function rowsOf(databaseUrl: string, query: (sql: postgres.Sql) => Promise<Record<string, number>[]>): Promise<Record<string, number>> {
+  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+  try {
+    const [row] = await query(sql);
+    return row!;
+  } finally {
+    await sql.end();
+  }
+}
+
+/**
+ * One process with and without background work: the same app on a fresh database each time, the
+ * only difference what `work` configures. The work runs off the delivery path; what it costs it
+ * is the difference of the two runs' deliveries per second, each beside the INSERT floor of the
+ * same round, and of the app's CPU per delivery.
+ */
+async function backgroundWorkComparison(rounds: number, work: BackgroundWork): Promise<void> {
+  type Run = { ours: LoadResult; floor: LoadResult; rows: Record<string, number> };
   const together = process.env.INTAKE_BENCH_TOGETHER === "1";
   /** One app on a fresh database under load; its database is left for the floor, then dropped. */
   const measure = async (variant: "without" | "with", round: number) => {
     const database = await freshDatabase();
     try {
-      const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env });
+      const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env: work.env });
       try {
         // First: it waits until the owner can log in.
         const token = await ingestToken(app.url);
-        if (variant === "with") await connect(app.url);
+        if (variant === "with") await work.configure(app.url);
         let before: NodeJS.CpuUsage | undefined;
         let after: NodeJS.CpuUsage | undefined;
-        const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(`inv-${variant}-${round}`), {
+        const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(`${work.name}-${variant}-${round}`), {
           onStart: async () => {
             before = await cpuOf(app.child);
           },
@@ -738,7 +840,7 @@ async function investigationComparison(rounds: number): Promise<void> {
           },
         });
         const answered = Object.values(ours.statuses).reduce((a, b) => a + b, 0);
-        // The app's CPU per answered delivery, investigations included: the figure a busy machine disturbs least.
+        // The app's CPU per answered delivery, the background work included: the figure a busy machine disturbs least.
         if (before && after && answered > 0) ours.cpuMsPerRequest = (after.user + after.system - before.user - before.system) / 1000 / answered;
         return { ours, database };
       } finally {
@@ -751,7 +853,7 @@ async function investigationComparison(rounds: number): Promise<void> {
   };
   const finish = async (variant: "without" | "with", measured: Awaited<ReturnType<typeof measure>>) => {
     try {
-      const rows = await countInvestigations(measured.database.url);
+      const rows = await work.count(measured.database.url);
       runs[variant].push({ ours: measured.ours, floor: await floor(measured.database.url), rows });
     } finally {
       await measured.database.drop();
@@ -763,18 +865,16 @@ async function investigationComparison(rounds: number): Promise<void> {
       if (together) {
         // Both apps at once, each under its own load: both saturated, each gets its share of the
         // cores, and whatever else the machine runs weighs on them alike. Floors after, in turn.
-        const [without, withInvestigations] = await Promise.all([measure("without", round), measure("with", round)]);
+        const [without, withWork] = await Promise.all([measure("without", round), measure("with", round)]);
         await finish("without", without);
-        await finish("with", withInvestigations);
+        await finish("with", withWork);
       } else {
         // Each run beside its own floor: the machine's load drifts between the two runs.
         for (const variant of ["without", "with"] as const) await finish(variant, await measure(variant, round));
       }
     }
   } finally {
-    await source.close();
-    await prometheus.close();
-    rmSync(logDir, { recursive: true, force: true });
+    await work.close();
   }
   const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
   const ratioOf = (r: Run) => r.ours.perSecond / r.floor.perSecond;
@@ -783,11 +883,11 @@ async function investigationComparison(rounds: number): Promise<void> {
       .filter(([status]) => status.startsWith("5"))
       .reduce((n, [, count]) => n + count, 0);
   printTable(
-    `One process, ${rounds} round(s) of two runs ${together ? "at the same time" : "in turn"}: without and with a connection whose one read applies to every incident; floor: one INSERT per request, after each run`,
+    `One process, ${rounds} round(s) of two runs ${together ? "at the same time" : "in turn"}: without and with ${work.name}; floor: one INSERT per request, after each run`,
     (["without", "with"] as const).map((variant) => {
       const list = runs[variant];
       return {
-        investigations: variant === "with" ? "every incident" : "none configured",
+        [work.name]: work.label[variant],
         "deliveries/s (each run)": list.map((r) => r.ours.perSecond).join(", "),
         "floor (each run)": list.map((r) => r.floor.perSecond).join(", "),
         "ours / floor (each run)": list.map((r) => ratioOf(r).toFixed(2)).join(", "),
@@ -796,9 +896,7 @@ async function investigationComparison(rounds: number): Promise<void> {
         "median p99": ms(median(list.map((r) => r.ours.p99))),
         "app CPU ms/delivery (each run)": list.map((r) => r.ours.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
         "5xx": list.reduce((n, r) => n + fiveHundreds(r), 0),
-        "incidents opened": list.map((r) => r.rows.incidents).join(", "),
-        "investigations done / still due": list.map((r) => `${r.rows.done} / ${r.rows.due}`).join(", "),
-        "evidence rows": list.map((r) => r.rows.evidence).join(", "),
+        ...Object.fromEntries(Object.keys(list[0]?.rows ?? {}).map((column) => [column, list.map((r) => r.rows[column]).join(", ")])),
       };
     }),
   );
@@ -808,77 +906,12 @@ async function investigationComparison(rounds: number): Promise<void> {
     ? median(runs.with.map((r, i) => r.ours.perSecond / runs.without[i]!.ours.perSecond))
     : median(runs.with.map(ratioOf)) / median(runs.without.map(ratioOf));
   const cpu = (list: Run[]) => median(list.map((r) => r.ours.cpuMsPerRequest ?? Number.NaN));
-  const investigated = runs.with.reduce((n, r) => n + r.rows.evidence, 0);
   console.log("");
   console.log(
-    `with / without investigations: ${(relative * 100).toFixed(1)} % of the ${together ? "deliveries per second in the same window (median of the rounds)" : "delivery ratio to the floor (medians)"} (target: within 10 %: ${relative >= 0.9 ? "met" : "not met"})`,
+    `with / without ${work.name}: ${(relative * 100).toFixed(1)} % of the ${together ? "deliveries per second in the same window (median of the rounds)" : "delivery ratio to the floor (medians)"} (target: within 10 %: ${relative >= 0.9 ? "met" : "not met"})`,
   );
-  console.log(`with / without investigations: ${((cpu(runs.with) / cpu(runs.without)) * 100).toFixed(1)} % of the app's CPU per delivery`);
-  // A run in which no investigation read anything proves nothing about their cost.
-  if (investigated === 0) throw new Error("no investigation recorded evidence: the comparison measured nothing");
-}
-
-interface InvestigationRows {
-  incidents: number;
-  done: number;
-  /** Recorded as due but not finished when the app stopped: investigations run behind a storm of opens. */
-  due: number;
-  evidence: number;
-}
-
-async function countInvestigations(databaseUrl: string): Promise<InvestigationRows> {
-  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
-  try {
-    const [row] = await sql<InvestigationRows[]>`
-      select (select count(*)::int from incidents.incidents) as incidents,
-        (select count(*)::int from remotesource.investigations where state = 'done') as done,
-        (select count(*)::int from remotesource.investigations where state in ('pending', 'running')) as due,
-        (select count(*)::int from remotesource.evidence) as evidence`;
-    return row!;
-  } finally {
-    await sql.end();
-  }
-}
-
-/**
- * The one-process run with three event subscriptions to incident.opened at a receiver in this
- * process: two take every post, one drops its connections (retried on the production schedule).
- * The subscriptions issue asks that the intake's ratio to its floor move less than 10 % with them.
- */
-async function oneProcessWithSubscriptions(): Promise<LoadResult> {
-  const certs = makeTestCertificates();
-  const receiver = await startWebhookReceiver(certs);
-  const database = await freshDatabase();
-  try {
-    const env = { ...process.env, SECRETS_KEYS: newSecretKeyEntry("k1"), EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8", EGRESS_CA_FILE: certs.caFile };
-    const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env });
-    try {
-      const token = await ingestToken(app.url);
-      const login = await callApi(app.url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-      const owner = login.body.accessToken as string;
-      await callApi(app.url, "PUT", `/o/${OWNER.org}/oncall/egress`, { token: owner, body: { enabled: true } });
-      for (const [name, up] of [
-        ["healthy-a", true],
-        ["healthy-b", true],
-        ["down", false],
-      ] as const) {
-        receiver.endpoint(name, [], up ? () => ({ status: 204 }) : () => "drop");
-        const res = await callApi(app.url, "POST", `/o/${OWNER.org}/subscriptions`, {
-          token: owner,
-          body: { url: receiver.url(name), events: ["incident.opened"] },
-        });
-        if (res.status !== 201) throw new Error(`subscribing failed: ${res.status} ${JSON.stringify(res.body)}`);
-        receiver.setSecrets(name, [res.body.secret]);
-      }
-      return await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("subscribed"));
-    } finally {
-      await stopChild(app.child);
-    }
-  } finally {
-    await database.drop();
-    await receiver.close();
-    certs.remove();
-  }
+  console.log(`with / without ${work.name}: ${((cpu(runs.with) / cpu(runs.without)) * 100).toFixed(1)} % of the app's CPU per delivery`);
+  work.check(runs.with.map((r) => r.rows));
 }
 
 export async function benchIntake(): Promise<void> {
@@ -903,22 +936,6 @@ export async function benchIntake(): Promise<void> {
     });
   };
   await run("one", "one process", async () => ({ ...(await onePerProcessMode()), shape: "one process" }));
-  const withoutSubscriptions = table.find((row) => row.mode === "one process" && row.figure === "deliveries/s");
-  if (process.env.INTAKE_BENCH_SUBSCRIPTIONS === "1" && withoutSubscriptions) {
-    const subscribed = await oneProcessWithSubscriptions();
-    const floorPerSecond = Number(withoutSubscriptions["floor (same run)"]);
-    const ratioWithout = Number(withoutSubscriptions.ours) / floorPerSecond;
-    const ratio = subscribed.perSecond / floorPerSecond;
-    table.push({
-      mode: "one process, three subscriptions (one down)",
-      figure: "deliveries/s",
-      ours: subscribed.perSecond,
-      "floor (same run)": floorPerSecond,
-      "ours / floor": ratio.toFixed(2),
-      target: `within 10 % of ${ratioWithout.toFixed(2)} (no subscription)`,
-      met: Math.abs(ratio / ratioWithout - 1) < 0.1 ? "yes" : "no",
-    });
-  }
   await run("cluster", "separate processes over NATS", clusterMode);
   await run("embedded", "one process, embedded database", embeddedMode);
   printTable(
@@ -929,7 +946,9 @@ export async function benchIntake(): Promise<void> {
   const tracingRounds = Number(process.env.INTAKE_BENCH_TRACING ?? 0);
   if (tracingRounds > 0) await tracingComparison(tracingRounds);
   const investigationRounds = Number(process.env.INTAKE_BENCH_INVESTIGATIONS ?? 0);
-  if (investigationRounds > 0) await investigationComparison(investigationRounds);
+  if (investigationRounds > 0) await backgroundWorkComparison(investigationRounds, await investigationWork());
+  const subscriptionRounds = Number(process.env.INTAKE_BENCH_SUBSCRIPTIONS ?? 0);
+  if (subscriptionRounds > 0) await backgroundWorkComparison(subscriptionRounds, await subscriptionWork());
 }
 
 if (["--serve", "--floor", "--floor-record", "--serve-embedded"].includes(process.argv[2] ?? "")) {
