@@ -184,7 +184,7 @@ export function createCustomSourceDelivery(deps: {
   };
 }
 
-/** The most deliveries' records one statement writes. */
+/** The most deliveries' records one write takes. */
 const MOST_RECORDS_PER_STATEMENT = 100;
 /** How long a record waits for others to share its statement. */
 const RECORD_WRITE_DELAY_MS = 20;
@@ -207,6 +207,8 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
   // Records ever queued, and ever done with (written, failed or dropped): flush waits by these.
   let queued = 0;
   let done = 0;
+  /** When dropping was last logged: at most once every 10 s, however long Postgres lags. */
+  let droppingLoggedAt = 0;
 
   /** Keeps the group's payloads and log rows, else each record's alone (one bad one costs no other its row). */
   async function keepAll(group: DeliveryRecord[]): Promise<void> {
@@ -253,7 +255,10 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
         waiting = waiting.slice(dropped);
         done += dropped;
         customSourceRecordsDropped.inc(dropped);
-        logger.warn({ dropped }, "dropped custom-source payloads and log rows: Postgres is not keeping up");
+        if (Date.now() - droppingLoggedAt >= 10_000) {
+          droppingLoggedAt = Date.now();
+          logger.warn({ waiting: mostWaiting }, "dropping custom-source payloads and log rows: Postgres is not keeping up");
+        }
       }
       schedule();
     },
