@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { cpuOf, startChild, stopChild } from "./child-process.js";
-import { deliveryMix, ingestToken, type LoadResult, load } from "./intake.js";
+import { deliveryMix, ingestToken, type LoadResult, load, ownerAccessToken } from "./intake.js";
 import { printTable, summarize } from "./stats.js";
 
 /**
@@ -42,12 +42,6 @@ export const METRICS_MONITOR_RULES = [
   },
 ];
 
-async function ownerToken(url: string): Promise<string> {
-  const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-  if (login.status !== 200) throw new Error(`login failed: ${login.status}`);
-  return login.body.accessToken as string;
-}
-
 /** One measured window of `path` with the app's CPU per answered delivery. */
 async function measured(app: { url: string; child: Parameters<typeof cpuOf>[0] }, path: string, headers: Record<string, string>, run: string) {
   let before: NodeJS.CpuUsage | undefined;
@@ -77,7 +71,7 @@ export async function benchCustomSource(): Promise<void> {
     });
     try {
       const ingest = await ingestToken(app.url);
-      const owner = await ownerToken(app.url);
+      const owner = await ownerAccessToken(app.url);
       const created = await callApi(app.url, "POST", `/o/${OWNER.org}/custom-sources`, {
         token: owner,
         body: { name: "bench-monitor", rules: METRICS_MONITOR_RULES },

@@ -699,8 +699,10 @@ interface BackgroundWork {
   close(): Promise<void>;
 }
 
-async function ownerAccessToken(url: string): Promise<string> {
+/** The bench organization's owner's access token. */
+export async function ownerAccessToken(url: string): Promise<string> {
   const login = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+  if (login.status !== 200) throw new Error(`login failed: ${login.status}`);
   return login.body.accessToken as string;
 }
 
