@@ -7,6 +7,7 @@ import type { CapabilitiesResponse, RawResult } from "../../gen/warroom/sourcepr
 import { evaluateMetered, fromCelValue, toCelInput } from "../intake/custom-sources/cel-mapping.js";
 import type { EventBus } from "../runtime/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
+import { groupCalls } from "../runtime/grouped-calls.js";
 import { partialResult, ReadRequestError } from "../remotesource-kit/client/source-client.js";
 import { CREDENTIALS_REJECTED, READ_BUDGET_MS } from "../remotesource-kit/protocol/limits.js";
 import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";
@@ -80,22 +81,26 @@ const STOP_WAIT_MS = 2_000;
 /** An interrupted run is claimed again after this long. */
 const RETRY_AFTER_SECONDS = 3;
 
+/** Opened incidents one statement records investigations for at most (see groupCalls). */
+const RECORD_GROUP = 100;
+
 /** Subscribes the durable consumer of `incident.opened` that records run 1 of an investigation. */
 export async function consumeIncidentOpened(deps: RemoteSourceDeps, bus: EventBus, poke: () => void): Promise<void> {
-  await onEvent(
-    bus,
-    EVENTS.incidentOpened,
-    async (event) => {
-      // Only organizations with reads configured get an investigation; a redelivery adds nothing.
-      const inserted = await deps.sql`
-        insert into remotesource.investigations (org_id, incident_id, run, requested_by)
-        select ${event.orgId}, ${event.incidentId}, 1, 'incident.opened'
-        where exists (select 1 from remotesource.connections where org_id = ${event.orgId} and investigation_reads <> '[]'::jsonb)
-        on conflict do nothing`;
-      if (inserted.count > 0) poke();
-    },
-    { durableName: "remotesource-investigation" },
-  );
+  // A storm's opens are recorded a group at a time: one statement per group, not per incident.
+  const record = groupCalls<{ orgId: string; incidentId: string }>(async (opened) => {
+    // Only organizations with reads configured get an investigation; a redelivery adds nothing.
+    const inserted = await deps.sql`
+      insert into remotesource.investigations (org_id, incident_id, run, requested_by)
+      select o.org_id, o.incident_id, 1, 'incident.opened'
+      from unnest(${opened.map((o) => o.orgId)}::uuid[], ${opened.map((o) => o.incidentId)}::uuid[]) as o(org_id, incident_id)
+      where exists (select 1 from remotesource.connections c where c.org_id = o.org_id and c.investigation_reads <> '[]'::jsonb)
+      on conflict do nothing`;
+    if (inserted.count > 0) poke();
+  }, RECORD_GROUP);
+  await onEvent(bus, EVENTS.incidentOpened, (event) => record({ orgId: event.orgId, incidentId: event.incidentId }), {
+    durableName: "remotesource-investigation",
+    concurrency: RECORD_GROUP,
+  });
 }
 
 /** A counting semaphore per organization. */

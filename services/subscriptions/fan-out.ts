@@ -1,5 +1,6 @@
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
+import { groupCalls } from "../runtime/grouped-calls.js";
 import type { SubscriptionsDeps } from "./deps.js";
 import {
   envelope,
@@ -12,42 +13,53 @@ import {
 } from "./event-types.js";
 import { newWebhookId } from "./signing.js";
 
+/** One event to fan out: what subscribers receive, and the domain event's (outbox) id. */
+export interface FanOutItem {
+  event: WebhookEvent;
+  eventId: string;
+}
+
 /**
- * Queues one delivery per enabled subscription of the event's organization that names its type.
- * Idempotent: a redelivered event (same outbox id) finds its rows and adds none, so each
- * subscription's webhook-id for an event is fixed the first time.
+ * Queues one delivery per enabled subscription of each event's organization that names its type,
+ * for a group of events in two statements. Idempotent: a redelivered event (same outbox id) finds
+ * its rows and adds none, so each subscription's webhook-id for an event is fixed the first time.
  */
-export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">, event: WebhookEvent, eventId: string): Promise<number> {
+export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">, items: FanOutItem[]): Promise<number> {
   const { sql } = deps;
-  const subs = await sql<{ id: string; org_slug: string }[]>`
-    select id, org_slug from subscriptions.subscriptions
-    where org_id = ${event.orgId} and state = 'enabled' and ${event.type} = any(events)`;
-  if (subs.length === 0) return 0;
+  const matches = await sql<{ i: number; id: string; org_slug: string }[]>`
+    select e.i::int, s.id, s.org_slug
+    from unnest(${items.map((x) => x.event.orgId)}::uuid[], ${items.map((x) => x.event.type)}::text[]) with ordinality as e(org_id, type, i)
+    join subscriptions.subscriptions s on s.org_id = e.org_id and s.state = 'enabled' and e.type = any(s.events)`;
+  if (matches.length === 0) return 0;
+  // One body per event and organization slug: the subscriptions of one organization share it.
   const payloads = new Map<string, string>();
-  const payloadFor = (slug: string) => {
-    const known = payloads.get(slug);
+  const payloadFor = (item: FanOutItem, i: number, slug: string) => {
+    const key = `${i}\u0000${slug}`;
+    const known = payloads.get(key);
     if (known !== undefined) return known;
-    const body = envelope(event.type, event.at, event.data(slug));
-    payloads.set(slug, body);
+    const body = envelope(item.event.type, item.event.at, item.event.data(slug));
+    payloads.set(key, body);
     return body;
   };
+  const rows = matches.map((m) => ({ m, item: items[m.i - 1]! }));
   const inserted = await sql`
     insert into subscriptions.deliveries (id, subscription_id, org_id, event_id, event_type, payload)
     select * from unnest(
-      ${subs.map(() => newWebhookId())}::text[], ${subs.map((s) => s.id)}::uuid[], ${subs.map(() => event.orgId)}::uuid[],
-      ${subs.map(() => eventId)}::text[], ${subs.map(() => event.type)}::text[], ${subs.map((s) => payloadFor(s.org_slug))}::text[])
+      ${rows.map(() => newWebhookId())}::text[], ${rows.map((r) => r.m.id)}::uuid[], ${rows.map((r) => r.item.event.orgId)}::uuid[],
+      ${rows.map((r) => r.item.eventId)}::text[], ${rows.map((r) => r.item.event.type)}::text[],
+      ${rows.map((r) => payloadFor(r.item, r.m.i, r.m.org_slug))}::text[])
     on conflict (subscription_id, event_id) do nothing`;
   if (inserted.count > 0) deps.pokeWorker();
   return inserted.count;
 }
 
 /**
- * Events each fan-out consumer queues at once, per process. The fan-out needs no order between
- * events (deliveries are not ordered, and each event's rows are written once whatever comes
- * first), so a storm is queued a few events at a time rather than one by one. Each holds a
- * connection of the request pool for two statements: a few, not the whole pool.
+ * Events one fan-out statement pair queues at most. Each consumer hands this many at once to one
+ * queue shared by every event type, so a storm's events are queued a group at a time, in one
+ * connection of the request pool: the fan-out needs no order between events (deliveries are not
+ * ordered, and each event's rows are written once whatever comes first).
  */
-export const FAN_OUT_CONCURRENCY = 4;
+export const FAN_OUT_GROUP = 100;
 
 /**
  * Subscribes the fan-out to every domain event a webhook type comes from, each through a durable
@@ -56,8 +68,9 @@ export const FAN_OUT_CONCURRENCY = 4;
  */
 export async function startFanOut(deps: SubscriptionsDeps, bus: EventBus): Promise<void> {
   const { publicUrl } = deps.config;
-  const run = (event: WebhookEvent | undefined, domainEvent: DomainEvent) => (event ? fanOut(deps, event, domainEvent.id).then(() => {}) : Promise.resolve());
-  const consumer = (durableName: string) => ({ durableName, concurrency: FAN_OUT_CONCURRENCY });
+  const queue = groupCalls<FanOutItem>((items) => fanOut(deps, items).then(() => {}), FAN_OUT_GROUP);
+  const run = (event: WebhookEvent | undefined, domainEvent: DomainEvent) => (event ? queue({ event, eventId: domainEvent.id }) : Promise.resolve());
+  const consumer = (durableName: string) => ({ durableName, concurrency: FAN_OUT_GROUP });
   await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), consumer("subscriptions-incident-opened"));
   await onEvent(bus, EVENTS.timelineRecorded, (e, d) => run(fromTimelineRecorded(publicUrl, e), d), consumer("subscriptions-timeline"));
   await onEvent(bus, EVENTS.incidentResolved, (e, d) => run(fromIncidentResolved(publicUrl, e), d), consumer("subscriptions-incident-resolved"));
