@@ -37,8 +37,9 @@ const SWITCH_UNKNOWN_RETRY_MS = 5_000;
  * Sends due deliveries, never on a request's path: claims them from the database (so replicas
  * share them and a crashed process's claims expire), at most SUBSCRIPTION_CONCURRENCY in flight
  * per subscription over every process, so one slow receiver holds only its own slots. While the
- * process's deliveries keep its event loop busy, each subscription gets one slot: the sends wait
- * for the storm rather than slow the alerts it brings, and each receiver still progresses.
+ * process's deliveries keep its event loop busy, each subscription gets one slot and the worker
+ * claims once a tick (at most one send per subscription a tick): the sends wait for the storm
+ * rather than slow the alerts it brings, and each receiver still progresses.
  */
 export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryWorkerOptions): DeliveryWorker {
   const { sql, config, logger } = deps;
@@ -51,6 +52,8 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
   let stopped = true;
   /** Timer ticks in a row whose claim found nothing: an idle worker looks only every fourth tick. */
   let idleTicks = 0;
+  /** Something may be due that the next tick claims (a poke deferred while giving way). */
+  let dueAtTick = false;
 
   /**
    * Claims due deliveries in one transaction: the subscriptions with something due are locked
@@ -111,41 +114,61 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     logger.warn({ subscription: sub.id, reason }, "subscription disabled");
   }
 
+  /**
+   * Whether an attempt's outcome changes the subscription itself: a success ends its failing, a
+   * first failure starts it, a failure past SUBSCRIPTION_DISABLE_AFTER_SECONDS or a 410 disables
+   * it. Judged on the subscription as the batch read it, with this process's clock: a late
+   * judgement only moves the change to the next attempt.
+   */
+  function changesSubscription(sub: SubscriptionRow, result: AttemptResult): boolean {
+    if (result.ok) return sub.failing_since !== null;
+    if (result.status === 410 || sub.failing_since === null) return true;
+    return Date.now() - sub.failing_since.getTime() >= config.SUBSCRIPTION_DISABLE_AFTER_SECONDS * 1000;
+  }
+
   /** Writes the attempt and what follows from it, if the claim is still this one. */
   async function finish(delivery: Claimed, sub: SubscriptionRow, result: AttemptResult | "simulated"): Promise<void> {
     const simulated = result === "simulated";
-    // A success of a subscription that was not failing touches only its delivery: the common case
-    // never locks the subscription row, which the claims would then skip.
-    const touchesSubscription = simulated ? false : !result.ok || sub.failing_since !== null;
-    const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
-    if (simulated || (result.ok && !touchesSubscription)) {
-      // The common case in one statement: the attempt and the delivery's new state.
-      await sql`
+    if (simulated || !changesSubscription(sub, result)) {
+      // The common cases in one statement, never locking the subscription row (which the claims
+      // would then skip): a success, or one more failure of a subscription already failing.
+      const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
+      // A failure waits for its retry, or, past the schedule or the retry window, gives up.
+      const wait =
+        simulated || result.ok ? undefined : nextRetryDelayMs(config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS, delivery.attempt_count, result.retryAfterMs);
+      const retries = !simulated && !result.ok && wait !== undefined;
+      const window = `${RETRY_WINDOW_MS} milliseconds`;
+      const [settled] = await sql<{ state: string }[]>`
         with attempt as (
           insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
           select ${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
-                 ${simulated ? "real egress is off for the organization: not sent" : null}::text, ${outcome}
+                 ${simulated ? "real egress is off for the organization: not sent" : (result.error ?? null)}::text, ${outcome}
           where exists (select 1 from subscriptions.deliveries where id = ${delivery.id})
+        ), next as (
+          select case when ${retries} and now() < window_start + ${window}::interval
+                      then least(now() + ${`${wait ?? 0} milliseconds`}::interval, window_start + ${window}::interval) end as at
+          from subscriptions.deliveries where id = ${delivery.id}
         )
-        update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
-        where id = ${delivery.id} and claim = ${delivery.claim}`;
+        update subscriptions.deliveries set state = case when next.at is null then ${outcome} else 'pending' end,
+          next_attempt_at = next.at, claimed_until = null, claim = null
+        from next
+        where id = ${delivery.id} and claim = ${delivery.claim}
+        returning state`;
+      if (settled?.state === "failed") subscriptionDeliveriesGivenUp.inc();
       return;
     }
     await sql.begin(async (tx) => {
-      if (touchesSubscription) {
-        // The subscription first, as a delete does (it then cascades to the deliveries): taking
-        // the delivery first would deadlock with a delete of its subscription.
-        const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
-        if (!locked) return;
-      }
+      // The subscription first, as a delete does (it then cascades to the deliveries): taking
+      // the delivery first would deadlock with a delete of its subscription.
+      const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
+      if (!locked) return;
       await tx`
         insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
-        values (${delivery.id}, ${simulated ? 0 : result.status}, ${simulated ? 0 : result.latencyMs}, ${simulated ? "" : result.response},
-               ${simulated ? "real egress is off for the organization: not sent" : (result.error ?? null)}, ${outcome})`;
-      if (simulated || result.ok) {
-        await tx`update subscriptions.deliveries set state = ${outcome}, next_attempt_at = null, claimed_until = null, claim = null
+        values (${delivery.id}, ${result.status}, ${result.latencyMs}, ${result.response}, ${result.error ?? null}, ${result.ok ? "delivered" : "failed"})`;
+      if (result.ok) {
+        await tx`update subscriptions.deliveries set state = 'delivered', next_attempt_at = null, claimed_until = null, claim = null
                  where id = ${delivery.id} and claim = ${delivery.claim}`;
-        if (touchesSubscription) await tx`update subscriptions.subscriptions set failing_since = null where id = ${sub.id} and failing_since is not null`;
+        await tx`update subscriptions.subscriptions set failing_since = null where id = ${sub.id} and failing_since is not null`;
         return;
       }
       if (result.status === 410) {
@@ -252,9 +275,10 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       again = false;
       const room = options.maxInFlight - inFlight.size;
       if (room <= 0 || stopped) return;
+      const yielding = backgroundShouldYield();
       let claimed: Claimed[];
       try {
-        claimed = await claim(room, backgroundShouldYield() ? 1 : config.SUBSCRIPTION_CONCURRENCY);
+        claimed = await claim(room, yielding ? 1 : config.SUBSCRIPTION_CONCURRENCY);
       } catch (err) {
         logger.warn({ err: String(err) }, "claiming due deliveries failed; will retry");
         return;
@@ -267,11 +291,25 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
         });
       }
       if (claimed.length === room) again = true;
+      // Giving way, it claims once a tick: what came due meanwhile waits for the next one.
+      if (yielding && again) {
+        again = false;
+        dueAtTick = true;
+        return;
+      }
     } while (again && !stopped);
   }
 
-  function poke(): void {
+  /**
+   * Looks for due deliveries now, or, while the process gives way to foreground work, at the next
+   * tick: a storm's events and finished attempts then cost a claim a tick, not one each.
+   */
+  function poke(onTick = false): void {
     if (stopped) return;
+    if (!onTick && backgroundShouldYield()) {
+      dueAtTick = true;
+      return;
+    }
     if (claiming) {
       again = true;
       return;
@@ -298,10 +336,13 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       let tick = 0;
       // Busy, it looks every tick; idle (nothing claimed, nothing in flight), every fourth, so an
       // installation without subscriptions costs the database little. Pokes (a new event, a
-      // redelivery, a finished attempt) always look at once.
+      // redelivery, a finished attempt) look at once, or, while giving way, at the next tick.
       timer = setInterval(() => {
         tick++;
-        if (idleTicks < 4 || tick % 4 === 0) poke();
+        if (dueAtTick || idleTicks < 4 || tick % 4 === 0) {
+          dueAtTick = false;
+          poke(true);
+        }
       }, options.pollMs);
       timer.unref();
       retention = setInterval(() => {
@@ -310,7 +351,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       retention.unref();
       poke();
     },
-    poke,
+    poke: () => poke(),
     async stop() {
       stopped = true;
       if (timer) clearInterval(timer);
