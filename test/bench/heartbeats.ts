@@ -1,6 +1,5 @@
 import type { ChildProcess } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { readFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import http from "node:http";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -14,6 +13,7 @@ import { callApi, OWNER } from "../support/app.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
 import { printTable } from "./stats.js";
 import { startChild, stopChild } from "./child-process.js";
+import { cpuDelta, postgresCpuMs } from "./postgres-cpu.js";
 
 /**
  * Heartbeats under load: pings per second at 50 concurrent connections against a real Postgres,
@@ -178,28 +178,6 @@ async function loadServer(
     postgresCpuMsPerRequest: pgBefore && pgAfter ? cpuDelta(pgBefore, pgAfter) / result.total : undefined,
     statements,
   };
-}
-
-/** CPU time of every Postgres backend, by process id, from /proc (backends outlive a run: pools). */
-async function postgresCpuMs(admin: postgres.Sql): Promise<Map<number, number>> {
-  const rows = await admin<{ pid: number }[]>`select pid from pg_stat_activity`;
-  const out = new Map<number, number>();
-  for (const { pid } of rows) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      out.set(pid, ((Number(fields[11]) + Number(fields[12])) / 100) * 1000);
-    } catch {
-      // The backend ended.
-    }
-  }
-  return out;
-}
-
-function cpuDelta(before: Map<number, number>, after: Map<number, number>): number {
-  let total = 0;
-  for (const [pid, ms] of after) total += ms - (before.get(pid) ?? 0);
-  return total;
 }
 
 interface StatementRow {

@@ -27,6 +27,7 @@ import { makeTestCertificates } from "../../services/comms/testing/https-receive
 import { startWebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { printTable, summarize } from "./stats.js";
 import { cpuOf, startChild, stopChild } from "./child-process.js";
+import { cpuDelta, postgresCpuMs } from "./postgres-cpu.js";
 
 /**
  * Trigger intake under load: sustained deliveries per second and latency through `POST /triggers`
@@ -790,7 +791,8 @@ async function subscriptionWork(): Promise<BackgroundWork> {
         (sql) => sql`
           select (select count(*)::int from incidents.incidents) as "incidents opened",
             (select count(*)::int from subscriptions.deliveries) as "deliveries queued",
-            (select count(*)::int from subscriptions.deliveries where state = 'delivered') as "delivered"`,
+            (select count(*)::int from subscriptions.deliveries where state = 'delivered') as "delivered",
+            (select count(*)::int from subscriptions.attempts where outcome = 'failed') as "failed attempts"`,
       );
     },
     check(rows) {
@@ -820,33 +822,49 @@ async function rowsOf(databaseUrl: string, query: (sql: postgres.Sql) => Promise
  * same round, and of the app's CPU per delivery.
  */
 async function backgroundWorkComparison(rounds: number, work: BackgroundWork): Promise<void> {
-  type Run = { ours: LoadResult; floor: LoadResult; rows: Record<string, number> };
+  type Run = { ours: LoadResult; postgresMsPerDelivery: number | undefined; floor: LoadResult; rows: Record<string, number> };
   const together = process.env.INTAKE_BENCH_TOGETHER === "1";
   /** One app on a fresh database under load; its database is left for the floor, then dropped. */
   const measure = async (variant: "without" | "with", round: number) => {
     const database = await freshDatabase();
     try {
-      const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], { env: work.env });
+      const admin = postgres(database.url, { max: 1, onnotice: () => {} });
+      const app = await startChild(fileURLToPath(import.meta.url), ["--serve", database.url], {
+        env: work.env,
+        // The app's CPU profile per run, named by the profiler, for a viewer or a diff of the two.
+        nodeOptions: process.env.BENCH_PROFILE_DIR
+          ? ["--cpu-prof", `--cpu-prof-dir=${join(process.env.BENCH_PROFILE_DIR, `${work.name}-${variant}-${round}`)}`]
+          : [],
+      });
       try {
         // First: it waits until the owner can log in.
         const token = await ingestToken(app.url);
         if (variant === "with") await work.configure(app.url);
         let before: NodeJS.CpuUsage | undefined;
         let after: NodeJS.CpuUsage | undefined;
+        let postgresBefore = new Map<number, number>();
+        let postgresAfter = new Map<number, number>();
         const ours = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix(`${work.name}-${variant}-${round}`), {
           onStart: async () => {
             before = await cpuOf(app.child);
+            postgresBefore = await postgresCpuMs(admin);
           },
           onEnd: async () => {
             after = await cpuOf(app.child);
+            postgresAfter = await postgresCpuMs(admin);
           },
         });
         const answered = Object.values(ours.statuses).reduce((a, b) => a + b, 0);
         // The app's CPU per answered delivery, the background work included: the figure a busy machine disturbs least.
         if (before && after && answered > 0) ours.cpuMsPerRequest = (after.user + after.system - before.user - before.system) / 1000 / answered;
-        return { ours, database };
+        // Postgres's, where it runs on this machine: background work that costs the app little may cost the database.
+        // Two runs at the same time share one server, so neither's share can be told.
+        const postgresMs = cpuDelta(postgresBefore, postgresAfter);
+        const postgresMsPerDelivery = !together && postgresMs > 0 && answered > 0 ? postgresMs / answered : undefined;
+        return { ours, postgresMsPerDelivery, database };
       } finally {
         await stopChild(app.child);
+        await admin.end();
       }
     } catch (err) {
       await database.drop();
@@ -856,7 +874,7 @@ async function backgroundWorkComparison(rounds: number, work: BackgroundWork): P
   const finish = async (variant: "without" | "with", measured: Awaited<ReturnType<typeof measure>>) => {
     try {
       const rows = await work.count(measured.database.url);
-      runs[variant].push({ ours: measured.ours, floor: await floor(measured.database.url), rows });
+      runs[variant].push({ ours: measured.ours, postgresMsPerDelivery: measured.postgresMsPerDelivery, floor: await floor(measured.database.url), rows });
     } finally {
       await measured.database.drop();
     }
@@ -897,6 +915,7 @@ async function backgroundWorkComparison(rounds: number, work: BackgroundWork): P
         "median p50": ms(median(list.map((r) => r.ours.p50))),
         "median p99": ms(median(list.map((r) => r.ours.p99))),
         "app CPU ms/delivery (each run)": list.map((r) => r.ours.cpuMsPerRequest?.toFixed(3) ?? "?").join(", "),
+        "Postgres CPU ms/delivery (each run)": list.map((r) => r.postgresMsPerDelivery?.toFixed(3) ?? "-").join(", "),
         "5xx": list.reduce((n, r) => n + fiveHundreds(r), 0),
         ...Object.fromEntries(Object.keys(list[0]?.rows ?? {}).map((column) => [column, list.map((r) => r.rows[column]).join(", ")])),
       };
@@ -913,6 +932,10 @@ async function backgroundWorkComparison(rounds: number, work: BackgroundWork): P
     `with / without ${work.name}: ${(relative * 100).toFixed(1)} % of the ${together ? "deliveries per second in the same window (median of the rounds)" : "delivery ratio to the floor (medians)"} (target: within 10 %: ${relative >= 0.9 ? "met" : "not met"})`,
   );
   console.log(`with / without ${work.name}: ${((cpu(runs.with) / cpu(runs.without)) * 100).toFixed(1)} % of the app's CPU per delivery`);
+  const postgresCpu = (list: Run[]) => median(list.map((r) => r.postgresMsPerDelivery ?? Number.NaN));
+  if (!Number.isNaN(postgresCpu(runs.with) / postgresCpu(runs.without))) {
+    console.log(`with / without ${work.name}: ${((postgresCpu(runs.with) / postgresCpu(runs.without)) * 100).toFixed(1)} % of Postgres's CPU per delivery`);
+  }
   work.check(runs.with.map((r) => r.rows));
 }
 
