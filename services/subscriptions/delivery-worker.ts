@@ -30,6 +30,8 @@ const LEASE_MARGIN_MS = 30_000;
 /** Settled deliveries (and their attempts) are kept this long in the log, then deleted. */
 export const LOG_RETENTION_DAYS = 30;
 const RETENTION_SWEEP_MS = 10 * 60 * 1000;
+/** While the process gives way, a subscription whose attempt just failed waits this long for its next. */
+export const FAILING_PROBE_WHILE_GIVING_WAY_MS = 5_000;
 /** When the egress switch cannot be read, the delivery waits this long, its attempt not counted. */
 const SWITCH_UNKNOWN_RETRY_MS = 5_000;
 
@@ -54,6 +56,17 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
   let idleTicks = 0;
   /** Something may be due that the next tick claims (a poke deferred while giving way). */
   let dueAtTick = false;
+  /**
+   * Subscriptions whose last attempt here failed, and until when they rest while the process gives
+   * way: a receiver that is down gets a probe every few seconds rather than a failing post per
+   * tick, each a TLS handshake and a retry to schedule, through a storm it cannot take anyway.
+   */
+  const restingUntil = new Map<string, number>();
+  function restingNow(): string[] {
+    const now = Date.now();
+    for (const [id, until] of restingUntil) if (until <= now) restingUntil.delete(id);
+    return [...restingUntil.keys()];
+  }
 
   /**
    * Claims due deliveries in one transaction: the subscriptions with something due are locked
@@ -61,13 +74,13 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
    * inserts, which only take a key share, never wait for it), so counting the ones in
    * flight and claiming up to the limit cannot race with another process doing the same.
    */
-  async function claim(room: number, perSubscription: number): Promise<Claimed[]> {
+  async function claim(room: number, perSubscription: number, resting: string[] = []): Promise<Claimed[]> {
     const token = randomUUID();
     return sql.begin(async (tx) => {
       const rows = await tx<Claimed[]>`
         with subs as (
           select s.id from subscriptions.subscriptions s
-          where s.state = 'enabled'
+          where s.state = 'enabled' and s.id <> all(${resting}::uuid[])
             and exists (
               select 1 from subscriptions.deliveries d
               where d.subscription_id = s.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
@@ -241,6 +254,8 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       return;
     }
     const result = await postSigned(deps.egress, sub.url, signingSecrets(deps.secretBox(), sub), delivery.id, delivery.payload);
+    if (result.ok) restingUntil.delete(sub.id);
+    else restingUntil.set(sub.id, Date.now() + FAILING_PROBE_WHILE_GIVING_WAY_MS);
     subscriptionAttempts.inc({ outcome: result.ok ? "delivered" : result.status === 410 ? "gone" : "failed" });
     subscriptionAttemptDuration.observe(result.latencyMs / 1000);
     await finish(delivery, sub, result);
@@ -278,7 +293,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       const yielding = backgroundShouldYield();
       let claimed: Claimed[];
       try {
-        claimed = await claim(room, yielding ? 1 : config.SUBSCRIPTION_CONCURRENCY);
+        claimed = yielding ? await claim(room, 1, restingNow()) : await claim(room, config.SUBSCRIPTION_CONCURRENCY);
       } catch (err) {
         logger.warn({ err: String(err) }, "claiming due deliveries failed; will retry");
         return;
