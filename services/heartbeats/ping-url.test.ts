@@ -135,7 +135,7 @@ describe("Healthchecks' own examples against our ping URL", () => {
     expect(result.code).toBe(0);
     const heartbeat = await read("hc-fail");
     expect(heartbeat.lastPing).toMatchObject({ kind: "fail", body: output, bodyCut: false, bodyBytes: Buffer.byteLength(output) });
-    const incident = await eventually("the failure incident", 10_000, async () => {
+    const incident = await eventually("the failure incident", async () => {
       const res = await app.call("GET", "/o/acme/incidents?limit=1000", { token: cast.member });
       return res.body.incidents.find((i: { entity: { id: string } | null }) => i.entity?.id === "hc-fail");
     });
@@ -217,7 +217,7 @@ describe("refusals, rotation and the key's secrecy", () => {
     expect((await raw("GET", fresh)).text).toBe("OK");
     expect((await history("hc-rotate")).length).toBe(2);
 
-    const audit = await eventually("the rotation's audit entry", 10_000, async () => {
+    const audit = await eventually("the rotation's audit entry", async () => {
       const res = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
       return res.body.events.some((e: { kind: string }) => e.kind === "heartbeat.ping_key_rotated") ? res.body : undefined;
     });
@@ -236,7 +236,7 @@ describe("refusals, rotation and the key's secrecy", () => {
     expect(rows[0]!.row).not.toContain(key.replaceAll("-", ""));
     // Nor does the audit entry of its registration.
     // (The audit log is written from the outbox, a moment after the registration.)
-    const audit = await eventually("the registration's audit entry", 10_000, async () => {
+    const audit = await eventually("the registration's audit entry", async () => {
       const res = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
       return res.body.events.some((e: { kind: string; data: { name?: string } }) => e.kind === "heartbeat.registered" && e.data.name === "hc-stored")
         ? res.body
@@ -359,7 +359,7 @@ describe("the organization's ping key with names (/ping/{org key}/{name})", () =
     const again = await app.call("POST", "/o/acme/ping-key", { token: cast.admin, body: {} });
     expect(await raw("GET", `${base}/by-name`)).toEqual(refused);
     expect((await raw("GET", `${again.body.pingUrlBase}/by-name`)).text).toBe("OK");
-    const audit = await eventually("the key's audit entries", 10_000, async () => {
+    const audit = await eventually("the key's audit entries", async () => {
       const res = await app.call("GET", "/o/acme/audit-events", { token: cast.owner });
       return res.body.events.filter((e: { kind: string }) => e.kind === "heartbeat.org_ping_key_issued").length >= 2 ? res.body : undefined;
     });

@@ -135,7 +135,7 @@ describe("pings and the sweep on a schedule", () => {
   it("a ping moves the deadline to the next scheduled time plus grace", async () => {
     expect((await register({ name: "scheduled-ping", schedule: "*/5 * * * *" })).status).toBe(201);
     expect((await ping(app, "scheduled-ping", cast.ingestToken)).status).toBe(204);
-    const read = await eventually("the exact deadline", 5_000, async () => {
+    const read = await eventually("the exact deadline", async () => {
       const res = await app.call("GET", "/o/acme/heartbeats/scheduled-ping", { token: cast.member });
       const next = new Date(res.body.nextExpectedAt);
       return next.getUTCMinutes() % 5 === 0 && next.getUTCSeconds() === 0 ? res.body : undefined;
@@ -150,7 +150,7 @@ describe("pings and the sweep on a schedule", () => {
     expect((await register({ name: "scheduled-misses", schedule: "*/5 * * * *", alertAfterMisses: 3 })).status).toBe(201);
     expect((await ping(app, "scheduled-misses", cast.ingestToken)).status).toBe(204);
     // The ping writes a safe deadline (three whole gaps away), then the exact one.
-    const read = await eventually("the exact deadline", 5_000, async () => {
+    const read = await eventually("the exact deadline", async () => {
       const res = await app.call("GET", "/o/acme/heartbeats/scheduled-misses", { token: cast.member });
       const due = new Date(Date.parse(res.body.dueAt) - GRACE * 1000);
       return due.getUTCMinutes() % 5 === 0 && due.getUTCSeconds() === 0 && due.getUTCMilliseconds() === 0 ? res.body : undefined;

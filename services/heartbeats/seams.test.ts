@@ -69,9 +69,9 @@ describe("a heartbeat that goes silent during a maintenance window", () => {
     // Sweeps during the window open nothing and audit nothing more.
     for (let i = 0; i < 3; i++) expect((await sweep()).opened).toBe(0);
     expect(await incidentsOf(name)).toEqual([]);
-    await eventually("the suppression audit", 5_000, async () => ((await suppressedAudits(name)).length > 0 ? true : undefined));
+    await eventually("the suppression audit", async () => ((await suppressedAudits(name)).length > 0 ? true : undefined));
     // The window ends; the heartbeat is still silent: the next sweep opens the incident.
-    await eventually("the incident after the window", 15_000, async () => {
+    await eventually("the incident after the window", async () => {
       await sweep();
       const found = await incidentsOf(name);
       return found.length > 0 ? found : undefined;
@@ -132,7 +132,7 @@ describe("a ping never erases a pending `resumed`", () => {
     // The ping that ends silence 2.
     expect((await ping(app, name, cast.ingestToken)).status).toBe(204);
     await db`update heartbeats.heartbeats set org_slug = 'acme', expected_interval_seconds = 3600, deadline = now() + interval '1 hour' where name = ${name}`;
-    await eventually("both resumed entries", 10_000, async () => {
+    await eventually("both resumed entries", async () => {
       await sweep();
       const entries = await timelineOf(incident!.id);
       return entries.filter((e) => e.kind === "resumed").length >= 2 ? entries : undefined;

@@ -53,7 +53,7 @@ async function timelineOf(id: string): Promise<{ kind: string; summary: string |
 }
 
 async function firstIncident(name: string) {
-  const [incident] = await eventually(`the incident of ${name}`, 10_000, async () => {
+  const [incident] = await eventually(`the incident of ${name}`, async () => {
     const found = await incidentsOf(name);
     return found.length > 0 ? found : undefined;
   });
@@ -93,9 +93,9 @@ describe("signals", () => {
     expect(opened[0]!.summary).toContain(stderr);
     // A second failure records on the open incident.
     expect((await signal("failing-backup", "2", { body: "again" })).status).toBe(204);
-    await eventually("the repeat", 10_000, async () => ((await timelineOf(incident.id)).some((e) => e.kind === "repeat") ? true : undefined));
+    await eventually("the repeat", async () => ((await timelineOf(incident.id)).some((e) => e.kind === "repeat") ? true : undefined));
     expect((await signal("failing-backup", "0", { body: "ok now" })).status).toBe(204);
-    const timeline = await eventually("the resumed entry", 10_000, async () => {
+    const timeline = await eventually("the resumed entry", async () => {
       const entries = await timelineOf(incident.id);
       return entries.some((e) => e.kind === "resumed") ? entries : undefined;
     });
@@ -153,7 +153,7 @@ describe("signals", () => {
     expect(incident.title).toBe("Heartbeat long-runner ran too long");
     expect((await sweep()).silent).toBe(0);
     expect((await signal("long-runner", "0")).status).toBe(204);
-    const timeline = await eventually("the resumed entry", 10_000, async () => {
+    const timeline = await eventually("the resumed entry", async () => {
       const entries = await timelineOf(incident.id);
       return entries.some((e) => e.kind === "resumed") ? entries : undefined;
     });
@@ -221,7 +221,7 @@ describe("a run that finished too quickly (minRunSeconds)", () => {
     expect((await signal("too-quick", "start")).status).toBe(204);
     await sleep(2100);
     expect((await signal("too-quick", "0", { body: "42 files copied" })).status).toBe(204);
-    const timeline = await eventually("the resumed entry", 10_000, async () => {
+    const timeline = await eventually("the resumed entry", async () => {
       const entries = await timelineOf(incident.id);
       return entries.some((e) => e.kind === "resumed") ? entries : undefined;
     });

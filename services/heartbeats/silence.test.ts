@@ -54,7 +54,7 @@ async function registerFast(name: string): Promise<{ dueAt: string }> {
 describe.concurrent("silence", () => {
   it("opens an incident after the deadline, once a sweep sees it, naming the heartbeat and how long it was silent", async ({ expect }) => {
     const registered = await registerFast("never-pinged");
-    const [incident] = await eventually("the silence incident", 10_000, async () => {
+    const [incident] = await eventually("the silence incident", async () => {
       const found = await incidentsOf("never-pinged");
       return found.length > 0 ? found : undefined;
     });
@@ -86,7 +86,7 @@ describe.concurrent("silence", () => {
   it("counts from the last ping, and opens one incident per silence however many sweeps run", async ({ expect }) => {
     await registerFast("steady");
     expect((await ping(app, "steady", cast.ingestToken)).status).toBe(204);
-    const [incident] = await eventually("the silence incident", 10_000, async () => {
+    const [incident] = await eventually("the silence incident", async () => {
       const found = await incidentsOf("steady");
       return found.length > 0 ? found : undefined;
     });
@@ -102,12 +102,12 @@ describe.concurrent("silence", () => {
 
   it("records `resumed` on the open incident after a ping, without resolving it; a new silence attaches to it", async ({ expect }) => {
     await registerFast("flaky");
-    const [incident] = await eventually("the silence incident", 10_000, async () => {
+    const [incident] = await eventually("the silence incident", async () => {
       const found = await incidentsOf("flaky");
       return found.length > 0 ? found : undefined;
     });
     expect((await ping(app, "flaky", cast.ingestToken)).status).toBe(204);
-    const timeline = await eventually("the resumed entry", 5_000, async () => {
+    const timeline = await eventually("the resumed entry", async () => {
       const entries = await timelineOf(incident!.id);
       return entries.some((e) => e.kind === "resumed") ? entries : undefined;
     });
@@ -115,11 +115,14 @@ describe.concurrent("silence", () => {
     expect(timeline[1]!.summary).toMatch(/^Ping received from flaky at .* after \d+s of silence\.$/);
     const read = await app.call("GET", `/o/acme/incidents/${incident!.id}`, { token: cast.member });
     expect(read.body.state).toBe("open");
-    expect((await app.call("GET", "/o/acme/heartbeats/flaky", { token: cast.member })).body.status).toBe("ok");
-    // Pinging again records nothing more.
+    // Pinging again records nothing more, and the heartbeat is ok until its new deadline (one
+    // second and one of grace: a loaded machine may pass it before the read, then it is silent).
     expect((await ping(app, "flaky", cast.ingestToken)).status).toBe(204);
+    const heartbeat = (await app.call("GET", "/o/acme/heartbeats/flaky", { token: cast.member })).body;
+    if (Date.now() < Date.parse(heartbeat.dueAt)) expect(heartbeat.status).toBe("ok");
+    else expect(["ok", "silent"]).toContain(heartbeat.status);
     // Silent again: the incident is still open, so the new silence attaches to it (a repeat).
-    const again = await eventually("the second silence", 10_000, async () => {
+    const again = await eventually("the second silence", async () => {
       const entries = await timelineOf(incident!.id);
       return entries.some((e) => e.kind === "repeat") ? entries : undefined;
     });
@@ -129,14 +132,14 @@ describe.concurrent("silence", () => {
 
   it("opens a new incident for a later silence once a person resolved the previous one", async ({ expect }) => {
     await registerFast("resolved-then-silent");
-    const [first] = await eventually("the first incident", 10_000, async () => {
+    const [first] = await eventually("the first incident", async () => {
       const found = await incidentsOf("resolved-then-silent");
       return found.length > 0 ? found : undefined;
     });
     expect((await ping(app, "resolved-then-silent", cast.ingestToken)).status).toBe(204);
-    await eventually("the resumed entry", 5_000, async () => ((await timelineOf(first!.id)).some((e) => e.kind === "resumed") ? true : undefined));
+    await eventually("the resumed entry", async () => ((await timelineOf(first!.id)).some((e) => e.kind === "resumed") ? true : undefined));
     expect((await app.call("POST", `/o/acme/incidents/${first!.id}/resolve`, { token: cast.member })).status).toBe(200);
-    const second = await eventually("a second incident", 10_000, async () => {
+    const second = await eventually("a second incident", async () => {
       const found = (await incidentsOf("resolved-then-silent")).filter((i) => i.id !== first!.id);
       return found.length > 0 ? found : undefined;
     });
@@ -156,7 +159,7 @@ describe.concurrent("silence", () => {
     expect((await signal("0", "copied 42 files, 1.2 GB")).status).toBe(204);
     // The next run starts and never finishes: its start replaces the latest ping, not the last run.
     expect((await signal("start")).status).toBe(204);
-    const [incident] = await eventually("the silence incident", 10_000, async () => {
+    const [incident] = await eventually("the silence incident", async () => {
       const found = await incidentsOf("last-words");
       return found.length > 0 ? found : undefined;
     });
@@ -178,13 +181,13 @@ describe.concurrent("silence", () => {
       headers: { "content-type": "text/plain" },
     });
     expect(failed.status).toBe(204);
-    const [incident] = await eventually("the failure incident", 10_000, async () => {
+    const [incident] = await eventually("the failure incident", async () => {
       const found = await incidentsOf("failed-then-silent");
       return found.length > 0 ? found : undefined;
     });
     expect(incident!.title).toBe("Heartbeat failed-then-silent failed with exit status 3");
     // No ping after the failure: the heartbeat goes silent too, and the incident says so.
-    const timeline = await eventually("the silence on the failure's incident", 10_000, async () => {
+    const timeline = await eventually("the silence on the failure's incident", async () => {
       const entries = await timelineOf(incident!.id);
       return entries.some((e) => e.kind === "repeat") ? entries : undefined;
     });
@@ -200,7 +203,7 @@ describe.concurrent("silence", () => {
     expect((await timelineOf(incident!.id)).map((e) => e.kind)).toEqual(["opened", "repeat"]);
     // One success ends both with a single `resumed`.
     expect((await ping(app, "failed-then-silent", cast.ingestToken)).status).toBe(204);
-    const ended = await eventually("the resumed entry", 10_000, async () => {
+    const ended = await eventually("the resumed entry", async () => {
       const entries = await timelineOf(incident!.id);
       return entries.some((e) => e.kind === "resumed") ? entries : undefined;
     });
@@ -225,7 +228,7 @@ describe.concurrent("silence", () => {
     let looked = false;
     for (let attempt = 0; attempt < 5 && !looked; attempt++) {
       expect((await ping(app, "flaky-network", cast.ingestToken)).status).toBe(204);
-      await eventually("the first miss", 10_000, async () => {
+      await eventually("the first miss", async () => {
         const [row] = await db<{ past: boolean }[]>`
           select now() > last_seen_at + interval '4 seconds' as past from heartbeats.heartbeats where name = 'flaky-network'`;
         return row!.past ? true : undefined;
@@ -244,7 +247,7 @@ describe.concurrent("silence", () => {
       expect(read.body.openIncidentId ?? null).toBe(null);
     }
     expect(looked).toBe(true);
-    const [incident] = await eventually("the silence incident", 20_000, async () => {
+    const [incident] = await eventually("the silence incident", async () => {
       const found = await incidentsOf("flaky-network");
       return found.length > 0 ? found : undefined;
     });
@@ -280,7 +283,7 @@ describe.concurrent("silence", () => {
     await registerFast("in-maintenance");
     // Another heartbeat silent at the same time is not covered by the window.
     await registerFast("outside-maintenance");
-    await eventually("the uncovered heartbeat's incident", 10_000, async () => ((await incidentsOf("outside-maintenance")).length > 0 ? true : undefined));
+    await eventually("the uncovered heartbeat's incident", async () => ((await incidentsOf("outside-maintenance")).length > 0 ? true : undefined));
     const read = await app.call("GET", "/o/acme/heartbeats/in-maintenance", { token: cast.member });
     expect(read.body.status).toBe("silent");
     // Several sweeps later the covered one still has no incident; the suppression is audited.
