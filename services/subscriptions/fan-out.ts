@@ -24,13 +24,13 @@ export interface FanOutItem {
  * for a group of events in two statements. Idempotent: a redelivered event (same outbox id) finds
  * its rows and adds none, so each subscription's webhook-id for an event is fixed the first time.
  */
-export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">, items: FanOutItem[]): Promise<number> {
+export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">, items: FanOutItem[]): Promise<void> {
   const { sql } = deps;
   const matches = await sql<{ i: number; id: string; org_slug: string }[]>`
     select e.i::int, s.id, s.org_slug
     from unnest(${items.map((x) => x.event.orgId)}::uuid[], ${items.map((x) => x.event.type)}::text[]) with ordinality as e(org_id, type, i)
     join subscriptions.subscriptions s on s.org_id = e.org_id and s.state = 'enabled' and e.type = any(s.events)`;
-  if (matches.length === 0) return 0;
+  if (matches.length === 0) return;
   // One body per event and organization slug: the subscriptions of one organization share it.
   const payloads = new Map<string, string>();
   const payloadFor = (item: FanOutItem, i: number, slug: string) => {
@@ -50,7 +50,6 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
       ${rows.map((r) => payloadFor(r.item, r.m.i, r.m.org_slug))}::text[])
     on conflict (subscription_id, event_id) do nothing`;
   if (inserted.count > 0) deps.pokeWorker();
-  return inserted.count;
 }
 
 /**
@@ -68,7 +67,7 @@ export const FAN_OUT_GROUP = 100;
  */
 export async function startFanOut(deps: SubscriptionsDeps, bus: EventBus): Promise<void> {
   const { publicUrl } = deps.config;
-  const queue = groupCalls<FanOutItem>((items) => fanOut(deps, items).then(() => {}), FAN_OUT_GROUP);
+  const queue = groupCalls<FanOutItem>((items) => fanOut(deps, items), FAN_OUT_GROUP);
   const run = (event: WebhookEvent | undefined, domainEvent: DomainEvent) => (event ? queue({ event, eventId: domainEvent.id }) : Promise.resolve());
   const consumer = (durableName: string) => ({ durableName, concurrency: FAN_OUT_GROUP });
   await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), consumer("subscriptions-incident-opened"));
