@@ -11,7 +11,7 @@ import { subscriptionAttemptDuration, subscriptionAttempts } from "../runtime/me
 import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
 import { envelope, TEST_EVENT_TYPE } from "./event-types.js";
 import { postSigned } from "./send.js";
-import { newWebhookId } from "./signing.js";
+import { webhookIdFor } from "./signing.js";
 import { loadSubscription, signingSecrets, type AttemptRow, type DeliveryRow } from "./store.js";
 
 /** Attempts shown per delivery in the log. */
@@ -28,7 +28,8 @@ export function createDeliveryHandlers(
     async sendTestEvent(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const sub = await loadSubscription(sql, principal.orgId, req.id);
-      const webhookId = newWebhookId();
+      const eventId = `test:${randomUUID()}`;
+      const webhookId = webhookIdFor(sub.id, eventId);
       const data = toJson(
         TestEventDataSchema,
         create(TestEventDataSchema, { org: principal.orgSlug, subscriptionId: sub.id, message: `Test event sent by ${principal.email}` }),
@@ -38,12 +39,16 @@ export function createDeliveryHandlers(
       subscriptionAttempts.inc({ outcome: result.ok ? "delivered" : result.status === 410 ? "gone" : "failed" });
       subscriptionAttemptDuration.observe(result.latencyMs / 1000);
       await sql.begin(async (tx) => {
-        await tx`
+        // Logged unless the subscription was deleted meanwhile (its lock, as the fan-out's).
+        const logged = await tx`
           insert into subscriptions.deliveries (id, subscription_id, org_id, event_id, event_type, payload, state, attempt_count, next_attempt_at)
-          values (${webhookId}, ${sub.id}, ${sub.org_id}, ${`test:${randomUUID()}`}, ${TEST_EVENT_TYPE}, ${body}, ${result.ok ? "delivered" : "failed"}, 1, null)`;
-        await tx`
-          insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
-          values (${webhookId}, ${result.status}, ${result.latencyMs}, ${result.response}, ${result.error ?? null}, 'test')`;
+          select ${webhookId}, id, org_id, ${eventId}, ${TEST_EVENT_TYPE}, ${body}, ${result.ok ? "delivered" : "failed"}, 1, null
+          from subscriptions.subscriptions where id = ${sub.id} for key share`;
+        if (logged.count > 0) {
+          await tx`
+            insert into subscriptions.attempts (delivery_id, status, latency_ms, response, error, outcome)
+            values (${webhookId}, ${result.status}, ${result.latencyMs}, ${result.response}, ${result.error ?? null}, 'test')`;
+        }
         await recordAudit(outbox, tx, {
           orgId: principal.orgId,
           kind: AUDIT_KINDS.tested,

@@ -70,8 +70,8 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
 
   /**
    * Claims due deliveries in one transaction: the subscriptions with something due are locked
-   * (SKIP LOCKED: another process claiming for one of them skips it; NO KEY UPDATE: the fan-out's
-   * inserts, which only take a key share, never wait for it), so counting the ones in
+   * (SKIP LOCKED: another process claiming for one of them skips it; NO KEY UPDATE: the fan-out,
+   * which only takes a key share, never waits for it), so counting the ones in
    * flight and claiming up to the limit cannot race with another process doing the same.
    */
   async function claim(room: number, perSubscription: number, resting: string[] = []): Promise<Claimed[]> {
@@ -171,8 +171,8 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       return;
     }
     await sql.begin(async (tx) => {
-      // The subscription first, as a delete does (it then cascades to the deliveries): taking
-      // the delivery first would deadlock with a delete of its subscription.
+      // The subscription first, as a delete does (it then deletes the deliveries): taking the
+      // delivery first would deadlock with a delete of its subscription.
       const [locked] = await tx`select 1 from subscriptions.subscriptions where id = ${sub.id} for no key update`;
       if (!locked) return;
       await tx`

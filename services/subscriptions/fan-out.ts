@@ -11,7 +11,7 @@ import {
   fromUpdateSent,
   type WebhookEvent,
 } from "./event-types.js";
-import { newWebhookId } from "./signing.js";
+import { webhookIdFor } from "./signing.js";
 
 /** One event to fan out: what subscribers receive, and the domain event's (outbox) id. */
 export interface FanOutItem {
@@ -21,8 +21,8 @@ export interface FanOutItem {
 
 /**
  * Queues one delivery per enabled subscription of each event's organization that names its type,
- * for a group of events in two statements. Idempotent: a redelivered event (same outbox id) finds
- * its rows and adds none, so each subscription's webhook-id for an event is fixed the first time.
+ * for a group of events in two statements. Idempotent: a redelivered event (same outbox id) has
+ * the same webhook-ids (webhookIdFor), so it finds its rows and adds none.
  */
 export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">, items: FanOutItem[]): Promise<void> {
   const { sql } = deps;
@@ -31,24 +31,35 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
     from unnest(${items.map((x) => x.event.orgId)}::uuid[], ${items.map((x) => x.event.type)}::text[]) with ordinality as e(org_id, type, i)
     join subscriptions.subscriptions s on s.org_id = e.org_id and s.state = 'enabled' and e.type = any(s.events)`;
   if (matches.length === 0) return;
-  // One body per event and organization slug: the subscriptions of one organization share it.
-  const payloads = new Map<string, string>();
-  const payloadFor = (item: FanOutItem, i: number, slug: string) => {
-    const key = `${i}\u0000${slug}`;
-    const known = payloads.get(key);
-    if (known !== undefined) return known;
-    const body = envelope(item.event.type, item.event.at, item.event.data(slug));
-    payloads.set(key, body);
-    return body;
-  };
-  const rows = matches.map((m) => ({ m, item: items[m.i - 1]! }));
+  // Each matched event's body once, built with its organization's slug (every subscription
+  // matched for it is of that organization), and its deliveries pointing at it by position.
+  const events: { item: FanOutItem; body: string }[] = [];
+  const positionOf = new Map<number, number>();
+  const deliveries = matches.map((m) => {
+    let position = positionOf.get(m.i);
+    if (position === undefined) {
+      const item = items[m.i - 1]!;
+      events.push({ item, body: envelope(item.event.type, item.event.at, item.event.data(m.org_slug)) });
+      position = events.length;
+      positionOf.set(m.i, position);
+    }
+    return { id: webhookIdFor(m.id, events[position - 1]!.item.eventId), subscriptionId: m.id, position };
+  });
+  // Each subscription is locked once (FOR KEY SHARE, which claims and updates never wait for):
+  // a delete waits for the rows, then removes them with the rest; one that came first leaves no
+  // subscription to queue for.
   const inserted = await sql`
+    with locked as (
+      select id from subscriptions.subscriptions where id = any(${[...new Set(matches.map((m) => m.id))]}::uuid[]) for key share
+    )
     insert into subscriptions.deliveries (id, subscription_id, org_id, event_id, event_type, payload)
-    select * from unnest(
-      ${rows.map(() => newWebhookId())}::text[], ${rows.map((r) => r.m.id)}::uuid[], ${rows.map((r) => r.item.event.orgId)}::uuid[],
-      ${rows.map((r) => r.item.eventId)}::text[], ${rows.map((r) => r.item.event.type)}::text[],
-      ${rows.map((r) => payloadFor(r.item, r.m.i, r.m.org_slug))}::text[])
-    on conflict (subscription_id, event_id) do nothing`;
+    select d.id, d.subscription_id, e.org_id, e.event_id, e.type, e.payload
+    from unnest(${deliveries.map((d) => d.id)}::text[], ${deliveries.map((d) => d.subscriptionId)}::uuid[], ${deliveries.map((d) => d.position)}::int[])
+      as d(id, subscription_id, position)
+    join unnest(${events.map((e) => e.item.event.orgId)}::uuid[], ${events.map((e) => e.item.eventId)}::text[], ${events.map((e) => e.item.event.type)}::text[],
+      ${events.map((e) => e.body)}::text[]) with ordinality as e(org_id, event_id, type, payload, position) on e.position = d.position
+    where d.subscription_id in (select id from locked)
+    on conflict (id) do nothing`;
   if (inserted.count > 0) deps.pokeWorker();
 }
 

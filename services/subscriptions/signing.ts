@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { Webhook } from "standardwebhooks";
 
 /** A new signing secret in the Standard Webhooks form: `whsec_` and the base64 of 32 random bytes. */
@@ -28,17 +28,12 @@ export function signDelivery(secrets: readonly string[], webhookId: string, at: 
 }
 
 const WEBHOOK_ID_BYTES = 15;
-/** Random bytes drawn 256 ids at a time: a call per id cost a storm's fan-out more than its statements. */
-let idPool = Buffer.alloc(0);
-let idOffset = 0;
 
-/** A webhook-id: `msg_` and 15 random bytes in base64url (20 characters); unique per event and subscription. */
-export function newWebhookId(): string {
-  if (idOffset + WEBHOOK_ID_BYTES > idPool.length) {
-    idPool = randomBytes(WEBHOOK_ID_BYTES * 256);
-    idOffset = 0;
-  }
-  const bytes = idPool.subarray(idOffset, idOffset + WEBHOOK_ID_BYTES);
-  idOffset += WEBHOOK_ID_BYTES;
-  return `msg_${bytes.toString("base64url")}`;
+/**
+ * The webhook-id of an event's delivery to a subscription: `msg_` and the first 15 bytes of a
+ * SHA-256 of the two, in base64url (20 characters). The same event reaching the fan-out twice
+ * gets the same id (the primary key then keeps one row), on every attempt and redelivery.
+ */
+export function webhookIdFor(subscriptionId: string, eventId: string): string {
+  return `msg_${createHash("sha256").update(`${subscriptionId}:${eventId}`).digest().subarray(0, WEBHOOK_ID_BYTES).toString("base64url")}`;
 }

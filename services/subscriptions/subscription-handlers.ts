@@ -155,9 +155,12 @@ export function createSubscriptionHandlers(
       const principal = await authorize(clients, context, req.org, ADMINS);
       await loadSubscription(sql, principal.orgId, req.id);
       await sql.begin(async (tx) => {
-        // Its deliveries go with it (on delete cascade): pending retries stop here.
+        // Its deliveries go with it (their attempts cascade): pending retries stop here. The
+        // subscription first, which waits for a fan-out holding it (fan-out.ts), so the deliveries
+        // that fan-out queued are deleted too.
         const deleted = await tx`delete from subscriptions.subscriptions where id = ${req.id} and org_id = ${principal.orgId}`;
         if (deleted.count > 0) {
+          await tx`delete from subscriptions.deliveries where subscription_id = ${req.id}`;
           await recordAudit(outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.deleted, actor: principal.email, data: { id: req.id } });
         }
       });

@@ -2,11 +2,13 @@ import { randomBytes } from "node:crypto";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
 import postgres from "postgres";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
+import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 import { createClients, type Clients } from "../runtime/clients.js";
 import { newSecretKeyEntry } from "../runtime/secret-box.js";
@@ -15,6 +17,8 @@ import { makeTestCertificates, type TestCertificates } from "../comms/testing/ht
 import { createPrometheusFilesSource } from "../remotesource-kit/examples/prometheus-files/source.js";
 import { startFakePrometheus } from "../remotesource-kit/testing/fake-prometheus.js";
 import { startWebhookReceiver, type WebhookReceiver } from "./testing/webhook-receiver.js";
+import { fromIncidentOpened } from "./event-types.js";
+import { fanOut } from "./fan-out.js";
 
 const PUBLIC_URL = "https://warroom.example.test";
 const BASE = "/o/acme/subscriptions";
@@ -191,6 +195,53 @@ describe("subscriptions: the routes", () => {
     const deleted = await app.call("DELETE", `${BASE}/${id}`, { token: owner });
     expect(deleted.status).toBe(204);
     expect((await app.call("GET", `${BASE}/${id}`, { token: owner })).status).toBe(404);
+  });
+
+  it("leaves no delivery of a subscription deleted while a storm's events are being queued for it", async () => {
+    const control = await subscribe(["incident.opened"]);
+    const doomed = await Promise.all(Array.from({ length: 6 }, () => subscribe(["incident.opened"])));
+    const INCIDENTS = 120;
+    const opened: string[] = [];
+    const storm = (async () => {
+      for (let i = 0; i < INCIDENTS; i += 10) opened.push(...(await Promise.all(Array.from({ length: 10 }, () => openIncident("Deleted mid-storm")))));
+    })();
+    // Each deletion once the fan-out has started queueing for it, so it races a fan-out in flight.
+    for (const sub of doomed) {
+      await waitFor("a delivery queued for the subscription", async () => {
+        const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriptions.deliveries where subscription_id = ${sub.id}`;
+        return row!.n > 0;
+      });
+      expect((await app.call("DELETE", `${BASE}/${sub.id}`, { token: owner })).status).toBe(204);
+    }
+    await storm;
+    // Every event fanned out: the control subscription has them all.
+    await waitFor(
+      "every event queued for the control subscription",
+      async () => {
+        const [row] = await sql<{ n: number }[]>`select count(*)::int as n from subscriptions.deliveries where subscription_id = ${control.id}`;
+        return row!.n === INCIDENTS;
+      },
+      60_000,
+    );
+    const [left] = await sql<{ n: number }[]>`
+      select count(*)::int as n from subscriptions.deliveries where subscription_id = any(${doomed.map((d) => d.id)}::uuid[])`;
+    expect(left!.n).toBe(0);
+    expect(opened).toHaveLength(INCIDENTS);
+  }, 120_000);
+
+  it("queues an event that reaches the fan-out twice once, with the webhook-id of the first time", async () => {
+    const sub = await subscribe(["incident.opened"]);
+    const incidentId = await openIncident("Fanned out twice");
+    const [first] = await waitFor("the delivery queued", async () => {
+      const rows = await sql<{ id: string; event_id: string }[]>`
+        select id, event_id from subscriptions.deliveries where subscription_id = ${sub.id} and payload like ${`%${incidentId}%`}`;
+      return rows.length > 0 && rows;
+    });
+    // As a redelivered domain event (a lost acknowledgement, a restarted consumer) reaches it.
+    const event = fromIncidentOpened(PUBLIC_URL, create(IncidentOpenedSchema, { orgId, incidentId, title: "Fanned out twice" }));
+    await fanOut({ sql, pokeWorker() {} }, [{ event, eventId: first!.event_id }]);
+    const rows = await sql<{ id: string }[]>`select id from subscriptions.deliveries where subscription_id = ${sub.id} and event_id = ${first!.event_id}`;
+    expect(rows).toEqual([{ id: first!.id }]);
   });
 });
 

@@ -8,7 +8,7 @@ import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { postSigned } from "../../services/subscriptions/send.js";
 import { createSubscriptionEgress } from "../../services/subscriptions/send.js";
 import { startWebhookReceiver, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
-import { newSigningSecret, newWebhookId } from "../../services/subscriptions/signing.js";
+import { newSigningSecret, webhookIdFor } from "../../services/subscriptions/signing.js";
 import { startApp } from "../support/app.js";
 import { printTable } from "./stats.js";
 
@@ -51,7 +51,7 @@ export async function benchSubscriptions(): Promise<void> {
     let next = 0;
     await Promise.all(
       Array.from({ length: 2 * CONCURRENCY }, async () => {
-        while (next++ < 2 * INCIDENTS) await postSigned(egress, receiver.url("floor"), [secret], newWebhookId(), body);
+        while (next++ < 2 * INCIDENTS) await postSigned(egress, receiver.url("floor"), [secret], webhookIdFor("floor", String(next)), body);
       }),
     );
     const floorSeconds = (performance.now() - floorStart) / 1000;
