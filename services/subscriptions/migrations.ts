@@ -91,6 +91,9 @@ export const migrations: Migration[] = [
     // only made the fan-out idempotent. The webhook-id is now derived from the subscription and
     // the event, so the primary key does that; the fan-out locks each subscription once per
     // statement (FOR KEY SHARE, as the check did) and a delete removes the deliveries itself.
+    // Rows queued before this keep their random ids: an event queued then and handed to the
+    // fan-out again after the upgrade (unacknowledged across it) is queued once more, under the
+    // derived id.
     name: "deliveries without a per-row foreign key check or a second unique index",
     sql: `
       alter table subscriptions.deliveries

@@ -227,6 +227,7 @@ describe("subscriptions: the routes", () => {
       select count(*)::int as n from subscriptions.deliveries where subscription_id = any(${doomed.map((d) => d.id)}::uuid[])`;
     expect(left!.n).toBe(0);
     expect(opened).toHaveLength(INCIDENTS);
+    expect((await app.call("DELETE", `${BASE}/${control.id}`, { token: owner })).status).toBe(204);
   }, 120_000);
 
   it("queues an event that reaches the fan-out twice once, with the webhook-id of the first time", async () => {
