@@ -1,12 +1,11 @@
 import { randomBytes } from "node:crypto";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClients, type Clients } from "../runtime/clients.js";
+import type { Clients } from "../runtime/clients.js";
 import { backgroundShouldYield, noteForegroundWork } from "../runtime/background-yield.js";
-import { newSecretKeyEntry } from "../runtime/secret-box.js";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { makeTestCertificates, type TestCertificates } from "../comms/testing/https-receiver.js";
-import { startWebhookReceiver, type WebhookReceiver } from "./testing/webhook-receiver.js";
+import type { TestApp } from "../../test/support/app.js";
+import { startSubscriptionsHarness, type SubscriptionsHarness } from "./testing/harness.js";
+import type { WebhookReceiver } from "./testing/webhook-receiver.js";
 import { FAILING_PROBE_WHILE_GIVING_WAY_MS } from "./delivery-worker.js";
 
 /**
@@ -16,7 +15,6 @@ import { FAILING_PROBE_WHILE_GIVING_WAY_MS } from "./delivery-worker.js";
  */
 
 let app: TestApp;
-let certs: TestCertificates;
 let receiver: WebhookReceiver;
 let clients: Clients;
 let sql: postgres.Sql;
@@ -58,31 +56,14 @@ const attemptsOf = async (subscriptionId: string) => {
   return row!.n;
 };
 
+let harness: SubscriptionsHarness;
+
 beforeAll(async () => {
-  certs = makeTestCertificates();
-  receiver = await startWebhookReceiver(certs);
-  app = await startApp({
-    env: {
-      SECRETS_KEYS: newSecretKeyEntry("k1"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
-      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "0.1,0.2,0.4",
-    },
-  });
-  sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
-  clients = createClients(app.process.transport);
-  orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
-  owner = await app.ownerToken();
-  const egress = await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } });
-  expect(egress.status).toBe(200);
+  harness = await startSubscriptionsHarness({ env: { SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "0.1,0.2,0.4" } });
+  ({ app, receiver, clients, sql, orgId, owner } = harness);
 });
 
-afterAll(async () => {
-  await sql?.end();
-  await app?.stop();
-  await receiver?.close();
-  certs?.remove();
-});
+afterAll(() => harness?.stop());
 
 describe("subscriptions while the process gives way to a storm", () => {
   it("a receiver that is down gets a probe every few seconds; a healthy one keeps progressing, then gets everything", async () => {

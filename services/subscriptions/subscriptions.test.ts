@@ -4,19 +4,18 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { create } from "@bufbuild/protobuf";
 import { createClient } from "@connectrpc/connect";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
 import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
-import { createClients, type Clients } from "../runtime/clients.js";
-import { newSecretKeyEntry } from "../runtime/secret-box.js";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { makeTestCertificates, type TestCertificates } from "../comms/testing/https-receiver.js";
+import type { Clients } from "../runtime/clients.js";
+import type { TestApp } from "../../test/support/app.js";
 import { createPrometheusFilesSource } from "../remotesource-kit/examples/prometheus-files/source.js";
 import { startFakePrometheus } from "../remotesource-kit/testing/fake-prometheus.js";
-import { startWebhookReceiver, type WebhookReceiver } from "./testing/webhook-receiver.js";
+import { startSubscriptionsHarness, type SubscriptionsHarness } from "./testing/harness.js";
+import type { WebhookReceiver } from "./testing/webhook-receiver.js";
 import { fromIncidentOpened } from "./event-types.js";
 import { fanOut } from "./fan-out.js";
 
@@ -24,7 +23,6 @@ const PUBLIC_URL = "https://warroom.example.test";
 const BASE = "/o/acme/subscriptions";
 
 let app: TestApp;
-let certs: TestCertificates;
 let receiver: WebhookReceiver;
 let clients: Clients;
 let orgId: string;
@@ -68,15 +66,12 @@ async function subscribe(events: string[], name = `ep-${randomBytes(4).toString(
 
 const received = (name: string) => receiver.deliveries.filter((d) => d.endpoint === name);
 
+let harness: SubscriptionsHarness;
+
 beforeAll(async () => {
-  certs = makeTestCertificates();
-  receiver = await startWebhookReceiver(certs);
-  app = await startApp({
+  harness = await startSubscriptionsHarness({
     env: {
       PUBLIC_URL,
-      SECRETS_KEYS: newSecretKeyEntry("k1"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
       SUBSCRIPTION_TIMEOUT_SECONDS: "2",
       // Short, but long enough that a post slowed past the timeout on a busy machine is retried
       // rather than given up.
@@ -87,24 +82,15 @@ beforeAll(async () => {
       REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1",
     },
   });
-  sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
-  clients = createClients(app.process.transport);
-  orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
-  owner = await app.ownerToken();
+  ({ app, receiver, sql, clients, orgId, owner } = harness);
   const added = await app.call("POST", "/o/acme/members", { token: owner, body: { email: "m@acme.test", password: "member password 1", role: "member" } });
   expect(added.status).toBe(201);
   const login = await app.call("POST", "/auth/login", { body: { email: "m@acme.test", password: "member password 1", orgSlug: "acme" } });
   const key = await app.call("POST", "/o/acme/api-keys", { token: login.body.accessToken, body: { name: "subs test" } });
   memberKey = key.body.key;
-  await setEgress(true);
 });
 
-afterAll(async () => {
-  await sql?.end();
-  await app?.stop();
-  await receiver?.close();
-  certs?.remove();
-});
+afterAll(() => harness?.stop());
 
 describe("subscriptions: the routes", () => {
   it("creates a subscription, shows its whsec_ secret once, and never again", async () => {

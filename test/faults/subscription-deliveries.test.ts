@@ -1,11 +1,12 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeTestCertificates, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
-import { createClients, type Clients } from "../../services/runtime/clients.js";
+import type { TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import type { Clients } from "../../services/runtime/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
-import { startWebhookReceiver, type Behaviour, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
-import { callApi, freshDatabase, OWNER, startApp, type TestApp } from "../support/app.js";
+import { startSubscriptionsHarness, type SubscriptionsHarness } from "../../services/subscriptions/testing/harness.js";
+import type { Behaviour, WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
+import { callApi, freshDatabase, OWNER, type TestApp } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { startServiceProcess, type ServiceProcess } from "../support/service-process.js";
 import { makeDeliveries, ownerAndIngestToken, runLoad } from "./load.js";
@@ -118,33 +119,20 @@ function report(what: string, result: ReturnType<typeof tally>) {
   expect(result.unverified).toBe(0);
 }
 
+let harness: SubscriptionsHarness;
+
 beforeAll(async () => {
-  certs = makeTestCertificates();
-  receiver = await startWebhookReceiver(certs);
   nats = await startPrivateNats();
-  app = await startApp({
+  harness = await startSubscriptionsHarness({
     nats: nats.url,
-    env: {
-      SECRETS_KEYS: newSecretKeyEntry("k1"),
-      EGRESS_ALLOW_PRIVATE_CIDRS: "127.0.0.0/8",
-      EGRESS_CA_FILE: certs.caFile,
-      SUBSCRIPTION_TIMEOUT_SECONDS: "1.5",
-      SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: SCHEDULE,
-    },
+    env: { SUBSCRIPTION_TIMEOUT_SECONDS: "1.5", SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: SCHEDULE },
   });
-  sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
-  clients = createClients(app.process.transport);
-  orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
-  owner = await app.ownerToken();
-  expect((await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } })).status).toBe(200);
+  ({ app, certs, receiver, sql, clients, orgId, owner } = harness);
 }, 120_000);
 
 afterAll(async () => {
-  await sql?.end();
-  await app?.stop();
+  await harness?.stop();
   await nats?.cleanup();
-  await receiver?.close();
-  certs?.remove();
 });
 
 describe("subscription deliveries under faults", () => {
