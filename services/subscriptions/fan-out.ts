@@ -36,14 +36,14 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
   const events: { item: FanOutItem; body: string }[] = [];
   const positionOf = new Map<number, number>();
   const deliveries = matches.map((m) => {
+    const item = items[m.i - 1]!;
     let position = positionOf.get(m.i);
     if (position === undefined) {
-      const item = items[m.i - 1]!;
       events.push({ item, body: envelope(item.event.type, item.event.at, item.event.data(m.org_slug)) });
       position = events.length;
       positionOf.set(m.i, position);
     }
-    return { id: webhookIdFor(m.id, events[position - 1]!.item.eventId), subscriptionId: m.id, position };
+    return { id: webhookIdFor(m.id, item.eventId), subscriptionId: m.id, position };
   });
   // Each subscription is locked once (FOR KEY SHARE, which claims and updates never wait for):
   // a delete waits for the rows, then removes them with the rest; one that came first leaves no
