@@ -258,7 +258,7 @@ describe("the client's limits", () => {
   });
 
   it("calls only what the address policy allows: loopback needs an allow entry, and denied ranges are refused", async () => {
-    const remoteSourceDefault = createAddressPolicy({ allowPrivateCidrs: [], requireHttps: false, allowPrivateByDefault: true });
+    const remoteSourceDefault = createAddressPolicy({ allowPrivateCidrs: [], requireHttps: false });
     const denied = createAddressPolicy({ allowPrivateCidrs: ["127.0.0.1/32"], denyCidrs: ["127.0.0.0/8"], requireHttps: false, allowPrivateByDefault: true });
     for (const [policy, text] of [
       [remoteSourceDefault, "Refused outbound address 127.0.0.1, a loopback address"],

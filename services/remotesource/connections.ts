@@ -27,10 +27,11 @@ const TOKEN_MAX = 4096;
 const PEM_MAX = 64 * 1024;
 
 /**
- * The remote-source address policy: in-cluster and on-premises sources are normal, so private
- * networks are allowed; REMOTE_SOURCE_DENY_CIDRS refuses ranges outright, and loopback,
- * link-local and metadata addresses stay refused unless REMOTE_SOURCE_ALLOW_CIDRS names them
- * (the chat webhook's EGRESS_ALLOW_PRIVATE_CIDRS does not apply here).
+ * The remote-source address policy: public addresses only, unless REMOTE_SOURCE_ALLOW_CIDRS names
+ * the range (an in-cluster or on-premises source's private network, a loopback test source): any
+ * admin may save a connection, and a private range open by default would let one aim reads at the
+ * installation's internal services. REMOTE_SOURCE_DENY_CIDRS refuses ranges outright (the chat
+ * webhook's EGRESS_ALLOW_PRIVATE_CIDRS does not apply here).
  */
 export function remoteSourcePolicy(config: Config): AddressPolicy {
   try {
@@ -38,7 +39,6 @@ export function remoteSourcePolicy(config: Config): AddressPolicy {
       allowPrivateCidrs: config.REMOTE_SOURCE_ALLOW_CIDRS,
       denyCidrs: config.REMOTE_SOURCE_DENY_CIDRS,
       requireHttps: false,
-      allowPrivateByDefault: true,
       settings: { allow: "REMOTE_SOURCE_ALLOW_CIDRS", deny: "REMOTE_SOURCE_DENY_CIDRS" },
     });
   } catch (err) {

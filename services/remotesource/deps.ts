@@ -4,7 +4,7 @@ import type { ServiceContext } from "../runtime/service-module.js";
 
 /** What the remote-source handler groups share; service.ts builds it once. */
 export interface RemoteSourceDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger"> {
-  /** Private networks allowed, REMOTE_SOURCE_DENY_CIDRS refused; every call goes through it. */
+  /** Public addresses and REMOTE_SOURCE_ALLOW_CIDRS, less REMOTE_SOURCE_DENY_CIDRS; every call goes through it. */
   policy: AddressPolicy;
   /** REMOTE_SOURCE_HTTP_BEARER_HOSTS: hosts a bearer token may reach over plain http. */
   httpBearerHosts: readonly string[];

@@ -26,9 +26,10 @@ let db: postgres.Sql;
 beforeAll(async () => {
   app = await startApp({
     env: {
-      // Sources here are on loopback, which a remote source may only reach when allowed by name,
-      // and speak plain http, where a bearer token goes only to a host allowed by name.
-      REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32",
+      // Sources here are on loopback, and one on a private network: a remote source reaches
+      // either only when its range is allowed by name. They speak plain http, where a bearer token
+      // goes only to a host allowed by name.
+      REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.1/32,10.1.2.0/24",
       REMOTE_SOURCE_HTTP_BEARER_HOSTS: "127.0.0.1,10.1.2.3",
       REMOTE_SOURCE_DENY_CIDRS: "10.99.0.0/16",
       SECRETS_KEYS: `test1:${randomBytes(32).toString("base64")}`,
@@ -169,6 +170,22 @@ describe("remote source connections", () => {
       { baseUrl: "http://169.254.169.254" },
       "baseUrl refused: Refused outbound address 169.254.169.254, a cloud metadata endpoint; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
     ],
+    [
+      { baseUrl: "http://192.168.1.10:9400" },
+      "baseUrl refused: Refused outbound address 192.168.1.10, an RFC 1918 private address; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
+    ],
+    [
+      { baseUrl: "http://10.1.3.1:9400" },
+      "baseUrl refused: Refused outbound address 10.1.3.1, an RFC 1918 private address; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
+    ],
+    [
+      { baseUrl: "http://100.64.0.7:9400" },
+      "baseUrl refused: Refused outbound address 100.64.0.7, a carrier-grade NAT address; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
+    ],
+    [
+      { baseUrl: "http://[fd12:3456::1]:9400" },
+      "baseUrl refused: Refused outbound address fd12:3456::1, an IPv6 unique local address; to allow it, add its range to REMOTE_SOURCE_ALLOW_CIDRS",
+    ],
     [{ baseUrl: "http://127.0.0.1:1?x=1" }, "baseUrl must not have a query or a fragment"],
     [{ transport: "carrier-pigeon" }, "transport must be http or grpc"],
     [{ tenantRef: " " }, "tenantRef required"],
@@ -183,7 +200,7 @@ describe("remote source connections", () => {
     expect(res.body).toEqual({ error: message });
   });
 
-  it("accepts a private-network address (in-cluster sources are normal) and refuses a second connection of the same name", async () => {
+  it("accepts a private-network address REMOTE_SOURCE_ALLOW_CIDRS names, and refuses a second connection of the same name", async () => {
     const res = await createSource({ name: "in-cluster", baseUrl: "http://10.1.2.3:9400", auth: { bearerToken: "t" } });
     expect(res.status).toBe(201);
     const again = await createSource({ name: "in-cluster", baseUrl: "http://10.1.2.3:9400", auth: { bearerToken: "t" } });

@@ -20,7 +20,7 @@ import { OWNER, startApp, type TestApp } from "../support/app.js";
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
-const ENV = { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "10.1.2.3,10.1.2.4,169.254.169.254" };
+const ENV = { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8,10.1.2.0/24", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "10.1.2.3,10.1.2.4,169.254.169.254" };
 
 let app: TestApp;
 let restarted: TestApp | undefined;
