@@ -22,6 +22,12 @@ export function createDeliveryHandlers(
   deps: SubscriptionsDeps,
 ): Pick<ServiceImpl<typeof SubscriptionsService>, "sendTestEvent" | "listDeliveries" | "redeliverMessage" | "redeliverSince"> {
   const { sql, clients, outbox } = deps;
+  /**
+   * A redelivery is due now with a fresh retry window and schedule: the attempts made so far stay
+   * counted in the log, and the schedule counts from them (a spent one would allow no retry).
+   */
+  const redeliveryReset = () =>
+    sql`state = 'pending', next_attempt_at = now(), window_start = now(), attempts_before_window = attempt_count, claim = null, claimed_until = null`;
   return {
     // Like the chat connection test, this posts even while real egress is off: an admin asked
     // for exactly this one post, now. It is logged as a delivery of its own.
@@ -109,7 +115,7 @@ export function createDeliveryHandlers(
       const principal = await authorize(clients, context, req.org, ADMINS);
       const sub = await loadSubscription(sql, principal.orgId, req.id);
       const queued = await sql`
-        update subscriptions.deliveries set state = 'pending', next_attempt_at = now(), window_start = now(), claim = null, claimed_until = null
+        update subscriptions.deliveries set ${redeliveryReset()}
         where subscription_id = ${sub.id} and id = ${req.webhookId} and event_type <> ${TEST_EVENT_TYPE}`;
       if (queued.count === 0) {
         const [test] = await sql`
@@ -126,7 +132,7 @@ export function createDeliveryHandlers(
       const sub = await loadSubscription(sql, principal.orgId, req.id);
       if (!req.since) throw new InvalidArgumentError("since required: an RFC 3339 time");
       const queued = await sql`
-        update subscriptions.deliveries set state = 'pending', next_attempt_at = now(), window_start = now(), claim = null, claimed_until = null
+        update subscriptions.deliveries set ${redeliveryReset()}
         where subscription_id = ${sub.id} and created_at >= ${timestampDate(req.since)} and event_type <> ${TEST_EVENT_TYPE}`;
       deps.pokeWorker();
       return { queued: queued.count };

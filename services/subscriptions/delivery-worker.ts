@@ -139,6 +139,12 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     return Date.now() - sub.failing_since.getTime() >= config.SUBSCRIPTION_DISABLE_AFTER_SECONDS * 1000;
   }
 
+  /** The wait before the next try, counted from the last redelivery; undefined once the schedule is spent. */
+  function retryDelay(delivery: Claimed, result: AttemptResult): number | undefined {
+    const failures = delivery.attempt_count - delivery.attempts_before_window;
+    return nextRetryDelayMs(config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS, failures, result.retryAfterMs);
+  }
+
   /** Writes the attempt and what follows from it, if the claim is still this one. */
   async function finish(delivery: Claimed, sub: SubscriptionRow, result: AttemptResult | "simulated"): Promise<void> {
     const simulated = result === "simulated";
@@ -147,8 +153,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       // would then skip): a success, or one more failure of a subscription already failing.
       const outcome = simulated ? "simulated" : result.ok ? "delivered" : "failed";
       // A failure waits for its retry, or, past the schedule or the retry window, gives up.
-      const wait =
-        simulated || result.ok ? undefined : nextRetryDelayMs(config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS, delivery.attempt_count, result.retryAfterMs);
+      const wait = simulated || result.ok ? undefined : retryDelay(delivery, result);
       const retries = !simulated && !result.ok && wait !== undefined;
       const window = `${RETRY_WINDOW_MS} milliseconds`;
       const [settled] = await sql<{ state: string }[]>`
@@ -195,7 +200,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       const [clock] = await tx<{ now: Date }[]>`select now() as now`;
       const now = clock!.now.getTime();
       const windowEnd = delivery.window_start.getTime() + RETRY_WINDOW_MS;
-      const wait = nextRetryDelayMs(config.SUBSCRIPTION_RETRY_SCHEDULE_SECONDS, delivery.attempt_count, result.retryAfterMs);
+      const wait = retryDelay(delivery, result);
       if (wait === undefined || now >= windowEnd) {
         await tx`update subscriptions.deliveries set state = 'failed', next_attempt_at = null, claimed_until = null, claim = null
                  where id = ${delivery.id} and claim = ${delivery.claim}`;

@@ -101,4 +101,12 @@ export const migrations: Migration[] = [
         drop constraint deliveries_subscription_id_event_id_key`,
   },
   ...outboxUpgrades("subscriptions"),
+  {
+    id: 5,
+    // A redelivery a person asks for starts the retry schedule again: attempt_count stays the
+    // delivery's total (the log shows it), and the schedule counts from the attempts before it.
+    // The previous release neither reads nor writes it; its redeliveries count from 0 as before.
+    name: "deliveries: the attempts made before the last redelivery",
+    sql: `alter table subscriptions.deliveries add column attempts_before_window integer not null default 0`,
+  },
 ];

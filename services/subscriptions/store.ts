@@ -37,6 +37,8 @@ export interface DeliveryRow {
   payload: string;
   state: "pending" | "delivering" | "delivered" | "simulated" | "failed" | "cancelled";
   attempt_count: number;
+  /** Attempts made before the last redelivery a person asked for: the retry schedule counts from there. */
+  attempts_before_window: number;
   window_start: Date;
   next_attempt_at: Date | null;
   created_at: Date;

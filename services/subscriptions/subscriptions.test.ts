@@ -357,6 +357,33 @@ describe("subscriptions: signed delivery", () => {
     expect(got.body.failingSince).toBeDefined();
   });
 
+  it("starts a fresh retry schedule for a redelivery, one event's or every event's since a time", async () => {
+    const sub = await subscribe(["incident.opened"]);
+    receiver.setBehaviour(sub.name, () => ({ status: 500 }));
+    const before = new Date();
+    await openIncident();
+    const failedWith = (attempts: number) =>
+      waitFor(
+        `the delivery to fail after ${attempts} attempts`,
+        async () => {
+          const res = await app.call("GET", `${BASE}/${sub.id}/deliveries`, { token: owner });
+          const delivery = res.body.deliveries[0];
+          return delivery?.state === "failed" && delivery.attemptCount === attempts && delivery;
+        },
+        60_000,
+      );
+    const first = await failedWith(7);
+    // A spent schedule is not one more try: each redelivery gets the whole schedule again.
+    const one = await app.call("POST", `${BASE}/${sub.id}/deliveries/${first.webhookId}/redeliver`, { token: owner });
+    expect(one.body).toEqual({ queued: 1 });
+    await failedWith(14);
+    const since = await app.call("POST", `${BASE}/${sub.id}/redeliver`, { token: owner, body: { since: before.toISOString() } });
+    expect(since.body).toEqual({ queued: 1 });
+    await failedWith(21);
+    expect(received(sub.name)).toHaveLength(21);
+    expect(new Set(received(sub.name).map((d) => d.webhookId))).toEqual(new Set([first.webhookId]));
+  });
+
   it("disables a subscription at once when the receiver answers 410, with an audit event", async () => {
     const sub = await subscribe(["incident.opened"]);
     receiver.setBehaviour(sub.name, () => ({ status: 410 }));
