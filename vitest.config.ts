@@ -18,6 +18,7 @@ export const E2E_SUITES = [
   "services/incidents/respond.test.ts",
   "services/remotesource/remote-sources.test.ts",
   "services/remotesource/investigations.test.ts",
+  "services/remotesource/investigation-runs.test.ts",
   "services/subscriptions/subscriptions.test.ts",
   // The transaction rule, checked with a pool of one connection: the freeze the default mode had.
   "test/runtime/pool-of-one.test.ts",

@@ -217,14 +217,14 @@ export async function loadConnection(deps: RemoteSourceDeps, orgId: string, id: 
  * A source client for the connection, with its credential opened and the bearer-over-http rule
  * checked again.
  */
-export function clientFor(deps: RemoteSourceDeps, row: ConnectionRow): SourceClient {
+export function clientFor(deps: RemoteSourceDeps, row: ConnectionRow, options: { keepAliveMs?: number } = {}): SourceClient {
   const credentials = openCredentials(deps, row);
   // Checked at every call too: a connection saved before the rule, or before the host was
   // removed from the list, does not send its token in clear.
   requireSafeBearerTransport(deps.httpBearerHosts, row.base_url, credentials.bearerToken);
   return createSourceClient(
     { baseUrl: row.base_url, transport: row.transport, tenantRef: row.tenant_ref, credentials },
-    { policy: deps.policy, ...(deps.ca ? { ca: deps.ca } : {}) },
+    { policy: deps.policy, ...(deps.ca ? { ca: deps.ca } : {}), ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}) },
   );
 }
 

@@ -177,8 +177,8 @@ export function storedReads(row: ConnectionRow): StoredRead[] {
 }
 
 /** The source's capabilities, or FailedPrecondition saying to test the connection. */
-export async function capabilitiesOf(deps: RemoteSourceDeps, row: ConnectionRow): Promise<CapabilitiesResponse> {
-  const outcome = await clientFor(deps, row).call("capabilities", undefined);
+export async function capabilitiesOf(deps: RemoteSourceDeps, row: ConnectionRow, client = clientFor(deps, row)): Promise<CapabilitiesResponse> {
+  const outcome = await client.call("capabilities", undefined);
   if (!outcome.ok) {
     throw new FailedPreconditionError(
       `the source's capabilities could not be read (${outcome.failure.message}); reads are checked against them: test the connection and fix it first`,

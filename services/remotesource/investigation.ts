@@ -8,7 +8,8 @@ import { evaluateMetered, fromCelValue, toCelInput } from "../intake/custom-sour
 import type { EventBus } from "../runtime/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
 import { groupCalls } from "../runtime/grouped-calls.js";
-import { partialResult, ReadRequestError } from "../remotesource-kit/client/source-client.js";
+import { storableJson, storableText } from "../incidents/incident-shape.js";
+import { partialResult, ReadRequestError, type SourceClient } from "../remotesource-kit/client/source-client.js";
 import { CREDENTIALS_REJECTED, READ_BUDGET_MS } from "../remotesource-kit/protocol/limits.js";
 import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";
 import { formatWindowValue } from "../remotesource-kit/protocol/window-format.js";
@@ -72,14 +73,39 @@ export interface Investigator {
  */
 const CAPABILITIES_KEPT_MS = 60_000;
 
+/**
+ * How long a failed capabilities read is kept: a storm of opens against a failing source asks it
+ * once in this while, not once per incident (each ask may wait out the read budget). The reads
+ * themselves still run, with the defaults the capabilities would have refined.
+ */
+const CAPABILITIES_FAILURE_KEPT_MS = 10_000;
+
+/** Connections whose capabilities (or source client) one process keeps at most; the oldest goes first. */
+const CONNECTIONS_KEPT = 1_000;
+
+/** How long a source client keeps an idle connection to its source for the next read. */
+const SOURCE_KEEP_ALIVE_MS = 30_000;
+
 /** Compiled reads kept per process; past this the cache starts over (reads change rarely). */
 const COMPILED_READS_KEPT = 1_000;
 
 /** How long stopping waits for runs in progress. */
 const STOP_WAIT_MS = 2_000;
 
-/** An interrupted run is claimed again after this long. */
-const RETRY_AFTER_SECONDS = 3;
+/**
+ * A run interrupted on the way (the incident core or the database unreachable, a read whose
+ * outcome cannot be stored) is tried again after 3 s, then 6, 12, 24 and 48 (at most 60); after
+ * its sixth attempt it stops, `failed` with the reason, and a member may run it again.
+ */
+export const RUN_RETRY = { attempts: 6, firstWaitSeconds: 3, longestWaitSeconds: 60 } as const;
+
+/** The wait before the next attempt after `attempts` failed ones. */
+export function retryWaitSeconds(attempts: number): number {
+  return Math.min(RUN_RETRY.firstWaitSeconds * 2 ** Math.max(0, attempts - 1), RUN_RETRY.longestWaitSeconds);
+}
+
+/** Characters of a failure's message kept in an investigation's reason. */
+const REASON_MAX = 500;
 
 /** Opened incidents one statement records investigations for at most (see groupCalls). */
 const RECORD_GROUP = 100;
@@ -177,6 +203,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   const leaseSeconds = Math.ceil(totalBudgetMs / 1000) + 60;
   const running = new Set<Promise<void>>();
   const capabilitiesKept = new Map<string, { until: number; capabilities: Promise<CapabilitiesResponse | undefined> }>();
+  const sourceClients = new Map<string, SourceClient>();
   const compiledReads = new Map<string, CompiledRead>();
   let timer: NodeJS.Timeout | undefined;
   let runsAtOnce: number = INVESTIGATION_LIMITS.investigationsPerProcess;
@@ -184,19 +211,52 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   let looking = false;
   let again = false;
 
-  /** The source's capabilities, read at most once a minute per connection revision; a failed read is not kept. */
+  /**
+   * One source client per connection revision, kept for the runs after: its credential is opened
+   * once and its connections to the source are reused. A changed connection gets a new one.
+   */
+  function sourceClientFor(connection: ConnectionRow): SourceClient {
+    const key = `${connection.id}:${connection.revision}`;
+    let client = sourceClients.get(key);
+    if (!client) {
+      client = clientFor(deps, connection, { keepAliveMs: SOURCE_KEEP_ALIVE_MS });
+      for (const [other, old] of sourceClients) {
+        // The connection's older revisions are done with.
+        if (other.startsWith(`${connection.id}:`)) {
+          old.close();
+          sourceClients.delete(other);
+        }
+      }
+      if (sourceClients.size >= CONNECTIONS_KEPT) {
+        const [oldestKey, oldest] = sourceClients.entries().next().value as [string, SourceClient];
+        oldest.close();
+        sourceClients.delete(oldestKey);
+      }
+      sourceClients.set(key, client);
+    }
+    return client;
+  }
+
+  /**
+   * The source's capabilities, read at most once a minute per connection revision; a failed read
+   * is kept for CAPABILITIES_FAILURE_KEPT_MS, so a failing source is not asked once per incident.
+   */
   function capabilitiesFor(connection: ConnectionRow): Promise<CapabilitiesResponse | undefined> {
     const key = `${connection.id}:${connection.revision}`;
     const now = Date.now();
     const kept = capabilitiesKept.get(key);
     if (kept && kept.until > now) return kept.capabilities;
     for (const [other, entry] of capabilitiesKept) if (entry.until <= now) capabilitiesKept.delete(other);
-    const capabilities = capabilitiesOf(deps, connection).catch(() => {
-      capabilitiesKept.delete(key);
-      return undefined;
-    });
-    capabilitiesKept.set(key, { until: now + CAPABILITIES_KEPT_MS, capabilities });
-    return capabilities;
+    if (capabilitiesKept.size >= CONNECTIONS_KEPT) capabilitiesKept.delete(capabilitiesKept.keys().next().value!);
+    const entry = { until: now + CAPABILITIES_KEPT_MS, capabilities: Promise.resolve<CapabilitiesResponse | undefined>(undefined) };
+    entry.capabilities = Promise.resolve()
+      .then(() => capabilitiesOf(deps, connection, sourceClientFor(connection)))
+      .catch(() => {
+        entry.until = Date.now() + CAPABILITIES_FAILURE_KEPT_MS;
+        return undefined;
+      });
+    capabilitiesKept.set(key, entry);
+    return entry.capabilities;
   }
 
   /** A read's expressions compiled once per process, not once per incident; throws as compileRead does. */
@@ -214,7 +274,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   async function claim(count: number): Promise<InvestigationRow[]> {
     return deps.sql<InvestigationRow[]>`
       update remotesource.investigations i
-      set state = 'running', claimed_until = now() + make_interval(secs => ${leaseSeconds})
+      set state = 'running', attempts = i.attempts + 1, claimed_until = now() + make_interval(secs => ${leaseSeconds})
       from (
         select org_id, incident_id, run from remotesource.investigations
         where state = 'pending' or (state = 'running' and claimed_until < now())
@@ -238,7 +298,12 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
         if (free <= 0) break;
         const claimed = await claim(free);
         for (const investigation of claimed) {
-          const work: Promise<void> = runInvestigation(investigation)
+          // Past its attempts only when the processes running it stopped each time: not once more.
+          const work: Promise<void> = (
+            investigation.attempts > RUN_RETRY.attempts
+              ? giveUp(investigation, investigation.attempts - 1, investigation.reason ?? "the process running it stopped")
+              : runInvestigation(investigation)
+          )
             .catch((err) => retryLater(investigation, err))
             .finally(() => {
               running.delete(work);
@@ -255,16 +320,37 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
   }
 
   /**
-   * A run that failed on the way (the incident core or the bus unreachable): its claim is
-   * shortened so that it runs again soon; what it recorded stays, and is not read twice.
+   * A run that failed on the way (the incident core or the bus unreachable, evidence that cannot
+   * be stored): its claim is shortened so that it runs again after a growing wait, saying why in
+   * its reason; after RUN_RETRY.attempts it stops as `failed`. What it recorded stays, and is not
+   * read twice.
    */
   async function retryLater(investigation: InvestigationRow, err: unknown): Promise<void> {
-    deps.logger.warn({ err, incidentId: investigation.incident_id, run: investigation.run }, "investigation interrupted; it runs again shortly");
+    const { attempts } = investigation;
+    const why = storableText(err instanceof Error ? err.message : String(err)).slice(0, REASON_MAX);
+    if (attempts >= RUN_RETRY.attempts) {
+      deps.logger.warn({ err, incidentId: investigation.incident_id, run: investigation.run, attempts }, "investigation failed; no attempt is left");
+      return giveUp(investigation, attempts, why).catch((error) =>
+        deps.logger.warn({ err: error }, "could not record a failed investigation; it is given up when its claim lapses"),
+      );
+    }
+    const wait = retryWaitSeconds(attempts);
+    deps.logger.warn({ err, incidentId: investigation.incident_id, run: investigation.run, attempts }, "investigation interrupted; it runs again shortly");
     await deps.sql`
-      update remotesource.investigations set claimed_until = now() + make_interval(secs => ${RETRY_AFTER_SECONDS})
+      update remotesource.investigations
+      set claimed_until = now() + make_interval(secs => ${wait}),
+          reason = ${`attempt ${attempts} of ${RUN_RETRY.attempts} failed (${why}); trying again in ${wait} s`}
       where org_id = ${investigation.org_id} and incident_id = ${investigation.incident_id} and run = ${investigation.run} and state = 'running'`.catch(
       (error) => deps.logger.warn({ err: error }, "could not shorten an interrupted investigation's claim; it runs again when the claim lapses"),
     );
+  }
+
+  /** Stops a run that has used its attempts: `failed`, the reason saying why; a member may run it again. */
+  async function giveUp(investigation: InvestigationRow, attempts: number, why: string): Promise<void> {
+    await deps.sql`
+      update remotesource.investigations
+      set state = 'failed', reason = ${`gave up after ${attempts} attempts: ${why}`}, completed_at = now()
+      where org_id = ${investigation.org_id} and incident_id = ${investigation.incident_id} and run = ${investigation.run} and state = 'running'`;
   }
 
   async function skip(investigation: InvestigationRow, reason: string): Promise<void> {
@@ -388,7 +474,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
       }
     }
     try {
-      const outcome = await clientFor(deps, p.connection).read(read.call, request, { budgetMs: Math.min(readBudgetMs, left) });
+      const outcome = await sourceClientFor(p.connection).read(read.call, request, { budgetMs: Math.min(readBudgetMs, left) });
       if (outcome.failure?.kind === "credentials-rejected") {
         // Shown as failed until the credential is updated (or a test passes again).
         await recordStatus(deps, p.connection, "failed", CREDENTIALS_REJECTED, { tested: false });
@@ -410,17 +496,21 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     result: RawResult,
     window: { fromMs: number; toMs: number } | undefined,
   ): Promise<{ name: string; partial: boolean; error: string | null }> {
-    const kept = cutRaw(result.raw, INVESTIGATION_LIMITS.rawKeptBytes);
-    const series = result.series.map((s) => toProtocolJson(RawSeriesSchema, s));
-    const entries = result.entries.map((e) => toProtocolJson(LogEntrySchema, e));
-    const error = result.partial ? (result.error ?? "partial result") : null;
+    // Postgres text and jsonb cannot hold NUL: a source's stray one is replaced, as intake does,
+    // rather than failing the insert on every attempt.
+    const kept = cutRaw(storableText(result.raw), INVESTIGATION_LIMITS.rawKeptBytes);
+    const series = result.series.map((s) => storableJson(toProtocolJson(RawSeriesSchema, s)));
+    const entries = result.entries.map((e) => storableJson(toProtocolJson(LogEntrySchema, e)));
+    const error = result.partial ? storableText(result.error ?? "partial result") : null;
+    const operation = storableText(result.operation || (p.read.call === "invoke" ? p.read.operation : p.read.call));
+    const params = storableJson((result.params ?? {}) as JsonObject);
     await deps.sql.begin(async (tx) => {
       const inserted = await tx`
         insert into remotesource.evidence (org_id, incident_id, run, read_key, position, connection_id, connection_name, read_name, call, operation,
           params, fetched_at, partial, error, series, entries, raw, raw_cut, from_ms, to_ms)
         values (${investigation.org_id}, ${investigation.incident_id}, ${investigation.run}, ${p.key}, ${p.position}, ${p.connection.id},
-          ${p.connection.name}, ${p.read.name}, ${p.read.call}, ${result.operation || (p.read.call === "invoke" ? p.read.operation : p.read.call)},
-          ${tx.json((result.params ?? {}) as JsonObject)}, ${result.fetchedAt || new Date().toISOString()}, ${result.partial}, ${error},
+          ${p.connection.name}, ${p.read.name}, ${p.read.call}, ${operation},
+          ${tx.json(params)}, ${storableText(result.fetchedAt || new Date().toISOString())}, ${result.partial}, ${error},
           ${tx.json(series as JsonObject[])}, ${tx.json(entries as JsonObject[])}, ${kept.raw}, ${kept.cut},
           ${window?.fromMs ?? null}, ${window?.toMs ?? null})
         on conflict do nothing`;
@@ -480,7 +570,7 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     });
     await deps.sql.begin(async (tx) => {
       const [completed] = await tx`
-        update remotesource.investigations set state = 'done', completed_at = now()
+        update remotesource.investigations set state = 'done', reason = null, completed_at = now()
         where org_id = ${orgId} and incident_id = ${incidentId} and run = ${run} and state = 'running'
         returning run`;
       if (completed) {
@@ -515,6 +605,8 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
       let wait: NodeJS.Timeout | undefined;
       await Promise.race([Promise.allSettled([...running]), new Promise<void>((resolve) => (wait = setTimeout(resolve, STOP_WAIT_MS)))]);
       clearTimeout(wait);
+      for (const client of sourceClients.values()) client.close();
+      sourceClients.clear();
     },
     poke() {
       void look();

@@ -86,4 +86,16 @@ export const migrations: Migration[] = [
       );
     `,
   },
+  {
+    id: 4,
+    // A run that keeps failing on the way stops after its attempts as 'failed', with the reason.
+    // Additive for the previous release: it never writes 'failed', leaves attempts at 0, and its
+    // claim does not pick a failed run.
+    name: "investigations: attempts, and a failed state",
+    sql: `
+      alter table remotesource.investigations add column attempts integer not null default 0;
+      alter table remotesource.investigations drop constraint investigations_state_check,
+        add constraint investigations_state_check check (state in ('pending', 'running', 'done', 'skipped', 'failed'));
+    `,
+  },
 ];

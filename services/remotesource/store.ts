@@ -25,8 +25,11 @@ export interface InvestigationRow {
   org_id: string;
   incident_id: string;
   run: number;
-  state: "pending" | "running" | "done" | "skipped";
+  state: "pending" | "running" | "done" | "skipped" | "failed";
+  /** Why it was skipped or failed; while a run waits to be tried again, why its last attempt failed. */
   reason: string | null;
+  /** Attempts claimed so far (see RUN_RETRY in investigation.ts). */
+  attempts: number;
   runbook_url: string | null;
   requested_by: string;
   claimed_until: Date | null;

@@ -48,6 +48,11 @@ export interface SourceClientOptions {
   /** The read budget of one call; READ_BUDGET_MS when left out. */
   budgetMs?: number;
   maxResponseBytes?: number;
+  /**
+   * Keep HTTP connections to the source open between calls for this long when idle (0 or absent:
+   * a new connection per call). A client that lives for many calls (the investigations') sets it.
+   */
+  keepAliveMs?: number;
 }
 
 /** Which credential a call presents: the connection's, none at all, or a stand-in bearer token. */
@@ -96,6 +101,8 @@ export interface SourceClient {
    * ReadRequestError for a request that cannot be sent; otherwise answers a RawResult.
    */
   read(call: ReadCall, request: JsonObject, options?: { budgetMs?: number }): Promise<ReadOutcome>;
+  /** Closes the connections kept open for later calls (with `keepAliveMs`). */
+  close(): void;
 }
 
 const GRPC_CODE_NAMES = [
@@ -127,15 +134,16 @@ export function createSourceClient(connection: SourceConnection, options: Source
   const maxBytes = options.maxResponseBytes ?? MAX_RESPONSE_BYTES;
   const base = connection.baseUrl.replace(/\/+$/, "");
 
-  function egress(timeoutMs: number) {
-    return createEgressClient({
-      policy: options.policy,
-      ...(options.resolver ? { resolver: options.resolver } : {}),
-      timeoutMs,
-      maxResponseBytes: maxBytes,
-      ...(options.ca ? { ca: options.ca } : {}),
-    });
-  }
+  // One egress client for every call: its trust is parsed once and, with keep-alive, its
+  // connections serve later calls. Each call passes its own budget.
+  const egress = createEgressClient({
+    policy: options.policy,
+    ...(options.resolver ? { resolver: options.resolver } : {}),
+    timeoutMs: budget,
+    maxResponseBytes: maxBytes,
+    ...(options.ca ? { ca: options.ca } : {}),
+    ...(options.keepAliveMs ? { keepAliveMs: options.keepAliveMs } : {}),
+  });
 
   function credentialsFor(present: Presenting): { authorization?: string; cert?: string; key?: string } {
     if (present === "none") return {};
@@ -158,8 +166,9 @@ export function createSourceClient(connection: SourceConnection, options: Source
     }
     let response: Awaited<ReturnType<ReturnType<typeof createEgressClient>["request"]>>;
     try {
-      response = await egress(timeoutMs).request({
+      response = await egress.request({
         url: base + route.path,
+        timeoutMs,
         method: route.httpMethod,
         headers,
         ...(body === undefined ? {} : { body }),
@@ -187,12 +196,11 @@ export function createSourceClient(connection: SourceConnection, options: Source
   async function callGrpc(route: ProtocolRoute, request: Message, present: Presenting, timeoutMs: number): Promise<CallOutcome> {
     const started = Date.now();
     const creds = credentialsFor(present);
-    const client = egress(timeoutMs);
     let target: Awaited<ReturnType<ReturnType<typeof createEgressClient>["vet"]>>;
     try {
       // Resolution counts against the budget like the rest of the call.
       target = await Promise.race([
-        client.vet(base),
+        egress.vet(base),
         new Promise<never>((_, reject) =>
           setTimeout(() => reject(new EgressError("timeout", `resolving took longer than ${timeoutMs} ms`)), timeoutMs).unref(),
         ),
@@ -290,7 +298,7 @@ export function createSourceClient(connection: SourceConnection, options: Source
     return { result: checkShapes(outcome.message as RawResult) };
   }
 
-  return { connection, call, read };
+  return { connection, call, read, close: () => egress.close() };
 }
 
 function checkReadRequest(message: Message): void {

@@ -47,6 +47,8 @@ export interface EgressRequest {
   clientKey?: string | Buffer;
   /** An extra trusted CA for this call only, added to the client's. */
   ca?: string | Buffer;
+  /** This call's budget, when it differs from the client's `timeoutMs` (a read's remaining budget). */
+  timeoutMs?: number;
 }
 
 export interface EgressResponse {
@@ -429,7 +431,8 @@ export function createEgressClient(options: EgressClientOptions): EgressClient {
     async request(request) {
       const controller = new AbortController();
       const hostname = hostnameForMessages(request.url);
-      const timer = setTimeout(() => controller.abort(timeoutError(hostname, timeoutMs)), timeoutMs);
+      const budgetMs = request.timeoutMs ?? timeoutMs;
+      const timer = setTimeout(() => controller.abort(timeoutError(hostname, budgetMs)), budgetMs);
       const abandoned = new Promise<never>((_, reject) => {
         controller.signal.addEventListener("abort", () => reject(controller.signal.reason), { once: true });
       });

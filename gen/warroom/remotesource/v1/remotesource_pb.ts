@@ -1014,13 +1014,16 @@ export type Investigation = Message<"warroom.remotesource.v1.Investigation"> & {
   run: number;
 
   /**
-   * pending, running, done or skipped.
+   * pending, running, done, skipped or failed (a run that kept failing on the way, after its
+   * attempts).
    *
    * @generated from field: string state = 3;
    */
   state: string;
 
   /**
+   * Why it was skipped or failed; while a run waits to be tried again, why its last attempt failed.
+   *
    * @generated from field: optional string reason = 4;
    */
   reason?: string | undefined;
@@ -1060,13 +1063,16 @@ export type InvestigationJson = {
   run?: number;
 
   /**
-   * pending, running, done or skipped.
+   * pending, running, done, skipped or failed (a run that kept failing on the way, after its
+   * attempts).
    *
    * @generated from field: string state = 3;
    */
   state?: string;
 
   /**
+   * Why it was skipped or failed; while a run waits to be tried again, why its last attempt failed.
+   *
    * @generated from field: optional string reason = 4;
    */
   reason?: string;

@@ -258,8 +258,8 @@ export function EvidencePanel(props: { incidentId: string; open: boolean }) {
         <p class="muted" aria-live="polite">
           {latest.state === "done"
             ? `Investigation ${latest.run}: ${reads.length} ${reads.length === 1 ? "read" : "reads"}, ${partial} partial, completed ${exact(latest.completedAt)}.`
-            : latest.state === "skipped"
-              ? `Investigation ${latest.run} skipped: ${latest.reason ?? ""}`
+            : latest.state === "skipped" || latest.state === "failed"
+              ? `Investigation ${latest.run} ${latest.state}: ${latest.reason ?? ""}`
               : `Investigation ${latest.run} ${latest.state}: ${reads.length} ${reads.length === 1 ? "read" : "reads"} so far…`}
         </p>
       ) : null}
