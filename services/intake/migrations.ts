@@ -72,4 +72,14 @@ export const migrations: Migration[] = [
   },
   ...outboxUpgrades("intake"),
   ...customSourceMigrations,
+  {
+    id: 40,
+    // When a delivery last used a grouping generation (refreshed at most daily), so the retention
+    // sweep forgets generations nothing uses any more. The previous release leaves it at its default.
+    name: "grouping generations: when last seen",
+    sql: `
+      alter table intake.grouping_generations add column seen_at timestamptz not null default now();
+      create index grouping_generations_seen on intake.grouping_generations (seen_at);
+    `,
+  },
 ];

@@ -2,7 +2,9 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { createFairShares } from "../runtime/fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
+import { startRetentionSweep } from "../runtime/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
+import { groupingGenerationRetention } from "./custom-sources/generation-retention.js";
 import { createCustomSourceStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";
@@ -35,6 +37,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
     recordCall: ctx.transport === "nats" ? recordInGroups(clients.incidents) : undefined,
   });
   let forgetTimer: NodeJS.Timeout | undefined;
+  let retention: { stop(): Promise<void> } | undefined;
   return {
     name: "intake",
     migrations,
@@ -50,9 +53,15 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
         );
       forgetTimer = setInterval(forget, FORGET_EVERY_MS);
       forgetTimer.unref();
+      retention = startRetentionSweep({
+        sql: ctx.backgroundSql,
+        logger,
+        rules: groupingGenerationRetention(ctx.config.GROUPING_GENERATION_RETENTION_DAYS),
+      });
     },
     async stop() {
       clearInterval(forgetTimer);
+      await retention?.stop();
       // What this process answered keeps its payload and log row.
       await customSourceRecords.flush();
     },

@@ -98,4 +98,13 @@ export const migrations: Migration[] = [
         add constraint investigations_state_check check (state in ('pending', 'running', 'done', 'skipped', 'failed'));
     `,
   },
+  {
+    id: 5,
+    name: "indexes for the retention sweep",
+    // The sweep picks evidence by age and settled runs by completion, a batch at a time.
+    sql: `
+      create index evidence_recorded on remotesource.evidence (recorded_at);
+      create index investigations_settled on remotesource.investigations (completed_at) where state in ('done', 'skipped', 'failed');
+    `,
+  },
 ];

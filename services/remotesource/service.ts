@@ -6,7 +6,9 @@ import { readEgressCa, remoteSourcePolicy } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
 import { consumeIncidentOpened, createInvestigator } from "./investigation.js";
+import { investigationRetention } from "./retention.js";
 import { createRemoteSourcesRoutes } from "./routes.js";
+import { startRetentionSweep } from "../runtime/retention-sweep.js";
 
 /**
  * Connections to remote sources hosted by third parties: saved, tested for conformance, read, and
@@ -26,6 +28,7 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
     secretBox: serviceSecretBox(ctx.config, logger),
   };
   const investigator = createInvestigator(deps);
+  let retention: { stop(): Promise<void> } | undefined;
   return {
     name: "remotesource",
     migrations,
@@ -35,10 +38,12 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
     },
     async start() {
       investigator.start();
+      retention = startRetentionSweep({ sql: ctx.backgroundSql, logger, rules: investigationRetention(ctx.config.INVESTIGATION_RETENTION_DAYS) });
       await consumeIncidentOpened(deps, ctx.events, investigator.poke);
     },
     async stop() {
       await investigator.stop();
+      await retention?.stop();
     },
   };
 }

@@ -99,6 +99,10 @@ export const configSchema = z.object({
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
   // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
   REMOTE_SOURCE_ALLOW_CIDRS: cidrList,
+  // Days an investigation's evidence and settled runs are kept (each incident's newest run stays).
+  INVESTIGATION_RETENTION_DAYS: z.coerce.number().int().min(1).max(36_500).default(90),
+  // Days a grouping generation no delivery has used is kept.
+  GROUPING_GENERATION_RETENTION_DAYS: z.coerce.number().int().min(1).max(36_500).default(90),
   // Host names a remote source's bearer token may be sent to over plain http (never by default).
   REMOTE_SOURCE_HTTP_BEARER_HOSTS: z
     .string()

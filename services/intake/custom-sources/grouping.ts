@@ -67,7 +67,10 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
   }
 
   async function generationOf(orgId: string, identity: string): Promise<number> {
-    const [row] = await sql<{ generation: number }[]>`select generation from intake.grouping_generations where org_id = ${orgId} and identity = ${identity}`;
+    const [row] = await sql<{ generation: number; stale: boolean }[]>`
+      select generation, seen_at < now() - interval '1 day' as stale from intake.grouping_generations where org_id = ${orgId} and identity = ${identity}`;
+    // In use: kept from the retention sweep (generation-retention.ts), refreshed at most daily.
+    if (row?.stale) void sql`update intake.grouping_generations set seen_at = now() where org_id = ${orgId} and identity = ${identity}`.catch(() => {});
     return row?.generation ?? 0;
   }
 
@@ -75,7 +78,7 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
     // Only the first replica moves it from `from`; the others read what it moved to.
     await sql`
       insert into intake.grouping_generations (org_id, identity, generation) values (${orgId}, ${identity}, ${from + 1})
-      on conflict (org_id, identity) do update set generation = ${from + 1} where intake.grouping_generations.generation = ${from}`;
+      on conflict (org_id, identity) do update set generation = ${from + 1}, seen_at = now() where intake.grouping_generations.generation = ${from}`;
     return generationOf(orgId, identity);
   }
 
