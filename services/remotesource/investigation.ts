@@ -220,13 +220,8 @@ export function createInvestigator(deps: RemoteSourceDeps, options: Investigator
     let client = sourceClients.get(key);
     if (!client) {
       client = clientFor(deps, connection, { keepAliveMs: SOURCE_KEEP_ALIVE_MS });
-      for (const [other, old] of sourceClients) {
-        // The connection's older revisions are done with.
-        if (other.startsWith(`${connection.id}:`)) {
-          old.close();
-          sourceClients.delete(other);
-        }
-      }
+      // An older revision's client is left to its idle timeout (a run may still be reading
+      // through it) and to this bound.
       if (sourceClients.size >= CONNECTIONS_KEPT) {
         const [oldestKey, oldest] = sourceClients.entries().next().value as [string, SourceClient];
         oldest.close();
