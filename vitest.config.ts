@@ -8,6 +8,7 @@ export const E2E_SUITES = [
   "test/e2e/triggers-shared-endpoint.test.ts",
   "test/e2e/receivers-alert-router-and-chat.test.ts",
   "test/e2e/receivers-shared-limit.test.ts",
+  "test/security/slow-bodies.test.ts",
   "test/e2e/identity.test.ts",
   "test/e2e/custom-sources.test.ts",
   "services/heartbeats/heartbeats.test.ts",
