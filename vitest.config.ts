@@ -11,6 +11,7 @@ export const E2E_SUITES = [
   "test/security/slow-bodies.test.ts",
   "test/e2e/identity.test.ts",
   "test/e2e/custom-sources.test.ts",
+  "test/e2e/custom-source-shares.test.ts",
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",
