@@ -10,7 +10,7 @@ import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit, isDeliveryMethod } from "../runtime/body-limits.js";
-import { bodyReadError, closingHeaders, stopReading, type BodyReadLimits, type BodyReads } from "../runtime/body-reads.js";
+import { closingHeaders, stopReading, type BodyReads } from "../runtime/body-reads.js";
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -44,13 +44,7 @@ const OVERLOAD_RETRY_AFTER_SECONDS = 1;
  * false for any other path. A delivery's body is read within `bodyReads` (none: unbounded), and
  * only then does it take one of the `deliveriesInFlight` slots (GATEWAY_DELIVERIES_IN_FLIGHT).
  */
-export function createRestGateway(options: {
-  routes: Route[];
-  transport: Transport;
-  logger: Logger;
-  deliveriesInFlight?: number;
-  bodyReads?: { reads: BodyReads; limits: BodyReadLimits };
-}) {
+export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; deliveriesInFlight?: number; bodyReads?: BodyReads }) {
   const { routes, transport, logger } = options;
   const deliveryCap = options.deliveriesInFlight ?? Number.POSITIVE_INFINITY;
   let deliveriesInFlight = 0;
@@ -106,14 +100,10 @@ export function createRestGateway(options: {
     };
     // A slow sender holds only its own reading slots; past them it is answered at once, in the
     // status its route's senders retry, and its body is not read.
-    const unread = delivery ? options.bodyReads?.reads.admit(req, res) : undefined;
+    const unread = delivery ? options.bodyReads?.admit(req, res) : undefined;
     if (unread) {
       stopReading(req, res);
-      return refuse(
-        bodyReadError(unread, options.bodyReads!.limits, ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable),
-        unread,
-        closingHeaders(req),
-      );
+      return refuse(options.bodyReads!.error(unread, ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable), unread, closingHeaders(req));
     }
     const body = await readBody(req, limit);
     if (delivery && body !== "too-large") {

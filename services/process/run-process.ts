@@ -17,13 +17,13 @@ import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/body-limits.js";
-import { bodyReadError, countBodyReadRefusal, createBodyReads, sendRpcError } from "../runtime/body-reads.js";
+import { createBodyReads, sendRpcError } from "../runtime/body-reads.js";
 import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
-import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
+import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
@@ -235,19 +235,19 @@ async function startServices(
   });
   const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
   // One set of body-reading slots for every surface of the port: REST, Connect and gRPC.
-  const bodyReadLimits = {
+  const bodyReads = createBodyReads({
     total: config.DELIVERY_BODY_READS,
     perAddress: config.DELIVERY_BODY_READS_PER_ADDRESS,
     perConnection: config.DELIVERY_BODY_READS_PER_CONNECTION,
-  };
-  const bodyReads = createBodyReads({ ...bodyReadLimits, isTrustedProxy: clientAddress.isTrustedProxy });
+    isTrustedProxy: clientAddress.isTrustedProxy,
+  });
   const rest = options.gateway
     ? createRestGateway({
         routes: buildRouteTable(internalServices),
         transport,
         logger,
         deliveriesInFlight: config.GATEWAY_DELIVERIES_IN_FLIGHT,
-        bodyReads: { reads: bodyReads, limits: bodyReadLimits },
+        bodyReads,
       })
     : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
@@ -277,8 +277,8 @@ async function startServices(
       const delivery = deliveryMethodOfPath(url.pathname);
       const unread = delivery ? bodyReads.admit(req, res) : undefined;
       if (unread) {
-        countBodyReadRefusal(delivery!.slice(delivery!.lastIndexOf(".") + 1), unread);
-        return sendRpcError(req, res, bodyReadError(unread, bodyReadLimits));
+        deliveriesRefused.inc({ source: delivery!.slice(delivery!.lastIndexOf(".") + 1), reason: unread });
+        return sendRpcError(req, res, bodyReads.error(unread));
       }
       connectHandler(req, res);
     })().catch((err) => {

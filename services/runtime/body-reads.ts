@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { CLIENT_ADDRESS_HEADER } from "./client-address.js";
-import { deliveriesRefused, deliveryBodiesReading } from "./metrics.js";
+import { deliveryBodiesReading } from "./metrics.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
@@ -75,19 +75,20 @@ export function createBodyReads(options: BodyReadLimits & { isTrustedProxy?: (pe
         add(perAddress, address, -1);
         if (session) add(perSession, session, -1);
       };
-      // 'end' comes once the whole body has arrived (whoever reads it); 'close' if it never does.
+      // A body already complete holds nothing; 'end' comes once the body is read, whoever reads
+      // it; 'close' when the exchange ends without that (refused, timed out, the client gone).
       if (req.complete) release();
       req.once("end", release);
       res.once("close", release);
       return undefined;
     },
-    /** Bodies being read now: for tests that nothing is left behind. */
-    reading: () => reading,
+    /** The refusal as a Connect error (see bodyReadError), with the limits in its message. */
+    error: (refusal: BodyReadRefusal, code?: Code) => bodyReadError(refusal, options, code),
   };
 }
 
 /** The answer's message: what happened and what the sender should do. */
-export function bodyReadRefusalMessage(refusal: BodyReadRefusal, limits: BodyReadLimits): string {
+function bodyReadRefusalMessage(refusal: BodyReadRefusal, limits: BodyReadLimits): string {
   const retry = `send it again after ${BODY_READ_RETRY_AFTER_SECONDS} s (Retry-After)`;
   switch (refusal) {
     case "slow-sender":
@@ -103,26 +104,21 @@ export function bodyReadRefusalMessage(refusal: BodyReadRefusal, limits: BodyRea
  * The refusal as a Connect error: resource_exhausted when the sender's own reads fill its bound,
  * unavailable when every sender's do.
  */
-export function bodyReadError(refusal: BodyReadRefusal, limits: BodyReadLimits, code?: Code): ConnectError {
+function bodyReadError(refusal: BodyReadRefusal, limits: BodyReadLimits, code?: Code): ConnectError {
   return new ConnectError(bodyReadRefusalMessage(refusal, limits), code ?? (refusal === "reading-full" ? Code.Unavailable : Code.ResourceExhausted), {
     "retry-after": String(BODY_READ_RETRY_AFTER_SECONDS),
   });
 }
 
-/** Counts a refusal by route and reason (warroom_trigger_deliveries_refused_total). */
-export function countBodyReadRefusal(source: string, refusal: BodyReadRefusal): void {
-  deliveriesRefused.inc({ source, reason: refusal });
-}
-
 /**
- * Ends an exchange whose body is not read: HTTP/1.1 closes the connection after the answer (the
- * unread body would otherwise be taken for the next request); an HTTP/2 stream is reset once the
- * answer is sent, which tells the client to stop sending.
+ * The headers of an answer whose request body is not read: HTTP/1.1 closes the connection after it
+ * (the unread body would otherwise be taken for the next request). HTTP/2 has no such header.
  */
 export function closingHeaders(req: Request): Record<string, string> {
   return "stream" in req ? {} : { connection: "close" };
 }
 
+/** HTTP/2: resets the stream once the answer is sent, which tells the client to stop sending its body. */
 export function stopReading(req: Request, res: Response): void {
   if (!("stream" in req)) return;
   const stream = req.stream;
