@@ -1,3 +1,4 @@
+import http from "node:http";
 import http2 from "node:http2";
 import net from "node:net";
 import { Code, createClient } from "@connectrpc/connect";
@@ -17,6 +18,7 @@ import { issueCredentials, postTrigger, unique, type Credentials } from "../e2e/
  */
 const PER_ADDRESS = 8;
 const PER_CONNECTION = 4;
+const PROXY = "127.0.0.6";
 /** Longest the test waits for the server to have taken every attacking request in; a hang bound, not a budget. */
 const SETTLE_BOUND_MS = 10_000;
 
@@ -80,7 +82,12 @@ describe("slow senders of delivery bodies", () => {
 
   beforeAll(async () => {
     app = await startApp({
-      env: { DELIVERY_BODY_READS_PER_ADDRESS: String(PER_ADDRESS), DELIVERY_BODY_READS_PER_CONNECTION: String(PER_CONNECTION) },
+      env: {
+        DELIVERY_BODY_READS_PER_ADDRESS: String(PER_ADDRESS),
+        DELIVERY_BODY_READS_PER_CONNECTION: String(PER_CONNECTION),
+        // A load balancer on its own loopback address, naming its clients in X-Forwarded-For.
+        TRUSTED_PROXY_CIDRS: `${PROXY}/32`,
+      },
     });
     creds = await issueCredentials(app);
   }, 180_000);
@@ -253,5 +260,41 @@ describe("slow senders of delivery bodies", () => {
       { headers: { authorization: `Bearer ${creds.ingestToken}` } },
     );
     expect(delivered.outcome).toBe("opened");
+  });
+
+  it("counts a trusted proxy's clients each by the address it names, so a slow client behind it does not hold the others' slots", async () => {
+    const port = Number(new URL(app.url).port);
+    const slowClient = Array.from({ length: 2 * PER_ADDRESS }, () =>
+      slowHttp1(port, PROXY, "/triggers", { "content-type": "application/json", "x-forwarded-for": "203.0.113.7" }),
+    );
+    cleanups.push(() => {
+      for (const a of slowClient) a.destroy();
+    });
+    await expect.poll(() => slowClient.filter((a) => a.status() !== undefined).length).toBe(PER_ADDRESS);
+    expect(new Set(slowClient.map((a) => a.status()).filter(Boolean))).toEqual(new Set(["503"]));
+
+    // Another client of the same proxy, on a connection of its own from the proxy's address.
+    const run = unique("proxy");
+    const body = JSON.stringify(alertBody(run, 0));
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request(
+        {
+          host: "127.0.0.1",
+          port,
+          localAddress: PROXY,
+          agent: false,
+          method: "POST",
+          path: "/triggers",
+          headers: { "content-type": "application/json", authorization: `Bearer ${creds.ingestToken}`, "x-forwarded-for": "203.0.113.8" },
+        },
+        (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode ?? 0));
+        },
+      );
+      req.on("error", reject);
+      req.end(body);
+    });
+    expect(status).toBe(201);
   });
 });
