@@ -5,11 +5,12 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
-import { deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
+import { deliveriesInFlight as deliveriesInFlightGauge, deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
 import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
-import { bodyLimit } from "../runtime/body-limits.js";
+import { bodyLimit, isDeliveryMethod } from "../runtime/body-limits.js";
+import { closingHeaders, stopReading, type BodyReads } from "../runtime/body-reads.js";
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -33,21 +34,17 @@ const FORWARDED_HEADERS = [
 
 const CALL_TIMEOUT_MS = 15_000;
 
-/**
- * The REST side of the public port: answers each request whose path matches a `google.api.http`
- * route by calling the method through `transport`. Returns the request handler, which resolves
- * false for any other path.
- */
-/**
- * The intake methods that take a delivery: the ones a sender's storm sends, which the gateway
- * admits only up to its cap (GATEWAY_DELIVERIES_IN_FLIGHT).
- */
-const DELIVERY_METHOD = /^warroom\.intake\.v1\.IntakeService\.(Deliver[A-Za-z]*|Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert)$/;
-/** Of those, the ones whose senders take 429 as "slow down and send again" (services/intake/README.md). */
+/** Of the delivery methods, the ones whose senders take 429 as "slow down and send again" (services/intake/README.md). */
 const ANSWERS_429 = /\.(Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert|DeliverCustomSource[A-Za-z]*)$/;
 const OVERLOAD_RETRY_AFTER_SECONDS = 1;
 
-export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; deliveriesInFlight?: number }) {
+/**
+ * The REST side of the public port: answers each request whose path matches a `google.api.http`
+ * route by calling the method through `transport`. Returns the request handler, which resolves
+ * false for any other path. A delivery's body is read within `bodyReads` (none: unbounded), and
+ * only then does it take one of the `deliveriesInFlight` slots (GATEWAY_DELIVERIES_IN_FLIGHT).
+ */
+export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; deliveriesInFlight?: number; bodyReads?: BodyReads }) {
   const { routes, transport, logger } = options;
   const deliveryCap = options.deliveriesInFlight ?? Number.POSITIVE_INFINITY;
   let deliveriesInFlight = 0;
@@ -93,30 +90,46 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     });
     const key = methodKey(route.method);
     const limit = bodyLimit(route.method);
-    if (DELIVERY_METHOD.test(key)) {
-      // Overloaded: refused at once, before any work, rather than answered after the sender gave up.
+    const delivery = isDeliveryMethod(key);
+    const took = () => (performance.now() - started) / 1000;
+    const refuse = (error: ConnectError, reason: string, closing: Record<string, string>) => {
+      deliveriesRefused.inc({ source: route.method.name, reason });
+      const answer = errorAnswer(route.method, error, { requestId, took: took() });
+      sendJson(res, answer.status, answer.body, { ...answer.headers, ...closing });
+      return true;
+    };
+    // A slow sender holds only its own reading slots; past them it is answered at once, in the
+    // status its route's senders retry, and its body is not read.
+    const unread = delivery ? options.bodyReads?.admit(req, res) : undefined;
+    if (unread) {
+      stopReading(req, res);
+      return refuse(options.bodyReads!.error(unread, ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable), unread, closingHeaders(req));
+    }
+    const body = await readBody(req, limit);
+    if (delivery && body !== "too-large") {
+      // Overloaded: refused at once, before any work, rather than answered after the sender gave
+      // up. Counted only once the body is read: a sender still sending holds no delivery's slot.
       if (deliveriesInFlight >= deliveryCap) {
         const refusal = new ConnectError(
           `This server has more deliveries in flight than it takes (${deliveryCap}); send it again after ${OVERLOAD_RETRY_AFTER_SECONDS} s (Retry-After)`,
           ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable,
           { "retry-after": String(OVERLOAD_RETRY_AFTER_SECONDS) },
         );
-        deliveriesRefused.inc({ source: route.method.name, reason: "overload" });
-        const answer = errorAnswer(route.method, refusal, { requestId, took: (performance.now() - started) / 1000 });
-        // The body is not read: the connection closes after the answer.
-        sendJson(res, answer.status, answer.body, { ...answer.headers, connection: "close" });
-        return true;
+        return refuse(refusal, "overload", {});
       }
       deliveriesInFlight += 1;
+      deliveriesInFlightGauge.inc();
       let counted = true;
       const done = () => {
-        if (counted) deliveriesInFlight -= 1;
+        if (counted) {
+          deliveriesInFlight -= 1;
+          deliveriesInFlightGauge.dec();
+        }
         counted = false;
       };
       res.once("finish", done);
       res.once("close", done);
     }
-    const body = await readBody(req, limit);
     const plainText = isPlainTextMethod(key);
     if (body === "too-large" && plainText) {
       sendText(res, 413, `request body is larger than ${limit} bytes`, { connection: "close" });

@@ -17,11 +17,19 @@ import type { Grouping } from "./custom-sources/grouping.js";
 import type { IntakeStore } from "./store.js";
 
 /**
+ * A delivery as mapped, or the mapping itself when it may be costly (a custom source's rules): then
+ * it runs within the organization's share, so an organization's expensive mapping spends its own
+ * share and is never run for a delivery the share refuses.
+ */
+export type Mapping = MappedDelivery | (() => MappedDelivery);
+
+/**
  * The delivery path every receiver shares: retry recognition, the incident core, the answer,
- * metrics. A receiver authenticates, reads and maps its body, then calls `deliver`.
+ * metrics. A receiver authenticates and reads its body, then calls `deliver` with the mapped
+ * delivery or its mapping.
  */
 export interface DeliveryPath {
-  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer>;
+  deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapping: Mapping, context: HandlerContext): Promise<TriggerAnswer>;
 }
 
 /** The answer of a delivery: the fields of `TriggerResponse`, as plain JSON a retry gets back. */
@@ -133,12 +141,16 @@ export function createDeliveryPath(deps: {
     });
   }
 
-  /** Within the organization's share: past it, the answer its senders retry (see shareRefusal). */
-  async function deliverShared(org: Organization, route: TriggerRoute, body: unknown, mapped: MappedDelivery, context: HandlerContext): Promise<TriggerAnswer> {
-    if (!shares || mapped.outcome === "ignored") return deliverOnce(org, route, body, mapped, context);
+  /**
+   * Within the organization's share, the mapping too: past it, the answer its senders retry (see
+   * shareRefusal). A delivery already mapped as ignored takes no share.
+   */
+  async function deliverShared(org: Organization, route: TriggerRoute, body: unknown, mapping: Mapping, context: HandlerContext): Promise<TriggerAnswer> {
+    const mapped = () => (typeof mapping === "function" ? mapping() : mapping);
+    if (!shares || (typeof mapping !== "function" && mapping.outcome === "ignored")) return deliverOnce(org, route, body, mapped(), context);
     const remaining = context.timeoutMs();
     try {
-      return await shares.run(org.id, () => deliverOnce(org, route, body, mapped, context), {
+      return await shares.run(org.id, async () => deliverOnce(org, route, body, mapped(), context), {
         // Never waits past the caller's deadline: a refusal in time beats an answer too late.
         deadline: remaining === undefined ? undefined : Date.now() + remaining,
         signal: context.signal,
@@ -153,9 +165,9 @@ export function createDeliveryPath(deps: {
   }
 
   return {
-    async deliver(org, route, source, body, mapped, context) {
+    async deliver(org, route, source, body, mapping, context) {
       noteForegroundWork();
-      const answered = await deliverShared(org, route, body, mapped, context);
+      const answered = await deliverShared(org, route, body, mapping, context);
       deliveries.inc({ source, outcome: answered.outcome });
       annotate({ "warroom.outcome": answered.outcome, "warroom.source": source, "warroom.org_id": org.id });
       return answered;

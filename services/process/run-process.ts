@@ -16,13 +16,14 @@ import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "
 import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
-import { BODY_LIMITS } from "../runtime/body-limits.js";
+import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/body-limits.js";
+import { createBodyReads, sendRpcError } from "../runtime/body-reads.js";
 import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
-import { dbPoolConnections, dbPoolWaiting, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
+import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
@@ -232,12 +233,25 @@ async function startServices(
     },
     fallback: (_req, res) => sendJson(res, 404, { error: "not found" }),
   });
+  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
+  // One set of body-reading slots for every surface of the port: REST, Connect and gRPC.
+  const bodyReads = createBodyReads({
+    total: config.DELIVERY_BODY_READS,
+    perAddress: config.DELIVERY_BODY_READS_PER_ADDRESS,
+    perConnection: config.DELIVERY_BODY_READS_PER_CONNECTION,
+    isTrustedProxy: clientAddress.isTrustedProxy,
+  });
   const rest = options.gateway
-    ? createRestGateway({ routes: buildRouteTable(internalServices), transport, logger, deliveriesInFlight: config.GATEWAY_DELIVERIES_IN_FLIGHT })
+    ? createRestGateway({
+        routes: buildRouteTable(internalServices),
+        transport,
+        logger,
+        deliveriesInFlight: config.GATEWAY_DELIVERIES_IN_FLIGHT,
+        bodyReads,
+      })
     : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });
 
-  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
   const handler: HttpHandler = (req, res) => {
     const url = new URL(req.url ?? "/", "http://localhost");
     // The caller's own forwarding header never reaches a service: it is replaced by the address
@@ -259,6 +273,13 @@ async function startServices(
       await started;
       if (extra && (await extra.handle(req, res, url))) return;
       if (rest && (await rest(req, res, url))) return;
+      // A Connect or gRPC delivery's body is read within the same slots as a REST one's.
+      const delivery = deliveryMethodOfPath(url.pathname);
+      const unread = delivery ? bodyReads.admit(req, res) : undefined;
+      if (unread) {
+        deliveriesRefused.inc({ source: delivery!.slice(delivery!.lastIndexOf(".") + 1), reason: unread });
+        return sendRpcError(req, res, bodyReads.error(unread));
+      }
       connectHandler(req, res);
     })().catch((err) => {
       logger.error({ err }, "request failed");

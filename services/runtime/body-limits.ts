@@ -21,3 +21,25 @@ export function bodyLimit(method: DescMethod): number {
   const key = `${method.parent.typeName}.${method.name}`;
   return (BODY_LIMITS as Record<string, number>)[key] ?? BODY_LIMITS.default;
 }
+
+/**
+ * The intake methods that take a delivery: the ones a sender's storm sends, whose bodies are read
+ * within the body-reading bounds (body-reads.ts) on every surface of the public port, and which the
+ * REST gateway admits only up to its cap (GATEWAY_DELIVERIES_IN_FLIGHT) once read.
+ */
+const DELIVERY_METHOD = /^warroom\.intake\.v1\.IntakeService\.(Deliver[A-Za-z]*|Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert)$/;
+
+/** Whether `key` (`<service type name>.<method name>`) names a delivery method. */
+export function isDeliveryMethod(key: string): boolean {
+  return DELIVERY_METHOD.test(key);
+}
+
+/**
+ * The delivery method a Connect, gRPC or gRPC-web request path names (`/<service>/<method>`), or
+ * undefined for any other path.
+ */
+export function deliveryMethodOfPath(pathname: string): string | undefined {
+  const match = /^\/([\w.]+)\/(\w+)$/.exec(pathname);
+  const key = match ? `${match[1]}.${match[2]}` : undefined;
+  return key && isDeliveryMethod(key) ? key : undefined;
+}

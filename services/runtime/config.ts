@@ -96,6 +96,11 @@ export const configSchema = z.object({
   INTAKE_MAX_WAITING: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   // Deliveries each gateway process admits at once; past it, 503/429 with Retry-After at once.
   GATEWAY_DELIVERIES_IN_FLIGHT: z.coerce.number().int().min(1).max(1_000_000).default(256),
+  // Delivery bodies being read at once (before any delivery slot is taken): over the process, per
+  // client address, per HTTP/2 connection; past each, 429/503 with Retry-After at once. See docs/SECURITY.md.
+  DELIVERY_BODY_READS: z.coerce.number().int().min(1).max(1_000_000).default(512),
+  DELIVERY_BODY_READS_PER_ADDRESS: z.coerce.number().int().min(1).max(1_000_000).default(32),
+  DELIVERY_BODY_READS_PER_CONNECTION: z.coerce.number().int().min(1).max(100).default(16),
   REMOTE_SOURCE_DENY_CIDRS: cidrList,
   // Loopback, link-local or other non-default ranges remote sources may be on (their own list, not the chat webhook's).
   REMOTE_SOURCE_ALLOW_CIDRS: cidrList,

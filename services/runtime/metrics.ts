@@ -27,8 +27,20 @@ export const httpDuration = new Histogram({
 
 export const deliveriesRefused = new Counter({
   name: "warroom_trigger_deliveries_refused_total",
-  help: "Trigger deliveries refused before any work, by route and reason: share (the organization's share of the process was full past the wait), overload (the process's).",
+  help: "Trigger deliveries refused before any work, by route and reason. Slow senders: slow-sender (the client address had DELIVERY_BODY_READS_PER_ADDRESS bodies still arriving), slow-connection (the HTTP/2 connection had DELIVERY_BODY_READS_PER_CONNECTION), reading-full (DELIVERY_BODY_READS over every sender). Load: overload (the deliveries in flight were at their cap), share (the organization's share of the process was full past the wait).",
   labelNames: ["source", "reason"] as const,
+  registers: [registry],
+});
+
+export const deliveryBodiesReading = new Gauge({
+  name: "warroom_delivery_bodies_reading",
+  help: "Deliveries on the public port whose bodies are still arriving (slow senders show here, not in the deliveries in flight).",
+  registers: [registry],
+});
+
+export const deliveriesInFlight = new Gauge({
+  name: "warroom_gateway_deliveries_in_flight",
+  help: "Deliveries over REST whose bodies are read and that are being handled (load), against GATEWAY_DELIVERIES_IN_FLIGHT.",
   registers: [registry],
 });
 

@@ -161,22 +161,27 @@ export function createCustomSourceDelivery(deps: {
       // The kept payload and the log row are written after the answer, with those of the deliveries
       // answered about the same time, and never cost the sender its delivery nor its time.
       const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
-      const result = mapping(row, body, headers, query, receivedAt);
-      const mapped = toMappedDelivery(row, body, req.body, result);
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
+      // The rules run within the organization's share (not before it): an organization whose
+      // mapping is costly spends its own share, and a delivery its share refuses is never mapped.
+      let result: MappingResult | undefined;
+      const mapped = () => {
+        result = mapping(row, body, headers, query, receivedAt);
+        return toMappedDelivery(row, body, req.body, result);
+      };
       let answer: TriggerAnswer;
       try {
         answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
-        keepAndLog({ outcome: "failed", rule: result.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result.warnings });
+        keepAndLog({ outcome: "failed", rule: result?.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result?.warnings ?? [] });
         throw err;
       }
       keepAndLog({
         outcome: answer.outcome,
         incidentId: answer.incidentId,
-        rule: result.matchedRule,
-        error: result.error,
-        warnings: result.warnings,
+        rule: result?.matchedRule,
+        error: result?.error,
+        warnings: result?.warnings ?? [],
         reason: answer.reason,
       });
       return answer;
