@@ -23,6 +23,8 @@ export const E2E_SUITES = [
   "services/remotesource/investigations.test.ts",
   "services/remotesource/investigation-runs.test.ts",
   "services/subscriptions/subscriptions.test.ts",
+  // The public port's connection handling: client addresses over HTTP/2, the cap's answers, slow readers.
+  "test/security/connection-robustness.test.ts",
   // The transaction rule, checked with a pool of one connection: the freeze the default mode had.
   "test/runtime/pool-of-one.test.ts",
 ];

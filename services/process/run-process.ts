@@ -21,7 +21,7 @@ import { createBodyReads, sendRpcError } from "../runtime/body-reads.js";
 import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
-import { connectionDeadlines, listenHttp, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
+import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
 import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
@@ -33,6 +33,9 @@ import { connectionState, createNatsTransport, serveOverNats, type NatsRpcServer
 import { createProbes } from "../runtime/probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/outbox.js";
 import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
+
+/** Connections the metrics port holds at once: a scraper needs one or two. */
+const METRICS_MAX_CONNECTIONS = 32;
 
 export interface ProcessOptions {
   /** Names the process in logs and NATS. */
@@ -256,7 +259,7 @@ async function startServices(
     const url = new URL(req.url ?? "/", "http://localhost");
     // The caller's own forwarding header never reaches a service: it is replaced by the address
     // the request really came from (or the one a trusted proxy names).
-    req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(req.socket?.remoteAddress, req.headers[CLIENT_ADDRESS_HEADER]);
+    req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(peerAddress(req), req.headers[CLIENT_ADDRESS_HEADER]);
     void (async () => {
       if (req.method === "GET" && url.pathname === "/healthz") {
         const live = probes.liveness();
@@ -295,6 +298,7 @@ async function startServices(
     maxConnections: config.HTTP_MAX_CONNECTIONS,
     maxConnectionsPerAddress: config.HTTP_MAX_CONNECTIONS_PER_ADDRESS,
     isTrustedProxy: clientAddress.isTrustedProxy,
+    maxBufferedResponseBytes: config.HTTP_MAX_BUFFERED_RESPONSE_BYTES,
   });
   // Metrics on a port of their own, never the public one: they describe traffic and load.
   const metricsServer =
@@ -304,6 +308,8 @@ async function startServices(
           host: config.HOST,
           port: config.METRICS_PORT,
           deadlines: connectionDeadlines(config),
+          // Its own few slots, outside the public port's cap: a flood there cannot take the scrape's.
+          maxConnections: METRICS_MAX_CONNECTIONS,
           handler: (req, res) => {
             void (async () => {
               if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")

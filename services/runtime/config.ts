@@ -130,6 +130,14 @@ export const configSchema = z.object({
   HTTP_BODY_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(60),
   HTTP_KEEPALIVE_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(65),
   HTTP2_IDLE_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(65),
+  // While an answer waits on the client: longest time between two writes that make progress.
+  HTTP_SEND_TIMEOUT_SECONDS: z.coerce.number().positive().max(3600).default(60),
+  // Answer bytes one connection may have waiting on its client before it is closed.
+  HTTP_MAX_BUFFERED_RESPONSE_BYTES: z.coerce
+    .number()
+    .int()
+    .min(64 * 1024)
+    .default(16 * 1024 * 1024),
   // Connections held at once (default: from the open-file limit) and per client address (trusted proxies exempt).
   HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).optional(),
   HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(1).default(256),
