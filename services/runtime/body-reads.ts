@@ -5,6 +5,7 @@ import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { CLIENT_ADDRESS_HEADER } from "./client-address.js";
 import { deliveryBodiesReading } from "./metrics.js";
+import { peerAddress } from "./http-server.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
@@ -58,7 +59,7 @@ export function createBodyReads(options: BodyReadLimits & { isTrustedProxy?: (pe
       // The client address the public port resolved (client-address.ts), never one the caller chose.
       const header = req.headers[CLIENT_ADDRESS_HEADER];
       const address = (Array.isArray(header) ? header[0] : header) ?? "";
-      const session = "stream" in req && !options.isTrustedProxy?.(req.socket?.remoteAddress) ? req.stream.session : undefined;
+      const session = "stream" in req && !options.isTrustedProxy?.(peerAddress(req)) ? req.stream.session : undefined;
       if ((perAddress.get(address) ?? 0) >= options.perAddress) return "slow-sender";
       if (session && (perSession.get(session) ?? 0) >= options.perConnection) return "slow-connection";
       if (reading >= options.total) return "reading-full";
