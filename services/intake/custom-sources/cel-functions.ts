@@ -109,31 +109,21 @@ function charged(func: CelFunc): CelFunc {
   ) as CelFunc;
 }
 
+/** Characters per unit of the work that walks a string code point by code point. */
+const CODE_POINTS_PER_UNIT = 8;
+
+const SURROGATE_PAIRS = /[\uD800-\uDBFF][\uDC00-\uDFFF]/g;
+const NON_ASCII = /[^\x00-\x7F]/;
+
 /** Counts code points, as `size` does, without building an array of them. */
 function codePoints(text: string): number {
-  let count = 0;
-  for (let i = 0; i < text.length; i++, count++) {
-    const code = text.charCodeAt(i);
-    if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
-      const next = text.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) i++;
-    }
-  }
-  return count;
+  return text.length - (text.match(SURROGATE_PAIRS)?.length ?? 0);
 }
 
-/** The offsets between code points, the start and the end included: where an empty string matches. */
-function boundaries(text: string, limit: number): number[] {
-  const at: number[] = [];
-  for (let i = 0; i <= text.length && at.length < limit; i++) {
-    at.push(i);
-    const code = text.charCodeAt(i);
-    if (code >= 0xd800 && code <= 0xdbff && i + 1 < text.length) {
-      const next = text.charCodeAt(i + 1);
-      if (next >= 0xdc00 && next <= 0xdfff) i++;
-    }
-  }
-  return at;
+/** The string's code points, charged first: a walk in JavaScript costs more than a native scan. */
+function codePointsOf(text: string): string[] {
+  chargeUnits(Math.floor(text.length / CODE_POINTS_PER_UNIT));
+  return Array.from(text);
 }
 
 function countLimit(n: bigint | undefined): number {
@@ -154,12 +144,19 @@ function refuseLong(name: string, length: number): void {
  */
 function replace(this: string, old: string, replacement: string, n?: bigint): string {
   const limit = countLimit(n);
-  let at: number[];
-  if (old === "") at = boundaries(this, limit);
-  else {
-    at = [];
-    for (let i = this.indexOf(old); i !== -1 && at.length < limit; i = this.indexOf(old, i + old.length)) at.push(i);
+  if (old === "") {
+    // Matches at each of the code points' starts and at the end: their number is known before any work.
+    const count = Math.min(limit, codePoints(this) + 1);
+    if (count === 0 || replacement === "") return this;
+    const length = this.length + count * replacement.length;
+    refuseLong("replace", length);
+    chargeUnits(lengthUnits(length));
+    const points = codePointsOf(this);
+    const head = points.slice(0, count).map((point) => replacement + point);
+    return head.join("") + points.slice(count).join("") + (count > points.length ? replacement : "");
   }
+  const at: number[] = [];
+  for (let i = this.indexOf(old); i !== -1 && at.length < limit; i = this.indexOf(old, i + old.length)) at.push(i);
   if (at.length === 0) return this;
   const length = this.length + at.length * (replacement.length - old.length);
   refuseLong("replace", length);
@@ -184,14 +181,9 @@ function split(this: string, separator: string, n?: bigint): CelList {
   if (limit === 0) return celList([]);
   const parts: string[] = [];
   if (separator === "") {
-    const at = boundaries(this, Number.POSITIVE_INFINITY);
-    for (let k = 0; k + 1 < at.length; k++) {
-      if (parts.length === limit - 1) {
-        parts.push(this.slice(at[k]));
-        break;
-      }
-      parts.push(this.slice(at[k], at[k + 1]));
-    }
+    const points = codePointsOf(this);
+    if (points.length <= limit) parts.push(...points);
+    else parts.push(...points.slice(0, limit - 1), points.slice(limit - 1).join(""));
   } else {
     let from = 0;
     for (let i = this.indexOf(separator); i !== -1 && parts.length < limit - 1; i = this.indexOf(separator, from)) {
@@ -241,11 +233,12 @@ const OWN_FUNCS: CelFunc[] = [
   celMethod("split", STRING, [STRING, INT], LIST, split),
   celMethod("join", LIST, [], STRING, join as never),
   celMethod("join", LIST, [STRING], STRING, join as never),
+  // ASCII letters only: the runtime's own case mapping where every character is ASCII.
   celMethod("lowerAscii", STRING, [], STRING, function () {
-    return this.replace(/[A-Z]+/g, (run) => run.toLowerCase());
+    return NON_ASCII.test(this) ? this.replace(/[A-Z]+/g, (run) => run.toLowerCase()) : this.toLowerCase();
   }),
   celMethod("upperAscii", STRING, [], STRING, function () {
-    return this.replace(/[a-z]+/g, (run) => run.toUpperCase());
+    return NON_ASCII.test(this) ? this.replace(/[a-z]+/g, (run) => run.toUpperCase()) : this.toUpperCase();
   }),
   celFunc("size", [STRING], INT, (text) => BigInt(codePoints(text))),
   celMethod("size", STRING, [], INT, function () {
