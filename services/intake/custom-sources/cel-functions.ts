@@ -25,7 +25,7 @@ import { chargeUnits, inputUnits, lengthUnits, SANDBOX_LIMITS, unitsLeft, walkUn
 const { STRING, INT, DYN } = CelScalar;
 const LIST = listType(DYN);
 
-/** Appends to a macro's list in place: see `APPEND` in cel-mapping.ts. */
+/** Appends to a macro's own list in place: see `appendInPlace` in cel-mapping.ts. */
 export const APPEND_FUNCTION = "__meter_append";
 
 /** One unit per this many map entries an `in` may scan (a numeric key is looked for by a scan). */
