@@ -1,6 +1,7 @@
 import { fileURLToPath } from "node:url";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { cpuOf, startChild, stopChild } from "./child-process.js";
+import { ask } from "./fairness.js";
 import { deliveryMix, ingestToken, type LoadResult, load, ownerAccessToken } from "./intake.js";
 import { printTable, summarize } from "./stats.js";
 
@@ -142,4 +143,111 @@ export async function benchCustomSource(): Promise<void> {
       met: preview.p50 < PREVIEW_TARGET_MS ? "yes" : "NO",
     },
   ]);
+}
+
+/** Rules that each froze the process for seconds to minutes when a CEL call was charged after it ran. */
+const HOSTILE_RULES = [
+  { name: "grow", when: "body.parts.exists(p, p.replace('', p).size() == 0)", title: "'never'" },
+  { name: "loops", when: "body.parts.map(p, p.split('').join('-').lowerAscii()).size() == 0", title: "'never'" },
+  { name: "flatten", title: "body.message.replace('\\n', ' ')" },
+];
+const HOSTILE_CPU_TARGET_MS = 100;
+const QUIET_P99_TARGET = 2;
+
+/**
+ * Hostile rules over 1 MiB bodies: the app's CPU per hostile delivery (the whole delivery: reading
+ * and parsing the body, the rules stopped by their budget or the 64 KiB bound, the default
+ * incident; target under 100 ms), and another organization's triggers, one after another, alone
+ * and while two senders post hostile deliveries back to back (target: p99 at most twice the
+ * quiet p99 of the same run).
+ */
+export async function benchHostileCel(): Promise<void> {
+  const quietCount = Number(process.env.HOSTILE_CEL_BENCH_TRIGGERS ?? 200);
+  const database = await freshDatabase();
+  try {
+    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url]);
+    try {
+      const owner = await ownerAccessToken(app.url);
+      const quietToken = await ask<string>(app.child, "second-org", "secondOrgToken");
+      const created = await callApi(app.url, "POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body: { name: "bench-hostile", rules: HOSTILE_RULES } });
+      if (created.status !== 201) throw new Error(`could not create the custom source: ${created.status} ${JSON.stringify(created.body)}`);
+      const path = `/triggers/custom/${created.body.source.id}`;
+      const headers = { authorization: `Bearer ${created.body.credential.secret}`, "content-type": "application/json" };
+      // About 1 MiB each: 16 strings just under the bound, and one string of a million characters.
+      const parts = JSON.stringify({ parts: Array.from({ length: 16 }, (_, i) => `${i} ${"ab ".repeat(20_000)}`) });
+      const message = JSON.stringify({ message: `${"x".repeat(99)}\n`.repeat(10_300) });
+      const hostile = async (raw: string) => {
+        const started = performance.now();
+        const res = await callApi(app.url, "POST", path, { raw, headers });
+        if (res.status !== 201 && res.status !== 200) throw new Error(`a hostile delivery answered ${res.status}`);
+        return performance.now() - started;
+      };
+      let n = 0;
+      const quietTrigger = async () => {
+        const alert = { title: "Latency high", alert_type: "error", alert_transition: "Triggered", alert_id: `q${n++}`, event_id: `e${n}` };
+        const started = performance.now();
+        const res = await callApi(app.url, "POST", "/triggers", { token: quietToken, body: alert });
+        if (res.status !== 201 && res.status !== 200) throw new Error(`a quiet trigger answered ${res.status}`);
+        return performance.now() - started;
+      };
+
+      for (let i = 0; i < 4; i++) await Promise.all([hostile(parts), hostile(message), quietTrigger()]);
+      // The hostile deliveries alone, one after another: the app's CPU per delivery.
+      const cpu: Record<string, number> = {};
+      const wall: Record<string, number[]> = { parts: [], message: [] };
+      for (const [name, raw] of [
+        ["parts", parts],
+        ["message", message],
+      ] as const) {
+        const before = await cpuOf(app.child);
+        for (let i = 0; i < 10; i++) wall[name]!.push(await hostile(raw));
+        const after = await cpuOf(app.child);
+        if (before && after) cpu[name] = (after.user + after.system - before.user - before.system) / 1000 / 10;
+      }
+      const quiet: number[] = [];
+      for (let i = 0; i < quietCount; i++) quiet.push(await quietTrigger());
+      let storming = true;
+      const storm = async () => {
+        while (storming) await hostile(parts);
+      };
+      const senders = [storm(), storm()];
+      const during: number[] = [];
+      for (let i = 0; i < quietCount; i++) during.push(await quietTrigger());
+      storming = false;
+      await Promise.all(senders);
+
+      const q = summarize(quiet);
+      const d = summarize(during);
+      printTable(`Hostile CEL rules over 1 MiB bodies (target: app CPU per delivery < ${HOSTILE_CPU_TARGET_MS} ms)`, [
+        ...(["parts", "message"] as const).map((name) => ({
+          body: name === "parts" ? "16 strings of 60 KB, rules stopped by their budget" : "one string of 1,030,000 characters, refused by the 64 KiB bound",
+          "app CPU ms per delivery": cpu[name]?.toFixed(1) ?? "?",
+          "sender's wall ms p50 / max": `${summarize(wall[name]!).p50.toFixed(1)} / ${Math.max(...wall[name]!).toFixed(1)}`,
+          met: (cpu[name] ?? Number.POSITIVE_INFINITY) < HOSTILE_CPU_TARGET_MS ? "yes" : "NO",
+        })),
+      ]);
+      printTable(
+        `Another organization's triggers, ${quietCount} one after another, alone and during two hostile senders (target p99 <= ${QUIET_P99_TARGET}x quiet)`,
+        [
+          {
+            figure: "p50",
+            quiet: `${q.p50.toFixed(1)} ms`,
+            "during hostile deliveries": `${d.p50.toFixed(1)} ms`,
+            ratio: (d.p50 / q.p50).toFixed(2),
+          },
+          {
+            figure: "p99",
+            quiet: `${q.p99.toFixed(1)} ms`,
+            "during hostile deliveries": `${d.p99.toFixed(1)} ms`,
+            ratio: (d.p99 / q.p99).toFixed(2),
+            met: d.p99 <= QUIET_P99_TARGET * q.p99 ? "yes" : "NO",
+          },
+        ],
+      );
+    } finally {
+      await stopChild(app.child);
+    }
+  } finally {
+    await database.drop();
+  }
 }

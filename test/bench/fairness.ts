@@ -168,7 +168,7 @@ interface LoopDelay {
 const eventLoopDelay = (child: ChildProcess) => ask<LoopDelay>(child, "event-loop", "eventLoop");
 
 /** Sends the child `message` and resolves with the `key` of its first answer that has one. */
-function ask<T>(child: ChildProcess, message: string, key: string): Promise<T> {
+export function ask<T>(child: ChildProcess, message: string, key: string): Promise<T> {
   return new Promise((resolve) => {
     const onMessage = (m: Record<string, T>) => {
       if (!(key in m)) return;

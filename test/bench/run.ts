@@ -10,6 +10,7 @@ const benches: Record<string, () => Promise<void>> = {
   transport: async () => (await import("./transport.js")).benchTransport(),
   intake: async () => (await import("./intake.js")).benchIntake(),
   "custom-source": async () => (await import("./custom-source.js")).benchCustomSource(),
+  "hostile-cel": async () => (await import("./custom-source.js")).benchHostileCel(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
   subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
   fairness: async () => (await import("./fairness.js")).benchFairness(),

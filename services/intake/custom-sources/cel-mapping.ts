@@ -1,10 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { CelScalar, celEnv, celFunc, isCelError, isCelList, isCelMap, mapType, parse, plan, type CelResult, type CelValue } from "@bufbuild/cel";
-import { strings } from "@bufbuild/cel/ext";
 import { type Expr, ExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
 import type { CustomSourceRule } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { InvalidArgumentError } from "../../runtime/errors.js";
+import { APPEND_FUNCTION, SANDBOX_FUNCS } from "./cel-functions.js";
+import { BudgetExceeded, chargeUnits, lengthUnits, meterStopped, SANDBOX_LIMITS, startMeter } from "./cel-meter.js";
 
 /** The limits of a custom source's rules, documented in the README. */
 export const MAPPING_LIMITS = {
@@ -17,8 +18,9 @@ export const MAPPING_LIMITS = {
   syntaxDepth: 48,
   /**
    * Cost units one delivery may spend over all its rules' expressions: one per function call
-   * (operators included), plus one per 64 characters of each string a call yields, plus the size
-   * of each list or map a macro walks. A rule set that reads a few dozen fields spends under 200.
+   * (operators included), plus one per 64 characters of each string a call reads (charged before
+   * it runs) and yields, plus the size of each list or map a macro walks or a function scans (see
+   * cel-functions.ts). A rule set that reads a few dozen fields spends under 200.
    */
   costPerDelivery: 20_000,
 } as const;
@@ -33,26 +35,37 @@ export const SEVERITIES = ["sev1", "sev2", "sev3", "sev4"] as const;
 // Type names a condition may compare against (`type(body.x) == string`).
 const TYPE_IDENTIFIERS = new Set(["int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type", "dyn", "timestamp", "duration"]);
 
+/** The prefix of the meter's own names: refused in expressions. */
 const METER = "__meter";
-
-class BudgetExceeded extends Error {
-  override name = "BudgetExceeded";
-}
-
-// Evaluation is synchronous, so the budget of the evaluation in progress can live here: nothing
-// else runs until it returns.
-let remaining = 0;
-let budget: number = MAPPING_LIMITS.costPerDelivery;
+/**
+ * A variable every macro's loop condition reads: once the evaluation is stopped, reading it throws,
+ * and a throw outside a function call ends the whole evaluation at once (a function's error would
+ * only fail that call, and a macro would go on to its next element).
+ */
+const LIVE = `${METER}_live`;
 
 /** Charges a call's result to the budget; a list or map is charged where a macro walks it. */
 function charge(value: CelValue, walked: boolean): CelValue {
   let cost = 1;
-  if (typeof value === "string") cost += value.length >> 6;
-  else if (value instanceof Uint8Array) cost += value.length >> 6;
-  else if (walked && (isCelList(value) || isCelMap(value))) cost += value.size;
-  remaining -= cost;
-  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${budget} exceeded`);
+  if (typeof value === "string" || value instanceof Uint8Array) {
+    if (value.length > SANDBOX_LIMITS.stringCharacters) {
+      throw new Error(`yields ${typeof value === "string" ? "a string" : "bytes"} of ${value.length}; at most ${SANDBOX_LIMITS.stringCharacters}`);
+    }
+    cost += lengthUnits(value.length);
+  } else if (walked && (isCelList(value) || isCelMap(value))) cost += value.size;
+  chargeUnits(cost);
   return value;
+}
+
+/** The bindings of one evaluation, with the variable that ends it once it is stopped. */
+function withLive(bindings: Record<string, unknown>): Record<string, unknown> {
+  return Object.defineProperty({ ...bindings }, LIVE, {
+    get() {
+      const stopped = meterStopped();
+      if (stopped !== undefined) throw new BudgetExceeded(stopped);
+      return true;
+    },
+  });
 }
 
 const METER_FUNCS = [
@@ -75,7 +88,7 @@ export interface MeteredEnvironment {
 
 /** A metered environment over these variables, spending at most `costBudget` per evaluation. */
 export function meteredEnvironment(variables: NonNullable<CelVariables>, costBudget: number): MeteredEnvironment {
-  return { env: celEnv({ variables, funcs: [...strings, ...METER_FUNCS] }), variables: Object.keys(variables), costBudget };
+  return { env: celEnv({ variables, funcs: [...SANDBOX_FUNCS, ...METER_FUNCS] }), variables: Object.keys(variables), costBudget };
 }
 
 const MAPPING = meteredEnvironment(
@@ -107,17 +120,14 @@ export function evaluateMetered(
   program: Program,
   bindings: Record<string, unknown>,
 ): { value: CelResult } | { error: string } {
-  remaining = environment.costBudget;
-  budget = environment.costBudget;
+  startMeter(environment.costBudget);
   try {
-    const result = run(program, bindings);
+    const result = run(program, withLive(bindings));
     if (isCelError(result)) return { error: firstLine(result.message) };
     return { value: result };
   } catch (err) {
     if (err instanceof BudgetExceeded) return { error: err.message };
     throw err;
-  } finally {
-    budget = MAPPING_LIMITS.costPerDelivery;
   }
 }
 
@@ -246,7 +256,7 @@ function checkNames(environment: MeteredEnvironment, root: Expr, where: string):
         const name = kind.value.function;
         // Operators (`_+_`, `_[_]`, `_?_:_`, `!_`, `@in`) are the parser's own names.
         const operator = /^(_[^_]|!_|@)/.test(name);
-        if (name === METER || name === `${METER}_walk` || (!operator && !env.funcs.find(name))) {
+        if (name.startsWith(METER) || (!operator && !env.funcs.find(name))) {
           throw new InvalidArgumentError(`${where}: unknown function ${JSON.stringify(name)}`);
         }
         next(kind.value.target);
@@ -348,6 +358,7 @@ function metered(expr: Expr, ids: { next: bigint }): Expr {
       // The step's own call appends to the accumulator (map, filter): charging the accumulator's
       // size there would charge each element once per later element. Its arguments are metered.
       if (c.loopStep) {
+        appendInPlace(c.loopStep, c.accuVar);
         const step = c.loopStep.exprKind;
         if (step.case === "callExpr") {
           if (step.value.target) step.value.target = metered(step.value.target, ids);
@@ -357,12 +368,42 @@ function metered(expr: Expr, ids: { next: bigint }): Expr {
           c.loopStep = metered(c.loopStep, ids);
         }
       }
-      if (c.loopCondition) c.loopCondition = metered(c.loopCondition, ids);
+      if (c.loopCondition) {
+        const live = create(ExprSchema, { id: ids.next++, exprKind: { case: "identExpr", value: { name: LIVE } } });
+        c.loopCondition = create(ExprSchema, {
+          id: ids.next++,
+          exprKind: { case: "callExpr", value: { function: "_&&_", args: [live, metered(c.loopCondition, ids)] } },
+        });
+      }
       if (c.result) c.result = metered(c.result, ids);
       return expr;
     }
     default:
       return expr;
+  }
+}
+
+/**
+ * `map` and `filter` build their list one `accumulator + [element]` at a time, and the library's
+ * `+` nests the lists it joins, so reading the result costs the square of its length. The
+ * accumulator is the macro's own (an expression cannot name it): it is appended to in place.
+ */
+function appendInPlace(step: Expr, accuVar: string): void {
+  const kind = step.exprKind;
+  if (kind.case !== "callExpr") return;
+  const call = kind.value;
+  if (call.function === "_?_:_" && call.args[1]) {
+    appendInPlace(call.args[1], accuVar);
+    return;
+  }
+  const [accumulator, element] = call.args;
+  if (
+    call.function === "_+_" &&
+    accumulator?.exprKind.case === "identExpr" &&
+    accumulator.exprKind.value.name === accuVar &&
+    element?.exprKind.case === "listExpr"
+  ) {
+    call.function = APPEND_FUNCTION;
   }
 }
 
@@ -415,15 +456,20 @@ class FieldError extends Error {
  * and the caller opens the default incident.
  */
 export function evaluateRules(compiled: CompiledRules, input: MappingInput): MappingResult {
-  const bindings = {
+  const verdicts: RuleVerdict[] = [];
+  const warnings: string[] = [];
+  const oversized = oversizedString(input);
+  if (oversized) {
+    for (const rule of compiled.rules) verdicts.push({ rule: rule.name, matched: false, reason: "not tried: the payload has a string too long for rules" });
+    return { verdicts, warnings, error: oversized };
+  }
+  const bindings = withLive({
     body: toCelInput(input.body),
     headers: new Map(Object.entries(input.headers)),
     query: new Map(Object.entries(input.query)),
     receivedAt: timestampFromDate(input.receivedAt),
-  };
-  const verdicts: RuleVerdict[] = [];
-  const warnings: string[] = [];
-  remaining = MAPPING_LIMITS.costPerDelivery;
+  });
+  startMeter(MAPPING_LIMITS.costPerDelivery);
   let matched: CompiledRule | undefined;
   let fields: MappedFields | undefined;
   let error: string | undefined;
@@ -464,7 +510,7 @@ export function evaluateRules(compiled: CompiledRules, input: MappingInput): Map
   } catch (err) {
     if (!(err instanceof BudgetExceeded)) throw err;
     error = err.message;
-    for (const rule of compiled.rules.slice(verdicts.length)) verdicts.push({ rule: rule.name, matched: false, reason: "not tried: cost budget exceeded" });
+    for (const rule of compiled.rules.slice(verdicts.length)) verdicts.push({ rule: rule.name, matched: false, reason: `not tried: ${err.message}` });
   }
   if (!matched && !error) {
     error = conditionErrors.length > 0 ? `no rule matched (${conditionErrors.join("; ")})` : "no rule matched";
@@ -476,12 +522,64 @@ export function evaluateRules(compiled: CompiledRules, input: MappingInput): Map
   return result;
 }
 
-/** Runs a program; the meter's budget error ends the whole evaluation. */
+/** Runs a program; a stop of the meter (budget or time spent) ends the whole evaluation. */
 function run(program: Program, bindings: Record<string, unknown>): CelResult {
   const result = program(bindings);
-  if (isCelError(result) && /cost budget of \d+ exceeded/.test(result.message)) throw new BudgetExceeded(firstLine(result.message));
-  if (remaining < 0) throw new BudgetExceeded(`cost budget of ${budget} exceeded`);
+  const stopped = meterStopped();
+  if (stopped !== undefined) throw new BudgetExceeded(stopped);
   return result;
+}
+
+/**
+ * The first string of a delivery longer than rules may read, named by its path; such a payload is
+ * not mapped at all (the default incident), so no rule ever works on a string beyond the bound.
+ */
+function oversizedString(input: MappingInput): string | undefined {
+  const limit = SANDBOX_LIMITS.stringCharacters;
+  // The path is built only for the string found: each node knows its parent and its key.
+  type Node = { value: unknown; parent?: Node; key: string | number | typeof KEY };
+  const stack: Node[] = [
+    { value: input.body, key: "body" },
+    { value: input.headers, key: "headers" },
+    { value: input.query, key: "query" },
+  ];
+  const push = (value: unknown, parent: Node, key: Node["key"]) => {
+    if (typeof value === "string" ? value.length > limit : value !== null && typeof value === "object") stack.push({ value, parent, key });
+  };
+  while (stack.length > 0) {
+    const node = stack.pop()!;
+    const value = node.value;
+    if (typeof value === "string") {
+      if (value.length > limit) return `${pathOf(node)} is a string of ${value.length} characters; rules read strings of at most ${limit} (64 KiB)`;
+    } else if (Array.isArray(value)) {
+      for (let i = 0; i < value.length; i++) push(value[i], node, i);
+    } else if (value !== null && typeof value === "object") {
+      for (const [key, entry] of value instanceof URLSearchParams ? value : Object.entries(value)) {
+        push(key, node, KEY);
+        push(entry, node, key);
+      }
+    }
+  }
+  return undefined;
+}
+
+/** Marks a map key in the path of an oversized string. */
+const KEY = Symbol("key");
+
+/** `body.alerts[0].message`, `headers["x-big"]`, or `a key of body.labels`. */
+function pathOf(node: { parent?: unknown; key: string | number | typeof KEY }): string {
+  let path = "";
+  for (let at: typeof node | undefined = node; at; at = at.parent as typeof node | undefined) {
+    const key = at.key;
+    if (key === KEY) return `a key of ${pathOf(at.parent as typeof node)}`;
+    path =
+      typeof key === "number"
+        ? `[${key}]${path}`
+        : !at.parent || /^[A-Za-z_][A-Za-z0-9_]*$/.test(key)
+          ? `${at.parent ? "." : ""}${key}${path}`
+          : `[${JSON.stringify(key.slice(0, 40))}]${path}`;
+  }
+  return path;
 }
 
 function mapFields(rule: CompiledRule, bindings: Record<string, unknown>, warnings: string[]): MappedFields {

@@ -92,7 +92,7 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
         const key = result.fields?.attachKey;
         // A key that fails or is empty keeps the source's own: an override never merges unrelated alerts.
         if (key) alert.attachIdentity = `override:${alert.source}:${key.length > 400 ? `sha256:${digestOf([key])}` : key}`;
-        else if (result.error) logger.debug({ source: alert.source, error: result.error }, "grouping override did not yield a key");
+        else if (result.error) logger.warn({ source: alert.source, error: result.error }, "grouping override failed: the source's own grouping applies");
       }
       const identity = alert.attachIdentity ?? "";
       if (override.window_hours <= 0 || identity === "") return;
