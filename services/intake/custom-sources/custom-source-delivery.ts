@@ -1,4 +1,4 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
+import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import type { HandlerContext } from "@connectrpc/connect";
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverCustomSourceRequest } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
@@ -12,7 +12,7 @@ import { isUuid } from "../../runtime/ids.js";
 import type { DeliveryPath, TriggerAnswer } from "../delivery.js";
 import { RECEIVER_FAILURES_PER_MINUTE } from "../receiver-secrets.js";
 import { MAX_JSON_DEPTH } from "../request-body.js";
-import { digestOf, toAlertDelivery } from "../sources/normalized-alert.js";
+import { digestOfBytes, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
@@ -157,7 +157,9 @@ export function createCustomSourceDelivery(deps: {
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const payload = { ...boundedBody(body, req.body.byteLength), headers: redactHeaders(headers), query };
+      // Bounded once: a large body's serialization is the costliest step after parsing it.
+      const kept = boundedBody(body, req.body.byteLength);
+      const payload = { ...kept, headers: redactHeaders(headers), query };
       // The kept payload and the log row are written after the answer, with those of the deliveries
       // answered about the same time, and never cost the sender its delivery nor its time.
       const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
@@ -167,7 +169,7 @@ export function createCustomSourceDelivery(deps: {
       let result: MappingResult | undefined;
       const mapped = () => {
         result = mapping(row, body, headers, query, receivedAt);
-        return toMappedDelivery(row, body, req.body, result);
+        return toMappedDelivery(row, body, req.body, result, kept);
       };
       let answer: TriggerAnswer;
       try {
@@ -289,10 +291,15 @@ export function unmappedAttachIdentity(sourceId: string): string {
 }
 
 /** The delivery the incident core records for a mapping result. */
-export function toMappedDelivery(row: CustomSourceRow, body: unknown, raw: Uint8Array, result: MappingResult): MappedDelivery {
+export function toMappedDelivery(
+  row: CustomSourceRow,
+  body: unknown,
+  raw: Uint8Array,
+  result: MappingResult,
+  kept: { body: JsonValue; truncated: boolean } = boundedBody(body, raw.byteLength),
+): MappedDelivery {
   const fields = result.fields;
   if (result.error || !fields) {
-    const kept = boundedBody(body, raw.byteLength);
     const data: JsonObject = { customSource: row.name, mappingError: result.error ?? "no rule matched", rawPayload: kept.body };
     if (kept.truncated) data.rawPayloadTruncated = true;
     if (result.matchedRule) data.rule = result.matchedRule;
@@ -300,7 +307,7 @@ export function toMappedDelivery(row: CustomSourceRow, body: unknown, raw: Uint8
       source: row.name,
       attachIdentity: unmappedAttachIdentity(row.id),
       // The same bytes redelivered are one entry; a different payload is its own.
-      eventId: `unmapped:${digestOf([Buffer.from(raw).toString("base64")])}`,
+      eventId: `unmapped:${digestOfBytes(raw)}`,
       kind: "alert",
       title: unmappedTitle(row.name),
       severity: "sev3",
