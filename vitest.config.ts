@@ -10,6 +10,7 @@ export const E2E_SUITES = [
   "test/e2e/receivers-shared-limit.test.ts",
   "test/e2e/identity.test.ts",
   "test/e2e/custom-sources.test.ts",
+  "test/e2e/retry-answers.test.ts",
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",
