@@ -57,6 +57,19 @@ async function timelineKinds(incidentId: string): Promise<string[]> {
   return incident.timeline.map((e: { kind: string }) => e.kind);
 }
 
+/**
+ * Runs `stalled` while a test connection holds `lock` in an open transaction, releases it once
+ * `stalled` has answered, and returns that answer.
+ */
+async function whileLocked(lock: (tx: postgres.TransactionSql) => Promise<unknown>, stalled: () => Promise<Answer>): Promise<Answer> {
+  let answer: Answer | undefined;
+  await sql.begin(async (tx) => {
+    await lock(tx);
+    answer = await stalled();
+  });
+  return answer!;
+}
+
 describe("an Idempotency-Key reused with another body", () => {
   it("answers 422 naming the key, records nothing, and the first body still gets its answer", async () => {
     const key = unique("reused-key");
@@ -76,5 +89,54 @@ describe("an Idempotency-Key reused with another body", () => {
     const retry = await sendAlertRouter(firstBody, key);
     expect(retry.status).toBe(202);
     expect(retry.body).toEqual(first.body);
+  });
+});
+
+describe("a delivery that answered 504 while its record was stalled", () => {
+  it("answers 504 with Retry-After; its retry with the same key gets the original answer and records no second repeat", async () => {
+    const groupKey = `{}:{alertname="${unique("Stalled")}"}`;
+    const opened = await sendAlertRouter(firing(groupKey));
+    expect(opened.status).toBe(202);
+    const incidentId = opened.body.incidentId as string;
+
+    // The repeat waits on the incident's row, locked by the test, past the call's deadline.
+    const key = unique("stalled-repeat");
+    const repeatBody = firing(groupKey);
+    const stalled = await whileLocked(
+      (tx) => tx`select id from incidents.incidents where id = ${incidentId} for update`,
+      () => sendAlertRouter(repeatBody, key),
+    );
+    expect(stalled.status, JSON.stringify(stalled.body)).toBe(504);
+    expect(Number(stalled.headers.get("retry-after"))).toBeGreaterThan(0);
+
+    // Once the lock is gone the stalled statement commits: the repeat was recorded after all.
+    await expect.poll(() => timelineKinds(incidentId)).toEqual(["opened", "repeat"]);
+
+    const retry = await sendAlertRouter(repeatBody, key);
+    expect(retry.status, JSON.stringify(retry.body)).toBe(200);
+    expect(retry.body).toMatchObject({ outcome: "attached", incidentId });
+    expect(await timelineKinds(incidentId)).toEqual(["opened", "repeat"]);
+  });
+
+  it("a stalled first delivery that opened an incident: its retry answers opened, with that one incident", async () => {
+    const groupKey = `{}:{alertname="${unique("StalledOpen")}"}`;
+    const key = unique("stalled-open");
+    const body = firing(groupKey);
+    const before = await listIncidents(app, creds.owner);
+    const stalled = await whileLocked(
+      (tx) => tx`lock table incidents.incidents in exclusive mode`,
+      () => sendAlertRouter(body, key),
+    );
+    expect(stalled.status, JSON.stringify(stalled.body)).toBe(504);
+    expect(Number(stalled.headers.get("retry-after"))).toBeGreaterThan(0);
+    await expect.poll(async () => (await listIncidents(app, creds.owner)).length).toBe(before.length + 1);
+
+    const retry = await sendAlertRouter(body, key);
+    expect(retry.status, JSON.stringify(retry.body)).toBe(202);
+    expect(retry.body.outcome).toBe("opened");
+    const after = await listIncidents(app, creds.owner);
+    expect(after.length).toBe(before.length + 1);
+    expect(after.map((i: { id: string }) => i.id)).toContain(retry.body.incidentId);
+    expect(await timelineKinds(retry.body.incidentId)).toEqual(["opened"]);
   });
 });
