@@ -190,6 +190,11 @@ const MOST_RECORDS_PER_STATEMENT = 100;
 const RECORD_WRITE_DELAY_MS = 20;
 /** The most records waiting to be written: past it, the oldest are dropped (and counted). */
 const MOST_WAITING_RECORDS = 10_000;
+/**
+ * And the most bytes they hold (their payloads as written): 10,000 kept bodies of 64 KiB would be
+ * 640 MiB, past the intake container's memory limit.
+ */
+const MOST_WAITING_BYTES = 32 * 1024 * 1024;
 
 /**
  * Writes deliveries' kept payloads and log rows after their answers, in groups: a record waits up
@@ -198,10 +203,14 @@ const MOST_WAITING_RECORDS = 10_000;
  * trip per delivery and no sender waits for its record. `flush()` writes everything waiting: the
  * log and payload reads call it, so what this process answered is there to read, and stopping
  * calls it so nothing waiting is lost. While Postgres cannot keep up, at most MOST_WAITING_RECORDS
- * wait; the oldest beyond are dropped and counted, never the delivery.
+ * holding at most MOST_WAITING_BYTES wait; the oldest beyond are dropped and counted, never the
+ * delivery.
  */
-export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS) {
-  let waiting: DeliveryRecord[] = [];
+export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS, mostWaitingBytes = MOST_WAITING_BYTES) {
+  let waiting: { record: DeliveryRecord; bytes: number }[] = [];
+  let waitingBytes = 0;
+  /** Records taken for the statement being written. */
+  let inWriting = 0;
   let timer: NodeJS.Timeout | undefined;
   let writing: Promise<void> | undefined;
   // Records ever queued, and ever done with (written, failed or dropped): flush waits by these.
@@ -225,7 +234,10 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   async function writeGroup(): Promise<void> {
     const group = waiting.splice(0, MOST_RECORDS_PER_STATEMENT);
-    await keepAll(group);
+    for (const taken of group) waitingBytes -= taken.bytes;
+    inWriting = group.length;
+    await keepAll(group.map((taken) => taken.record));
+    inWriting = 0;
     done += group.length;
   }
 
@@ -248,19 +260,30 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   return {
     write(record: DeliveryRecord): void {
-      waiting.push(record);
+      const bytes = recordBytes(record);
+      waiting.push({ record, bytes });
+      waitingBytes += bytes;
       queued++;
-      if (waiting.length > mostWaiting) {
-        const dropped = waiting.length - mostWaiting;
+      let dropped = 0;
+      while (waiting.length - dropped > mostWaiting || (waitingBytes > mostWaitingBytes && waiting.length - dropped > 0)) {
+        waitingBytes -= waiting[dropped]!.bytes;
+        dropped++;
+      }
+      if (dropped > 0) {
         waiting = waiting.slice(dropped);
         done += dropped;
         customSourceRecordsDropped.inc(dropped);
         if (Date.now() - droppingLoggedAt >= 10_000) {
           droppingLoggedAt = Date.now();
-          logger.warn({ waiting: mostWaiting }, "dropping custom-source payloads and log rows: Postgres is not keeping up");
+          logger.warn({ waiting: waiting.length, waitingBytes }, "dropping custom-source payloads and log rows: Postgres is not keeping up");
         }
       }
       schedule();
+    },
+
+    /** What is held: records waiting and their bytes, and records in the statement being written. */
+    waiting(): { records: number; bytes: number; writing: number } {
+      return { records: waiting.length, bytes: waitingBytes, writing: inWriting };
     },
 
     /** Resolves once everything waiting when called is written (or failed, which is logged). */
@@ -272,6 +295,11 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 }
 
 export type RecordWriter = ReturnType<typeof createRecordWriter>;
+
+/** A record's size as written: its payload's JSON and a log row's worth for the rest. */
+function recordBytes(record: DeliveryRecord): number {
+  return Buffer.byteLength(JSON.stringify(record.payload), "utf8") + 512;
+}
 
 /** The attach identity of a custom source's key: never shared with another source's. */
 export function customAttachIdentity(sourceId: string, key: string): string {
