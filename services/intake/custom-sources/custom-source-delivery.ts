@@ -16,7 +16,8 @@ import { digestOf, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
-import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
+import { redactCredentials } from "./credential-redaction.js";
+import { boundedBody, type createCompiledRulesCache, headersForRules } from "./custom-source-records.js";
 import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
@@ -157,7 +158,11 @@ export function createCustomSourceDelivery(deps: {
       const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      const payload = { ...boundedBody(body, req.body.byteLength), headers: redactHeaders(headers), query };
+      const payload = {
+        ...boundedBody(body, req.body.byteLength),
+        headers: redactCredentials(headers, { lowercaseNames: true }),
+        query: redactCredentials(query),
+      };
       // The kept payload and the log row are written after the answer, with those of the deliveries
       // answered about the same time, and never cost the sender its delivery nor its time.
       const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
