@@ -13,6 +13,7 @@ export const E2E_SUITES = [
   "test/e2e/custom-sources.test.ts",
   "test/e2e/retention.test.ts",
   "test/e2e/custom-source-shares.test.ts",
+  "test/e2e/retry-answers.test.ts",
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",

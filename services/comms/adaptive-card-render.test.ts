@@ -2,6 +2,7 @@ import { createRequire } from "node:module";
 import { type Browser, chromium } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildUpdateCard } from "./adaptive-card.js";
+import { warRoomLinkText } from "./war-room-link.js";
 
 /**
  * Alert content is literal in the card: the card is rendered to HTML by the official Adaptive
@@ -69,5 +70,26 @@ describe("an update card rendered", () => {
     // The person's text keeps its markdown: the renderer did process markdown where it applies.
     expect(html).toContain('href="https://runbooks.example/db"');
     expect(html).toMatch(/<strong[^>]*>now<\/strong>/);
+  });
+});
+
+describe("the war-room card the system drafts from a chat message", () => {
+  it("shows the message's text literally: no live link, no emphasis, no HTML from alert text", async () => {
+    const title = 'payments down [x](http://evil.example) <a href="http://evil.example/html">click</a> **now**';
+    const workspaceUrl = "https://warroom.example/o/acme/incidents/1";
+    const payload = buildUpdateCard({
+      incidentTitle: title,
+      severity: "sev2",
+      incidentState: "open",
+      text: warRoomLinkText(title, workspaceUrl),
+      textIsLiteral: true,
+      workspaceUrl,
+    });
+    const html = await renderedHtml(payload.attachments[0].content);
+    expect(html).not.toContain('href="http://evil.example');
+    expect(html).not.toMatch(/<strong[^>]*>now<\/strong>/);
+    expect(html).toContain("[x](http://evil.example)");
+    // The room's own link line is still a link.
+    expect(html).toContain(`href="${workspaceUrl}"`);
   });
 });

@@ -68,3 +68,16 @@ describe("adaptive card", () => {
     expect(chatWebhookPayloadProblems(buildTestCard({ orgSlug: "acme", consoleUrl: "https://warroom.example.test/o/acme/incidents" }))).toEqual([]);
   });
 });
+
+describe("the war-room card the system drafts", () => {
+  it("carries the drafted text only as a TextRun, never in a TextBlock that takes markdown, and stays a valid card", () => {
+    const title = "payments down [x](http://evil.example) <b>now</b>";
+    const payload = buildUpdateCard({ ...update, incidentTitle: title, text: `A war room is open for "${title}".`, textIsLiteral: true });
+    expect(chatWebhookPayloadProblems(payload)).toEqual([]);
+    const markdownTexts = JSON.stringify(
+      (payload.attachments[0].content.body as { type: string; text?: string }[]).filter((e) => e.type === "TextBlock").map((e) => e.text),
+    );
+    expect(markdownTexts).not.toContain("evil.example");
+    expect(JSON.stringify(payload)).toContain('"type":"TextRun","text":"A war room is open for');
+  });
+});

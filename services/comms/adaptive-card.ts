@@ -18,6 +18,11 @@ export interface UpdateCardInput {
   incidentState: string;
   /** The update text, as approved. */
   text: string;
+  /**
+   * The text was drafted by the system from alert content (the war-room offer quotes the chat
+   * message): shown literally, as the title is, since no person wrote its markdown.
+   */
+  textIsLiteral?: boolean;
   /** Opens the room. */
   workspaceUrl: string;
 }
@@ -95,7 +100,7 @@ function updateBody(input: UpdateCardInput, text: string): CardElement[] {
       ],
     },
     // The update text a person wrote and approved: its markdown is theirs, and kept.
-    { type: "TextBlock", text, wrap: true, spacing: "Medium" },
+    input.textIsLiteral ? { ...literalBlock(text, {}), spacing: "Medium" } : { type: "TextBlock", text, wrap: true, spacing: "Medium" },
     { type: "TextBlock", text: linkLine("War room", input.workspaceUrl), wrap: true, spacing: "Medium", isSubtle: true },
   ];
 }

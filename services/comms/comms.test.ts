@@ -542,6 +542,59 @@ describe("war-room link", () => {
     expect(JSON.stringify(post.body)).toContain(link);
   });
 
+  it("posts the chat message's text literally: markdown links and HTML from it are never live in the card", async () => {
+    await setEgress(true);
+    await saveConnection(receiver.url("ok", secret()));
+    const title = 'Chat: checkout down [x](http://evil.example/md) <a href="http://evil.example/html">login</a> **now**';
+    const incidentId = await openIncident({ source: "chat", title, severity: "sev2" });
+    const [offer] = await waitFor("the war-room link draft", async () => {
+      const drafts = await draftsOf(incidentId);
+      return drafts.length > 0 && drafts;
+    });
+    const approve = await app.call("POST", `${messagesPath(incidentId)}/${offer!.messageId}/approve`, { token: memberKey, body: { version: "1" } });
+    expect(approve.status).toBe(200);
+    expect((await send(incidentId, offer!.messageId)).body).toEqual({ messageId: offer!.messageId, state: "sent" });
+    const card = receiver.posts.at(-1)!.body as { attachments: { content: { body: { type: string; text?: string }[] } }[] };
+    expect(chatWebhookPayloadProblems(card)).toEqual([]);
+    // Only a TextBlock's text is read as markdown: none holds the message's text.
+    const markdown = card.attachments[0]!.content.body.filter((e) => e.type === "TextBlock").map((e) => e.text ?? "");
+    expect(markdown.join("\n")).not.toContain("evil.example");
+    expect(JSON.stringify(card)).toContain("[x](http://evil.example/md)");
+  });
+
+  it("needs the same two people as any update when the organization requires a second approver", async () => {
+    const SETTINGS = "/o/acme/comms/settings";
+    await setEgress(true);
+    await saveConnection(receiver.url("ok", secret()));
+    expect((await app.call("PUT", SETTINGS, { token: owner, body: { requireSecondApprover: true } })).status).toBe(200);
+    try {
+      const incidentId = await openIncident({ source: "chat", title: "Chat: payments are failing", severity: "sev2" });
+      const [offer] = await waitFor("the war-room link draft", async () => {
+        const drafts = await draftsOf(incidentId);
+        return drafts.length > 0 && drafts;
+      });
+      // Nobody wrote it: one person alone may not approve it.
+      const alone = await app.call("POST", `${messagesPath(incidentId)}/${offer!.messageId}/approve`, { token: memberKey, body: { version: "1" } });
+      expect(alone.status).toBe(403);
+      expect(alone.body.error).toContain("drafted by warroom");
+      // A person takes it on (edits it), and a second person approves it.
+      const taken = await app.call("PATCH", `${messagesPath(incidentId)}/${offer!.messageId}`, {
+        token: memberKey,
+        body: { version: "1", body: offer!.body },
+      });
+      expect(taken.status).toBe(200);
+      const own = await app.call("POST", `${messagesPath(incidentId)}/${offer!.messageId}/approve`, {
+        token: memberKey,
+        body: { version: taken.body.version },
+      });
+      expect(own.status).toBe(403);
+      const second = await app.call("POST", `${messagesPath(incidentId)}/${offer!.messageId}/approve`, { token: owner, body: { version: taken.body.version } });
+      expect(second.status).toBe(200);
+    } finally {
+      expect((await app.call("PUT", SETTINGS, { token: owner, body: { requireSecondApprover: false } })).status).toBe(200);
+    }
+  });
+
   it("no offer for other sources, nor without a connection", async () => {
     const fromMonitor = await openIncident({ source: "metrics-monitor" });
     expect((await app.call("DELETE", CONNECTION, { token: owner })).status).toBe(204);

@@ -13,6 +13,7 @@ import { incidentAsCaller, type CommsDeps } from "./deps.js";
 import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 import type { MessageRow } from "./store.js";
 import { recordOnTimeline, sendRecordOf } from "./timeline.js";
+import { SYSTEM_AUTHOR } from "./war-room-link.js";
 
 /** Longest update text, in UTF-8 bytes: well inside the channel's 28 KB card limit. */
 export const BODY_MAX_BYTES = 8 * 1024;
@@ -105,6 +106,7 @@ export function createMessageHandlers(
       severity: incident.severity,
       incidentState: incident.state,
       text: row.body,
+      textIsLiteral: row.drafted_by === SYSTEM_AUTHOR,
       workspaceUrl: incident.workspaceUrl,
     });
     try {
@@ -154,6 +156,13 @@ export function createMessageHandlers(
         if (current.drafted_by === principal.email || current.edited_by === principal.email) {
           throw new PermissionDeniedError(
             `this organization requires a second person to approve an update (comms setting requireSecondApprover): ask another member to approve it, or an admin to change the setting at PUT /o/${req.org}/comms/settings`,
+          );
+        }
+        // A draft nobody wrote (the war-room offer) would otherwise go out on one person's word:
+        // a person takes it on by editing it, and a second person approves it, as for any update.
+        if (current.drafted_by === SYSTEM_AUTHOR && !current.edited_by) {
+          throw new PermissionDeniedError(
+            `this update was drafted by ${SYSTEM_AUTHOR} and this organization requires a second person to approve an update (comms setting requireSecondApprover): a member takes it on by editing it (PATCH .../comms/messages/${current.id} with its version), then another member approves it`,
           );
         }
       }

@@ -80,7 +80,10 @@ export function errorAnswer(
   const key = method ? methodKey(method) : "";
   // Every "try again" answer says when: an Unavailable from a peer or the transport (no replica
   // answering) carries no retry-after of its own.
-  if (err.code === Code.Unavailable && !err.metadata.has("retry-after")) err.metadata.set("retry-after", String(RETRY_AFTER_SECONDS));
+  // A deadline that passed (504) is one too: the work may still finish, and a retry with the same
+  // Idempotency-Key gets its answer.
+  if ((err.code === Code.Unavailable || err.code === Code.DeadlineExceeded) && !err.metadata.has("retry-after"))
+    err.metadata.set("retry-after", String(RETRY_AFTER_SECONDS));
   const dropin = dropinErrorAnswer(key, err, context);
   if (dropin) return dropin;
   const headers: Record<string, string> = {};

@@ -4,6 +4,7 @@ import { freshDatabase, startApp, type TestApp } from "../../test/support/app.js
 import { auditEvents } from "../../test/e2e/triggers-kit.js";
 import { startPgWireTap } from "../../test/support/pg-wire-tap.js";
 import { castOf, ping, type Cast } from "./testing/kit.js";
+import { HEARTBEATS_PER_ORG } from "./registry.js";
 
 // Management routes, roles and the ping, over real HTTP against a real Postgres.
 
@@ -356,5 +357,37 @@ describe("ping", () => {
     const res = await ping(app, "globex-job", cast.ingestToken, "globex");
     expect(res.status).toBe(404);
     expect((await ping(app, "globex-job", cast.otherIngestToken, "globex")).status).toBe(204);
+  });
+});
+
+describe("heartbeats created by the organization's ping key", () => {
+  it("stop at the cap per organization: 409 saying the cap and what to do, exactly the cap under concurrency", async () => {
+    const issued = await app.call("POST", "/o/globex/ping-key", { token: cast.otherAdmin, body: { allowCreate: true } });
+    expect(issued.body.allowCreate).toBe(true);
+    const base = issued.body.pingUrlBase as string;
+    // The organization two short of the cap, filled in the database as an operator's import would.
+    await register(cast.otherAdmin, { name: "globex-seed", expectedIntervalSeconds: 60, graceSeconds: 30 }, "globex");
+    const [seed] = await db<{ org_id: string }[]>`select org_id from heartbeats.heartbeats where name = 'globex-seed'`;
+    const [before] = await db<{ count: number }[]>`select count(*)::int as count from heartbeats.heartbeats where org_id = ${seed!.org_id}`;
+    await db`
+      insert into heartbeats.heartbeats (org_id, org_slug, name, expected_interval_seconds, grace_seconds, deadline)
+      select ${seed!.org_id}, 'globex', 'filled-' || g, 300, 60, now() + interval '1 day'
+      from generate_series(1, ${HEARTBEATS_PER_ORG - 2 - before!.count}) g`;
+
+    const answers = await Promise.all(
+      Array.from({ length: 5 }, async (_, i) => {
+        const res = await fetch(`${base}/auto-${i}?create=1`, { method: "POST" });
+        return { status: res.status, text: await res.text() };
+      }),
+    );
+    expect(answers.filter((a) => a.status === 201)).toHaveLength(2);
+    const refused = answers.filter((a) => a.status === 409);
+    expect(refused).toHaveLength(3);
+    expect(refused[0]!.text).toContain(`${HEARTBEATS_PER_ORG}`);
+    expect(refused[0]!.text).toContain("delete");
+    const [after] = await db<{ count: number }[]>`select count(*)::int as count from heartbeats.heartbeats where org_id = ${seed!.org_id}`;
+    expect(after!.count).toBe(HEARTBEATS_PER_ORG);
+    // An existing heartbeat still takes its pings by name.
+    expect((await fetch(`${base}/globex-seed?create=1`)).status).toBe(200);
   });
 });

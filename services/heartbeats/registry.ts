@@ -6,14 +6,14 @@ import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import type { Clients } from "../runtime/clients.js";
 import type { AuditRecord } from "../runtime/events.js";
-import { AlreadyExistsError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
+import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/outbox.js";
 import type { SecretBox } from "../runtime/secret-box.js";
 import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";
-import type { Expectation, HeartbeatRow, HeartbeatStore } from "./store.js";
+import { type Expectation, type HeartbeatRow, type HeartbeatStore, OrganizationFullError } from "./store.js";
 
 export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
@@ -53,27 +53,43 @@ function auditData(row: HeartbeatRow): JsonObject {
 export const PROVISIONED = { interval: 86_400, grace: 3_600 } as const;
 
 /**
+ * The most heartbeats an organization may have for its ping key to create one more (`?create=1`):
+ * whoever holds the key could otherwise create them without end, each one swept and listed.
+ * People registering through the API are not counted against it.
+ */
+export const HEARTBEATS_PER_ORG = 1000;
+
+/**
  * Registers `name` for a ping by the organization's ping key with `?create=1`, audited as done by
  * that key; false when it exists already (a concurrent first ping registered it).
  */
 export function createProvisioner(deps: { store: HeartbeatStore; pingUrls: PingUrls; outbox: Pick<Outbox, "poke"> }) {
   return async (org: { id: string; slug: string }, name: string): Promise<boolean> => {
     const expectation = { interval: PROVISIONED.interval, schedule: null, timezone: null, misses: 1 };
-    const row = await deps.store.register(
-      {
-        orgId: org.id,
-        orgSlug: org.slug,
-        name,
-        ...expectation,
-        gapSeconds: null,
-        grace: PROVISIONED.grace,
-        maxRun: null,
-        minRun: null,
-        pingKey: newPingKey(deps.pingUrls.box(), org.id, name),
-      },
-      (now) => deadlineAfter(now, expectation, PROVISIONED.grace),
-      (inserted) => ({ orgId: org.id, kind: AUDIT_KINDS.registered, actor: "organization ping key (create=1)", data: auditData(inserted) }),
-    );
+    const row = await deps.store
+      .register(
+        {
+          orgId: org.id,
+          orgSlug: org.slug,
+          name,
+          ...expectation,
+          gapSeconds: null,
+          grace: PROVISIONED.grace,
+          maxRun: null,
+          minRun: null,
+          pingKey: newPingKey(deps.pingUrls.box(), org.id, name),
+        },
+        (now) => deadlineAfter(now, expectation, PROVISIONED.grace),
+        (inserted) => ({ orgId: org.id, kind: AUDIT_KINDS.registered, actor: "organization ping key (create=1)", data: auditData(inserted) }),
+        HEARTBEATS_PER_ORG,
+      )
+      .catch((err: unknown) => {
+        if (err instanceof OrganizationFullError)
+          throw new FailedPreconditionError(
+            `this organization has ${err.atMost} heartbeats, the most its ping key creates; delete heartbeats it no longer needs, or have an admin register this one`,
+          );
+        throw err;
+      });
     if (row) deps.outbox.poke();
     return row !== undefined;
   };

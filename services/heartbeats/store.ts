@@ -162,12 +162,27 @@ export interface Claim {
   leaseSeconds: number;
 }
 
+/** The organization has as many heartbeats as `register` was allowed to let it have. */
+export class OrganizationFullError extends Error {
+  constructor(readonly atMost: number) {
+    super(`the organization has ${atMost} heartbeats`);
+    this.name = "OrganizationFullError";
+  }
+}
+
 export interface HeartbeatStore {
   /**
    * Inserts a heartbeat and its audit record in one transaction; `deadlineFrom` gets the database
    * clock (the row's created_at). Undefined when the organization has a heartbeat of that name.
+   * With `atMost`, throws OrganizationFullError when the organization has that many heartbeats
+   * already (counted under a per-organization lock, so concurrent registrations cannot pass it).
    */
-  register(heartbeat: NewHeartbeat, deadlineFrom: (now: Date) => Date, audit: (row: HeartbeatRow) => AuditRecord): Promise<HeartbeatRow | undefined>;
+  register(
+    heartbeat: NewHeartbeat,
+    deadlineFrom: (now: Date) => Date,
+    audit: (row: HeartbeatRow) => AuditRecord,
+    atMost?: number,
+  ): Promise<HeartbeatRow | undefined>;
   /** A page of the organization's heartbeats by name, after `after` when given. */
   list(orgId: string, after: string | undefined, limit: number): Promise<HeartbeatRow[]>;
   get(orgId: string, name: string): Promise<HeartbeatRow | undefined>;
@@ -250,8 +265,16 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
   const columns = heartbeatColumns(sql);
 
   return {
-    async register(heartbeat, deadlineFrom, audit) {
+    async register(heartbeat, deadlineFrom, audit, atMost) {
       return sql.begin(async (tx) => {
+        if (atMost !== undefined) {
+          await tx`select pg_advisory_xact_lock(hashtext(${`heartbeats.register:${heartbeat.orgId}`}))`;
+          const [held] = await tx<{ named: boolean; count: number }[]>`
+            select exists (select 1 from heartbeats.heartbeats where org_id = ${heartbeat.orgId} and name = ${heartbeat.name}) as named,
+                   (select count(*)::int from heartbeats.heartbeats where org_id = ${heartbeat.orgId}) as count`;
+          if (held!.named) return undefined;
+          if (held!.count >= atMost) throw new OrganizationFullError(atMost);
+        }
         // The database clock: created_at is this transaction's now().
         const [clock] = await tx<{ now: Date }[]>`select now() as now`;
         const deadline = deadlineFrom(clock!.now);

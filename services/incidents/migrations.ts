@@ -235,5 +235,17 @@ export const migrations: Migration[] = [
     // word was a recovery: the latest entry of a kind, and the count of a kind, of one incident.
     sql: `create index timeline_entries_incident_kind on incidents.timeline_entries (incident_id, kind, id)`,
   },
+  {
+    id: 11,
+    name: "a delivery's retry key kept with the entry it wrote",
+    // A delivery that outlived its caller's deadline (504) still committed its entry; the sender's
+    // retry with the same Idempotency-Key then recorded a second repeat. The key is now written with
+    // the entry (opened or repeat), so a retry finds it and is answered as the first one was. The
+    // index is the arbiter among concurrent copies; it starts empty, like migration 8's.
+    sql: `
+      alter table incidents.timeline_entries add column retry_key text;
+      create unique index timeline_entries_one_per_retry_key on incidents.timeline_entries (incident_id, retry_key) where retry_key is not null;
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

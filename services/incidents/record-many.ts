@@ -43,7 +43,7 @@ type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 const RECORD_METHOD = "warroom.incidents.v1.IncidentsService/Record";
 
 /** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
-interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey"> {
+interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey" | "entryRetryKey"> {
   index: number;
   identity: string;
   data: string | null;
@@ -64,6 +64,8 @@ function plain(req: RecordRequest, index: number, traceContext: string | null): 
   const title = storableText(a.title.trim());
   if (a.kind === "alert" && (!title || !a.severity)) return undefined;
   if (!a.attachIdentity || !a.eventId) return undefined;
+  // Record keeps the retry key with the entry, so a retry after a commit its caller never heard of is recognized.
+  if (req.retryKey) return undefined;
   // A sender's acknowledgement also acknowledges the incident: Record's statement does that.
   if (a.kind === "acknowledge") return undefined;
   const entity: Plain["entity"] = a.entity?.kind && a.entity.id ? { kind: storableText(a.entity.kind), id: storableText(a.entity.id) } : null;

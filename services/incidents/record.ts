@@ -65,6 +65,11 @@ export interface Delivery {
   data: JsonObject | null;
   /** The caller's retry key (intake's), kept with an incident this delivery opens; null: none. */
   retryKey: string | null;
+  /**
+   * The caller's retry key kept with the entry this delivery writes (any kind): a retry of a
+   * delivery that committed after its caller gave up finds its entry and gets its outcome.
+   */
+  entryRetryKey: string | null;
 }
 
 /** What the statement did: the incident it opened or found open (absent: neither), and whether it wrote an entry. */
@@ -73,6 +78,8 @@ type Written = Partial<IncidentRow> & {
   window_id: string | null;
   is_new: boolean | null;
   entry_at: Date | null;
+  /** The kind of the entry an earlier copy of this delivery (same retry key) wrote on the incident. */
+  retried_kind: string | null;
 };
 
 /** What the writes concluded; the response is built from it. */
@@ -156,8 +163,14 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         select i.* from incidents.incidents i
         where ${d.retryKey}::text is not null and i.org_id = ${d.orgId}::uuid and i.retry_key = ${d.retryKey}::text and i.state = 'open'
           and not exists (select 1 from win)
+      ), already as (
+        -- An entry an earlier copy of this delivery wrote (its retry key): answered as that copy
+        -- was, nothing written.
+        select e.kind from incidents.timeline_entries e join target t on e.incident_id = t.id
+        where ${d.entryRetryKey}::text is not null and e.retry_key = ${d.entryRetryKey}::text
+        limit 1
       ), entry as (
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data, retry_key)
         -- A recovery that names no event (a PagerDuty resolve, an Opsgenie close) is held as the
         -- recovery of the incident's latest alert entry: a second one with no alert between them
         -- meets the unique index and is not recorded, even when both arrive at once.
@@ -165,9 +178,12 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
                ${d.alertRef}::text,
                coalesce(nullif(${d.eventId}::text, ''), case when ${kind}::text = 'recovery' then ${RECOVERY_AFTER_ENTRY}::text || (
                  select max(e.id) from incidents.timeline_entries e where e.incident_id = target.id and e.kind in ('opened', 'repeat'))::text end),
-               ${entryData}::jsonb
+               ${entryData}::jsonb, ${d.entryRetryKey}::text
         from target
-        on conflict (incident_id, event_id) where event_id is not null do nothing
+        where not exists (select 1 from already)
+        -- Either unique index may conflict: the event identifier's, or the retry key's (a
+        -- concurrent copy of this delivery wrote it first).
+        on conflict do nothing
         returning incident_id, at
       )${d.kind === "acknowledge" ? acknowledgedBySender(d) : sql``}, opened as (
         insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key)
@@ -181,9 +197,9 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         on conflict do nothing
         returning *
       ), opened_entry as (
-        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data)
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, link, alert_ref, event_id, data, retry_key)
         select id, 'opened', coalesce(${d.occurredAt}::timestamptz, now()), ${d.summary}::text, ${d.link}::text,
-               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb
+               ${d.alertRef}::text, nullif(${d.eventId}::text, ''), ${data}::jsonb, ${d.entryRetryKey}::text
         from opened
         returning incident_id, at
       ), events as (
@@ -201,7 +217,7 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
                ${traceContext}::text
         from entry e
       )
-      select now() as db_now, (select id from win) as window_id, x.*
+      select now() as db_now, (select id from win) as window_id, (select kind from already) as retried_kind, x.*
       from (select 1) as one left join (
         select true as is_new, o.*, (select at from opened_entry) as entry_at from opened o
         union all
@@ -216,12 +232,18 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
    * What the statement concluded, or undefined when a concurrent delivery opened the incident
    * between its snapshot and its insert (an alert that neither opened nor found an open incident).
    */
-  function decide(d: Delivery, written: Written): Decision | { outcome: "suppressed"; windowId: string; at: Date } | undefined {
+  function decide(d: Delivery, written: Written, rechecked: boolean): Decision | { outcome: "suppressed"; windowId: string; at: Date } | undefined {
     if (written.window_id) return { outcome: OUTCOMES.suppressed, windowId: written.window_id, at: written.db_now };
     if (d.attachIdentity === null && d.kind !== "alert") return { outcome: OUTCOMES.ignored, reason: REASONS.noIdentity };
     if (written.id == null) return d.kind === "alert" ? undefined : { outcome: OUTCOMES.ignored, reason: REASONS.noOpenIncident };
     const incident = written as Written & IncidentRow;
     if (written.is_new) return { outcome: OUTCOMES.opened, incident };
+    // A copy of this delivery wrote its entry before: its outcome, so the retry's answer is the first one's.
+    if (written.retried_kind === "opened") return { outcome: OUTCOMES.opened, incident };
+    if (written.retried_kind) return { outcome: d.kind === "alert" ? OUTCOMES.attached : OUTCOMES.recorded, incident };
+    // Nothing written, and maybe because a concurrent copy with the retry key committed its entry
+    // meanwhile (the index's conflict, unseen by this statement's snapshot): look once more.
+    if (!written.entry_at && d.entryRetryKey && !rechecked) return undefined;
     // A resolved alert is resolved once: the same recovery again, with no alert between, records nothing.
     if (!written.entry_at && d.kind === "recovery" && !d.eventId) return { outcome: OUTCOMES.ignored, reason: REASONS.recoveryHeld };
     return afterRecording(d, incident);
@@ -250,10 +272,14 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
     async record(req: RecordRequest) {
       const d = toDelivery(req);
       const events = eventPrefixes(d);
+      let rechecked = false;
       for (let turn = 0; turn < 8; turn++) {
         const written = await writeInOneStatement(d, events);
-        const decision = decide(d, written);
-        if (!decision) continue;
+        const decision = decide(d, written, rechecked);
+        if (!decision) {
+          rechecked ||= written.id != null;
+          continue;
+        }
         if (decision.outcome === "suppressed") return suppress(d, decision.windowId, decision.at);
         // Events were written with the entry (an opened incident always has its entry).
         if (written.entry_at) outbox.poke();
@@ -332,5 +358,6 @@ function toDelivery(req: RecordRequest): Delivery {
     data: alert.data && Object.keys(alert.data).length > 0 ? storableJson(alert.data) : null,
     // Only an alert without an attach identity opens by it: any other finds its incident by the identity.
     retryKey: req.retryKey && alert.kind === "alert" && !alert.attachIdentity ? storableText(req.retryKey) : null,
+    entryRetryKey: req.retryKey ? storableText(req.retryKey) : null,
   };
 }

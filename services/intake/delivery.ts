@@ -10,8 +10,8 @@ import { detachedFromCancellation, REQUEST_ID_HEADER } from "../runtime/request-
 import { annotate } from "../runtime/tracing.js";
 import { noteForegroundWork } from "../runtime/background-yield.js";
 import { recordAlone, type RecordCall } from "./record-groups.js";
-import { retryKeyOf, type TriggerRoute } from "./retry-keys.js";
-import type { RetryRecognition } from "./retry-recognition.js";
+import { bodyDigestOf, retryKeyOf, reusedKeyMessage, type TriggerRoute } from "./retry-keys.js";
+import { RetryKeyReusedError, type RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
 import type { Grouping } from "./custom-sources/grouping.js";
 import type { IntakeStore } from "./store.js";
@@ -135,10 +135,16 @@ export function createDeliveryPath(deps: {
     if (mapped.outcome === "ignored") return { outcome: "ignored", reason: mapped.reason };
     const key = retryKeyOf(route, body, mapped, context.requestHeader);
     if (!key) return deliverMapped(org, body, mapped, context);
-    return retries.once(org.id, key, () => deliverMapped(org, body, mapped, context, key), {
-      signal: context.signal,
-      stillValid: (held) => stillNamesOpenIncident(org, held),
-    });
+    try {
+      return await retries.once(org.id, key, () => deliverMapped(org, body, mapped, context, key), {
+        signal: context.signal,
+        stillValid: (held) => stillNamesOpenIncident(org, held),
+        bodyDigest: bodyDigestOf(body, context.requestHeader),
+      });
+    } catch (err) {
+      if (err instanceof RetryKeyReusedError) throw new UnprocessablePayloadError(reusedKeyMessage(context.requestHeader));
+      throw err;
+    }
   }
 
   /**

@@ -46,15 +46,15 @@ function createMemoryStore() {
   let tokens = 0;
   const store: IntakeStore = {
     retryKeys: {
-      async claim(orgId, key) {
+      async claim(orgId, key, _times, bodyDigest) {
         if (retryKeys.has(`${orgId}/${key}`)) return undefined;
         const token = `token-${++tokens}`;
-        retryKeys.set(`${orgId}/${key}`, { token, state: "working", answer: null });
+        retryKeys.set(`${orgId}/${key}`, { token, state: "working", answer: null, body_digest: bodyDigest ?? null });
         return token;
       },
       async answer(orgId, key, token, answer) {
         const row = retryKeys.get(`${orgId}/${key}`);
-        if (row?.token === token) retryKeys.set(`${orgId}/${key}`, { token, state: "answered", answer });
+        if (row?.token === token) retryKeys.set(`${orgId}/${key}`, { ...row, state: "answered", answer });
       },
       async release(orgId, key, token) {
         if (retryKeys.get(`${orgId}/${key}`)?.token === token) retryKeys.delete(`${orgId}/${key}`);

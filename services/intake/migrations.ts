@@ -82,4 +82,14 @@ export const migrations: Migration[] = [
       create index grouping_generations_seen on intake.grouping_generations (seen_at);
     `,
   },
+  {
+    // Above custom sources' numbers, which go on from 34 in their own file.
+    id: 41,
+    name: "the body digest a retry key was first used with",
+    sql: `
+      -- An Idempotency-Key reused with another body is refused (422) rather than answered as a
+      -- retry: the digest of the body that first claimed the key. Null for keys without one.
+      alter table intake.retry_keys add column body_digest text;
+    `,
+  },
 ];

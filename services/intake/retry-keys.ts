@@ -47,3 +47,22 @@ export function retryKeyOf(route: TriggerRoute, body: unknown, mapped: MappedDel
   }
   return undefined;
 }
+
+/**
+ * The digest of the body a sender named with an `Idempotency-Key`, kept with the key: the same key
+ * with another body is refused (422), as the IETF Idempotency-Key draft has it. Undefined without
+ * the header: the other retry keys are derived from the body itself.
+ */
+export function bodyDigestOf(body: unknown, header: Headers): string | undefined {
+  return header.get(IDEMPOTENCY_KEY_HEADER)?.trim() ? stableDigest(["body", body]) : undefined;
+}
+
+/** The longest part of a sender's `Idempotency-Key` an answer repeats. */
+const KEY_SHOWN_CHARS = 200;
+
+/** The refusal of an `Idempotency-Key` reused with another body, naming the key and what to do. */
+export function reusedKeyMessage(header: Headers): string {
+  const key = header.get(IDEMPOTENCY_KEY_HEADER)?.trim() ?? "";
+  const shown = key.length > KEY_SHOWN_CHARS ? `${key.slice(0, KEY_SHOWN_CHARS)}…` : key;
+  return `Idempotency-Key ${JSON.stringify(shown)} was already used with a different body; send this alert with a new Idempotency-Key, or the same body to retry the first one`;
+}

@@ -21,6 +21,9 @@ import type { RetryKeyStore } from "./store.js";
  *   sender's retry does the work again rather than getting the failure back.
  * - A held answer naming an incident that a person has since resolved or archived no longer
  *   stands (`stillValid`): the spec has the next matching delivery open a new incident then.
+ * - A key the sender chose (`Idempotency-Key`) is kept with its body's digest: the same key with
+ *   another body is not a retry but a second alert under a reused key, refused with
+ *   `RetryKeyReusedError` rather than answered with the first alert's answer (which would drop it).
  */
 
 /** How long a delivery's retry key is held: a retry within this time gets the first answer. */
@@ -42,6 +45,16 @@ export interface OnceOptions<T> {
   signal?: AbortSignal;
   /** Whether a held answer still stands; when not, the delivery is treated as a new one. */
   stillValid?: (answer: T) => Promise<boolean>;
+  /** The digest of the delivery's body; a key held with another digest is refused. */
+  bodyDigest?: string | undefined;
+}
+
+/** The key is held for a delivery with another body (see the top of this file). */
+export class RetryKeyReusedError extends Error {
+  constructor() {
+    super("the retry key is held for a delivery with another body");
+    this.name = "RetryKeyReusedError";
+  }
 }
 
 /**
@@ -53,10 +66,10 @@ export function createRetryRecognition(store: RetryKeyStore, logger: Logger): Re
 
   return {
     async once<T extends JsonObject>(orgId: string, key: string, work: () => Promise<T>, onceOptions: OnceOptions<T> = {}): Promise<T> {
-      const { signal, stillValid } = onceOptions;
+      const { signal, stillValid, bodyDigest } = onceOptions;
       for (let turn = 0; ; turn++) {
         if (signal?.aborted) throw gaveUp(signal);
-        const token = await store.claim(orgId, key, times);
+        const token = await store.claim(orgId, key, times, bodyDigest);
         if (token) {
           let answer: T;
           try {
@@ -77,6 +90,7 @@ export function createRetryRecognition(store: RetryKeyStore, logger: Logger): Re
         }
         const held = await store.held(orgId, key);
         if (!held) continue;
+        if (bodyDigest && held.body_digest && held.body_digest !== bodyDigest) throw new RetryKeyReusedError();
         if (held.state === "answered") {
           // Stored by `once` with the same key: the answer of a delivery of the same route.
           const answer = held.answer as T;

@@ -14,6 +14,8 @@ export interface RetryKeyRow {
   token: string;
   state: "working" | "answered";
   answer: JsonObject | null;
+  /** The digest of the body that claimed the key, when its sender named the delivery. */
+  body_digest: string | null;
 }
 
 /** The current minute of `intake.chat_rate_windows`: calls so far and the seconds left in it. */
@@ -53,9 +55,9 @@ export interface RetryKeyStore {
   /**
    * Claims a key for a new delivery: a new key, an expired one (older than `holdSeconds`), or one
    * whose claim ran out while still working. Answers the claim's token, or undefined when the key
-   * is held by another delivery.
+   * is held by another delivery. `bodyDigest` is kept with the key (see RetryKeyRow).
    */
-  claim(orgId: string, key: string, times: { holdSeconds: number; leaseSeconds: number }): Promise<string | undefined>;
+  claim(orgId: string, key: string, times: { holdSeconds: number; leaseSeconds: number }, bodyDigest?: string): Promise<string | undefined>;
   /** Stores the answer of the claim that holds `token`. */
   answer(orgId: string, key: string, token: string, answer: JsonObject): Promise<void>;
   /** Drops the claim that holds `token`, so the next delivery of the key does the work. */
@@ -102,17 +104,18 @@ export function createPostgresIntakeStore(sql: Sql, outbox: Outbox): IntakeStore
   let lastFailureCleanup = 0;
   return {
     retryKeys: {
-      async claim(orgId, key, { holdSeconds, leaseSeconds }) {
+      async claim(orgId, key, { holdSeconds, leaseSeconds }, bodyDigest) {
         const token = randomUUID();
         // One statement: a new key is inserted; an expired one, or one whose claim ran out while
         // still working, is taken over; anything else is left to its holder.
         const rows = await sql<{ token: string }[]>`
-          insert into intake.retry_keys as k (org_id, key, token, state, claimed_until)
-          values (${orgId}, ${key}, ${token}, 'working', now() + make_interval(secs => ${leaseSeconds}))
+          insert into intake.retry_keys as k (org_id, key, token, state, claimed_until, body_digest)
+          values (${orgId}, ${key}, ${token}, 'working', now() + make_interval(secs => ${leaseSeconds}), ${bodyDigest ?? null})
           on conflict (org_id, key) do update
-            set token = excluded.token, state = 'working', answer = null, claimed_until = excluded.claimed_until, created_at = now()
+            set token = excluded.token, state = 'working', answer = null, claimed_until = excluded.claimed_until, created_at = now(),
+                body_digest = excluded.body_digest
             where k.created_at < now() - make_interval(secs => ${holdSeconds})
-               or (k.state = 'working' and k.claimed_until < now())
+               or (k.state = 'working' and k.claimed_until < now() and k.body_digest is not distinct from excluded.body_digest)
           returning token`;
         return rows[0]?.token;
       },
@@ -125,7 +128,7 @@ export function createPostgresIntakeStore(sql: Sql, outbox: Outbox): IntakeStore
         await sql`delete from intake.retry_keys where org_id = ${orgId} and key = ${key} and token = ${token}`;
       },
       async held(orgId, key) {
-        const [row] = await sql<RetryKeyRow[]>`select token, state, answer from intake.retry_keys where org_id = ${orgId} and key = ${key}`;
+        const [row] = await sql<RetryKeyRow[]>`select token, state, answer, body_digest from intake.retry_keys where org_id = ${orgId} and key = ${key}`;
         return row;
       },
       async forgetExpired(holdSeconds) {

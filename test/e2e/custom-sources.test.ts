@@ -422,6 +422,40 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     ).toBe(403);
   });
 
+  it("redacts credential-looking query parameters and headers in kept payloads by their names' word parts", async () => {
+    const source = await createSource({ name: unique("redact").toLowerCase(), rules: [{ title: "'t'", attachKey: "'one'" }] });
+    const query = "token=q-tok&api_key=q-api&sessionId=q-sess&monkey=banana&region=eu";
+    const res = await post(
+      `/triggers/custom/${source.id}?${query}`,
+      { n: 1 },
+      {
+        authorization: `Bearer ${source.secret}`,
+        "x-access-key": "h-access",
+        authentication: "h-authn",
+        "x-credentials": "h-cred",
+        "x-passwd": "h-pass",
+        "x-hub-signature-256": "h-sig",
+        "x-monkey": "still-here",
+        "x-keyboard": "qwerty",
+      },
+    );
+    expect(res.status).toBeLessThan(300);
+    const [payload] = await recorded(source.id, "payloads", 1);
+    expect(payload.query).toEqual({ token: "[redacted]", api_key: "[redacted]", sessionId: "[redacted]", monkey: "banana", region: "eu" });
+    expect(payload.headers).toMatchObject({
+      authorization: "[redacted]",
+      "x-access-key": "[redacted]",
+      authentication: "[redacted]",
+      "x-credentials": "[redacted]",
+      "x-passwd": "[redacted]",
+      "x-hub-signature-256": "[redacted]",
+      "x-monkey": "still-here",
+      "x-keyboard": "qwerty",
+    });
+    for (const secret of ["q-tok", "q-api", "q-sess", "h-access", "h-authn", "h-cred", "h-pass", "h-sig"])
+      expect(JSON.stringify(payload)).not.toContain(secret);
+  });
+
   it("lands every one of many concurrent deliveries to one source, keeping 50 payloads", async () => {
     const source = await createSource({
       name: unique("storm").toLowerCase(),

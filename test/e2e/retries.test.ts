@@ -46,9 +46,10 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
   });
 
   function deliveries(idempotencyKey?: string): Delivery[] {
-    const key: Record<string, string> = idempotencyKey ? { "idempotency-key": `${idempotencyKey}-${unique("k")}` } : {};
+    // A key of its own per delivery: a key names one body, and another body under it is refused.
+    const key = (): Record<string, string> => (idempotencyKey ? { "idempotency-key": `${idempotencyKey}-${unique("k")}` } : {});
     const exact = idempotencyKey ? "exact" : undefined;
-    const ingest = { authorization: `Bearer ${creds.ingestToken}`, ...key };
+    const ingest = () => ({ authorization: `Bearer ${creds.ingestToken}`, ...key() });
 
     const metrics = { ...fixture("datadog/custom-body-triggered.json"), alert_id: unique("alert"), event_id: unique("event"), tags: ["service:checkout"] };
 
@@ -82,19 +83,19 @@ describe.each(MODES)("retries of every source (%s)", (mode) => {
     const chat = { channel_id: "C-retry", message_id: unique("msg"), text: "payments are down", author: "alice", emoji: "fire" };
 
     return [
-      { source: "metrics-monitor", path: "/triggers", body: metrics, headers: ingest, retry: exact ?? "held-event-id" },
-      { source: "cloud-monitor", path: "/triggers", body: eventBridge, headers: ingest, retry: exact ?? "held-event-id" },
-      { source: "log-analytics", path: "/triggers", body: logAlert, headers: ingest, retry: exact ?? "held-event-id" },
-      { source: "error-tracker", path: "/triggers", body: sentry, headers: { ...ingest, "request-id": unique("req") }, retry: "exact" },
-      { source: "remote", path: "/triggers", body: remote, headers: ingest, retry: exact ?? "held-event-id" },
+      { source: "metrics-monitor", path: "/triggers", body: metrics, headers: ingest(), retry: exact ?? "held-event-id" },
+      { source: "cloud-monitor", path: "/triggers", body: eventBridge, headers: ingest(), retry: exact ?? "held-event-id" },
+      { source: "log-analytics", path: "/triggers", body: logAlert, headers: ingest(), retry: exact ?? "held-event-id" },
+      { source: "error-tracker", path: "/triggers", body: sentry, headers: { ...ingest(), "request-id": unique("req") }, retry: "exact" },
+      { source: "remote", path: "/triggers", body: remote, headers: ingest(), retry: exact ?? "held-event-id" },
       {
         source: "alert-router",
         path: "/triggers/alertrouter",
         body: firing,
-        headers: { "x-service-alertrouter-secret": creds.alertRouterSecret, ...key },
+        headers: { "x-service-alertrouter-secret": creds.alertRouterSecret, ...key() },
         retry: exact ?? "repeat",
       },
-      { source: "chat", path: "/triggers/chat/acme", body: chat, headers: { "x-service-chat-secret": creds.chatSecret, ...key }, retry: exact ?? "repeat" },
+      { source: "chat", path: "/triggers/chat/acme", body: chat, headers: { "x-service-chat-secret": creds.chatSecret, ...key() }, retry: exact ?? "repeat" },
     ];
   }
 

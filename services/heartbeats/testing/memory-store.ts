@@ -1,6 +1,17 @@
 import { randomUUID } from "node:crypto";
 import type { AuditRecord } from "../../runtime/events.js";
-import type { Claim, ClaimedAlert, ClaimedResume, HeartbeatRow, HeartbeatStore, NewHeartbeat, RecordedAlert, SilenceCause, StoredPingKey } from "../store.js";
+import {
+  type Claim,
+  type ClaimedAlert,
+  type ClaimedResume,
+  type HeartbeatRow,
+  type HeartbeatStore,
+  type NewHeartbeat,
+  OrganizationFullError,
+  type RecordedAlert,
+  type SilenceCause,
+  type StoredPingKey,
+} from "../store.js";
 
 /**
  * The heartbeats tables in memory, on a clock the test moves, for unit tests of the handlers, the
@@ -130,8 +141,9 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
       return silence;
     },
 
-    async register(heartbeat: NewHeartbeat, deadlineFrom, audit) {
+    async register(heartbeat: NewHeartbeat, deadlineFrom, audit, atMost) {
       if (find(heartbeat.orgId, heartbeat.name)) return undefined;
+      if (atMost !== undefined && heartbeats.filter((h) => h.orgId === heartbeat.orgId).length >= atMost) throw new OrganizationFullError(atMost);
       const h: MemoryHeartbeat = {
         id: randomUUID(),
         ...heartbeat,

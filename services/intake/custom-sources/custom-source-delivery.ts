@@ -16,7 +16,8 @@ import { digestOfBytes, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
-import { boundedBody, type createCompiledRulesCache, headersForRules, redactHeaders } from "./custom-source-records.js";
+import { redactCredentials } from "./credential-redaction.js";
+import { boundedBody, type createCompiledRulesCache, headersForRules } from "./custom-source-records.js";
 import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
@@ -159,7 +160,7 @@ export function createCustomSourceDelivery(deps: {
       const query = { ...req.queryParams };
       // Bounded once: a large body's serialization is the costliest step after parsing it.
       const kept = boundedBody(body, req.body.byteLength);
-      const payload = { ...kept, headers: redactHeaders(headers), query };
+      const payload = { ...kept, headers: redactCredentials(headers, { lowercaseNames: true }), query: redactCredentials(query) };
       // The kept payload and the log row are written after the answer, with those of the deliveries
       // answered about the same time, and never cost the sender its delivery nor its time.
       const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
@@ -197,6 +198,11 @@ const MOST_RECORDS_PER_STATEMENT = 100;
 const RECORD_WRITE_DELAY_MS = 20;
 /** The most records waiting to be written: past it, the oldest are dropped (and counted). */
 const MOST_WAITING_RECORDS = 10_000;
+/**
+ * And the most bytes they hold (their payloads as written): 10,000 kept bodies of 64 KiB would be
+ * 640 MiB, past the intake container's memory limit.
+ */
+const MOST_WAITING_BYTES = 32 * 1024 * 1024;
 
 /**
  * Writes deliveries' kept payloads and log rows after their answers, in groups: a record waits up
@@ -205,10 +211,14 @@ const MOST_WAITING_RECORDS = 10_000;
  * trip per delivery and no sender waits for its record. `flush()` writes everything waiting: the
  * log and payload reads call it, so what this process answered is there to read, and stopping
  * calls it so nothing waiting is lost. While Postgres cannot keep up, at most MOST_WAITING_RECORDS
- * wait; the oldest beyond are dropped and counted, never the delivery.
+ * holding at most MOST_WAITING_BYTES wait; the oldest beyond are dropped and counted, never the
+ * delivery.
  */
-export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS) {
-  let waiting: DeliveryRecord[] = [];
+export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS, mostWaitingBytes = MOST_WAITING_BYTES) {
+  let waiting: { record: DeliveryRecord; bytes: number }[] = [];
+  let waitingBytes = 0;
+  /** Records taken for the statement being written. */
+  let inWriting = 0;
   let timer: NodeJS.Timeout | undefined;
   let writing: Promise<void> | undefined;
   // Records ever queued, and ever done with (written, failed or dropped): flush waits by these.
@@ -232,7 +242,10 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   async function writeGroup(): Promise<void> {
     const group = waiting.splice(0, MOST_RECORDS_PER_STATEMENT);
-    await keepAll(group);
+    for (const taken of group) waitingBytes -= taken.bytes;
+    inWriting = group.length;
+    await keepAll(group.map((taken) => taken.record));
+    inWriting = 0;
     done += group.length;
   }
 
@@ -255,19 +268,30 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   return {
     write(record: DeliveryRecord): void {
-      waiting.push(record);
+      const bytes = recordBytes(record);
+      waiting.push({ record, bytes });
+      waitingBytes += bytes;
       queued++;
-      if (waiting.length > mostWaiting) {
-        const dropped = waiting.length - mostWaiting;
+      let dropped = 0;
+      while (waiting.length - dropped > mostWaiting || (waitingBytes > mostWaitingBytes && waiting.length - dropped > 0)) {
+        waitingBytes -= waiting[dropped]!.bytes;
+        dropped++;
+      }
+      if (dropped > 0) {
         waiting = waiting.slice(dropped);
         done += dropped;
         customSourceRecordsDropped.inc(dropped);
         if (Date.now() - droppingLoggedAt >= 10_000) {
           droppingLoggedAt = Date.now();
-          logger.warn({ waiting: mostWaiting }, "dropping custom-source payloads and log rows: Postgres is not keeping up");
+          logger.warn({ waiting: waiting.length, waitingBytes }, "dropping custom-source payloads and log rows: Postgres is not keeping up");
         }
       }
       schedule();
+    },
+
+    /** What is held: records waiting and their bytes, and records in the statement being written. */
+    waiting(): { records: number; bytes: number; writing: number } {
+      return { records: waiting.length, bytes: waitingBytes, writing: inWriting };
     },
 
     /** Resolves once everything waiting when called is written (or failed, which is logged). */
@@ -279,6 +303,11 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 }
 
 export type RecordWriter = ReturnType<typeof createRecordWriter>;
+
+/** A record's size as written: its payload's JSON and a log row's worth for the rest. */
+function recordBytes(record: DeliveryRecord): number {
+  return Buffer.byteLength(JSON.stringify(record.payload), "utf8") + 512;
+}
 
 /** The attach identity of a custom source's key: never shared with another source's. */
 export function customAttachIdentity(sourceId: string, key: string): string {

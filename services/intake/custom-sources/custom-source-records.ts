@@ -65,9 +65,6 @@ export function createCompiledRulesCache(limit = 1000) {
   };
 }
 
-/** Header names whose values are credentials or signatures: kept as `[redacted]`. */
-const SECRET_HEADER = /authorization|cookie|secret|token|signature|api-?key|password|genie/i;
-
 /** Headers as the rules see them: every one but the credentials the request was made with. */
 export function headersForRules(headers: Record<string, string>): Record<string, string> {
   const seen: Record<string, string> = {};
@@ -77,13 +74,6 @@ export function headersForRules(headers: Record<string, string>): Record<string,
     seen[lower] = value;
   }
   return seen;
-}
-
-/** Headers as a kept payload shows them to admins: every secret-looking value redacted. */
-export function redactHeaders(headers: Record<string, string>): Record<string, string> {
-  const kept: Record<string, string> = {};
-  for (const [name, value] of Object.entries(headers)) kept[name.toLowerCase()] = SECRET_HEADER.test(name) ? "[redacted]" : value;
-  return kept;
 }
 
 /** The most of a payload's body a source keeps, as JSON text. */

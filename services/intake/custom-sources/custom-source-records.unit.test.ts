@@ -1,6 +1,9 @@
 import { describe, expect, it } from "vitest";
-import { parseCustomBody } from "./custom-source-delivery.js";
+import type { Logger } from "../../runtime/logger.js";
+import { customSourceRecordsDropped } from "../../runtime/metrics.js";
+import { createRecordWriter, parseCustomBody } from "./custom-source-delivery.js";
 import { boundedBody, KEPT_BODY_BYTES } from "./custom-source-records.js";
+import type { CustomSourceStore, DeliveryRecord } from "./store.js";
 
 // A body small enough when it arrived is kept without writing it out to measure it: the bodies
 // that grow most when written back as JSON, as large as that shortcut takes, still fit.
@@ -39,5 +42,38 @@ describe("a kept body's size", () => {
     expect(kept.truncated).toBe(true);
     expect(Buffer.byteLength(kept.body as string, "utf8")).toBeLessThanOrEqual(KEPT_BODY_BYTES);
     expect(boundedBody({ text: "small" }, KEPT_BODY_BYTES)).toEqual({ body: { text: "small" }, truncated: false });
+  });
+});
+
+// With Postgres stalled, the records waiting to be written are bounded in bytes as well as in
+// number: large kept payloads would otherwise fill the heap long before the count bound.
+describe("the record writer with a stalled store", () => {
+  const silent = { warn: () => {}, error: () => {}, info: () => {}, debug: () => {} } as unknown as Logger;
+  const stalled = { keepAndLogMany: () => new Promise<void>(() => {}) } as unknown as CustomSourceStore;
+  const record = (text: string): DeliveryRecord => ({
+    sourceId: "00000000-0000-4000-8000-000000000001",
+    receivedAt: new Date(),
+    payload: { body: { text }, headers: { "content-type": "application/json" }, query: {}, truncated: false },
+    entry: { outcome: "opened", warnings: [] },
+  });
+
+  it("never holds more than its bytes, drops the oldest past them and counts what it dropped", async () => {
+    const bound = 1024 * 1024;
+    const writer = createRecordWriter(stalled, silent, 10_000, bound);
+    const droppedBefore = (await customSourceRecordsDropped.get()).values[0]?.value ?? 0;
+    const large = "x".repeat(KEPT_BODY_BYTES - 100);
+    let most = 0;
+    for (let i = 0; i < 200; i++) {
+      writer.write(record(large));
+      most = Math.max(most, writer.waiting().bytes);
+    }
+    expect(most).toBeLessThanOrEqual(bound);
+    expect(writer.waiting().bytes).toBeGreaterThan(bound / 2);
+    const held = writer.waiting().records;
+    expect(held).toBeLessThan(200);
+    const dropped = ((await customSourceRecordsDropped.get()).values[0]?.value ?? 0) - droppedBefore;
+    // Every record is written (here: the first group, stuck in the store), waiting, or dropped.
+    expect(dropped + held + writer.waiting().writing).toBe(200);
+    expect(dropped).toBeGreaterThan(0);
   });
 });
