@@ -113,7 +113,7 @@ function charged(func: CelFunc): CelFunc {
 const CODE_POINTS_PER_UNIT = 8;
 
 const SURROGATE_PAIRS = /[\uD800-\uDBFF][\uDC00-\uDFFF]/g;
-const NON_ASCII = /[^\x00-\x7F]/;
+const NON_ASCII = /[\u0080-\uFFFF]/;
 
 /** Counts code points, as `size` does, without building an array of them. */
 function codePoints(text: string): number {
