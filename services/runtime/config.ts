@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { databaseUrlProblem } from "./database-url.js";
 import { natsCredentialProblem } from "./nats-connection.js";
 
 // One schema for every process, so the deployment manifests can be checked against it.
@@ -148,6 +149,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const natsProblem = natsCredentialProblem(config);
   if (natsProblem) throw new ConfigError(`invalid configuration:\n  ${natsProblem}`);
+  const databaseProblem = config.DATABASE_URL === undefined ? undefined : databaseUrlProblem(config.DATABASE_URL);
+  if (databaseProblem) throw new ConfigError(`invalid configuration:\n  ${databaseProblem}`);
   const publicUrl = (config.PUBLIC_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
   return { ...config, publicUrl };
 }
