@@ -42,7 +42,9 @@ export default defineConfig({
     // The tests' NATS servers (the shared one and test/support's private ones) ask for no
     // credentials: allowed here explicitly, as the services refuse such a server otherwise.
     // Child processes inherit it. test/security/nats-auth.test.ts unsets it to check the refusal.
-    env: { NATS_ALLOW_UNAUTHENTICATED: "true" },
+    // With a Postgres server the services refuse to start without SECRETS_KEYS: every app and child
+    // process of the run shares this test key (replicas sharing a database must).
+    env: { NATS_ALLOW_UNAUTHENTICATED: "true", SECRETS_KEYS: `test1:${Buffer.alloc(32, 1).toString("base64")}` },
     projects: [
       {
         extends: true,

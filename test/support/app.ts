@@ -93,6 +93,9 @@ export async function startApp(
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
       SHUTDOWN_GRACE_SECONDS: "1",
       METRICS_PORT: "0",
+      // The run's test key (vitest.config.ts) with a Postgres server, which requires one; the
+      // embedded database keeps its key file in DATA_DIR.
+      ...(embedded ? {} : { SECRETS_KEYS: process.env.SECRETS_KEYS ?? "" }),
       ...options.env,
     },
   });
