@@ -38,3 +38,25 @@ export function databaseUrlProblem(url: string, variable = "DATABASE_URL"): stri
   }
   return undefined;
 }
+
+/** libpq's variables: set, they say the operator means a Postgres server (the service reads only DATABASE_URL). */
+const LIBPQ_VARIABLES = ["PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD"];
+
+/**
+ * Why the embedded Postgres, chosen because DATABASE_URL is unset, was not what the operator asked
+ * for: NATS_URL is set (separate processes, each of which would keep its own data) or a libpq
+ * variable names a server. DATABASE_EMBEDDED=true asks for it anyway.
+ */
+export function unaskedEmbeddedDatabaseProblem(
+  config: { DATABASE_URL?: string | undefined; NATS_URL?: string | undefined; DATABASE_EMBEDDED: boolean },
+  env: NodeJS.ProcessEnv,
+): string | undefined {
+  if (config.DATABASE_URL || config.DATABASE_EMBEDDED) return undefined;
+  const fix = "set DATABASE_URL to the Postgres server (postgres://user:password@host:5432/database), or DATABASE_EMBEDDED=true to run the embedded one anyway";
+  if (config.NATS_URL)
+    return `NATS_URL is set but DATABASE_URL is not: this process would run an embedded Postgres in DATA_DIR, apart from every other process; ${fix}`;
+  const libpq = LIBPQ_VARIABLES.filter((name) => env[name]?.trim());
+  if (libpq.length > 0)
+    return `${libpq.join(", ")} ${libpq.length === 1 ? "is" : "are"} set but DATABASE_URL is not, and the service reads only DATABASE_URL; ${fix}`;
+  return undefined;
+}

@@ -83,7 +83,8 @@ export async function startApp(
     extraHttp: options.extraHttp,
     env: {
       DATABASE_URL: embedded ? "" : (options.databaseUrl ?? database!.url),
-      ...(dataDir ? { DATA_DIR: dataDir.dir } : {}),
+      // Asked for: with NATS the embedded database is refused unless asked for by name.
+      ...(dataDir ? { DATA_DIR: dataDir.dir, DATABASE_EMBEDDED: "true" } : {}),
       PORT: "0",
       HOST: "127.0.0.1",
       LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
