@@ -16,8 +16,8 @@ export const CONFIG_PREFIXES = [
   "REMOTE_SOURCE_",
   "EGRESS_",
   "HEARTBEAT_",
-  "CHAT_WEBHOOK_",
   "LIVENESS_",
+  "CHAT_WEBHOOK_",
   "METRICS_",
   "HTTP2_",
 ] as const;

@@ -132,8 +132,6 @@ export const configSchema = z.object({
   // Connections held at once (default: from the open-file limit) and per client address (trusted proxies exempt).
   HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).optional(),
   HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(1).default(256),
-  // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
-  LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
 });
 
 export type Config = z.infer<typeof configSchema> & { publicUrl: string };
@@ -228,5 +226,4 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   HTTP2_IDLE_TIMEOUT_SECONDS: "HTTP/2 (gRPC) session idle time with no open stream",
   HTTP_MAX_CONNECTIONS: "connections held at once; unset = ¾ of the open-file limit (`ulimit -n`), less 64",
   HTTP_MAX_CONNECTIONS_PER_ADDRESS: "connections one client address may hold (trusted proxies exempt)",
-  LIVENESS_STUCK_SECONDS: "`/healthz` answers 503 once a database ping has had no answer this long (the process is wedged)",
 };
