@@ -27,5 +27,6 @@ describe("the counters the alert rules use", () => {
     for (const outcome of ["delivered", "failed", "gone", "simulated"]) zero(`warroom_subscription_attempts_total{outcome="${outcome}"}`);
     for (const reason of ["gone", "failing"]) zero(`warroom_subscriptions_disabled_total{reason="${reason}"}`);
     zero("warroom_subscription_deliveries_failed_total");
+    for (const result of ["ok", "http_error", "timeout", "tls", "network", "refused", "error"]) zero(`warroom_chat_webhook_requests_total{result="${result}"}`);
   });
 });
