@@ -6,6 +6,8 @@
 # only), runtime (compiled JavaScript, production dependencies, a non-root user). The runtime
 # stage writes nothing outside /tmp, so it runs with a read-only root filesystem when /tmp is
 # mounted writable (an emptyDir in Kubernetes, --tmpfs /tmp with docker run --read-only).
+# With an external database (DATABASE_URL) the services that store secrets refuse to start
+# without SECRETS_KEYS: a key generated in DATA_DIR under /tmp would be lost with the container.
 
 ARG NODE_IMAGE=node:20-bookworm-slim
 

@@ -11,7 +11,12 @@ const MAX_RESPONSE_BYTES = 16 * 1024;
 export type DeliveryOutcome = { ok: true; status: number } | { ok: false; error: string };
 
 /** The egress client every chat-webhook call goes through (see createOutboundHttpsEgress). */
+/** Every result chatWebhookRequests counts (postCardOnce, failureResult). */
+const CHAT_WEBHOOK_RESULTS = ["ok", "http_error", "timeout", "tls", "network", "refused", "error"];
+
 export function createChatWebhookEgress(config: Config): EgressClient {
+  // Every result at 0 from the start: the alert rule's rate() sees the first failure.
+  for (const result of CHAT_WEBHOOK_RESULTS) chatWebhookRequests.inc({ result }, 0);
   return createOutboundHttpsEgress(config, { timeoutMs: Math.round(config.CHAT_WEBHOOK_TIMEOUT_SECONDS * 1000), maxResponseBytes: MAX_RESPONSE_BYTES });
 }
 

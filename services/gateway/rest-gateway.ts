@@ -192,7 +192,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       const connectError = ConnectError.from(err);
       if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
       const answer = errorAnswer(route.method, connectError, { requestId, took: (performance.now() - started) / 1000 });
-      if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], msg: connectError.rawMessage }, "call failed");
+      if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], error: connectError.rawMessage }, "call failed");
       else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
       if (plainText) {
         const text = plainTextAnswer(answer.status, (answer.body as { error?: string }).error ?? "");

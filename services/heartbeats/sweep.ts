@@ -36,6 +36,8 @@ export interface Sweeper {
  */
 export function createSweeper(deps: { store: HeartbeatStore; outbox: Pick<Outbox, "poke">; delivery: SilenceDelivery; logger: Logger }): Sweeper {
   const { store, outbox, delivery, logger } = deps;
+  // Every result at 0 from the start: the alert rules' increase() sees the first of each.
+  for (const result of ["ok", "partial", "failed"]) sweepsTotal.inc({ result }, 0);
   let timer: NodeJS.Timeout | undefined;
   let current: Promise<unknown> | undefined;
   let stopped = true;

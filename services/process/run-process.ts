@@ -23,6 +23,7 @@ import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-ad
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
 import { createLogger, type Logger } from "../runtime/logger.js";
+import { unknownVariableWarnings } from "../runtime/config-warnings.js";
 import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
 import { migrate } from "../runtime/migrations.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
@@ -102,16 +103,26 @@ function deferredTransport(): { transport: Transport; bind(target: Transport): v
  * NATS), servers and relays; resolves with what it runs and a `stop()` that ends it in order.
  */
 export async function runProcess(options: ProcessOptions): Promise<RunningProcess> {
-  // NATS_ALLOW_UNAUTHENTICATED is the environment's (a development or test machine's) unless the
-  // given env says otherwise: a process composed with its own env inherits the machine's choice.
-  const config = loadConfig(
-    options.env && options.env.NATS_ALLOW_UNAUTHENTICATED === undefined && process.env.NATS_ALLOW_UNAUTHENTICATED !== undefined
-      ? { ...options.env, NATS_ALLOW_UNAUTHENTICATED: process.env.NATS_ALLOW_UNAUTHENTICATED }
-      : options.env,
-  );
+  // Variables the service does not read although named for it (typos): warned of at start, and
+  // named in a refusal, which they may explain (DATABSE_URL).
+  const unknownVariables = unknownVariableWarnings(options.env ?? process.env);
+  let config: Config;
+  try {
+    // NATS_ALLOW_UNAUTHENTICATED is the environment's (a development or test machine's) unless the
+    // given env says otherwise: a process composed with its own env inherits the machine's choice.
+    config = loadConfig(
+      options.env && options.env.NATS_ALLOW_UNAUTHENTICATED === undefined && process.env.NATS_ALLOW_UNAUTHENTICATED !== undefined
+        ? { ...options.env, NATS_ALLOW_UNAUTHENTICATED: process.env.NATS_ALLOW_UNAUTHENTICATED }
+        : options.env,
+    );
+  } catch (err) {
+    if (err instanceof ConfigError && unknownVariables.length > 0) err.message += `\n  ${unknownVariables.join("\n  ")}`;
+    throw err;
+  }
   // Before anything that may be traced; a no-op unless OTEL_* asks for traces.
   await startTracing(options.name);
   const logger = createLogger(config.LOG_LEVEL, options.name);
+  for (const warning of unknownVariables) logger.warn(warning);
   const database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: config.DATABASE_POOL_SIZE }, logger);
   const background = openBackgroundPool(database);
   try {
@@ -214,7 +225,6 @@ async function startServices(
     sql: database.sql,
     nats,
     extra: modules.flatMap((m) => (m.ready ? [{ name: m.name, ready: m.ready }] : [])),
-    stuckMs: config.LIVENESS_STUCK_SECONDS * 1000,
   });
   // Requests other than the probes wait for start-up to finish (the bootstrap owner, consumers),
   // so a call sent as soon as the port answers never sees a half-started process.
@@ -261,17 +271,15 @@ async function startServices(
     // the request really came from (or the one a trusted proxy names).
     req.headers[CLIENT_ADDRESS_HEADER] = clientAddress.resolve(peerAddress(req), req.headers[CLIENT_ADDRESS_HEADER]);
     void (async () => {
-      if (req.method === "GET" && url.pathname === "/healthz") {
-        const live = probes.liveness();
-        return sendJson(res, live.ok ? 200 : 503, live.ok ? { status: "ok" } : { status: "wedged", failing: live.failing, checks: live.checks });
-      }
+      // Liveness is the process's own (it answers); readiness follows its dependencies.
+      if (req.method === "GET" && url.pathname === "/healthz") return sendJson(res, 200, { status: "ok" });
       if (req.method === "GET" && url.pathname === "/readyz") {
-        const live = probes.liveness();
         const ready = await probes.readiness();
-        const checks: Record<string, string> = { ...ready.checks, ...(live.ok ? {} : { liveness: `wedged: ${live.failing.join(", ")}` }) };
-        const ok = ready.ok && live.ok;
-        const failing = Object.keys(checks).filter((k) => checks[k] !== "ok");
-        return sendJson(res, ok ? 200 : 503, ok ? { status: "ready", checks } : { status: "not ready", failing, checks });
+        return sendJson(
+          res,
+          ready.ok ? 200 : 503,
+          ready.ok ? { status: "ready", checks: ready.checks } : { status: "not ready", failing: ready.failing, checks: ready.checks },
+        );
       }
       await started;
       if (extra && (await extra.handle(req, res, url))) return;
@@ -392,9 +400,12 @@ export async function main(options: ProcessOptions): Promise<void> {
   try {
     running = await runProcess(options);
   } catch (err) {
-    // A refusal says what to change; anything else was not expected, and its stack says where.
+    // One JSON line, like every other: a refusal says what to change; anything else was not
+    // expected, and its stack says where. LOG_LEVEL may be what was refused: fatal is always shown.
     const explained = err instanceof ConfigError || err instanceof DataDirLockedError || err instanceof EmbeddedPostgresError;
-    console.error(explained ? err.message : err);
+    const logger = createLogger("fatal", options.name);
+    if (explained) logger.fatal(err.message);
+    else logger.fatal({ err }, "failed to start");
     process.exit(1);
   }
   let signalled = false;

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { databaseUrlProblem, unaskedEmbeddedDatabaseProblem } from "./database-url.js";
 import { natsCredentialProblem } from "./nats-connection.js";
 
 // One schema for every process, so the deployment manifests can be checked against it.
@@ -32,6 +33,13 @@ export const configSchema = z.object({
   DATABASE_URL: optionalString,
   DATA_DIR: z.string().default("./.data"),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
+  // With NATS_URL (or libpq's PG* variables) set and no DATABASE_URL, the embedded Postgres is
+  // refused at start unless this is "true": a process that lost its DATABASE_URL would otherwise
+  // keep its data apart from every other.
+  DATABASE_EMBEDDED: z
+    .enum(["true", "false", ""])
+    .default("false")
+    .transform((v) => v === "true"),
   NATS_URL: optionalString,
   // NATS credentials (one kind at most) and TLS; see docs/SECURITY.md.
   NATS_USER: optionalString,
@@ -141,8 +149,6 @@ export const configSchema = z.object({
   // Connections held at once (default: from the open-file limit) and per client address (trusted proxies exempt).
   HTTP_MAX_CONNECTIONS: z.coerce.number().int().min(1).optional(),
   HTTP_MAX_CONNECTIONS_PER_ADDRESS: z.coerce.number().int().min(1).default(256),
-  // /healthz turns 503 (wedged) once a database ping has had no answer for this long.
-  LIVENESS_STUCK_SECONDS: z.coerce.number().positive().max(3600).default(30),
 });
 
 export type Config = z.infer<typeof configSchema> & { publicUrl: string };
@@ -165,6 +171,88 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
   }
   const natsProblem = natsCredentialProblem(config);
   if (natsProblem) throw new ConfigError(`invalid configuration:\n  ${natsProblem}`);
+  const databaseProblem = config.DATABASE_URL === undefined ? undefined : databaseUrlProblem(config.DATABASE_URL);
+  if (databaseProblem) throw new ConfigError(`invalid configuration:\n  ${databaseProblem}`);
+  const fallbackProblem = unaskedEmbeddedDatabaseProblem(config, env);
+  if (fallbackProblem) throw new ConfigError(`refusing to start: ${fallbackProblem}`);
   const publicUrl = (config.PUBLIC_URL ?? `http://localhost:${config.PORT}`).replace(/\/+$/, "");
   return { ...config, publicUrl };
 }
+
+export type ConfigVariable = keyof typeof configSchema.shape;
+
+/**
+ * What each variable does, as the README's configuration table shows it (`npm run config-table`
+ * writes the table from the schema and these; its --check fails on a variable without one). The
+ * default column comes from the schema itself.
+ */
+export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
+  PORT: "HTTP/1.1 and cleartext HTTP/2 (REST, Connect, gRPC)",
+  HOST: "listen address",
+  METRICS_PORT: "serves Prometheus `GET /metrics` on this port only (never on `PORT`); unset = no metrics",
+  PUBLIC_URL: "base of `workspaceUrl` links and ping URLs; unset = `http://localhost:$PORT`",
+  DATABASE_URL:
+    "Postgres server; unset = embedded Postgres in `DATA_DIR`. Percent-encode the user name and password (`/` as `%2F`, `#` as `%23`): a malformed URL is refused at start, naming the part, never printing it",
+  DATA_DIR: "embedded database and locally generated keys",
+  DATABASE_POOL_SIZE: "connections per process for requests (background work has 2 more of its own)",
+  DATABASE_EMBEDDED:
+    "`true` runs the embedded Postgres even though `NATS_URL` (or a libpq `PG*` variable) is set; without it such a process with no `DATABASE_URL` refuses to start",
+  NATS_URL: "NATS with JetStream; unset = in-memory transport and events",
+  NATS_USER: "NATS user name, with `NATS_PASSWORD` (one kind of credential at most; [docs/SECURITY.md](docs/SECURITY.md))",
+  NATS_PASSWORD: "NATS password, with `NATS_USER`",
+  NATS_TOKEN: "NATS token",
+  NATS_NKEY_SEED: "NATS NKey seed",
+  NATS_CREDS_FILE: "NATS credentials file (JWT and seed)",
+  NATS_TLS_CA_FILE: "CA (PEM) the NATS server's certificate is checked against",
+  NATS_TLS_CERT_FILE: "client certificate (PEM) for NATS, with `NATS_TLS_KEY_FILE`",
+  NATS_TLS_KEY_FILE: "the client certificate's private key (PEM)",
+  NATS_ALLOW_UNAUTHENTICATED:
+    "`true` lets a process use a NATS server that asks for no credentials (development and tests only; a warning is logged at every start); otherwise such a server is refused at start",
+  NATS_SUBJECT_PREFIX: "prefix of every NATS subject and of the stream's name, so installations can share one NATS",
+  LOG_LEVEL: "`fatal` … `trace`, `silent`",
+  BOOTSTRAP_ORG_SLUG: "the first organization, created once at start (with the two below: all three or none)",
+  BOOTSTRAP_OWNER_EMAIL: "its owner's email",
+  BOOTSTRAP_OWNER_PASSWORD: "its owner's password, used only when the organization does not exist yet",
+  SESSION_TTL_SECONDS: "session token lifetime",
+  HEARTBEAT_SWEEP_SECONDS: "silence sweep interval",
+  EGRESS_ALLOW_PRIVATE_CIDRS: "private ranges outbound chat-webhook calls may reach (on-premises chat servers)",
+  EGRESS_CA_FILE: "extra CA (PEM) trusted for outbound calls",
+  CHAT_WEBHOOK_TIMEOUT_SECONDS: "how long a post to the chat webhook may take (at most 12)",
+  SUBSCRIPTION_TIMEOUT_SECONDS: "how long one event subscription delivery may take (at most 30)",
+  SUBSCRIPTION_RETRY_SCHEDULE_SECONDS: "waits between delivery attempts (less up to 20 % jitter, or a longer `Retry-After`); never beyond 24 h after the event",
+  SUBSCRIPTION_DISABLE_AFTER_SECONDS: "a subscription whose every attempt failed this long is disabled",
+  SUBSCRIPTION_CONCURRENCY: "deliveries in flight per subscription, over every replica",
+  INTAKE_ORG_IN_FLIGHT: "deliveries of one organization an intake process handles at once ([services/intake/README.md](services/intake/README.md))",
+  INTAKE_IN_FLIGHT: "deliveries of all organizations an intake process handles at once",
+  INTAKE_SHARE_WAIT_MS: "how long a delivery waits for room in its organization's share before 503 with `Retry-After`",
+  INTAKE_MAX_WAITING: "deliveries that may wait for room at once; past it, 503 with `Retry-After` at once",
+  GATEWAY_DELIVERIES_IN_FLIGHT: "deliveries each gateway process admits at once; past it, 503/429 with `Retry-After` at once",
+  REMOTE_SOURCE_DENY_CIDRS: "ranges remote sources may not be on",
+  REMOTE_SOURCE_ALLOW_CIDRS:
+    "private (RFC 1918, CGNAT, IPv6 ULA), loopback, link-local or other refused ranges remote sources may be on; by default a remote source must be on a public address (the chat webhook's `EGRESS_ALLOW_PRIVATE_CIDRS` does not apply to them)",
+  INVESTIGATION_RETENTION_DAYS:
+    "days an investigation's evidence, and its settled runs, are kept; each incident's newest run stays (without its evidence) so a re-run is numbered after it. Deleted by a sweep in every process (every 10 minutes, 1,000 rows a statement)",
+  GROUPING_GENERATION_RETENTION_DAYS: 'days a grouping generation no delivery has used is kept (see "Grouping")',
+  REMOTE_SOURCE_HTTP_BEARER_HOSTS:
+    "host names a remote source's bearer token may be sent to over plain `http://`; otherwise a bearer token needs an `https` baseUrl",
+  SECRETS_KEYS:
+    "`<id>:<base64 32 bytes>,…` keys encrypting secrets at rest; the first encrypts, all decrypt (rotation). Required with `DATABASE_URL` (the service refuses to start without it); with the embedded database, unset = a key generated once in `DATA_DIR/secrets.key`",
+  TRUSTED_PROXY_CIDRS: "proxies whose `X-Forwarded-For` names the client (limits, audit); otherwise the socket's address",
+  SHUTDOWN_GRACE_SECONDS: "how long SIGTERM waits for in-flight requests; the process exits within this + 5 s whatever hangs",
+  HTTP_FIRST_BYTE_TIMEOUT_SECONDS: "a connection that sends nothing for this long after it opens is closed",
+  HTTP_HEADERS_TIMEOUT_SECONDS: "time to send a request's headers (and the HTTP/2 preface)",
+  HTTP_BODY_TIMEOUT_SECONDS: "time to send a whole request, body included",
+  HTTP_KEEPALIVE_TIMEOUT_SECONDS: "HTTP/1.1 idle time between requests",
+  HTTP2_IDLE_TIMEOUT_SECONDS: "HTTP/2 (gRPC) session idle time with no open stream",
+  HTTP_SEND_TIMEOUT_SECONDS: "while an answer waits on a client, the longest time between two writes that make progress; then the connection is closed",
+  HTTP_MAX_BUFFERED_RESPONSE_BYTES: "answer bytes one connection may have waiting on its client before it is closed",
+  HTTP_MAX_CONNECTIONS:
+    "connections held at once; unset = ¾ of the open-file limit (`ulimit -n`), less 64. Past it `503` with `Retry-After`, probes served from a reserve",
+  HTTP_MAX_CONNECTIONS_PER_ADDRESS: "connections one client address may hold (trusted proxies exempt)",
+  DELIVERY_BODY_READS_PER_ADDRESS:
+    "delivery bodies one client address may have arriving at once, on every surface; past it 429/503 (`resource_exhausted` over Connect, gRPC) with `Retry-After: 1`, the body unread",
+  DELIVERY_BODY_READS_PER_CONNECTION:
+    "delivery bodies one HTTP/2 connection may have arriving at once, in streams (trusted proxies exempt); past it the same answer",
+  DELIVERY_BODY_READS:
+    "delivery bodies arriving at once over every sender (each held in memory up to its route's limit); past it 503/429 (`unavailable`) with `Retry-After: 1`",
+};

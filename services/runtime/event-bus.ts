@@ -302,6 +302,8 @@ export async function createJetStreamEventBus(nc: NatsConnection, logger: Logger
       let consumerName: string;
       if (options.durableName) {
         consumerName = options.durableName;
+        // At 0 from the start, so the first dead letter is an increase (WarroomDeadLetters).
+        eventDeadLetters.inc({ consumer: consumerName }, 0);
         const config = {
           durable_name: consumerName,
           filter_subject: subjectOf(subject),

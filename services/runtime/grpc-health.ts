@@ -7,20 +7,18 @@ const WATCH_INTERVAL_MS = 1000;
 
 /**
  * The standard grpc.health.v1 service, answering from the same probes as /readyz and /healthz:
- * service "" (the server as a whole) and "readiness" follow /readyz, "liveness" follows /healthz.
- * Readiness includes liveness: a wedged process is never SERVING.
+ * service "" (the server as a whole) and "readiness" follow /readyz, "liveness" follows /healthz
+ * (the process's own, never a dependency's).
  */
 export function registerGrpcHealth(router: ConnectRouter, probes: Probes): void {
   const status = async (service: string) => {
     let ok: boolean;
     if (service === "liveness") ok = probes.liveness().ok;
     else if (service === "" || service === "readiness")
-      ok =
-        probes.liveness().ok &&
-        (await probes.readiness().then(
-          (r) => r.ok,
-          () => false,
-        ));
+      ok = await probes.readiness().then(
+        (r) => r.ok,
+        () => false,
+      );
     else throw new ConnectError(`unknown service "${service}"`, Code.NotFound);
     return ok ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING;
   };

@@ -168,6 +168,9 @@ export function createOutboxRelay(
 ): OutboxRelay {
   const { sql, schema, bus, logger } = options;
   const table = `${schema}.outbox`;
+  // At 0 from the start: an alert on increase() misses the first dead letter of a series that
+  // appears with it.
+  outboxDeadLetters.inc({ service: schema }, 0);
   const intervalMs = options.intervalMs ?? 250;
   const batchSize = options.batchSize ?? 200;
   const leaseSeconds = options.leaseSeconds ?? 15;

@@ -100,6 +100,16 @@ describe("secret box", () => {
     expect(() => statSync(join(dir, KEY_FILE_NAME))).toThrow();
   });
 
+  it("with an external database, refuses to start without SECRETS_KEYS, saying how to make a key, and writes no file", () => {
+    const dir = tempDir();
+    const logger = { warn: () => {} } as unknown as Logger;
+    expect(() => serviceSecretBox({ DATA_DIR: dir, DATABASE_URL: "postgres://db/warroom" }, logger)).toThrow(ConfigError);
+    expect(() => serviceSecretBox({ DATA_DIR: dir, DATABASE_URL: "postgres://db/warroom" }, logger)).toThrow(/SECRETS_KEYS is not set.*randomBytes\(32\)/);
+    expect(() => statSync(join(dir, KEY_FILE_NAME))).toThrow();
+    const box = serviceSecretBox({ SECRETS_KEYS: newSecretKeyEntry("k1"), DATA_DIR: dir, DATABASE_URL: "postgres://db/warroom" }, logger)();
+    expect(box.primaryKeyId).toBe("k1");
+  });
+
   it("warns once, when a service first uses the key file: created, readable by others, or shared by separate processes", () => {
     const warnings: string[] = [];
     const logger = { warn: (...args: unknown[]) => void warnings.push(String(args.at(-1))) } as unknown as Logger;

@@ -175,15 +175,27 @@ export function secretBoxFromConfig(
   };
 }
 
+/** How to make a SECRETS_KEYS entry, in the words every refusal and document uses. */
+export const MAKE_SECRETS_KEY = `node -e "console.log('k1:' + require('crypto').randomBytes(32).toString('base64'))"`;
+
 /**
  * The secret box of a service that stores secrets, from its configuration: as secretBoxFromConfig,
  * and warns (once, when the key file is first used) that the key file was just created, that
- * others can read it, or that separate processes would each need the same keys.
+ * others can read it, or that separate processes would each need the same keys. With an external
+ * database it refuses to start without SECRETS_KEYS: a key file beside a process (a container's
+ * filesystem) is lost on restart, and every value it sealed in the database with it.
  */
 export function serviceSecretBox(
-  config: { SECRETS_KEYS?: string | undefined; DATA_DIR: string; NATS_URL?: string | undefined },
+  config: { SECRETS_KEYS?: string | undefined; DATA_DIR: string; NATS_URL?: string | undefined; DATABASE_URL?: string | undefined },
   logger: Logger,
 ): () => SecretBox {
+  if (config.DATABASE_URL && !config.SECRETS_KEYS) {
+    throw new ConfigError(
+      "refusing to start: SECRETS_KEYS is not set while DATABASE_URL names an external database, so the key that encrypts " +
+        "webhook URLs, credentials and heartbeat ping keys in it would live only on this machine and be lost with it. " +
+        `Make a key with ${MAKE_SECRETS_KEY}, set it as SECRETS_KEYS on every process, and keep a copy with the database's backups.`,
+    );
+  }
   return secretBoxFromConfig(config, (file) => {
     if (file.created) logger.warn({ path: file.path }, "SECRETS_KEYS is not set: created a key file for secrets at rest; back it up with the database");
     if (file.loosePermissions) logger.warn({ path: file.path }, "the secrets key file is readable by others than its owner; chmod 600 it");

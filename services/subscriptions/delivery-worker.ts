@@ -45,6 +45,9 @@ const SWITCH_UNKNOWN_RETRY_MS = 5_000;
  */
 export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryWorkerOptions): DeliveryWorker {
   const { sql, config, logger } = deps;
+  // Every label value at 0 from the start: the alert rules' increase() and rate() see the first.
+  for (const outcome of ["delivered", "failed", "gone", "simulated"]) subscriptionAttempts.inc({ outcome }, 0);
+  for (const reason of ["gone", "failing"]) subscriptionsDisabled.inc({ reason }, 0);
   const leaseMs = Math.round(config.SUBSCRIPTION_TIMEOUT_SECONDS * 1000) + LEASE_MARGIN_MS;
   const inFlight = new Set<Promise<void>>();
   let timer: NodeJS.Timeout | undefined;

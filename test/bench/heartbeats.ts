@@ -78,6 +78,7 @@ async function serveChild(): Promise<void> {
     gateway: true,
     env: {
       DATABASE_URL: process.argv[3]!,
+      SECRETS_KEYS: process.env.SECRETS_KEYS ?? "",
       DATABASE_POOL_SIZE: "20",
       PORT: "0",
       HOST: "127.0.0.1",

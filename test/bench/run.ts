@@ -1,3 +1,4 @@
+import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
 import { startTestServers } from "../support/test-servers.js";
 
 /**
@@ -26,6 +27,8 @@ process.env.NATS_URL = servers.natsUrl;
 // Like npm test's (vitest.config.ts): the private nats-server has no users, and a service over NATS
 // refuses to start on a server that accepts anyone unless told this is not production.
 process.env.NATS_ALLOW_UNAUTHENTICATED ??= "true";
+// With a Postgres server the services refuse to start without SECRETS_KEYS; every app of the run shares one.
+process.env.SECRETS_KEYS ||= newSecretKeyEntry("bench");
 // The servers stop by themselves when this process dies; their folder goes with them here.
 for (const signal of ["SIGINT", "SIGTERM"] as const) {
   process.once(signal, () => void servers.stop().finally(() => process.exit(130)));

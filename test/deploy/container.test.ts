@@ -306,6 +306,9 @@ describe("the image as separate service containers against Postgres and NATS", (
         "DATABASE_POOL_SIZE=4",
         "-e",
         `SERVICE_INSTANCE=${service}-${index}`,
+        // An external database needs the keys for secrets at rest from configuration (the run's test key).
+        "-e",
+        `SECRETS_KEYS=${process.env.SECRETS_KEYS}`,
         "-e",
         `BOOTSTRAP_ORG_SLUG=${OWNER.org}`,
         "-e",

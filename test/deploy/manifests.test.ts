@@ -808,23 +808,29 @@ describe("Dockerfile", () => {
     for (const name of packages) expect(Object.keys(packageJson.dependencies), `${name} is a production dependency`).toContain(name);
   });
 
-  it("loads every compiled entry point under node and stops on bad configuration, naming the variable", async () => {
+  it("loads every compiled entry point under node and stops on bad configuration, naming the variable in one JSON line", async () => {
     const runs = allServices.map(
       (service) =>
-        new Promise<{ service: string; code: number | null; stderr: string }>((resolvePromise) => {
+        new Promise<{ service: string; code: number | null; output: string }>((resolvePromise) => {
           const child = spawn(process.execPath, ["--enable-source-maps", `dist/services/${service}/main.js`], {
             cwd: app,
             env: { PATH: process.env.PATH, LOG_LEVEL: "not-a-level" },
             timeout: 60_000,
           });
-          let stderr = "";
-          child.stderr.on("data", (chunk) => (stderr += chunk));
-          child.on("close", (code) => resolvePromise({ service, code, stderr }));
+          let output = "";
+          child.stdout.on("data", (chunk) => (output += chunk));
+          child.stderr.on("data", (chunk) => (output += chunk));
+          child.on("close", (code) => resolvePromise({ service, code, output }));
         }),
     );
     for (const run of await Promise.all(runs)) {
-      expect(run.code, `${run.service}: ${run.stderr}`).toBe(1);
-      expect(run.stderr, run.service).toContain("LOG_LEVEL");
+      expect(run.code, `${run.service}: ${run.output}`).toBe(1);
+      // The refusal is a log line like every other: level 60 (fatal), the message naming the variable.
+      const lines = run.output.split("\n").filter((line) => line.trim() !== "");
+      expect(lines, run.service).toHaveLength(1);
+      const line = JSON.parse(lines[0]!) as { level: number; msg: string };
+      expect(line.level, run.service).toBe(60);
+      expect(line.msg, run.service).toContain("LOG_LEVEL");
     }
   });
 });

@@ -87,6 +87,7 @@ describe("alert rules of the service itself", () => {
         "WarroomOutboxLag",
         "WarroomSubscriptionDeliveriesFailing",
         "WarroomSubscriptionDeliveriesGivenUp",
+        "WarroomTargetDown",
       ].sort(),
     );
     const tests = (

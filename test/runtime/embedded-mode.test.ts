@@ -30,7 +30,7 @@ function runAdmin(dataDir: string): Promise<{ code: number | null; output: strin
     ["--import", "tsx", "services/identity/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
     {
       cwd: ROOT,
-      env: { ...process.env, DATABASE_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },
+      env: { ...process.env, DATABASE_URL: "", NATS_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },
       stdio: ["ignore", "pipe", "pipe"],
     },
   );

@@ -83,7 +83,8 @@ export async function startApp(
     extraHttp: options.extraHttp,
     env: {
       DATABASE_URL: embedded ? "" : (options.databaseUrl ?? database!.url),
-      ...(dataDir ? { DATA_DIR: dataDir.dir } : {}),
+      // Asked for: with NATS the embedded database is refused unless asked for by name.
+      ...(dataDir ? { DATA_DIR: dataDir.dir, DATABASE_EMBEDDED: "true" } : {}),
       PORT: "0",
       HOST: "127.0.0.1",
       LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
@@ -93,6 +94,9 @@ export async function startApp(
       BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
       SHUTDOWN_GRACE_SECONDS: "1",
       METRICS_PORT: "0",
+      // The run's test key (vitest.config.ts) with a Postgres server, which requires one; the
+      // embedded database keeps its key file in DATA_DIR.
+      ...(embedded ? {} : { SECRETS_KEYS: process.env.SECRETS_KEYS ?? "" }),
       ...options.env,
     },
   });

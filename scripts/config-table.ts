@@ -1,0 +1,75 @@
+// Writes the README's configuration table, between `<!-- config:begin -->` and `<!-- config:end -->`,
+// from the configuration schema (services/runtime/config.ts): each variable, its default as the
+// schema gives it, and its description from `configDescriptions`. `--check` writes nothing and
+// exits 1 when the README differs from what it would write, or when a variable has no description.
+//
+//   npm run config-table [-- --check]
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { configDescriptions, configSchema, type ConfigVariable } from "../services/runtime/config.js";
+
+const ROOT = join(import.meta.dirname, "..");
+const README = join(ROOT, "README.md");
+const BEGIN = "<!-- config:begin -->";
+const END = "<!-- config:end -->";
+
+/** The default as a reader sets it: the schema's value for an unset variable, or "unset". */
+function defaultOf(name: ConfigVariable): string {
+  const parsed = configSchema.shape[name].safeParse(undefined);
+  const value: unknown = parsed.success ? parsed.data : undefined;
+  if (value === undefined) return "unset";
+  if (Array.isArray(value)) return value.length === 0 ? "empty" : `\`${value.join(",")}\``;
+  if (value === "") return "empty";
+  return `\`${String(value)}\``;
+}
+
+/** The table, and the variables without a description (the check fails on any). */
+export function configTable(descriptions: { readonly [K in ConfigVariable]?: string } = configDescriptions): { table: string; undescribed: string[] } {
+  const names = Object.keys(configSchema.shape) as ConfigVariable[];
+  const undescribed = names.filter((name) => !descriptions[name]?.trim());
+  const rows = names.map((name) => `| \`${name}\` | ${defaultOf(name)} | ${(descriptions[name] ?? "").replaceAll("|", "\\|")} |`);
+  const table = [
+    `<!-- Written by \`npm run config-table\` from services/runtime/config.ts: edit the schema and its descriptions, then run it. -->`,
+    "",
+    "| variable | default | meaning |",
+    "|---|---|---|",
+    ...rows,
+  ].join("\n");
+  return { table, undescribed };
+}
+
+/** What the check says about variables without a description: which, and where to add them. */
+export function undescribedMessage(undescribed: readonly string[]): string {
+  return (
+    `configuration variables without a description: ${undescribed.join(", ")}\n` +
+    "add each to configDescriptions in services/runtime/config.ts, then run npm run config-table"
+  );
+}
+
+function main(): void {
+  const check = process.argv.includes("--check");
+  const { table, undescribed } = configTable();
+  if (undescribed.length > 0) {
+    console.error(undescribedMessage(undescribed));
+    process.exit(1);
+  }
+  const text = readFileSync(README, "utf8");
+  const start = text.indexOf(BEGIN);
+  const end = text.indexOf(END);
+  if (start < 0 || end < start) {
+    console.error(`README.md has no ${BEGIN} … ${END} section for the configuration table`);
+    process.exit(1);
+  }
+  const next = `${text.slice(0, start + BEGIN.length)}\n${table}\n${text.slice(end)}`;
+  if (check) {
+    if (next !== text) {
+      console.error("README.md's configuration table differs from services/runtime/config.ts: run npm run config-table and commit");
+      process.exit(1);
+    }
+  } else {
+    if (next !== text) writeFileSync(README, next);
+    console.log(next !== text ? "wrote README.md's configuration table" : "configuration table up to date");
+  }
+}
+
+if (import.meta.filename === process.argv[1]) main();

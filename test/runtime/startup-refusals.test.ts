@@ -1,0 +1,108 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { ADMIN_DATABASE_URL } from "../support/app.js";
+import { startServiceProcess, tempDataDir } from "../support/service-process.js";
+
+/**
+ * Configuration mistakes stop the service at start with one line that says what is wrong and what
+ * to do, and never echo a credential back into the logs.
+ */
+
+const dirs: Array<{ cleanup(): void }> = [];
+afterAll(() => {
+  for (const d of dirs) d.cleanup();
+});
+const dataDir = () => {
+  const d = tempDataDir("wr-refusals-");
+  dirs.push(d);
+  return d.dir;
+};
+
+/** Runs the one-process service with `env` until it exits; a hang bound, not a budget. */
+async function refusal(env: Record<string, string>): Promise<{ code: number | null; output: string }> {
+  const service = startServiceProcess({ PORT: "0", HOST: "127.0.0.1", NATS_URL: "", DATA_DIR: dataDir(), LOG_LEVEL: "info", ...env });
+  const timer = setTimeout(() => service.child.kill("SIGKILL"), 90_000);
+  const { code } = await service.exited;
+  clearTimeout(timer);
+  return { code, output: service.output() };
+}
+
+/** Each line the process wrote, parsed: every one is a JSON object (a log line). */
+function jsonLines(output: string): Array<Record<string, unknown>> {
+  return output
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => {
+      try {
+        return JSON.parse(line) as Record<string, unknown>;
+      } catch {
+        throw new Error(`not a JSON log line: ${line}`);
+      }
+    });
+}
+
+describe("a malformed DATABASE_URL", () => {
+  for (const [what, password] of [
+    ["an unencoded /", "s3cr/etPw"],
+    ["an unencoded #", "s3cr#etPw"],
+    ["an unencoded ?", "s3cr?etPw"],
+  ] as const) {
+    it(`with ${what} in the password is refused, naming the part and never printing the password`, async () => {
+      const { code, output } = await refusal({ DATABASE_URL: `postgres://warroom:${password}@127.0.0.1:5432/warroom` });
+      expect(code).toBe(1);
+      expect(output).not.toContain(password);
+      for (const piece of password.split(/[/#?]/)) expect(output).not.toContain(piece);
+      expect(output).toMatch(/DATABASE_URL/);
+      expect(output).toMatch(/password/);
+      expect(output).toMatch(/percent-encode/);
+      expect(output).not.toMatch(/Invalid URL/);
+      const lines = jsonLines(output);
+      expect(lines.at(-1)).toMatchObject({ level: 60, name: "warroom" });
+    });
+  }
+
+  it("that is no URL at all is refused without printing it", async () => {
+    const { code, output } = await refusal({ DATABASE_URL: "host=db user=warroom password=hunter2xyz" });
+    expect(code).toBe(1);
+    expect(output).not.toContain("hunter2xyz");
+    expect(output).toMatch(/DATABASE_URL/);
+    expect(output).toMatch(/postgres:\/\/user:password@host:5432\/database/);
+  });
+});
+
+describe("configuration mistakes", () => {
+  it("an embedded database nobody asked for is refused when NATS_URL is set, naming a mistyped DATABASE_URL, in one JSON line", async () => {
+    const { code, output } = await refusal({ DATABASE_URL: "", DATABSE_URL: ADMIN_DATABASE_URL, NATS_URL: "nats://127.0.0.1:4222" });
+    expect(code).toBe(1);
+    const lines = jsonLines(output);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: 60, name: "warroom" });
+    expect(lines[0]!.msg).toMatch(/NATS_URL is set but DATABASE_URL is not/);
+    expect(lines[0]!.msg).toMatch(/DATABASE_EMBEDDED=true/);
+    expect(lines[0]!.msg).toMatch(/unknown variable DATABSE_URL: did you mean DATABASE_URL\?/);
+    expect(output).not.toMatch(/embedded Postgres (started|created)/i);
+  });
+
+  it("so is one when libpq's PGHOST names a server: the service reads only DATABASE_URL", async () => {
+    const { code, output } = await refusal({ DATABASE_URL: "", PGHOST: "db.internal" });
+    expect(code).toBe(1);
+    expect(jsonLines(output)[0]!.msg).toMatch(/PGHOST is set but DATABASE_URL is not/);
+  });
+
+  it("a variable the service does not read is warned of at start, with the known name it is close to", async () => {
+    const service = startServiceProcess({ PORT: "0", HOST: "127.0.0.1", NATS_URL: "", LOG_LEVEL: "info", SECRETS_KEY: "k1:whatever", NATS_SERVERS: "x" });
+    try {
+      await service.serving;
+      const warnings = jsonLines(service.output()).filter((line) => line.level === 40);
+      expect(warnings.map((line) => line.msg)).toEqual(
+        expect.arrayContaining([
+          "unknown variable NATS_SERVERS: the service reads no such variable (README.md lists those it reads)",
+          "unknown variable SECRETS_KEY: did you mean SECRETS_KEYS?",
+        ]),
+      );
+      expect(service.output()).not.toContain("k1:whatever");
+    } finally {
+      service.child.kill("SIGTERM");
+      await service.exited;
+    }
+  });
+});
