@@ -23,6 +23,18 @@ const RANK: Record<Role, number> = { member: 1, admin: 2, owner: 3 };
 export const LAST_OWNER = "an organization needs an owner: make another member owner first";
 
 /**
+ * Passwords and API keys change only with a signed-in session: a stolen key that could set its
+ * owner's password, or mint a key of its own, would outlive its revocation and lock the person out.
+ */
+export function requireSession(principal: Principal, org: string): void {
+  if (principal.credential !== "session") {
+    throw new PermissionDeniedError(
+      `changing credentials needs a signed-in session, not an API key: log in, then use PUT /o/${org}/me/password with currentPassword for your own password`,
+    );
+  }
+}
+
+/**
  * What happens to a membership after it is added: a new role, removal, a password set by an
  * admin, a password changed by its holder. Removal and password changes revoke credentials in the
  * same transaction as the change; authentication reads those rows on every request, so every
@@ -113,6 +125,11 @@ export function createMemberChangeHandlers(
 
     async setMemberPassword(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
+      requireSession(principal, req.org);
+      // Without the current password, a stolen session could otherwise take its own account over.
+      if (req.id === principal.userId) {
+        throw new PermissionDeniedError(`your own password changes only with your current password: use PUT /o/${req.org}/me/password with currentPassword`);
+      }
       if (!isUuid(req.id)) throw new NotFoundError("no such member");
       if (req.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
       // Hashed before the transaction: no lock is held while the hash queue works.
@@ -121,9 +138,8 @@ export function createMemberChangeHandlers(
         const target = await lockedTarget(tx, principal, req.id);
         mayManage(principal, target, "set the password of");
         await tx`update identity.memberships set password_hash = ${passwordHash} where org_id = ${principal.orgId} and user_id = ${req.id}`;
-        // Whoever knew the old password is logged out; an admin setting their own keeps this session.
-        const keep = req.id === principal.userId ? currentSessionHash(principal, context) : undefined;
-        const revoked = await revokeMemberCredentials(outbox, tx, principal.orgId, req.id, { apiKeys: false, keepSessionHash: keep });
+        // Whoever knew the old password is logged out.
+        const revoked = await revokeMemberCredentials(outbox, tx, principal.orgId, req.id, { apiKeys: false });
         await insertAuditEvent(tx, principal.orgId, AUDIT.memberPasswordSet, principal.email, {
           id: req.id,
           email: target.email,
@@ -136,6 +152,7 @@ export function createMemberChangeHandlers(
 
     async changeOwnPassword(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      requireSession(principal, req.org);
       if (req.newPassword.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`newPassword must be at least ${MIN_PASSWORD_LENGTH} characters`);
       // The current password is checked like a login, under the same throttle: otherwise a stolen
       // session or API key could guess it here unthrottled, then log in and lock the person out.
