@@ -2,20 +2,13 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService, Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
-import {
-  FailedPreconditionError,
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  RateLimitedError,
-  UnauthenticatedError,
-} from "../runtime/errors.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import { MIN_PASSWORD_LENGTH, ROLES } from "./members.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
-import { AUDIT, insertAuditEvent, type MembershipRow, revokeMemberCredentials } from "./store.js";
+import { AUDIT, insertAuditEvent, lockCaller, type MembershipRow, revokeMemberCredentials } from "./store.js";
 
 /** Roles are nested; a caller gives no one a role above their own. */
 const RANK: Record<Role, number> = { member: 1, admin: 2, owner: 3 };
@@ -56,10 +49,7 @@ export function createMemberChangeHandlers(
     await tx`select 1 from identity.organizations where id = ${principal.orgId} for no key update`;
     // The caller's role as it is now, under the lock: two admins removing or demoting each other
     // at once were both authorized before either committed, and only the first may go through.
-    const [caller] = await tx<MembershipRow[]>`select role from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
-    if (!caller) throw new UnauthenticatedError("invalid or expired credential");
-    if (!ADMINS.includes(caller.role as Role)) throw new PermissionDeniedError(`this needs the role admin; you are ${caller.role}`);
-    principal.role = caller.role;
+    await lockCaller(tx, principal, ADMINS);
     const [target] = await tx<MembershipRow[]>`
       select m.user_id, u.email, m.role, m.password_hash from identity.memberships m join identity.users u on u.id = m.user_id
       where m.org_id = ${principal.orgId} and m.user_id = ${id} for update of m`;
