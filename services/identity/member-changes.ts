@@ -8,6 +8,7 @@ import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import { MIN_PASSWORD_LENGTH, ROLES } from "./members.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
+import { checkedOrReleased, hashShare } from "./sessions.js";
 import { AUDIT, insertAuditEvent, lockCaller, type MembershipRow, revokeMemberCredentials } from "./store.js";
 
 /** Roles are nested; a caller gives no one a role above their own. */
@@ -148,17 +149,24 @@ export function createMemberChangeHandlers(
       // session or API key could guess it here unthrottled, then log in and lock the person out.
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
       // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
-      const wait = await throttle.reserve(principal.orgSlug, principal.email, address);
+      const share = await hashShare(throttle, principal.orgSlug, principal.email, address);
+      const wait = await throttle.reserve(principal.orgSlug, principal.email, address, share.known);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       const [current] = await sql<MembershipRow[]>`
         select password_hash from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
-      if (!current) throw new NotFoundError("no such member");
-      if (!(await verifyPassword(req.currentPassword, current.password_hash, address))) {
+      if (!current) {
+        await throttle.release(principal.orgSlug, principal.email, address);
+        throw new NotFoundError("no such member");
+      }
+      const ok = await checkedOrReleased(throttle, principal.orgSlug, principal.email, address, () =>
+        verifyPassword(req.currentPassword, current.password_hash, share),
+      );
+      if (!ok) {
         await throttle.failed(principal.orgSlug, principal.email, address);
         throw new PermissionDeniedError("currentPassword is not your current password");
       }
       await throttle.succeeded(principal.orgSlug, principal.email, address);
-      const passwordHash = await hashPassword(req.newPassword, address);
+      const passwordHash = await hashPassword(req.newPassword, share);
       await sql.begin(async (tx) => {
         // Only over the password just checked: a change made meanwhile (by an admin) wins.
         const updated = await tx`
