@@ -11,6 +11,7 @@ export const E2E_SUITES = [
   "test/e2e/identity.test.ts",
   // A removal racing writes that grant access, held open on a connection of the test's own.
   "test/security/credential-races.test.ts",
+  "test/security/stolen-api-key.test.ts",
   "test/e2e/custom-sources.test.ts",
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",
