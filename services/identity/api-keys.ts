@@ -3,16 +3,17 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
-import { InvalidArgumentError, NotFoundError, PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
+import { InvalidArgumentError, NotFoundError, UnauthenticatedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
+import { requireSession } from "./member-changes.js";
 import { type ApiKeyListRow, type ApiKeyRow, AUDIT, insertAuditEvent, type RevokedApiKeyRow, writeCredentialChanged } from "./store.js";
 
 /** The most keys one list answers, newest first. */
 export const API_KEY_LIST_LIMIT = 1000;
 
-/** API keys: a member's long-lived credential, created with a session, listed and revoked. */
+/** API keys: a member's long-lived credential, created and revoked with a session, listed. */
 export function createApiKeyHandlers(
   deps: Pick<IdentityDeps, "sql" | "clients" | "outbox">,
 ): Pick<ServiceImpl<typeof IdentityService>, "createApiKey" | "listApiKeys" | "deleteApiKey"> {
@@ -22,7 +23,7 @@ export function createApiKeyHandlers(
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       // A key that could mint keys would outlive its own revocation through its children; a
       // person logs in to create one.
-      if (principal.credential !== "session") throw new PermissionDeniedError("an API key cannot create API keys: log in and create it with your session");
+      requireSession(principal, req.org);
       const name = req.name.trim() || "api key";
       if (name.length > 100) throw new InvalidArgumentError("name must be at most 100 characters");
       const key = `wrk_${randomBytes(32).toString("hex")}`;
@@ -69,6 +70,7 @@ export function createApiKeyHandlers(
 
     async deleteApiKey(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      requireSession(principal, req.org);
       if (!isUuid(req.id)) throw new NotFoundError("no such API key");
       await sql.begin(async (tx) => {
         // A member revokes their own keys; an admin may revoke any key of the organization.

@@ -2,25 +2,31 @@ import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService, Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
 import type { TransactionSql } from "../runtime/database.js";
-import {
-  FailedPreconditionError,
-  InvalidArgumentError,
-  NotFoundError,
-  PermissionDeniedError,
-  RateLimitedError,
-  UnauthenticatedError,
-} from "../runtime/errors.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import { MIN_PASSWORD_LENGTH, ROLES } from "./members.js";
 import { hashPassword, verifyPassword } from "./passwords.js";
-import { AUDIT, insertAuditEvent, type MembershipRow, revokeMemberCredentials } from "./store.js";
+import { checkedOrReleased, hashShare } from "./sessions.js";
+import { AUDIT, insertAuditEvent, lockCaller, type MembershipRow, revokeMemberCredentials } from "./store.js";
 
 /** Roles are nested; a caller gives no one a role above their own. */
 const RANK: Record<Role, number> = { member: 1, admin: 2, owner: 3 };
 
 export const LAST_OWNER = "an organization needs an owner: make another member owner first";
+
+/**
+ * Passwords and API keys change only with a signed-in session: a stolen key that could set its
+ * owner's password, or mint a key of its own, would outlive its revocation and lock the person out.
+ */
+export function requireSession(principal: Principal, org: string): void {
+  if (principal.credential !== "session") {
+    throw new PermissionDeniedError(
+      `changing credentials needs a signed-in session, not an API key: log in, then use PUT /o/${org}/me/password with currentPassword for your own password`,
+    );
+  }
+}
 
 /**
  * What happens to a membership after it is added: a new role, removal, a password set by an
@@ -44,10 +50,7 @@ export function createMemberChangeHandlers(
     await tx`select 1 from identity.organizations where id = ${principal.orgId} for no key update`;
     // The caller's role as it is now, under the lock: two admins removing or demoting each other
     // at once were both authorized before either committed, and only the first may go through.
-    const [caller] = await tx<MembershipRow[]>`select role from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
-    if (!caller) throw new UnauthenticatedError("invalid or expired credential");
-    if (!ADMINS.includes(caller.role as Role)) throw new PermissionDeniedError(`this needs the role admin; you are ${caller.role}`);
-    principal.role = caller.role;
+    await lockCaller(tx, principal, ADMINS);
     const [target] = await tx<MembershipRow[]>`
       select m.user_id, u.email, m.role, m.password_hash from identity.memberships m join identity.users u on u.id = m.user_id
       where m.org_id = ${principal.orgId} and m.user_id = ${id} for update of m`;
@@ -113,6 +116,11 @@ export function createMemberChangeHandlers(
 
     async setMemberPassword(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
+      requireSession(principal, req.org);
+      // Without the current password, a stolen session could otherwise take its own account over.
+      if (req.id === principal.userId) {
+        throw new PermissionDeniedError(`your own password changes only with your current password: use PUT /o/${req.org}/me/password with currentPassword`);
+      }
       if (!isUuid(req.id)) throw new NotFoundError("no such member");
       if (req.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
       // Hashed before the transaction: no lock is held while the hash queue works.
@@ -121,9 +129,8 @@ export function createMemberChangeHandlers(
         const target = await lockedTarget(tx, principal, req.id);
         mayManage(principal, target, "set the password of");
         await tx`update identity.memberships set password_hash = ${passwordHash} where org_id = ${principal.orgId} and user_id = ${req.id}`;
-        // Whoever knew the old password is logged out; an admin setting their own keeps this session.
-        const keep = req.id === principal.userId ? currentSessionHash(principal, context) : undefined;
-        const revoked = await revokeMemberCredentials(outbox, tx, principal.orgId, req.id, { apiKeys: false, keepSessionHash: keep });
+        // Whoever knew the old password is logged out.
+        const revoked = await revokeMemberCredentials(outbox, tx, principal.orgId, req.id, { apiKeys: false });
         await insertAuditEvent(tx, principal.orgId, AUDIT.memberPasswordSet, principal.email, {
           id: req.id,
           email: target.email,
@@ -136,22 +143,30 @@ export function createMemberChangeHandlers(
 
     async changeOwnPassword(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      requireSession(principal, req.org);
       if (req.newPassword.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`newPassword must be at least ${MIN_PASSWORD_LENGTH} characters`);
       // The current password is checked like a login, under the same throttle: otherwise a stolen
       // session or API key could guess it here unthrottled, then log in and lock the person out.
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
       // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
-      const wait = await throttle.reserve(principal.orgSlug, principal.email, address);
+      const share = await hashShare(throttle, principal.orgSlug, principal.email, address);
+      const wait = await throttle.reserve(principal.orgSlug, principal.email, address, share.known);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       const [current] = await sql<MembershipRow[]>`
         select password_hash from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId}`;
-      if (!current) throw new NotFoundError("no such member");
-      if (!(await verifyPassword(req.currentPassword, current.password_hash, address))) {
+      if (!current) {
+        await throttle.release(principal.orgSlug, principal.email, address);
+        throw new NotFoundError("no such member");
+      }
+      const ok = await checkedOrReleased(throttle, principal.orgSlug, principal.email, address, () =>
+        verifyPassword(req.currentPassword, current.password_hash, share),
+      );
+      if (!ok) {
         await throttle.failed(principal.orgSlug, principal.email, address);
         throw new PermissionDeniedError("currentPassword is not your current password");
       }
       await throttle.succeeded(principal.orgSlug, principal.email, address);
-      const passwordHash = await hashPassword(req.newPassword, address);
+      const passwordHash = await hashPassword(req.newPassword, share);
       await sql.begin(async (tx) => {
         // Only over the password just checked: a change made meanwhile (by an admin) wins.
         const updated = await tx`

@@ -1,12 +1,12 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, ANY_MEMBER, authorize, type Role } from "../runtime/auth.js";
+import { ADMINS, ANY_MEMBER, authorize, OWNERS, type Role } from "../runtime/auth.js";
 import { AlreadyExistsError, InvalidArgumentError, PermissionDeniedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import type { IdentityDeps } from "./deps.js";
 import { hashPassword } from "./passwords.js";
-import { AUDIT, insertAuditEvent, type MemberRow, type UserRow } from "./store.js";
+import { AUDIT, insertAuditEvent, lockCaller, type MemberRow, type UserRow } from "./store.js";
 
 export const EMAIL = /^[^\s@]+@[^\s@]+$/;
 export const MIN_PASSWORD_LENGTH = 8;
@@ -32,6 +32,8 @@ export function createMemberHandlers(deps: Pick<IdentityDeps, "sql" | "clients">
       if (req.password.length < MIN_PASSWORD_LENGTH) throw new InvalidArgumentError(`password must be at least ${MIN_PASSWORD_LENGTH} characters`);
       const passwordHash = await hashPassword(req.password);
       return sql.begin(async (tx) => {
+        // Granting access: only while the caller still may, as of this transaction.
+        await lockCaller(tx, principal, role === "owner" ? OWNERS : ADMINS);
         const [user] = await tx<UserRow[]>`
           insert into identity.users (email) values (${req.email})
           on conflict (lower(email)) do update set email = identity.users.email returning id`;

@@ -127,5 +127,20 @@ export const migrations: Migration[] = [
       alter table identity.login_failures add constraint login_failures_scope_check check (scope in ('account', 'address', 'pair'));
     `,
   },
+  {
+    id: 8,
+    name: "addresses each account has logged in from",
+    // The second factor of evidence of the login throttle: a login from an address its account has
+    // logged in from before is not refused by the account's own limit (see login-throttle.ts).
+    sql: `
+      create table identity.login_known_addresses (
+        account text not null,
+        address text not null,
+        last_success_at timestamptz not null,
+        primary key (account, address)
+      );
+      create index login_known_addresses_last_success on identity.login_known_addresses (last_success_at);
+    `,
+  },
   ...outboxUpgrades("identity"),
 ];

@@ -10,6 +10,7 @@ import {
   CREDENTIAL_KINDS,
   type CredentialKind,
   insertAuditEvent,
+  lockCaller,
   type OrgCredentialRow,
   type OrganizationRow,
   organizationBySlug,
@@ -33,6 +34,8 @@ export function createOrgCredentialHandlers(
     const value = newHexSecret();
     const hash = sha256(value);
     const previous = await sql.begin(async (tx) => {
+      // A secret grants access: issued only while the caller still may, as of this transaction.
+      await lockCaller(tx, principal, allowed);
       const [row] = await tx<OrgCredentialRow[]>`select hash from identity.org_credentials where org_id = ${principal.orgId} and kind = ${kind} for update`;
       await tx`
         insert into identity.org_credentials (org_id, kind, hash, issued_by) values (${principal.orgId}, ${kind}, ${hash}, ${principal.userId})

@@ -30,9 +30,27 @@ parentPort.on("message", ({ id, password, salt, keyLength, options }) => {
 });
 `;
 
+/**
+ * Whose turn a hash takes in the queue: the account it is for, the client address it comes from,
+ * and whether that address is one the account has logged in from (see login-throttle.ts).
+ */
+export interface HashShare {
+  account: string;
+  address: string;
+  known: boolean;
+}
+
+/** Work of the service itself and of signed-in admins (setting a password): one share, ahead of the unknown. */
+const OWN_WORK: HashShare = { account: "", address: "", known: true };
+
 interface Job {
   id: number;
   message: { id: number; password: string; salt: Uint8Array; keyLength: number; options: object };
+  /** 0: a known address (or the service's own work), served first; 1: the rest. */
+  lane: number;
+  /** Its turn in its lane: after its account's and its address's jobs queued before it. */
+  round: number;
+  keys: [string, string];
   /** When it was queued, and when a thread took it. */
   queuedAt: number;
   startedAt: number;
@@ -42,28 +60,43 @@ interface Job {
 
 export const HASH_THREADS = Math.max(1, Math.min(2, availableParallelism() - 1));
 /**
- * The longest a hash may expect to wait for a thread (queue length x recent hash time / threads).
- * Past it a login is refused at once (429, retry in a second) instead of queueing behind a flood
- * until the caller's deadline (15 s at the gateway) has passed; on a slow or busy machine the
- * queue is shorter accordingly.
+ * The longest a hash may expect to wait for a thread (the hashes to finish before a thread is free
+ * for it x recent hash time / threads). Past it a login is refused at once (429, retry in a
+ * second) instead of queueing behind a flood until the caller's deadline (15 s at the gateway) has
+ * passed; on a slow or busy machine the queue is shorter accordingly.
  */
 export const MAX_HASH_WAIT_MS = 8_000;
+/** The most hashes queued at once, whatever the estimate says: a bound on the queue's memory. */
+export const MAX_QUEUED_HASHES = 1_000;
 
-const busy = () => new RateLimitedError("too many password checks in progress; retry shortly", 1);
+/** Refused for capacity: not a failed login (the caller gives its reservation back). */
+export class HashQueueFullError extends RateLimitedError {
+  constructor() {
+    super("too many password checks in progress; retry shortly", 1);
+  }
+}
 
 /**
- * The queue is shared fairly between owners (the client address of a login): each owner has a
- * queue of its own and threads take from them in turn, so a flood from one address waits behind
- * itself, and another address's hash starts within one round. A hash is admitted when its expected
- * wait, counted in that order, stays under MAX_HASH_WAIT_MS; so one address can fill the queue only
- * while nobody else needs it.
+ * The queue is fair per account and per client address, in two lanes. A login from an address its
+ * account has logged in from before (and the service's own hashing) goes in the first lane, which is
+ * always served first and has a thread more than the second (HASH_THREADS + 1 in all): a flood from
+ * addresses that have never logged in to the account they guess at neither holds every thread nor
+ * delays the real person. Within a lane each job takes the round after the last queued job
+ * of its account and of its address, and rounds are served in order: a flood from one address, or
+ * at one account from many addresses, waits behind itself, and anyone else's hash starts within one
+ * round. A hash is admitted when its expected wait, counted in that order, stays under
+ * MAX_HASH_WAIT_MS.
  */
 function createHashPool(size: number) {
-  const queues = new Map<string, Job[]>();
-  // Owners with queued jobs, in the order they are served; the first is served next.
-  const rotation: string[] = [];
+  const queued: Job[] = [];
+  // Per lane and key (account or address): its queued jobs and the round of the last one.
+  const perKey = new Map<string, { jobs: number; lastRound: number }>();
+  // Per lane: the round of the job last started.
+  const current = [0, 0];
   const idle: Worker[] = [];
   const running = new Map<Worker, Job>();
+  // Jobs of the second lane running: at most `size`, the one thread more is the first lane's.
+  let runningUnknown = 0;
   let workers = 0;
   let nextId = 0;
   // Recent time of one hash on one thread; starts at a typical figure for N=2^17.
@@ -76,6 +109,7 @@ function createHashPool(size: number) {
     worker.on("message", (answer: { id: number; key?: Uint8Array; error?: string }) => {
       const job = running.get(worker);
       running.delete(worker);
+      if (job?.lane === 1) runningUnknown--;
       if (job && job.id === answer.id) {
         // Exponentially weighted: follows a machine that gets busier or quieter within seconds.
         averageMs = 0.8 * averageMs + 0.2 * (performance.now() - job.startedAt);
@@ -88,6 +122,7 @@ function createHashPool(size: number) {
     worker.on("error", (err) => {
       const job = running.get(worker);
       running.delete(worker);
+      if (job?.lane === 1) runningUnknown--;
       workers--;
       job?.reject(err);
       pump();
@@ -95,59 +130,87 @@ function createHashPool(size: number) {
     return worker;
   };
 
-  /** The next job in turn, taken off its owner's queue. */
+  /** Whether `a` is served before `b`. */
+  const before = (a: Job, b: Job) => a.lane < b.lane || (a.lane === b.lane && (a.round < b.round || (a.round === b.round && a.id < b.id)));
+
+  /** The next job in turn, taken off the queue, unless it is the second lane's and its threads are busy. */
   const take = (): Job | undefined => {
-    const owner = rotation.shift();
-    if (owner === undefined) return undefined;
-    const queue = queues.get(owner)!;
-    const job = queue.shift()!;
-    if (queue.length > 0) rotation.push(owner);
-    else queues.delete(owner);
+    let best = -1;
+    for (let i = 0; i < queued.length; i++) if (best < 0 || before(queued[i]!, queued[best]!)) best = i;
+    if (best < 0 || (queued[best]!.lane === 1 && runningUnknown >= size)) return undefined;
+    const [job] = queued.splice(best, 1);
+    current[job!.lane] = Math.max(current[job!.lane]!, job!.round);
+    for (const key of job!.keys) {
+      const entry = perKey.get(key)!;
+      if (--entry.jobs === 0) perKey.delete(key);
+    }
     return job;
   };
 
   const pump = () => {
-    while (rotation.length > 0) {
-      const owner = rotation[0]!;
-      const job = queues.get(owner)![0]!;
-      // Waited too long after all (the machine got slower than the estimate): refused, not started.
+    while (queued.length > 0 && (idle.length > 0 || workers < size + 1)) {
+      const job = take();
+      if (!job) return;
+      // Waited too long after all (the machine got slower than the estimate, or the first lane
+      // went ahead): refused, not started.
       if (performance.now() - job.queuedAt > MAX_HASH_WAIT_MS) {
-        take();
-        job.reject(busy());
+        job.reject(new HashQueueFullError());
         continue;
       }
-      const worker = idle.pop() ?? (workers < size ? spawn() : undefined);
-      if (!worker) return;
-      take();
+      const worker = idle.pop() ?? spawn();
+      if (job.lane === 1) runningUnknown++;
       running.set(worker, job);
       job.startedAt = performance.now();
       worker.postMessage(job.message);
     }
   };
 
+  /** The job `share` would queue, and whether it is admitted. */
+  const plan = (share: HashShare) => {
+    const lane = share.known ? 0 : 1;
+    const keys: [string, string] = [`${lane}\naccount\n${share.account}`, `${lane}\naddress\n${share.address}`];
+    let round = current[lane]!;
+    for (const key of keys) {
+      const entry = perKey.get(key);
+      if (entry) round = Math.max(round, entry.lastRound + 1);
+    }
+    const ahead = queued.filter((other) => other.lane < lane || (other.lane === lane && other.round <= round)).length;
+    // Hashes to finish before a thread is free for this one: none while one of its threads is idle.
+    const waitFor = lane === 0 ? Math.max(0, ahead + running.size - size) : Math.max(0, ahead + runningUnknown - size + 1);
+    const admitted = queued.length < MAX_QUEUED_HASHES && (waitFor * averageMs) / size <= MAX_HASH_WAIT_MS;
+    return { lane, keys, round, admitted };
+  };
+
   return {
-    derive(owner: string, password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
-      // Served in turn, this job waits for every owner's jobs up to its own place in its queue.
-      const place = (queues.get(owner)?.length ?? 0) + 1;
-      let ahead = 0;
-      for (const [other, queue] of queues) if (other !== owner) ahead += Math.min(queue.length, place);
-      if (((ahead + place) * averageMs) / size > MAX_HASH_WAIT_MS) return Promise.reject(busy());
+    /** Whether a hash for `share` would be admitted now: checked before a login reserves its failure. */
+    admits: (share: HashShare) => plan(share).admitted,
+
+    derive(share: HashShare, password: string, salt: Buffer, keyLength: number, options: object): Promise<Buffer> {
+      const { lane, keys, round, admitted } = plan(share);
+      if (!admitted) return Promise.reject(new HashQueueFullError());
+      const job: Job = {
+        id: nextId++,
+        message: { id: 0, password, salt: new Uint8Array(salt), keyLength, options },
+        lane,
+        round,
+        keys,
+        queuedAt: performance.now(),
+        startedAt: 0,
+        resolve: () => {},
+        reject: () => {},
+      };
+      job.message.id = job.id;
       return new Promise((resolve, reject) => {
-        const id = nextId++;
-        let queue = queues.get(owner);
-        if (!queue) {
-          queue = [];
-          queues.set(owner, queue);
-          rotation.push(owner);
+        job.resolve = resolve;
+        job.reject = reject;
+        for (const key of keys) {
+          const entry = perKey.get(key);
+          if (entry) {
+            entry.jobs++;
+            entry.lastRound = round;
+          } else perKey.set(key, { jobs: 1, lastRound: round });
         }
-        queue.push({
-          id,
-          message: { id, password, salt: new Uint8Array(salt), keyLength, options },
-          queuedAt: performance.now(),
-          startedAt: 0,
-          resolve,
-          reject,
-        });
+        queued.push(job);
         pump();
       });
     },
@@ -156,32 +219,38 @@ function createHashPool(size: number) {
 
 const pool = createHashPool(HASH_THREADS);
 
-function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }, owner: string): Promise<Buffer> {
-  return pool.derive(owner, password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
+/** Whether a hash for `share` would be admitted now (not a promise that it will be). */
+export function hashQueueAdmits(share: HashShare): boolean {
+  return pool.admits(share);
+}
+
+function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }, share: HashShare): Promise<Buffer> {
+  return pool.derive(share, password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
 }
 
 /**
  * The password's scrypt hash with a new salt, in the `scrypt$N$r$p$salt$key` form that is stored.
+ * `share` is whose turn in the hashing queue it takes: by default the service's own.
  */
-export async function hashPassword(password: string, owner = ""): Promise<string> {
+export async function hashPassword(password: string, share: HashShare = OWN_WORK): Promise<string> {
   const salt = randomBytes(16);
-  const key = await derive(password, salt, PARAMS, owner);
+  const key = await derive(password, salt, PARAMS, share);
   return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString("base64")}$${key.toString("base64")}`;
 }
 
 /**
  * Whether the password matches the stored hash, compared in constant time; a malformed hash, or one
- * asking for more work than today's parameters, never matches. `owner` (the client address of a
- * login) is whose share of the hashing queue it takes.
+ * asking for more work than today's parameters, never matches. `share` (the login's account and
+ * client address) is whose turn in the hashing queue it takes; HashQueueFullError when refused.
  */
-export async function verifyPassword(password: string, stored: string, owner = ""): Promise<boolean> {
+export async function verifyPassword(password: string, stored: string, share: HashShare = OWN_WORK): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;
   const N = Number(n);
   // A stored hash never asks for more work than today's parameters (nor for a malformed amount).
   if (!Number.isInteger(N) || N < 2 || N > PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p) return false;
   const expected = Buffer.from(key, "base64");
-  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) }, owner);
+  const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) }, share);
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }
 

@@ -6,8 +6,39 @@ import { bearerToken } from "../runtime/auth.js";
 import { PermissionDeniedError, RateLimitedError, UnauthenticatedError } from "../runtime/errors.js";
 import { sha256 } from "../runtime/secrets.js";
 import type { IdentityDeps } from "./deps.js";
-import { DUMMY_HASH, hashPassword, needsRehash, verifyPassword } from "./passwords.js";
+import { accountKey, type createLoginThrottle } from "./login-throttle.js";
+import { DUMMY_HASH, HashQueueFullError, type HashShare, hashPassword, hashQueueAdmits, needsRehash, verifyPassword } from "./passwords.js";
 import { type LoginRow, type PrincipalRow, type RevokedSessionRow, writeCredentialChanged } from "./store.js";
+
+/**
+ * The login's share of the hashing queue, with its evidence (a known address); refused at once
+ * (429, no failure reserved) when the queue would not take it, so a flood refused for capacity costs
+ * one read.
+ */
+export async function hashShare(throttle: ReturnType<typeof createLoginThrottle>, org: string, email: string, address: string): Promise<HashShare> {
+  const share = { account: accountKey(org, email), address, known: await throttle.isKnown(org, email, address) };
+  if (!hashQueueAdmits(share)) throw new HashQueueFullError();
+  return share;
+}
+
+/**
+ * The password check of an attempt whose failure `throttle.reserve` reserved; refused for capacity
+ * by the hashing queue, the attempt was not checked and gives its reservation back (429 all the same).
+ */
+export async function checkedOrReleased(
+  throttle: ReturnType<typeof createLoginThrottle>,
+  org: string,
+  email: string,
+  address: string,
+  check: () => Promise<boolean>,
+): Promise<boolean> {
+  try {
+    return await check();
+  } catch (err) {
+    if (err instanceof HashQueueFullError) await throttle.release(org, email, address);
+    throw err;
+  }
+}
 
 /** Sessions: logging in and out, and who a session token or API key stands for. */
 export function createSessionHandlers(
@@ -34,8 +65,9 @@ export function createSessionHandlers(
   return {
     async login(req, context) {
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
+      const share = await hashShare(throttle, req.orgSlug, req.email, address);
       // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
-      const wait = await throttle.reserve(req.orgSlug, req.email, address);
+      const wait = await throttle.reserve(req.orgSlug, req.email, address, share.known);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       // The password is the membership's: (organization, email) names it.
       const [row] = await sql<LoginRow[]>`
@@ -45,8 +77,9 @@ export function createSessionHandlers(
         join identity.users u on u.id = m.user_id
         where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
-      // The address's share of the hashing queue; a refusal there keeps the reserved failure.
-      const passwordOk = await verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH, address);
+      const passwordOk = await checkedOrReleased(throttle, req.orgSlug, req.email, address, () =>
+        verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH, share),
+      );
       if (!row || !passwordOk) {
         await throttle.failed(req.orgSlug, req.email, address);
         throw new UnauthenticatedError("invalid email, password or organization");
@@ -55,7 +88,7 @@ export function createSessionHandlers(
       const checked = [row.password_hash];
       if (needsRehash(row.password_hash)) {
         // Made with older parameters: replaced now that the password is known, unless it changed meanwhile.
-        const upgraded = await hashPassword(req.password, address);
+        const upgraded = await hashPassword(req.password, share);
         await sql`update identity.memberships set password_hash = ${upgraded}
                   where org_id = ${row.org_id} and user_id = ${row.user_id} and password_hash = ${row.password_hash}`;
         checked.push(upgraded);

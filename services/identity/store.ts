@@ -1,6 +1,9 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { type AuditRecorded, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
+import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
+import type { Role } from "../runtime/auth.js";
 import type { Sql, TransactionSql } from "../runtime/database.js";
+import { PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
 import { EVENTS } from "../runtime/events.js";
 import type { Outbox } from "../runtime/outbox.js";
 
@@ -104,6 +107,23 @@ export const AUDIT = {
 
 export async function insertAuditEvent(tx: TransactionSql, orgId: string | null, kind: string, actor: string, data: JsonObject = {}): Promise<void> {
   await tx`insert into identity.audit_events (org_id, kind, actor, data) values (${orgId}, ${kind}, ${actor}, ${tx.json(data)})`;
+}
+
+/**
+ * The caller's role as it is now, in the write's own transaction, under a share lock on their
+ * membership row: the caller was authorized before the transaction began, and a removal or
+ * demotion that commits meanwhile would otherwise let their write (a new member, a new secret)
+ * grant access they no longer have. A removal in progress holds the row, so this waits for it
+ * and then finds no row (401); a removal that starts later waits for this write and sees its result.
+ */
+export async function lockCaller(tx: TransactionSql, principal: Principal, allowed: readonly Role[]): Promise<void> {
+  const [caller] = await tx<{ role: Role }[]>`
+    select role from identity.memberships where org_id = ${principal.orgId} and user_id = ${principal.userId} for share`;
+  if (!caller) throw new UnauthenticatedError("invalid or expired credential");
+  if (!allowed.includes(caller.role)) {
+    throw new PermissionDeniedError(`this needs the role ${allowed.filter((r) => r !== "owner").join(" or ") || "owner"}; you are ${caller.role}`);
+  }
+  principal.role = caller.role;
 }
 
 /** Tells every process that a credential changed; with the revoked hash, caches of it drop it. */

@@ -64,9 +64,7 @@ const ADMIN_ONLY = new Set([
 ]);
 const ANY_MEMBER = new Set([
   "ListMembers",
-  "ChangeOwnPassword",
   "ListApiKeys",
-  "DeleteApiKey",
   "ListIncidents",
   "GetIncident",
   "ListTimeline",
@@ -103,7 +101,8 @@ const ANY_MEMBER = new Set([
   "ListGroupingOverrides",
 ]);
 /** Any member, but only with a session: an API key never mints another key. */
-const SESSION_ONLY = new Set(["CreateApiKey"]);
+/** Credentials change only with a session: a stolen key must not take its owner's account over. */
+const SESSION_ONLY = new Set(["CreateApiKey", "DeleteApiKey", "ChangeOwnPassword"]);
 /**
  * Authenticated otherwise (login, the trigger endpoints by token or secret, pings by ingest token,
  * the PagerDuty and Opsgenie receivers by routing key or GenieKey, a custom source by its own

@@ -80,4 +80,45 @@ describe("credentials created while access is being taken away", () => {
       select count(*)::int as n from identity.api_keys k join identity.users u on u.id = k.user_id where lower(u.email) = 'lee@acme.test'`;
     expect(keys!.n).toBe(0);
   });
+
+  /**
+   * The removal of an admin, held open after it locked the admin's membership row (as
+   * DELETE /o/{org}/members/{id} does), and a write that grants access sent meanwhile by that admin:
+   * the write must see the removal and grant nothing.
+   */
+  async function removedWhile(email: string, write: (session: string) => Promise<{ status: number }>) {
+    const added = await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "password-123", role: "admin" } });
+    expect(added.status).toBe(201);
+    const session = (await login(email)).body.accessToken as string;
+    let call: Promise<{ status: number }> | undefined;
+    let seen = "";
+    await holder.begin(async (tx) => {
+      await tx`select 1 from identity.memberships where user_id = ${added.body.id} for update`;
+      call = write(session);
+      seen = await answeredOrWaiting(call);
+      await tx`delete from identity.memberships where user_id = ${added.body.id}`;
+    });
+    return { seen, status: (await call!).status };
+  }
+
+  it("a member added by an admin whose removal is committing is not added", async () => {
+    const result = await removedWhile("ana@acme.test", (session) =>
+      app.call("POST", "/o/acme/members", { token: session, body: { email: "eve@acme.test", password: "password-123", role: "admin" } }),
+    );
+    expect(result).toEqual({ seen: "waiting", status: 401 });
+    const [members] = await watcher<{ n: number }[]>`
+      select count(*)::int as n from identity.memberships m join identity.users u on u.id = m.user_id where lower(u.email) = 'eve@acme.test'`;
+    expect(members!.n).toBe(0);
+    expect((await login("eve@acme.test")).status).toBe(401);
+  });
+
+  it("an ingest token issued by an admin whose removal is committing is not issued", async () => {
+    const [before] = await watcher<{ hash: Buffer | null }[]>`
+      select (select hash from identity.org_credentials where kind = 'ingest_token') as hash`;
+    const result = await removedWhile("ike@acme.test", (session) => app.call("POST", "/o/acme/triggers/ingest-token", { token: session }));
+    expect(result).toEqual({ seen: "waiting", status: 401 });
+    const [after] = await watcher<{ hash: Buffer | null }[]>`
+      select (select hash from identity.org_credentials where kind = 'ingest_token') as hash`;
+    expect(after!.hash).toEqual(before!.hash);
+  });
 });

@@ -27,20 +27,26 @@ describe("login", () => {
   const login = (email: string, password: string, from: string) =>
     app.call("POST", "/auth/login", { body: { email, password, orgSlug: "acme" }, headers: { "x-forwarded-for": from } });
 
-  it("backs off one (organization, email) after the documented number of failures, for the addresses that failed", async () => {
+  it("backs off one (organization, email) after the documented number of failures, but not from where it logged in before", async () => {
+    expect((await login("target@acme.test", "the-right-one", "192.0.2.200")).status).toBe(200);
     const statuses: number[] = [];
     for (let i = 0; i < LOGIN_THROTTLE.accountFreeFailures - 1; i++) statuses.push((await login("target@acme.test", `guess-${i}`, `192.0.2.${i + 1}`)).status);
     // The last free failure reserves its count (and starts the lock) before its password is hashed:
     // the next attempt, sent while it is checked, is within the lock however slow the machine is.
     const last = login("target@acme.test", "guess-last", `192.0.2.${LOGIN_THROTTLE.accountFreeFailures}`);
     await new Promise((r) => setTimeout(r, 150));
-    // Locked now for an address that failed, even with the right password: nothing is hashed.
-    const locked = await login("target@acme.test", "the-right-one", "192.0.2.1");
+    // Locked now for an address that failed, even with the right password, and for an address the
+    // account has never logged in from, even one that has not failed: nothing is hashed.
+    const [locked, stranger] = await Promise.all([
+      login("target@acme.test", "the-right-one", "192.0.2.1"),
+      login("target@acme.test", "the-right-one", "192.0.2.203"),
+    ]);
     statuses.push((await last).status);
     expect(statuses).toEqual(Array(LOGIN_THROTTLE.accountFreeFailures).fill(401));
     expect(locked.status).toBe(429);
     expect(Number(locked.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
-    // Never for an address that has not failed: a stranger's guesses do not lock the person out.
+    expect(stranger.status).toBe(429);
+    // Never for an address the account has logged in from: a stranger's guesses do not lock the person out.
     expect((await login("target@acme.test", "the-right-one", "192.0.2.200")).status).toBe(200);
     // Other accounts are not affected.
     expect((await login(OWNER.email, OWNER.password, "192.0.2.201")).status).toBe(200);
