@@ -88,6 +88,12 @@ describe("a cluster on an authenticated NATS", () => {
     expect(reply.headers?.get("Connect-Http-Status")).toBeTruthy();
   });
 
+  it("refuses the gateway's user publishing domain events or dead letters: it only reads them", async () => {
+    const nc = await as("gateway");
+    for (const subject of ["events.incident.opened", "events.credential.changed", "deadletter.comms-war-room-link.events.incident.opened"])
+      await expect(nc.request(subject, new Uint8Array(0), { timeout: 2000 }), subject).rejects.toThrow(/permission/i);
+  });
+
   it("lets no service read another service's requests or replies", async () => {
     for (const user of ["gateway", "intake"]) {
       const nc = await as(user);
@@ -120,6 +126,10 @@ describe("a cluster on an authenticated NATS", () => {
       const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
       expect(broadcasts).toEqual(user === "identity" ? ["broadcast.>"] : user === "intake" ? [`broadcast.${CUSTOM_SOURCE_CHANGED}`] : []);
     }
+    // The gateway runs no service: it makes calls and reads events, and writes neither events nor dead letters.
+    const gateway = natsPermissions("gateway").publish.allow;
+    expect(gateway.filter((s) => s.startsWith("events.") || s.startsWith("deadletter."))).toEqual([]);
+    expect(natsPermissions("intake").publish.allow).toContain("events.>");
   });
 });
 
