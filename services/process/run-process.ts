@@ -18,7 +18,7 @@ import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/body-limits.js";
 import { createBodyReads, sendRpcError } from "../runtime/body-reads.js";
-import { natsConnectionOptions, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
+import { natsConnectionOptions, natsServerVersionProblem, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
 import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
@@ -152,6 +152,12 @@ async function startServices(
       await nats.close().catch(() => {});
       throw new ConfigError(`refusing to start: ${problem}`);
     }
+    const version = natsServerVersionProblem(nats.info?.version);
+    if (version?.refuse) {
+      await nats.close().catch(() => {});
+      throw new ConfigError(`refusing to start: ${version.message}`);
+    }
+    if (version) logger.warn({ natsVersion: nats.info?.version }, version.message);
     if (config.NATS_ALLOW_UNAUTHENTICATED)
       logger.warn("NATS_ALLOW_UNAUTHENTICATED=true: a NATS server that accepts anyone is allowed; for development and tests only, never in production");
     setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);

@@ -197,7 +197,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   DATABASE_POOL_SIZE: "connections per process for requests (background work has 2 more of its own)",
   DATABASE_EMBEDDED:
     "`true` runs the embedded Postgres even though `NATS_URL` (or a libpq `PG*` variable) is set; without it such a process with no `DATABASE_URL` refuses to start",
-  NATS_URL: "NATS with JetStream; unset = in-memory transport and events",
+  NATS_URL:
+    "NATS 2.10 or later with JetStream; unset = in-memory transport and events. A server older than 2.9.4 is refused at start, one before 2.10 warned about ([docs/OPERATIONS.md](docs/OPERATIONS.md#the-nats-servers-version))",
   NATS_USER: "NATS user name, with `NATS_PASSWORD` (one kind of credential at most; [docs/SECURITY.md](docs/SECURITY.md))",
   NATS_PASSWORD: "NATS password, with `NATS_USER`",
   NATS_TOKEN: "NATS token",

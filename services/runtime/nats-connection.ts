@@ -117,3 +117,52 @@ export function unauthenticatedNatsProblem(info: { auth_required?: boolean } | u
   if (info?.auth_required === true || allowUnauthenticated) return undefined;
   return "the NATS server accepted this process without credentials, so anyone who reaches it can call every internal method; give NATS users and passwords (npm run nats-config, docs/SECURITY.md), or set NATS_ALLOW_UNAUTHENTICATED=true for development only";
 }
+
+/** The NATS server release the service is built and documented for. */
+export const NATS_SUPPORTED_VERSION = "2.10.0";
+/**
+ * The oldest release with every JetStream feature the event bus uses: the consumers API it reads
+ * with (`consume()` on a named pull consumer, 2.9.4), on top of the named-consumer create subject
+ * (2.9.0) the NATS permissions allow, naks with a delay and ephemeral consumers that expire.
+ */
+export const NATS_REQUIRED_VERSION = "2.9.4";
+
+type Version = [major: number, minor: number, patch: number, prerelease: boolean];
+
+function parseVersion(version: string): Version | undefined {
+  const m = /^v?(\d+)\.(\d+)\.(\d+)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/.exec(version.trim());
+  return m ? [Number(m[1]), Number(m[2]), Number(m[3]), m[4] !== undefined] : undefined;
+}
+
+/** Whether `a` is older than `b`; a prerelease is older than its release (2.10.0-beta.1 < 2.10.0). */
+function olderThan(a: Version, b: Version): boolean {
+  for (let i = 0; i < 3; i++) if (a[i] !== b[i]) return (a[i] as number) < (b[i] as number);
+  return a[3] && !b[3];
+}
+
+/**
+ * What to do about the version a NATS server announced in its INFO: refuse to start when the server
+ * lacks a JetStream feature the service needs (older than NATS_REQUIRED_VERSION), warn when it runs
+ * but is older than the supported release (a 2.9 from 2.9.4 on, or a 2.10 prerelease) or announces
+ * a version that cannot be read; undefined for a supported release.
+ */
+export function natsServerVersionProblem(version: string | undefined): { refuse: boolean; message: string } | undefined {
+  const seen = parseVersion(version ?? "");
+  const upgrade = `upgrade NATS to ${NATS_SUPPORTED_VERSION} or later`;
+  if (!seen)
+    return {
+      refuse: false,
+      message: `the NATS server announced the version ${JSON.stringify(version ?? "")}, which is not a release number: the service needs ${NATS_SUPPORTED_VERSION} or later and cannot check it; make sure it is one`,
+    };
+  if (olderThan(seen, parseVersion(NATS_REQUIRED_VERSION)!))
+    return {
+      refuse: true,
+      message: `the NATS server is version ${version}, older than ${NATS_REQUIRED_VERSION}: it lacks the JetStream consumer API the event bus reads with; ${upgrade}`,
+    };
+  if (olderThan(seen, parseVersion(NATS_SUPPORTED_VERSION)!))
+    return {
+      refuse: false,
+      message: `the NATS server is version ${version}, older than the supported ${NATS_SUPPORTED_VERSION}: the features the service uses are there (from ${NATS_REQUIRED_VERSION}), but ${upgrade}`,
+    };
+  return undefined;
+}

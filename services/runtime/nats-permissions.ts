@@ -9,7 +9,7 @@ import { subjectForPath } from "./nats-transport.js";
  * Least-privilege NATS users, one per service process: each subscribes only to its own service's
  * RPC subjects and its own reply inbox, and publishes only the calls it makes. The gateway may
  * call the public methods (those with an HTTP route) and identity's Authenticate, never
- * Bootstrap, Record or the other internal methods. Identity may publish broadcast notices, and
+ * Bootstrap, Record or the other internal methods, and publishes no event. Identity may publish broadcast notices, and
  * intake only the one that announces a changed custom source.
  * `npm run nats-config` renders these as a nats-server `authorization` block; the file under
  * `deploy/` is checked against it.
@@ -111,8 +111,9 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
     publish: {
       allow: [
         ...[...calls].sort().map((path) => subjectForPath(`/${path}`, subjectPrefix)),
-        prefixed(subjectPrefix, "events.>"),
-        prefixed(subjectPrefix, "deadletter.>"),
+        // The gateway runs no service: it reads events (live views) but has no outbox to relay and
+        // no durable consumer whose failures it would copy to the dead letters.
+        ...(user === "gateway" ? [] : [prefixed(subjectPrefix, "events.>"), prefixed(subjectPrefix, "deadletter.>")]),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
         ...(user === "intake" ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`)] : []),
         ...jetstream,

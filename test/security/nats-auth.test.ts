@@ -88,6 +88,12 @@ describe("a cluster on an authenticated NATS", () => {
     expect(reply.headers?.get("Connect-Http-Status")).toBeTruthy();
   });
 
+  it("refuses the gateway's user publishing domain events or dead letters: it only reads them", async () => {
+    const nc = await as("gateway");
+    for (const subject of ["events.incident.opened", "events.credential.changed", "deadletter.comms-war-room-link.events.incident.opened"])
+      await expect(nc.request(subject, new Uint8Array(0), { timeout: 2000 }), subject).rejects.toThrow(/permission/i);
+  });
+
   it("lets no service read another service's requests or replies", async () => {
     for (const user of ["gateway", "intake"]) {
       const nc = await as(user);
@@ -120,6 +126,10 @@ describe("a cluster on an authenticated NATS", () => {
       const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
       expect(broadcasts).toEqual(user === "identity" ? ["broadcast.>"] : user === "intake" ? [`broadcast.${CUSTOM_SOURCE_CHANGED}`] : []);
     }
+    // The gateway runs no service: it makes calls and reads events, and writes neither events nor dead letters.
+    const gateway = natsPermissions("gateway").publish.allow;
+    expect(gateway.filter((s) => s.startsWith("events.") || s.startsWith("deadletter."))).toEqual([]);
+    expect(natsPermissions("intake").publish.allow).toContain("events.>");
   });
 });
 
@@ -193,7 +203,8 @@ describe("the NATS users shipped in deploy/", () => {
 });
 
 describe("NATS settings", () => {
-  const base = { NATS_URL: "nats://127.0.0.1:4222" };
+  // A cluster process: a Postgres server beside NATS (an embedded one would be refused).
+  const base = { NATS_URL: "nats://127.0.0.1:4222", DATABASE_URL: "postgres://warroom@127.0.0.1:5432/warroom" };
   it("take one kind of credential, complete pairs and a well-formed prefix", () => {
     expect(() => loadConfig({ ...base, NATS_USER: "intake" })).toThrow(/NATS_USER and NATS_PASSWORD must be set together/);
     expect(() => loadConfig({ ...base, NATS_USER: "intake", NATS_PASSWORD: "p", NATS_TOKEN: "t" })).toThrow(/one kind of NATS credential/);
