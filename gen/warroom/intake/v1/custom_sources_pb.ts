@@ -1034,7 +1034,7 @@ export const ListCustomSourcePayloadsRequestSchema: GenMessage<ListCustomSourceP
   messageDesc(file_warroom_intake_v1_custom_sources, 16);
 
 /**
- * A payload as it arrived, its credential headers redacted.
+ * A payload as it arrived, its credential headers and query parameters redacted.
  *
  * @generated from message warroom.intake.v1.CustomSourcePayload
  */
@@ -1073,7 +1073,7 @@ export type CustomSourcePayload = Message<"warroom.intake.v1.CustomSourcePayload
 };
 
 /**
- * A payload as it arrived, its credential headers redacted.
+ * A payload as it arrived, its credential headers and query parameters redacted.
  *
  * @generated from message warroom.intake.v1.CustomSourcePayload
  */

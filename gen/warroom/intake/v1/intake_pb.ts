@@ -772,7 +772,7 @@ export const IntakeService: GenService<{
     output: typeof ListCustomSourceDeliveriesResponseSchema;
   },
   /**
-   * The source's last 50 payloads, newest first, credential headers redacted.
+   * The source's last 50 payloads, newest first, credential headers and query parameters redacted.
    *
    * @generated from rpc warroom.intake.v1.IntakeService.ListCustomSourcePayloads
    */
