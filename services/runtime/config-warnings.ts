@@ -1,4 +1,5 @@
 import { configSchema } from "./config.js";
+import { editDistance } from "./edit-distance.js";
 
 /**
  * The name families the service's variables use. A variable of one of these families that the
@@ -24,19 +25,6 @@ export const CONFIG_PREFIXES = [
 
 /** Variables Kubernetes sets for each Service in the namespace (service links), e.g. NATS_SERVICE_HOST, NATS_PORT_4222_TCP. */
 const SERVICE_LINK = /_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT(_\d+_(TCP|UDP|SCTP)(_(PROTO|PORT|ADDR))?)?)$/;
-
-/** Edits (insert, delete, substitute, swap two neighbours) from a to b. */
-function editDistance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => Array.from({ length: b.length + 1 }, (_, j) => (i === 0 ? j : j === 0 ? i : 0)));
-  for (let i = 1; i <= a.length; i++) {
-    for (let j = 1; j <= b.length; j++) {
-      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
-      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
-      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
-    }
-  }
-  return d[a.length]![b.length]!;
-}
 
 /**
  * One warning per variable in `env` that the service does not read although its name says it is

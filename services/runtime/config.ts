@@ -33,7 +33,7 @@ export const configSchema = z.object({
   DATABASE_URL: optionalString,
   DATA_DIR: z.string().default("./.data"),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
-  // With NATS_URL (or libpq's PG* variables) set and no DATABASE_URL, the embedded Postgres is
+  // With NATS_URL (or a misspelled DATABASE_URL) set and no DATABASE_URL, the embedded Postgres is
   // refused at start unless this is "true": a process that lost its DATABASE_URL would otherwise
   // keep its data apart from every other.
   DATABASE_EMBEDDED: z
@@ -196,7 +196,7 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   DATA_DIR: "embedded database and locally generated keys",
   DATABASE_POOL_SIZE: "connections per process for requests (background work has 2 more of its own)",
   DATABASE_EMBEDDED:
-    "`true` runs the embedded Postgres even though `NATS_URL` (or a libpq `PG*` variable) is set; without it such a process with no `DATABASE_URL` refuses to start",
+    "`true` runs the embedded Postgres even though `NATS_URL` (or a misspelling of `DATABASE_URL`) is set; without it such a process with no `DATABASE_URL` refuses to start",
   NATS_URL:
     "NATS 2.10 or later with JetStream; unset = in-memory transport and events. A server older than 2.9.4 is refused at start, one before 2.10 warned about ([docs/OPERATIONS.md](docs/OPERATIONS.md#the-nats-servers-version))",
   NATS_USER: "NATS user name, with `NATS_PASSWORD` (one kind of credential at most; [docs/SECURITY.md](docs/SECURITY.md))",

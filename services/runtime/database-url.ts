@@ -1,3 +1,4 @@
+import { editDistance } from "./edit-distance.js";
 /**
  * Why a DATABASE_URL cannot be used, or undefined when it can. The answer names the malformed part
  * and how to fix it, and never quotes the URL: it may hold the password.
@@ -39,13 +40,12 @@ export function databaseUrlProblem(url: string, variable = "DATABASE_URL"): stri
   return undefined;
 }
 
-/** libpq's variables: set, they say the operator means a Postgres server (the service reads only DATABASE_URL). */
-const LIBPQ_VARIABLES = ["PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD"];
-
 /**
  * Why the embedded Postgres, chosen because DATABASE_URL is unset, was not what the operator asked
- * for: NATS_URL is set (separate processes, each of which would keep its own data) or a libpq
- * variable names a server. DATABASE_EMBEDDED=true asks for it anyway.
+ * for: NATS_URL is set (separate processes, each of which would keep its own data), or a variable
+ * a typo away from DATABASE_URL is (DATABSE_URL: the server meant, misspelled). libpq's PG*
+ * variables do not count: a developer's shell often has them for psql. DATABASE_EMBEDDED=true asks
+ * for the embedded one anyway.
  */
 export function unaskedEmbeddedDatabaseProblem(
   config: { DATABASE_URL?: string | undefined; NATS_URL?: string | undefined; DATABASE_EMBEDDED: boolean },
@@ -55,8 +55,8 @@ export function unaskedEmbeddedDatabaseProblem(
   const fix = "set DATABASE_URL to the Postgres server (postgres://user:password@host:5432/database), or DATABASE_EMBEDDED=true to run the embedded one anyway";
   if (config.NATS_URL)
     return `NATS_URL is set but DATABASE_URL is not: this process would run an embedded Postgres in DATA_DIR, apart from every other process; ${fix}`;
-  const libpq = LIBPQ_VARIABLES.filter((name) => env[name]?.trim());
-  if (libpq.length > 0)
-    return `${libpq.join(", ")} ${libpq.length === 1 ? "is" : "are"} set but DATABASE_URL is not, and the service reads only DATABASE_URL; ${fix}`;
+  const misspelled = Object.keys(env).filter((name) => name !== "DATABASE_URL" && env[name]?.trim() && editDistance(name.toUpperCase(), "DATABASE_URL") <= 2);
+  if (misspelled.length > 0)
+    return `${misspelled.join(", ")} ${misspelled.length === 1 ? "is" : "are"} set but DATABASE_URL is not (a misspelling?): the service reads only DATABASE_URL; ${fix}`;
   return undefined;
 }

@@ -82,10 +82,11 @@ describe("configuration mistakes", () => {
     expect(output).not.toMatch(/embedded Postgres (started|created)/i);
   });
 
-  it("so is one when libpq's PGHOST names a server: the service reads only DATABASE_URL", async () => {
-    const { code, output } = await refusal({ DATABASE_URL: "", PGHOST: "db.internal" });
+  it("so is one when only a misspelled DATABASE_URL is set, in one process: never an embedded database on a container's disk", async () => {
+    const { code, output } = await refusal({ DATABASE_URL: "", DATABSE_URL: ADMIN_DATABASE_URL });
     expect(code).toBe(1);
-    expect(jsonLines(output)[0]!.msg).toMatch(/PGHOST is set but DATABASE_URL is not/);
+    expect(jsonLines(output)[0]!.msg).toMatch(/DATABSE_URL is set but DATABASE_URL is not \(a misspelling\?\)/);
+    expect(output).not.toContain(ADMIN_DATABASE_URL);
   });
 
   it("a variable the service does not read is warned of at start, with the known name it is close to", async () => {
