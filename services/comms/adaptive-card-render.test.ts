@@ -86,7 +86,9 @@ describe("the war-room card the system drafts from a chat message", () => {
       workspaceUrl,
     });
     const html = await renderedHtml(payload.attachments[0].content);
-    expect(html).not.toContain('href="http://evil.example');
+    // No anchor element from alert text: the tag is shown escaped, as text (`&lt;a href=...`).
+    expect(html).not.toMatch(/<a\b[^>]*href="http:\/\/evil\.example/);
+    expect(html).toContain('&lt;a href="http://evil.example/html"&gt;click&lt;/a&gt;');
     expect(html).not.toMatch(/<strong[^>]*>now<\/strong>/);
     expect(html).toContain("[x](http://evil.example)");
     // The room's own link line is still a link.

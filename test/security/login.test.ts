@@ -113,14 +113,20 @@ describe("login", () => {
 
   it("refuses logins past the hashing queue at once instead of letting them time out", async () => {
     const started = performance.now();
+    // Each attempt reserves a failure until its hash says otherwise, so a burst at one account from
+    // addresses it never logged in from meets the account's lock as well as the hash queue: every
+    // refusal is one or the other, answered at once with when to come back.
     const answers = await Promise.all(Array.from({ length: 64 }, (_, i) => login(OWNER.email, OWNER.password, `203.0.113.${100 + i}`)));
     const statuses = answers.map((a) => a.status);
     expect(statuses.filter((s) => s !== 200 && s !== 429)).toEqual([]);
-    expect(statuses.filter((s) => s === 429).length).toBeGreaterThan(0);
-    const refused = answers.find((a) => a.status === 429)!;
-    expect(refused.headers.get("retry-after")).toBe("1");
+    const refused = answers.filter((a) => a.status === 429);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const answer of refused) {
+      expect(JSON.stringify(answer.body)).toMatch(/too many password checks in progress|too many failed logins/);
+      expect(Number(answer.headers.get("retry-after"))).toBeGreaterThanOrEqual(1);
+    }
     console.log(
-      `64 logins at once: ${statuses.filter((s) => s === 200).length} answered, ${statuses.filter((s) => s === 429).length} refused, in ${Math.round(performance.now() - started)} ms`,
+      `64 logins at once: ${statuses.filter((s) => s === 200).length} answered, ${refused.length} refused, in ${Math.round(performance.now() - started)} ms`,
     );
   }, 120_000);
 });
