@@ -393,7 +393,9 @@ async function startServices(
       if (nats) await bounded("draining NATS", 1000, () => nats.drain());
       probes.close();
       await bounded("closing the background pool", 1500, () => background.close());
-      await bounded("closing the database", 1500, () => database.close());
+      // The embedded Postgres gets its own stop's bound (a fast shutdown, then SIGKILL): returning
+      // earlier would leave DATA_DIR locked by a server this process still owns.
+      await bounded("closing the database", database.embedded ? 21_000 : 6_000, () => database.close());
       await bounded("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
