@@ -64,7 +64,10 @@ cleanup() {
 trap cleanup EXIT
 export RUN_SUMMARY_FILE="$run_dir/summary.json"
 if [ -n "${DATABASE_URL:-}" ] || [ -n "${NATS_URL:-}" ]; then
-  log "tests (external servers: ${DATABASE_URL:+Postgres at $DATABASE_URL }${NATS_URL:+NATS at $NATS_URL}; the others private)"
+  # The URLs as given, with any password replaced: this line ends up in CI logs.
+  shown_db=$(printf %s "${DATABASE_URL:-}" | sed -E 's#(://[^:/@]+:).*@#\1***@#')
+  shown_nats=$(printf %s "${NATS_URL:-}" | sed -E 's#(://[^:/@]+:).*@#\1***@#')
+  log "tests (external servers: ${shown_db:+Postgres at $shown_db }${shown_nats:+NATS at $shown_nats}; the others private)"
 else
   log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
 fi

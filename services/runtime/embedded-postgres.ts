@@ -105,14 +105,14 @@ function hydrateLibraryLinks(root: string): void {
  * Where user namespaces are not allowed (some container runtimes), it runs as the `postgres`
  * user, created if missing, which must be able to enter the folders.
  */
-interface Launch {
+export interface Launch {
   /** The command words before the program: `unshare …` in a user namespace, else none. */
   prefix: string[];
   /** The user the server runs as, when it is another user than this process's. */
   owner?: { uid: number; gid: number };
 }
 
-function launchAs(logger: Logger): Launch {
+export function launchAs(logger?: Logger): Launch {
   if (process.getuid?.() !== 0) return { prefix: [] };
   try {
     const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
@@ -130,7 +130,7 @@ function launchAs(logger: Logger): Launch {
   try {
     return { prefix: [], owner: ids() };
   } catch {
-    logger.warn({ user: USER }, "running as root: creating the system user the embedded Postgres runs as");
+    logger?.warn({ user: USER }, "running as root: creating the system user the embedded Postgres runs as");
     execFileSync("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stdio: "ignore" });
     return { prefix: [], owner: ids() };
   }
