@@ -35,10 +35,14 @@ export const E2E_SUITES = [
   "test/runtime/metrics-initialised.test.ts",
 ];
 
+/** Tests that need no Postgres, no NATS and no service: named `*.unit.test.ts`. */
+const UNIT_TESTS = ["services/**/*.unit.test.ts", "test/**/*.unit.test.ts"];
+
 export default defineConfig({
   test: {
     exclude: ["node_modules", "dist", "test/bench/**"],
-    // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others.
+    // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others (none
+    // for a run of the unit project alone: see the setup).
     globalSetup: ["test/support/global-setup.ts"],
     // Lists every skipped test with its reason, and why a run fails besides its failed tests.
     reporters: ["default", "./test/support/run-summary.ts"],
@@ -64,13 +68,13 @@ export default defineConfig({
           name: "server",
           sequence: { groupOrder: 0 },
           include: ["services/**/*.test.ts", "test/**/*.test.ts"],
-          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", "services/**/*.unit.test.ts", "test/deploy/container.test.ts"],
+          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", ...UNIT_TESTS, "test/deploy/container.test.ts"],
         },
       },
       {
         // Handlers over in-memory stores and stub peers: no database, no NATS, seconds in all.
         extends: true,
-        test: { name: "unit", sequence: { groupOrder: 0 }, include: ["services/**/*.unit.test.ts"] },
+        test: { name: "unit", sequence: { groupOrder: 0 }, include: UNIT_TESTS },
       },
       {
         extends: true,
