@@ -572,6 +572,17 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     }
   });
 
+  it("uptime-kuma: a certificate-expiry warning opens an incident, its next threshold attaches; the Test button opens nothing", async () => {
+    const source = await createSource({ name: unique("kuma").toLowerCase(), preset: "uptime-kuma" });
+    const first = await deliver(source, fixture("uptime-kuma/certificate-expiry.json"));
+    expect(first.body.outcome).toBe("opened");
+    const again = await deliver(source, fixture("uptime-kuma/certificate-expiry-1.23.json"));
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId: first.body.incidentId });
+    const incident = await getIncident(app, owner, first.body.incidentId);
+    expect(incident).toMatchObject({ title: "Checkout API: TLS certificate expires in 13 days", severity: "sev3" });
+    expect((await deliver(source, fixture("uptime-kuma/test-notification.json"))).body.outcome).toBe("ignored");
+  });
+
   it("groups by an organization's override, for a built-in source and a custom one, and opens anew past a grouping window", async () => {
     const ingest = (await app.call("POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: owner })).body.token as string;
     const monitor = (alertId: string, service: string) => ({

@@ -30,8 +30,22 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
   },
   {
     name: "uptime-kuma",
-    description: "Uptime Kuma's Webhook notification (body: application/json): heartbeat.status 0 down, 1 up, 2 pending, 3 maintenance.",
+    description:
+      "Uptime Kuma's Webhook notification (body: application/json): heartbeat.status 0 down, 1 up, 2 pending, 3 maintenance; TLS certificate-expiry warnings open an incident per monitor; the Test button's body is dropped.",
     rules: [
+      // A TLS certificate-expiry warning, sent like the Test button's body (no heartbeat, no
+      // monitor) at 21, 14 and 7 days: "[<monitor>][<url>] ... will (be) expire(d) in N days".
+      {
+        name: "certificate expiry",
+        when: "body.heartbeat == null && type(body.msg) == string && body.msg.startsWith('[') && body.msg.indexOf(']') > 1 && body.msg.matches('(?i)certificate.* will (be )?expired? in ')",
+        title:
+          "body.msg.substring(1, body.msg.indexOf(']')) + ': TLS certificate expires in ' + body.msg.split(' in ')[size(body.msg.split(' in ')) - 1]",
+        severity: "'sev3'",
+        attachKey: "'certificate:' + body.msg.substring(1, body.msg.indexOf(']'))",
+        eventId: "'certificate:' + body.msg",
+        entity: "{'kind': 'monitor', 'id': body.msg.substring(1, body.msg.indexOf(']'))}",
+        summary: "body.msg",
+      },
       { name: "test", when: "body.heartbeat == null", kind: "'ignore'", ignoreReason: "'Uptime Kuma test notification'" },
       {
         name: "up",
