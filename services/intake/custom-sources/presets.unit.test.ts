@@ -155,6 +155,10 @@ describe("presets with their fixtures", () => {
     expect(map("uptime-kuma", "certificate-expiry").fields?.eventId).not.toBe(map("uptime-kuma", "certificate-expiry-1.23").fields?.eventId);
   });
 
+  it("grafana: the contact point's Test button is a test, not an incident", () => {
+    expect(map("grafana", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Grafana contact-point test notification" });
+  });
+
   it("uptime-kuma: the test notification is dropped on purpose", () => {
     expect(map("uptime-kuma", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Uptime Kuma test notification" });
   });

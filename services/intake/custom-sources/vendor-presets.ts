@@ -213,8 +213,16 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
   },
   {
     name: "grafana",
-    description: "Grafana Alerting's Webhook contact point (status, alerts, groupKey, commonLabels, commonAnnotations).",
+    description:
+      "Grafana Alerting's Webhook contact point (status, alerts, groupKey, commonLabels, commonAnnotations); the contact point's Test button is dropped as a test.",
     rules: [
+      {
+        // The contact point's Test button: Grafana's built-in test alert, a check of the wiring.
+        name: "test",
+        when: "size(body.alerts) > 0 && body.alerts.all(a, has(a.labels.alertname) && a.labels.alertname == 'TestAlert' && has(a.labels.instance) && a.labels.instance == 'Grafana' && has(a.annotations.summary) && a.annotations.summary == 'Notification test')",
+        kind: "'ignore'",
+        ignoreReason: "'Grafana contact-point test notification'",
+      },
       {
         name: "resolved",
         when: "body.status == 'resolved'",
