@@ -68,9 +68,10 @@ export default defineConfig({
         },
       },
       {
-        // Handlers over in-memory stores and stub peers: no database, no NATS, seconds in all.
+        // Handlers over in-memory stores and stub peers, and the scripts' own logic: no database,
+        // no NATS, seconds in all.
         extends: true,
-        test: { name: "unit", sequence: { groupOrder: 0 }, include: ["services/**/*.unit.test.ts"] },
+        test: { name: "unit", sequence: { groupOrder: 0 }, include: ["services/**/*.unit.test.ts", "scripts/**/*.unit.test.ts"] },
       },
       {
         extends: true,
