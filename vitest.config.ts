@@ -36,7 +36,7 @@ export const E2E_SUITES = [
 ];
 
 /** Tests that need no Postgres, no NATS and no service: named `*.unit.test.ts`. */
-const UNIT_TESTS = ["services/**/*.unit.test.ts", "test/**/*.unit.test.ts"];
+const UNIT_TESTS = ["services/**/*.unit.test.ts", "test/**/*.unit.test.ts", "scripts/**/*.unit.test.ts"];
 
 export default defineConfig({
   test: {
@@ -72,7 +72,8 @@ export default defineConfig({
         },
       },
       {
-        // Handlers over in-memory stores and stub peers: no database, no NATS, seconds in all.
+        // Handlers over in-memory stores and stub peers, and the scripts' own logic: no database,
+        // no NATS, seconds in all.
         extends: true,
         test: { name: "unit", sequence: { groupOrder: 0 }, include: UNIT_TESTS },
       },

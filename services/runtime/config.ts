@@ -182,7 +182,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 export type ConfigVariable = keyof typeof configSchema.shape;
 
 /**
- * What each variable does, as the README's configuration table shows it (`npm run config-table`
+ * What each variable does, as the configuration reference (docs/reference/configuration.md) shows it (`npm run config-table`
  * writes the table from the schema and these; its --check fails on a variable without one). The
  * default column comes from the schema itself.
  */
