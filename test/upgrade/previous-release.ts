@@ -96,9 +96,15 @@ function linkTo(link: string, target: string): void {
   symlinkSync(target, link, "dir");
 }
 
-/** What a tree's node_modules is made of: its lock and the patches applied to it. */
+/**
+ * What a tree's node_modules is made of: its lock and the patches applied to it. The project's own
+ * version in the lock is left out: a release bumps it without changing any dependency.
+ */
 function dependencyKey(tree: string): string {
-  const hash = createHash("sha256").update(readFileSync(join(tree, "package-lock.json")));
+  const lock = JSON.parse(readFileSync(join(tree, "package-lock.json"), "utf8"));
+  delete lock.version;
+  if (lock.packages?.[""]) delete lock.packages[""].version;
+  const hash = createHash("sha256").update(JSON.stringify(lock));
   const patches = join(tree, "patches");
   if (existsSync(patches)) for (const name of readdirSync(patches).sort()) hash.update(name).update(readFileSync(join(patches, name)));
   return hash.digest("hex").slice(0, 16);
