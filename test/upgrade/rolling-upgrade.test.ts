@@ -230,7 +230,7 @@ async function checkExactlyOnce(expected: Expected): Promise<void> {
     const pings = await callApi(previous!.url, "GET", `/o/${OWNER.org}/heartbeats/${pinged}/pings`, { token: owner });
     expect(pings.body.pings, `the pings of ${pinged}`).toHaveLength(2);
     const quiet = await callApi(previous!.url, "GET", `/o/${OWNER.org}/heartbeats/${silent}`, { token: owner });
-    expect(quiet.body.status, silent).not.toBe("ok");
+    expect(quiet.body.status, silent).toBe("silent");
     expect(quiet.body.lastSeenAt, silent).toBeNull();
   }
 }
@@ -261,7 +261,7 @@ afterAll(async () => {
 describe(`a rolling upgrade from the previous release, and a rollback to it`, () => {
   const everything: Expected = { alerts: [], heartbeats: [] };
 
-  it("this version's migration command migrates the database, one line per service", () => {
+  it("this version's migration command migrates the database, one line per service", { timeout: 120_000 }, () => {
     const started = Date.now();
     const run = spawnSync(process.execPath, ["--import", "tsx", "services/process/migrate.ts"], {
       cwd: ROOT,
@@ -279,7 +279,8 @@ describe(`a rolling upgrade from the previous release, and a rollback to it`, ()
     for (const line of lines) expect(line.applied.length).toBe(allMigrations.find((m) => m.schema === line.service)!.migrations.length);
   });
 
-  it("mixed versions: both serve at once, and what goes through either is kept exactly once", async () => {
+  // Bounds that detect a hang: both versions start (tens of seconds on two loaded cores) and settle.
+  it("mixed versions: both serve at once, and what goes through either is kept exactly once", { timeout: 300_000 }, async () => {
     // This version leaves the migrations to the command; the previous release runs its own (all applied).
     [current, previous] = await Promise.all([
       startVersion("current", { MIGRATE_ON_START: "false" }),
@@ -321,7 +322,7 @@ describe(`a rolling upgrade from the previous release, and a rollback to it`, ()
     measured["webhook posts after mixed phase"] = receiver.deliveries.length;
   });
 
-  it("rollback: the previous release alone on the new schema keeps everything and loses nothing new", async () => {
+  it("rollback: the previous release alone on the new schema keeps everything and loses nothing new", { timeout: 240_000 }, async () => {
     expect(previous, "the mixed phase started both versions").toBeDefined();
     await stopVersion(current);
     current = undefined;
