@@ -13,7 +13,6 @@ import { allMigrations } from "./all-migrations.js";
  * new version's processes (MIGRATE_ON_START=false) roll out; see docs/OPERATIONS.md.
  */
 async function run(): Promise<number> {
-  const logger = createLogger(process.env.LOG_LEVEL || "info", "migrate");
   let config: ReturnType<typeof loadConfig>;
   try {
     config = loadConfig(process.env);
@@ -21,6 +20,7 @@ async function run(): Promise<number> {
     createLogger("fatal", "migrate").fatal((err as Error).message);
     return 1;
   }
+  const logger = createLogger(config.LOG_LEVEL, "migrate");
   let database: Awaited<ReturnType<typeof openDatabase>>;
   try {
     database = await openDatabase({ url: config.DATABASE_URL, dataDir: config.DATA_DIR, poolSize: 1 }, logger);

@@ -108,8 +108,9 @@ interface Sent {
 
 /**
  * One alert's life through the two versions `a` and `b` (the same one in a rollback): opened, a
- * repeat, the repeat again (not recorded twice), the opening retried with its Idempotency-Key (the
- * original answer, nothing recorded), a recovery and a resolve.
+ * repeat, the repeat again (not recorded twice), the repeat and the opening retried with their
+ * Idempotency-Keys through the other version (the original answers, nothing recorded), a recovery
+ * and a resolve.
  */
 async function alertLife(a: Version, b: Version, tag: string): Promise<Sent> {
   const alertId = `${tag}-${randomBytes(4).toString("hex")}`;
@@ -126,12 +127,16 @@ async function alertLife(a: Version, b: Version, tag: string): Promise<Sent> {
   const opened = await trigger(a, body("Triggered", `${alertId}-e1`), key);
   expectStatus(opened, 201, `opening ${alertId} through ${a.name}`);
   const incidentId = opened.body.incidentId as string;
-  const repeat = await trigger(b, body("Re-Triggered", `${alertId}-e2`));
+  const repeatKey = { "idempotency-key": `repeat-${alertId}` };
+  const repeat = await trigger(b, body("Re-Triggered", `${alertId}-e2`), repeatKey);
   expectStatus(repeat, 200, `a repeat of ${alertId} through ${b.name}`);
   expect(repeat.body).toMatchObject({ outcome: "attached", incidentId });
   const again = await trigger(a, body("Re-Triggered", `${alertId}-e2`));
   expectStatus(again, 200, `the same repeat of ${alertId} again through ${a.name}`);
   expect(again.body).toMatchObject({ incidentId });
+  const repeatRetried = await trigger(a, body("Re-Triggered", `${alertId}-e2`), repeatKey);
+  expectStatus(repeatRetried, 200, `the repeat of ${alertId} retried with its Idempotency-Key through ${a.name}`);
+  expect(repeatRetried.body).toMatchObject({ outcome: "attached", incidentId });
   const retried = await trigger(b, body("Triggered", `${alertId}-e1`), key);
   expectStatus(retried, 201, `the opening of ${alertId} retried with its Idempotency-Key through ${b.name}`);
   expect(retried.body).toMatchObject({ outcome: "opened", incidentId });
@@ -291,6 +296,9 @@ describe(`a rolling upgrade from the previous release, and a rollback to it`, ()
       return res.status === 200 ? (res.body.accessToken as string) : undefined;
     });
     owner = login;
+    // A login through the previous release too, on the new schema (identity's migration 8).
+    const oldLogin = await callApi(previous.url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
+    expectStatus(oldLogin, 200, "logging in through the previous release");
     const issued = await callApi(previous.url, "POST", `/o/${OWNER.org}/triggers/ingest-token`, { token: owner });
     expect([200, 201]).toContain(issued.status);
     ingestToken = issued.body.token;
