@@ -1,6 +1,6 @@
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, readlinkSync, renameSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 
@@ -58,7 +58,7 @@ export interface ReleaseTree {
  * same package-lock.json and patches as the current tree it shares the current node_modules;
  * otherwise its `npm ci` goes to a folder keyed by their hash, patched, and is reused by later runs.
  */
-export function prepareReleaseTree(release: Release): ReleaseTree {
+export async function prepareReleaseTree(release: Release): Promise<ReleaseTree> {
   assertCommitPresent(release);
   const started = Date.now();
   const dir = join(tmpdir(), `warroom-release-${release.version}-${release.commit.slice(0, 12)}`);
@@ -80,7 +80,7 @@ export function prepareReleaseTree(release: Release): ReleaseTree {
   const key = dependencyKey(dir);
   let dependencies: ReleaseTree["dependencies"] = "shared";
   const modules = join(dir, "node_modules");
-  if (key !== dependencyKey(ROOT)) dependencies = installDependencies(dir, key);
+  if (key !== dependencyKey(ROOT)) dependencies = await installDependencies(dir, key);
   linkTo(modules, dependencies === "shared" ? join(ROOT, "node_modules") : join(tmpdir(), `warroom-deps-${key}`, "node_modules"));
   return { release, dir, dependencies, preparedMs: Date.now() - started };
 }
@@ -110,27 +110,32 @@ function dependencyKey(tree: string): string {
   return hash.digest("hex").slice(0, 16);
 }
 
-function installDependencies(tree: string, key: string): "installed" | "cached" {
+async function installDependencies(tree: string, key: string): Promise<"installed" | "cached"> {
   const deps = join(tmpdir(), `warroom-deps-${key}`);
   if (existsSync(join(deps, "node_modules", ".package-lock.json"))) return "cached";
   const partial = `${deps}.partial-${process.pid}`;
   rmSync(partial, { recursive: true, force: true });
   mkdirSync(partial, { recursive: true });
-  for (const file of ["package.json", "package-lock.json"]) execFileSync("cp", [join(tree, file), partial]);
-  execFileSync("cp", ["-r", join(tree, "patches"), partial]);
+  for (const file of ["package.json", "package-lock.json"]) cpSync(join(tree, file), join(partial, file));
+  if (existsSync(join(tree, "patches"))) cpSync(join(tree, "patches"), join(partial, "patches"), { recursive: true });
   // No install scripts (a release's dependencies run none of theirs here); the step of its
-  // postinstall that running it needs is run explicitly: the patched packages.
-  const run = (command: string, args: string[], cwd: string) => {
-    const result = spawnSync(command, args, { cwd, stdio: ["ignore", "pipe", "pipe"], encoding: "utf8", timeout: 600_000 });
-    if (result.status !== 0) throw new Error(`${command} ${args.join(" ")} failed in ${cwd}:\n${result.stdout}\n${result.stderr}`);
-  };
-  run("npm", ["ci", "--ignore-scripts", "--no-audit", "--no-fund"], partial);
-  run("npx", ["--no-install", "patch-package"], partial);
+  // postinstall that running it needs is run explicitly: the patched packages. The rest (the proto
+  // files for buf, the console's build) is not needed to run it. Asynchronous: an install takes
+  // minutes, and the test worker must keep answering meanwhile.
+  await run("npm", ["ci", "--ignore-scripts", "--no-audit", "--no-fund"], partial);
+  await run("npx", ["--no-install", "patch-package"], partial);
   try {
     renameSync(partial, deps);
   } catch {
     rmSync(partial, { recursive: true, force: true });
   }
-  // The rest of its postinstall (the proto files for buf, the console's build) is not needed to run it.
   return "installed";
+}
+
+function run(command: string, args: string[], cwd: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { cwd, timeout: 900_000, maxBuffer: 64 << 20 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${command} ${args.join(" ")} failed in ${cwd}: ${err.message}\n${stdout}\n${stderr}`)) : resolve(),
+    );
+  });
 }
