@@ -87,6 +87,28 @@ describe("the migration command", () => {
   });
 });
 
+describe("MIGRATE_ON_START=true (the default)", () => {
+  it("two replicas starting at once on an empty database both serve, and each migration is applied once", async () => {
+    const empty = await freshDatabase();
+    const apps = await Promise.allSettled([startApp({ databaseUrl: empty.url }), startApp({ databaseUrl: empty.url })]);
+    const db = postgres(empty.url, { max: 1, onnotice: () => {} });
+    try {
+      for (const app of apps) expect(app.status, app.status === "rejected" ? String(app.reason) : "").toBe("fulfilled");
+      for (const { schema, migrations } of allMigrations) {
+        const rows = await db.unsafe<{ id: number }[]>(`select id from ${schema}.schema_migrations order by id`);
+        expect(
+          rows.map((r) => r.id),
+          schema,
+        ).toEqual(migrations.map((m) => m.id).sort((a, b) => a - b));
+      }
+    } finally {
+      for (const app of apps) if (app.status === "fulfilled") await app.value.stop();
+      await db.end();
+      await empty.drop();
+    }
+  });
+});
+
 describe("MIGRATE_ON_START=false on a schema behind the code", () => {
   it("refuses to start with one JSON line naming each missing migration and how to apply them", async () => {
     const behind = await freshDatabase();
