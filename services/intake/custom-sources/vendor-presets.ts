@@ -38,8 +38,7 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
       {
         name: "certificate expiry",
         when: "body.heartbeat == null && type(body.msg) == string && body.msg.startsWith('[') && body.msg.indexOf(']') > 1 && body.msg.matches('(?i)certificate.* will (be )?expired? in ')",
-        title:
-          "body.msg.substring(1, body.msg.indexOf(']')) + ': TLS certificate expires in ' + body.msg.split(' in ')[size(body.msg.split(' in ')) - 1]",
+        title: "body.msg.substring(1, body.msg.indexOf(']')) + ': TLS certificate expires in ' + body.msg.split(' in ')[size(body.msg.split(' in ')) - 1]",
         severity: "'sev3'",
         attachKey: "'certificate:' + body.msg.substring(1, body.msg.indexOf(']'))",
         eventId: "'certificate:' + body.msg",

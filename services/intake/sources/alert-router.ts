@@ -119,7 +119,9 @@ export const GRAFANA_TEST_REASON = "Grafana contact-point test notification";
  * wiring, not an incident. A real alert named TestAlert from another instance is not one.
  */
 function isGrafanaTestAlert(alert: RoutedAlert): boolean {
-  return alert.labels.get("alertname") === "TestAlert" && alert.labels.get("instance") === "Grafana" && alert.annotations.get("summary") === "Notification test";
+  return (
+    alert.labels.get("alertname") === "TestAlert" && alert.labels.get("instance") === "Grafana" && alert.annotations.get("summary") === "Notification test"
+  );
 }
 
 /** `critical` sev1, `page` sev2, anything else or none sev3. */
