@@ -223,6 +223,19 @@ describe("backup and restore of the embedded database", () => {
     }
   });
 
+  it("with no service running, starts the database itself for the backup", { timeout: 300_000 }, async () => {
+    const file = join(resolve(original.dir, ".."), "stopped.backup");
+    const backup = await runAdmin(["backup", "--out", file], original.dir);
+    expect(backup.output).toMatch(/backup written to .*secrets key file: included/);
+    expect(backup.code).toBe(0);
+    // It stopped that database again and released the folder.
+    expect(existsSync(join(original.dir, "warroom.lock"))).toBe(false);
+    expect(existsSync(join(original.dir, "pg", "postmaster.pid"))).toBe(false);
+    const incidents = (m: Awaited<ReturnType<typeof readBackup>>) => m.tables.find((t) => t.name === "incidents.incidents")!.rows;
+    // Everything the first backup holds, and what arrived after it.
+    expect(incidents(await readBackup(file))).toBeGreaterThanOrEqual(incidents(await readBackup(backupFile)));
+  });
+
   it("refuses a DATA_DIR that holds data, naming it and what to do", async () => {
     const again = await runAdmin(["restore", "--from", backupFile], original.dir);
     expect(again.code).toBe(1);

@@ -46,9 +46,12 @@ function ensurePostgresUser(): void {
   }
 }
 
-/** `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. */
-export async function startPrivatePostgres(options: { settings?: Record<string, string> } = {}): Promise<PrivatePostgres> {
-  const bin = binDir();
+/**
+ * `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. `bin`: the
+ * folder of another Postgres build's initdb, postgres and pg_ctl (a system install's major version).
+ */
+export async function startPrivatePostgres(options: { settings?: Record<string, string>; bin?: string } = {}): Promise<PrivatePostgres> {
+  const bin = options.bin ?? binDir();
   const dir = mkdtempSync(join(tmpdir(), "wr-pg-"));
   chmodSync(dir, 0o777);
   const dataDir = join(dir, "data");
