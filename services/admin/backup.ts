@@ -64,6 +64,7 @@ export async function writeBackupFile(sql: Sql, out: string, secretsKey: Buffer 
           dataBytes += chunk.length;
           await writer.data(chunk);
         }
+        resumeAfterCopy(copy);
         await writer.endTable();
         tables.push({ name, columns, rows });
       }
@@ -94,6 +95,17 @@ export async function writeBackupFile(sql: Sql, out: string, secretsKey: Buffer 
     rmSync(partial, { force: true });
     throw err;
   }
+}
+
+/**
+ * postgres.js pauses the connection's socket when a COPY stream's buffer is full and resumes it
+ * when the stream is read again. When the table's last rows fill the buffer, the stream ends
+ * without another read, the socket stays paused, and the next statement on the connection never
+ * gets its answer (the backup hung with its connection "idle in transaction"). Reading once more
+ * resumes it; on a socket that flows it does nothing.
+ */
+function resumeAfterCopy(copy: unknown): void {
+  (copy as { _read?: (size: number) => void })._read?.(0);
 }
 
 /** The migration each schema of the backup needs; refuses a backup this version cannot restore. */
