@@ -38,6 +38,9 @@ command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || need_package
 # The image's tests: a Docker daemon and client, and debootstrap for the local base image.
 command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 || need_packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap)
+# The server-mode backup test runs pg_dump and pg_restore against a server of the same major
+# version (test/runtime/backup-pg-dump.test.ts): Debian's own Postgres.
+compgen -G "/usr/lib/postgresql/*/bin/pg_dump" >/dev/null || need_packages+=(postgresql)
 if [ ${#need_packages[@]} -gt 0 ]; then
   log "installing ${need_packages[*]}"
   as_root apt-get update -qq
