@@ -5,11 +5,16 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { parse, parseAllDocuments } from "yaml";
 import { serviceFolders } from "../../services/process/cluster.js";
+import { configSchema, loadConfig } from "../../services/runtime/config.js";
 import { callApi } from "../support/app.js";
 
 /**
- * deploy/compose/compose.yaml as a user runs it (deploy/README.md, "Try cluster mode with Docker
+ * deploy/compose/compose.yaml, read: every service with its entry point, variables the
+ * configuration schema knows and loads, and credentials handed out as the Kubernetes base does.
+ *
+ * Then run as a user runs it (deploy/README.md, "Try cluster mode with Docker
  * Compose"): the .env made by the README's own commands, `up -d`, the first login, trigger and
  * heartbeat ping through the published gateway, `down -v`. With `docker compose` (v2) when the
  * docker CLI has it, else Debian's docker-compose 1.29; both read the same file.
@@ -162,7 +167,7 @@ async function natsMonitor(path: string): Promise<any> {
   return res.json();
 }
 
-beforeAll(async () => {
+async function upAsTheReadmeSays(): Promise<void> {
   const [host, started] = script("scripts/docker-daemon.sh", ["start"], 120_000).trim().split("\n");
   dockerHost = host!;
   startedDaemon = started === "started";
@@ -209,18 +214,86 @@ beforeAll(async () => {
     await sleep(500);
   }
   measured["up -d to every service healthy (ms)"] = Date.now() - started_;
-}, 1_200_000);
+}
 
-afterAll(() => {
+function down(): void {
   // Always, also when start-up failed: the containers, the network and the volumes.
   if (workDir && compose) composeRun(["down", "--volumes", "--remove-orphans", "--timeout", "20"], { allowFailure: true, timeout: 180_000 });
   if (workDir) rmSync(workDir, { recursive: true, force: true });
   console.log("\nThe compose file, measured in this run:");
   console.table(measured);
   if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
-}, 300_000);
+}
 
-describe("deploy/compose/compose.yaml", () => {
+describe("deploy/compose/compose.yaml, read", () => {
+  const file = parse(readFileSync(join(composeDir, "compose.yaml"), "utf8"), { merge: true });
+  const example = readFileSync(join(composeDir, ".env.example"), "utf8");
+  /** The variables of .env.example with a value in place of each REPLACE_ME, as a user's .env has them. */
+  const dotEnv = Object.fromEntries(
+    [...example.matchAll(/^([A-Z_]+)=(.*)$/gm)].map(([, key, value]) => [key!, value === "REPLACE_ME" ? `n${"0".repeat(47)}` : value!]),
+  );
+  /** Compose's interpolation: ${VAR}, ${VAR:-default}, ${VAR:?error}, and $$ for a dollar. */
+  const interpolate = (value: unknown): string =>
+    String(value).replace(/\$\$|\$\{([A-Z_]+)(?::([-?])([^}]*))?\}/g, (whole, key: string | undefined, kind, rest) => {
+      if (!key) return "$";
+      const found = dotEnv[key];
+      if (found) return found;
+      if (kind === "-") return rest;
+      throw new Error(`${whole}: ${key} is neither in .env.example nor defaulted`);
+    });
+  const environment = (service: string): Record<string, string> =>
+    Object.fromEntries(Object.entries(file.services[service].environment ?? {}).map(([k, v]) => [k, interpolate(v)]));
+  /** The names of the variables a Kubernetes Deployment of deploy/base gives its container. */
+  const baseEnv = (service: string): string[] => {
+    const docs = parseAllDocuments(readFileSync(join(root, "deploy/base", `${service}.yaml`), "utf8")).map((d) => d.toJSON());
+    const deployment = docs.find((d) => d?.kind === "Deployment");
+    return (deployment.spec.template.spec.containers[0].env as { name: string }[]).map((e) => e.name);
+  };
+
+  it("names every service, each running its own entry point, besides postgres and nats", () => {
+    expect(Object.keys(file.services).sort()).toEqual([...services].sort());
+    for (const service of warroomServices) {
+      expect(file.services[service].command, service).toEqual([`dist/services/${service}/main.js`]);
+      expect(interpolate(file.services[service].image), service).toBe("warroom:dev");
+    }
+  });
+
+  it("gives each service only variables the configuration schema knows, and a set that loads against Postgres and NATS", () => {
+    const known = new Set(Object.keys(configSchema.shape));
+    for (const service of warroomServices) {
+      const env = environment(service);
+      expect(
+        Object.keys(env).filter((k) => !known.has(k)),
+        service,
+      ).toEqual([]);
+      const config = loadConfig(env);
+      expect(config.DATABASE_URL, service).toMatch(/^postgres:\/\/warroom:[^@]+@postgres:5432\/warroom$/);
+      expect(config.NATS_URL, service).toBe("nats://nats:4222");
+      expect(config.PORT, service).toBe(8080);
+      expect(config.METRICS_PORT, service).toBe(9090);
+    }
+  });
+
+  it("hands out the secrets key, the first owner's password and NATS users as the Kubernetes base does", () => {
+    for (const service of warroomServices) {
+      const env = file.services[service].environment;
+      const base = baseEnv(service);
+      for (const key of ["SECRETS_KEYS", "BOOTSTRAP_OWNER_PASSWORD"]) expect(key in env, `${service}: ${key}`).toBe(base.includes(key));
+      expect(env.NATS_USER, service).toBe(service);
+      expect(env.NATS_PASSWORD, service).toMatch(new RegExp(`^\\$\\{NATS_PASSWORD_${service.toUpperCase()}:`));
+    }
+    // The NATS server is given every password authorization.conf reads, and nothing else.
+    const conf = readFileSync(join(root, "deploy/components/nats/authorization.conf"), "utf8");
+    const read = [...conf.matchAll(/password: \$(NATS_PASSWORD_[A-Z]+)/g)].map((m) => m[1]!);
+    expect(Object.keys(file.services.nats.environment).sort()).toEqual(read.sort());
+    expect(read.sort()).toEqual(warroomServices.map((s) => `NATS_PASSWORD_${s.toUpperCase()}`).sort());
+  });
+});
+
+describe("deploy/compose/compose.yaml, run", () => {
+  beforeAll(upAsTheReadmeSays, 1_200_000);
+  afterAll(down, 300_000);
+
   it("runs every service in its own hardened container beside Postgres and NATS, each with its health check", () => {
     const running = composeRun(["ps", "--services", "--filter", "status=running"]).split("\n").sort();
     expect(running).toEqual([...services].sort());
