@@ -130,14 +130,24 @@ function makeEnvFileAsTheReadmeSays(): Record<string, string> {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+let containers: Map<string, string> | undefined;
+/** The container of a compose service, by the labels both Compose versions put on it (one `docker ps` for all). */
 function containerOf(service: string): string {
-  const id = composeRun(["ps", "-q", service]);
+  if (!containers?.has(service)) {
+    const rows = docker(["ps", "-a", "--filter", `label=com.docker.compose.project=${project}`, "--format", '{{.Label "com.docker.compose.service"}} {{.ID}}']);
+    containers = new Map(rows.split("\n").map((row) => row.split(" ") as [string, string]));
+  }
+  const id = containers.get(service);
   if (!id) throw new Error(`no container for ${service}`);
   return id;
 }
 
-function health(service: string): string {
-  return docker(["inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{end}}", containerOf(service)], { allowFailure: true });
+/** Each warroom service's health-check state (healthy, unhealthy, starting), in one `docker inspect`. */
+function healthStates(): Map<string, string> {
+  const states = docker(["inspect", "--format", "{{if .State.Health}}{{.State.Health.Status}}{{end}}", ...warroomServices.map(containerOf)], {
+    allowFailure: true,
+  }).split("\n");
+  return new Map(warroomServices.map((s, i) => [s, states[i] ?? ""]));
 }
 
 /** An access token of the bootstrap owner of .env, asked until identity answers (it may still be starting). */
@@ -198,13 +208,13 @@ async function upAsTheReadmeSays(): Promise<void> {
   let gatewayReady = false;
   while (!gatewayReady || seenHealthy.size < warroomServices.length) {
     if (!gatewayReady) gatewayReady = (await fetch(`${url}/readyz`, { signal: AbortSignal.timeout(5000) }).catch(() => undefined))?.status === 200;
-    for (const s of warroomServices) if (!seenHealthy.has(s) && health(s) === "healthy") seenHealthy.add(s);
+    for (const [s, state] of healthStates()) if (state === "healthy") seenHealthy.add(s);
     // A bound that detects a hang, not a budget: under a quiet machine's minute.
     if (Date.now() - started_ > 420_000) {
       const unhealthy = warroomServices.filter((s) => !seenHealthy.has(s));
       const checks = unhealthy.map(
         (s) =>
-          `${s}: ${health(s)}, last checks: ${docker(["inspect", "--format", "{{json .State.Health.Log}}", containerOf(s)], { allowFailure: true }).slice(-600)}`,
+          `${s}: ${healthStates().get(s)}, last checks: ${docker(["inspect", "--format", "{{json .State.Health.Log}}", containerOf(s)], { allowFailure: true }).slice(-600)}`,
       );
       const logs = composeRun(["logs", "--no-color", "--tail", "20", ...new Set(["gateway", ...unhealthy])], { allowFailure: true });
       throw new Error(
