@@ -68,7 +68,7 @@ export default defineConfig({
           name: "server",
           sequence: { groupOrder: 0 },
           include: ["services/**/*.test.ts", "test/**/*.test.ts"],
-          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", ...UNIT_TESTS, "test/deploy/container.test.ts"],
+          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", ...UNIT_TESTS, "test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
         },
       },
       {
@@ -90,9 +90,16 @@ export default defineConfig({
       },
       {
         // The image built from the Dockerfile, run in containers (scripts/build-image.sh builds it,
-        // scripts/docker-daemon.sh starts a daemon when none runs): last, as it takes both cores.
+        // scripts/docker-daemon.sh starts a daemon when none runs), alone and by deploy/compose:
+        // last, as it takes both cores, and one file at a time (each may start and stop the daemon).
         extends: true,
-        test: { name: "container", sequence: { groupOrder: 2 }, include: ["test/deploy/container.test.ts"], testTimeout: 300_000 },
+        test: {
+          name: "container",
+          sequence: { groupOrder: 2 },
+          fileParallelism: false,
+          include: ["test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
+          testTimeout: 300_000,
+        },
       },
     ],
   },

@@ -4,7 +4,8 @@
 # and the private servers of the fault tests), Debian's Chromium for the console's browser tests,
 # and Prometheus (with promtool) and Alertmanager for the tests of the alert rules and of a real
 # Alertmanager, and Docker (Debian's docker.io) with debootstrap for the image's tests
-# (test/deploy/container.test.ts): scripts/build-image.sh builds warroom:dev without a registry, on
+# (test/deploy/container.test.ts, and test/deploy/compose.test.ts with Docker Compose or Debian's
+# docker-compose): scripts/build-image.sh builds warroom:dev without a registry, on
 # a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon when none
 # runs (host networking only) and stops it at the end. The Debian packages and that daemon need
 # root (apt-get, as root or through sudo).
@@ -41,6 +42,10 @@ command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap)
 # The server-mode backup test runs pg_dump and pg_restore against a server of the same major
 # version (test/runtime/backup-pg-dump.test.ts): Debian's own Postgres.
 compgen -G "/usr/lib/postgresql/*/bin/pg_dump" >/dev/null || need_packages+=(postgresql)
+# The compose test (test/deploy/compose.test.ts): the docker CLI's compose plugin, or else Debian's
+# docker-compose (1.29); openssl makes the .env as deploy/README.md does.
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1 || need_packages+=(docker-compose)
+command -v openssl >/dev/null 2>&1 || need_packages+=(openssl)
 if [ ${#need_packages[@]} -gt 0 ]; then
   log "installing ${need_packages[*]}"
   as_root apt-get update -qq
