@@ -58,10 +58,10 @@ FROM ${NODE_IMAGE} AS os
 COPY --from=node /node /usr/local/bin/node
 # Nothing at run time installs packages, and no program may gain privileges: npm, npx, corepack
 # and yarn go (with npm's settings), so does every setuid and setgid bit, and what the slim images
-# leave out anyway (translations, documentation, package lists).
+# leave out anyway (translations, package lists). Debian's copyright files stay.
 RUN rm -rf /usr/local/lib/node_modules /usr/local/bin/npm /usr/local/bin/npx /usr/local/bin/corepack /usr/local/bin/yarn \
       /usr/local/bin/yarnpkg /opt/yarn-* /usr/local/include/node /usr/local/share/doc /usr/local/share/man /usr/local/etc/npmrc \
-      /usr/share/locale/* /usr/share/doc/* /usr/share/man/* /usr/share/info/* /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old \
+      /usr/share/locale/* /var/lib/apt/lists/* /var/cache/apt/* /var/cache/debconf/*-old \
  && find / -xdev -perm /6000 -type f -exec chmod ug-s {} + \
  && groupadd --system --gid 10001 warroom \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin warroom

@@ -138,5 +138,5 @@ printf '%-32s %-10s %8s %12s  %s\n' image target MB bytes base
 for row in "$tag service" "$all_in_one_tag all-in-one"; do
   read -r image target <<<"$row"
   size=$(docker image inspect "$image" --format '{{.Size}}')
-  printf '%-32s %-10s %8s %12s  %s\n' "$image" "$target" "$((size / 1000000))" "$size" "$base"
+  printf '%-32s %-10s %8s %12s  %s\n' "$image" "$target" "$(((size + 500000) / 1000000))" "$size" "$base"
 done
