@@ -1,5 +1,6 @@
 import { execFile, spawnSync } from "node:child_process";
 import { chownSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -174,6 +175,50 @@ describe("what the images hold", () => {
       );
     }
   });
+
+  it("exports a span over OTLP from the pruned OpenTelemetry packages (loaded only when OTEL_* asks)", async () => {
+    const received: { path: string; type: string; bytes: number }[] = [];
+    const receiver = createHttpServer((req, res) => {
+      let bytes = 0;
+      req.on("data", (chunk: Buffer) => (bytes += chunk.length));
+      req.on("end", () => {
+        received.push({ path: req.url ?? "", type: String(req.headers["content-type"]), bytes });
+        res.writeHead(200, { "content-type": "application/x-protobuf" }).end();
+      });
+    });
+    const port = await containerPort();
+    await new Promise<void>((resolveListen) => receiver.listen(port, "127.0.0.1", resolveListen));
+    try {
+      const code = [
+        'const tracing = await import("/app/dist/services/runtime/tracing.js");',
+        'await tracing.startTracing("image-check");',
+        'await tracing.inSpan("image check", {}, async () => {});',
+        "await tracing.flushTracing();",
+        'console.log(tracing.tracingEnabled() ? "enabled" : "disabled");',
+      ].join(" ");
+      const output = await dockerAsync([
+        "run",
+        "--rm",
+        "--label",
+        `warroom-test=${run}`,
+        ...hardened,
+        "-e",
+        `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:${port}/v1/traces`,
+        "--entrypoint",
+        "node",
+        image,
+        "--input-type=module",
+        "-e",
+        code,
+      ]);
+      expect(output).toBe("enabled");
+      expect(received).toHaveLength(1);
+      expect(received[0]).toMatchObject({ path: "/v1/traces", type: "application/x-protobuf" });
+      expect(received[0]!.bytes).toBeGreaterThan(0);
+    } finally {
+      await new Promise((resolveClose) => receiver.close(resolveClose));
+    }
+  }, 120_000);
 
   it("has no setuid or setgid file", () => {
     for (const name of [image, allInOneImage]) expect(inside(name, ["find", "/", "-xdev", "-perm", "/6000", "-type", "f"]), name).toBe("");
