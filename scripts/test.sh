@@ -7,8 +7,7 @@
 # (test/deploy/container.test.ts): scripts/build-image.sh builds warroom:dev and
 # warroom-all-in-one:dev without a registry, on a Debian base it makes once and caches, and
 # scripts/docker-daemon.sh starts a daemon when none runs (host networking only) and stops it at
-# the end. The Debian packages and that daemon need
-# root (apt-get, as root or through sudo).
+# the end. The Debian packages and that daemon need root (apt-get, as root or through sudo).
 #
 # The run starts its own Postgres server from the embedded binaries in node_modules (a throw-away
 # data folder, a free port, a generated password checked with scram-sha-256) and its own nats-server
