@@ -5,10 +5,10 @@
 # and Prometheus (with promtool) and Alertmanager for the tests of the alert rules and of a real
 # Alertmanager, and Docker (Debian's docker.io) with debootstrap for the image's tests
 # (test/deploy/container.test.ts, and test/deploy/compose.test.ts with Docker Compose or Debian's
-# docker-compose): scripts/build-image.sh builds warroom:dev without a registry, on
-# a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon when none
-# runs (host networking only) and stops it at the end. The Debian packages and that daemon need
-# root (apt-get, as root or through sudo).
+# docker-compose): scripts/build-image.sh builds warroom:dev and warroom-all-in-one:dev without a
+# registry, on a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon
+# when none runs (host networking only) and stops it at the end. The Debian packages and that
+# daemon need root (apt-get, as root or through sudo).
 #
 # The run starts its own Postgres server from the embedded binaries in node_modules (a throw-away
 # data folder, a free port, a generated password checked with scram-sha-256) and its own nats-server
@@ -79,17 +79,18 @@ if [ -n "${DATABASE_URL:-}" ] || [ -n "${NATS_URL:-}" ]; then
 else
   log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
 fi
-# The image the container tests run, built before the suite so its build shares the cores with
-# nothing (a few seconds when only cached layers are needed). Its size is printed here, its start
-# time by the tests. A run of other named test files needs neither.
+# The images the container tests run (the service image warroom:dev, and warroom-all-in-one:dev
+# with the embedded Postgres), built before the suite so their builds share the cores with nothing
+# (a few seconds when only cached layers are needed). Their sizes are printed here and by the
+# tests, their start times by the tests. A run of other named test files needs neither.
 if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then
-  log "image: warroom:dev (scripts/build-image.sh)"
+  log "images: warroom:dev and warroom-all-in-one:dev (scripts/build-image.sh)"
   # A daemon that already answers needs no root; starting one does.
   daemon=$(scripts/docker-daemon.sh start 2>/dev/null || as_root scripts/docker-daemon.sh start)
   export DOCKER_HOST=${daemon%%$'\n'*}
   if [[ $daemon == *started ]]; then stop_docker=true; fi
-  as_root env DOCKER_HOST="$DOCKER_HOST" scripts/build-image.sh warroom:dev
-  export WARROOM_IMAGE=warroom:dev
+  as_root env DOCKER_HOST="$DOCKER_HOST" scripts/build-image.sh warroom:dev warroom-all-in-one:dev
+  export WARROOM_IMAGE=warroom:dev WARROOM_ALL_IN_ONE_IMAGE=warroom-all-in-one:dev
 fi
 
 set +e

@@ -65,8 +65,9 @@ export function binaries(): Binaries {
     root = dirname(dirname(require.resolve(name)));
   } catch {
     throw new EmbeddedPostgresError(
-      `the embedded database needs the package ${name}, which is not installed (no Postgres build for this platform, ` +
-        "or npm was run with --omit=optional). Set DATABASE_URL to use a Postgres server instead.",
+      `no embedded Postgres here: the package ${name} is not installed (the service image ships without it; ` +
+        "npm --omit=optional leaves it out; or there is no Postgres build for this platform). " +
+        "Set DATABASE_URL to a Postgres server (and SECRETS_KEYS, the keys for secrets at rest), or run the all-in-one image, which has it.",
     );
   }
   const bin = join(root, "native", "bin");

