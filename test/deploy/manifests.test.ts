@@ -346,7 +346,34 @@ function podEgressAllowed(docs: Obj[], workload: Workload, labels: Obj, port: nu
 // ---------------------------------------------------------------------------------------------
 // Renderings: our own reading of the kustomizations always; kustomize's when it is installed.
 
-const kustomizeCommand: string[] | undefined = findOnPath("kustomize") ? ["kustomize", "build"] : findOnPath("kubectl") ? ["kubectl", "kustomize"] : undefined;
+/**
+ * kustomize as installed, if it reads components (kustomize 3.7, kubectl 1.21 and later), which
+ * deploy/ uses. Debian bookworm's kubectl (1.20) does not: then the test's own reading renders alone.
+ */
+function kustomizeReadingComponents(): string[] | undefined {
+  const command = findOnPath("kustomize") ? ["kustomize", "build"] : findOnPath("kubectl") ? ["kubectl", "kustomize"] : undefined;
+  if (!command) return undefined;
+  const dir = mkdtempSync(join(tmpdir(), "warroom-kustomize-probe-"));
+  try {
+    mkdirSync(join(dir, "component"));
+    writeFileSync(join(dir, "kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n  - component\n");
+    writeFileSync(
+      join(dir, "component", "kustomization.yaml"),
+      "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nconfigMapGenerator:\n  - name: probe\n    literals:\n      - a=b\n",
+    );
+    const result = spawnSync(command[0]!, [...command.slice(1), dir], { encoding: "utf8", timeout: 60_000 });
+    if (result.status === 0 && result.stdout.includes("kind: ConfigMap")) return command;
+    console.warn(
+      `${command.join(" ")} cannot build kustomize components (${(result.stderr || result.error?.message || "").trim().split("\n")[0]}): ` +
+        "the manifests are rendered by the test's own reading only. Install kubectl 1.21 or later, or kustomize 3.7 or later, to compare the two.",
+    );
+    return undefined;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const kustomizeCommand = kustomizeReadingComponents();
 
 let workDir: string;
 /** A copy of deploy/ with every *.example file in place of the credentials an operator supplies. */
