@@ -1145,6 +1145,15 @@ describe("Dockerfile", () => {
     }
   });
 
+  it("runs, in the migration Job, a file npm run build produces", () => {
+    const jobs = workloads(renderKustomization(overlayDir(fullCombinations[0]!))).filter((w) => w.doc.kind === "Job");
+    expect(jobs.length).toBeGreaterThan(0);
+    for (const job of jobs) {
+      const entry = (job.pod.containers as Obj[])[0]!.args[0] as string;
+      expect(existsSync(join(app, entry)), `${job.name}: ${entry} is built`).toBe(true);
+    }
+  });
+
   it("puts every file the build compiles into the build context", () => {
     expect(emitted.length).toBeGreaterThan(0);
     const sources = emitted.filter((f) => f.endsWith(".js")).map((f) => f.replace(/\.js$/, ".ts").split(sep).join("/"));
