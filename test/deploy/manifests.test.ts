@@ -613,6 +613,15 @@ describe("deploy/ files", () => {
     expect(readme).toContain("create secret generic warroom-datastores --from-env-file=datastores.env");
   });
 
+  it("states in deploy/README.md the connections the base opens, and with the autoscalers at their maximum", () => {
+    const readme = readFileSync(join(deployDir, "README.md"), "utf8");
+    const [, base, autoscaled] = /\| \*\*total\*\* \|[^\n]*\*\*(\d+) \((\d+)\)\*\*/.exec(readme) ?? [];
+    const external = (components: string) => renderKustomization(overlayDir(`test-external${components}`));
+    expect(Number(base)).toBe(postgresConnections(renderKustomization(overlayDir("production"))).total);
+    expect(Number(base)).toBe(postgresConnections(external("")).total);
+    expect(Number(autoscaled)).toBe(postgresConnections(external("-autoscaling")).total);
+  });
+
   it("commits placeholders, never credentials, and keeps the real files out of git and the image", () => {
     const gitignore = readFileSync(join(deployDir, ".gitignore"), "utf8").split("\n");
     const examples = ["overlays", "components"].flatMap((dir) =>
