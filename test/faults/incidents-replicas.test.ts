@@ -1,3 +1,4 @@
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DELIVERY_POOL_SIZE } from "../../services/incidents/service.js";
@@ -8,9 +9,9 @@ import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLo
 
 /**
  * The incident core as the Kubernetes base runs it: two replicas, with the manifests' pool size
- * (one gateway and one intake keep the machine's load down). Both replicas take calls and run an
- * outbox relay; each acknowledged alert must be held once and open one incident, also when one
- * replica is killed.
+ * (one gateway and one intake keep the machine's load down). Both replicas take calls (each has
+ * delivery connections of its own in Postgres) and run an outbox relay; each acknowledged alert must
+ * be held once and open one incident, also when one replica is killed.
  */
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -52,6 +53,30 @@ async function pendingEvents(): Promise<number> {
   return row!.n;
 }
 
+/** The local TCP ports of a process's sockets: its socket inodes found in its /proc/<pid>/net tables (Linux). */
+function localPortsOf(pid: number): Set<number> {
+  const inodes = new Set<string>();
+  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+    const link = (() => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`);
+      } catch {
+        return ""; // closed since the listing
+      }
+    })();
+    const inode = /^socket:\[(\d+)\]$/.exec(link)?.[1];
+    if (inode) inodes.add(inode);
+  }
+  const ports = new Set<number>();
+  for (const table of ["tcp", "tcp6"]) {
+    for (const line of readFileSync(`/proc/${pid}/net/${table}`, "utf8").split("\n").slice(1)) {
+      const columns = line.trim().split(/\s+/);
+      if (columns.length > 9 && inodes.has(columns[9]!)) ports.add(Number.parseInt(columns[1]!.split(":").at(-1)!, 16));
+    }
+  }
+  return ports;
+}
+
 describe("two incident-core replicas", () => {
   it("share the calls and hold every acknowledged alert once, with one open incident per alert", async () => {
     const replicas = cluster.processes.filter((p) => p.name === "incidents");
@@ -65,11 +90,17 @@ describe("two incident-core replicas", () => {
       deadlineMs: 60_000,
     });
     await verify("both replicas up", result);
-    // Each replica's delivery pool holds at most DELIVERY_POOL_SIZE connections: more than that
-    // many open means both replicas recorded deliveries.
-    const [deliveryConnections] = await sql<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity where datname = current_database() and application_name = 'warroom-deliveries'`;
-    expect(deliveryConnections!.n).toBeGreaterThan(DELIVERY_POOL_SIZE);
+    // A replica opens delivery-pool connections only to record deliveries: each has some.
+    const deliveryPorts = (
+      await sql<{ port: number }[]>`
+        select client_port as port from pg_stat_activity where datname = current_database() and application_name = 'warroom-deliveries'`
+    ).map((r) => r.port);
+    for (const replica of replicas) {
+      const ports = localPortsOf(replica.child.pid!);
+      const own = deliveryPorts.filter((port) => ports.has(port));
+      expect(own.length, `incidents pid ${replica.child.pid}: delivery connections`).toBeGreaterThan(0);
+      expect(own.length).toBeLessThanOrEqual(DELIVERY_POOL_SIZE);
+    }
     await expect.poll(pendingEvents).toBe(0);
   }, 180_000);
 
