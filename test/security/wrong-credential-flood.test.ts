@@ -62,13 +62,15 @@ describe.each(MODES)("a flood of complete deliveries with a wrong credential (%s
   let sourcePath: string;
 
   beforeAll(async () => {
-    app = await startIntakeApp(mode, { env: {
+    app = await startIntakeApp(mode, {
+      env: {
         INTAKE_IN_FLIGHT: String(IN_FLIGHT),
         INTAKE_MAX_WAITING: "0",
         GATEWAY_DELIVERY_BYTES: String(HELD_BYTES),
         // Each stuck delivery holds a connection while it waits on the lock.
         DATABASE_POOL_SIZE: "24",
-      }, });
+      },
+    });
     creds = await issueCredentials(app);
     sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
     const created = await app.call("POST", `/o/${OWNER.org}/custom-sources`, {
