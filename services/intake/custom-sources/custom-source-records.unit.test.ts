@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
 import type { Logger } from "../../runtime/logger.js";
 import { customSourceRecordsDropped } from "../../runtime/metrics.js";
-import { createRecordWriter, parseCustomBody } from "./custom-source-delivery.js";
-import { boundedBody, KEPT_BODY_BYTES } from "./custom-source-records.js";
+import { createRecordWriter } from "./custom-source-delivery.js";
+import { boundedBody, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import type { CustomSourceStore, DeliveryRecord } from "./store.js";
 
 // A body small enough when it arrived is kept without writing it out to measure it: the bodies
