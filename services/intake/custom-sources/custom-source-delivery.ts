@@ -6,6 +6,7 @@ import { RateLimitedError, UnauthenticatedError, UnprocessablePayloadError } fro
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { Logger } from "../../runtime/logger.js";
 import { customSourceRecordsDropped } from "../../runtime/metrics.js";
+import { outsideCall } from "../../runtime/request-context.js";
 import { createRevocableCache } from "../../runtime/revocable-cache.js";
 import { sha256 } from "../../runtime/secrets.js";
 import { isUuid } from "../../runtime/ids.js";
@@ -281,8 +282,12 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   function schedule(): void {
     if (writing || waiting.length === 0) return;
-    if (waiting.length >= MOST_RECORDS_PER_STATEMENT) void writeNext();
-    else timer ??= setTimeout(() => void writeNext(), RECORD_WRITE_DELAY_MS);
+    // Outside the call that queued the record: the group is written after its answer, and must
+    // not be refused for that call's deadline or its sender hanging up.
+    outsideCall(() => {
+      if (waiting.length >= MOST_RECORDS_PER_STATEMENT) void writeNext();
+      else timer ??= setTimeout(() => void writeNext(), RECORD_WRITE_DELAY_MS);
+    });
   }
 
   return {
