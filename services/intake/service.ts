@@ -23,7 +23,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
   const customSourceRecords = createRecordWriter(createCustomSourceStore(ctx.sql), logger);
-  const largeBodies = ctx.config.INTAKE_LARGE_BODY_WORKERS > 0 ? createLargeBodies({ workers: ctx.config.INTAKE_LARGE_BODY_WORKERS }) : undefined;
+  const largeBodies = ctx.config.INTAKE_LARGE_BODY_WORKERS > 0 ? createLargeBodies({ workers: ctx.config.INTAKE_LARGE_BODY_WORKERS, logger }) : undefined;
   const routes = createIntakeRoutes({
     clients,
     store,

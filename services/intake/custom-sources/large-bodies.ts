@@ -1,4 +1,5 @@
 import { ShareExceeded } from "../../runtime/fair-shares.js";
+import type { Logger } from "../../runtime/logger.js";
 import { createWorkerPool, PoolFull, workerEntry, type WorkerPool } from "../../runtime/worker-pool.js";
 import { digestOfBytes } from "../sources/normalized-alert.js";
 import type { MappingResult } from "./cel-mapping.js";
@@ -43,7 +44,7 @@ export class OffloadedBody {
 export type LargeBodies = ReturnType<typeof createLargeBodies>;
 
 /** The large-body threads of one intake process (INTAKE_LARGE_BODY_WORKERS), fair per organization. */
-export function createLargeBodies(options: { workers: number }) {
+export function createLargeBodies(options: { workers: number; logger?: Logger | undefined }) {
   let pool: WorkerPool | undefined;
   // Started at the first large body: most processes never see one.
   const threads = () =>
@@ -75,6 +76,8 @@ export function createLargeBodies(options: { workers: number }) {
         return await run<DeliverAnswer>(orgId, { kind: "deliver", ...task });
       } catch (err) {
         if (err instanceof ShareExceeded) throw err;
+        // A thread that ran over or failed was replaced; the delivery opens the default incident.
+        options.logger?.warn({ orgId, source: task.source.id, bytes: task.bytes.byteLength, err: String(err) }, "a large body's mapping failed on its thread");
         const text = Buffer.from(task.bytes.buffer, task.bytes.byteOffset, task.bytes.byteLength).subarray(0, KEPT_BODY_BYTES).toString("utf8");
         return {
           kept: { body: text, truncated: true },
