@@ -35,10 +35,14 @@ export const E2E_SUITES = [
   "test/runtime/metrics-initialised.test.ts",
 ];
 
+/** Tests that need no Postgres, no NATS and no service: named `*.unit.test.ts`. */
+const UNIT_TESTS = ["services/**/*.unit.test.ts", "test/**/*.unit.test.ts", "scripts/**/*.unit.test.ts"];
+
 export default defineConfig({
   test: {
     exclude: ["node_modules", "dist", "test/bench/**"],
-    // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others.
+    // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others (none
+    // for a run of the unit project alone: see the setup).
     globalSetup: ["test/support/global-setup.ts"],
     // Lists every skipped test with its reason, and why a run fails besides its failed tests.
     reporters: ["default", "./test/support/run-summary.ts"],
@@ -64,13 +68,14 @@ export default defineConfig({
           name: "server",
           sequence: { groupOrder: 0 },
           include: ["services/**/*.test.ts", "test/**/*.test.ts"],
-          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", "services/**/*.unit.test.ts", "test/deploy/container.test.ts"],
+          exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", ...UNIT_TESTS, "test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
         },
       },
       {
-        // Handlers over in-memory stores and stub peers: no database, no NATS, seconds in all.
+        // Handlers over in-memory stores and stub peers, and the scripts' own logic: no database,
+        // no NATS, seconds in all.
         extends: true,
-        test: { name: "unit", sequence: { groupOrder: 0 }, include: ["services/**/*.unit.test.ts"] },
+        test: { name: "unit", sequence: { groupOrder: 0 }, include: UNIT_TESTS },
       },
       {
         extends: true,
@@ -85,9 +90,16 @@ export default defineConfig({
       },
       {
         // The image built from the Dockerfile, run in containers (scripts/build-image.sh builds it,
-        // scripts/docker-daemon.sh starts a daemon when none runs): last, as it takes both cores.
+        // scripts/docker-daemon.sh starts a daemon when none runs), alone and by deploy/compose:
+        // last, as it takes both cores, and one file at a time (each may start and stop the daemon).
         extends: true,
-        test: { name: "container", sequence: { groupOrder: 2 }, include: ["test/deploy/container.test.ts"], testTimeout: 300_000 },
+        test: {
+          name: "container",
+          sequence: { groupOrder: 2 },
+          fileParallelism: false,
+          include: ["test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
+          testTimeout: 300_000,
+        },
       },
     ],
   },

@@ -1,23 +1,37 @@
 #!/usr/bin/env bash
-# Builds the image as warroom:dev (or the tag given as $1) on a machine that reaches no container
-# registry, from the project's own Dockerfile:
+# Builds the two images of the project's Dockerfile on a machine that reaches no container registry:
 #
+#   scripts/build-image.sh [TAG [ALL_IN_ONE_TAG]]
+#
+#   TAG (warroom:dev)                       target `service`: what Kubernetes and compose run
+#   ALL_IN_ONE_TAG (warroom-all-in-one:dev) target `all-in-one`: the same plus the embedded Postgres,
+#                                           for `docker run` trials; by default TAG's name with
+#                                           -all-in-one and TAG's tag
+#
+# How, without a registry:
 #   1. a minimal Debian bookworm made with debootstrap from the machine's Debian mirror (the one
 #      apt uses; DEBIAN_MIRROR overrides it), kept as a tarball in the cache folder
 #      (${XDG_CACHE_HOME:-~/.cache}/warroom/image-base; WARROOM_IMAGE_CACHE overrides it), since
 #      debootstrap takes a minute or more;
 #   2. this machine's own Node (the `node` on PATH, with its npm) added under /usr/local as in the
 #      official Node images, imported as warroom-node-base:<node version>-bookworm;
-#   3. `docker build --build-arg NODE_IMAGE=<that base>` of the Dockerfile users build, with host
-#      networking (npm ci reaches the npm registry as the host does).
+#   3. `docker build --build-arg NODE_IMAGE=<that base> --target service|all-in-one` of the
+#      Dockerfile users build, with host networking (npm ci and apt-get reach their registries as
+#      the host does), and the OCI labels from git and package.json as build arguments: source
+#      (WARROOM_IMAGE_SOURCE, else package.json's repository, else git's origin remote), revision
+#      (the commit checked out), version (package.json's).
 #
 # Users with a registry build with `docker build .`, on node:20-bookworm-slim. What differs between
 # the two bases is listed in deploy/README.md. Needs root for debootstrap (the first time), and a
-# Docker daemon: scripts/docker-daemon.sh starts one when none answers. Prints the image's size.
+# Docker daemon: scripts/docker-daemon.sh starts one when none answers. Prints a table of the
+# images' sizes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tag=${1:-warroom:dev}
+# The same name with -all-in-one, the same tag: warroom:dev gives warroom-all-in-one:dev.
+if [[ ${tag##*/} == *:* ]]; then name=${tag%:*} version_tag=${tag##*:}; else name=$tag version_tag=latest; fi
+all_in_one_tag=${2:-$name-all-in-one:$version_tag}
 suite=bookworm
 cache=${WARROOM_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/warroom/image-base}
 rootfs_tar=$cache/$suite-minbase.tar
@@ -97,7 +111,32 @@ DOCKERFILE
   trap - EXIT
 }
 
-log "docker build -t $tag (NODE_IMAGE=$base)"
-docker build --network host --build-arg "NODE_IMAGE=$base" -t "$tag" . >&2
-size=$(docker image inspect "$tag" --format '{{.Size}}')
-echo "image $tag: $((size / 1000000)) MB ($size bytes), on $base"
+# The OCI labels: where the image comes from, which commit, which release.
+version=$(node -p 'require("./package.json").version')
+# As root in another user's checkout (scripts/test.sh), git asks to be told the folder is safe.
+revision=$(git -c safe.directory="$PWD" rev-parse HEAD 2>/dev/null || true)
+[ -n "$revision" ] || log "not a git checkout: the image's revision label stays empty"
+source_url=${WARROOM_IMAGE_SOURCE:-$(node -p 'const r = require("./package.json").repository; (typeof r === "string" ? r : r?.url) ?? ""')}
+if [ -z "$source_url" ]; then
+  source_url=$(git -c safe.directory="$PWD" remote get-url origin 2>/dev/null || true)
+  # A clone over ssh names its host as user@host:path; the label is a web address, without credentials.
+  source_url=$(printf '%s' "$source_url" | sed -E 's#^git@([^:]+):#https://\1/#; s#^(https?://)[^@/]+@#\1#; s#\.git$##')
+fi
+[ -n "$source_url" ] || log "no source address (no repository in package.json, no origin remote; WARROOM_IMAGE_SOURCE sets one): the image's source label stays empty"
+
+build() {
+  local target=$1 image=$2
+  log "docker build --target $target -t $image (NODE_IMAGE=$base)"
+  docker build --network host --build-arg "NODE_IMAGE=$base" --build-arg "SOURCE=$source_url" --build-arg "REVISION=$revision" \
+    --build-arg "VERSION=$version" --target "$target" -t "$image" . >&2
+}
+# The second build takes every layer but its last few from the first's cache.
+build all-in-one "$all_in_one_tag"
+build service "$tag"
+
+printf '%-32s %-10s %8s %12s  %s\n' image target MB bytes base
+for row in "$tag service" "$all_in_one_tag all-in-one"; do
+  read -r image target <<<"$row"
+  size=$(docker image inspect "$image" --format '{{.Size}}')
+  printf '%-32s %-10s %8s %12s  %s\n' "$image" "$target" "$(((size + 500000) / 1000000))" "$size" "$base"
+done

@@ -1,15 +1,18 @@
-// Writes the README's configuration table, between `<!-- config:begin -->` and `<!-- config:end -->`,
-// from the configuration schema (services/runtime/config.ts): each variable, its default as the
-// schema gives it, and its description from `configDescriptions`. `--check` writes nothing and
-// exits 1 when the README differs from what it would write, or when a variable has no description.
+// Writes the configuration reference's table (docs/reference/configuration.md), between
+// `<!-- config:begin -->` and `<!-- config:end -->`, from the configuration schema
+// (services/runtime/config.ts): each variable, its default as the schema gives it, and its
+// description from `configDescriptions`, whose links are written from the repository's root and
+// rewritten here relative to the page. `--check` writes nothing and exits 1 when the page differs
+// from what it would write, or when a variable has no description.
 //
 //   npm run config-table [-- --check]
 import { readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { dirname, join, relative } from "node:path";
 import { configDescriptions, configSchema, type ConfigVariable } from "../services/runtime/config.js";
 
 const ROOT = join(import.meta.dirname, "..");
-const README = join(ROOT, "README.md");
+/** The page that holds the table, from the repository's root. */
+export const CONFIG_PAGE = "docs/reference/configuration.md";
 const BEGIN = "<!-- config:begin -->";
 const END = "<!-- config:end -->";
 
@@ -23,11 +26,23 @@ function defaultOf(name: ConfigVariable): string {
   return `\`${String(value)}\``;
 }
 
+/**
+ * A description's relative links (`[x](docs/OPERATIONS.md#y)`), written from the repository's root,
+ * as the page that shows them must write them.
+ */
+export function linksFromPage(description: string, page: string = CONFIG_PAGE): string {
+  return description.replace(/\]\(([^)\s]+)\)/g, (link, target: string) => {
+    if (/^[a-z][a-z0-9+.-]*:/i.test(target) || target.startsWith("#")) return link;
+    const [path, anchor] = target.split("#", 2) as [string, string | undefined];
+    return `](${relative(dirname(page), path)}${anchor === undefined ? "" : `#${anchor}`})`;
+  });
+}
+
 /** The table, and the variables without a description (the check fails on any). */
 export function configTable(descriptions: { readonly [K in ConfigVariable]?: string } = configDescriptions): { table: string; undescribed: string[] } {
   const names = Object.keys(configSchema.shape) as ConfigVariable[];
   const undescribed = names.filter((name) => !descriptions[name]?.trim());
-  const rows = names.map((name) => `| \`${name}\` | ${defaultOf(name)} | ${(descriptions[name] ?? "").replaceAll("|", "\\|")} |`);
+  const rows = names.map((name) => `| \`${name}\` | ${defaultOf(name)} | ${linksFromPage(descriptions[name] ?? "").replaceAll("|", "\\|")} |`);
   const table = [
     `<!-- Written by \`npm run config-table\` from services/runtime/config.ts: edit the schema and its descriptions, then run it. -->`,
     "",
@@ -53,22 +68,22 @@ function main(): void {
     console.error(undescribedMessage(undescribed));
     process.exit(1);
   }
-  const text = readFileSync(README, "utf8");
+  const text = readFileSync(join(ROOT, CONFIG_PAGE), "utf8");
   const start = text.indexOf(BEGIN);
   const end = text.indexOf(END);
   if (start < 0 || end < start) {
-    console.error(`README.md has no ${BEGIN} … ${END} section for the configuration table`);
+    console.error(`${CONFIG_PAGE} has no ${BEGIN} … ${END} section for the configuration table`);
     process.exit(1);
   }
   const next = `${text.slice(0, start + BEGIN.length)}\n${table}\n${text.slice(end)}`;
   if (check) {
     if (next !== text) {
-      console.error("README.md's configuration table differs from services/runtime/config.ts: run npm run config-table and commit");
+      console.error(`${CONFIG_PAGE}'s configuration table differs from services/runtime/config.ts: run npm run config-table and commit`);
       process.exit(1);
     }
   } else {
-    if (next !== text) writeFileSync(README, next);
-    console.log(next !== text ? "wrote README.md's configuration table" : "configuration table up to date");
+    if (next !== text) writeFileSync(join(ROOT, CONFIG_PAGE), next);
+    console.log(next !== text ? `wrote ${CONFIG_PAGE}'s configuration table` : "configuration table up to date");
   }
 }
 

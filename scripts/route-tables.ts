@@ -12,6 +12,7 @@ import { FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { http } from "../gen/google/api/annotations_pb.js";
 import { CommsService } from "../gen/warroom/comms/v1/comms_pb.js";
 import { HeartbeatsService } from "../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { IdentityService } from "../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService } from "../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../gen/warroom/intake/v1/intake_pb.js";
 import { RemoteSourcesService } from "../gen/warroom/remotesource/v1/remotesource_pb.js";
@@ -25,6 +26,7 @@ const END = "<!-- routes:end -->";
 const README_SERVICES: readonly { readme: string; service: DescService }[] = [
   { readme: "services/comms/README.md", service: CommsService },
   { readme: "services/heartbeats/README.md", service: HeartbeatsService },
+  { readme: "services/identity/README.md", service: IdentityService },
   { readme: "services/incidents/README.md", service: IncidentsService },
   { readme: "services/intake/README.md", service: IntakeService },
   { readme: "services/remotesource/README.md", service: RemoteSourcesService },

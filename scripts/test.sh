@@ -4,10 +4,11 @@
 # and the private servers of the fault tests), Debian's Chromium for the console's browser tests,
 # and Prometheus (with promtool) and Alertmanager for the tests of the alert rules and of a real
 # Alertmanager, and Docker (Debian's docker.io) with debootstrap for the image's tests
-# (test/deploy/container.test.ts): scripts/build-image.sh builds warroom:dev without a registry, on
-# a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon when none
-# runs (host networking only) and stops it at the end. The Debian packages and that daemon need
-# root (apt-get, as root or through sudo).
+# (test/deploy/container.test.ts, and test/deploy/compose.test.ts with Docker Compose or Debian's
+# docker-compose): scripts/build-image.sh builds warroom:dev and warroom-all-in-one:dev without a
+# registry, on a Debian base it makes once and caches, and scripts/docker-daemon.sh starts a daemon
+# when none runs (host networking only) and stops it at the end. The Debian packages and that
+# daemon need root (apt-get, as root or through sudo).
 #
 # The run starts its own Postgres server from the embedded binaries in node_modules (a throw-away
 # data folder, a free port, a generated password checked with scram-sha-256) and its own nats-server
@@ -38,6 +39,13 @@ command -v curl >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || need_package
 # The image's tests: a Docker daemon and client, and debootstrap for the local base image.
 command -v dockerd >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 || need_packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_packages+=(debootstrap)
+# The server-mode backup test runs pg_dump and pg_restore against a server of the same major
+# version (test/runtime/backup-pg-dump.test.ts): Debian's own Postgres.
+compgen -G "/usr/lib/postgresql/*/bin/pg_dump" >/dev/null || need_packages+=(postgresql)
+# The compose test (test/deploy/compose.test.ts): the docker CLI's compose plugin, or else Debian's
+# docker-compose (1.29); openssl makes the .env as deploy/README.md does.
+docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null 2>&1 || need_packages+=(docker-compose)
+command -v openssl >/dev/null 2>&1 || need_packages+=(openssl)
 if [ ${#need_packages[@]} -gt 0 ]; then
   log "installing ${need_packages[*]}"
   as_root apt-get update -qq
@@ -64,21 +72,25 @@ cleanup() {
 trap cleanup EXIT
 export RUN_SUMMARY_FILE="$run_dir/summary.json"
 if [ -n "${DATABASE_URL:-}" ] || [ -n "${NATS_URL:-}" ]; then
-  log "tests (external servers: ${DATABASE_URL:+Postgres at $DATABASE_URL }${NATS_URL:+NATS at $NATS_URL}; the others private)"
+  # The URLs as given, with any password replaced: this line ends up in CI logs.
+  shown_db=$(printf %s "${DATABASE_URL:-}" | sed -E 's#(://[^:/@]+:).*@#\1***@#')
+  shown_nats=$(printf %s "${NATS_URL:-}" | sed -E 's#(://[^:/@]+:).*@#\1***@#')
+  log "tests (external servers: ${shown_db:+Postgres at $shown_db }${shown_nats:+NATS at $shown_nats}; the others private)"
 else
   log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
 fi
-# The image the container tests run, built before the suite so its build shares the cores with
-# nothing (a few seconds when only cached layers are needed). Its size is printed here, its start
-# time by the tests. A run of other named test files needs neither.
+# The images the container tests run (the service image warroom:dev, and warroom-all-in-one:dev
+# with the embedded Postgres), built before the suite so their builds share the cores with nothing
+# (a few seconds when only cached layers are needed). Their sizes are printed here and by the
+# tests, their start times by the tests. A run of other named test files needs neither.
 if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then
-  log "image: warroom:dev (scripts/build-image.sh)"
+  log "images: warroom:dev and warroom-all-in-one:dev (scripts/build-image.sh)"
   # A daemon that already answers needs no root; starting one does.
   daemon=$(scripts/docker-daemon.sh start 2>/dev/null || as_root scripts/docker-daemon.sh start)
   export DOCKER_HOST=${daemon%%$'\n'*}
   if [[ $daemon == *started ]]; then stop_docker=true; fi
-  as_root env DOCKER_HOST="$DOCKER_HOST" scripts/build-image.sh warroom:dev
-  export WARROOM_IMAGE=warroom:dev
+  as_root env DOCKER_HOST="$DOCKER_HOST" scripts/build-image.sh warroom:dev warroom-all-in-one:dev
+  export WARROOM_IMAGE=warroom:dev WARROOM_ALL_IN_ONE_IMAGE=warroom-all-in-one:dev
 fi
 
 set +e

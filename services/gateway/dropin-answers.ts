@@ -6,13 +6,14 @@ import { Code, type ConnectError } from "@connectrpc/connect";
  * place those shapes are built; every other route answers `{"error": ...}`.
  *
  * PagerDuty: 202 `{"status":"success","message":"Event processed","dedup_key":...}` (from the
- * handler), 400 `{"status":"invalid event","message":"Event object is invalid","errors":[...]}`
+ * handler; v1: 200 with `incident_key`), 400 `{"status":"invalid event","message":"Event object is invalid","errors":[...]}`
  * for anything it refuses, a body over 512 KB included; 429 `throttle event`.
  * Opsgenie: 202 `{"result":"Request will be processed","took":...,"requestId":...}` (from the
  * handler), errors `{"message":...,"took":...,"requestId":...}` with `errors` by field on 422.
  */
 
-const PAGERDUTY = new Set(["warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent", "warroom.intake.v1.IntakeService.EnqueuePagerDutyChange"]);
+const PAGERDUTY_V1 = "warroom.intake.v1.IntakeService.EnqueuePagerDutyV1Event";
+const PAGERDUTY = new Set(["warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent", "warroom.intake.v1.IntakeService.EnqueuePagerDutyChange", PAGERDUTY_V1]);
 const OPSGENIE_WRITES = new Set([
   "warroom.intake.v1.IntakeService.CreateOpsgenieAlert",
   "warroom.intake.v1.IntakeService.CloseOpsgenieAlert",
@@ -61,8 +62,12 @@ export function isDropinMethod(key: string): boolean {
   return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS || key === OPSGENIE_HEARTBEAT_PING;
 }
 
-/** Both vendors answer 202 Accepted to every write they take; the status read answers 200. */
+/**
+ * Both vendors answer 202 Accepted to every write they take; the status read and PagerDuty's
+ * older Events API v1 answer 200.
+ */
 export function dropinSuccessStatus(key: string): number | undefined {
+  if (key === PAGERDUTY_V1) return 200;
   if (PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_HEARTBEAT_PING) return 202;
   if (key === OPSGENIE_STATUS) return 200;
   return undefined;

@@ -17,6 +17,8 @@ const check = z
     tz: z.string().optional().nullable(),
     grace: z.number(),
     ping_url: z.string().optional().nullable(),
+    // new, up, grace, down, started or paused.
+    status: z.string().optional().nullable(),
     unique_key: z.string().optional().nullable(),
   })
   .passthrough();
@@ -30,6 +32,8 @@ export interface PlannedHeartbeat {
   oldPingUrl: string;
   /** The registration's body: `POST /o/{org}/heartbeats`. */
   body: { name: string; graceSeconds: number; expectedIntervalSeconds?: number; schedule?: string; timezone?: string };
+  /** Paused there: paused here once registered (`PATCH … {"paused": true}`), so it does not alert. */
+  paused: boolean;
 }
 
 export interface ImportPlan {
@@ -78,7 +82,7 @@ export function planImport(json: unknown): ImportPlan {
       continue;
     }
     taken.add(name);
-    plan.planned.push({ name, oldPingUrl: c.ping_url ?? "", body });
+    plan.planned.push({ name, oldPingUrl: c.ping_url ?? "", body, paused: c.status === "paused" });
   }
   return plan;
 }

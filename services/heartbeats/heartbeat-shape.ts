@@ -14,15 +14,17 @@ export function toHeartbeat(row: HeartbeatRow, pingUrl: string): MessageInitShap
     graceSeconds: row.grace_seconds,
     lastSeenAt: row.last_seen_at ? timestampFromDate(row.last_seen_at) : undefined,
     createdAt: timestampFromDate(row.created_at),
-    dueAt: timestampFromDate(row.deadline),
-    status: row.silent ? "silent" : "ok",
+    // Paused, nothing is due: neither a deadline nor an expected ping.
+    dueAt: row.paused_at ? undefined : timestampFromDate(row.deadline),
+    status: row.paused_at ? "paused" : row.silent ? "silent" : "ok",
+    pausedAt: row.paused_at ? timestampFromDate(row.paused_at) : undefined,
     schedule: row.schedule ?? undefined,
     timezone: row.timezone ?? undefined,
     maxRunSeconds: row.max_run_seconds ?? undefined,
     minRunSeconds: row.min_run_seconds ?? undefined,
     alertAfterMisses: row.alert_after_misses,
     openIncidentId: row.open_incident_id || undefined,
-    nextExpectedAt: timestampFromDate(nextExpected(row)),
+    nextExpectedAt: row.paused_at ? undefined : timestampFromDate(nextExpected(row)),
     lastPing:
       row.last_ping_kind && row.last_ping_at
         ? {

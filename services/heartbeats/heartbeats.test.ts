@@ -160,7 +160,7 @@ describe("update", () => {
     const empty = await app.call("PATCH", "/o/acme/heartbeats/upd", { token: cast.admin, body: {} });
     expect(empty.status).toBe(400);
     expect(empty.body.error).toBe(
-      "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses",
+      "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses, paused",
     );
     const missing = await app.call("PATCH", "/o/acme/heartbeats/nope", { token: cast.admin, body: { graceSeconds: 5 } });
     expect(missing.status).toBe(404);

@@ -73,11 +73,21 @@ export async function runImportHealthchecks(
   let failed = 0;
   for (const p of plan.planned) {
     if (dryRun) {
-      out(`would register ${p.name} (${cadence(p)})\t${p.oldPingUrl}`);
+      out(`would register ${p.name} (${cadence(p)}${p.paused ? ", paused" : ""})\t${p.oldPingUrl}`);
       continue;
     }
     const made = await call(heartbeats, token, "POST", p.body);
-    if (made.status === 201) {
+    if (made.status === 201 && p.paused) {
+      // Registered, then paused as it was there: until the job pings here, nothing alerts.
+      const paused = await call(`${heartbeats}/${encodeURIComponent(p.name)}`, token, "PATCH", { paused: true });
+      if (paused.status === 200) out(`${p.name}\t${p.oldPingUrl}\t${made.body?.pingUrl ?? ""}\t(paused, as it was)`);
+      else {
+        failed++;
+        err(
+          `${p.name}: registered, but pausing it failed: ${paused.status} ${paused.body?.error ?? ""}; pause it with PATCH ${heartbeats}/${p.name} {"paused": true}`,
+        );
+      }
+    } else if (made.status === 201) {
       out(`${p.name}\t${p.oldPingUrl}\t${made.body?.pingUrl ?? ""}`);
     } else if (made.status === 409) {
       const existing = await call(`${heartbeats}/${encodeURIComponent(p.name)}`, token, "GET");

@@ -40,6 +40,14 @@ const EXPORT = {
       ping_url: "https://hc-ping.com/0c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5",
       timeout: 300,
     },
+    {
+      name: "Weekly Report",
+      slug: "weekly-report",
+      grace: 3600,
+      status: "paused",
+      ping_url: "https://hc-ping.com/2c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5",
+      timeout: 604800,
+    },
     { name: "Odd", slug: "odd", grace: 60, ping_url: "https://hc-ping.com/1c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5" },
   ],
 };
@@ -77,6 +85,7 @@ describe("import-healthchecks", () => {
     expect(result.stdout.trim().split("\n")).toEqual([
       `would register nightly-backup (schedule "30 2 * * *" (Europe/Berlin), grace 3600s)\thttps://hc-ping.com/5f8a8a0e-2a2b-4f3c-9d7e-0b1c2d3e4f50`,
       "would register queue-worker-eu (every 300s, grace 60s)\thttps://hc-ping.com/0c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5",
+      "would register weekly-report (every 604800s, grace 3600s, paused)\thttps://hc-ping.com/2c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5",
     ]);
     expect(result.stderr).toContain('skipped "Odd": neither a timeout nor a schedule');
     expect((await app.call("GET", "/o/acme/heartbeats", { token: cast.member })).body.heartbeats).toEqual([]);
@@ -92,7 +101,11 @@ describe("import-healthchecks", () => {
     expect(lines.map((l) => l.slice(0, 2))).toEqual([
       ["nightly-backup", "https://hc-ping.com/5f8a8a0e-2a2b-4f3c-9d7e-0b1c2d3e4f50"],
       ["queue-worker-eu", "https://hc-ping.com/0c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5"],
+      ["weekly-report", "https://hc-ping.com/2c1d2e3f-4a5b-4c6d-8e9f-a0b1c2d3e4f5"],
     ]);
+    // A check paused there is paused here: it keeps its state, and does not alert.
+    expect(lines[2]![3]).toBe("(paused, as it was)");
+    expect((await app.call("GET", "/o/acme/heartbeats/weekly-report", { token: cast.member })).body).toMatchObject({ status: "paused" });
     const backup = (await app.call("GET", "/o/acme/heartbeats/nightly-backup", { token: cast.member })).body;
     expect(backup).toMatchObject({ schedule: "30 2 * * *", timezone: "Europe/Berlin", graceSeconds: 3600, expectedIntervalSeconds: 0 });
     expect(lines[0]![2]).toBe(backup.pingUrl);
@@ -108,7 +121,7 @@ describe("import-healthchecks", () => {
     expect(again.stdout).toContain(
       `nightly-backup\thttps://hc-ping.com/5f8a8a0e-2a2b-4f3c-9d7e-0b1c2d3e4f50\t${backup.pingUrl}\t(exists already, left as it is)`,
     );
-    expect((await app.call("GET", "/o/acme/heartbeats", { token: cast.member })).body.heartbeats).toHaveLength(2);
+    expect((await app.call("GET", "/o/acme/heartbeats", { token: cast.member })).body.heartbeats).toHaveLength(3);
   });
 
   it("refuses without an admin's token, and says why for a file that is not an export", async () => {

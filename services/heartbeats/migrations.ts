@@ -238,4 +238,15 @@ export const migrations: Migration[] = [
       alter table heartbeats.pings add column body text, add column body_cut boolean;
     `,
   },
+  {
+    id: 10,
+    name: "a heartbeat can be paused",
+    sql: `
+      -- Paused (an admin's PATCH, or a paused check imported from Healthchecks): no silence is
+      -- declared until a ping or an admin resumes it. A paused heartbeat's deadline, and its
+      -- runs' overrun times, are PAUSED_DEADLINE (far in the future), so every sweep, the previous
+      -- release's too, passes it by. Expand only: the previous release ignores the column.
+      alter table heartbeats.heartbeats add column paused_at timestamptz;
+    `,
+  },
 ];

@@ -190,8 +190,11 @@ async function writeAll(sql: Sql, writes: PingWrite[]): Promise<Map<number, Ping
     ), upd as (
       update heartbeats.heartbeats h set
         last_seen_at = case when hb.kind in ('start', 'log') then h.last_seen_at else now() end,
-        deadline = case when hb.kind in ('start', 'log') then h.deadline
+        -- A ping resumes a paused heartbeat (as in Healthchecks), a log line does not: the
+        -- expected pings count from this one, a start's included.
+        deadline = case when hb.kind = 'log' or (hb.kind = 'start' and h.paused_at is null) then h.deadline
           else now() + make_interval(secs => coalesce(h.expected_interval_seconds, h.schedule_gap_seconds) * h.alert_after_misses + h.grace_seconds) end,
+        paused_at = case when hb.kind = 'log' then h.paused_at else null end,
         open_silence_id = case when failure.id is not null then coalesce(h.open_silence_id, failure.id)
           when hb.kind = 'success' then null else h.open_silence_id end,
         -- A log line is history only: the latest ping stays the job's latest signal.

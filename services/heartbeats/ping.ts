@@ -82,7 +82,7 @@ export function createPingHandler(deps: {
     delivery.track(
       sql`
         update heartbeats.heartbeats set deadline = ${deadline}
-        where id = ${row.id} and last_seen_at = (${row.seen_at}::text)::timestamptz and open_silence_id is null`.catch((err) =>
+        where id = ${row.id} and last_seen_at = (${row.seen_at}::text)::timestamptz and open_silence_id is null and paused_at is null`.catch((err) =>
         logger.warn({ err: String(err), heartbeat: row.id }, "could not write the exact deadline; the safe one stays"),
       ),
     );

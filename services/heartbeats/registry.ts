@@ -13,7 +13,7 @@ import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";
-import { type Expectation, type HeartbeatRow, type HeartbeatStore, OrganizationFullError } from "./store.js";
+import { type Expectation, type HeartbeatRow, type HeartbeatStore, OrganizationFullError, PAUSED_DEADLINE } from "./store.js";
 
 export const AUDIT_KINDS = {
   registered: "heartbeat.registered",
@@ -46,6 +46,7 @@ function auditData(row: HeartbeatRow): JsonObject {
   if (row.max_run_seconds) data.maxRunSeconds = row.max_run_seconds;
   if (row.min_run_seconds) data.minRunSeconds = row.min_run_seconds;
   if (row.alert_after_misses > 1) data.alertAfterMisses = row.alert_after_misses;
+  if (row.paused_at) data.paused = true;
   return data;
 }
 
@@ -198,10 +199,11 @@ export function createRegistryHandlers(deps: {
         req.timezone === undefined &&
         req.maxRunSeconds === undefined &&
         req.minRunSeconds === undefined &&
-        req.alertAfterMisses === undefined
+        req.alertAfterMisses === undefined &&
+        req.paused === undefined
       ) {
         throw new InvalidArgumentError(
-          "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses",
+          "nothing to update: send one or more of expectedIntervalSeconds, schedule, timezone, graceSeconds, maxRunSeconds, minRunSeconds, alertAfterMisses, paused",
         );
       }
       if (req.expectedIntervalSeconds !== undefined && req.schedule !== undefined) {
@@ -232,7 +234,9 @@ export function createRegistryHandlers(deps: {
           const newGrace = grace ?? current.grace;
           // The deadline moves with the new expectation and grace. A silence in progress stays one
           // silence: only a ping ends it, so a longer interval never opens a second incident.
-          const deadline = deadlineAfter(current.since, next, newGrace);
+          // Paused, there is none; resumed, the expected pings count from now.
+          const paused = req.paused ?? current.paused;
+          const deadline = paused ? PAUSED_DEADLINE : deadlineAfter(req.paused === false && current.paused ? new Date() : current.since, next, newGrace);
           // The limits as they will be, checked together (a new minimum against the kept maximum).
           checkRunLimits(req.minRunSeconds === undefined ? current.minRun : minRun, req.maxRunSeconds === undefined ? current.maxRun : maxRun);
           return {
@@ -242,6 +246,7 @@ export function createRegistryHandlers(deps: {
             maxRun: req.maxRunSeconds === undefined ? undefined : maxRun,
             minRun: req.minRunSeconds === undefined ? undefined : minRun,
             deadline,
+            paused: req.paused,
           };
         },
         (updated) => auditBy(principal, AUDIT_KINDS.updated, auditData(updated)),

@@ -100,6 +100,47 @@ describe.concurrent("silence", () => {
     expect((await timelineOf(incident!.id)).map((e) => e.kind)).toEqual(["opened"]);
   });
 
+  it("declares no silence while paused; a ping resumes it, as does paused: false, and the expected pings count from then", async ({ expect }) => {
+    await registerFast("paused-job");
+    const paused = await app.call("PATCH", "/o/acme/heartbeats/paused-job", { token: cast.admin, body: { paused: true } });
+    expect(paused.status).toBe(200);
+    expect(paused.body).toMatchObject({ status: "paused", pausedAt: expect.any(String) });
+    expect(paused.body.dueAt ?? null).toBeNull();
+    // Well past interval and grace, and several sweeps later: nothing.
+    const client = heartbeatsClient(app.process.transport);
+    await new Promise((resolve) => setTimeout(resolve, 3 * SWEEP_SECONDS * 1000));
+    for (let i = 0; i < 3; i++) await client.sweep({});
+    expect(await incidentsOf("paused-job")).toEqual([]);
+    expect((await app.call("GET", "/o/acme/heartbeats/paused-job", { token: cast.member })).body.status).toBe("paused");
+
+    // A ping resumes it: from then on a silence is declared as usual.
+    expect((await ping(app, "paused-job", cast.ingestToken)).status).toBe(204);
+    const resumed = (await app.call("GET", "/o/acme/heartbeats/paused-job", { token: cast.member })).body;
+    expect(resumed.status).not.toBe("paused");
+    expect(resumed.pausedAt ?? null).toBeNull();
+    await eventually("the silence after the resume", async () => {
+      const found = await incidentsOf("paused-job");
+      return found.length > 0 ? found : undefined;
+    });
+
+    // paused: false resumes too, counting from then, and both changes are audited.
+    await registerFast("paused-then-resumed");
+    await app.call("PATCH", "/o/acme/heartbeats/paused-then-resumed", { token: cast.admin, body: { paused: true } });
+    const before = Date.now();
+    const back = await app.call("PATCH", "/o/acme/heartbeats/paused-then-resumed", { token: cast.admin, body: { paused: false } });
+    expect(back.body.status).toBe("ok");
+    expect(Date.parse(back.body.dueAt)).toBeGreaterThanOrEqual(before);
+    // The audit log gets them through the outbox, a moment later.
+    const updates = await eventually("both changes in the audit log", async () => {
+      const audit = await app.call("GET", "/o/acme/audit-events", { token: cast.admin });
+      const found = audit.body.events.filter(
+        (e: { kind: string; data: { name?: string } }) => e.kind === "heartbeat.updated" && e.data.name === "paused-then-resumed",
+      );
+      return found.length === 2 ? found : undefined;
+    });
+    expect(updates.map((e: { data: { paused?: boolean } }) => e.data.paused ?? false).sort()).toEqual([false, true]);
+  });
+
   it("records `resumed` on the open incident after a ping, without resolving it; a new silence attaches to it", async ({ expect }) => {
     await registerFast("flaky");
     const [incident] = await eventually("the silence incident", async () => {

@@ -13,6 +13,12 @@ import { NO_RUN_ID } from "./ping.js";
  */
 
 /** A heartbeat row as the management routes read it. */
+/**
+ * The deadline of a paused heartbeat, and the overrun time of its runs: far enough that no sweep
+ * reaches it, finite so that every reader (the previous release's included) can show it.
+ */
+export const PAUSED_DEADLINE = new Date("9999-01-01T00:00:00Z");
+
 export interface HeartbeatRow {
   id: string;
   org_id: string;
@@ -30,6 +36,8 @@ export interface HeartbeatRow {
   last_seen_at: Date | null;
   deadline: Date;
   silent: boolean;
+  /** Since when it is paused: no silence is declared until a ping or an admin resumes it. */
+  paused_at: Date | null;
   last_ping_at: Date | null;
   last_ping_kind: string | null;
   last_ping_exit_status: number | null;
@@ -78,6 +86,7 @@ export interface CurrentHeartbeat extends Expectation {
   minRun: number | null;
   /** The last ping, or the registration when none came yet: where the deadline counts from. */
   since: Date;
+  paused: boolean;
 }
 
 export interface HeartbeatChange extends Expectation {
@@ -89,6 +98,8 @@ export interface HeartbeatChange extends Expectation {
   /** undefined keeps the limit, null removes it. */
   minRun: number | null | undefined;
   deadline: Date;
+  /** true pauses, false resumes, undefined keeps it as it is. */
+  paused?: boolean | undefined;
 }
 
 export type SilenceCause = "silence" | "fail" | "overrun" | "quick";
@@ -246,7 +257,7 @@ function heartbeatColumns(sql: Sql) {
   return sql`id, org_id, name, expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds,
     alert_after_misses, (select s.incident_id from heartbeats.silences s where s.id = heartbeats.open_silence_id) as open_incident_id,
     created_at, last_seen_at,
-    deadline, (open_silence_id is not null or deadline < now()) as silent,
+    deadline, (open_silence_id is not null or deadline < now()) as silent, paused_at,
     last_ping_at, last_ping_kind, last_ping_exit_status, last_ping_run_seconds, last_ping_body, last_ping_body_cut, last_ping_body_bytes,
     (select min(r.started_at) from heartbeats.runs r where r.heartbeat_id = heartbeats.id) as running_since,
     ping_key_sealed, ping_key_sealed_by`;
@@ -315,10 +326,11 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
             min_run_seconds: number | null;
             alert_after_misses: number;
             since: Date;
+            paused: boolean;
           }[]
         >`
           select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, alert_after_misses,
-            coalesce(last_seen_at, created_at) as since
+            coalesce(last_seen_at, created_at) as since, paused_at is not null as paused
           from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
         if (!current) return undefined;
         const next = change({
@@ -330,6 +342,7 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
           maxRun: current.max_run_seconds,
           minRun: current.min_run_seconds,
           since: current.since,
+          paused: current.paused,
         });
         const [updated] = await tx<HeartbeatRow[]>`
           update heartbeats.heartbeats set
@@ -341,9 +354,18 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
             max_run_seconds = ${next.maxRun === undefined ? sql`max_run_seconds` : next.maxRun},
             min_run_seconds = ${next.minRun === undefined ? sql`min_run_seconds` : next.minRun},
             alert_after_misses = ${next.misses},
-            deadline = ${next.deadline}
+            deadline = ${next.deadline},
+            paused_at = ${next.paused === undefined ? sql`paused_at` : next.paused ? sql`coalesce(paused_at, now())` : null}
           where org_id = ${orgId} and name = ${name}
           returning ${columns}`;
+        // A paused heartbeat's runs in progress cannot overrun; resumed, they count from now.
+        if (next.paused === true) {
+          await tx`update heartbeats.runs set overrun_at = ${PAUSED_DEADLINE} where heartbeat_id = ${updated!.id} and overrun_silence_id is null`;
+        } else if (next.paused === false && current.paused) {
+          await tx`
+            update heartbeats.runs set overrun_at = now() + make_interval(secs => ${updated!.max_run_seconds}::integer)
+            where heartbeat_id = ${updated!.id} and overrun_silence_id is null and overrun_at = ${PAUSED_DEADLINE}`;
+        }
         await recordAudit(outbox, tx, audit(updated!));
         return updated!;
       });

@@ -11,6 +11,7 @@ import { createLogger } from "../runtime/logger.js";
 import { migrate } from "../runtime/migrations.js";
 import { createDirectTransport } from "../runtime/direct-transport.js";
 import { createMethodRegistry } from "../runtime/unary-call.js";
+import { BACKUP_USAGE, runBackupCommand } from "../admin/backup-cli.js";
 import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
 import { runConfigCommand } from "../intake/custom-sources/config-cli.js";
 import { createIdentityService } from "./service.js";
@@ -29,7 +30,9 @@ Registers the checks of a Healthchecks export as heartbeats (see --help after th
        npm run admin -- export | apply <file> [--dry-run]
 
 Writes the organization's custom sources and grouping overrides as one YAML file, or applies one
-(see --help after the command).`;
+(see --help after the command).
+
+${BACKUP_USAGE.replace(/^usage: /, "       ")}`;
 
 async function run(): Promise<number> {
   // Heartbeats' import talks to a running service over its API, not to the database.
@@ -37,6 +40,7 @@ async function run(): Promise<number> {
   // Configuration as code talks to a running service, never to its database.
   const command = process.argv[2];
   if (command === "export" || command === "apply") return runConfigCommand(process.argv.slice(2));
+  if (command === "backup" || command === "restore" || command === "check-backup") return runBackupCommand(process.argv.slice(2));
   const { positionals, values } = parseArgs({
     allowPositionals: true,
     options: { org: { type: "string" }, email: { type: "string" }, password: { type: "string" }, help: { type: "boolean" } },

@@ -74,7 +74,7 @@ function elapsedSeconds(started: number): number {
 }
 
 /**
- * The PagerDuty Events v2 and Opsgenie Alert API handlers: each maps the vendor's body, delivers it
+ * The PagerDuty Events v2 (and v1) and Opsgenie Alert API handlers: each maps the vendor's body, delivers it
  * like any trigger, and keeps what the vendor's status reads need.
  */
 export function createDropinHandlers(deps: {
@@ -85,7 +85,13 @@ export function createDropinHandlers(deps: {
   delivery: DeliveryPath;
 }): Pick<
   ServiceImpl<typeof IntakeService>,
-  "enqueuePagerDutyEvent" | "enqueuePagerDutyChange" | "createOpsgenieAlert" | "closeOpsgenieAlert" | "acknowledgeOpsgenieAlert" | "getOpsgenieRequestStatus"
+  | "enqueuePagerDutyEvent"
+  | "enqueuePagerDutyV1Event"
+  | "enqueuePagerDutyChange"
+  | "createOpsgenieAlert"
+  | "closeOpsgenieAlert"
+  | "acknowledgeOpsgenieAlert"
+  | "getOpsgenieRequestStatus"
 > {
   const { store, clients, ingestTokens, delivery } = deps;
   const deliver = delivery.deliver;
@@ -98,14 +104,19 @@ export function createDropinHandlers(deps: {
     }
   }
 
-  /** PagerDuty keys the organization by `routing_key`; a wrong one is an invalid event there. */
-  async function pagerDutyOrg(body: unknown, context: HandlerContext): Promise<Organization> {
-    const routingKey = pagerDuty.routingKeyOf(body);
-    if (!routingKey) throw new PagerDutyInvalidEventError(["'routing_key' is missing or blank"]);
+  /**
+   * PagerDuty keys the organization by `routing_key` (v1: `service_key`); a wrong one is an
+   * invalid event there.
+   */
+  async function pagerDutyOrg(body: unknown, context: HandlerContext, field: "routing_key" | "service_key" = "routing_key"): Promise<Organization> {
+    const routingKey = pagerDuty.routingKeyOf(body, field);
+    if (!routingKey) throw new PagerDutyInvalidEventError([`'${field}' is missing or blank`]);
     try {
       return await ingestTokens.resolve(routingKey, context.signal);
     } catch (err) {
-      if (ConnectError.from(err).code === Code.Unauthenticated) throw new PagerDutyInvalidEventError(["Invalid routing key"]);
+      if (ConnectError.from(err).code === Code.Unauthenticated) {
+        throw new PagerDutyInvalidEventError([field === "routing_key" ? "Invalid routing key" : "Invalid service key"]);
+      }
       throw err;
     }
   }
@@ -196,6 +207,14 @@ export function createDropinHandlers(deps: {
       const mapped = mapPagerDuty(() => pagerDuty.mapEvent(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
       await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
       return { status: "success", message: PAGERDUTY_PROCESSED, dedupKey: mapped.dedupKey };
+    },
+
+    async enqueuePagerDutyV1Event(req: DeliverRequest, context: HandlerContext) {
+      const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
+      const org = await pagerDutyOrg(body, context, "service_key");
+      const mapped = mapPagerDuty(() => pagerDuty.mapV1Event(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
+      await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
+      return { status: "success", message: PAGERDUTY_PROCESSED, incidentKey: mapped.dedupKey };
     },
 
     async enqueuePagerDutyChange(req: DeliverRequest, context: HandlerContext) {

@@ -50,6 +50,7 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   deliverAlertRouter: "alert-router",
   deliverChat: "chat",
   enqueuePagerDutyEvent: "pagerduty-events",
+  enqueuePagerDutyV1Event: "pagerduty-events",
   enqueuePagerDutyChange: "pagerduty-events",
   createOpsgenieAlert: "opsgenie",
   closeOpsgenieAlert: "opsgenie",

@@ -182,7 +182,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
       if (ok) break;
       if (Date.now() > deadline) {
         await cluster.stop();
-        throw new Error(`${p.name} did not become ready`);
+        const said = p.output.length > 0 ? `; its last output:\n${p.output.slice(-20).join("\n")}` : "";
+        throw new Error(`${p.name} did not become ready in ${(90_000 / 1000).toFixed(0)} s${said}`);
       }
       await new Promise((r) => setTimeout(r, 200));
     }

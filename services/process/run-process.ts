@@ -25,7 +25,7 @@ import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandle
 import { createLogger, type Logger } from "../runtime/logger.js";
 import { unknownVariableWarnings } from "../runtime/config-warnings.js";
 import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
-import { migrate } from "../runtime/migrations.js";
+import { migrate, MigrationsPendingError, pendingMigrations, type Migration } from "../runtime/migrations.js";
 import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
 import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
 import { createDirectTransport } from "../runtime/direct-transport.js";
@@ -171,6 +171,7 @@ async function startServices(
 
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];
+  const behind: { schema: string; migrations: Migration[] }[] = [];
   for (const factory of options.services) {
     // The module's name is its schema; the relay is created once the name is known.
     let relay: OutboxRelay | undefined;
@@ -192,9 +193,21 @@ async function startServices(
       broadcast,
     });
     relay = createOutboxRelay({ sql: background.sql, schema: module.name, bus: events, logger: logger.child({ service: module.name }) });
-    await migrate(database.sql, module.name, module.migrations);
+    if (config.MIGRATE_ON_START) await migrate(database.sql, module.name, module.migrations);
+    else {
+      const pending = await pendingMigrations(database.sql, module.name, module.migrations);
+      if (pending.length > 0) behind.push({ schema: module.name, migrations: pending });
+    }
     modules.push(module);
     relays.push(relay);
+  }
+
+  // Code on a schema without its migrations would answer wrongly (or fail at each call): the
+  // process does not serve at all until the migration Job has run.
+  if (behind.length > 0) {
+    for (const module of modules) await module.stop?.().catch(() => {});
+    await Promise.allSettled([events.close(), nats?.close()]);
+    throw new MigrationsPendingError(behind);
   }
 
   const tracing = tracingEnabled();
@@ -410,7 +423,8 @@ export async function main(options: ProcessOptions): Promise<void> {
   } catch (err) {
     // One JSON line, like every other: a refusal says what to change; anything else was not
     // expected, and its stack says where. LOG_LEVEL may be what was refused: fatal is always shown.
-    const explained = err instanceof ConfigError || err instanceof DataDirLockedError || err instanceof EmbeddedPostgresError;
+    const explained =
+      err instanceof ConfigError || err instanceof DataDirLockedError || err instanceof EmbeddedPostgresError || err instanceof MigrationsPendingError;
     const logger = createLogger("fatal", options.name);
     if (explained) logger.fatal(err.message);
     else logger.fatal({ err }, "failed to start");

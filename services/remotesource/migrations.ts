@@ -93,6 +93,8 @@ export const migrations: Migration[] = [
     // claim does not pick a failed run.
     name: "investigations: attempts, and a failed state",
     sql: `
+      -- compatible: the state check is replaced by a wider one in the same statement; the previous
+      -- release (0.1.0) writes only states both allow.
       alter table remotesource.investigations add column attempts integer not null default 0;
       alter table remotesource.investigations drop constraint investigations_state_check,
         add constraint investigations_state_check check (state in ('pending', 'running', 'done', 'skipped', 'failed'));

@@ -11,25 +11,50 @@ const BUSY_LOOP = 0.8;
 /** The loop's utilization is judged over at least this long. */
 const SAMPLE_MS = 1000;
 
-let sampledAt = performance.now();
-let sampled = performance.eventLoopUtilization();
-let foreground = 0;
-let yielding = false;
-
-/** Foreground work ran: one delivery or ping. Costs an increment. */
-export function noteForegroundWork(): void {
-  foreground++;
+/** What the judgement reads: a clock in milliseconds, and the loop's busy time so far. */
+export interface LoopReadings {
+  now(): number;
+  /** The event loop's active and idle time since the process began, in milliseconds. */
+  loopTime(): { active: number; idle: number };
 }
 
-/** Whether background work should take its smaller share now (sampled at most once a second). */
-export function backgroundShouldYield(): boolean {
-  const now = performance.now();
-  if (now - sampledAt >= SAMPLE_MS) {
-    const current = performance.eventLoopUtilization();
-    yielding = foreground > 0 && performance.eventLoopUtilization(current, sampled).utilization > BUSY_LOOP;
-    sampled = current;
-    sampledAt = now;
-    foreground = 0;
-  }
-  return yielding;
+const processLoop: LoopReadings = {
+  now: () => performance.now(),
+  loopTime: () => performance.eventLoopUtilization(),
+};
+
+/** A judge of one event loop; the process's own is below. */
+export function backgroundYield(loop: LoopReadings = processLoop) {
+  let sampledAt = loop.now();
+  let sampled = loop.loopTime();
+  let foreground = 0;
+  let yielding = false;
+  return {
+    /** Foreground work ran: one delivery or ping. Costs an increment. */
+    noteForegroundWork(): void {
+      foreground++;
+    },
+    /** Whether background work should take its smaller share now (sampled at most once a second). */
+    shouldYield(): boolean {
+      const now = loop.now();
+      if (now - sampledAt >= SAMPLE_MS) {
+        const current = loop.loopTime();
+        const active = current.active - sampled.active;
+        const total = active + current.idle - sampled.idle;
+        yielding = foreground > 0 && total > 0 && active / total > BUSY_LOOP;
+        sampled = current;
+        sampledAt = now;
+        foreground = 0;
+      }
+      return yielding;
+    },
+  };
 }
+
+const thisProcess = backgroundYield();
+
+/** Foreground work ran in this process: one delivery or ping. */
+export const noteForegroundWork = (): void => thisProcess.noteForegroundWork();
+
+/** Whether this process's background work should take its smaller share now. */
+export const backgroundShouldYield = (): boolean => thisProcess.shouldYield();

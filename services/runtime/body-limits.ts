@@ -9,6 +9,7 @@ export const BODY_LIMITS = {
   "warroom.intake.v1.IntakeService.DeliverChat": 256 * 1024,
   // PagerDuty's own limit on an event, which its senders expect to be refused past.
   "warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent": 512 * 1024,
+  "warroom.intake.v1.IntakeService.EnqueuePagerDutyV1Event": 512 * 1024,
   "warroom.intake.v1.IntakeService.EnqueuePagerDutyChange": 512 * 1024,
   default: 1024 * 1024,
 } as const;

@@ -47,7 +47,7 @@ export function unknownVariableWarnings(env: NodeJS.ProcessEnv, known: readonly 
     }
     if (closest && best <= allowed) warnings.push(`unknown variable ${name}: did you mean ${closest}?`);
     else if (CONFIG_PREFIXES.some((prefix) => upper.startsWith(prefix)))
-      warnings.push(`unknown variable ${name}: the service reads no such variable (README.md lists those it reads)`);
+      warnings.push(`unknown variable ${name}: the service reads no such variable (docs/reference/configuration.md lists those it reads)`);
   }
   return warnings;
 }

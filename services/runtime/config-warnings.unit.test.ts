@@ -12,8 +12,8 @@ describe("unknown configuration variables", () => {
   it("names a variable of the service's families that it does not read, never its value", () => {
     const warnings = unknownVariableWarnings({ NATS_SERVERS: "nats://a,nats://b", DATABASE_PASSWORD: "hunter2" });
     expect(warnings).toEqual([
-      "unknown variable DATABASE_PASSWORD: the service reads no such variable (README.md lists those it reads)",
-      "unknown variable NATS_SERVERS: the service reads no such variable (README.md lists those it reads)",
+      "unknown variable DATABASE_PASSWORD: the service reads no such variable (docs/reference/configuration.md lists those it reads)",
+      "unknown variable NATS_SERVERS: the service reads no such variable (docs/reference/configuration.md lists those it reads)",
     ]);
     expect(warnings.join("\n")).not.toContain("hunter2");
   });

@@ -33,6 +33,11 @@ export const configSchema = z.object({
   DATABASE_URL: optionalString,
   DATA_DIR: z.string().default("./.data"),
   DATABASE_POOL_SIZE: z.coerce.number().int().min(1).max(200).default(10),
+  // With replicas, the migrations run once per upgrade (a Job or `migrate.js`) and "false" here.
+  MIGRATE_ON_START: z
+    .enum(["true", "false", ""])
+    .default("true")
+    .transform((v) => v !== "false"),
   // With NATS_URL (or a misspelled DATABASE_URL) set and no DATABASE_URL, the embedded Postgres is
   // refused at start unless this is "true": a process that lost its DATABASE_URL would otherwise
   // keep its data apart from every other.
@@ -190,7 +195,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
 export type ConfigVariable = keyof typeof configSchema.shape;
 
 /**
- * What each variable does, as the README's configuration table shows it (`npm run config-table`
+ * What each variable does, as the configuration reference (docs/reference/configuration.md) shows it (`npm run config-table`
  * writes the table from the schema and these; its --check fails on a variable without one). The
  * default column comes from the schema itself.
  */
@@ -203,6 +208,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
     "Postgres server; unset = embedded Postgres in `DATA_DIR`. Percent-encode the user name and password (`/` as `%2F`, `#` as `%23`): a malformed URL is refused at start, naming the part, never printing it",
   DATA_DIR: "embedded database and locally generated keys",
   DATABASE_POOL_SIZE: "connections per process for requests (background work has 2 more of its own)",
+  MIGRATE_ON_START:
+    "`true` applies this version's database migrations as a process starts (an advisory lock makes replicas apply each once); `false` leaves them to `node dist/services/process/migrate.js` (the migration Job) and refuses to start, naming them, while any is missing ([docs/OPERATIONS.md](docs/OPERATIONS.md#upgrading-and-rolling-back))",
   DATABASE_EMBEDDED:
     "`true` runs the embedded Postgres even though `NATS_URL` (or a misspelling of `DATABASE_URL`) is set; without it such a process with no `DATABASE_URL` refuses to start",
   NATS_URL:

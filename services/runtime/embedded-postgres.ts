@@ -65,8 +65,9 @@ export function binaries(): Binaries {
     root = dirname(dirname(require.resolve(name)));
   } catch {
     throw new EmbeddedPostgresError(
-      `the embedded database needs the package ${name}, which is not installed (no Postgres build for this platform, ` +
-        "or npm was run with --omit=optional). Set DATABASE_URL to use a Postgres server instead.",
+      `no embedded Postgres here: the package ${name} is not installed (the service image ships without it; ` +
+        "npm --omit=optional leaves it out; or there is no Postgres build for this platform). " +
+        "Set DATABASE_URL to a Postgres server (and SECRETS_KEYS, the keys for secrets at rest), or run the all-in-one image, which has it.",
     );
   }
   const bin = join(root, "native", "bin");
@@ -105,14 +106,14 @@ function hydrateLibraryLinks(root: string): void {
  * Where user namespaces are not allowed (some container runtimes), it runs as the `postgres`
  * user, created if missing, which must be able to enter the folders.
  */
-interface Launch {
+export interface Launch {
   /** The command words before the program: `unshare …` in a user namespace, else none. */
   prefix: string[];
   /** The user the server runs as, when it is another user than this process's. */
   owner?: { uid: number; gid: number };
 }
 
-function launchAs(logger: Logger): Launch {
+export function launchAs(logger?: Logger): Launch {
   if (process.getuid?.() !== 0) return { prefix: [] };
   try {
     const nobody = execFileSync("id", ["-u", "nobody"], { encoding: "utf8" }).trim();
@@ -130,7 +131,7 @@ function launchAs(logger: Logger): Launch {
   try {
     return { prefix: [], owner: ids() };
   } catch {
-    logger.warn({ user: USER }, "running as root: creating the system user the embedded Postgres runs as");
+    logger?.warn({ user: USER }, "running as root: creating the system user the embedded Postgres runs as");
     execFileSync("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", USER], { stdio: "ignore" });
     return { prefix: [], owner: ids() };
   }

@@ -8,11 +8,11 @@ import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "..
 import { recordAudit } from "../runtime/events.js";
 import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
 import { subscriptionAttemptDuration, subscriptionAttempts } from "../runtime/metrics.js";
-import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
+import { AUDIT_KINDS, readEgress, type SubscriptionsDeps } from "./deps.js";
 import { envelope, TEST_EVENT_TYPE } from "./event-types.js";
 import { postSigned } from "./send.js";
 import { webhookIdFor } from "./signing.js";
-import { loadSubscription, signingSecrets, type AttemptRow, type DeliveryRow } from "./store.js";
+import { egressFields, loadSubscription, signingSecrets, type AttemptRow, type DeliveryRow } from "./store.js";
 
 /** Attempts shown per delivery in the log. */
 const ATTEMPTS_SHOWN = 20;
@@ -63,7 +63,14 @@ export function createDeliveryHandlers(
         });
       });
       outbox.poke();
-      return { ok: result.ok, status: result.status, webhookId, latencyMs: result.latencyMs, ...(result.error ? { error: result.error } : {}) };
+      return {
+        ok: result.ok,
+        status: result.status,
+        webhookId,
+        latencyMs: result.latencyMs,
+        ...(result.error ? { error: result.error } : {}),
+        ...egressFields(await readEgress(deps, principal.orgId), principal.orgSlug, "test"),
+      };
     },
 
     async listDeliveries(req, context) {

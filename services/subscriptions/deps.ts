@@ -17,6 +17,19 @@ export interface SubscriptionsDeps extends Pick<ServiceContext, "sql" | "clients
   pokeWorker(): void;
 }
 
+/**
+ * The organization's egress switch as the API shows it beside a subscription: undefined when the
+ * comms service does not answer (the subscription is still shown).
+ */
+export async function readEgress(deps: Pick<SubscriptionsDeps, "clients" | "logger">, orgId: string): Promise<boolean | undefined> {
+  try {
+    return (await deps.clients.comms.egressEnabled({ orgId })).enabled;
+  } catch (err) {
+    deps.logger.warn({ err: String(err), org: orgId }, "cannot read the egress switch; subscriptions are shown without it");
+    return undefined;
+  }
+}
+
 export const AUDIT_KINDS = {
   created: "subscriptions.subscription.created",
   updated: "subscriptions.subscription.updated",

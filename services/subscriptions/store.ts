@@ -80,9 +80,25 @@ export function urlForMembers(url: string): string {
   }
 }
 
+/**
+ * What the API says of the organization's egress switch beside a subscription or a test: real
+ * events are recorded as simulated, never sent, while it is off. Nothing when it could not be read.
+ */
+export function egressFields(enabled: boolean | undefined, orgSlug: string, sending: "subscription" | "test"): { egressEnabled?: boolean; notice?: string } {
+  if (enabled === undefined) return {};
+  if (enabled) return { egressEnabled: true };
+  const turnOn = `turn it on with PUT /o/${orgSlug}/oncall/egress {"enabled": true} (in the console: Integrations, Real egress)`;
+  const notice =
+    sending === "test"
+      ? `This test event was sent, but real events are not: the organization's real egress is off, so each is recorded as simulated; ${turnOn}.`
+      : `Real egress is off for this organization: events are recorded as simulated and not sent to this URL; ${turnOn}.`;
+  return { egressEnabled: false, notice };
+}
+
 /** The subscription as the API shows it: never a secret; for members, the URL without its query. */
-export function toSubscription(row: SubscriptionRow, options: { fullUrl?: boolean } = {}, now = new Date()): Subscription {
+export function toSubscription(row: SubscriptionRow, options: { fullUrl?: boolean; egressEnabled?: boolean | undefined } = {}, now = new Date()): Subscription {
   return create(SubscriptionSchema, {
+    ...egressFields(options.egressEnabled, row.org_slug, "subscription"),
     id: row.id,
     url: options.fullUrl === false ? urlForMembers(row.url) : row.url,
     events: row.events,

@@ -6,7 +6,7 @@ import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
 import { isEgressError, type EgressError } from "../runtime/egress/index.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
 import { recordAudit } from "../runtime/events.js";
-import { AUDIT_KINDS, DUAL_SIGNING_MS, type SubscriptionsDeps } from "./deps.js";
+import { AUDIT_KINDS, DUAL_SIGNING_MS, readEgress, type SubscriptionsDeps } from "./deps.js";
 import { EVENT_TYPES, isEventType } from "./event-types.js";
 import { newSigningSecret } from "./signing.js";
 import { loadSubscription, secretAssociatedData, toSubscription, type SubscriptionRow } from "./store.js";
@@ -69,6 +69,7 @@ export function createSubscriptionHandlers(
   "createSubscription" | "listSubscriptions" | "getSubscription" | "updateSubscription" | "deleteSubscription" | "rotateSubscriptionSecret"
 > {
   const { sql, clients, outbox } = deps;
+  const egressOf = (orgId: string) => readEgress(deps, orgId);
   return {
     async createSubscription(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
@@ -94,7 +95,7 @@ export function createSubscriptionHandlers(
         return inserted!;
       });
       outbox.poke();
-      return { id, secret, subscription: toSubscription(row) };
+      return { id, secret, subscription: toSubscription(row, { egressEnabled: await egressOf(principal.orgId) }) };
     },
 
     async listSubscriptions(req, context) {
@@ -102,13 +103,14 @@ export function createSubscriptionHandlers(
       const rows = await sql<SubscriptionRow[]>`
         select * from subscriptions.subscriptions where org_id = ${principal.orgId} order by created_at, id`;
       const fullUrl = ADMINS.includes(principal.role as (typeof ADMINS)[number]);
-      return { subscriptions: rows.map((row) => toSubscription(row, { fullUrl })) };
+      const egressEnabled = await egressOf(principal.orgId);
+      return { subscriptions: rows.map((row) => toSubscription(row, { fullUrl, egressEnabled })) };
     },
 
     async getSubscription(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       const fullUrl = ADMINS.includes(principal.role as (typeof ADMINS)[number]);
-      return toSubscription(await loadSubscription(sql, principal.orgId, req.id), { fullUrl });
+      return toSubscription(await loadSubscription(sql, principal.orgId, req.id), { fullUrl, egressEnabled: await egressOf(principal.orgId) });
     },
 
     async updateSubscription(req, context) {
@@ -145,10 +147,11 @@ export function createSubscriptionHandlers(
         });
         return updated;
       });
-      if (!row) return toSubscription(await loadSubscription(sql, principal.orgId, req.id));
+      const egressEnabled = await egressOf(principal.orgId);
+      if (!row) return toSubscription(await loadSubscription(sql, principal.orgId, req.id), { egressEnabled });
       outbox.poke();
       if (req.enabled) deps.pokeWorker();
-      return toSubscription(row);
+      return toSubscription(row, { egressEnabled });
     },
 
     async deleteSubscription(req, context) {

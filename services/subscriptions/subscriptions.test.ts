@@ -449,6 +449,35 @@ describe("subscriptions: signed delivery", () => {
     }
   });
 
+  it("says wherever a subscription is shown or tested that real events are simulated while egress is off", async () => {
+    const sub = await subscribe(["incident.opened"]);
+    const notice =
+      /Real egress is off for this organization: events are recorded as simulated and not sent to this URL; turn it on with PUT \/o\/acme\/oncall\/egress/;
+    await setEgress(false);
+    try {
+      const listed = (await app.call("GET", BASE, { token: owner })).body.subscriptions.find((s: { id: string }) => s.id === sub.id);
+      expect(listed).toMatchObject({ egressEnabled: false, notice: expect.stringMatching(notice) });
+      expect((await app.call("GET", `${BASE}/${sub.id}`, { token: owner })).body).toMatchObject({
+        egressEnabled: false,
+        notice: expect.stringMatching(notice),
+      });
+      const updated = await app.call("PATCH", `${BASE}/${sub.id}`, { token: owner, body: { description: "still simulated" } });
+      expect(updated.body).toMatchObject({ egressEnabled: false, notice: expect.stringMatching(notice) });
+      const test = await app.call("POST", `${BASE}/${sub.id}/test`, { token: owner });
+      expect(test.body).toMatchObject({
+        ok: true,
+        egressEnabled: false,
+        notice: expect.stringMatching(/^This test event was sent, but real events are not: the organization's real egress is off/),
+      });
+    } finally {
+      await setEgress(true);
+    }
+    const on = (await app.call("GET", `${BASE}/${sub.id}`, { token: owner })).body;
+    expect(on.egressEnabled).toBe(true);
+    expect(on.notice ?? null).toBeNull();
+    expect((await app.call("POST", `${BASE}/${sub.id}/test`, { token: owner })).body.notice ?? null).toBeNull();
+  });
+
   it("signs with the old and the new secret for 24 h after a rotation", async () => {
     const sub = await subscribe(["incident.opened"]);
     const rotated = await app.call("POST", `${BASE}/${sub.id}/rotate-secret`, { token: owner });

@@ -16,6 +16,7 @@ const benches: Record<string, () => Promise<void>> = {
   subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
   fairness: async () => (await import("./fairness.js")).benchFairness(),
   overload: async () => (await import("./fairness.js")).benchOverload(),
+  backup: async () => (await import("./backup.js")).benchBackup(),
   // Not part of the default run: a CPU profile and wait breakdown of the delivery path.
   profile: async () => (await import("./profile.js")).benchProfile(),
 };

@@ -316,7 +316,14 @@ describe("web console in a browser", () => {
     await item.waitFor();
     expect(await item.textContent()).toContain("incident.opened, incident.resolved");
     await item.getByRole("button", { name: "Send test event" }).click();
-    await expect.poll(() => item.locator(".subscription-test-result").textContent()).toBe("Test event delivered (HTTP 204).");
+    // Real egress is still off here: the test was sent, and both the result and the list say that
+    // real events are not.
+    await expect
+      .poll(() => item.locator(".subscription-test-result").textContent())
+      .toMatch(/^Test event delivered \(HTTP 204\)\. This test event was sent, but real events are not: the organization's real egress is off/);
+    await expect
+      .poll(() => page.locator("#subscriptions-egress-off").textContent())
+      .toMatch(/^Real egress is off for this organization: events are recorded as simulated/);
     expect(subscriptionReceiver.deliveries).toHaveLength(1);
     expect(subscriptionReceiver.deliveries[0]).toMatchObject({ verified: true });
     await item.getByRole("button", { name: "Delivery log" }).click();

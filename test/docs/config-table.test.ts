@@ -1,7 +1,7 @@
 import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { configTable, undescribedMessage } from "../../scripts/config-table.js";
+import { configTable, linksFromPage, undescribedMessage } from "../../scripts/config-table.js";
 import { configDescriptions } from "../../services/runtime/config.js";
 
 const ROOT = join(import.meta.dirname, "../..");
@@ -14,7 +14,7 @@ function configTableCheck(): Promise<{ code: number; stderr: string }> {
   });
 }
 
-describe("the README's configuration table", () => {
+describe("the configuration reference's table", () => {
   it("is the configuration schema's, every variable with its default and description", async () => {
     const { code, stderr } = await configTableCheck();
     expect(stderr).toBe("");
@@ -23,6 +23,14 @@ describe("the README's configuration table", () => {
     expect(configTable().table).toContain("| `DATABASE_POOL_SIZE` | `10` |");
     expect(configTable().table).toContain("| `EGRESS_ALLOW_PRIVATE_CIDRS` | empty |");
     expect(configTable().table).toContain("| `DATABASE_URL` | unset |");
+  });
+
+  it("writes a description's links, given from the repository's root, relative to the page", () => {
+    expect(linksFromPage("see [ops](docs/OPERATIONS.md#the-nats-servers-version) and [it](https://nats.io/a)")).toBe(
+      "see [ops](../OPERATIONS.md#the-nats-servers-version) and [it](https://nats.io/a)",
+    );
+    expect(linksFromPage("[intake](services/intake/README.md)")).toBe("[intake](../../services/intake/README.md)");
+    expect(configTable().table).toContain("[services/intake/README.md](../../services/intake/README.md)");
   });
 
   it("fails its check on a variable without a description, naming it and where to add it", () => {

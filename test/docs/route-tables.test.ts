@@ -5,7 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 
 const ROOT = join(import.meta.dirname, "../..");
-const READMES = ["comms", "heartbeats", "incidents", "intake", "remotesource", "subscriptions"].map((name) => `services/${name}/README.md`);
+const READMES = ["comms", "heartbeats", "identity", "incidents", "intake", "remotesource", "subscriptions"].map((name) => `services/${name}/README.md`);
 
 function routeTables(cwd: string, ...args: string[]): Promise<{ code: number; stderr: string }> {
   return new Promise((resolve) => {

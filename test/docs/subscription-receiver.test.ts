@@ -6,16 +6,16 @@ import { newSigningSecret, signDelivery } from "../../services/subscriptions/sig
 import { freePort } from "../support/nats-server.js";
 
 const ROOT = join(import.meta.dirname, "../..");
-const README = readFileSync(join(ROOT, "README.md"), "utf8");
+const PAGE = readFileSync(join(ROOT, "docs/how-to/subscriptions.md"), "utf8");
 
 /** The code block that holds the line with `marker`, its indentation removed. */
 function blockWith(marker: string): string {
-  const at = README.indexOf(marker);
+  const at = PAGE.indexOf(marker);
   expect(at, marker).toBeGreaterThan(-1);
-  const open = README.lastIndexOf("```", at);
-  const bodyStart = README.indexOf("\n", open) + 1;
-  const end = README.indexOf("```", bodyStart);
-  const lines = README.slice(bodyStart, end).replace(/\s+$/, "").split("\n");
+  const open = PAGE.lastIndexOf("```", at);
+  const bodyStart = PAGE.indexOf("\n", open) + 1;
+  const end = PAGE.indexOf("```", bodyStart);
+  const lines = PAGE.slice(bodyStart, end).replace(/\s+$/, "").split("\n");
   const indent = /^\s*/.exec(lines[0]!)![0].length;
   return `${lines.map((l) => l.slice(indent)).join("\n")}\n`;
 }
@@ -24,10 +24,10 @@ const secret = newSigningSecret();
 const body = JSON.stringify({ type: "incident.opened", timestamp: new Date().toISOString(), data: { incidentId: "inc-1", title: "Disk full" } });
 
 /**
- * The README's receiver and shell verifier, run as written against posts signed by the service's
+ * The subscriptions guide's receiver and shell verifier, run as written against posts signed by the service's
  * own signing code: a real Standard Webhooks verifier on each side.
  */
-describe("the README's subscription receiver", () => {
+describe("the subscriptions guide's receiver", () => {
   let dir: string;
   let child: ChildProcess;
   let port: number;

@@ -356,7 +356,11 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     expect((await post(`/triggers/custom/${strict.id}/${strict.secret}`, {})).status).toBe(401);
     expect((await post(`/triggers/custom/${strict.id}`, {}, { authorization: basic })).status).toBe(401);
     expect((await post(`/triggers/custom/${strict.id}`, {})).status).toBe(401);
-    expect((await post(`/triggers/custom/${strict.id}`, {}, { authorization: `Bearer ${"0".repeat(64)}` })).status).toBe(401);
+    // The one answer the docs give for every refused credential (docs/how-to/custom-sources.md).
+    expect(await post(`/triggers/custom/${strict.id}`, {}, { authorization: `Bearer ${"0".repeat(64)}` })).toMatchObject({
+      status: 401,
+      body: { error: "unauthorized: send the source's current credential as Authorization: Bearer <secret>" },
+    });
 
     const open = await createSource({ name: unique("urlonly").toLowerCase(), rules, auth: { secretInPath: true, basicAuth: true } });
     expect(open.pathUrl).toBe(`${PUBLIC_URL}/triggers/custom/${open.id}/${open.secret}`);
@@ -570,6 +574,17 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       const got = await app.call("GET", `/o/${OWNER.org}/custom-sources/${source.id}`, { token: owner });
       expect(got.body.preset).toBe(preset);
     }
+  });
+
+  it("uptime-kuma: a certificate-expiry warning opens an incident, its next threshold attaches; the Test button opens nothing", async () => {
+    const source = await createSource({ name: unique("kuma").toLowerCase(), preset: "uptime-kuma" });
+    const first = await deliver(source, fixture("uptime-kuma/certificate-expiry.json"));
+    expect(first.body.outcome).toBe("opened");
+    const again = await deliver(source, fixture("uptime-kuma/certificate-expiry-1.23.json"));
+    expect(again.body).toMatchObject({ outcome: "attached", incidentId: first.body.incidentId });
+    const incident = await getIncident(app, owner, first.body.incidentId);
+    expect(incident).toMatchObject({ title: "Checkout API: TLS certificate expires in 13 days", severity: "sev3" });
+    expect((await deliver(source, fixture("uptime-kuma/test-notification.json"))).body.outcome).toBe("ignored");
   });
 
   it("groups by an organization's override, for a built-in source and a custom one, and opens anew past a grouping window", async () => {

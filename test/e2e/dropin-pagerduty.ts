@@ -309,3 +309,88 @@ export function pagerDutySuite(ctx: DropinContext): void {
     expect(text).toMatch(/warroom_trigger_deliveries_total\{source="pagerduty-events",outcome="refused"\} \d+/);
   });
 }
+
+/** PagerDuty Events API v1 (`POST /generic/2010-04-15/create_event.json`), for older senders. */
+export function pagerDutyV1Suite(ctx: DropinContext): void {
+  const path = "/generic/2010-04-15/create_event.json";
+  const createEvent = (body: unknown, raw?: string): Promise<Answer> =>
+    callApi(ctx.app.url, "POST", path, { headers: { "content-type": "application/json" }, raw: raw ?? JSON.stringify(body) });
+  const event = (name: string, changes: Record<string, unknown> = {}) => ({ ...fixture(`pagerduty/${name}`), service_key: ctx.creds.ingestToken, ...changes });
+  const processed = (incidentKey: string) => ({ status: 200, body: { status: "success", message: "Event processed", incident_key: incidentKey } });
+
+  it("trigger opens an incident: 200 in PagerDuty's v1 shape with the incident key; acknowledge and resolve are entries", async () => {
+    const incidentKey = unique("srv01/HTTP");
+    const trigger = event("events-v1-trigger.json", { incident_key: incidentKey });
+    expect(await createEvent(trigger)).toMatchObject(processed(incidentKey));
+    const [row] = (await listIncidents(ctx.app, ctx.creds.owner)).filter((incident) => incident.title === trigger.description);
+    const incident = await getIncident(ctx.app, ctx.creds.owner, row.id);
+    // v1 has no severity: PagerDuty's alerts from it are errors.
+    expect(incident).toMatchObject({ title: trigger.description, severity: "sev2", state: "open", source: "pagerduty-events" });
+    const [opened] = incident.timeline;
+    expect(opened).toMatchObject({
+      kind: "opened",
+      summary: trigger.description,
+      link: "https://monitoring.example.com/incidents/srv01-http",
+      alertRef: incidentKey,
+    });
+    expect(opened.data).toMatchObject({
+      eventAction: "trigger",
+      dedupKey: incidentKey,
+      client: "Sample Monitoring Service",
+      clientUrl: "https://monitoring.example.com/checks/srv01-http",
+      payload: { custom_details: { "ping time": "1500ms", "load avg": 0.75 } },
+      links: [{ href: "https://monitoring.example.com/incidents/srv01-http" }, { href: "https://wiki.example.com/runbooks/http", text: "Runbook" }],
+      images: [{ src: "https://charts.example.com/srv01-http.png", alt: "Response time, last hour" }],
+    });
+    expect(JSON.stringify(opened.data)).not.toContain(ctx.creds.ingestToken);
+
+    expect(await createEvent(event("events-v1-acknowledge.json", { incident_key: incidentKey }))).toMatchObject(processed(incidentKey));
+    expect(await createEvent(event("events-v1-resolve.json", { incident_key: incidentKey }))).toMatchObject(processed(incidentKey));
+    const after = await getIncident(ctx.app, ctx.creds.owner, row.id);
+    expect(after.timeline.map((entry: { kind: string }) => entry.kind)).toEqual(["opened", "acknowledged", "recovery"]);
+    // A recovery never resolves (the spec); the incident stays open.
+    expect(after.state).toBe("open");
+  });
+
+  it("v1 and v2 name one alert by the same key: a v2 resolve finds the incident a v1 trigger opened", async () => {
+    const incidentKey = unique("shared key");
+    const description = unique("v1 then v2");
+    expect(await createEvent(event("events-v1-trigger.json", { incident_key: incidentKey, description }))).toMatchObject(processed(incidentKey));
+    const resolve = { ...fixture("pagerduty/events-v2-resolve.json"), routing_key: ctx.creds.ingestToken, dedup_key: incidentKey };
+    expect((await callApi(ctx.app.url, "POST", "/v2/enqueue", { body: resolve })).status).toBe(202);
+    const [row] = (await listIncidents(ctx.app, ctx.creds.owner)).filter((incident) => incident.title === description);
+    const incident = await getIncident(ctx.app, ctx.creds.owner, row.id);
+    expect(incident.timeline.map((entry: { kind: string }) => entry.kind)).toEqual(["opened", "recovery"]);
+  });
+
+  it("a trigger without incident_key gets one generated and returned", async () => {
+    const description = unique("no key");
+    const { incident_key: _, ...noKey } = event("events-v1-trigger.json", { description });
+    const answer = await createEvent(noKey);
+    expect(answer.status).toBe(200);
+    expect(answer.body.incident_key).toMatch(/\S{16,}/);
+    expect(await createEvent(event("events-v1-resolve.json", { incident_key: answer.body.incident_key }))).toMatchObject(processed(answer.body.incident_key));
+    const [row] = (await listIncidents(ctx.app, ctx.creds.owner)).filter((incident) => incident.title === description);
+    expect((await getIncident(ctx.app, ctx.creds.owner, row.id)).timeline).toHaveLength(2);
+  });
+
+  it("400 invalid event with v1's field names; nothing is recorded", async () => {
+    const before = (await listIncidents(ctx.app, ctx.creds.owner)).length;
+    const refused = (errors: string[]) => ({ status: 400, body: { ...INVALID, errors } });
+    const { service_key: _, ...noKey } = event("events-v1-trigger.json");
+    expect(await createEvent(noKey)).toMatchObject(refused(["'service_key' is missing or blank"]));
+    expect(await createEvent({ ...noKey, service_key: "not-a-token" })).toMatchObject(refused(["Invalid service key"]));
+    expect(await createEvent(event("events-v1-trigger.json", { description: " " }))).toMatchObject(refused(["'description' is missing or blank"]));
+    expect(await createEvent(event("events-v1-trigger.json", { description: "x".repeat(1025) }))).toMatchObject(
+      refused(["'description' is longer than 1024 characters"]),
+    );
+    expect(await createEvent(event("events-v1-trigger.json", { event_type: "escalate" }))).toMatchObject(
+      refused(["'event_type' must be one of trigger, acknowledge, resolve"]),
+    );
+    const { incident_key: __, ...resolveWithoutKey } = event("events-v1-resolve.json");
+    expect(await createEvent(resolveWithoutKey)).toMatchObject(refused(["'incident_key' is missing or blank"]));
+    expect(await createEvent(event("events-v1-trigger.json", { contexts: "a link" }))).toMatchObject(refused(["'contexts' must be an array"]));
+    expect((await createEvent(undefined, "{not json")).status).toBe(400);
+    expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before);
+  });
+}

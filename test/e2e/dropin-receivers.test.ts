@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe } from "vitest";
-import { pagerDutySuite, type DropinContext } from "./dropin-pagerduty.js";
+import { pagerDutySuite, pagerDutyV1Suite, type DropinContext } from "./dropin-pagerduty.js";
 import { dropinFailureSuite } from "./dropin-failures.js";
 import { opsgenieSuite } from "./dropin-opsgenie.js";
 import { bootstrapOrg, issueCredentials, MODES, startIntakeApp } from "./triggers-kit.js";
@@ -19,6 +19,7 @@ describe.each(MODES)("drop-in receivers (%s)", (mode) => {
   });
 
   describe("PagerDuty Events API v2", () => pagerDutySuite(ctx));
+  describe("PagerDuty Events API v1", () => pagerDutyV1Suite(ctx));
   describe("Opsgenie Alert API", () => opsgenieSuite(ctx));
   describe("failures", () => dropinFailureSuite(ctx));
 });

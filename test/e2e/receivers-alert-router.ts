@@ -138,6 +138,14 @@ export function alertRouterSuite(ctx: SuiteContext): void {
     expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before.length);
   });
 
+  it("Grafana's contact-point Test button is answered 200 ignored with its reason, and nothing opens", async () => {
+    const before = await listIncidents(ctx.app, ctx.creds.owner);
+    const res = await post(fixture("grafana/test-notification.json"));
+    expect(res.status).toBe(200);
+    expect(res.body).toMatchObject({ outcome: "ignored", incidentId: null, reason: "Grafana contact-point test notification" });
+    expect(await listIncidents(ctx.app, ctx.creds.owner)).toHaveLength(before.length);
+  });
+
   it("after a person resolves the incident, the same group opens a new one (202)", async () => {
     await resolveIncident(ctx.app, ctx.creds.owner, incidentId);
     const res = await post(fixture("alertmanager/webhook-v4-firing.json"));

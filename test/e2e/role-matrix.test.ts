@@ -120,6 +120,7 @@ const OWN_AUTHENTICATION = new Set([
   "PingByKeySignal",
   "PingOpsgenieHeartbeat",
   "EnqueuePagerDutyEvent",
+  "EnqueuePagerDutyV1Event",
   "EnqueuePagerDutyChange",
   "CreateOpsgenieAlert",
   "CloseOpsgenieAlert",

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, rmSync } from "node:fs";
+import { chmodSync, cpSync, existsSync, mkdtempSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -7,7 +7,9 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, describe, expect, it } from "vitest";
+import { binaries } from "../../services/runtime/embedded-postgres.js";
 import { ADMIN_DATABASE_URL, NATS_URL } from "../support/app.js";
+import { startPrivatePostgres } from "../support/postgres-server.js";
 import { startTestServers, type TestServers } from "../support/test-servers.js";
 
 const ROOT = resolve(import.meta.dirname, "../..");
@@ -107,6 +109,29 @@ describe("the servers of a test run", () => {
     runs.push(external);
     expect(external).toMatchObject({ databaseUrl: ADMIN_DATABASE_URL, natsUrl: NATS_URL, started: { postgres: false, nats: false } });
     expect(external.dir).toBeUndefined();
+  });
+
+  it("a private Postgres runs from a folder only its owner can enter (a clone in mktemp -d or /root)", async () => {
+    // The clone's binaries and the server's folder both under a mode 0700 folder.
+    const closed = mkdtempSync(join(tmpdir(), "wr-closed-"));
+    chmodSync(closed, 0o700);
+    try {
+      const copy = join(closed, "embedded-postgres");
+      cpSync(binaries().root, copy, { recursive: true, verbatimSymlinks: true });
+      const server = await startPrivatePostgres({ bin: join(copy, "native", "bin"), parent: closed });
+      try {
+        const sql = postgres(server.url, { max: 1, onnotice: () => {} });
+        const [row] = await sql<[{ one: number }]>`select 1 as one`;
+        await sql.end();
+        expect(row.one).toBe(1);
+        await server.stop("fast");
+        await server.start();
+      } finally {
+        await server.cleanup();
+      }
+    } finally {
+      rmSync(closed, { recursive: true, force: true });
+    }
   });
 
   it("a run (or a test worker) killed with kill -9 leaves nothing running", async () => {

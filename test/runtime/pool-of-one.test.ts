@@ -278,6 +278,16 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
       202,
       "PagerDuty change",
     );
+    expectStatus(
+      await pd("/generic/2010-04-15/create_event.json", {
+        service_key: ingest.body.token,
+        event_type: "trigger",
+        incident_key: "pool-pd-v1",
+        description: "Disk full on db-2",
+      }),
+      200,
+      "PagerDuty v1 trigger",
+    );
     const genie = { authorization: `GenieKey ${ingest.body.token}` };
     const genieCreated = await call("POST", "/v2/alerts", { headers: genie, body: { message: "Queue backlog", alias: "pool-og" } });
     expectStatus(genieCreated, 202, "Opsgenie create");

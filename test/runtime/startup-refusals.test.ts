@@ -96,7 +96,7 @@ describe("configuration mistakes", () => {
       const warnings = jsonLines(service.output()).filter((line) => line.level === 40);
       expect(warnings.map((line) => line.msg)).toEqual(
         expect.arrayContaining([
-          "unknown variable NATS_SERVERS: the service reads no such variable (README.md lists those it reads)",
+          "unknown variable NATS_SERVERS: the service reads no such variable (docs/reference/configuration.md lists those it reads)",
           "unknown variable SECRETS_KEY: did you mean SECRETS_KEYS?",
         ]),
       );

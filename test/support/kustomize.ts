@@ -4,8 +4,9 @@ import { fileURLToPath } from "node:url";
 import { parse, parseAllDocuments } from "yaml";
 
 // A kustomize subset, enough for deploy/: resources, components, generators (create and merge),
-// JSON 6902 patches, images, replicas and namespace. Anything else in a kustomization is refused, so this
-// reading never silently differs from what kustomize builds.
+// JSON 6902 patches (targets by kind and name or label selector), images, replicas and namespace.
+// Anything else in a kustomization is refused, so this reading never silently differs from what
+// kustomize builds.
 
 /** A manifest: YAML is untyped. */
 export type Obj = Record<string, any>;
@@ -71,11 +72,26 @@ function applyJsonPatch(target: Obj, ops: Obj[]): void {
     let parent: any = target;
     for (const key of path) parent = Array.isArray(parent) ? parent[Number(key)] : parent[key];
     if (parent === undefined) throw new Error(`patch path ${op.path} does not exist`);
-    if (op.op === "add" && Array.isArray(parent)) parent.splice(last === "-" ? parent.length : Number(last), 0, op.value);
+    if (op.op === "test") {
+      const actual = Array.isArray(parent) ? parent[Number(last)] : parent[last];
+      if (JSON.stringify(actual) !== JSON.stringify(op.value))
+        throw new Error(`patch test failed at ${op.path}: ${JSON.stringify(actual)}, not ${JSON.stringify(op.value)}`);
+    } else if (op.op === "add" && Array.isArray(parent)) parent.splice(last === "-" ? parent.length : Number(last), 0, op.value);
     else if (op.op === "add" || op.op === "replace") parent[Array.isArray(parent) ? Number(last) : last] = op.value;
     else if (op.op === "remove") Array.isArray(parent) ? parent.splice(Number(last), 1) : delete parent[last];
     else throw new Error(`unsupported patch op ${op.op}`);
   }
+}
+
+/** `key=value,key=value`, the only label selector form read here. */
+function labelSelectorOf(selector: string | undefined): Record<string, string> {
+  const labels: Record<string, string> = {};
+  for (const term of (selector ?? "").split(",").filter((s) => s.trim() !== "")) {
+    const match = /^\s*([^=!\s]+)\s*==?\s*([^=!\s]*)\s*$/.exec(term);
+    if (!match) throw new Error(`label selector ${selector}: only key=value terms are read here`);
+    labels[match[1]!] = match[2]!;
+  }
+  return labels;
 }
 
 function applyKustomization(dir: string, docs: Obj[], expectedKind: "Kustomization" | "Component"): void {
@@ -108,9 +124,20 @@ function applyKustomization(dir: string, docs: Obj[], expectedKind: "Kustomizati
   for (const patch of (k.patches ?? []) as Obj[]) {
     const ops = parse(readFileSync(join(dir, patch.path), "utf8")) as unknown;
     if (!Array.isArray(ops)) throw new Error(`${relative(root, dir)}: only JSON 6902 patches are read here`);
-    const targets = docs.filter((d) => d.kind === patch.target?.kind && d.metadata?.name === patch.target?.name);
-    if (targets.length !== 1) throw new Error(`${relative(root, dir)}: patch ${patch.path} matches ${targets.length} objects`);
-    applyJsonPatch(targets[0]!, ops as Obj[]);
+    const target = (patch.target ?? {}) as Obj;
+    for (const field of Object.keys(target))
+      if (!["kind", "name", "labelSelector"].includes(field)) throw new Error(`${relative(root, dir)}: patch target field ${field} is not read here`);
+    const selected = labelSelectorOf(target.labelSelector);
+    const targets = docs.filter(
+      (d) =>
+        d.kind === target.kind &&
+        (target.name === undefined || d.metadata?.name === target.name) &&
+        Object.entries(selected).every(([key, value]) => d.metadata?.labels?.[key] === value),
+    );
+    // A named target must exist; a label selector may select nothing (a component's patch for a
+    // kind another component adds), as in kustomize.
+    if (target.name !== undefined && targets.length !== 1) throw new Error(`${relative(root, dir)}: patch ${patch.path} matches ${targets.length} objects`);
+    for (const doc of targets) applyJsonPatch(doc, structuredClone(ops) as Obj[]);
   }
   for (const image of (k.images ?? []) as Obj[]) {
     for (const doc of docs) {

@@ -3,13 +3,13 @@ import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
-import { binaries } from "../../services/runtime/embedded-postgres.js";
+import { binaries, launchAs } from "../../services/runtime/embedded-postgres.js";
 import { freePort, whenParentExits } from "./nats-server.js";
 
 /**
  * A private Postgres server on a free loopback port, for fault tests that stop and restart the
  * database without disturbing the shared server other tests use, on the binaries of the embedded
- * mode. Runs as the `postgres` user when the tests run as root (Postgres refuses to run as root).
+ * mode. As root it runs as the embedded mode's server does (Postgres refuses to run as root).
  */
 export interface PrivatePostgres {
   url: string;
@@ -23,33 +23,26 @@ function binDir(): string {
   return binaries().bin;
 }
 
+/**
+ * As root, the server is launched as the embedded mode launches its own (`launchAs`): in a user
+ * namespace where root's files appear as its own, so a clone in a folder only root can enter
+ * (mode 0700, as `mktemp -d` makes it, or /root) works; where namespaces are refused, as the
+ * `postgres` system user, which must be able to enter the folders.
+ */
 function asPostgresUser(command: string, args: string[]): [string, string[]] {
   if (process.getuid?.() !== 0) return [command, args];
-  ensurePostgresUser();
-  return ["runuser", ["-u", "postgres", "--", command, ...args]];
+  const { prefix, owner } = launchAs();
+  if (owner) return ["runuser", ["-u", "postgres", "--", command, ...args]];
+  return [prefix[0]!, [...prefix.slice(1), command, ...args]];
 }
 
 /**
- * As root the server runs as the `postgres` user, which only a Postgres package creates: on a
- * machine without one (npm test installs none), create it as the embedded mode does.
+ * `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. `bin`:
+ * another folder of Postgres binaries; `parent`: the folder the server's folder is made in.
  */
-function ensurePostgresUser(): void {
-  try {
-    execFileSync("id", ["-u", "postgres"], { stdio: "ignore" });
-  } catch {
-    try {
-      execFileSync("useradd", ["--system", "--user-group", "--no-create-home", "--shell", "/usr/sbin/nologin", "postgres"], { stdio: "ignore" });
-    } catch {
-      // Another test worker created it meanwhile (else this throws: nobody could).
-      execFileSync("id", ["-u", "postgres"], { stdio: "ignore" });
-    }
-  }
-}
-
-/** `settings`: extra server settings (`-c name=value`), e.g. `shared_preload_libraries`. */
-export async function startPrivatePostgres(options: { settings?: Record<string, string> } = {}): Promise<PrivatePostgres> {
-  const bin = binDir();
-  const dir = mkdtempSync(join(tmpdir(), "wr-pg-"));
+export async function startPrivatePostgres(options: { settings?: Record<string, string>; bin?: string; parent?: string } = {}): Promise<PrivatePostgres> {
+  const bin = options.bin ?? binDir();
+  const dir = mkdtempSync(join(options.parent ?? tmpdir(), "wr-pg-"));
   chmodSync(dir, 0o777);
   const dataDir = join(dir, "data");
   const port = await freePort();

@@ -25,6 +25,8 @@ export interface RunSummary {
   /** Files or suites that failed outside their tests (import, beforeAll/afterAll). */
   fileErrors: { project: string; file: string; error: string }[];
   reason: TestRunEndReason;
+  /** Each file's own duration, by project: where the run's time goes. */
+  files?: { project: string; file: string; ms: number }[];
 }
 
 function describeError(error: SerializedError): string {
@@ -64,10 +66,12 @@ export function summarize(
     unhandledErrors: unhandledErrors.map(describeError),
     fileErrors: [],
     reason,
+    files: [],
   };
   for (const module of testModules) {
     const project = module.project.name;
     const file = module.relativeModuleId;
+    summary.files!.push({ project, file, ms: Math.round(module.diagnostic().duration) });
     for (const error of module.errors()) summary.fileErrors.push({ project, file, error: describeError(error) });
     for (const suite of module.children.allSuites()) {
       for (const error of suite.errors()) summary.fileErrors.push({ project, file, error: `${suite.fullName}: ${describeError(error)}` });
@@ -118,6 +122,32 @@ export function closingLine(summary: RunSummary | undefined, status: number): st
 }
 
 /**
+ * Where the time went: each project's files' durations added up (files of a project run two at a
+ * time, and projects side by side), and the slowest files.
+ */
+export function timeReport(summary: RunSummary, slowest = 10): string[] {
+  const files = summary.files ?? [];
+  if (files.length === 0) return [];
+  const byProject = new Map<string, { ms: number; count: number }>();
+  for (const f of files) {
+    const entry = byProject.get(f.project) ?? { ms: 0, count: 0 };
+    entry.ms += f.ms;
+    entry.count++;
+    byProject.set(f.project, entry);
+  }
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  return [
+    "time by project (its files' durations added up):",
+    ...[...byProject].sort((a, b) => b[1].ms - a[1].ms).map(([project, t]) => `  ${project}: ${seconds(t.ms)} in ${t.count} file(s)`),
+    `the ${Math.min(slowest, files.length)} slowest files:`,
+    ...[...files]
+      .sort((a, b) => b.ms - a.ms)
+      .slice(0, slowest)
+      .map((f) => `  ${seconds(f.ms)}  ${f.file} (${f.project})`),
+  ];
+}
+
+/**
  * The reporter: prints the skipped tests with their reasons and the other causes at the end of
  * every run (npx vitest too), and writes the summary to RUN_SUMMARY_FILE when it is set.
  */
@@ -136,6 +166,7 @@ export default class RunSummaryReporter implements Reporter {
       console.log(`\n${summary.skipped.length} skipped:`);
       for (const s of summary.skipped) console.log(`  - ${s.file} (${s.project}) > ${s.name}: ${s.reason}`);
     }
+    if (testModules.length > 1) console.log(`\n${timeReport(summary).join("\n")}`);
     const causes = otherCauses(summary);
     if (causes.length) {
       console.log("\nthe run fails besides its tests:");

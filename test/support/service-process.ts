@@ -40,9 +40,10 @@ export function embeddedEnv(dataDir: string, extra: Record<string, string> = {})
   };
 }
 
-export function startServiceProcess(env: Record<string, string>, entry = "services/all/main.ts"): ServiceProcess {
+/** `cwd` runs another tree's entry (a previous release's, in the upgrade test). */
+export function startServiceProcess(env: Record<string, string>, entry = "services/all/main.ts", cwd = ROOT): ServiceProcess {
   const child = spawn(process.execPath, ["--import", "tsx", entry], {
-    cwd: ROOT,
+    cwd,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });

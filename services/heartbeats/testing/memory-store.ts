@@ -33,6 +33,7 @@ export interface MemoryHeartbeat {
   maxRun: number | null;
   minRun: number | null;
   misses: number;
+  pausedAt: Date | null;
   createdAt: Date;
   lastSeenAt: Date | null;
   deadline: Date;
@@ -97,6 +98,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     last_seen_at: h.lastSeenAt,
     deadline: h.deadline,
     silent: h.openSilenceId !== null || h.deadline.getTime() < clock,
+    paused_at: h.pausedAt,
     last_ping_at: null,
     last_ping_kind: null,
     last_ping_exit_status: null,
@@ -151,6 +153,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         lastSeenAt: null,
         deadline: deadlineFrom(now()),
         openSilenceId: null,
+        pausedAt: null,
       };
       const row = rowOf(h);
       audits.push(audit(row));
@@ -184,6 +187,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         minRun: h.minRun,
         misses: h.misses,
         since: h.lastSeenAt ?? h.createdAt,
+        paused: h.pausedAt !== null,
       });
       Object.assign(h, {
         interval: next.interval,
@@ -195,6 +199,7 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         minRun: next.minRun === undefined ? h.minRun : next.minRun,
         misses: next.misses,
         deadline: next.deadline,
+        pausedAt: next.paused === undefined ? h.pausedAt : next.paused ? (h.pausedAt ?? now()) : null,
       });
       const row = rowOf(h);
       audits.push(audit(row));

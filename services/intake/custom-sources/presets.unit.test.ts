@@ -139,6 +139,26 @@ describe("presets with their fixtures", () => {
     });
   }
 
+  it("uptime-kuma: a TLS certificate-expiry warning opens an incident per monitor, each threshold recorded once", () => {
+    for (const name of ["certificate-expiry", "certificate-expiry-1.23"]) {
+      const mapped = map("uptime-kuma", name);
+      expect(mapped.error).toBeUndefined();
+      expect(mapped.fields).toMatchObject({
+        kind: "trigger",
+        severity: "sev3",
+        attachKey: "certificate:Checkout API",
+        entity: { kind: "monitor", id: "Checkout API" },
+        title: expect.stringMatching(/^Checkout API: TLS certificate expires in \d+ days$/),
+      });
+    }
+    // The 21-, 14- and 7-day warnings are three notifications of one incident.
+    expect(map("uptime-kuma", "certificate-expiry").fields?.eventId).not.toBe(map("uptime-kuma", "certificate-expiry-1.23").fields?.eventId);
+  });
+
+  it("grafana: the contact point's Test button is a test, not an incident", () => {
+    expect(map("grafana", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Grafana contact-point test notification" });
+  });
+
   it("uptime-kuma: the test notification is dropped on purpose", () => {
     expect(map("uptime-kuma", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Uptime Kuma test notification" });
   });

@@ -30,8 +30,21 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
   },
   {
     name: "uptime-kuma",
-    description: "Uptime Kuma's Webhook notification (body: application/json): heartbeat.status 0 down, 1 up, 2 pending, 3 maintenance.",
+    description:
+      "Uptime Kuma's Webhook notification (body: application/json): heartbeat.status 0 down, 1 up, 2 pending, 3 maintenance; TLS certificate-expiry warnings open an incident per monitor; the Test button's body is dropped.",
     rules: [
+      // A TLS certificate-expiry warning, sent like the Test button's body (no heartbeat, no
+      // monitor) at 21, 14 and 7 days: "[<monitor>][<url>] ... will (be) expire(d) in N days".
+      {
+        name: "certificate expiry",
+        when: "body.heartbeat == null && type(body.msg) == string && body.msg.startsWith('[') && body.msg.indexOf(']') > 1 && body.msg.matches('(?i)certificate.* will (be )?expired? in ')",
+        title: "body.msg.substring(1, body.msg.indexOf(']')) + ': TLS certificate expires in ' + body.msg.split(' in ')[size(body.msg.split(' in ')) - 1]",
+        severity: "'sev3'",
+        attachKey: "'certificate:' + body.msg.substring(1, body.msg.indexOf(']'))",
+        eventId: "'certificate:' + body.msg",
+        entity: "{'kind': 'monitor', 'id': body.msg.substring(1, body.msg.indexOf(']'))}",
+        summary: "body.msg",
+      },
       { name: "test", when: "body.heartbeat == null", kind: "'ignore'", ignoreReason: "'Uptime Kuma test notification'" },
       {
         name: "up",
@@ -199,8 +212,16 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
   },
   {
     name: "grafana",
-    description: "Grafana Alerting's Webhook contact point (status, alerts, groupKey, commonLabels, commonAnnotations).",
+    description:
+      "Grafana Alerting's Webhook contact point (status, alerts, groupKey, commonLabels, commonAnnotations); the contact point's Test button is dropped as a test.",
     rules: [
+      {
+        // The contact point's Test button: Grafana's built-in test alert, a check of the wiring.
+        name: "test",
+        when: "size(body.alerts) > 0 && body.alerts.all(a, has(a.labels.alertname) && a.labels.alertname == 'TestAlert' && has(a.labels.instance) && a.labels.instance == 'Grafana' && has(a.annotations.summary) && a.annotations.summary == 'Notification test')",
+        kind: "'ignore'",
+        ignoreReason: "'Grafana contact-point test notification'",
+      },
       {
         name: "resolved",
         when: "body.status == 'resolved'",

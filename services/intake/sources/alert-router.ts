@@ -70,6 +70,7 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
   const label = (name: string) => asText(commonLabels.get(name)) ?? asText(groupLabels.get(name)) ?? asText(first?.labels.get(name));
   const annotation = (name: string) => asText(commonAnnotations.get(name)) ?? asText(first?.annotations.get(name));
   const resolved = notification.status?.toLowerCase() === "resolved";
+  if (alerts.length > 0 && alerts.every(isGrafanaTestAlert)) return { outcome: "ignored", reason: GRAFANA_TEST_REASON };
 
   return toAlertDelivery({
     source: badge,
@@ -109,6 +110,18 @@ export function map(body: unknown, _context: MapContext): MappedDelivery {
       ),
     }),
   });
+}
+
+export const GRAFANA_TEST_REASON = "Grafana contact-point test notification";
+
+/**
+ * The alert Grafana's contact-point Test button sends (its built-in test alert): a check of the
+ * wiring, not an incident. A real alert named TestAlert from another instance is not one.
+ */
+function isGrafanaTestAlert(alert: RoutedAlert): boolean {
+  return (
+    alert.labels.get("alertname") === "TestAlert" && alert.labels.get("instance") === "Grafana" && alert.annotations.get("summary") === "Notification test"
+  );
 }
 
 /** `critical` sev1, `page` sev2, anything else or none sev3. */

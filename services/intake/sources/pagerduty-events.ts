@@ -4,9 +4,10 @@ import { digestOf, toAlertDelivery, type EntityRef } from "./normalized-alert.js
 import { parseDateTime } from "./timestamps.js";
 import type { AlertDelivery, AlertKind, MapContext, Severity } from "./types.js";
 
-// PagerDuty Events API v2 (`POST /v2/enqueue`) and change events (`POST /v2/change/enqueue`),
-// read as PagerDuty reads them: the same required fields, the same limits, and a list of every
-// problem in the answer. `routing_key` is the organization's ingest token; the endpoint checks it
+// PagerDuty Events API v2 (`POST /v2/enqueue`), change events (`POST /v2/change/enqueue`) and the
+// older Events API v1 (`POST /generic/2010-04-15/create_event.json`), read as PagerDuty reads them:
+// the same required fields, the same limits, and a list of every problem in the answer.
+// `routing_key` (v1: `service_key`) is the organization's ingest token; the endpoint checks it
 // before calling these.
 
 export const badge = "pagerduty-events" as const;
@@ -39,9 +40,9 @@ export interface MappedPagerDutyEvent {
   delivery: AlertDelivery;
 }
 
-/** The routing key as sent, or undefined when missing or not a non-blank string. */
-export function routingKeyOf(body: unknown): string | undefined {
-  const key = ownField(body, "routing_key");
+/** The routing key (v1: `service_key`) as sent, or undefined when missing or not a non-blank string. */
+export function routingKeyOf(body: unknown, field: "routing_key" | "service_key" = "routing_key"): string | undefined {
+  const key = ownField(body, field);
   return typeof key === "string" && key.trim() !== "" ? key.trim() : undefined;
 }
 
@@ -151,6 +152,57 @@ export function mapChange(body: unknown, _context: MapContext): AlertDelivery {
     occurredAt: parseDateTime(details.timestamp),
     data,
   });
+}
+
+/** v1 has no severity; PagerDuty files its alerts as errors. */
+const V1_SEVERITY = "error";
+
+/**
+ * A PagerDuty Events v1 event: checked with v1's field names, then read as the v2 event it
+ * corresponds to (`incident_key` is the dedup key, `description` the summary, `details` the
+ * custom details, `contexts` the links and images), so both versions name one alert by one key.
+ */
+export function mapV1Event(body: unknown, context: MapContext & { newDedupKey(): string }): MappedPagerDutyEvent {
+  if (!isRecord(body)) throw new PagerDutyEventError(["Event object must be a JSON object"]);
+  const errors: string[] = [];
+  const typeText = readString(body, "event_type", "event_type", errors);
+  const action = ACTIONS.find((candidate) => candidate === typeText);
+  if (typeText === undefined) errors.push(missing("event_type"));
+  else if (!action) errors.push(`'event_type' must be one of ${ACTIONS.join(", ")}`);
+  const incidentKey = readString(body, "incident_key", "incident_key", errors);
+  if (incidentKey !== undefined && [...incidentKey].length > LIMITS.dedupKeyCharacters) errors.push(tooLong("incident_key", LIMITS.dedupKeyCharacters));
+  if (incidentKey === undefined && action !== undefined && action !== "trigger") errors.push(missing("incident_key"));
+  const description = readString(body, "description", "description", errors);
+  if (description === undefined && action === "trigger") errors.push(missing("description"));
+  else if (description !== undefined && [...description].length > LIMITS.summaryCharacters) errors.push(tooLong("description", LIMITS.summaryCharacters));
+  const client = readString(body, "client", "client", errors);
+  const contexts = ownField(body, "contexts");
+  if (contexts !== undefined && contexts !== null && !Array.isArray(contexts)) errors.push("'contexts' must be an array");
+  if (errors.length > 0 || !action) throw new PagerDutyEventError(errors);
+
+  const links: unknown[] = [];
+  const images: unknown[] = [];
+  for (const entry of Array.isArray(contexts) ? contexts : []) {
+    const type = ownField(entry, "type");
+    if (type === "link") links.push(entry);
+    else if (type === "image") images.push(entry);
+  }
+  const details = ownField(body, "details");
+  const asV2 = {
+    event_action: action,
+    dedup_key: incidentKey,
+    payload: {
+      summary: description,
+      source: client ?? "PagerDuty Events API v1",
+      severity: V1_SEVERITY,
+      ...(details !== undefined ? { custom_details: details } : {}),
+    },
+    client,
+    client_url: ownField(body, "client_url"),
+    links: links.map((link) => ({ href: ownField(link, "href"), text: ownField(link, "text") })),
+    images: images.map((image) => ({ src: ownField(image, "src"), href: ownField(image, "href"), alt: ownField(image, "alt") })),
+  };
+  return mapEvent(asV2, context);
 }
 
 function checkLinks(body: Record<string, unknown>, errors: string[]): void {

@@ -505,6 +505,9 @@ interface Subscription {
   state: string;
   disabledReason?: string | null;
   failingSince?: string | null;
+  /** False while the organization's real egress is off: events are recorded as simulated, not sent. */
+  egressEnabled?: boolean;
+  notice?: string;
 }
 
 interface DeliveryAttempt {
@@ -531,11 +534,15 @@ const SUBSCRIPTION_EVENTS = [
   "incident.recovery",
   "incident.no_data",
   "incident.severity_changed",
+  "incident.acknowledged",
+  "incident.owner_changed",
+  "incident.note_added",
   "incident.resolved",
   "incident.archived",
   "heartbeat.silent",
   "heartbeat.resumed",
   "comms.update_sent",
+  "incident.investigation_completed",
 ];
 
 /** One subscription's delivery log, newest first, with a redeliver button per delivery. */
@@ -628,20 +635,26 @@ function Subscriptions() {
 
   async function sendTest(sub: Subscription) {
     const result = await test.run(() =>
-      api<{ ok: boolean; status: number; error?: string }>("POST", orgPath(`/subscriptions/${encodeURIComponent(sub.id)}/test`)),
+      api<{ ok: boolean; status: number; error?: string; notice?: string }>("POST", orgPath(`/subscriptions/${encodeURIComponent(sub.id)}/test`)),
     );
-    if (result)
-      setTests((t) => ({
-        ...t,
-        [sub.id]: result.ok ? `Test event delivered (HTTP ${result.status}).` : `Test failed: ${result.error ?? `HTTP ${result.status}`}`,
-      }));
+    if (result) {
+      const outcome = result.ok ? `Test event delivered (HTTP ${result.status}).` : `Test failed: ${result.error ?? `HTTP ${result.status}`}`;
+      setTests((t) => ({ ...t, [sub.id]: result.notice ? `${outcome} ${result.notice}` : outcome }));
+    }
   }
 
   const list = subs.data ?? [];
+  // The switch is the organization's: one notice for the whole list.
+  const simulated = list.find((sub) => sub.egressEnabled === false);
   return (
     <section aria-labelledby="subscriptions-heading" class="card">
       <h2 id="subscriptions-heading">Subscriptions</h2>
       <p class="muted">Events signed to the Standard Webhooks specification and posted to your URL, retried for up to 24 hours.</p>
+      {simulated ? (
+        <p class="notice notice-warning" role="status" id="subscriptions-egress-off">
+          {simulated.notice}
+        </p>
+      ) : null}
       <ErrorNotice error={subs.error || test.error} />
       {secret ? (
         <div class="secret">

@@ -27,6 +27,13 @@ describe("drop-in answer shapes", () => {
     });
   });
 
+  it("answers PagerDuty's v1 events 200, as v1 did, and its refusals in the v2 shape", () => {
+    const v1 = "warroom.intake.v1.IntakeService.EnqueuePagerDutyV1Event";
+    expect(dropinSuccessStatus(v1)).toBe(200);
+    expect(dropinSuccessStatus(PD)).toBe(202);
+    expect(dropinTooLarge(v1, 512 * 1024, context)).toMatchObject({ status: 400, body: { status: "invalid event" } });
+  });
+
   it("leaves every other route to the common rules", () => {
     expect(dropinErrorAnswer("warroom.intake.v1.IntakeService.Deliver", limited(), context)).toBeUndefined();
     expect(dropinSuccessStatus("warroom.intake.v1.IntakeService.Deliver")).toBeUndefined();

@@ -105,6 +105,15 @@ describe("alert-router fixtures", () => {
     expect(alertOf(shrunk).eventId).not.toBe(alertOf(body).eventId);
   });
 
+  it("Grafana's contact-point Test button is a test: answered ignored, no incident", () => {
+    const test = fixture("grafana/test-notification.json");
+    expect(alertRouter.map(test, context)).toEqual({ outcome: "ignored", reason: "Grafana contact-point test notification" });
+    // A real alert that happens to share the test's name is not a test.
+    const real = fixture("grafana/test-notification.json");
+    real.alerts[0].labels.instance = "db-01";
+    expect(alertRouter.map(real, context).outcome).toBeUndefined();
+  });
+
   it("fields newer versions add are ignored", () => {
     const body = { ...fixture("alertmanager/webhook-v4-firing.json"), groupAnnotations: { x: "y" }, version: "5" };
     expect(alertOf(body).title).toBe("HighErrorRate");

@@ -2,15 +2,15 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { mapChange, mapEvent, PagerDutyEventError, routingKeyOf } from "./pagerduty-events.js";
+import { mapChange, mapEvent, mapV1Event, PagerDutyEventError, routingKeyOf } from "./pagerduty-events.js";
 
 const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
 const fixture = (name: string): any => JSON.parse(readFileSync(join(repoRoot, "test/fixtures/pagerduty", name), "utf8"));
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z"), newDedupKey: () => "generated0000000000000000000000a" };
 
-function errorsOf(body: unknown): readonly string[] {
+function errorsOf(body: unknown, map: typeof mapEvent = mapEvent): readonly string[] {
   try {
-    mapEvent(body, context);
+    map(body, context);
   } catch (err) {
     if (err instanceof PagerDutyEventError) return err.errors;
     throw err;
@@ -92,5 +92,27 @@ describe("PagerDuty Events API v2 mapping", () => {
     });
     expect(change.alert.eventId).toMatch(/^change:[0-9a-f]{64}$/);
     expect(mapChange(fixture("change-event-full.json"), context).alert.eventId).toBe(change.alert.eventId);
+  });
+
+  it("reads a v1 event as the v2 event it corresponds to, and refuses with v1's field names", () => {
+    const trigger = mapV1Event(fixture("events-v1-trigger.json"), context);
+    expect(trigger).toMatchObject({ action: "trigger", dedupKey: "srv01/HTTP" });
+    expect(trigger.delivery.alert).toMatchObject({
+      kind: "alert",
+      title: "FAILURE for production/HTTP on machine srv01.acme.example.com",
+      severity: "sev2",
+      link: "https://monitoring.example.com/incidents/srv01-http",
+      attachIdentity: "pagerduty-events:srv01/HTTP",
+    });
+    // One alert, one key, whichever version names it.
+    const v2 = mapEvent({ event_action: "resolve", dedup_key: "srv01/HTTP" }, context);
+    expect(mapV1Event(fixture("events-v1-resolve.json"), context).delivery.alert.attachIdentity).toBe(v2.delivery.alert.attachIdentity);
+    expect(routingKeyOf({ service_key: " k " }, "service_key")).toBe("k");
+    const v1Errors = (body: unknown) => errorsOf(body, mapV1Event);
+    expect(v1Errors({ event_type: "trigger" })).toEqual(["'description' is missing or blank"]);
+    expect(v1Errors({ event_type: "resolve" })).toEqual(["'incident_key' is missing or blank"]);
+    expect(v1Errors({ event_type: "page", description: "d" })).toEqual(["'event_type' must be one of trigger, acknowledge, resolve"]);
+    expect(v1Errors({ event_type: "trigger", description: "d", contexts: {} })).toEqual(["'contexts' must be an array"]);
+    expect(() => mapV1Event({ event_type: "acknowledge", incident_key: "k" }, context)).not.toThrow();
   });
 });
