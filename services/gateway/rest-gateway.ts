@@ -5,12 +5,12 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
 import { sendJson } from "../runtime/http-server.js";
 import type { Logger } from "../runtime/logger.js";
-import { deliveriesInFlight as deliveriesInFlightGauge, deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
+import { deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
 import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js";
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit, isDeliveryMethod } from "../runtime/body-limits.js";
-import { closingHeaders, stopReading, type BodyReads } from "../runtime/body-reads.js";
+import { closingHeaders, stopReading, type BodyReads, type HeldBodies } from "../runtime/body-reads.js";
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -36,18 +36,15 @@ const CALL_TIMEOUT_MS = 15_000;
 
 /** Of the delivery methods, the ones whose senders take 429 as "slow down and send again" (services/intake/README.md). */
 const ANSWERS_429 = /\.(Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert|DeliverCustomSource[A-Za-z]*)$/;
-const OVERLOAD_RETRY_AFTER_SECONDS = 1;
 
 /**
  * The REST side of the public port: answers each request whose path matches a `google.api.http`
  * route by calling the method through `transport`. Returns the request handler, which resolves
  * false for any other path. A delivery's body is read within `bodyReads` (none: unbounded), and
- * only then does it take one of the `deliveriesInFlight` slots (GATEWAY_DELIVERIES_IN_FLIGHT).
+ * is then held within `heldBodies` (GATEWAY_DELIVERY_BYTES; none: unbounded) until its answer.
  */
-export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; deliveriesInFlight?: number; bodyReads?: BodyReads }) {
+export function createRestGateway(options: { routes: Route[]; transport: Transport; logger: Logger; bodyReads?: BodyReads; heldBodies?: HeldBodies }) {
   const { routes, transport, logger } = options;
-  const deliveryCap = options.deliveriesInFlight ?? Number.POSITIVE_INFINITY;
-  let deliveriesInFlight = 0;
 
   async function handle(req: Request, res: Response, url: URL): Promise<boolean> {
     const match = matchRoute(routes, req.method ?? "GET", url.pathname);
@@ -100,35 +97,19 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     };
     // A slow sender holds only its own reading slots; past them it is answered at once, in the
     // status its route's senders retry, and its body is not read.
+    // Refusals before any work are answered in the status the route's senders retry.
+    const refusalCode = ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable;
     const unread = delivery ? options.bodyReads?.admit(req, res) : undefined;
     if (unread) {
       stopReading(req, res);
-      return refuse(options.bodyReads!.error(unread, ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable), unread, closingHeaders(req));
+      return refuse(options.bodyReads!.error(unread, refusalCode), unread, closingHeaders(req));
     }
     const body = await readBody(req, limit);
-    if (delivery && body !== "too-large") {
-      // Overloaded: refused at once, before any work, rather than answered after the sender gave
-      // up. Counted only once the body is read: a sender still sending holds no delivery's slot.
-      if (deliveriesInFlight >= deliveryCap) {
-        const refusal = new ConnectError(
-          `This server has more deliveries in flight than it takes (${deliveryCap}); send it again after ${OVERLOAD_RETRY_AFTER_SECONDS} s (Retry-After)`,
-          ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable,
-          { "retry-after": String(OVERLOAD_RETRY_AFTER_SECONDS) },
-        );
-        return refuse(refusal, "overload", {});
-      }
-      deliveriesInFlight += 1;
-      deliveriesInFlightGauge.inc();
-      let counted = true;
-      const done = () => {
-        if (counted) {
-          deliveriesInFlight -= 1;
-          deliveriesInFlightGauge.dec();
-        }
-        counted = false;
-      };
-      res.once("finish", done);
-      res.once("close", done);
+    if (delivery && body !== "too-large" && options.heldBodies) {
+      // Only memory is bounded here: the gateway cannot tell a wrong credential from a good one,
+      // so the slots deliveries take are intake's, once the credential is checked (fair-shares.ts).
+      const full = options.heldBodies.hold(req, res, body.byteLength);
+      if (full) return refuse(options.heldBodies.error(full, refusalCode), "memory", {});
     }
     const plainText = isPlainTextMethod(key);
     if (body === "too-large" && plainText) {

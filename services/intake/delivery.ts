@@ -21,7 +21,7 @@ import type { IntakeStore } from "./store.js";
  * it runs within the organization's share, so an organization's expensive mapping spends its own
  * share and is never run for a delivery the share refuses.
  */
-export type Mapping = MappedDelivery | (() => MappedDelivery);
+export type Mapping = MappedDelivery | (() => MappedDelivery | Promise<MappedDelivery>);
 
 /**
  * The delivery path every receiver shares: retry recognition, the incident core, the answer,
@@ -152,11 +152,11 @@ export function createDeliveryPath(deps: {
    * shareRefusal). A delivery already mapped as ignored takes no share.
    */
   async function deliverShared(org: Organization, route: TriggerRoute, body: unknown, mapping: Mapping, context: HandlerContext): Promise<TriggerAnswer> {
-    const mapped = () => (typeof mapping === "function" ? mapping() : mapping);
-    if (!shares || (typeof mapping !== "function" && mapping.outcome === "ignored")) return deliverOnce(org, route, body, mapped(), context);
+    const mapped = async () => (typeof mapping === "function" ? mapping() : mapping);
+    if (!shares || (typeof mapping !== "function" && mapping.outcome === "ignored")) return deliverOnce(org, route, body, await mapped(), context);
     const remaining = context.timeoutMs();
     try {
-      return await shares.run(org.id, async () => deliverOnce(org, route, body, mapped(), context), {
+      return await shares.run(org.id, async () => deliverOnce(org, route, body, await mapped(), context), {
         // Never waits past the caller's deadline: a refusal in time beats an answer too late.
         deadline: remaining === undefined ? undefined : Date.now() + remaining,
         signal: context.signal,

@@ -1,3 +1,4 @@
+import { OffloadedBody } from "./custom-sources/large-bodies.js";
 import { stableDigest } from "./retry-recognition.js";
 import type { MappedDelivery } from "./sources/index.js";
 
@@ -54,7 +55,9 @@ export function retryKeyOf(route: TriggerRoute, body: unknown, mapped: MappedDel
  * the header: the other retry keys are derived from the body itself.
  */
 export function bodyDigestOf(body: unknown, header: Headers): string | undefined {
-  return header.get(IDEMPOTENCY_KEY_HEADER)?.trim() ? stableDigest(["body", body]) : undefined;
+  if (!header.get(IDEMPOTENCY_KEY_HEADER)?.trim()) return undefined;
+  // A large body is digested where it was parsed, on a worker thread, the same way.
+  return body instanceof OffloadedBody ? body.bodyDigest : stableDigest(["body", body]);
 }
 
 /** The longest part of a sender's `Idempotency-Key` an answer repeats. */

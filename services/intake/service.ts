@@ -4,6 +4,7 @@ import { createFairShares } from "../runtime/fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { startRetentionSweep } from "../runtime/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
+import { createLargeBodies } from "./custom-sources/large-bodies.js";
 import { groupingGenerationRetention } from "./custom-sources/generation-retention.js";
 import { createCustomSourceStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
@@ -22,12 +23,13 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
   const customSourceRecords = createRecordWriter(createCustomSourceStore(ctx.sql), logger);
+  const largeBodies = ctx.config.INTAKE_LARGE_BODY_WORKERS > 0 ? createLargeBodies({ workers: ctx.config.INTAKE_LARGE_BODY_WORKERS, logger }) : undefined;
   const routes = createIntakeRoutes({
     clients,
     store,
     logger,
     broadcast,
-    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast, records: customSourceRecords },
+    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast, records: customSourceRecords, largeBodies },
     shares: createFairShares({
       perOrg: ctx.config.INTAKE_ORG_IN_FLIGHT,
       total: ctx.config.INTAKE_IN_FLIGHT,
@@ -64,6 +66,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       await retention?.stop();
       // What this process answered keeps its payload and log row.
       await customSourceRecords.flush();
+      await largeBodies?.close();
     },
   };
 }

@@ -17,7 +17,7 @@ import { registerForwarding } from "../runtime/forwarding.js";
 import { registerGrpcHealth } from "../runtime/grpc-health.js";
 import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
 import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/body-limits.js";
-import { createBodyReads, sendRpcError } from "../runtime/body-reads.js";
+import { createBodyReads, createHeldBodies, sendRpcError } from "../runtime/body-reads.js";
 import { natsConnectionOptions, natsServerVersionProblem, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
 import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
@@ -278,8 +278,8 @@ async function startServices(
         routes: buildRouteTable(internalServices),
         transport,
         logger,
-        deliveriesInFlight: config.GATEWAY_DELIVERIES_IN_FLIGHT,
         bodyReads,
+        heldBodies: createHeldBodies({ bytes: config.GATEWAY_DELIVERY_BYTES }),
       })
     : undefined;
   const extra = options.extraHttp?.(config, { events, clients, logger });

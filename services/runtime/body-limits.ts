@@ -26,7 +26,7 @@ export function bodyLimit(method: DescMethod): number {
 /**
  * The intake methods that take a delivery: the ones a sender's storm sends, whose bodies are read
  * within the body-reading bounds (body-reads.ts) on every surface of the public port, and which the
- * REST gateway admits only up to its cap (GATEWAY_DELIVERIES_IN_FLIGHT) once read.
+ * REST gateway holds within its memory bound (GATEWAY_DELIVERY_BYTES) once read.
  */
 const DELIVERY_METHOD = /^warroom\.intake\.v1\.IntakeService\.(Deliver[A-Za-z]*|Enqueue[A-Za-z]*|(Create|Close|Acknowledge)OpsgenieAlert)$/;
 

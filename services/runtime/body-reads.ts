@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJsonBytes } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
 import { CLIENT_ADDRESS_HEADER } from "./client-address.js";
-import { deliveryBodiesReading } from "./metrics.js";
+import { deliveriesInFlight as gatewayDeliveriesInFlight, deliveryBodiesReading, deliveryBytesHeld } from "./metrics.js";
 import { peerAddress } from "./http-server.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
@@ -149,4 +149,74 @@ export function sendRpcError(req: Request, res: Response, error: ConnectError): 
     ...closingHeaders(req),
   });
   res.end(body);
+}
+
+/**
+ * The bound on delivery bodies held in memory once read, while their deliveries are handled: in
+ * bytes over the process, and a quarter of that per client address. It bounds memory only, and is
+ * large enough never to be the bottleneck of deliveries: those are bounded where their credential
+ * is known (intake's fair shares: INTAKE_IN_FLIGHT over the process, INTAKE_ORG_IN_FLIGHT per
+ * organization), so complete deliveries with a wrong credential, which the gateway cannot tell
+ * from good ones, never take a slot an authenticated sender needs.
+ */
+export interface HeldBodyLimits {
+  /** Bytes of read delivery bodies held over every sender (GATEWAY_DELIVERY_BYTES). */
+  bytes: number;
+}
+
+/** Of the held bytes, the part one client address may hold: a quarter. */
+export const HELD_BYTES_PER_ADDRESS_SHARE = 4;
+
+export type HeldBodies = ReturnType<typeof createHeldBodies>;
+
+/**
+ * The held-body bytes of one process. `hold` counts a read body of `bytes` until its exchange
+ * ends, or returns false when its address's part or the whole bound would be passed.
+ */
+export function createHeldBodies(limits: HeldBodyLimits) {
+  const perAddressBytes = Math.floor(limits.bytes / HELD_BYTES_PER_ADDRESS_SHARE);
+  const perAddress = new Map<string, number>();
+  let held = 0;
+  let deliveries = 0;
+
+  return {
+    hold(req: Request, res: Response, bytes: number): "address" | "process" | undefined {
+      const header = req.headers[CLIENT_ADDRESS_HEADER];
+      const address = (Array.isArray(header) ? header[0] : header) ?? "";
+      const ofAddress = perAddress.get(address) ?? 0;
+      if (ofAddress + bytes > perAddressBytes) return "address";
+      if (held + bytes > limits.bytes) return "process";
+      held += bytes;
+      deliveries += 1;
+      perAddress.set(address, ofAddress + bytes);
+      deliveryBytesHeld.inc(bytes);
+      gatewayDeliveriesInFlight.inc();
+      let holding = true;
+      const release = () => {
+        if (!holding) return;
+        holding = false;
+        held -= bytes;
+        deliveries -= 1;
+        const left = (perAddress.get(address) ?? 0) - bytes;
+        if (left <= 0) perAddress.delete(address);
+        else perAddress.set(address, left);
+        deliveryBytesHeld.dec(bytes);
+        gatewayDeliveriesInFlight.dec();
+      };
+      res.once("finish", release);
+      res.once("close", release);
+      return undefined;
+    },
+    /** The refusal as a Connect error in `code`, with the bound in its message and Retry-After. */
+    error(refusal: "address" | "process", code: Code): ConnectError {
+      const retry = `send it again after ${BODY_READ_RETRY_AFTER_SECONDS} s (Retry-After)`;
+      const message =
+        refusal === "address"
+          ? `This address has as many bytes of delivery bodies held in memory as one address may (${perAddressBytes}); wait for its deliveries' answers, then ${retry}`
+          : `This server has as many bytes of delivery bodies held in memory as it takes (${limits.bytes}); ${retry}`;
+      return new ConnectError(message, code, { "retry-after": String(BODY_READ_RETRY_AFTER_SECONDS) });
+    },
+    /** What is held now: for tests that nothing is left behind. */
+    state: () => ({ bytes: held, deliveries, addresses: perAddress.size }),
+  };
 }

@@ -107,8 +107,16 @@ export const configSchema = z.object({
   INTAKE_IN_FLIGHT: z.coerce.number().int().min(1).max(100_000).default(128),
   INTAKE_SHARE_WAIT_MS: z.coerce.number().int().min(0).max(60_000).default(2_000),
   INTAKE_MAX_WAITING: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
-  // Deliveries each gateway process admits at once; past it, 503/429 with Retry-After at once.
-  GATEWAY_DELIVERIES_IN_FLIGHT: z.coerce.number().int().min(1).max(1_000_000).default(256),
+  // Worker threads that parse and map custom-source bodies over 64 KiB off the event loop; 0: on it.
+  INTAKE_LARGE_BODY_WORKERS: z.coerce.number().int().min(0).max(64).default(1),
+  // Bytes of read delivery bodies each gateway process holds while they are handled (a quarter per
+  // client address); at least 4 MiB, so one address's part takes the largest body (1 MiB).
+  GATEWAY_DELIVERY_BYTES: z.coerce
+    .number()
+    .int()
+    .min(4 * 1024 * 1024)
+    .max(16 * 1024 * 1024 * 1024)
+    .default(64 * 1024 * 1024),
   // Delivery bodies being read at once (before any delivery slot is taken): over the process, per
   // client address, per HTTP/2 connection; past each, 429/503 with Retry-After at once. See docs/SECURITY.md.
   DELIVERY_BODY_READS: z.coerce.number().int().min(1).max(1_000_000).default(512),
@@ -234,7 +242,10 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   INTAKE_IN_FLIGHT: "deliveries of all organizations an intake process handles at once",
   INTAKE_SHARE_WAIT_MS: "how long a delivery waits for room in its organization's share before 503 with `Retry-After`",
   INTAKE_MAX_WAITING: "deliveries that may wait for room at once; past it, 503 with `Retry-After` at once",
-  GATEWAY_DELIVERIES_IN_FLIGHT: "deliveries each gateway process admits at once; past it, 503/429 with `Retry-After` at once",
+  INTAKE_LARGE_BODY_WORKERS:
+    "worker threads per intake process that parse, keep and map custom-source bodies over 64 KiB, so a large body never holds the event loop other organizations' deliveries wait on; `0` does that work on the event loop ([docs/SECURITY.md](docs/SECURITY.md))",
+  GATEWAY_DELIVERY_BYTES:
+    "bytes of read delivery bodies each gateway process holds while their deliveries are handled, a quarter of it per client address; past it 503/429 with `Retry-After: 1` (metric reason `memory`). A memory bound only: deliveries in flight are bounded by intake, once the credential is checked (`INTAKE_IN_FLIGHT`)",
   REMOTE_SOURCE_DENY_CIDRS: "ranges remote sources may not be on",
   REMOTE_SOURCE_ALLOW_CIDRS:
     "private (RFC 1918, CGNAT, IPv6 ULA), loopback, link-local or other refused ranges remote sources may be on; by default a remote source must be on a public address (the chat webhook's `EGRESS_ALLOW_PRIVATE_CIDRS` does not apply to them)",

@@ -27,7 +27,7 @@ export const httpDuration = new Histogram({
 
 export const deliveriesRefused = new Counter({
   name: "warroom_trigger_deliveries_refused_total",
-  help: "Trigger deliveries refused before any work, by route and reason. Slow senders: slow-sender (the client address had DELIVERY_BODY_READS_PER_ADDRESS bodies still arriving), slow-connection (the HTTP/2 connection had DELIVERY_BODY_READS_PER_CONNECTION), reading-full (DELIVERY_BODY_READS over every sender). Load: overload (the deliveries in flight were at their cap), share (the organization's share of the process was full past the wait).",
+  help: "Trigger deliveries refused before any work, by route and reason. Slow senders: slow-sender (the client address had DELIVERY_BODY_READS_PER_ADDRESS bodies still arriving), slow-connection (the HTTP/2 connection had DELIVERY_BODY_READS_PER_CONNECTION), reading-full (DELIVERY_BODY_READS over every sender). Memory: memory (the gateway held GATEWAY_DELIVERY_BYTES of read bodies, or the client address its quarter). Load: overload (intake's deliveries in flight were at INTAKE_IN_FLIGHT / INTAKE_MAX_WAITING), share (the organization's share of the process was full past the wait).",
   labelNames: ["source", "reason"] as const,
   registers: [registry],
 });
@@ -40,7 +40,13 @@ export const deliveryBodiesReading = new Gauge({
 
 export const deliveriesInFlight = new Gauge({
   name: "warroom_gateway_deliveries_in_flight",
-  help: "Deliveries over REST whose bodies are read and that are being handled (load), against GATEWAY_DELIVERIES_IN_FLIGHT.",
+  help: "Deliveries over REST whose bodies are read and that the gateway is waiting on (the load; bounded by intake's INTAKE_IN_FLIGHT).",
+  registers: [registry],
+});
+
+export const deliveryBytesHeld = new Gauge({
+  name: "warroom_gateway_delivery_bytes_held",
+  help: "Bytes of read delivery bodies the gateway holds while their deliveries are handled, against GATEWAY_DELIVERY_BYTES (a quarter of it per client address).",
   registers: [registry],
 });
 

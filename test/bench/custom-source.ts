@@ -159,7 +159,8 @@ const QUIET_P99_TARGET = 2;
  * and parsing the body, the rules stopped by their budget or the 64 KiB bound, the default
  * incident; target under 100 ms), and another organization's triggers, one after another, alone
  * and while two senders post hostile deliveries back to back (target: p99 at most twice the
- * quiet p99 of the same run).
+ * quiet p99 of the same run). Beside it, the floor: the triggers while two senders post the same
+ * bytes with a wrong credential, received and refused without being parsed.
  */
 export async function benchHostileCel(): Promise<void> {
   const quietCount = Number(process.env.HOSTILE_CEL_BENCH_TRIGGERS ?? 200);
@@ -206,18 +207,42 @@ export async function benchHostileCel(): Promise<void> {
       }
       const quiet: number[] = [];
       for (let i = 0; i < quietCount; i++) quiet.push(await quietTrigger());
-      let storming = true;
-      const storm = async () => {
-        while (storming) await hostile(parts);
+      /**
+       * Another organization's triggers while two senders post `send` back to back, each at most
+       * once every `intervalMs`; with the bodies they sent a second.
+       */
+      const triggersDuring = async (send: () => Promise<unknown>, intervalMs = 0) => {
+        let storming = true;
+        let sent = 0;
+        const storm = async () => {
+          while (storming) {
+            const started = performance.now();
+            await send();
+            sent++;
+            const left = started + intervalMs - performance.now();
+            if (left > 0) await new Promise((r) => setTimeout(r, left));
+          }
+        };
+        const started = performance.now();
+        const senders = [storm(), storm()];
+        const latencies: number[] = [];
+        for (let i = 0; i < quietCount; i++) latencies.push(await quietTrigger());
+        storming = false;
+        await Promise.all(senders);
+        return { latencies, perSecond: (sent * 1000) / (performance.now() - started) };
       };
-      const senders = [storm(), storm()];
-      const during: number[] = [];
-      for (let i = 0; i < quietCount; i++) during.push(await quietTrigger());
-      storming = false;
-      await Promise.all(senders);
+      const during = await triggersDuring(() => hostile(parts));
+      // The floor: the same bytes at the same rate, refused for their credential once read, so
+      // nothing parses them: what the triggers lose to receiving 1 MiB bodies on this machine at all.
+      const refusedHeaders = { ...headers, authorization: "Bearer not-the-secret" };
+      const floor = await triggersDuring(async () => {
+        const res = await callApi(app.url, "POST", path, { raw: parts, headers: refusedHeaders });
+        if (res.status !== 401 && res.status !== 429) throw new Error(`a refused delivery answered ${res.status}`);
+      }, 2_000 / during.perSecond);
 
       const q = summarize(quiet);
-      const d = summarize(during);
+      const d = summarize(during.latencies);
+      const f = summarize(floor.latencies);
       printTable(`Hostile CEL rules over 1 MiB bodies (target: app CPU per delivery < ${HOSTILE_CPU_TARGET_MS} ms)`, [
         ...(["parts", "message"] as const).map((name) => ({
           body: name === "parts" ? "16 strings of 60 KB, rules stopped by their budget" : "one string of 1,030,000 characters, refused by the 64 KiB bound",
@@ -227,19 +252,23 @@ export async function benchHostileCel(): Promise<void> {
         })),
       ]);
       printTable(
-        `Another organization's triggers, ${quietCount} one after another, alone and during two hostile senders (target p99 <= ${QUIET_P99_TARGET}x quiet)`,
+        `Another organization's triggers, ${quietCount} one after another, alone and during two hostile senders (${during.perSecond.toFixed(1)} bodies/s; the floor's ${floor.perSecond.toFixed(1)}/s) (target p99 <= ${QUIET_P99_TARGET}x quiet)`,
         [
           {
             figure: "p50",
             quiet: `${q.p50.toFixed(1)} ms`,
             "during hostile deliveries": `${d.p50.toFixed(1)} ms`,
             ratio: (d.p50 / q.p50).toFixed(2),
+            "floor: the same bytes refused unread": `${f.p50.toFixed(1)} ms`,
+            "floor ratio": (f.p50 / q.p50).toFixed(2),
           },
           {
             figure: "p99",
             quiet: `${q.p99.toFixed(1)} ms`,
             "during hostile deliveries": `${d.p99.toFixed(1)} ms`,
             ratio: (d.p99 / q.p99).toFixed(2),
+            "floor: the same bytes refused unread": `${f.p99.toFixed(1)} ms`,
+            "floor ratio": (f.p99 / q.p99).toFixed(2),
             met: d.p99 <= QUIET_P99_TARGET * q.p99 ? "yes" : "NO",
           },
         ],

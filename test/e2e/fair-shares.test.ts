@@ -152,13 +152,14 @@ describe.each(MODES)("fair shares of intake (%s)", (mode) => {
   }, 120_000);
 });
 
-describe("overload: the gateway refuses deliveries past its cap at once (one process)", () => {
+describe("overload: a process refuses deliveries past its total at once (one process)", () => {
   let app: IntakeApp;
   let creds: Credentials;
   let sql: postgres.Sql;
 
   beforeAll(async () => {
-    app = await startIntakeApp("one process", { env: { GATEWAY_DELIVERIES_IN_FLIGHT: "2", INTAKE_ORG_IN_FLIGHT: "100" } });
+    // Two deliveries in flight over every organization, none waiting: the third is refused at once.
+    app = await startIntakeApp("one process", { env: { INTAKE_IN_FLIGHT: "2", INTAKE_MAX_WAITING: "0", INTAKE_ORG_IN_FLIGHT: "100" } });
     creds = await issueCredentials(app);
     sql = postgres(app.databaseUrl, { max: 2, onnotice: () => {} });
   }, 180_000);

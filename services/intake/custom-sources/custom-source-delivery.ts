@@ -6,56 +6,25 @@ import { RateLimitedError, UnauthenticatedError, UnprocessablePayloadError } fro
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { Logger } from "../../runtime/logger.js";
 import { customSourceRecordsDropped } from "../../runtime/metrics.js";
+import { outsideCall } from "../../runtime/request-context.js";
 import { createRevocableCache } from "../../runtime/revocable-cache.js";
 import { sha256 } from "../../runtime/secrets.js";
 import { isUuid } from "../../runtime/ids.js";
 import type { DeliveryPath, TriggerAnswer } from "../delivery.js";
 import { RECEIVER_FAILURES_PER_MINUTE } from "../receiver-secrets.js";
-import { MAX_JSON_DEPTH } from "../request-body.js";
 import { digestOfBytes, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "./cel-mapping.js";
 import { redactCredentials } from "./credential-redaction.js";
-import { boundedBody, type createCompiledRulesCache, headersForRules } from "./custom-source-records.js";
+import { boundedBody, type createCompiledRulesCache, headersForRules, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
+import { LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
+import { IDEMPOTENCY_KEY_HEADER } from "../retry-keys.js";
 import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
 export function unmappedTitle(sourceName: string): string {
   return `Unmapped alert from ${sourceName}`;
-}
-
-/**
- * Reads a custom source's body: JSON when it parses as JSON, form fields when declared as a form,
- * else the text itself, so that no sender's delivery is refused for its format. Only JSON nested
- * past the shared limit is refused (the rules read it recursively).
- */
-export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown {
-  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
-  const type = contentType.split(";")[0]!.trim().toLowerCase();
-  if (type === "application/x-www-form-urlencoded") return Object.fromEntries(new URLSearchParams(text));
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return text;
-  }
-  if (depthOf(value) > MAX_JSON_DEPTH)
-    throw new UnprocessablePayloadError("Unrecognized trigger payload", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
-  return value;
-}
-
-function depthOf(root: unknown): number {
-  let max = 0;
-  const stack: [unknown, number][] = [[root, 1]];
-  while (stack.length > 0) {
-    const [value, depth] = stack.pop()!;
-    if (value === null || typeof value !== "object") continue;
-    if (depth > max) max = depth;
-    if (max > MAX_JSON_DEPTH) return max;
-    for (const child of Object.values(value)) stack.push([child, depth + 1]);
-  }
-  return max;
 }
 
 /** The credential a request presents: the path segment, a Bearer token, or a Basic password. */
@@ -106,8 +75,10 @@ export function createCustomSourceDelivery(deps: {
   failures: ReceiverFailureStore;
   broadcast: Broadcast;
   records: RecordWriter;
+  /** Worker threads for bodies over LARGE_BODY_BYTES; none: every body is handled on the event loop. */
+  largeBodies?: LargeBodies | undefined;
 }) {
-  const { store, compiled, delivery, failures, records } = deps;
+  const { store, compiled, delivery, failures, records, largeBodies } = deps;
   // The source lookup by id and credential, cached per process: a storm sends one source's
   // credential thousands of times a second. Grouped by source id, which a change broadcasts.
   const sources = createRevocableCache<CustomSourceRow>({ broadcast: deps.broadcast, subject: CUSTOM_SOURCE_CHANGED });
@@ -155,27 +126,65 @@ export function createCustomSourceDelivery(deps: {
     async deliver(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<TriggerAnswer> {
       const receivedAt = new Date();
       const row = await authenticate(req, context);
-      const body = parseCustomBody(req.body, req.contentType);
       const headers = requestHeaders(req, context);
       const query = { ...req.queryParams };
-      // Bounded once: a large body's serialization is the costliest step after parsing it.
-      const kept = boundedBody(body, req.body.byteLength);
-      const payload = { ...kept, headers: redactCredentials(headers, { lowercaseNames: true }), query: redactCredentials(query) };
-      // The kept payload and the log row are written after the answer, with those of the deliveries
-      // answered about the same time, and never cost the sender its delivery nor its time.
-      const keepAndLog = (entry: DeliveryLogEntry) => records.write({ sourceId: row.id, receivedAt, payload, entry });
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
       // The rules run within the organization's share (not before it): an organization whose
       // mapping is costly spends its own share, and a delivery its share refuses is never mapped.
       let result: MappingResult | undefined;
-      const mapped = () => {
-        result = mapping(row, body, headers, query, receivedAt);
-        return toMappedDelivery(row, body, req.body, result, kept);
-      };
+      let kept: KeptBody | undefined;
+      let body: unknown;
+      let mapped: () => MappedDelivery | Promise<MappedDelivery>;
+      let unprocessable = false;
+      if (largeBodies && req.body.byteLength > LARGE_BODY_BYTES) {
+        // Parsed, kept and mapped on a worker thread, in the organization's turn there: the event
+        // loop hands the bytes over and gets the answer back (large-bodies.ts).
+        const offloaded = largeBodies.offloaded(row.org_id, req.body, req.contentType);
+        body = offloaded;
+        mapped = async () => {
+          const answer = await largeBodies.deliver(row.org_id, {
+            bytes: req.body,
+            contentType: req.contentType,
+            source: { id: row.id, version: row.version, rules: row.rules },
+            headers,
+            query,
+            receivedAtMs: receivedAt.getTime(),
+            wantsBodyDigest: Boolean(context.requestHeader.get(IDEMPOTENCY_KEY_HEADER)?.trim()),
+          });
+          if ("refused" in answer) {
+            unprocessable = true;
+            throw new UnprocessablePayloadError(answer.refused.message, answer.refused.details);
+          }
+          ({ kept, result } = answer);
+          offloaded.bodyDigest = answer.bodyDigest;
+          return toMappedDelivery(row, offloaded, req.body, answer.result, answer.kept, answer.rawDigest);
+        };
+      } else {
+        const parsed = parseCustomBody(req.body, req.contentType);
+        // Bounded once: a large body's serialization is the costliest step after parsing it.
+        const bounded = boundedBody(parsed, req.body.byteLength);
+        body = parsed;
+        kept = bounded;
+        mapped = () => {
+          result = mapping(row, parsed, headers, query, receivedAt);
+          return toMappedDelivery(row, parsed, req.body, result, bounded);
+        };
+      }
+      // The kept payload and the log row are written after the answer, with those of the deliveries
+      // answered about the same time, and never cost the sender its delivery nor its time.
+      const keepAndLog = (entry: DeliveryLogEntry) =>
+        records.write({
+          sourceId: row.id,
+          receivedAt,
+          payload: { ...(kept ?? unparsedKept(req.body)), headers: redactCredentials(headers, { lowercaseNames: true }), query: redactCredentials(query) },
+          entry,
+        });
       let answer: TriggerAnswer;
       try {
         answer = await delivery.deliver(org, `custom:${row.id}`, "custom", body, mapped, context);
       } catch (err) {
+        // A body nested too deeply is refused as it always was, with nothing kept.
+        if (unprocessable) throw err;
         keepAndLog({ outcome: "failed", rule: result?.matchedRule, error: `not delivered: ${(err as Error).message}`, warnings: result?.warnings ?? [] });
         throw err;
       }
@@ -190,6 +199,17 @@ export function createCustomSourceDelivery(deps: {
       return answer;
     },
   };
+}
+
+type KeptBody = { body: JsonValue; truncated: boolean };
+
+/**
+ * A large body refused before a thread parsed it (its organization's share, or the threads'
+ * queue, was full): its first KEPT_BODY_BYTES as text, as a body too large to keep whole is kept.
+ */
+function unparsedKept(bytes: Uint8Array): KeptBody {
+  const buffer = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  return { body: buffer.subarray(0, KEPT_BODY_BYTES).toString("utf8"), truncated: bytes.byteLength > KEPT_BODY_BYTES };
 }
 
 /** The most deliveries' records one write takes. */
@@ -262,8 +282,12 @@ export function createRecordWriter(store: CustomSourceStore, logger: Logger, mos
 
   function schedule(): void {
     if (writing || waiting.length === 0) return;
-    if (waiting.length >= MOST_RECORDS_PER_STATEMENT) void writeNext();
-    else timer ??= setTimeout(() => void writeNext(), RECORD_WRITE_DELAY_MS);
+    // Outside the call that queued the record: the group is written after its answer, and must
+    // not be refused for that call's deadline or its sender hanging up.
+    outsideCall(() => {
+      if (waiting.length >= MOST_RECORDS_PER_STATEMENT) void writeNext();
+      else timer ??= setTimeout(() => void writeNext(), RECORD_WRITE_DELAY_MS);
+    });
   }
 
   return {
@@ -325,7 +349,9 @@ export function toMappedDelivery(
   body: unknown,
   raw: Uint8Array,
   result: MappingResult,
-  kept: { body: JsonValue; truncated: boolean } = boundedBody(body, raw.byteLength),
+  kept: KeptBody = boundedBody(body, raw.byteLength),
+  /** The digest of `raw` when already made (on a worker thread, for a large body). */
+  rawDigest?: string,
 ): MappedDelivery {
   const fields = result.fields;
   if (result.error || !fields) {
@@ -336,7 +362,7 @@ export function toMappedDelivery(
       source: row.name,
       attachIdentity: unmappedAttachIdentity(row.id),
       // The same bytes redelivered are one entry; a different payload is its own.
-      eventId: `unmapped:${digestOfBytes(raw)}`,
+      eventId: `unmapped:${rawDigest ?? digestOfBytes(raw)}`,
       kind: "alert",
       title: unmappedTitle(row.name),
       severity: "sev3",

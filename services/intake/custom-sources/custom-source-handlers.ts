@@ -28,6 +28,7 @@ import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "./cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "./grouping.js";
+import type { LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
 import { PRESETS, presetNamed } from "./presets.js";
@@ -44,6 +45,8 @@ export interface CustomSourcesDeps {
   broadcast: Broadcast;
   /** Writes the deliveries' kept payloads and log rows (one per process; stopping flushes it). */
   records: RecordWriter;
+  /** Worker threads for large bodies (INTAKE_LARGE_BODY_WORKERS); none: on the event loop. */
+  largeBodies?: LargeBodies | undefined;
 }
 
 type CustomSourceMethods =
@@ -87,7 +90,15 @@ export function createCustomSourceHandlers(deps: {
   const compiled = createCompiledRulesCache();
   const receiver =
     config && store
-      ? createCustomSourceDelivery({ store, compiled, delivery, failures: deps.failures, broadcast: config.broadcast, records: config.records })
+      ? createCustomSourceDelivery({
+          store,
+          compiled,
+          delivery,
+          failures: deps.failures,
+          broadcast: config.broadcast,
+          records: config.records,
+          largeBodies: config.largeBodies,
+        })
       : undefined;
 
   function need<T>(value: T | undefined): T {

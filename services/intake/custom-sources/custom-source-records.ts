@@ -2,9 +2,15 @@ import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufb
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { SOURCE_BADGES } from "../../incidents/vocabulary.js";
-import { InvalidArgumentError } from "../../runtime/errors.js";
+import { InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import { MAX_JSON_DEPTH } from "../request-body.js";
 import { type CompiledRules, compileRules } from "./cel-mapping.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
+
+/** A grouping override's attach-key expression as a one-rule rule set, so it runs under the same checks and budget. */
+export function compileAttachKey(expression: string): CompiledRules {
+  return compileRules([create(CustomSourceRuleSchema, { name: "grouping", title: "'grouping'", attachKey: expression })]);
+}
 
 /** A custom source's name is its badge: the characters of a badge, never a built-in one's. */
 export function validateName(raw: string): string {
@@ -95,4 +101,37 @@ export function boundedBody(body: unknown, receivedBytes = Number.POSITIVE_INFIN
   const text = JSON.stringify(body ?? null);
   if (Buffer.byteLength(text, "utf8") <= KEPT_BODY_BYTES) return { body: (body ?? null) as JsonValue, truncated: false };
   return { body: Buffer.from(text, "utf8").subarray(0, KEPT_BODY_BYTES).toString("utf8"), truncated: true };
+}
+
+/**
+ * Reads a custom source's body: JSON when it parses as JSON, form fields when declared as a form,
+ * else the text itself, so that no sender's delivery is refused for its format. Only JSON nested
+ * past the shared limit is refused (the rules read it recursively).
+ */
+export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown {
+  const text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
+  const type = contentType.split(";")[0]!.trim().toLowerCase();
+  if (type === "application/x-www-form-urlencoded") return Object.fromEntries(new URLSearchParams(text));
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    return text;
+  }
+  if (depthOf(value) > MAX_JSON_DEPTH)
+    throw new UnprocessablePayloadError("Unrecognized trigger payload", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
+  return value;
+}
+
+function depthOf(root: unknown): number {
+  let max = 0;
+  const stack: [unknown, number][] = [[root, 1]];
+  while (stack.length > 0) {
+    const [value, depth] = stack.pop()!;
+    if (value === null || typeof value !== "object") continue;
+    if (depth > max) max = depth;
+    if (max > MAX_JSON_DEPTH) return max;
+    for (const child of Object.values(value)) stack.push([child, depth + 1]);
+  }
+  return max;
 }

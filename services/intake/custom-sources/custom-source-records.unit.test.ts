@@ -1,8 +1,9 @@
 import { describe, expect, it } from "vitest";
 import type { Logger } from "../../runtime/logger.js";
 import { customSourceRecordsDropped } from "../../runtime/metrics.js";
-import { createRecordWriter, parseCustomBody } from "./custom-source-delivery.js";
-import { boundedBody, KEPT_BODY_BYTES } from "./custom-source-records.js";
+import { NEVER_ABORTS, requestIdServerInterceptor, throwIfCallerGaveUp } from "../../runtime/request-context.js";
+import { createRecordWriter } from "./custom-source-delivery.js";
+import { boundedBody, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import type { CustomSourceStore, DeliveryRecord } from "./store.js";
 
 // A body small enough when it arrived is kept without writing it out to measure it: the bodies
@@ -75,5 +76,38 @@ describe("the record writer with a stalled store", () => {
     // Every record is written (here: the first group, stuck in the store), waiting, or dropped.
     expect(dropped + held + writer.waiting().writing).toBe(200);
     expect(dropped).toBeGreaterThan(0);
+  });
+});
+
+// Records are written after the answers, so never within the deadline of the call that answered:
+// under load a group's write came after that call's deadline and was refused for it.
+describe("the record writer after the call that queued a record", () => {
+  const silent = { warn: () => {}, error: () => {}, info: () => {}, debug: () => {} } as unknown as Logger;
+
+  it("writes the record even once the deadline of the call that queued it has passed", async () => {
+    const written: DeliveryRecord[] = [];
+    const store = {
+      // As the database's statements do: refused once the call being served has given up.
+      keepAndLogMany: async (group: DeliveryRecord[]) => {
+        throwIfCallerGaveUp();
+        written.push(...group);
+      },
+    } as unknown as CustomSourceStore;
+    const writer = createRecordWriter(store, silent);
+    const record: DeliveryRecord = {
+      sourceId: "00000000-0000-4000-8000-000000000001",
+      receivedAt: new Date(),
+      payload: { body: {}, headers: {}, query: {}, truncated: false },
+      entry: { outcome: "opened", warnings: [] },
+    };
+    // A call with a 1 ms deadline queues the record and returns; its group is written 20 ms later.
+    const call = requestIdServerInterceptor()(async () => {
+      writer.write(record);
+      return undefined as never;
+    });
+    await call({ header: new Headers({ "connect-timeout-ms": "1" }), signal: NEVER_ABORTS } as never);
+    await new Promise((r) => setTimeout(r, 100));
+    await writer.flush();
+    expect(written).toEqual([record]);
   });
 });

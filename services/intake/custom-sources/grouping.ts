@@ -2,7 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Organization } from "../../../gen/warroom/identity/v1/identity_pb.js";
-import { CustomSourceRuleSchema, GroupingOverrideSchema, ListGroupingOverridesResponseSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { GroupingOverrideSchema, ListGroupingOverridesResponseSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { isSourceBadge } from "../../incidents/vocabulary.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/auth.js";
@@ -14,7 +14,9 @@ import type { Logger } from "../../runtime/logger.js";
 import type { Outbox } from "../../runtime/outbox.js";
 import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
-import { type CompiledRules, compileRules, evaluateRules } from "./cel-mapping.js";
+import { type CompiledRules, evaluateRules } from "./cel-mapping.js";
+import { compileAttachKey } from "./custom-source-records.js";
+import { OffloadedBody } from "./large-bodies.js";
 
 interface OverrideRow {
   source: string;
@@ -88,7 +90,11 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
       const override = overrides.get(alert.source ?? "");
       if (!override) return;
       if (override.compiled) {
-        const result = evaluateRules(override.compiled, { body, headers: {}, query: {}, receivedAt: new Date() });
+        // A large body was never parsed on the event loop: its key is read on a worker thread.
+        const result =
+          body instanceof OffloadedBody
+            ? await body.attachKey(override.attach_key)
+            : evaluateRules(override.compiled, { body, headers: {}, query: {}, receivedAt: new Date() });
         const key = result.fields?.attachKey;
         // A key that fails or is empty keeps the source's own: an override never merges unrelated alerts.
         if (key) alert.attachIdentity = `override:${alert.source}:${key.length > 400 ? `sha256:${digestOf([key])}` : key}`;
@@ -108,11 +114,6 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
       if (generation > 0) alert.attachIdentity = `${identity}#g${generation}`;
     },
   };
-}
-
-/** The attach-key expression as a one-rule rule set, so it runs under the same checks and budget. */
-function compileAttachKey(expression: string): CompiledRules {
-  return compileRules([create(CustomSourceRuleSchema, { name: "grouping", title: "'grouping'", attachKey: expression })]);
 }
 
 /** Put, list and delete an organization's grouping overrides. */

@@ -1,0 +1,108 @@
+import { ShareExceeded } from "../../runtime/fair-shares.js";
+import type { Logger } from "../../runtime/logger.js";
+import { createWorkerPool, PoolFull, workerEntry, type WorkerPool } from "../../runtime/worker-pool.js";
+import { digestOfBytes } from "../sources/normalized-alert.js";
+import type { MappingResult } from "./cel-mapping.js";
+import { SANDBOX_LIMITS } from "./cel-meter.js";
+import { KEPT_BODY_BYTES } from "./custom-source-records.js";
+import type { DeliverAnswer, DeliverTask } from "./large-body-work.js";
+
+/**
+ * A custom-source body larger than this is parsed, kept and mapped on a worker thread: its cost
+ * (decoding, JSON.parse, the depth check, the kept copy, the digest, the rules) would otherwise
+ * hold the event loop every other organization's deliveries wait on. Smaller bodies stay on the
+ * loop, where handing them over would cost more than the work.
+ */
+export const LARGE_BODY_BYTES = 64 * 1024;
+
+/**
+ * A thread's wall bound for one task: the rules' own time bound (checked in the meter) plus the
+ * parsing of a 1 MiB body on a loaded machine. A thread past it is terminated and replaced.
+ */
+export const LARGE_BODY_TASK_MS = SANDBOX_LIMITS.evaluationMs + 1_000;
+/** Tasks and bytes that may wait for a thread: past either, the delivery is refused at once (429, Retry-After). */
+export const LARGE_BODY_QUEUE = { tasks: 256, bytes: 64 * 1024 * 1024 } as const;
+
+/**
+ * A large body the event loop has not parsed: a worker thread reads it for the mapping, and again
+ * for a grouping override's attach key. `bodyDigest` is set by the mapping when asked for.
+ */
+export class OffloadedBody {
+  bodyDigest: string | undefined;
+  constructor(
+    readonly bytes: Uint8Array,
+    readonly contentType: string,
+    private readonly evaluate: (expression: string) => Promise<MappingResult>,
+  ) {}
+
+  /** A grouping override's attach-key expression over this body, on a worker thread. */
+  attachKey(expression: string): Promise<MappingResult> {
+    return this.evaluate(expression);
+  }
+}
+
+export type LargeBodies = ReturnType<typeof createLargeBodies>;
+
+/** The large-body threads of one intake process (INTAKE_LARGE_BODY_WORKERS), fair per organization. */
+export function createLargeBodies(options: { workers: number; logger?: Logger | undefined }) {
+  let pool: WorkerPool | undefined;
+  // Started at the first large body: most processes never see one.
+  const threads = () =>
+    (pool ??= createWorkerPool({
+      entry: workerEntry(import.meta.url, "large-body-worker"),
+      workers: options.workers,
+      taskMs: LARGE_BODY_TASK_MS,
+      maxQueued: LARGE_BODY_QUEUE.tasks,
+      maxQueuedBytes: LARGE_BODY_QUEUE.bytes,
+    }));
+
+  /** Runs a task in the organization's turn; a full queue is this process's overload (429 / 503 with Retry-After). */
+  async function run<T>(orgId: string, task: DeliverTask | { kind: "attach-key"; bytes: Uint8Array; contentType: string; expression: string }): Promise<T> {
+    try {
+      return await threads().run<T>(orgId, task, task.bytes.byteLength);
+    } catch (err) {
+      if (err instanceof PoolFull) throw new ShareExceeded("overload", 1);
+      throw err;
+    }
+  }
+
+  return {
+    /**
+     * The delivery's body parsed, kept and mapped on a thread. A thread that fails or runs past its
+     * bound ends in a mapping error (the default incident), as an evaluation past its time does.
+     */
+    async deliver(orgId: string, task: Omit<DeliverTask, "kind">): Promise<DeliverAnswer> {
+      try {
+        return await run<DeliverAnswer>(orgId, { kind: "deliver", ...task });
+      } catch (err) {
+        if (err instanceof ShareExceeded) throw err;
+        // A thread that ran over or failed was replaced; the delivery opens the default incident.
+        options.logger?.warn({ orgId, source: task.source.id, bytes: task.bytes.byteLength, err: String(err) }, "a large body's mapping failed on its thread");
+        const text = Buffer.from(task.bytes.buffer, task.bytes.byteOffset, task.bytes.byteLength).subarray(0, KEPT_BODY_BYTES).toString("utf8");
+        return {
+          kept: { body: text, truncated: true },
+          result: { verdicts: [], warnings: [], error: `the mapping ${(err as Error).message}` },
+          rawDigest: digestOfBytes(task.bytes),
+        };
+      }
+    },
+
+    /** The body as the delivery path holds it, its grouping overrides evaluated on a thread. */
+    offloaded(orgId: string, bytes: Uint8Array, contentType: string): OffloadedBody {
+      return new OffloadedBody(bytes, contentType, async (expression) => {
+        try {
+          const answer = await run<MappingResult | Extract<DeliverAnswer, { refused: unknown }>>(orgId, { kind: "attach-key", bytes, contentType, expression });
+          if ("refused" in answer) return { verdicts: [], warnings: [], error: answer.refused.details || answer.refused.message };
+          return answer;
+        } catch (err) {
+          return { verdicts: [], warnings: [], error: `the attach key ${(err as Error).message}` };
+        }
+      });
+    },
+
+    state: () => pool?.state() ?? { busy: 0, queued: 0, queuedBytes: 0, replaced: 0 },
+    async close(): Promise<void> {
+      await pool?.close();
+    },
+  };
+}
