@@ -46,7 +46,7 @@ export function parseTriggerBody(bytes: Uint8Array, contentType: string, options
 }
 
 /** Depth without recursion, so a hostile body cannot exhaust the stack. */
-function jsonDepth(root: unknown): number {
+export function jsonDepth(root: unknown): number {
   let max = 0;
   const stack: [unknown, number][] = [[root, 1]];
   while (stack.length > 0) {

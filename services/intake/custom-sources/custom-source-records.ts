@@ -3,7 +3,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { SOURCE_BADGES } from "../../incidents/vocabulary.js";
 import { InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
-import { MAX_JSON_DEPTH } from "../request-body.js";
+import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
 import { type CompiledRules, compileRules } from "./cel-mapping.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 
@@ -118,20 +118,7 @@ export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown
   } catch {
     return text;
   }
-  if (depthOf(value) > MAX_JSON_DEPTH)
+  if (jsonDepth(value) > MAX_JSON_DEPTH)
     throw new UnprocessablePayloadError("Unrecognized trigger payload", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   return value;
-}
-
-function depthOf(root: unknown): number {
-  let max = 0;
-  const stack: [unknown, number][] = [[root, 1]];
-  while (stack.length > 0) {
-    const [value, depth] = stack.pop()!;
-    if (value === null || typeof value !== "object") continue;
-    if (depth > max) max = depth;
-    if (max > MAX_JSON_DEPTH) return max;
-    for (const child of Object.values(value)) stack.push([child, depth + 1]);
-  }
-  return max;
 }
