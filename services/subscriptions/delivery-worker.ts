@@ -3,7 +3,7 @@ import type { TransactionSql } from "../runtime/database.js";
 import { backgroundShouldYield } from "../runtime/background-yield.js";
 import { recordAudit } from "../runtime/events.js";
 import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/metrics.js";
-import { AUDIT_KINDS, type SubscriptionsDeps } from "./deps.js";
+import { AUDIT_KINDS, readEgress, type SubscriptionsDeps } from "./deps.js";
 import { nextRetryDelayMs, RETRY_WINDOW_MS } from "./retry-schedule.js";
 import { postSigned, type AttemptResult } from "./send.js";
 import { signingSecrets, type DeliveryRow, type SubscriptionRow } from "./store.js";
@@ -233,13 +233,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
     const egressOf = (orgId: string) => {
       let known = switches.get(orgId);
       if (!known) {
-        known = deps.clients.comms.egressEnabled({ orgId }).then(
-          (answer) => answer.enabled,
-          (err) => {
-            logger.warn({ err: String(err), org: orgId }, "cannot read the egress switch; the deliveries wait");
-            return undefined;
-          },
-        );
+        known = readEgress(deps, orgId, "the deliveries wait");
         switches.set(orgId, known);
       }
       return known;

@@ -18,14 +18,18 @@ export interface SubscriptionsDeps extends Pick<ServiceContext, "sql" | "clients
 }
 
 /**
- * The organization's egress switch as the API shows it beside a subscription: undefined when the
- * comms service does not answer (the subscription is still shown).
+ * The organization's egress switch, from the comms service: undefined when it does not answer,
+ * logged with what the caller does then (`meanwhile`).
  */
-export async function readEgress(deps: Pick<SubscriptionsDeps, "clients" | "logger">, orgId: string): Promise<boolean | undefined> {
+export async function readEgress(
+  deps: Pick<SubscriptionsDeps, "clients" | "logger">,
+  orgId: string,
+  meanwhile = "subscriptions are shown without it",
+): Promise<boolean | undefined> {
   try {
     return (await deps.clients.comms.egressEnabled({ orgId })).enabled;
   } catch (err) {
-    deps.logger.warn({ err: String(err), org: orgId }, "cannot read the egress switch; subscriptions are shown without it");
+    deps.logger.warn({ err: String(err), org: orgId }, `cannot read the egress switch; ${meanwhile}`);
     return undefined;
   }
 }
