@@ -121,6 +121,8 @@ if [ -z "$source_url" ]; then
   source_url=$(git -c safe.directory="$PWD" remote get-url origin 2>/dev/null || true)
   # A clone over ssh names its host as user@host:path; the label is a web address, without credentials.
   source_url=$(printf '%s' "$source_url" | sed -E 's#^git@([^:]+):#https://\1/#; s#^(https?://)[^@/]+@#\1#; s#\.git$##')
+  # A clone of a local folder has no web address to give.
+  case $source_url in http://* | https://*) ;; *) source_url= ;; esac
 fi
 [ -n "$source_url" ] || log "no source address (no repository in package.json, no origin remote; WARROOM_IMAGE_SOURCE sets one): the image's source label stays empty"
 
