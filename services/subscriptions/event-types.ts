@@ -1,33 +1,13 @@
 import { create, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSilent, IncidentOpened, IncidentResolved, TimelineRecorded, UpdateSent } from "../../gen/warroom/events/v1/events_pb.js";
+import type { EventTypeName } from "./event-names.js";
 import { HeartbeatEventDataSchema, IncidentEventDataSchema, UpdateSentEventDataSchema } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 
-/** Every event type a subscription may name, in the order the README documents them. */
-export const EVENT_TYPES = [
-  "incident.opened",
-  "incident.repeat",
-  "incident.recovery",
-  "incident.no_data",
-  "incident.severity_changed",
-  "incident.acknowledged",
-  "incident.owner_changed",
-  "incident.note_added",
-  "incident.resolved",
-  "incident.archived",
-  "heartbeat.silent",
-  "heartbeat.resumed",
-  "comms.update_sent",
-  "incident.investigation_completed",
-] as const;
-export type EventTypeName = (typeof EVENT_TYPES)[number];
+export { EVENT_TYPES, type EventTypeName, isEventType } from "./event-names.js";
 
 /** The type of the event SendTestEvent sends; no subscription names it. */
 export const TEST_EVENT_TYPE = "subscription.test";
-
-export function isEventType(value: string): value is EventTypeName {
-  return (EVENT_TYPES as readonly string[]).includes(value);
-}
 
 /** One event as subscribers receive it: the org it belongs to, its type, when, and its data. */
 export interface WebhookEvent {

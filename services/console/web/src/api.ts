@@ -23,6 +23,12 @@ import type {
   RemoteSource as RemoteSourceShape,
   RemoteSourceJson,
 } from "../../../../gen/warroom/remotesource/v1/remotesource_pb";
+import type {
+  Delivery as DeliveryShape,
+  DeliveryJson,
+  Subscription as SubscriptionShape,
+  SubscriptionJson,
+} from "../../../../gen/warroom/subscriptions/v1/subscriptions_pb";
 
 // The console speaks the same public REST API as every other client: JSON over fetch, with the
 // session token from login as `Authorization: Bearer`. The token lives in sessionStorage: it is
@@ -171,6 +177,8 @@ export type ConformanceReport = Rest<ConformanceReportShape, ConformanceReportJs
 export type MaintenanceWindow = Rest<MaintenanceWindowShape, MaintenanceWindowJson>;
 export type Member = Rest<MemberShape, MemberJson>;
 export type ApiKey = Rest<ApiKeyShape, ApiKeyJson>;
+export type Subscription = Rest<SubscriptionShape, SubscriptionJson>;
+export type Delivery = Rest<DeliveryShape, DeliveryJson>;
 
 /** The source badges an incident can carry, and the severities a person may set. */
 export { SEVERITIES, SOURCE_BADGES } from "../../../incidents/vocabulary";
