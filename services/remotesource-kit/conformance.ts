@@ -104,6 +104,39 @@ interface Recorded {
   outcome: CallOutcome;
 }
 
+/** The verdicts so far: each check's result, and warnings that may come before or after it. */
+class Verdicts {
+  private readonly results = new Map<CheckName, CheckResult>();
+  private readonly warnings = new Map<CheckName, string[]>();
+
+  set(name: CheckName, ok: boolean, detail: string): void {
+    this.results.set(name, { name, ok, detail, ...(ok ? {} : { rule: RULES[name] }), warnings: this.warnings.get(name) ?? [] });
+  }
+
+  /** A check that passes when it found no problems; the detail lists them, or says what passed. */
+  setFromProblems(name: CheckName, problems: string[], passed: string | (() => string)): void {
+    this.set(name, problems.length === 0, problems.length > 0 ? problems.join("; ") : typeof passed === "string" ? passed : passed());
+  }
+
+  warn(name: CheckName, text: string): void {
+    const list = this.warnings.get(name) ?? [];
+    list.push(text);
+    this.warnings.set(name, list);
+    const existing = this.results.get(name);
+    if (existing) existing.warnings = list;
+  }
+
+  /** Every check in the order CHECKS names them; one never reached is "not run". */
+  all(): CheckResult[] {
+    return Object.values(CHECKS).map(
+      (name) => this.results.get(name) ?? { name, ok: false, detail: "not run", rule: RULES[name], warnings: this.warnings.get(name) ?? [] },
+    );
+  }
+}
+
+/** A call to the source within the check's total budget, recorded for the credential and size checks. */
+type Call = (name: ProtocolCall, request: Message, label: string, present?: Presenting) => Promise<CallOutcome>;
+
 /**
  * Runs every named check of the conformance check against the source, within the total budget;
  * answers each check's verdict, detail, rule and warnings.
@@ -111,275 +144,295 @@ interface Recorded {
 export async function runConformanceCheck(client: SourceClient, options: ConformanceOptions = {}): Promise<ConformanceResult> {
   const now = options.now ?? Date.now;
   const deadline = now() + (options.totalBudgetMs ?? 12_000);
-  const expr = options.expr ?? "up";
-  const query = options.query ?? "";
-  const tenant = { ref: client.connection.tenantRef };
   const recorded: Recorded[] = [];
-  const results = new Map<CheckName, CheckResult>();
-  const warnings = new Map<CheckName, string[]>();
-  const set = (name: CheckName, ok: boolean, detail: string) =>
-    results.set(name, { name, ok, detail, ...(ok ? {} : { rule: RULES[name] }), warnings: warnings.get(name) ?? [] });
-  const warn = (name: CheckName, text: string) => {
-    const list = warnings.get(name) ?? [];
-    list.push(text);
-    warnings.set(name, list);
-    const existing = results.get(name);
-    if (existing) existing.warnings = list;
-  };
+  const verdicts = new Verdicts();
 
-  async function call(name: ProtocolCall, request: Message, label: string, present: Presenting = "connection"): Promise<CallOutcome> {
+  const call: Call = async (name, request, label, present = "connection") => {
     const remaining = deadline - now();
     let outcome: CallOutcome;
     if (remaining <= 0) outcome = { ok: false, failure: { kind: "timeout", message: "the conformance check ran out of time before this call" } };
     else outcome = await client.call(name, request, { present, budgetMs: Math.min(READ_BUDGET_MS, remaining) });
     recorded.push({ call: label, present, outcome });
     return outcome;
-  }
+  };
 
   // Phase 1: what needs nothing else.
   const [capabilitiesOutcome, healthOutcome, probes] = await Promise.all([
     call("capabilities", create(CapabilitiesRequestSchema), "capabilities"),
     call("health", create(HealthRequestSchema), "health"),
-    Promise.all([
-      call("health", create(HealthRequestSchema), "health without a credential", "none"),
-      call("health", create(HealthRequestSchema), "health with an empty bearer token", { bearerToken: "" }),
-      call("health", create(HealthRequestSchema), "health with a wrong bearer token", { bearerToken: `wrong-${randomBytes(16).toString("hex")}` }),
-    ]),
+    Promise.all(
+      HEALTH_PROBES.map((probe) =>
+        call(
+          "health",
+          create(HealthRequestSchema),
+          `health ${probe.label}`,
+          probe.present === "wrong" ? { bearerToken: `wrong-${randomBytes(16).toString("hex")}` } : probe.present,
+        ),
+      ),
+    ),
   ]);
+  judgeHealth(verdicts, healthOutcome);
+  judgeHealthFailsClosed(verdicts, probes, Boolean(client.connection.credentials.clientCertPem));
+  const { capabilities, notRun } = judgeCapabilities(verdicts, capabilitiesOutcome);
 
-  // health
-  if (healthOutcome.ok) {
-    // The spec states the answer's shape, not that a source reporting itself down breaks the
-    // protocol: `ok: false` is reported, and warns.
-    const health = healthOutcome.message as HealthResponse;
-    if (!health.ok) warn(CHECKS.health, `the source reports itself unhealthy: ok: false${health.detail ? ` (${health.detail})` : ""}`);
-    set(CHECKS.health, true, health.ok ? "health answered ok: true" : `health answered ok: false${health.detail ? ` (${health.detail})` : ""}`);
+  if (!capabilities || notRun) {
+    const reason = notRun ?? "not run";
+    for (const name of [CHECKS.windows, CHECKS.advertised, CHECKS.unadvertised, CHECKS.metrics, CHECKS.logs, CHECKS.shapes]) verdicts.set(name, false, reason);
   } else {
-    set(CHECKS.health, false, `health did not answer: ${describe(healthOutcome.failure)}`);
+    // Phase 2: invoke everything advertised, one unadvertised name, and the canonical calls.
+    await runOperationChecks(verdicts, call, capabilities, {
+      expr: options.expr ?? "up",
+      query: options.query ?? "",
+      tenant: { ref: client.connection.tenantRef },
+      now,
+    });
   }
+  judgeCredentials(verdicts, recorded);
+  judgeSize(verdicts, recorded);
 
-  // health fails closed
-  const usesCertificate = Boolean(client.connection.credentials.clientCertPem);
+  const checks = verdicts.all();
+  const protocolVersion = capabilitiesOutcome.ok ? (capabilitiesOutcome.message as CapabilitiesResponse).protocolVersion : "";
+  return { ok: checks.every((c) => c.ok), protocolVersion, checks };
+}
+
+/** The probes that health must refuse: no credential, an empty bearer token, a wrong one. */
+const HEALTH_PROBES: Array<{ label: string; present: Presenting | "wrong" }> = [
+  { label: "without a credential", present: "none" },
+  { label: "with an empty bearer token", present: { bearerToken: "" } },
+  { label: "with a wrong bearer token", present: "wrong" },
+];
+
+function judgeHealth(verdicts: Verdicts, outcome: CallOutcome): void {
+  if (!outcome.ok) {
+    verdicts.set(CHECKS.health, false, `health did not answer: ${describe(outcome.failure)}`);
+    return;
+  }
+  // The spec states the answer's shape, not that a source reporting itself down breaks the
+  // protocol: `ok: false` is reported, and warns.
+  const health = outcome.message as HealthResponse;
+  const detail = health.detail ? ` (${health.detail})` : "";
+  if (!health.ok) verdicts.warn(CHECKS.health, `the source reports itself unhealthy: ok: false${detail}`);
+  verdicts.set(CHECKS.health, true, health.ok ? "health answered ok: true" : `health answered ok: false${detail}`);
+}
+
+function judgeHealthFailsClosed(verdicts: Verdicts, probes: CallOutcome[], usesCertificate: boolean): void {
   const openings: string[] = [];
   const refusals: string[] = [];
-  const probeLabels = ["without a credential", "with an empty bearer token", "with a wrong bearer token"];
   probes.forEach((outcome, i) => {
-    const label = probeLabels[i]!;
+    const label = HEALTH_PROBES[i]!.label;
     if (outcome.ok) openings.push(`health answered ${label}`);
     else if (outcome.failure.kind === "credentials-rejected") refusals.push(`${label}: ${outcome.failure.message}`);
     else if (usesCertificate && (outcome.failure.kind === "unreachable" || outcome.failure.kind === "invalid-response"))
       refusals.push(`${label}: refused at the TLS handshake`);
     else openings.push(`health ${label} did not answer 401/403 or UNAUTHENTICATED/PERMISSION_DENIED (${describe(outcome.failure)})`);
   });
-  set(CHECKS.healthFailsClosed, openings.length === 0, openings.length === 0 ? `refused ${refusals.join("; ")}` : openings.join("; "));
+  verdicts.set(CHECKS.healthFailsClosed, openings.length === 0, openings.length === 0 ? `refused ${refusals.join("; ")}` : openings.join("; "));
+}
 
-  // capabilities and protocol version
-  let capabilities: CapabilitiesResponse | undefined;
-  if (!capabilitiesOutcome.ok) {
-    set(CHECKS.capabilities, false, `capabilities did not answer: ${describe(capabilitiesOutcome.failure)}`);
-  } else {
-    capabilities = capabilitiesOutcome.message as CapabilitiesResponse;
-    const problems = capabilitiesProblems(capabilities);
-    for (const w of capabilitiesWarnings(capabilities)) warn(CHECKS.capabilities, w);
-    set(CHECKS.capabilities, problems.length === 0, problems.length === 0 ? describeCapabilities(capabilities) : problems.join("; "));
-    if (problems.length > 0) capabilities = undefined;
+/**
+ * The capabilities and protocol-version checks; answers the capabilities when they are usable,
+ * and why the operation checks do not run otherwise.
+ */
+function judgeCapabilities(verdicts: Verdicts, outcome: CallOutcome): { capabilities?: CapabilitiesResponse; notRun?: string } {
+  if (!outcome.ok) {
+    verdicts.set(CHECKS.capabilities, false, `capabilities did not answer: ${describe(outcome.failure)}`);
+    verdicts.set(CHECKS.protocolVersion, false, "not run: capabilities did not answer");
+    return { notRun: "not run: capabilities did not give a usable answer" };
   }
-  let notRun: string | undefined = capabilities ? undefined : "not run: capabilities did not give a usable answer";
-  if (capabilitiesOutcome.ok) {
-    const reported = (capabilitiesOutcome.message as CapabilitiesResponse).protocolVersion;
-    const major = reported.split(".")[0];
-    if (major === PROTOCOL_VERSION) {
-      set(CHECKS.protocolVersion, true, `the source speaks protocol version ${reported}`);
-    } else {
-      set(
-        CHECKS.protocolVersion,
-        false,
-        reported
-          ? `the source reports protocol version "${reported}"; this service speaks version ${PROTOCOL_VERSION} only, so the source is refused. Serve version ${PROTOCOL_VERSION}, or upgrade the service to one that speaks ${reported}.`
-          : `the source reports no protocol version; this service speaks version ${PROTOCOL_VERSION}`,
-      );
-      notRun = `not run: protocol version "${reported}" is not ${PROTOCOL_VERSION}`;
-    }
-  } else {
-    set(CHECKS.protocolVersion, false, "not run: capabilities did not answer");
-  }
+  const answered = outcome.message as CapabilitiesResponse;
+  const problems = capabilitiesProblems(answered);
+  for (const w of capabilitiesWarnings(answered)) verdicts.warn(CHECKS.capabilities, w);
+  verdicts.setFromProblems(CHECKS.capabilities, problems, () => describeCapabilities(answered));
+  let notRun = problems.length === 0 ? undefined : "not run: capabilities did not give a usable answer";
 
-  const shaped: Array<{ call: string; result: RawResult }> = [];
-  const keep = (label: string, outcome: CallOutcome) => {
-    if (outcome.ok) shaped.push({ call: label, result: outcome.message as RawResult });
+  const reported = answered.protocolVersion;
+  if (reported.split(".")[0] === PROTOCOL_VERSION) {
+    verdicts.set(CHECKS.protocolVersion, true, `the source speaks protocol version ${reported}`);
+  } else {
+    verdicts.set(
+      CHECKS.protocolVersion,
+      false,
+      reported
+        ? `the source reports protocol version "${reported}"; this service speaks version ${PROTOCOL_VERSION} only, so the source is refused. Serve version ${PROTOCOL_VERSION}, or upgrade the service to one that speaks ${reported}.`
+        : `the source reports no protocol version; this service speaks version ${PROTOCOL_VERSION}`,
+    );
+    notRun = `not run: protocol version "${reported}" is not ${PROTOCOL_VERSION}`;
+  }
+  return problems.length === 0 ? { capabilities: answered, ...(notRun ? { notRun } : {}) } : { notRun: notRun! };
+}
+
+/** Phase 2: the window, advertised, unadvertised, canonical-call and shape checks. */
+async function runOperationChecks(
+  verdicts: Verdicts,
+  call: Call,
+  capabilities: CapabilitiesResponse,
+  probe: { expr: string; query: string; tenant: { ref: string }; now: () => number },
+): Promise<void> {
+  const { operations, kinds } = capabilities;
+  const { expr, query, tenant } = probe;
+
+  // windowed operations declare a window
+  for (const w of operations.flatMap(windowWarningsOf)) verdicts.warn(CHECKS.windows, w);
+  const windowed = operations.filter(isWindowed);
+  verdicts.setFromProblems(
+    CHECKS.windows,
+    operations.flatMap(windowProblemsOf),
+    windowed.length === 0 ? "no windowed operations" : () => `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
+  );
+
+  const startMs = probe.now() - PROBE_WINDOW_MS;
+  const endMs = probe.now();
+  const unadvertisedName = `conformance-check-unadvertised-${randomBytes(6).toString("hex")}`;
+  const window = { fromMs: BigInt(Math.floor(startMs)), toMs: BigInt(Math.floor(endMs)) };
+  const invokeOne = async (operation: OperationDescriptor) => {
+    const params = probeParams(operation, startMs, endMs);
+    const outcome = await call("invoke", create(InvokeRequestSchema, { operation: operation.operation, params, tenant }), `invoke ${operation.operation}`);
+    return { operation: operation.operation, outcome };
   };
+  const [invoked, unadvertised, metricsCalls, logsCalls] = await Promise.all([
+    mapBounded(operations, INVOKE_CONCURRENCY, invokeOne),
+    call("invoke", create(InvokeRequestSchema, { operation: unadvertisedName, params: {}, tenant }), `invoke ${unadvertisedName}`),
+    kinds.includes("metrics")
+      ? Promise.all([
+          call("metrics/list", create(MetricsListRequestSchema, { tenant }), "metrics/list"),
+          call("metrics/range", create(MetricsRangeRequestSchema, { expr, window, tenant }), "metrics/range"),
+        ])
+      : undefined,
+    kinds.includes("logs")
+      ? Promise.all([
+          call("logs/streams", create(LogsStreamsRequestSchema, { tenant }), "logs/streams"),
+          call("logs/range", create(LogsRangeRequestSchema, { query, window, limit: 100, tenant }), "logs/range"),
+        ])
+      : undefined,
+  ]);
 
-  /** A check that passes when it found no problems; the detail lists them, or says what passed. */
-  const setFromProblems = (name: CheckName, problems: string[], passed: string | (() => string)) =>
-    set(name, problems.length === 0, problems.length > 0 ? problems.join("; ") : typeof passed === "string" ? passed : passed());
+  // advertised operations
+  const badInvokes = invoked.flatMap(({ operation, outcome }) => {
+    const problem = answerProblem(outcome, { acceptTypedErrors: true });
+    return problem ? [`${operation}: ${problem}`] : [];
+  });
+  verdicts.setFromProblems(
+    CHECKS.advertised,
+    badInvokes,
+    operations.length === 0 ? "no operations advertised" : () => `${operations.length} advertised operation(s) answered or refused with a typed error`,
+  );
+  judgeUnadvertised(verdicts, unadvertisedName, unadvertised);
+  judgeCanonical(verdicts, "metrics", metricsCalls, ["metrics/list", "metrics/range"], `expression ${JSON.stringify(expr)}`);
+  judgeCanonical(verdicts, "logs", logsCalls, ["logs/streams", "logs/range"], `query ${JSON.stringify(query)}`);
 
-  if (!capabilities || notRun) {
-    const reason = notRun ?? "not run";
-    for (const name of [CHECKS.windows, CHECKS.advertised, CHECKS.unadvertised, CHECKS.metrics, CHECKS.logs, CHECKS.shapes]) set(name, false, reason);
-  } else {
-    const operations = capabilities.operations;
-    const kinds = capabilities.kinds;
+  const shaped = [
+    ...invoked.map(({ operation, outcome }) => ({ call: `invoke ${operation}`, outcome })),
+    ...(metricsCalls ?? []).map((outcome, i) => ({ call: i === 0 ? "metrics/list" : "metrics/range", outcome })),
+    ...(logsCalls ?? []).map((outcome, i) => ({ call: i === 0 ? "logs/streams" : "logs/range", outcome })),
+  ].flatMap(({ call: label, outcome }) => (outcome.ok ? [{ call: label, result: outcome.message as RawResult }] : []));
+  judgeShapes(verdicts, shaped);
+}
 
-    // windowed operations declare a window
-    const windowProblems = operations.flatMap(windowProblemsOf);
-    for (const w of operations.flatMap(windowWarningsOf)) warn(CHECKS.windows, w);
-    const windowed = operations.filter(isWindowed);
-    setFromProblems(
-      CHECKS.windows,
-      windowProblems,
-      windowed.length === 0 ? "no windowed operations" : () => `${windowed.map((o) => o.operation).join(", ")} declare applicable windows`,
-    );
-
-    // Phase 2: invoke everything advertised, one unadvertised name, and the canonical calls.
-    const startMs = now() - PROBE_WINDOW_MS;
-    const endMs = now();
-    const unadvertisedName = `conformance-check-unadvertised-${randomBytes(6).toString("hex")}`;
-    const window = { fromMs: BigInt(Math.floor(startMs)), toMs: BigInt(Math.floor(endMs)) };
-
-    const invokeOne = async (operation: OperationDescriptor) => {
-      const params = probeParams(operation, startMs, endMs);
-      const outcome = await call("invoke", create(InvokeRequestSchema, { operation: operation.operation, params, tenant }), `invoke ${operation.operation}`);
-      keep(`invoke ${operation.operation}`, outcome);
-      return { operation: operation.operation, outcome };
-    };
-    const [invoked, unadvertised, metricsCalls, logsCalls] = await Promise.all([
-      mapBounded(operations, INVOKE_CONCURRENCY, invokeOne),
-      call("invoke", create(InvokeRequestSchema, { operation: unadvertisedName, params: {}, tenant }), `invoke ${unadvertisedName}`),
-      kinds.includes("metrics")
-        ? Promise.all([
-            call("metrics/list", create(MetricsListRequestSchema, { tenant }), "metrics/list"),
-            call("metrics/range", create(MetricsRangeRequestSchema, { expr, window, tenant }), "metrics/range"),
-          ])
-        : undefined,
-      kinds.includes("logs")
-        ? Promise.all([
-            call("logs/streams", create(LogsStreamsRequestSchema, { tenant }), "logs/streams"),
-            call("logs/range", create(LogsRangeRequestSchema, { query, window, limit: 100, tenant }), "logs/range"),
-          ])
-        : undefined,
-    ]);
-
-    // advertised operations
-    const badInvokes = invoked.flatMap(({ operation, outcome }) => {
-      const problem = answerProblem(outcome, { acceptTypedErrors: true });
-      return problem ? [`${operation}: ${problem}`] : [];
-    });
-    setFromProblems(
-      CHECKS.advertised,
-      badInvokes,
-      operations.length === 0 ? "no operations advertised" : () => `${operations.length} advertised operation(s) answered or refused with a typed error`,
-    );
-
-    // unadvertised operation refused
-    if (unadvertised.ok) {
-      set(CHECKS.unadvertised, false, `invoke accepted ${unadvertisedName}, which capabilities does not list; it must answer 404 (gRPC NOT_FOUND)`);
-    } else {
-      const f = unadvertised.failure;
-      const refused = f.kind === "not-found" && (f.status === 404 || f.grpcCode === "NOT_FOUND");
-      set(
-        CHECKS.unadvertised,
-        refused,
-        refused
-          ? `an unadvertised operation was refused (${f.message})`
-          : `an unadvertised operation must be refused with 404 (gRPC NOT_FOUND), not ${describe(f)}`,
-      );
-    }
-
-    // canonical calls of each declared kind
-    const canonical = (kind: "metrics" | "logs", calls: CallOutcome[] | undefined, names: [string, string], probe: string) => {
-      if (!calls) return set(kind === "metrics" ? CHECKS.metrics : CHECKS.logs, true, `kind ${kind} not declared`);
-      const problems: string[] = [];
-      calls.forEach((outcome, i) => {
-        keep(names[i]!, outcome);
-        // The range probe uses an expression the source may not know: a typed 400 still answers.
-        const problem = answerProblem(outcome, { acceptTypedErrors: false, acceptInvalidArgument: i === 1 });
-        if (problem) problems.push(`${names[i]}: ${problem}`);
-      });
-      const note = calls[1] && !calls[1].ok ? ` (${names[1]} refused the probe ${probe}: ${calls[1].failure.message})` : "";
-      set(
-        kind === "metrics" ? CHECKS.metrics : CHECKS.logs,
-        problems.length === 0,
-        problems.length > 0 ? problems.join("; ") : `${names.join(" and ")} answered${note}`,
-      );
-    };
-    canonical("metrics", metricsCalls, ["metrics/list", "metrics/range"], `expression ${JSON.stringify(expr)}`);
-    canonical("logs", logsCalls, ["logs/streams", "logs/range"], `query ${JSON.stringify(query)}`);
-
-    // series and entries ordered and typed
-    const shapeProblems: string[] = [];
-    let seriesCount = 0;
-    let entryCount = 0;
-    for (const { call: label, result } of shaped) {
-      seriesCount += result.series.length;
-      entryCount += result.entries.length;
-      const s = seriesProblem(result.series);
-      if (s) shapeProblems.push(`${label}: ${s}`);
-      const e = entriesProblem(result.entries);
-      if (e) shapeProblems.push(`${label}: ${e}`);
-    }
-    set(
-      CHECKS.shapes,
-      shapeProblems.length === 0,
-      shapeProblems.length > 0
-        ? shapeProblems.join("; ")
-        : seriesCount + entryCount === 0
-          ? "no series or entries were returned (the raw payload is used then)"
-          : `${seriesCount} series and ${entryCount} entries sorted ascending, ISO 8601 times, finite values`,
-    );
+function judgeUnadvertised(verdicts: Verdicts, name: string, outcome: CallOutcome): void {
+  if (outcome.ok) {
+    verdicts.set(CHECKS.unadvertised, false, `invoke accepted ${name}, which capabilities does not list; it must answer 404 (gRPC NOT_FOUND)`);
+    return;
   }
+  const f = outcome.failure;
+  const refused = f.kind === "not-found" && (f.status === 404 || f.grpcCode === "NOT_FOUND");
+  verdicts.set(
+    CHECKS.unadvertised,
+    refused,
+    refused
+      ? `an unadvertised operation was refused (${f.message})`
+      : `an unadvertised operation must be refused with 404 (gRPC NOT_FOUND), not ${describe(f)}`,
+  );
+}
 
-  // credentials accepted, from every call made with the connection's credential. A call that never
-  // reached the source says nothing about the credential: with none answering, the check fails
-  // and says why, rather than passing what it could not see.
+/** The canonical calls of a declared kind: a list and a range call, both answering. */
+function judgeCanonical(verdicts: Verdicts, kind: "metrics" | "logs", calls: CallOutcome[] | undefined, names: [string, string], probe: string): void {
+  const check = kind === "metrics" ? CHECKS.metrics : CHECKS.logs;
+  if (!calls) {
+    verdicts.set(check, true, `kind ${kind} not declared`);
+    return;
+  }
+  const problems: string[] = [];
+  calls.forEach((outcome, i) => {
+    // The range probe uses an expression the source may not know: a typed 400 still answers.
+    const problem = answerProblem(outcome, { acceptTypedErrors: false, acceptInvalidArgument: i === 1 });
+    if (problem) problems.push(`${names[i]}: ${problem}`);
+  });
+  const note = calls[1] && !calls[1].ok ? ` (${names[1]} refused the probe ${probe}: ${calls[1].failure.message})` : "";
+  verdicts.setFromProblems(check, problems, `${names.join(" and ")} answered${note}`);
+}
+
+/** Series and entries ordered and typed, over every answer that carried a result. */
+function judgeShapes(verdicts: Verdicts, shaped: Array<{ call: string; result: RawResult }>): void {
+  const problems: string[] = [];
+  let seriesCount = 0;
+  let entryCount = 0;
+  for (const { call: label, result } of shaped) {
+    seriesCount += result.series.length;
+    entryCount += result.entries.length;
+    const s = seriesProblem(result.series);
+    if (s) problems.push(`${label}: ${s}`);
+    const e = entriesProblem(result.entries);
+    if (e) problems.push(`${label}: ${e}`);
+  }
+  verdicts.setFromProblems(
+    CHECKS.shapes,
+    problems,
+    seriesCount + entryCount === 0
+      ? "no series or entries were returned (the raw payload is used then)"
+      : `${seriesCount} series and ${entryCount} entries sorted ascending, ISO 8601 times, finite values`,
+  );
+}
+
+/**
+ * Credentials accepted, from every call made with the connection's credential. A call that never
+ * reached the source says nothing about the credential: with none answering, the check fails and
+ * says why, rather than passing what it could not see.
+ */
+function judgeCredentials(verdicts: Verdicts, recorded: Recorded[]): void {
   const withCredential = recorded.filter((r) => r.present === "connection");
   const rejected = withCredential.filter((r) => !r.outcome.ok && r.outcome.failure.kind === "credentials-rejected");
-  const unreached = recorded.filter((r) => !r.outcome.ok && NOT_REACHED.has(r.outcome.failure.kind));
   const reachedWithCredential = withCredential.filter((r) => r.outcome.ok || !NOT_REACHED.has(r.outcome.failure.kind));
   if (rejected.length > 0) {
-    set(
+    verdicts.set(
       CHECKS.credentials,
       false,
       `credentials rejected: ${rejected.map((r) => `${r.call} answered ${(r.outcome as { failure: CallFailure }).failure.message}`).join("; ")}`,
     );
   } else if (reachedWithCredential.length === 0) {
-    set(CHECKS.credentials, false, `not checked: no call with the connection's credential reached the source (${unreachedReason(unreached)})`);
+    verdicts.set(CHECKS.credentials, false, `not checked: no call with the connection's credential reached the source (${unreachedReason(recorded)})`);
   } else {
-    set(CHECKS.credentials, true, "the connection's credential was accepted");
+    verdicts.set(CHECKS.credentials, true, "the connection's credential was accepted");
   }
+}
 
-  // responses within 4 MiB: the spec says what the service does with a larger answer (cuts it to a
-  // partial result), not that a source giving one breaks the protocol, so this only warns.
+/**
+ * Responses within 4 MiB: the spec says what the service does with a larger answer (cuts it to a
+ * partial result), not that a source giving one breaks the protocol, so this only warns.
+ */
+function judgeSize(verdicts: Verdicts, recorded: Recorded[]): void {
   const tooLarge = recorded.filter(
     (r) => (!r.outcome.ok && r.outcome.failure.kind === "too-large") || (r.outcome.ok && (r.outcome.message as RawResult).error === "response too large"),
   );
-  if (tooLarge.length > 0) {
-    warn(
-      CHECKS.size,
-      `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes; such reads are cut to a partial result`,
-    );
-  }
+  const overLimit = `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes`;
+  if (tooLarge.length > 0) verdicts.warn(CHECKS.size, `${overLimit}; such reads are cut to a partial result`);
   const reachedAny = recorded.some((r) => r.outcome.ok || !NOT_REACHED.has(r.outcome.failure.kind));
-  if (!reachedAny) set(CHECKS.size, false, `not checked: no call reached the source (${unreachedReason(unreached)})`);
-  else
-    set(
-      CHECKS.size,
-      true,
-      tooLarge.length === 0
-        ? `every answer was within ${MAX_RESPONSE_BYTES} bytes`
-        : `response too large: ${tooLarge.map((r) => r.call).join(", ")} answered more than ${MAX_RESPONSE_BYTES} bytes (reads are cut to a partial result)`,
-    );
-
-  const order = Object.values(CHECKS);
-  const checks = order.map((name) => results.get(name) ?? { name, ok: false, detail: "not run", rule: RULES[name], warnings: warnings.get(name) ?? [] });
-  const protocolVersion = capabilitiesOutcome.ok ? (capabilitiesOutcome.message as CapabilitiesResponse).protocolVersion : "";
-  return { ok: checks.every((c) => c.ok), protocolVersion, checks };
+  if (!reachedAny) {
+    verdicts.set(CHECKS.size, false, `not checked: no call reached the source (${unreachedReason(recorded)})`);
+    return;
+  }
+  verdicts.set(
+    CHECKS.size,
+    true,
+    tooLarge.length === 0 ? `every answer was within ${MAX_RESPONSE_BYTES} bytes` : `${overLimit} (reads are cut to a partial result)`,
+  );
 }
 
 /** Failures of a call that never got an answer from the source. */
 const NOT_REACHED = new Set<CallFailure["kind"]>(["unreachable", "timeout", "refused-address"]);
 
 /** Why calls did not reach the source, each distinct reason once. */
-function unreachedReason(unreached: Recorded[]): string {
+function unreachedReason(recorded: Recorded[]): string {
+  const unreached = recorded.filter((r) => !r.outcome.ok && NOT_REACHED.has(r.outcome.failure.kind));
   const reasons = [...new Set(unreached.map((r) => describe((r.outcome as { failure: CallFailure }).failure)))];
   return reasons.length > 0 ? reasons.join("; ") : "no call was made";
 }
