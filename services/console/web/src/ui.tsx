@@ -108,6 +108,34 @@ export function PageHeading(props: { children: ComponentChildren; title: string 
 }
 
 /** An error message announced to screen readers, or nothing when there is none. */
+/**
+ * A list page's table: a caption for screen readers (or the heading it is labelled by), a heading
+ * per column, and the rows. `actions` adds a last column for the row's buttons, named for screen
+ * readers only.
+ */
+export function ListTable(props: { class: string; caption?: string; labelledBy?: string; columns: string[]; actions?: boolean; children: ComponentChildren }) {
+  return (
+    <table class={`list ${props.class}`} aria-labelledby={props.labelledBy}>
+      {props.caption ? <caption class="sr-only">{props.caption}</caption> : null}
+      <thead>
+        <tr>
+          {props.columns.map((column) => (
+            <th key={column} scope="col">
+              {column}
+            </th>
+          ))}
+          {props.actions ? (
+            <th scope="col">
+              <span class="sr-only">Actions</span>
+            </th>
+          ) : null}
+        </tr>
+      </thead>
+      <tbody>{props.children}</tbody>
+    </table>
+  );
+}
+
 export function ErrorNotice(props: { error: string }) {
   if (!props.error) return null;
   return (

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { type ApiKey, api, orgPath } from "../api";
-import { Ago, askConfirm, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow, ListTable } from "../ui";
 
 /**
  * The API keys page: the signed-in person's keys (every member's for admins and owners), a form to
@@ -50,39 +50,25 @@ export function ApiKeysPage() {
       ) : keys.length === 0 ? (
         <p class="empty">No API keys.</p>
       ) : (
-        <table class="list api-keys">
-          <caption class="sr-only">API keys, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Owner</th>
-              <th scope="col">Created</th>
-              <th scope="col">Last used</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
+        <ListTable class="api-keys" caption="API keys, newest first" columns={["Name", "Owner", "Created", "Last used"]} actions>
+          {keys.map((k) => (
+            <tr key={k.id} data-key={k.id}>
+              <td data-label="Name">{k.name}</td>
+              <td data-label="Owner">{k.email}</td>
+              <td data-label="Created">
+                <Ago at={k.createdAt} now={now} />
+              </td>
+              <td data-label="Last used">
+                <Ago at={k.lastUsedAt} now={now} />
+              </td>
+              <td data-label="Actions" class="row-actions">
+                <button type="button" class="danger" aria-label={`Revoke ${k.name} of ${k.email}`} disabled={revoke.busy} onClick={() => void remove(k)}>
+                  Revoke
+                </button>
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {keys.map((k) => (
-              <tr key={k.id} data-key={k.id}>
-                <td data-label="Name">{k.name}</td>
-                <td data-label="Owner">{k.email}</td>
-                <td data-label="Created">
-                  <Ago at={k.createdAt} now={now} />
-                </td>
-                <td data-label="Last used">
-                  <Ago at={k.lastUsedAt} now={now} />
-                </td>
-                <td data-label="Actions" class="row-actions">
-                  <button type="button" class="danger" aria-label={`Revoke ${k.name} of ${k.email}`} disabled={revoke.busy} onClick={() => void remove(k)}>
-                    Revoke
-                  </button>
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </ListTable>
       )}
 
       <form class="card" onSubmit={submit} aria-labelledby="key-heading">

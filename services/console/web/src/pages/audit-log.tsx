@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, orgPath } from "../api";
 import { exact } from "../format";
-import { ErrorNotice, PageHeading, useLoad } from "../ui";
+import { ErrorNotice, PageHeading, useLoad, ListTable } from "../ui";
 
 interface AuditEvent {
   kind: string;
@@ -62,33 +62,22 @@ export function AuditLogPage() {
       ) : events.length === 0 ? (
         <p class="empty">No audit events{applied.kind || applied.actor ? " match these filters" : ""}.</p>
       ) : (
-        <table class="list audit">
-          <caption class="sr-only">Audit events, newest first</caption>
-          <thead>
-            <tr>
-              <th scope="col">When</th>
-              <th scope="col">Kind</th>
-              <th scope="col">Actor</th>
-              <th scope="col">Details</th>
+        <ListTable class="audit" caption="Audit events, newest first" columns={["When", "Kind", "Actor", "Details"]}>
+          {events.map((e, i) => (
+            <tr key={`${e.at}-${i}`} data-kind={e.kind}>
+              <td data-label="When">
+                <time dateTime={e.at}>{exact(e.at)}</time>
+              </td>
+              <td data-label="Kind" class="mono">
+                {e.kind}
+              </td>
+              <td data-label="Actor">{e.actor}</td>
+              <td data-label="Details" class="mono audit-data">
+                {e.data && Object.keys(e.data).length ? JSON.stringify(e.data) : ""}
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {events.map((e, i) => (
-              <tr key={`${e.at}-${i}`} data-kind={e.kind}>
-                <td data-label="When">
-                  <time dateTime={e.at}>{exact(e.at)}</time>
-                </td>
-                <td data-label="Kind" class="mono">
-                  {e.kind}
-                </td>
-                <td data-label="Actor">{e.actor}</td>
-                <td data-label="Details" class="mono audit-data">
-                  {e.data && Object.keys(e.data).length ? JSON.stringify(e.data) : ""}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </ListTable>
       )}
       <nav class="actions" aria-label="Audit log pages">
         <button type="button" class="secondary" disabled={cursors.length <= 1} onClick={() => setCursors((c) => c.slice(0, -1))}>

@@ -1,6 +1,6 @@
 import { api, orgPath, type Heartbeat, type PingRecord } from "../api";
 import { seconds } from "../format";
-import { Ago, ErrorNotice, Snippet, useLoad, useNow } from "../ui";
+import { Ago, ErrorNotice, Snippet, useLoad, useNow, ListTable } from "../ui";
 import { heartbeatSnippets, JOB_PLACEHOLDER } from "./heartbeat-snippets";
 
 /** Run times of the pings that ended a run, oldest first, as bars scaled to the longest. */
@@ -71,39 +71,30 @@ export function HeartbeatHistory(props: { heartbeat: Heartbeat }) {
       {pings.length === 0 ? (
         <p class="empty">{history.loading ? "Loading…" : "No pings yet."}</p>
       ) : (
-        <table class="list pings">
-          <caption class="sr-only">{`Last ${pings.length} pings of ${props.heartbeat.name}`}</caption>
-          <thead>
-            <tr>
-              <th scope="col">When</th>
-              <th scope="col">Kind</th>
-              <th scope="col">Run time</th>
-              <th scope="col">Exit status</th>
-              <th scope="col">From</th>
-              <th scope="col">Body</th>
+        <ListTable
+          class="pings"
+          caption={`Last ${pings.length} pings of ${props.heartbeat.name}`}
+          columns={["When", "Kind", "Run time", "Exit status", "From", "Body"]}
+        >
+          {pings.map((p) => (
+            <tr key={`${p.at}-${p.kind}`} data-ping-kind={p.kind}>
+              <td data-label="When">
+                <Ago at={p.at} now={now} />
+              </td>
+              <td data-label="Kind">
+                <span class={`badge ping-${p.kind}`}>{p.kind}</span>
+              </td>
+              <td data-label="Run time">{p.runSeconds === null ? "—" : `${p1(p.runSeconds)} s`}</td>
+              <td data-label="Exit status">{p.exitStatus === null ? "—" : String(p.exitStatus)}</td>
+              <td data-label="From" class="mono">
+                {p.clientAddress || "—"}
+              </td>
+              <td data-label="Body">
+                <PingBody ping={p} />
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {pings.map((p) => (
-              <tr key={`${p.at}-${p.kind}`} data-ping-kind={p.kind}>
-                <td data-label="When">
-                  <Ago at={p.at} now={now} />
-                </td>
-                <td data-label="Kind">
-                  <span class={`badge ping-${p.kind}`}>{p.kind}</span>
-                </td>
-                <td data-label="Run time">{p.runSeconds === null ? "—" : `${p1(p.runSeconds)} s`}</td>
-                <td data-label="Exit status">{p.exitStatus === null ? "—" : String(p.exitStatus)}</td>
-                <td data-label="From" class="mono">
-                  {p.clientAddress || "—"}
-                </td>
-                <td data-label="Body">
-                  <PingBody ping={p} />
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </ListTable>
       )}
     </section>
   );

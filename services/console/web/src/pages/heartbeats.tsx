@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { api, orgPath, type Heartbeat } from "../api";
 import { exact, seconds } from "../format";
 import { Link } from "../router";
-import { Ago, askConfirm, ErrorNotice, PageHeading, Until, useAction, useLoad, useNow } from "../ui";
+import { Ago, askConfirm, ErrorNotice, PageHeading, Until, useAction, useLoad, useNow, ListTable } from "../ui";
 import { HeartbeatHistory, HeartbeatSnippets } from "./heartbeat-history";
 
 /** "1 h + 5 min", or for a schedule "30 2 * * * (Europe/Berlin) + 5 min", and "× 3 missed" when more misses are allowed. */
@@ -334,102 +334,87 @@ export function HeartbeatsPage(props: { org: string }) {
       ) : heartbeats.length === 0 ? (
         <p class="empty">No heartbeats registered yet.</p>
       ) : (
-        <table class="list heartbeats">
-          <caption class="sr-only">Registered heartbeats</caption>
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Interval + grace</th>
-              <th scope="col">Last seen</th>
-              <th scope="col">Due</th>
-              <th scope="col">Status</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
-            </tr>
-          </thead>
-          <tbody>
-            {heartbeats.map((heartbeat) =>
-              editing === heartbeat.name ? (
-                <tr key={heartbeat.name}>
+        <ListTable class="heartbeats" caption="Registered heartbeats" columns={["Name", "Interval + grace", "Last seen", "Due", "Status"]} actions>
+          {heartbeats.map((heartbeat) =>
+            editing === heartbeat.name ? (
+              <tr key={heartbeat.name}>
+                <td data-label="Name" class="mono">
+                  {heartbeat.name}
+                </td>
+                <td colSpan={5}>
+                  <EditRow
+                    heartbeat={heartbeat}
+                    onDone={(changed) => {
+                      setEditing("");
+                      if (changed) list.reload();
+                    }}
+                  />
+                </td>
+              </tr>
+            ) : (
+              [
+                <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
                   <td data-label="Name" class="mono">
                     {heartbeat.name}
                   </td>
-                  <td colSpan={5}>
-                    <EditRow
-                      heartbeat={heartbeat}
-                      onDone={(changed) => {
-                        setEditing("");
-                        if (changed) list.reload();
-                      }}
-                    />
+                  <td data-label="Interval + grace">
+                    {expectation(heartbeat)}
+                    {runLimits(heartbeat) ? <span class="hint run-limits">{`; ${runLimits(heartbeat)}`}</span> : null}
                   </td>
-                </tr>
-              ) : (
-                [
-                  <tr key={heartbeat.name} data-heartbeat={heartbeat.name}>
-                    <td data-label="Name" class="mono">
-                      {heartbeat.name}
+                  <td data-label="Last seen">
+                    <Ago at={heartbeat.lastSeenAt} now={now} />
+                  </td>
+                  <td data-label="Due">
+                    <Until at={heartbeat.dueAt} now={now} />
+                  </td>
+                  <td data-label="Status">
+                    <StatusCell heartbeat={heartbeat} org={props.org} now={now} />
+                  </td>
+                  <td data-label="Actions" class="row-actions">
+                    <button
+                      type="button"
+                      class="secondary"
+                      onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
+                      aria-expanded={showing === heartbeat.name}
+                      aria-label={`History of ${heartbeat.name}`}
+                    >
+                      History
+                    </button>
+                    <button
+                      type="button"
+                      class="secondary"
+                      onClick={() => setSetup(setup === heartbeat.name ? "" : heartbeat.name)}
+                      aria-expanded={setup === heartbeat.name}
+                      aria-label={`Setup of ${heartbeat.name}`}
+                    >
+                      Setup
+                    </button>
+                    <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
+                      Edit
+                    </button>
+                    <button type="button" class="danger" onClick={() => remove(heartbeat)} disabled={rowAction.busy} aria-label={`Delete ${heartbeat.name}`}>
+                      Delete
+                    </button>
+                  </td>
+                </tr>,
+                showing === heartbeat.name ? (
+                  <tr key={`${heartbeat.name}-history`} class="history-row">
+                    <td colSpan={6}>
+                      <HeartbeatHistory heartbeat={heartbeat} />
                     </td>
-                    <td data-label="Interval + grace">
-                      {expectation(heartbeat)}
-                      {runLimits(heartbeat) ? <span class="hint run-limits">{`; ${runLimits(heartbeat)}`}</span> : null}
+                  </tr>
+                ) : null,
+                setup === heartbeat.name ? (
+                  <tr key={`${heartbeat.name}-setup`} class="history-row">
+                    <td colSpan={6}>
+                      <HeartbeatSnippets heartbeat={heartbeat} />
                     </td>
-                    <td data-label="Last seen">
-                      <Ago at={heartbeat.lastSeenAt} now={now} />
-                    </td>
-                    <td data-label="Due">
-                      <Until at={heartbeat.dueAt} now={now} />
-                    </td>
-                    <td data-label="Status">
-                      <StatusCell heartbeat={heartbeat} org={props.org} now={now} />
-                    </td>
-                    <td data-label="Actions" class="row-actions">
-                      <button
-                        type="button"
-                        class="secondary"
-                        onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
-                        aria-expanded={showing === heartbeat.name}
-                        aria-label={`History of ${heartbeat.name}`}
-                      >
-                        History
-                      </button>
-                      <button
-                        type="button"
-                        class="secondary"
-                        onClick={() => setSetup(setup === heartbeat.name ? "" : heartbeat.name)}
-                        aria-expanded={setup === heartbeat.name}
-                        aria-label={`Setup of ${heartbeat.name}`}
-                      >
-                        Setup
-                      </button>
-                      <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
-                        Edit
-                      </button>
-                      <button type="button" class="danger" onClick={() => remove(heartbeat)} disabled={rowAction.busy} aria-label={`Delete ${heartbeat.name}`}>
-                        Delete
-                      </button>
-                    </td>
-                  </tr>,
-                  showing === heartbeat.name ? (
-                    <tr key={`${heartbeat.name}-history`} class="history-row">
-                      <td colSpan={6}>
-                        <HeartbeatHistory heartbeat={heartbeat} />
-                      </td>
-                    </tr>
-                  ) : null,
-                  setup === heartbeat.name ? (
-                    <tr key={`${heartbeat.name}-setup`} class="history-row">
-                      <td colSpan={6}>
-                        <HeartbeatSnippets heartbeat={heartbeat} />
-                      </td>
-                    </tr>
-                  ) : null,
-                ]
-              ),
-            )}
-          </tbody>
-        </table>
+                  </tr>
+                ) : null,
+              ]
+            ),
+          )}
+        </ListTable>
       )}
 
       <form class="card" onSubmit={submit} aria-labelledby="register-heading">

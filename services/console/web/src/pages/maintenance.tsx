@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, orgPath, SOURCE_BADGES, type Entity, type MaintenanceWindow } from "../api";
 import { exact, toLocalInput, until } from "../format";
-import { askConfirm, ErrorNotice, type Loaded, PageHeading, useAction, useLoad, useNow } from "../ui";
+import { askConfirm, ErrorNotice, type Loaded, PageHeading, useAction, useLoad, useNow, ListTable } from "../ui";
 
 function phase(mw: MaintenanceWindow, now: number): "upcoming" | "active" | "ended" {
   if (Date.parse(mw.endsAt ?? "") <= now) return "ended";
@@ -44,51 +44,38 @@ function WindowTable(props: {
   if (props.list.loading && !props.list.data) return <p class="muted">Loading…</p>;
   if (windows.length === 0) return <p class="empty">{props.empty}</p>;
   return (
-    <table class="list windows" aria-labelledby={props.labelledBy}>
-      <thead>
-        <tr>
-          <th scope="col">Reason</th>
-          <th scope="col">When</th>
-          <th scope="col">Covers</th>
-          <th scope="col">Status</th>
-          <th scope="col">
-            <span class="sr-only">Actions</span>
-          </th>
-        </tr>
-      </thead>
-      <tbody>
-        {windows.map((w) => {
-          // The service's clock decides what is past; the page's clock only ticks the others on.
-          const p = props.past ? "ended" : phase(w, props.now);
-          const verb = p === "active" ? "End now" : p === "upcoming" ? "Cancel" : "Remove";
-          return (
-            <tr key={w.id} data-window={w.id}>
-              <td data-label="Reason">{w.reason || <span class="muted">no reason given</span>}</td>
-              <td data-label="When">
-                <time dateTime={w.startsAt ?? undefined}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt ?? undefined}>{exact(w.endsAt)}</time>
-              </td>
-              <td data-label="Covers">{matchText(w)}</td>
-              <td data-label="Status">
-                <span class={`badge mw-${p}`}>
-                  {p === "active" ? `active, ends ${until(w.endsAt, props.now)}` : p === "upcoming" ? `starts ${until(w.startsAt, props.now)}` : "ended"}
-                </span>
-              </td>
-              <td data-label="Actions" class="row-actions">
-                <button
-                  type="button"
-                  class={p === "active" ? "danger" : "secondary"}
-                  onClick={() => props.onAct(w, verb)}
-                  disabled={props.busy}
-                  aria-label={`${verb}: ${w.reason}`}
-                >
-                  {verb}
-                </button>
-              </td>
-            </tr>
-          );
-        })}
-      </tbody>
-    </table>
+    <ListTable class="windows" labelledBy={props.labelledBy} columns={["Reason", "When", "Covers", "Status"]} actions>
+      {windows.map((w) => {
+        // The service's clock decides what is past; the page's clock only ticks the others on.
+        const p = props.past ? "ended" : phase(w, props.now);
+        const verb = p === "active" ? "End now" : p === "upcoming" ? "Cancel" : "Remove";
+        return (
+          <tr key={w.id} data-window={w.id}>
+            <td data-label="Reason">{w.reason || <span class="muted">no reason given</span>}</td>
+            <td data-label="When">
+              <time dateTime={w.startsAt ?? undefined}>{exact(w.startsAt)}</time> – <time dateTime={w.endsAt ?? undefined}>{exact(w.endsAt)}</time>
+            </td>
+            <td data-label="Covers">{matchText(w)}</td>
+            <td data-label="Status">
+              <span class={`badge mw-${p}`}>
+                {p === "active" ? `active, ends ${until(w.endsAt, props.now)}` : p === "upcoming" ? `starts ${until(w.startsAt, props.now)}` : "ended"}
+              </span>
+            </td>
+            <td data-label="Actions" class="row-actions">
+              <button
+                type="button"
+                class={p === "active" ? "danger" : "secondary"}
+                onClick={() => props.onAct(w, verb)}
+                disabled={props.busy}
+                aria-label={`${verb}: ${w.reason}`}
+              >
+                {verb}
+              </button>
+            </td>
+          </tr>
+        );
+      })}
+    </ListTable>
   );
 }
 

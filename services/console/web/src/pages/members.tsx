@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, loadSession, type Member, orgPath } from "../api";
-import { askConfirm, ErrorNotice, PageHeading, useAction, useLoad } from "../ui";
+import { askConfirm, ErrorNotice, PageHeading, useAction, useLoad, ListTable } from "../ui";
 
 const ROLES = ["member", "admin", "owner"] as const;
 const RANK: Record<string, number> = { member: 1, admin: 2, owner: 3 };
@@ -120,64 +120,52 @@ export function MembersPage() {
       {list.loading && !list.data ? (
         <p class="muted">Loading…</p>
       ) : (
-        <table class="list members">
-          <caption class="sr-only">Members of the organization</caption>
-          <thead>
-            <tr>
-              <th scope="col">Email</th>
-              <th scope="col">Role</th>
-              <th scope="col">
-                <span class="sr-only">Actions</span>
-              </th>
+        <ListTable class="members" caption="Members of the organization" columns={["Email", "Role"]} actions>
+          {members.map((m) => (
+            <tr key={m.id} data-member={m.email}>
+              <td data-label="Email">{m.email}</td>
+              <td data-label="Role">
+                {mayManage(me, m) ? (
+                  <select aria-label={`Role of ${m.email}`} value={m.role} disabled={change.busy} onChange={(e) => void setRoleOf(m, e.currentTarget.value)}>
+                    {ROLES.filter((r) => RANK[r]! <= RANK[me ?? "member"]!).map((r) => (
+                      <option key={r} value={r}>
+                        {r}
+                      </option>
+                    ))}
+                  </select>
+                ) : (
+                  m.role
+                )}
+              </td>
+              <td data-label="Actions" class="row-actions">
+                {mayManage(me, m) ? (
+                  <>
+                    <button
+                      type="button"
+                      class="secondary"
+                      aria-label={`Set password of ${m.email}`}
+                      onClick={() => setSettingFor(settingFor === m.id ? null : m.id)}
+                    >
+                      Set password
+                    </button>
+                    <button type="button" class="danger" aria-label={`Remove ${m.email}`} disabled={change.busy} onClick={() => void remove(m)}>
+                      Remove
+                    </button>
+                    {settingFor === m.id ? (
+                      <SetPassword
+                        member={m}
+                        onDone={() => {
+                          setSettingFor(null);
+                          setNotice(`The password of ${m.email} was set; their sessions have ended.`);
+                        }}
+                      />
+                    ) : null}
+                  </>
+                ) : null}
+              </td>
             </tr>
-          </thead>
-          <tbody>
-            {members.map((m) => (
-              <tr key={m.id} data-member={m.email}>
-                <td data-label="Email">{m.email}</td>
-                <td data-label="Role">
-                  {mayManage(me, m) ? (
-                    <select aria-label={`Role of ${m.email}`} value={m.role} disabled={change.busy} onChange={(e) => void setRoleOf(m, e.currentTarget.value)}>
-                      {ROLES.filter((r) => RANK[r]! <= RANK[me ?? "member"]!).map((r) => (
-                        <option key={r} value={r}>
-                          {r}
-                        </option>
-                      ))}
-                    </select>
-                  ) : (
-                    m.role
-                  )}
-                </td>
-                <td data-label="Actions" class="row-actions">
-                  {mayManage(me, m) ? (
-                    <>
-                      <button
-                        type="button"
-                        class="secondary"
-                        aria-label={`Set password of ${m.email}`}
-                        onClick={() => setSettingFor(settingFor === m.id ? null : m.id)}
-                      >
-                        Set password
-                      </button>
-                      <button type="button" class="danger" aria-label={`Remove ${m.email}`} disabled={change.busy} onClick={() => void remove(m)}>
-                        Remove
-                      </button>
-                      {settingFor === m.id ? (
-                        <SetPassword
-                          member={m}
-                          onDone={() => {
-                            setSettingFor(null);
-                            setNotice(`The password of ${m.email} was set; their sessions have ended.`);
-                          }}
-                        />
-                      ) : null}
-                    </>
-                  ) : null}
-                </td>
-              </tr>
-            ))}
-          </tbody>
-        </table>
+          ))}
+        </ListTable>
       )}
 
       {admin ? (
