@@ -28,6 +28,13 @@ export interface Broadcast {
 export const CUSTOM_SOURCE_CHANGED = "credentials.custom_source.changed";
 
 /**
+ * Subject an organization's first (or any new) subscription is broadcast on by the subscriptions
+ * service, with the organization's id, before the creation is answered: every replica's fan-out
+ * stops trusting its cached "this organization subscribes to nothing".
+ */
+export const SUBSCRIPTION_CREATED = "subscriptions.created";
+
+/**
  * A broadcast for a process that has every service in it: a notice reaches this process's
  * subscribers only, at once.
  */

@@ -1,5 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
-import { CUSTOM_SOURCE_CHANGED } from "./broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
 import { internalServices } from "./clients.js";
 import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "./public-surface.js";
@@ -116,6 +116,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
         ...(user === "gateway" ? [] : [prefixed(subjectPrefix, "events.>"), prefixed(subjectPrefix, "deadletter.>")]),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
         ...(user === "intake" ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`)] : []),
+        ...(user === "subscriptions" ? [prefixed(subjectPrefix, `broadcast.${SUBSCRIPTION_CREATED}`)] : []),
         ...jetstream,
       ],
     },

@@ -4,7 +4,7 @@ import type { ServiceContext } from "../runtime/service-module.js";
 import type { Config } from "../runtime/config.js";
 
 /** What the subscription handlers, the fan-out and the delivery worker share. */
-export interface SubscriptionsDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger"> {
+export interface SubscriptionsDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger" | "broadcast"> {
   config: Pick<
     Config,
     "publicUrl" | "SUBSCRIPTION_TIMEOUT_SECONDS" | "SUBSCRIPTION_RETRY_SCHEDULE_SECONDS" | "SUBSCRIPTION_DISABLE_AFTER_SECONDS" | "SUBSCRIPTION_CONCURRENCY"

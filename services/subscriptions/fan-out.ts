@@ -1,6 +1,8 @@
+import { SUBSCRIPTION_CREATED } from "../runtime/broadcast.js";
 import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/events.js";
 import { groupCalls } from "../runtime/grouped-calls.js";
+import { createRevocableCache } from "../runtime/revocable-cache.js";
 import type { SubscriptionsDeps } from "./deps.js";
 import {
   envelope,
@@ -72,13 +74,42 @@ export async function fanOut(deps: Pick<SubscriptionsDeps, "sql" | "pokeWorker">
 export const FAN_OUT_GROUP = 100;
 
 /**
+ * Which organizations have a subscription at all, cached per process: an organization without
+ * one pays no statement per event. Only a creation turns "none" into "some" (a deletion or a
+ * disabled subscription leaves at worst a fan-out statement that finds nothing), and a creation
+ * is broadcast to every replica before it is answered. While the broadcast is unavailable, every
+ * answer is looked up (revocable-cache.ts).
+ */
+function subscribedOrganizations(deps: Pick<SubscriptionsDeps, "sql" | "broadcast">) {
+  const cache = createRevocableCache<true>({ broadcast: deps.broadcast, subject: SUBSCRIPTION_CREATED });
+  const hasAny = (orgId: string) =>
+    cache.get(orgId, orgId, async () => {
+      const [row] = await deps.sql`select 1 from subscriptions.subscriptions where org_id = ${orgId} limit 1`;
+      return row ? true : undefined;
+    });
+  return {
+    /** The items whose organization has a subscription. */
+    async keep(items: FanOutItem[]): Promise<FanOutItem[]> {
+      const orgs = [...new Set(items.map((item) => item.event.orgId))];
+      const answers = await Promise.all(orgs.map(hasAny));
+      const subscribing = new Set(orgs.filter((_, i) => answers[i]));
+      return items.filter((item) => subscribing.has(item.event.orgId));
+    },
+  };
+}
+
+/**
  * Subscribes the fan-out to every domain event a webhook type comes from, each through a durable
  * consumer: in NATS mode the replicas share the events and a failed fan-out is retried; in one
  * process the outbox relay keeps the event until the fan-out has succeeded.
  */
 export async function startFanOut(deps: SubscriptionsDeps, bus: EventBus): Promise<void> {
   const { publicUrl } = deps.config;
-  const queue = groupCalls<FanOutItem>((items) => fanOut(deps, items), FAN_OUT_GROUP);
+  const subscribed = subscribedOrganizations(deps);
+  const queue = groupCalls<FanOutItem>(async (items) => {
+    const kept = await subscribed.keep(items);
+    if (kept.length > 0) await fanOut(deps, kept);
+  }, FAN_OUT_GROUP);
   const run = (event: WebhookEvent | undefined, domainEvent: DomainEvent) => (event ? queue({ event, eventId: domainEvent.id }) : Promise.resolve());
   const consumer = (durableName: string) => ({ durableName, concurrency: FAN_OUT_GROUP });
   await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), consumer("subscriptions-incident-opened"));

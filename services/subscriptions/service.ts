@@ -20,6 +20,7 @@ export function createSubscriptionsService(ctx: ServiceContext): ServiceModule {
     sql: ctx.sql,
     clients: ctx.clients,
     outbox: ctx.outbox,
+    broadcast: ctx.broadcast,
     logger,
     config: ctx.config,
     egress: createSubscriptionEgress(ctx.config),

@@ -7,6 +7,7 @@ import { isEgressError, type EgressError } from "../runtime/egress/index.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
 import { recordAudit } from "../runtime/events.js";
 import { AUDIT_KINDS, DUAL_SIGNING_MS, readEgress, type SubscriptionsDeps } from "./deps.js";
+import { SUBSCRIPTION_CREATED } from "../runtime/broadcast.js";
 import { EVENT_TYPES, isEventType } from "./event-types.js";
 import { newSigningSecret } from "./signing.js";
 import { loadSubscription, secretAssociatedData, toSubscription, type SubscriptionRow } from "./store.js";
@@ -94,6 +95,9 @@ export function createSubscriptionHandlers(
         await recordAudit(outbox, tx, { orgId: principal.orgId, kind: AUDIT_KINDS.created, actor: principal.email, data: { id, events } });
         return inserted!;
       });
+      // Before answering: an event after this answer must not meet a fan-out that still believes
+      // the organization subscribes to nothing (fan-out.ts).
+      await deps.broadcast.publish(SUBSCRIPTION_CREATED, principal.orgId);
       outbox.poke();
       return { id, secret, subscription: toSubscription(row, { egressEnabled: await egressOf(principal.orgId) }) };
     },

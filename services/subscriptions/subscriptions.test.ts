@@ -92,6 +92,19 @@ beforeAll(async () => {
 
 afterAll(() => harness?.stop());
 
+describe("subscriptions: an organization's first subscription", () => {
+  // First in the file: the organization has no subscription yet.
+  it("receives the next event, after the fan-out has found none for the organization's earlier events", async () => {
+    await openIncident("Before any subscription");
+    // The event has left the outbox and reached the fan-out, which found no subscription.
+    await waitFor("the outbox drained", async () => (await sql`select 1 from incidents.outbox limit 1`).length === 0);
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    const sub = await subscribe(["incident.opened"]);
+    const incidentId = await openIncident("After the first subscription");
+    await waitFor("the opened event", () => received(sub.name).some((d) => d.event.data.incidentId === incidentId));
+  });
+});
+
 describe("subscriptions: the routes", () => {
   it("creates a subscription, shows its whsec_ secret once, and never again", async () => {
     receiver.endpoint("shown-once", []);

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CUSTOM_SOURCE_CHANGED } from "../../services/runtime/broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/broadcast.js";
 import { loadConfig } from "../../services/runtime/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/nats-permissions.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
@@ -118,13 +118,18 @@ describe("a cluster on an authenticated NATS", () => {
     }
   });
 
-  it("gives every service a user, and no service but identity the right to broadcast, and intake only its custom-source notice", () => {
+  it("gives every service a user, and no service but identity the right to broadcast, intake only its custom-source notice and subscriptions only its own", () => {
     for (const user of NATS_USERS) {
       const p = natsPermissions(user);
       expect(p.publish.allow.some((s) => s.includes("IdentityService.Bootstrap"))).toBe(false);
       expect(p.publish.allow.includes("broadcast.>")).toBe(user === "identity");
       const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
-      expect(broadcasts).toEqual(user === "identity" ? ["broadcast.>"] : user === "intake" ? [`broadcast.${CUSTOM_SOURCE_CHANGED}`] : []);
+      const own: Partial<Record<typeof user, string[]>> = {
+        identity: ["broadcast.>"],
+        intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`],
+        subscriptions: [`broadcast.${SUBSCRIPTION_CREATED}`],
+      };
+      expect(broadcasts).toEqual(own[user] ?? []);
     }
     // The gateway runs no service: it makes calls and reads events, and writes neither events nor dead letters.
     const gateway = natsPermissions("gateway").publish.allow;

@@ -1,0 +1,115 @@
+import postgres from "postgres";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { fixture, issueCredentials, postTrigger, unique, type Credentials } from "../e2e/triggers-kit.js";
+import { startApp, type TestApp } from "../support/app.js";
+import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
+
+/**
+ * What one delivery costs the database, whole: every statement of every service, counted by
+ * `pg_stat_statements` over a burst of deliveries to `POST /triggers`. An organization that
+ * configured none of the optional features (custom sources, grouping overrides, subscriptions,
+ * remote-source investigations, escalation, correlation) must pay for none of them: the statements
+ * that run once per delivery are the intake's and the incident core's own, and nothing else.
+ */
+
+let pg: PrivatePostgres;
+let admin: postgres.Sql;
+/** On the app's database: the outbox the warm-up filled. */
+let appSql: postgres.Sql;
+let app: TestApp;
+let credentials: Credentials;
+
+const DATABASE = "delivery_statements";
+const DELIVERIES = 40;
+
+beforeAll(async () => {
+  pg = await startPrivatePostgres({ settings: { shared_preload_libraries: "pg_stat_statements", "pg_stat_statements.track": "top" } });
+  admin = postgres(pg.url, { max: 1, onnotice: () => {} });
+  await admin`create extension if not exists pg_stat_statements`;
+  await admin.unsafe(`create database ${DATABASE}`);
+  const url = new URL(pg.url);
+  url.pathname = `/${DATABASE}`;
+  app = await startApp({ databaseUrl: url.toString() });
+  appSql = postgres(url.toString(), { max: 1, onnotice: () => {} });
+  credentials = await issueCredentials(app);
+}, 240_000);
+
+afterAll(async () => {
+  await app?.stop();
+  await appSql?.end();
+  await admin?.end();
+  await pg?.cleanup();
+});
+
+interface Counted {
+  query: string;
+  calls: number;
+}
+
+/** Statements of the app's database with their calls since the last reset. */
+async function statements(): Promise<Counted[]> {
+  return admin<Counted[]>`
+    select left(regexp_replace(s.query, '\\s+', ' ', 'g'), 160) as query, sum(s.calls)::int as calls
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${DATABASE}
+    group by 1 order by 2 desc`;
+}
+
+/** A metrics-monitor alert, new each call unless `alertId` repeats one. */
+function alertBody(alertId = unique("alert")) {
+  return { ...fixture("datadog/custom-body-triggered.json"), alert_id: alertId, event_id: unique("event") };
+}
+
+/**
+ * The relays' own statements: each schema's relay takes its lease and reads due rows on a timer
+ * (four times a second) whether or not anything was delivered, and deletes what it published.
+ */
+const RELAY_STATEMENTS = /outbox_relay_lease|^delete from \w+\.outbox |^vacuum /;
+
+/** The statements a burst of deliveries ran, besides the relays'. */
+async function burst(send: () => Promise<void>): Promise<Counted[]> {
+  for (let i = 0; i < 3; i++) await send(); // prepares each statement on the pool's connections
+  // Nothing of the warm-up left for the relays and the consumers to do.
+  await expect.poll(async () => (await appSql`select 1 from incidents.outbox limit 1`).length).toBe(0);
+  await admin`select pg_stat_statements_reset()`;
+  for (let i = 0; i < DELIVERIES; i++) await send();
+  const counted = await statements();
+  console.log(`statements over ${DELIVERIES} deliveries:\n${counted.map((s) => `${String(s.calls).padStart(6)}  ${s.query}`).join("\n")}`);
+  return counted.filter((s) => !RELAY_STATEMENTS.test(s.query));
+}
+
+/**
+ * The subscriptions fan-out's statements over the burst's events: the match of events to
+ * subscriptions, and the lookup of whether the organization has any (answered from a cache once
+ * the warm-up asked it). The delivery worker's timer statements are not the deliveries' cost.
+ */
+function fanOutStatements(counted: Counted[]): Counted[] {
+  return counted.filter((s) => /subscriptions\.subscriptions/.test(s.query) && (/unnest/.test(s.query) || /where org_id = \$1 limit/.test(s.query)));
+}
+
+/** Statements per delivery, from those that ran at least once per delivery. */
+function perDelivery(counted: Counted[]): number {
+  return counted.filter((s) => s.calls >= DELIVERIES).reduce((n, s) => n + Math.round(s.calls / DELIVERIES), 0);
+}
+
+describe("what a delivery costs an organization that configured nothing optional", () => {
+  it("opening an incident costs one statement of the incident core, and none of the subscriptions fan-out", async () => {
+    const counted = await burst(async () => {
+      const res = await postTrigger(app, credentials.ingestToken, alertBody());
+      expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
+    });
+    expect(perDelivery(counted)).toBe(1);
+    // No subscription: the fan-out asks nothing of the database (subscriptions/fan-out.ts).
+    expect(fanOutStatements(counted)).toEqual([]);
+  });
+
+  it("a repeat on an open incident costs the same one statement", async () => {
+    const alertId = unique("alert");
+    const counted = await burst(async () => {
+      const res = await postTrigger(app, credentials.ingestToken, alertBody(alertId));
+      expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
+    });
+    expect(perDelivery(counted)).toBe(1);
+    expect(fanOutStatements(counted)).toEqual([]);
+  });
+});
