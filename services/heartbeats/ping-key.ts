@@ -1,7 +1,7 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import type { Sql } from "../runtime/database.js";
-import type { Logger } from "../runtime/logger.js";
-import type { SecretBox } from "../runtime/secret-box.js";
+import type { Sql } from "../runtime/data/database.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
 import type { HeartbeatStore } from "./store.js";
 
 /**

@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { Sql } from "../runtime/database.js";
-import { EVENTS, recordAudit, type AuditRecord } from "../runtime/events.js";
-import type { Logger } from "../runtime/logger.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { Sql } from "../runtime/data/database.js";
+import { EVENTS, recordAudit, type AuditRecord } from "../runtime/transport/events.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 import { NO_RUN_ID } from "./ping.js";
 
 /**

@@ -1,7 +1,7 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IncidentSchema, MaintenanceWindowSchema, TimelineEntrySchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Config } from "../runtime/config.js";
+import type { Config } from "../runtime/config/config.js";
 import type { IncidentRow, MaintenanceWindowRow, TimelineEntryRow } from "./store.js";
 
 /** API shapes of the rows in store.ts. */

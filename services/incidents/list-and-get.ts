@@ -6,9 +6,9 @@ import type {
   ListIncidentsRequest,
   ListTimelineRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import type { Config } from "../runtime/config/config.js";
+import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";

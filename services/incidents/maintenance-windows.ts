@@ -9,14 +9,14 @@ import type {
   IncidentsService,
   ListMaintenanceWindowsRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { maintenanceWindowShape, storableText } from "./incident-shape.js";
 import type { ClockRow, MaintenanceWindowRow } from "./store.js";
 import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "./vocabulary.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 
 /**

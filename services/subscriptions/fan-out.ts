@@ -1,6 +1,6 @@
-import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
-import { EVENTS, onEvent } from "../runtime/events.js";
-import { groupCalls } from "../runtime/grouped-calls.js";
+import type { DomainEvent, EventBus } from "../runtime/transport/event-bus.js";
+import { EVENTS, onEvent } from "../runtime/transport/events.js";
+import { groupCalls } from "../runtime/transport/grouped-calls.js";
 import type { SubscriptionsDeps } from "./deps.js";
 import {
   envelope,

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import {
   makeTestCertificates,
   startChatWebhookReceiver,

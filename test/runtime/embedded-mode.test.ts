@@ -3,7 +3,7 @@ import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync 
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { allServices } from "../../services/process/all-services.js";
-import { processAlive } from "../../services/runtime/data-dir-lock.js";
+import { processAlive } from "../../services/runtime/data/data-dir-lock.js";
 import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER } from "../support/app.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";

@@ -6,7 +6,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeTestCertificates, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
 import { allMigrations } from "../../services/process/all-migrations.js";
-import { EVENTS_STREAM } from "../../services/runtime/event-bus.js";
+import { EVENTS_STREAM } from "../../services/runtime/transport/event-bus.js";
 import { startWebhookReceiver, type ReceivedDelivery, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";

@@ -13,11 +13,11 @@ import {
 } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { isSourceBadge } from "../../incidents/vocabulary.js";
-import { ADMINS, authorize } from "../../runtime/auth.js";
-import type { Clients } from "../../runtime/clients.js";
+import { ADMINS, authorize } from "../../runtime/credentials/auth.js";
+import type { Clients } from "../../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";
-import { recordAudit } from "../../runtime/events.js";
-import { newHexSecret, sha256 } from "../../runtime/secrets.js";
+import { recordAudit } from "../../runtime/transport/events.js";
+import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
 import { compileRules } from "./cel-mapping.js";
 import {
   checkHeartbeatEntry,
@@ -35,7 +35,7 @@ import {
   windowName,
   windowSpecOf,
 } from "./config-schedules.js";
-import { CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
+import { CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { CustomSourcesDeps } from "./custom-source-handlers.js";
 import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "./custom-source-records.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "./store.js";

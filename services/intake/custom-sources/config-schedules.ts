@@ -7,7 +7,7 @@ import { CreateMaintenanceWindowRequestSchema, type MaintenanceWindow } from "..
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "../../heartbeats/heartbeat-rules.js";
 import { checkSchedule } from "../../heartbeats/schedule.js";
 import { checkWindow } from "../../incidents/maintenance-windows.js";
-import type { Clients } from "../../runtime/clients.js";
+import type { Clients } from "../../runtime/transport/clients.js";
 import { InvalidArgumentError } from "../../runtime/errors.js";
 
 /**

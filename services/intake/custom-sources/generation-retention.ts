@@ -1,4 +1,4 @@
-import type { RetentionRule } from "../../runtime/retention-sweep.js";
+import type { RetentionRule } from "../../runtime/data/retention-sweep.js";
 
 /**
  * Grouping generations no delivery has used for GROUPING_GENERATION_RETENTION_DAYS are forgotten
