@@ -3,7 +3,7 @@ import { CelScalar } from "@bufbuild/cel";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { InvestigationReadSchema, type InvestigationRead, type RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import type { CapabilitiesResponse, OperationDescriptor } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { compileMetered, meteredEnvironment, type Program } from "../intake/custom-sources/cel-mapping.js";
+import { compileMetered, meteredEnvironment, type Program } from "../cel/cel-mapping.js";
 import { ADMINS, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, InvalidArgumentError } from "../runtime/errors.js";
 import { recordAudit } from "../runtime/transport/events.js";

@@ -4,7 +4,7 @@ import { timestampDate, timestampNow } from "@bufbuild/protobuf/wkt";
 import { EvidenceRecordedSchema, InvestigationCompletedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { CapabilitiesResponse, RawResult } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { evaluateMetered, fromCelValue, toCelInput } from "../intake/custom-sources/cel-mapping.js";
+import { evaluateMetered, fromCelValue, toCelInput } from "../cel/cel-mapping.js";
 import type { EventBus } from "../runtime/transport/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/transport/events.js";
 import { groupCalls } from "../runtime/transport/grouped-calls.js";

@@ -18,7 +18,7 @@ import type { Clients } from "../../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";
 import { recordAudit } from "../../runtime/transport/events.js";
 import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
-import { compileRules } from "./cel-mapping.js";
+import { compileRules } from "../../cel/cel-mapping.js";
 import {
   checkHeartbeatEntry,
   checkWindowEntry,

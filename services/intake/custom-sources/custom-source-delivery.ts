@@ -15,7 +15,7 @@ import { RECEIVER_FAILURES_PER_MINUTE } from "../receiver-secrets.js";
 import { digestOfBytes, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
-import { evaluateRules, type MappingResult } from "./cel-mapping.js";
+import { evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
 import { redactCredentials } from "./credential-redaction.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import { LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";

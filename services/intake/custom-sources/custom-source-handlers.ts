@@ -25,7 +25,7 @@ import { isUuid } from "../../runtime/ids.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
 import type { DeliveryPath } from "../delivery.js";
-import { compileRules, evaluateRules } from "./cel-mapping.js";
+import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "./grouping.js";
 import type { LargeBodies } from "./large-bodies.js";

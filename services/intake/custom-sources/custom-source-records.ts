@@ -4,7 +4,7 @@ import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, Custo
 import { SOURCE_BADGES } from "../../incidents/vocabulary.js";
 import { InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
-import { type CompiledRules, compileRules } from "./cel-mapping.js";
+import { type CompiledRules, compileRules } from "../../cel/cel-mapping.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 
 /** A grouping override's attach-key expression as a one-rule rule set, so it runs under the same checks and budget. */

@@ -14,7 +14,7 @@ import type { Logger } from "../../runtime/observability/logger.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
-import { type CompiledRules, evaluateRules } from "./cel-mapping.js";
+import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
 import { compileAttachKey } from "./custom-source-records.js";
 import { OffloadedBody } from "./large-bodies.js";
 

@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { CelScalar } from "@bufbuild/cel";
 import { describe, expect, it, vi } from "vitest";
-import { CustomSourceRuleSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { CustomSourceRuleSchema } from "../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { compileMetered, compileRules, evaluateMetered, evaluateRules, fromCelValue, MAPPING_LIMITS, meteredEnvironment, toCelInput } from "./cel-mapping.js";
 import { BudgetExceeded, chargeUnits, meterStopped, meterUsage, SANDBOX_LIMITS, startMeter } from "./cel-meter.js";
 

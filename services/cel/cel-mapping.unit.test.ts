@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
-import { CustomSourceRuleSchema, type CustomSourceRule } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { CustomSourceRuleSchema, type CustomSourceRule } from "../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { compileRules, evaluateRules, MAPPING_LIMITS, type MappingInput } from "./cel-mapping.js";
 
 type RuleInit = Partial<Omit<CustomSourceRule, "$typeName">>;

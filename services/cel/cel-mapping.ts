@@ -2,8 +2,8 @@ import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { CelScalar, celEnv, celFunc, isCelError, isCelList, isCelMap, mapType, parse, plan, type CelResult, type CelValue } from "@bufbuild/cel";
 import { type Expr, ExprSchema } from "@bufbuild/cel-spec/cel/expr/syntax_pb.js";
-import type { CustomSourceRule } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
-import { InvalidArgumentError } from "../../runtime/errors.js";
+import type { CustomSourceRule } from "../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { InvalidArgumentError } from "../runtime/errors.js";
 import { APPEND_FUNCTION, SANDBOX_FUNCS } from "./cel-functions.js";
 import { BudgetExceeded, chargeUnits, lengthUnits, meterStopped, SANDBOX_LIMITS, startMeter } from "./cel-meter.js";
 
