@@ -9,7 +9,7 @@ import type { AuditRecord } from "../runtime/transport/events.js";
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { Outbox } from "../runtime/data/outbox.js";
 import type { SecretBox } from "../runtime/credentials/secret-box.js";
-import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
+import { newOrgPingKey, newPingKey, openPingKey } from "./ping/ping-key.js";
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
 import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";

@@ -5,7 +5,7 @@ import { migrations } from "./migrations.js";
 import { createIngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
 import { serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import { createHeartbeatsRoutes } from "./routes.js";
-import { givePingKeys } from "./ping-key.js";
+import { givePingKeys } from "./ping/ping-key.js";
 import { createSilenceDelivery } from "./silence-delivery.js";
 import { createPostgresHeartbeatStore } from "./store.js";
 import { createSweeper } from "./sweep.js";

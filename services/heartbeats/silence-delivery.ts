@@ -7,7 +7,7 @@ import type { Logger } from "../runtime/observability/logger.js";
 import { mapBounded } from "../runtime/concurrency/map-bounded.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import { formatDuration } from "./heartbeat-rules.js";
-import { describeBody } from "./ping-body.js";
+import { describeBody } from "./ping/ping-body.js";
 import type { ClaimedAlert, ClaimedResume, HeartbeatStore, RecordedAlert } from "./store.js";
 import { cadenceData } from "./heartbeat-shape.js";
 

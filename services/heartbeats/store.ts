@@ -5,7 +5,7 @@ import type { Sql } from "../runtime/data/database.js";
 import { EVENTS, recordAudit, type AuditRecord } from "../runtime/transport/events.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import type { Outbox } from "../runtime/data/outbox.js";
-import { NO_RUN_ID } from "./ping.js";
+import { NO_RUN_ID } from "./ping/ping.js";
 
 /**
  * What the management routes, the sweep and the silence deliveries need from the heartbeats

@@ -13,7 +13,7 @@ import { createDirectTransport } from "../runtime/transport/direct-transport.js"
 import { createMethodRegistry } from "../runtime/transport/unary-call.js";
 import { BACKUP_USAGE, runBackupCommand } from "../admin/backup-cli.js";
 import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
-import { runConfigCommand } from "../intake/custom-sources/config-cli.js";
+import { runConfigCommand } from "../intake/config-as-code/config-cli.js";
 import { createIdentityService } from "./service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>

@@ -5,7 +5,7 @@ import type { ServiceContext, ServiceModule } from "../runtime/service-module.js
 import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
 import { createLargeBodies } from "./custom-sources/large-bodies.js";
-import { groupingGenerationRetention } from "./custom-sources/generation-retention.js";
+import { groupingGenerationRetention } from "./grouping/generation-retention.js";
 import { createCustomSourceStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
+import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { OWNER } from "../support/app.js";
 import {
   auditEvents,

@@ -27,7 +27,7 @@ import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
 import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
-import type { Grouping } from "./grouping.js";
+import type { Grouping } from "../grouping/grouping.js";
 import type { LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";

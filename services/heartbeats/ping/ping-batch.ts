@@ -1,4 +1,4 @@
-import type { Sql } from "../runtime/data/database.js";
+import type { Sql } from "../../runtime/data/database.js";
 import type { KeptBody } from "./ping-body.js";
 
 /** `log` (Healthchecks' `/log`) is kept in the history and changes nothing else. */

@@ -1,7 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, ping, type Cast } from "./testing/kit.js";
+import { startApp, type TestApp } from "../../../test/support/app.js";
+import { castOf, ping, type Cast } from "../testing/kit.js";
 
 // Pings have a connection pool of their own: with every connection of the shared pool (2 here)
 // stuck behind a lock, as a stalled sweep, relay or slow incident read would leave them, a ping is

@@ -1,9 +1,9 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { createClient, type Client } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { AlertSchema, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { IdentityService } from "../../../gen/warroom/identity/v1/identity_pb.js";
+import { AlertSchema, IncidentsService } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { OWNER, startApp, type TestApp } from "../../../test/support/app.js";
 
 /** Maintenance windows over real HTTP, and the suppression they cause in Record. */
 

@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, type Cast } from "./testing/kit.js";
+import { startApp, type TestApp } from "../../../test/support/app.js";
+import { castOf, type Cast } from "../testing/kit.js";
 
 // Concurrent pings are written together, a batch per statement. Over HTTP, many pings at once to
 // several heartbeats: each heartbeat counts every ping once, keeps its history in the order each

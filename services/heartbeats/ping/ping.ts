@@ -1,20 +1,20 @@
 import { randomUUID } from "node:crypto";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import type { HeartbeatsService, KeyPingRequest, PingRequest } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import { bearerToken } from "../runtime/credentials/auth.js";
-import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
-import type { Sql } from "../runtime/data/database.js";
-import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import { isUuid } from "../runtime/ids.js";
-import { REQUEST_ID_HEADER } from "../runtime/http/request-context.js";
-import type { Logger } from "../runtime/observability/logger.js";
-import { NAME_PATTERN } from "./heartbeat-rules.js";
+import type { HeartbeatsService, KeyPingRequest, PingRequest } from "../../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
+import { bearerToken } from "../../runtime/credentials/auth.js";
+import type { IngestTokenResolver } from "../../runtime/credentials/ingest-token-cache.js";
+import type { Sql } from "../../runtime/data/database.js";
+import { InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
+import { isUuid } from "../../runtime/ids.js";
+import { REQUEST_ID_HEADER } from "../../runtime/http/request-context.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import { NAME_PATTERN } from "../heartbeat-rules.js";
 import { createPingBatcher, type PingKind, type PingRow } from "./ping-batch.js";
 import { keepBody } from "./ping-body.js";
 import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
-import { expectedAfter } from "./schedule.js";
-import type { SilenceDelivery } from "./silence-delivery.js";
-import { noteForegroundWork } from "../runtime/concurrency/background-yield.js";
+import { expectedAfter } from "../schedule.js";
+import type { SilenceDelivery } from "../silence-delivery.js";
+import { noteForegroundWork } from "../../runtime/concurrency/background-yield.js";
 
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
 /** Matches no heartbeat: the update still runs when the token is not this organization's. */

@@ -36,9 +36,9 @@ import {
   windowSpecOf,
 } from "./config-schedules.js";
 import { CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
-import type { CustomSourcesDeps } from "./custom-source-handlers.js";
-import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "./custom-source-records.js";
-import { type CustomSourceRow, SOURCES_PER_ORG } from "./store.js";
+import type { CustomSourcesDeps } from "../custom-sources/custom-source-handlers.js";
+import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "../custom-sources/custom-source-records.js";
+import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
 
 const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
 

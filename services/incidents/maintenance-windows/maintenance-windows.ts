@@ -8,16 +8,16 @@ import type {
   EndMaintenanceWindowRequest,
   IncidentsService,
   ListMaintenanceWindowsRequest,
-} from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
-import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import { outboxRows } from "./domain-events.js";
-import { isUuid } from "../runtime/ids.js";
-import { maintenanceWindowShape, storableText } from "./incident-shape.js";
-import type { ClockRow, MaintenanceWindowRow } from "./store.js";
-import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "./vocabulary.js";
-import { currentTraceparent } from "../runtime/observability/tracing.js";
-import type { IncidentsDeps } from "./deps.js";
+} from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
+import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
+import { outboxRows } from "../domain-events.js";
+import { isUuid } from "../../runtime/ids.js";
+import { maintenanceWindowShape, storableText } from "../incident-shape.js";
+import type { ClockRow, MaintenanceWindowRow } from "../store.js";
+import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "../vocabulary.js";
+import { currentTraceparent } from "../../runtime/observability/tracing.js";
+import type { IncidentsDeps } from "../deps.js";
 
 /**
  * Maintenance windows. A window is active while starts_at <= now() < ends_at by the database

@@ -3,8 +3,8 @@ import { randomUUID } from "node:crypto";
 import { promisify } from "node:util";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, eventually, type Cast } from "./testing/kit.js";
+import { startApp, type TestApp } from "../../../test/support/app.js";
+import { castOf, eventually, type Cast } from "../testing/kit.js";
 
 // Healthchecks' ping API on each heartbeat's own ping URL, driven by the very commands
 // Healthchecks' documentation gives for crontab lines and scripts (curl and wget, unchanged), over

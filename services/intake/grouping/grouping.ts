@@ -15,8 +15,8 @@ import type { Outbox } from "../../runtime/data/outbox.js";
 import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
 import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
-import { compileAttachKey } from "./custom-source-records.js";
-import { OffloadedBody } from "./large-bodies.js";
+import { compileAttachKey } from "../custom-sources/custom-source-records.js";
+import { OffloadedBody } from "../custom-sources/large-bodies.js";
 
 interface OverrideRow {
   source: string;

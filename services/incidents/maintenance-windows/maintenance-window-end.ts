@@ -1,9 +1,9 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
-import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { isUuid } from "../runtime/ids.js";
-import type { MaintenanceWindowEndRow } from "./store.js";
-import type { IncidentsDeps } from "./deps.js";
+import type { IncidentsService } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { isUuid } from "../../runtime/ids.js";
+import type { MaintenanceWindowEndRow } from "../store.js";
+import type { IncidentsDeps } from "../deps.js";
 
 /**
  * Internal: the end of a maintenance window, by the database clock. A service whose delivery a

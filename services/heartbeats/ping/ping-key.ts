@@ -1,8 +1,8 @@
 import { createHash, randomBytes, randomUUID } from "node:crypto";
-import type { Sql } from "../runtime/data/database.js";
-import type { Logger } from "../runtime/observability/logger.js";
-import type { SecretBox } from "../runtime/credentials/secret-box.js";
-import type { HeartbeatStore } from "./store.js";
+import type { Sql } from "../../runtime/data/database.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import type { SecretBox } from "../../runtime/credentials/secret-box.js";
+import type { HeartbeatStore } from "../store.js";
 
 /**
  * A heartbeat's own ping key: the secret in its ping URL (`/ping/{key}`), in Healthchecks' form
