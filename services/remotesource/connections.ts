@@ -10,8 +10,8 @@ import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtim
 import { SecretBoxError } from "../runtime/credentials/secret-box.js";
 import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 import type { RemoteSourceDeps } from "./deps.js";
-import { storedReads, toInvestigationRead } from "./investigation-reads.js";
 import type { ConnectionRow } from "./store.js";
+import { storedReads, toInvestigationRead } from "./stored-reads.js";
 
 export const AUDIT_KINDS = {
   created: "remote_source.created",

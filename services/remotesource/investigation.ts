@@ -16,17 +16,8 @@ import { formatWindowValue } from "../remotesource-kit/protocol/window-format.js
 import { RawSeriesSchema, LogEntrySchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
 import { clientFor, recordStatus } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
-import {
-  capabilitiesOf,
-  compileRead,
-  type CompiledRead,
-  READ_LIMITS,
-  rangeDescriptor,
-  stepSeconds,
-  storedReads,
-  TEMPLATE_ENVIRONMENT,
-  type StoredRead,
-} from "./investigation-reads.js";
+import { capabilitiesOf, compileRead, type CompiledRead, READ_LIMITS, rangeDescriptor, stepSeconds, TEMPLATE_ENVIRONMENT } from "./investigation-reads.js";
+import { storedReads, type StoredRead } from "./stored-reads.js";
 import type { ConnectionRow, InvestigationRow } from "./store.js";
 
 /**

@@ -14,13 +14,12 @@ import { keepBody } from "./ping-body.js";
 import { createPingKeyOwners, hashPingKey, ORG_PING_KEY_FORMAT, PING_KEY_FORMAT } from "./ping-key.js";
 import { expectedAfter } from "../schedule.js";
 import type { SilenceDelivery } from "../silence-delivery.js";
+import { NO_RUN_ID } from "../store.js";
 import { noteForegroundWork } from "../../runtime/concurrency/background-yield.js";
 
 const INGEST_TOKEN_FORMAT = /^[0-9a-f]{64}$/;
 /** Matches no heartbeat: the update still runs when the token is not this organization's. */
 const NO_ORGANIZATION = "00000000-0000-0000-0000-000000000000";
-/** The run key of a run without a run_id: one such run at a time per heartbeat. */
-export const NO_RUN_ID = "00000000-0000-0000-0000-000000000000";
 
 /** Opsgenie's answer to a heartbeat ping it took. */
 export const OPSGENIE_PONG = "PONG - Heartbeat received";

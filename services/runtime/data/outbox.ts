@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { toBinary, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import type { EventBus } from "../transport/event-bus.js";
-import type { EventType } from "../transport/events.js";
+import type { EventType } from "../transport/event-type.js";
 import type { Logger } from "../observability/logger.js";
 import { outboxDeadLetters, outboxPublished } from "../observability/metrics.js";
 import type { Migration } from "./migrations.js";

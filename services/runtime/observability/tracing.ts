@@ -12,7 +12,7 @@ import {
   type TextMapGetter,
 } from "@opentelemetry/api";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
-import type { Sql } from "../data/database.js";
+import type postgres from "postgres";
 
 /**
  * OpenTelemetry traces, configured only by the standard OTEL_* variables. With none set, nothing
@@ -294,7 +294,7 @@ function traceQuery(q: QueryLike): void {
 type AnyFunction = (...args: unknown[]) => unknown;
 
 /** The database handle with a span per statement, in transactions too; used only when tracing is on. */
-export function tracedSql(sql: Sql): Sql {
+export function tracedSql(sql: postgres.Sql): postgres.Sql {
   const wrap = <S extends object>(target: S): S =>
     new Proxy(target, {
       apply(fn, thisArg, args) {

@@ -15,19 +15,9 @@ import {
 import type { TransactionSql } from "../data/database.js";
 import type { DomainEvent, EventBus, SubscribeOptions } from "./event-bus.js";
 import type { Outbox } from "../data/outbox.js";
+import { eventType, type EventType } from "./event-type.js";
 
-/** One kind of domain event: the subject it travels on, paired with the message it carries. */
-export interface EventType<Desc extends DescMessage = DescMessage> {
-  /** `events.<name>`, the JetStream subject. */
-  readonly subject: string;
-  /** The name clients see, e.g. as the `event:` of the console's live stream. */
-  readonly name: string;
-  readonly schema: Desc;
-}
-
-function eventType<Desc extends DescMessage>(name: string, schema: Desc): EventType<Desc> {
-  return { subject: `events.${name}`, name, schema };
-}
+export type { EventType };
 
 /**
  * The event catalog: every domain event the services exchange, each subject paired with its
