@@ -14,7 +14,7 @@ import {
   startChatWebhookReceiver,
   type ChatWebhookReceiver,
   type TestCertificates,
-} from "./testing/https-receiver.js";
+} from "../../test/support/https-receiver.js";
 
 const PUBLIC_URL = "https://warroom.example.test";
 const CONNECTION = "/o/acme/integrations/chatwebhook/connections/default";

@@ -10,9 +10,9 @@ import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotF
 import type { Outbox } from "../runtime/data/outbox.js";
 import type { SecretBox } from "../runtime/credentials/secret-box.js";
 import { newOrgPingKey, newPingKey, openPingKey } from "./ping/ping-key.js";
-import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
+import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "../domain/heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
-import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";
+import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "../domain/schedule.js";
 import { type Expectation, type HeartbeatRow, type HeartbeatStore, OrganizationFullError, PAUSED_DEADLINE } from "./store.js";
 
 export const AUDIT_KINDS = {

@@ -6,7 +6,7 @@ import type { Clients } from "../runtime/transport/clients.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import { mapBounded } from "../runtime/concurrency/map-bounded.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { formatDuration } from "./heartbeat-rules.js";
+import { formatDuration } from "../domain/heartbeat-rules.js";
 import { describeBody } from "./ping/ping-body.js";
 import type { ClaimedAlert, ClaimedResume, HeartbeatStore, RecordedAlert } from "./store.js";
 import { cadenceData } from "./heartbeat-shape.js";

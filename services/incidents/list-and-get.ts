@@ -13,7 +13,7 @@ import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
 import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
-import { INCIDENT_STATES, isOneOf, SEVERITIES } from "./vocabulary.js";
+import { INCIDENT_STATES, isOneOf, SEVERITIES } from "../domain/vocabulary.js";
 
 function invalid(message: string): never {
   throw new InvalidArgumentError(message);

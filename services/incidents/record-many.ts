@@ -14,7 +14,7 @@ import type { Logger } from "../runtime/observability/logger.js";
 import { runWithRequestId } from "../runtime/http/request-context.js";
 import { currentTraceparent, inTraceOf, linkTraces } from "../runtime/observability/tracing.js";
 import { checkRequest } from "../runtime/validation.js";
-import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
+import { entryKindOfDelivery, OUTCOMES } from "../domain/vocabulary.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of

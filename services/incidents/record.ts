@@ -10,7 +10,7 @@ import { throwIfCallerGaveUp } from "../runtime/http/request-context.js";
 import { outboxRows } from "./domain-events.js";
 import { EVENTS } from "../runtime/transport/events.js";
 import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
-import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "./vocabulary.js";
+import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "../domain/vocabulary.js";
 import { currentTraceparent } from "../runtime/observability/tracing.js";
 
 /**

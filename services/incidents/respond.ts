@@ -10,7 +10,7 @@ import { type OutboxRow, outboxRows } from "./domain-events.js";
 import { storableText, timelineEntryShape } from "./incident-shape.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import type { ClockRow, IncidentIdRow, IncidentStateRow, TimelineEntryRow } from "./store.js";
-import { AUDIT_KINDS } from "./vocabulary.js";
+import { AUDIT_KINDS } from "../domain/vocabulary.js";
 
 /** A note is a timeline entry's summary, held to the same limit as every other summary. */
 export const MAX_NOTE_CHARACTERS = 65536;

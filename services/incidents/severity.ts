@@ -8,7 +8,7 @@ import type { IncidentsDeps } from "./deps.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import type { ClockRow, IncidentIdRow, IncidentStateRow } from "./store.js";
-import { AUDIT_KINDS, isOneOf, SEVERITIES } from "./vocabulary.js";
+import { AUDIT_KINDS, isOneOf, SEVERITIES } from "../domain/vocabulary.js";
 
 /**
  * A delivery's severity is only a proposal; a person sets the one that counts. The change, its

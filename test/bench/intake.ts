@@ -23,7 +23,7 @@ import { startFakePrometheus } from "../../services/remotesource-kit/testing/fak
 import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
-import { makeTestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { makeTestCertificates } from "../support/https-receiver.js";
 import { startWebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { printTable, summarize } from "./stats.js";
 import { cpuOf, startChild, stopChild } from "./child-process.js";

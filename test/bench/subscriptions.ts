@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { setFlagsFromString } from "node:v8";
 import postgres from "postgres";
 import { runInNewContext } from "node:vm";
-import { makeTestCertificates, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { makeTestCertificates, type TestCertificates } from "../support/https-receiver.js";
 import { createClients } from "../../services/runtime/transport/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { postSigned } from "../../services/subscriptions/send.js";

@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import type { TestCertificates } from "../support/https-receiver.js";
 import type { Clients } from "../../services/runtime/transport/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { startSubscriptionsHarness, type SubscriptionsHarness } from "../../services/subscriptions/testing/harness.js";

@@ -27,7 +27,7 @@ async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
 function runAdmin(dataDir: string): Promise<{ code: number | null; output: string }> {
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", "services/identity/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
+    ["--import", "tsx", "services/admin/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
     {
       cwd: ROOT,
       env: { ...process.env, DATABASE_URL: "", NATS_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },

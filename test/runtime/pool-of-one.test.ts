@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildRouteTable, matchRoute } from "../../services/gateway/route-table.js";
 import { internalServices } from "../../services/runtime/transport/clients.js";
 import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
-import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../../services/comms/testing/https-receiver.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../support/https-receiver.js";
 import { createSourceServer } from "../../services/remotesource-kit/index.js";
 import postgres from "postgres";
 import { recordPendingTimelineEntries } from "../../services/comms/timeline.js";

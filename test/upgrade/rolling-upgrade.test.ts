@@ -4,7 +4,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeTestCertificates, type TestCertificates } from "../../services/comms/testing/https-receiver.js";
+import { makeTestCertificates, type TestCertificates } from "../support/https-receiver.js";
 import { allMigrations } from "../../services/process/all-migrations.js";
 import { EVENTS_STREAM } from "../../services/runtime/transport/event-bus.js";
 import { startWebhookReceiver, type ReceivedDelivery, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";

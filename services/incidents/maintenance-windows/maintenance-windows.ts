@@ -15,7 +15,7 @@ import { outboxRows } from "../domain-events.js";
 import { isUuid } from "../../runtime/ids.js";
 import { maintenanceWindowShape, storableText } from "../incident-shape.js";
 import type { ClockRow, MaintenanceWindowRow } from "../store.js";
-import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "../vocabulary.js";
+import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "../../domain/vocabulary.js";
 import { currentTraceparent } from "../../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "../deps.js";
 

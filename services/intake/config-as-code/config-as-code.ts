@@ -12,7 +12,7 @@ import {
   ExportConfigResponseSchema,
 } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
-import { isSourceBadge } from "../../incidents/vocabulary.js";
+import { isSourceBadge } from "../../domain/vocabulary.js";
 import { ADMINS, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";

@@ -4,7 +4,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { Organization } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import { GroupingOverrideSchema, ListGroupingOverridesResponseSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
-import { isSourceBadge } from "../../incidents/vocabulary.js";
+import { isSourceBadge } from "../../domain/vocabulary.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import type { Sql } from "../../runtime/data/database.js";

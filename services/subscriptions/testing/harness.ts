@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { startApp, type TestApp } from "../../../test/support/app.js";
-import { makeTestCertificates, type TestCertificates } from "../../comms/testing/https-receiver.js";
+import { makeTestCertificates, type TestCertificates } from "../../../test/support/https-receiver.js";
 import { createClients, type Clients } from "../../runtime/transport/clients.js";
 import { newSecretKeyEntry } from "../../runtime/credentials/secret-box.js";
 import { startWebhookReceiver, type WebhookReceiver } from "./webhook-receiver.js";

@@ -11,10 +11,10 @@ import { createLogger } from "../runtime/observability/logger.js";
 import { migrate } from "../runtime/data/migrations.js";
 import { createDirectTransport } from "../runtime/transport/direct-transport.js";
 import { createMethodRegistry } from "../runtime/transport/unary-call.js";
-import { BACKUP_USAGE, runBackupCommand } from "../admin/backup-cli.js";
+import { BACKUP_USAGE, runBackupCommand } from "./backup-cli.js";
 import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
 import { runConfigCommand } from "../intake/config-as-code/config-cli.js";
-import { createIdentityService } from "./service.js";
+import { createIdentityService } from "../identity/service.js";
 
 const USAGE = `usage: npm run admin -- bootstrap --org <slug> --email <owner email> --password <owner password>
 
