@@ -8,7 +8,7 @@ import { evaluateMetered, fromCelValue, toCelInput } from "../cel/cel-mapping.js
 import type { EventBus } from "../runtime/transport/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/transport/events.js";
 import { groupCalls } from "../runtime/transport/grouped-calls.js";
-import { storableJson, storableText } from "../incidents/incident-shape.js";
+import { storableJson, storableText } from "../runtime/data/storable.js";
 import { partialResult, ReadRequestError, type SourceClient } from "../remotesource-kit/client/source-client.js";
 import { CREDENTIALS_REJECTED, READ_BUDGET_MS } from "../remotesource-kit/protocol/limits.js";
 import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";

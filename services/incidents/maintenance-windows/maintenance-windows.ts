@@ -1,6 +1,5 @@
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
-import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type {
   CreateMaintenanceWindowRequest,
@@ -13,9 +12,10 @@ import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
 import { outboxRows } from "../domain-events.js";
 import { isUuid } from "../../runtime/ids.js";
-import { maintenanceWindowShape, storableText } from "../incident-shape.js";
+import { maintenanceWindowShape } from "../incident-shape.js";
 import type { ClockRow, MaintenanceWindowRow } from "../store.js";
-import { AUDIT_KINDS, isSourceBadge, SOURCE_BADGES } from "../../domain/vocabulary.js";
+import { checkWindow, MAINTENANCE_LIMITS } from "../../domain/maintenance-window-rules.js";
+import { AUDIT_KINDS } from "../../domain/vocabulary.js";
 import { currentTraceparent } from "../../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "../deps.js";
 
@@ -27,56 +27,6 @@ import type { IncidentsDeps } from "../deps.js";
  * so it stays listed under "past"; DELETE removes a window at once, whether it is upcoming,
  * active or over. Creating, ending and deleting are audited, so the history survives the row.
  */
-
-// The reason's length and the number of entities are bounded by the schema's rules; an entity's
-// parts are bounded tighter here than a delivery's (the schema's Entity serves both).
-export const MAINTENANCE_LIMITS = {
-  entityPartCharacters: 200,
-  listed: 1000,
-};
-
-export interface CheckedWindow {
-  startsAt: Date;
-  endsAt: Date;
-  reason: string;
-  sources: string[];
-  entities: { kind: string; id: string }[];
-}
-
-function requiredTime(field: string, value: Timestamp | undefined): Date {
-  if (!value) throw new InvalidArgumentError(`${field} is required (an RFC 3339 timestamp)`);
-  const date = timestampDate(value);
-  const year = date.getUTCFullYear();
-  if (!(year >= 1 && year <= 9999)) throw new InvalidArgumentError(`${field} must be a time between the years 1 and 9999`);
-  return date;
-}
-
-export function checkWindow(req: CreateMaintenanceWindowRequest): CheckedWindow {
-  const startsAt = requiredTime("startsAt", req.startsAt);
-  const endsAt = requiredTime("endsAt", req.endsAt);
-  if (endsAt.getTime() <= startsAt.getTime()) throw new InvalidArgumentError("endsAt must be after startsAt");
-  const reason = storableText(req.reason.trim());
-  if (!reason) throw new InvalidArgumentError("reason is required");
-  const sources: string[] = [];
-  for (const source of req.match?.sources ?? []) {
-    if (!isSourceBadge(source)) {
-      throw new InvalidArgumentError(`match.sources: "${source.slice(0, 50)}" is not a source; use ${SOURCE_BADGES.join(", ")} or a custom source's name`);
-    }
-    if (!sources.includes(source)) sources.push(source);
-  }
-  const requested = req.match?.entities ?? [];
-  const entities: { kind: string; id: string }[] = [];
-  for (const entity of requested) {
-    const kind = storableText(entity.kind.trim());
-    const id = storableText(entity.id.trim());
-    if (!kind || !id) throw new InvalidArgumentError("match.entities: every entity needs a kind and an id");
-    if (kind.length > MAINTENANCE_LIMITS.entityPartCharacters || id.length > MAINTENANCE_LIMITS.entityPartCharacters) {
-      throw new InvalidArgumentError(`match.entities: kind and id must be at most ${MAINTENANCE_LIMITS.entityPartCharacters} characters`);
-    }
-    if (!entities.some((e) => e.kind === kind && e.id === id)) entities.push({ kind, id });
-  }
-  return { startsAt, endsAt, reason, sources, entities };
-}
 
 function auditData(row: MaintenanceWindowRow): JsonObject {
   return {

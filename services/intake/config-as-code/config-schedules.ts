@@ -6,7 +6,7 @@ import type { Heartbeat } from "../../../gen/warroom/heartbeats/v1/heartbeats_pb
 import { CreateMaintenanceWindowRequestSchema, type MaintenanceWindow } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
 import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkName, checkRunLimits } from "../../domain/heartbeat-rules.js";
 import { checkSchedule } from "../../domain/schedule.js";
-import { checkWindow } from "../../incidents/maintenance-windows/maintenance-windows.js";
+import { checkWindow } from "../../domain/maintenance-window-rules.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import { InvalidArgumentError } from "../../runtime/errors.js";
 
