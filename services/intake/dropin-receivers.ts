@@ -12,8 +12,8 @@ import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
 import type { AlertDelivery } from "./sources/index.js";
-import * as opsgenie from "./sources/opsgenie.js";
-import * as pagerDuty from "./sources/pagerduty-events.js";
+import * as opsgenie from "./sources/own-routes/opsgenie.js";
+import * as pagerDuty from "./sources/own-routes/pagerduty-events.js";
 import type { IntakeStore } from "./store.js";
 
 /**

@@ -1,11 +1,11 @@
 import type { JsonObject } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { z } from "zod";
-import { asHttpUrl, asText, compactJson, looseNumber, looseText, looseValue, ownField, stringEntries } from "./foreign-json.js";
-import { digestOf, toAlertDelivery, type EntityRef } from "./normalized-alert.js";
-import { PayloadError } from "./payload-error.js";
-import { canonicalInstant, parseDateTime, timestampToMilliseconds } from "./timestamps.js";
-import type { MapContext, MappedDelivery, Severity } from "./types.js";
+import { asHttpUrl, asText, compactJson, looseNumber, looseText, looseValue, ownField, stringEntries } from "../foreign-json.js";
+import { digestOf, toAlertDelivery, type EntityRef } from "../normalized-alert.js";
+import { PayloadError } from "../payload-error.js";
+import { canonicalInstant, parseDateTime, timestampToMilliseconds } from "../timestamps.js";
+import type { MapContext, MappedDelivery, Severity } from "../types.js";
 
 // Webhook notifications (version 4) from an alert router (Prometheus Alertmanager). Newer
 // versions add fields; unknown ones are ignored.

@@ -1,8 +1,8 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { asHttpUrl, asRecord, compactJson, isRecord, jsonSnapshot, ownField } from "./foreign-json.js";
-import { digestOf, toAlertDelivery, type EntityRef } from "./normalized-alert.js";
-import { parseDateTime } from "./timestamps.js";
-import type { AlertDelivery, AlertKind, MapContext, Severity } from "./types.js";
+import { asHttpUrl, asRecord, compactJson, isRecord, jsonSnapshot, ownField } from "../foreign-json.js";
+import { digestOf, toAlertDelivery, type EntityRef } from "../normalized-alert.js";
+import { parseDateTime } from "../timestamps.js";
+import type { AlertDelivery, AlertKind, MapContext, Severity } from "../types.js";
 
 // PagerDuty Events API v2 (`POST /v2/enqueue`), change events (`POST /v2/change/enqueue`) and the
 // older Events API v1 (`POST /generic/2010-04-15/create_event.json`), read as PagerDuty reads them:

@@ -3,9 +3,9 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import * as chat from "./chat.js";
-import type { AlertInit } from "./types.js";
+import type { AlertInit } from "../types.js";
 
-const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 const fixture = (name: string): unknown => JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8"));
 const receivedAt = new Date("2024-06-12T12:00:00Z");
 const context = { receivedAt };

@@ -4,7 +4,7 @@ import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import { mapAction, mapCreate, OpsgenieRequestError } from "./opsgenie.js";
 
-const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 const fixture = (name: string): any => JSON.parse(readFileSync(join(repoRoot, "test/fixtures/opsgenie", name), "utf8"));
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z") };
 

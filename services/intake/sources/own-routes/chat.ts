@@ -1,9 +1,9 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { asHttpUrl, asIdentifier, asText, compactJson, isRecord, jsonObjectSnapshot } from "./foreign-json.js";
-import { toAlertDelivery } from "./normalized-alert.js";
-import { cutCharacters, cutUtf8, encodePathSegment } from "./text-limits.js";
-import { timestampFromDate, timestampFromEpochSeconds } from "./timestamps.js";
-import type { MapContext, MappedDelivery, Severity } from "./types.js";
+import { asHttpUrl, asIdentifier, asText, compactJson, isRecord, jsonObjectSnapshot } from "../foreign-json.js";
+import { toAlertDelivery } from "../normalized-alert.js";
+import { cutCharacters, cutUtf8, encodePathSegment } from "../text-limits.js";
+import { timestampFromDate, timestampFromEpochSeconds } from "../timestamps.js";
+import type { MapContext, MappedDelivery, Severity } from "../types.js";
 
 // Messages a chat tool's workflow forwards to the chat-message receiver, as JSON or as
 // form fields.

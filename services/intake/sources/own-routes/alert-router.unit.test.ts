@@ -3,10 +3,10 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 import * as alertRouter from "./alert-router.js";
-import { PayloadError } from "./payload-error.js";
-import type { AlertInit } from "./types.js";
+import { PayloadError } from "../payload-error.js";
+import type { AlertInit } from "../types.js";
 
-const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+const repoRoot = fileURLToPath(new URL("../../../../", import.meta.url));
 const fixture = (name: string): any => JSON.parse(readFileSync(join(repoRoot, "test/fixtures", name), "utf8"));
 const context = { receivedAt: new Date("2024-06-12T12:00:00Z") };
 

@@ -1,8 +1,8 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { compactJson, isRecord, jsonSnapshot, ownField, stringEntries } from "./foreign-json.js";
-import { toAlertDelivery, type EntityRef } from "./normalized-alert.js";
-import { cutCharacters } from "./text-limits.js";
-import type { AlertDelivery, MapContext, Severity } from "./types.js";
+import { compactJson, isRecord, jsonSnapshot, ownField, stringEntries } from "../foreign-json.js";
+import { toAlertDelivery, type EntityRef } from "../normalized-alert.js";
+import { cutCharacters } from "../text-limits.js";
+import type { AlertDelivery, MapContext, Severity } from "../types.js";
 
 // Opsgenie Alert API v2: create (`POST /v2/alerts`), close and acknowledge
 // (`POST /v2/alerts/{identifier}/close|acknowledge`). The endpoint authenticates the GenieKey
