@@ -21,7 +21,7 @@ export const E2E_SUITES = [
   "services/heartbeats/silence.test.ts",
   "services/comms/comms.test.ts",
   "services/comms/review.test.ts",
-  "services/incidents/maintenance-windows.test.ts",
+  "services/incidents/maintenance-windows/maintenance-windows.test.ts",
   "services/incidents/respond.test.ts",
   "services/remotesource/remote-sources.test.ts",
   "services/remotesource/investigations.test.ts",

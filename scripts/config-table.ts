@@ -1,6 +1,6 @@
 // Writes the configuration reference's table (docs/reference/configuration.md), between
 // `<!-- config:begin -->` and `<!-- config:end -->`, from the configuration schema
-// (services/runtime/config.ts): each variable, its default as the schema gives it, and its
+// (services/runtime/config/config.ts): each variable, its default as the schema gives it, and its
 // description from `configDescriptions`, whose links are written from the repository's root and
 // rewritten here relative to the page. `--check` writes nothing and exits 1 when the page differs
 // from what it would write, or when a variable has no description.
@@ -8,7 +8,7 @@
 //   npm run config-table [-- --check]
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, relative } from "node:path";
-import { configDescriptions, configSchema, type ConfigVariable } from "../services/runtime/config.js";
+import { configDescriptions, configSchema, type ConfigVariable } from "../services/runtime/config/config.js";
 
 const ROOT = join(import.meta.dirname, "..");
 /** The page that holds the table, from the repository's root. */
@@ -44,7 +44,7 @@ export function configTable(descriptions: { readonly [K in ConfigVariable]?: str
   const undescribed = names.filter((name) => !descriptions[name]?.trim());
   const rows = names.map((name) => `| \`${name}\` | ${defaultOf(name)} | ${linksFromPage(descriptions[name] ?? "").replaceAll("|", "\\|")} |`);
   const table = [
-    `<!-- Written by \`npm run config-table\` from services/runtime/config.ts: edit the schema and its descriptions, then run it. -->`,
+    `<!-- Written by \`npm run config-table\` from services/runtime/config/config.ts: edit the schema and its descriptions, then run it. -->`,
     "",
     "| variable | default | meaning |",
     "|---|---|---|",
@@ -57,7 +57,7 @@ export function configTable(descriptions: { readonly [K in ConfigVariable]?: str
 export function undescribedMessage(undescribed: readonly string[]): string {
   return (
     `configuration variables without a description: ${undescribed.join(", ")}\n` +
-    "add each to configDescriptions in services/runtime/config.ts, then run npm run config-table"
+    "add each to configDescriptions in services/runtime/config/config.ts, then run npm run config-table"
   );
 }
 
@@ -78,7 +78,7 @@ function main(): void {
   const next = `${text.slice(0, start + BEGIN.length)}\n${table}\n${text.slice(end)}`;
   if (check) {
     if (next !== text) {
-      console.error(`${CONFIG_PAGE}'s configuration table differs from services/runtime/config.ts: run npm run config-table and commit`);
+      console.error(`${CONFIG_PAGE}'s configuration table differs from services/runtime/config/config.ts: run npm run config-table and commit`);
       process.exit(1);
     }
   } else {

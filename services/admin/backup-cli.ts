@@ -1,11 +1,11 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { parseArgs } from "node:util";
-import { loadConfig } from "../runtime/config.js";
-import { DataDirLockedError } from "../runtime/data-dir-lock.js";
-import { openDatabase, type Database, type Sql } from "../runtime/database.js";
-import { createLogger } from "../runtime/logger.js";
-import { KEY_FILE_NAME } from "../runtime/secret-box.js";
+import { loadConfig } from "../runtime/config/config.js";
+import { DataDirLockedError } from "../runtime/data/data-dir-lock.js";
+import { openDatabase, type Database, type Sql } from "../runtime/data/database.js";
+import { createLogger } from "../runtime/observability/logger.js";
+import { KEY_FILE_NAME } from "../runtime/credentials/secret-box.js";
 import { checkBackupFile, connectToRunningServer, restoreBackupFile, writeBackupFile } from "./backup.js";
 import type { Manifest } from "./backup-file.js";
 

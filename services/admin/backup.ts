@@ -8,10 +8,10 @@ import { migrations as incidents } from "../incidents/migrations.js";
 import { migrations as intake } from "../intake/migrations.js";
 import { migrations as remotesource } from "../remotesource/migrations.js";
 import { migrations as subscriptions } from "../subscriptions/migrations.js";
-import { openDatabase, type Sql } from "../runtime/database.js";
-import type { Logger } from "../runtime/logger.js";
-import { migrate, type Migration } from "../runtime/migrations.js";
-import { KEY_FILE_NAME } from "../runtime/secret-box.js";
+import { openDatabase, type Sql } from "../runtime/data/database.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { migrate, type Migration } from "../runtime/data/migrations.js";
+import { KEY_FILE_NAME } from "../runtime/credentials/secret-box.js";
 import { BackupFileError, BackupWriter, FORMAT_VERSION, readBackup, type BackupTable, type Manifest } from "./backup-file.js";
 
 /** Every service's schema and its migrations, as this version knows them (services/process/all-services.ts). */

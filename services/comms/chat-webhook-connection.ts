@@ -1,8 +1,8 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isEgressError } from "../runtime/egress/index.js";
-import { SecretBoxError } from "../runtime/secret-box.js";
+import { SecretBoxError } from "../runtime/credentials/secret-box.js";
 import { buildTestCard } from "./adaptive-card.js";
 import { describeSaveRefusal, postCard } from "./chat-webhook-delivery.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";

@@ -1,8 +1,8 @@
-import type { Config } from "../runtime/config.js";
+import type { Config } from "../runtime/config/config.js";
 import { isEgressError, type EgressClient, type EgressError } from "../runtime/egress/index.js";
 import { createOutboundHttpsEgress } from "../runtime/egress/outbound-https.js";
-import { chatWebhookDuration, chatWebhookRequests } from "../runtime/metrics.js";
-import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../runtime/tracing.js";
+import { chatWebhookDuration, chatWebhookRequests } from "../runtime/observability/metrics.js";
+import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../runtime/observability/tracing.js";
 import type { ChatWebhookPayload } from "./adaptive-card.js";
 
 /** What the chat webhook's answer could be read as; kept small, only the status and a hint are used. */

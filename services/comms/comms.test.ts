@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClients, type Clients } from "../runtime/clients.js";
-import { createSecretBox, newSecretKeyEntry, parseSecretKeys } from "../runtime/secret-box.js";
+import { createClients, type Clients } from "../runtime/transport/clients.js";
+import { createSecretBox, newSecretKeyEntry, parseSecretKeys } from "../runtime/credentials/secret-box.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
 import { CARD_BYTE_LIMIT } from "./adaptive-card.js";
 import { associatedData } from "./chat-webhook-connection.js";
@@ -14,7 +14,7 @@ import {
   startChatWebhookReceiver,
   type ChatWebhookReceiver,
   type TestCertificates,
-} from "./testing/https-receiver.js";
+} from "../../test/support/https-receiver.js";
 
 const PUBLIC_URL = "https://warroom.example.test";
 const CONNECTION = "/o/acme/integrations/chatwebhook/connections/default";

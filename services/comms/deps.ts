@@ -1,11 +1,11 @@
 import type { HandlerContext } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { EgressClient } from "../runtime/egress/index.js";
-import type { SecretBox } from "../runtime/secret-box.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Config } from "../runtime/config.js";
-import type { Logger } from "../runtime/logger.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { Config } from "../runtime/config/config.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 import type { CommsStore } from "./store.js";
 
 /** What the comms handlers share. */

@@ -1,5 +1,5 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { AUDIT_KINDS, type CommsDeps } from "./deps.js";
 import type { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
 

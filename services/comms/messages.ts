@@ -1,7 +1,7 @@
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { isUuid } from "../runtime/ids.js";
 import { ConflictError, InvalidArgumentError, NotFoundError, PermissionDeniedError, UnavailableError } from "../runtime/errors.js";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";

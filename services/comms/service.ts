@@ -1,7 +1,7 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { CommsService } from "../../gen/warroom/comms/v1/comms_pb.js";
-import { EVENTS, onEvent } from "../runtime/events.js";
-import { serviceSecretBox } from "../runtime/secret-box.js";
+import { EVENTS, onEvent } from "../runtime/transport/events.js";
+import { serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createChatWebhookEgress } from "./chat-webhook-delivery.js";
 import type { CommsDeps } from "./deps.js";

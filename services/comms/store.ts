@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { UpdateSentSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
-import { EVENTS, recordAudit, type AuditRecord } from "../runtime/events.js";
-import type { Outbox } from "../runtime/outbox.js";
-import type { Sealed } from "../runtime/secret-box.js";
+import type { Sql, TransactionSql } from "../runtime/data/database.js";
+import { EVENTS, recordAudit, type AuditRecord } from "../runtime/transport/events.js";
+import type { Outbox } from "../runtime/data/outbox.js";
+import type { Sealed } from "../runtime/credentials/secret-box.js";
 
 /** What the comms handlers, the timeline sweep and the war-room link need from the comms tables. */
 

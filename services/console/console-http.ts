@@ -1,9 +1,9 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { buildRouteTable, matchRoute, type Route } from "../gateway/route-table.js";
-import { sendJson } from "../runtime/http-server.js";
-import { internalServices } from "../runtime/clients.js";
-import type { Config } from "../runtime/config.js";
+import { sendJson } from "../runtime/http/http-server.js";
+import { internalServices } from "../runtime/transport/clients.js";
+import type { Config } from "../runtime/config/config.js";
 import type { ExtraHttp, ExtraHttpRuntime } from "../process/run-process.js";
 import { createLiveEvents } from "./live-events.js";
 import { createStaticFiles, defaultConsoleDir } from "./static-files.js";

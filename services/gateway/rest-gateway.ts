@@ -3,14 +3,14 @@ import type { Http2ServerRequest, Http2ServerResponse } from "node:http2";
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Transport } from "@connectrpc/connect";
-import { sendJson } from "../runtime/http-server.js";
-import type { Logger } from "../runtime/logger.js";
-import { deliveriesRefused, httpDuration, httpRequests } from "../runtime/metrics.js";
-import { acceptRequestId, runWithRequestId } from "../runtime/request-context.js";
-import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/tracing.js";
+import { sendJson } from "../runtime/http/http-server.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { deliveriesRefused, httpDuration, httpRequests } from "../runtime/observability/metrics.js";
+import { acceptRequestId, runWithRequestId } from "../runtime/http/request-context.js";
+import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/observability/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
-import { bodyLimit, isDeliveryMethod } from "../runtime/body-limits.js";
-import { closingHeaders, stopReading, type BodyReads, type HeldBodies } from "../runtime/body-reads.js";
+import { bodyLimit, isDeliveryMethod } from "../runtime/http/body-limits.js";
+import { closingHeaders, stopReading, type BodyReads, type HeldBodies } from "../runtime/http/body-reads.js";
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -18,7 +18,7 @@ import { matchRoute, type Route } from "./route-table.js";
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
 
-export { BODY_LIMITS } from "../runtime/body-limits.js";
+export { BODY_LIMITS } from "../runtime/http/body-limits.js";
 
 /** Request headers the services read, passed on through the transport. */
 const FORWARDED_HEADERS = [

@@ -1,8 +1,8 @@
-import type { Clients } from "../runtime/clients.js";
-import type { Sql } from "../runtime/database.js";
-import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
-import type { Logger } from "../runtime/logger.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { Sql } from "../runtime/data/database.js";
+import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 import type { PingUrls } from "./registry.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 import type { HeartbeatStore } from "./store.js";

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { NAME_PATTERN } from "./heartbeat-rules.js";
+import { NAME_PATTERN } from "../domain/heartbeat-rules.js";
 
 /**
  * Healthchecks' Management API export of checks (`GET /api/v3/checks/`, saved to a file) turned

@@ -1,7 +1,7 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HeartbeatSchema } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import { expectedAfter } from "./schedule.js";
+import { expectedAfter } from "../domain/schedule.js";
 import type { HeartbeatRow } from "./store.js";
 
 /**

@@ -1,9 +1,9 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Sql } from "../runtime/database.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { Sql } from "../runtime/data/database.js";
 import { NotFoundError } from "../runtime/errors.js";
 
 interface PingHistoryRow {

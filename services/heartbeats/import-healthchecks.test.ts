@@ -66,7 +66,7 @@ afterAll(async () => {
 
 async function admin(args: string[], token?: string): Promise<{ code: number; stdout: string; stderr: string }> {
   try {
-    const { stdout, stderr } = await run(process.execPath, ["--import", "tsx", "services/identity/admin-cli.ts", ...args], {
+    const { stdout, stderr } = await run(process.execPath, ["--import", "tsx", "services/admin/admin-cli.ts", ...args], {
       cwd: ROOT,
       env: { ...process.env, LOG_LEVEL: "silent", WARROOM_TOKEN: token ?? "" },
       timeout: 60_000,

@@ -1,5 +1,5 @@
-import type { Migration } from "../runtime/migrations.js";
-import { outboxMigration, outboxUpgrades } from "../runtime/outbox.js";
+import type { Migration } from "../runtime/data/migrations.js";
+import { outboxMigration, outboxUpgrades } from "../runtime/data/outbox.js";
 
 export const migrations: Migration[] = [
   {

@@ -1,18 +1,18 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
-import type { AuditRecord } from "../runtime/events.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { AuditRecord } from "../runtime/transport/events.js";
 import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
-import type { Outbox } from "../runtime/outbox.js";
-import type { SecretBox } from "../runtime/secret-box.js";
-import { newOrgPingKey, newPingKey, openPingKey } from "./ping-key.js";
-import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "./heartbeat-rules.js";
+import type { Outbox } from "../runtime/data/outbox.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
+import { newOrgPingKey, newPingKey, openPingKey } from "./ping/ping-key.js";
+import { checkGrace, checkInterval, checkMaxRun, checkMinRun, checkMisses, checkName, checkRunLimits } from "../domain/heartbeat-rules.js";
 import { cadenceData, toHeartbeat } from "./heartbeat-shape.js";
-import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "./schedule.js";
+import { checkSchedule, checkTimezone, expectedAfter, type CheckedSchedule } from "../domain/schedule.js";
 import { type Expectation, type HeartbeatRow, type HeartbeatStore, OrganizationFullError, PAUSED_DEADLINE } from "./store.js";
 
 export const AUDIT_KINDS = {

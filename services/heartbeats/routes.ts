@@ -2,7 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { HeartbeatsDeps } from "./deps.js";
 import { createHistoryHandlers } from "./history.js";
-import { createPingHandler } from "./ping.js";
+import { createPingHandler } from "./ping/ping.js";
 import { createProvisioner, createRegistryHandlers } from "./registry.js";
 
 /** Wires the handler groups into the service implementation. */

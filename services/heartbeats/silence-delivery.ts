@@ -2,12 +2,12 @@ import { randomUUID } from "node:crypto";
 import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RecordRequestSchema, type RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Clients } from "../runtime/clients.js";
-import type { Logger } from "../runtime/logger.js";
-import { mapBounded } from "../runtime/map-bounded.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { mapBounded } from "../runtime/concurrency/map-bounded.js";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { formatDuration } from "./heartbeat-rules.js";
-import { describeBody } from "./ping-body.js";
+import { formatDuration } from "../domain/heartbeat-rules.js";
+import { describeBody } from "./ping/ping-body.js";
 import type { ClaimedAlert, ClaimedResume, HeartbeatStore, RecordedAlert } from "./store.js";
 import { cadenceData } from "./heartbeat-shape.js";
 

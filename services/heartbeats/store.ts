@@ -1,11 +1,13 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { HeartbeatSilentSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import type { Sql } from "../runtime/database.js";
-import { EVENTS, recordAudit, type AuditRecord } from "../runtime/events.js";
-import type { Logger } from "../runtime/logger.js";
-import type { Outbox } from "../runtime/outbox.js";
-import { NO_RUN_ID } from "./ping.js";
+import type { Sql } from "../runtime/data/database.js";
+import { EVENTS, recordAudit, type AuditRecord } from "../runtime/transport/events.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import type { Outbox } from "../runtime/data/outbox.js";
+
+/** The run key of a run without a run_id: one such run at a time per heartbeat. */
+export const NO_RUN_ID = "00000000-0000-0000-0000-000000000000";
 
 /**
  * What the management routes, the sweep and the silence deliveries need from the heartbeats

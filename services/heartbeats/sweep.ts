@@ -1,7 +1,7 @@
 import { randomUUID } from "node:crypto";
-import type { Logger } from "../runtime/logger.js";
-import { sweepDuration, sweepInterval, sweepLastSuccess, sweepsTotal } from "../runtime/metrics.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { sweepDuration, sweepInterval, sweepLastSuccess, sweepsTotal } from "../runtime/observability/metrics.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 import type { SilenceDelivery } from "./silence-delivery.js";
 import type { HeartbeatStore } from "./store.js";
 

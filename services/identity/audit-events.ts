@@ -1,9 +1,9 @@
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, authorize } from "../runtime/auth.js";
+import { ADMINS, authorize } from "../runtime/credentials/auth.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
-import { decodeCursor, encodeCursor, pageOf } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageOf } from "../runtime/data/page-cursor.js";
 import type { IdentityDeps } from "./deps.js";
 import { type AuditEventRow, insertAuditEvent } from "./store.js";
 

@@ -1,6 +1,6 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import type { Sql } from "../runtime/database.js";
+import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import type { IdentityDeps } from "./deps.js";
 import { EMAIL, MIN_PASSWORD_LENGTH } from "./members.js";

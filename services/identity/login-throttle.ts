@@ -1,4 +1,4 @@
-import type { Sql } from "../runtime/database.js";
+import type { Sql } from "../runtime/data/database.js";
 
 /**
  * Failed logins, counted in Postgres so every replica shares them, under three keys:

@@ -1,10 +1,10 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService, Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/auth.js";
-import type { TransactionSql } from "../runtime/database.js";
+import { ADMINS, ANY_MEMBER, authorize, bearerToken, type Role } from "../runtime/credentials/auth.js";
+import type { TransactionSql } from "../runtime/data/database.js";
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, PermissionDeniedError, RateLimitedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { sha256 } from "../runtime/secrets.js";
+import { sha256 } from "../runtime/credentials/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import { MIN_PASSWORD_LENGTH, ROLES } from "./members.js";
 import { hashPassword, verifyPassword } from "./passwords.js";

@@ -1,9 +1,9 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, ANY_MEMBER, authorize, OWNERS, type Role } from "../runtime/auth.js";
+import { ADMINS, ANY_MEMBER, authorize, OWNERS, type Role } from "../runtime/credentials/auth.js";
 import { AlreadyExistsError, InvalidArgumentError, PermissionDeniedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
 import type { IdentityDeps } from "./deps.js";
 import { hashPassword } from "./passwords.js";
 import { AUDIT, insertAuditEvent, lockCaller, type MemberRow, type UserRow } from "./store.js";

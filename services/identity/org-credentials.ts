@@ -1,9 +1,9 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { ADMINS, authorize, bearerToken, type Role } from "../runtime/auth.js";
+import { ADMINS, authorize, bearerToken, type Role } from "../runtime/credentials/auth.js";
 import { InvalidArgumentError, UnauthenticatedError } from "../runtime/errors.js";
-import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/ingest-token-cache.js";
-import { newHexSecret, sha256 } from "../runtime/secrets.js";
+import { INGEST_TOKEN_REVOKED, INVALID_INGEST_TOKEN } from "../runtime/credentials/ingest-token-cache.js";
+import { newHexSecret, sha256 } from "../runtime/credentials/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import {
   AUDIT,

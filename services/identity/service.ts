@@ -1,6 +1,6 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { EVENTS, onEvent } from "../runtime/events.js";
+import { EVENTS, onEvent } from "../runtime/transport/events.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import type { IdentityDeps } from "./deps.js";
 import { bootstrapOrganization } from "./internal.js";

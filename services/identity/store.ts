@@ -1,11 +1,11 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
 import { type AuditRecorded, CredentialChangedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
-import type { Role } from "../runtime/auth.js";
-import type { Sql, TransactionSql } from "../runtime/database.js";
+import type { Role } from "../runtime/credentials/auth.js";
+import type { Sql, TransactionSql } from "../runtime/data/database.js";
 import { PermissionDeniedError, UnauthenticatedError } from "../runtime/errors.js";
-import { EVENTS } from "../runtime/events.js";
-import type { Outbox } from "../runtime/outbox.js";
+import { EVENTS } from "../runtime/transport/events.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 
 /** The identity schema's rows, as the handlers read them. */
 export interface OrganizationRow {

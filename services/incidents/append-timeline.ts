@@ -5,8 +5,8 @@ import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { storableJson, storableText, timelineEntryShape } from "./incident-shape.js";
 import type { ClockRow, TimelineEntryRow } from "./store.js";
-import { APPENDABLE_ENTRY_KINDS, isOneOf } from "./vocabulary.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { APPENDABLE_ENTRY_KINDS, isOneOf } from "../domain/vocabulary.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 
 const MAX_SUMMARY_CHARACTERS = 65536;

@@ -1,4 +1,4 @@
-import type { Sql } from "../runtime/database.js";
+import type { Sql } from "../runtime/data/database.js";
 import type { ServiceContext } from "../runtime/service-module.js";
 
 /** What the incident core's handler groups share; service.ts builds it once. */

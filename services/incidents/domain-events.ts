@@ -1,7 +1,7 @@
 import { create, toBinary, type JsonObject } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { DescMessage, MessageInitShape } from "@bufbuild/protobuf";
-import { EVENTS, type EventType } from "../runtime/events.js";
+import { EVENTS, type EventType } from "../runtime/transport/events.js";
 
 /**
  * The incident core's domain events, as outbox rows built before the statement that makes the

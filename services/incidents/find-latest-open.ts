@@ -2,7 +2,7 @@ import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { FindLatestOpenRequest, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
-import { isSourceBadge, SOURCE_BADGES } from "./vocabulary.js";
+import { isSourceBadge, SOURCE_BADGES } from "../domain/vocabulary.js";
 import type { IncidentsDeps } from "./deps.js";
 
 /**

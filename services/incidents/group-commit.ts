@@ -2,8 +2,8 @@ import { AsyncResource } from "node:async_hooks";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { throwIfCallerGaveUp } from "../runtime/request-context.js";
-import { currentTraceparent, detached } from "../runtime/tracing.js";
+import { throwIfCallerGaveUp } from "../runtime/http/request-context.js";
+import { currentTraceparent, detached } from "../runtime/observability/tracing.js";
 import type { RecordBatch } from "./record-many.js";
 
 /**

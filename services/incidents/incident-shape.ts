@@ -1,8 +1,12 @@
 import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { IncidentSchema, MaintenanceWindowSchema, TimelineEntrySchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Config } from "../runtime/config.js";
+import type { Config } from "../runtime/config/config.js";
 import type { IncidentRow, MaintenanceWindowRow, TimelineEntryRow } from "./store.js";
+import { storableJson, storableText } from "../runtime/data/storable.js";
+
+// Where incidents read them since they began here.
+export { storableJson, storableText };
 
 /** API shapes of the rows in store.ts. */
 
@@ -65,15 +69,6 @@ export function maintenanceWindowShape(row: MaintenanceWindowRow): MessageInitSh
   };
 }
 
-/** Postgres text and jsonb cannot hold U+0000; a sender's stray NUL must not fail the delivery. */
-export function storableText(value: string): string {
-  return value.includes("\u0000") ? value.replaceAll("\u0000", "\uFFFD") : value;
-}
-
-/**
- * A copy of the JSON that Postgres can store: every NUL in its strings replaced (see
- * `storableText`).
- */
 /**
  * The data of an entry that is not the opening one: its `at` is when the delivery arrived (the
  * database clock), so the time the sender gave (an alert's start, a message's timestamp) is kept
@@ -83,22 +78,4 @@ export function storableText(value: string): string {
 export function withSenderTime<T extends JsonObject | null>(data: T, occurredAt: Date | null): T | JsonObject {
   if (!occurredAt) return data;
   return { ...(data ?? {}), occurredAt: occurredAt.toISOString() };
-}
-
-export function storableJson(value: JsonObject): JsonObject {
-  return sanitize(value) as JsonObject;
-}
-
-function sanitize(value: unknown): unknown {
-  if (typeof value === "string") return storableText(value);
-  if (Array.isArray(value)) return value.map(sanitize);
-  if (value !== null && typeof value === "object") {
-    const copy: Record<string, unknown> = {};
-    for (const [key, entry] of Object.entries(value)) {
-      if (key === "__proto__") continue;
-      copy[storableText(key)] = sanitize(entry);
-    }
-    return copy;
-  }
-  return value;
 }

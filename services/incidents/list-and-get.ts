@@ -6,14 +6,14 @@ import type {
   ListIncidentsRequest,
   ListTimelineRequest,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import type { Config } from "../runtime/config/config.js";
+import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
 import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
-import { INCIDENT_STATES, isOneOf, SEVERITIES } from "./vocabulary.js";
+import { INCIDENT_STATES, isOneOf, SEVERITIES } from "../domain/vocabulary.js";
 
 function invalid(message: string): never {
   throw new InvalidArgumentError(message);

@@ -3,18 +3,18 @@ import type { JsonObject, MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { type IncidentsService, type RecordRequest, RecordRequestSchema, type RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { Config } from "../runtime/config/config.js";
+import type { Sql } from "../runtime/data/database.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
 import { afterRecording, type Delivery, recordedAnswer } from "./record.js";
 import { toConnectError } from "../runtime/errors.js";
-import type { Logger } from "../runtime/logger.js";
-import { runWithRequestId } from "../runtime/request-context.js";
-import { currentTraceparent, inTraceOf, linkTraces } from "../runtime/tracing.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { runWithRequestId } from "../runtime/http/request-context.js";
+import { currentTraceparent, inTraceOf, linkTraces } from "../runtime/observability/tracing.js";
 import { checkRequest } from "../runtime/validation.js";
-import { entryKindOfDelivery, OUTCOMES } from "./vocabulary.js";
+import { entryKindOfDelivery, OUTCOMES } from "../domain/vocabulary.js";
 
 /**
  * RecordMany: many deliveries, each decided exactly as Record decides it, in a handful of

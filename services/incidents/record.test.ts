@@ -11,7 +11,7 @@ import { freshDatabase, OWNER, startApp, type TestApp } from "../../test/support
 import { startPrivateNats, type PrivateNats } from "../../test/support/nats-server.js";
 import { tapOutbox } from "../../test/support/outbox-tap.js";
 import { createIdentityService } from "../identity/service.js";
-import { createNatsTransport } from "../runtime/nats-transport.js";
+import { createNatsTransport } from "../runtime/transport/nats-transport.js";
 import { runProcess, type RunningProcess } from "../process/run-process.js";
 import { createIncidentsService } from "./service.js";
 

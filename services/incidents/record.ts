@@ -2,16 +2,16 @@ import { randomUUID } from "node:crypto";
 import { create, toBinary, type JsonObject, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
 import type { Alert, RecordRequest, RecordResponseSchema } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Config } from "../runtime/config.js";
-import type { Sql } from "../runtime/database.js";
+import type { Config } from "../runtime/config/config.js";
+import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, UnavailableError } from "../runtime/errors.js";
-import type { Outbox } from "../runtime/outbox.js";
-import { throwIfCallerGaveUp } from "../runtime/request-context.js";
+import type { Outbox } from "../runtime/data/outbox.js";
+import { throwIfCallerGaveUp } from "../runtime/http/request-context.js";
 import { outboxRows } from "./domain-events.js";
-import { EVENTS } from "../runtime/events.js";
+import { EVENTS } from "../runtime/transport/events.js";
 import { incidentShape, storableJson, storableText, withSenderTime, type IncidentRow } from "./incident-shape.js";
-import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "./vocabulary.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { AUDIT_KINDS, entryKindOfDelivery, OUTCOMES, SEVERITIES, type AlertKind } from "../domain/vocabulary.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 
 /**
  * Record: one normalized delivery becomes opened, attached, recorded, ignored or suppressed.

@@ -1,12 +1,12 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { ArchiveIncidentRequest, IncidentsService, ResolveIncidentRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { outboxRows } from "./domain-events.js";
 import { isUuid } from "../runtime/ids.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import type { ClockRow, IncidentIdRow, IncidentStateRow } from "./store.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 
 type Target = "resolved" | "archived";

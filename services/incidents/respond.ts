@@ -1,16 +1,16 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 import { type OutboxRow, outboxRows } from "./domain-events.js";
 import { storableText, timelineEntryShape } from "./incident-shape.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import type { ClockRow, IncidentIdRow, IncidentStateRow, TimelineEntryRow } from "./store.js";
-import { AUDIT_KINDS } from "./vocabulary.js";
+import { AUDIT_KINDS } from "../domain/vocabulary.js";
 
 /** A note is a timeline entry's summary, held to the same limit as every other summary. */
 export const MAX_NOTE_CHARACTERS = 65536;

@@ -1,14 +1,14 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { currentTraceparent } from "../runtime/tracing.js";
+import { currentTraceparent } from "../runtime/observability/tracing.js";
 import type { IncidentsDeps } from "./deps.js";
 import { outboxRows } from "./domain-events.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
 import type { ClockRow, IncidentIdRow, IncidentStateRow } from "./store.js";
-import { AUDIT_KINDS, isOneOf, SEVERITIES } from "./vocabulary.js";
+import { AUDIT_KINDS, isOneOf, SEVERITIES } from "../domain/vocabulary.js";
 
 /**
  * A delivery's severity is only a proposal; a person sets the one that counts. The change, its

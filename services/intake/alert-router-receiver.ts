@@ -1,6 +1,6 @@
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { DeliverRequest, IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
-import { bearerToken } from "../runtime/auth.js";
+import { bearerToken } from "../runtime/credentials/auth.js";
 import { UnprocessablePayloadError } from "../runtime/errors.js";
 import { type DeliveryPath, mapOrRefuse } from "./delivery.js";
 import type { ReceiverSecrets } from "./receiver-secrets.js";

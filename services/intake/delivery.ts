@@ -1,19 +1,19 @@
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import type { Clients } from "../runtime/clients.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import { DomainError, RateLimitedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
-import { ShareExceeded, type FairShares } from "../runtime/fair-shares.js";
-import type { Logger } from "../runtime/logger.js";
-import { deliveries, deliveriesRefused } from "../runtime/metrics.js";
-import { detachedFromCancellation, REQUEST_ID_HEADER } from "../runtime/request-context.js";
-import { annotate } from "../runtime/tracing.js";
-import { noteForegroundWork } from "../runtime/background-yield.js";
+import { ShareExceeded, type FairShares } from "./fair-shares.js";
+import type { Logger } from "../runtime/observability/logger.js";
+import { deliveries, deliveriesRefused } from "../runtime/observability/metrics.js";
+import { detachedFromCancellation, REQUEST_ID_HEADER } from "../runtime/http/request-context.js";
+import { annotate } from "../runtime/observability/tracing.js";
+import { noteForegroundWork } from "../runtime/concurrency/background-yield.js";
 import { recordAlone, type RecordCall } from "./record-groups.js";
 import { bodyDigestOf, retryKeyOf, reusedKeyMessage, type TriggerRoute } from "./retry-keys.js";
 import { RetryKeyReusedError, type RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
-import type { Grouping } from "./custom-sources/grouping.js";
+import type { Grouping } from "./grouping/grouping.js";
 import type { IntakeStore } from "./store.js";
 
 /**

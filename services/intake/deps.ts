@@ -1,7 +1,7 @@
-import type { Broadcast } from "../runtime/broadcast.js";
-import type { Clients } from "../runtime/clients.js";
-import type { FairShares } from "../runtime/fair-shares.js";
-import type { Logger } from "../runtime/logger.js";
+import type { Broadcast } from "../runtime/transport/broadcast.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import type { FairShares } from "./fair-shares.js";
+import type { Logger } from "../runtime/observability/logger.js";
 import type { CustomSourcesDeps } from "./custom-sources/custom-source-handlers.js";
 import type { RecordCall } from "./record-groups.js";
 import type { IntakeStore } from "./store.js";

@@ -3,17 +3,17 @@ import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverRequest, GetOpsgenieRequestStatusRequest, IntakeService, OpsgenieAlertActionRequest } from "../../gen/warroom/intake/v1/intake_pb.js";
-import type { Clients } from "../runtime/clients.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import { DomainError, NotFoundError, UnauthenticatedError, UnprocessablePayloadError, unprocessableOf } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
+import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
 import { RECOVERY_HELD, type DeliveryPath, type TriggerAnswer } from "./delivery.js";
 import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER } from "./retry-keys.js";
 import { cutUtf8, storableText } from "./sources/text-limits.js";
 import type { AlertDelivery } from "./sources/index.js";
-import * as opsgenie from "./sources/opsgenie.js";
-import * as pagerDuty from "./sources/pagerduty-events.js";
+import * as opsgenie from "./sources/own-routes/opsgenie.js";
+import * as pagerDuty from "./sources/own-routes/pagerduty-events.js";
 import type { IntakeStore } from "./store.js";
 
 /**

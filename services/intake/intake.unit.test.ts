@@ -9,10 +9,10 @@ import { IdentityService, type Organization } from "../../gen/warroom/identity/v
 import { IncidentsService, type RecordRequest } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { createInProcessBroadcast } from "../runtime/broadcast.js";
-import { createClients } from "../runtime/clients.js";
+import { createInProcessBroadcast } from "../runtime/transport/broadcast.js";
+import { createClients } from "../runtime/transport/clients.js";
 import { errorInterceptor } from "../runtime/errors.js";
-import { createLogger } from "../runtime/logger.js";
+import { createLogger } from "../runtime/observability/logger.js";
 import { CHAT_CALLS_PER_MINUTE } from "./chat-receiver.js";
 import { RECEIVER_FAILURES_PER_MINUTE } from "./receiver-secrets.js";
 import { createIntakeRoutes } from "./routes.js";

@@ -1,6 +1,6 @@
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
-import type { Clients } from "../runtime/clients.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import { RateLimitedError } from "../runtime/errors.js";
 import type { IntakeStore } from "./store.js";
 

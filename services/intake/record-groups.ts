@@ -2,9 +2,9 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { codeFromString } from "@connectrpc/connect/protocol-connect";
 import { type IncidentsService, type RecordRequest, RecordRequestSchema, type RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { recordGroupSize } from "../runtime/metrics.js";
-import { currentDeadline, currentRequestId, outsideCall, REQUEST_ID_HEADER } from "../runtime/request-context.js";
-import { currentTraceparent, detached, inSpan, linkTraces } from "../runtime/tracing.js";
+import { recordGroupSize } from "../runtime/observability/metrics.js";
+import { currentDeadline, currentRequestId, outsideCall, REQUEST_ID_HEADER } from "../runtime/http/request-context.js";
+import { currentTraceparent, detached, inSpan, linkTraces } from "../runtime/observability/tracing.js";
 import type { AlertInit } from "./sources/index.js";
 
 /**

@@ -8,7 +8,7 @@ import {
   RecordManyResponseSchema,
   RecordResponseSchema,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { requestIdServerInterceptor } from "../runtime/request-context.js";
+import { requestIdServerInterceptor } from "../runtime/http/request-context.js";
 import { recordInGroups, type RecordInit } from "./record-groups.js";
 
 /**

@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
-import type { Logger } from "../runtime/logger.js";
+import type { Logger } from "../runtime/observability/logger.js";
 import type { RetryKeyStore } from "./store.js";
 
 /**

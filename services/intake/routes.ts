@@ -1,13 +1,13 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
-import { createIngestTokenResolver } from "../runtime/ingest-token-cache.js";
-import { deliveries } from "../runtime/metrics.js";
-import { annotate } from "../runtime/tracing.js";
+import { createIngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
+import { deliveries } from "../runtime/observability/metrics.js";
+import { annotate } from "../runtime/observability/tracing.js";
 import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
-import { createConfigAsCodeHandlers } from "./custom-sources/config-as-code.js";
+import { createConfigAsCodeHandlers } from "./config-as-code/config-as-code.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
-import { createGrouping, createGroupingHandlers } from "./custom-sources/grouping.js";
+import { createGrouping, createGroupingHandlers } from "./grouping/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";

@@ -1,11 +1,11 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
-import { createFairShares } from "../runtime/fair-shares.js";
+import { createFairShares } from "./fair-shares.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
-import { startRetentionSweep } from "../runtime/retention-sweep.js";
+import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
 import { createLargeBodies } from "./custom-sources/large-bodies.js";
-import { groupingGenerationRetention } from "./custom-sources/generation-retention.js";
+import { groupingGenerationRetention } from "./grouping/generation-retention.js";
 import { createCustomSourceStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";

@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
 import type { JsonObject } from "@bufbuild/protobuf";
-import type { Sql } from "../runtime/database.js";
-import { recordAudit } from "../runtime/events.js";
-import type { Outbox } from "../runtime/outbox.js";
+import type { Sql } from "../runtime/data/database.js";
+import { recordAudit } from "../runtime/transport/events.js";
+import type { Outbox } from "../runtime/data/outbox.js";
 
 /**
  * Intake's own tables (see migrations.ts), behind one interface so the handlers can be tested

@@ -1,10 +1,10 @@
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
 import type { DeliverRequest, IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
-import { bearerToken } from "../runtime/auth.js";
-import type { Clients } from "../runtime/clients.js";
+import { bearerToken } from "../runtime/credentials/auth.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import { UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
-import type { IngestTokenResolver } from "../runtime/ingest-token-cache.js";
+import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
 import { type DeliveryPath, mapOrRefuse } from "./delivery.js";
 import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
 import { type AlertInit, recognizeTrigger } from "./sources/index.js";

@@ -5,7 +5,7 @@ import { migrations as incidents } from "../incidents/migrations.js";
 import { migrations as intake } from "../intake/migrations.js";
 import { migrations as remotesource } from "../remotesource/migrations.js";
 import { migrations as subscriptions } from "../subscriptions/migrations.js";
-import type { Migration } from "../runtime/migrations.js";
+import type { Migration } from "../runtime/data/migrations.js";
 
 /**
  * Every service's migrations by schema (a service's schema is its name), in the order of

@@ -1,5 +1,5 @@
 import { startCluster } from "./cluster.js";
-import { loadConfig } from "../runtime/config.js";
+import { loadConfig } from "../runtime/config/config.js";
 
 // `npm run start:cluster`: every service its own process over NATS, as in production.
 const config = loadConfig();

@@ -1,9 +1,9 @@
-import { ConfigError, loadConfig } from "../runtime/config.js";
-import { openDatabase } from "../runtime/database.js";
-import { DataDirLockedError } from "../runtime/data-dir-lock.js";
-import { EmbeddedPostgresError } from "../runtime/embedded-postgres.js";
-import { createLogger } from "../runtime/logger.js";
-import { migrate } from "../runtime/migrations.js";
+import { ConfigError, loadConfig } from "../runtime/config/config.js";
+import { openDatabase } from "../runtime/data/database.js";
+import { DataDirLockedError } from "../runtime/data/data-dir-lock.js";
+import { EmbeddedPostgresError } from "../runtime/data/embedded-postgres.js";
+import { createLogger } from "../runtime/observability/logger.js";
+import { migrate } from "../runtime/data/migrations.js";
 import { allMigrations } from "./all-migrations.js";
 
 /**

@@ -4,35 +4,49 @@ import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway } from "../gateway/rest-gateway.js";
-import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/broadcast.js";
-import { createClients, internalServices, type Clients } from "../runtime/clients.js";
-import { ConfigError, loadConfig, type Config } from "../runtime/config.js";
-import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/database.js";
-import { DataDirLockedError } from "../runtime/data-dir-lock.js";
-import { EmbeddedPostgresError } from "../runtime/embedded-postgres.js";
+import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/transport/broadcast.js";
+import { createClients, internalServices, type Clients } from "../runtime/transport/clients.js";
+import { ConfigError, loadConfig, type Config } from "../runtime/config/config.js";
+import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/data/database.js";
+import { DataDirLockedError } from "../runtime/data/data-dir-lock.js";
+import { EmbeddedPostgresError } from "../runtime/data/embedded-postgres.js";
 import { errorInterceptor } from "../runtime/errors.js";
 import { validationInterceptor } from "../runtime/validation.js";
-import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/event-bus.js";
-import { registerForwarding } from "../runtime/forwarding.js";
-import { registerGrpcHealth } from "../runtime/grpc-health.js";
-import { registerGrpcReflection } from "../runtime/grpc-reflection.js";
-import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/body-limits.js";
-import { createBodyReads, createHeldBodies, sendRpcError } from "../runtime/body-reads.js";
-import { natsConnectionOptions, natsServerVersionProblem, setInboxPrefix, setSubjectPrefix, unauthenticatedNatsProblem } from "../runtime/nats-connection.js";
-import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/client-address.js";
-import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/public-surface.js";
-import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http-server.js";
-import { createLogger, type Logger } from "../runtime/logger.js";
-import { unknownVariableWarnings } from "../runtime/config-warnings.js";
-import { dbPoolConnections, dbPoolWaiting, deliveriesRefused, natsConnected, outboxLag, registry, rpcMetricsInterceptor } from "../runtime/metrics.js";
-import { migrate, MigrationsPendingError, pendingMigrations, type Migration } from "../runtime/migrations.js";
-import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/tracing.js";
-import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/request-context.js";
-import { createDirectTransport } from "../runtime/direct-transport.js";
-import { createMethodRegistry } from "../runtime/unary-call.js";
-import { connectionState, createNatsTransport, serveOverNats, type NatsRpcServer } from "../runtime/nats-transport.js";
-import { createProbes } from "../runtime/probes.js";
-import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/outbox.js";
+import { createInMemoryEventBus, createJetStreamEventBus, type EventBus } from "../runtime/transport/event-bus.js";
+import { registerForwarding } from "../runtime/transport/forwarding.js";
+import { registerGrpcHealth } from "../runtime/http/grpc-health.js";
+import { registerGrpcReflection } from "../runtime/http/grpc-reflection.js";
+import { BODY_LIMITS, deliveryMethodOfPath } from "../runtime/http/body-limits.js";
+import { createBodyReads, createHeldBodies, sendRpcError } from "../runtime/http/body-reads.js";
+import {
+  natsConnectionOptions,
+  natsServerVersionProblem,
+  setInboxPrefix,
+  setSubjectPrefix,
+  unauthenticatedNatsProblem,
+} from "../runtime/transport/nats-connection.js";
+import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/http/client-address.js";
+import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/http/public-surface.js";
+import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http/http-server.js";
+import { createLogger, type Logger } from "../runtime/observability/logger.js";
+import { unknownVariableWarnings } from "../runtime/config/config-warnings.js";
+import {
+  dbPoolConnections,
+  dbPoolWaiting,
+  deliveriesRefused,
+  natsConnected,
+  outboxLag,
+  registry,
+  rpcMetricsInterceptor,
+} from "../runtime/observability/metrics.js";
+import { migrate, MigrationsPendingError, pendingMigrations, type Migration } from "../runtime/data/migrations.js";
+import { flushTracing, startTracing, tracingClientInterceptor, tracingEnabled, tracingServerInterceptor } from "../runtime/observability/tracing.js";
+import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadline } from "../runtime/http/request-context.js";
+import { createDirectTransport } from "../runtime/transport/direct-transport.js";
+import { createMethodRegistry } from "../runtime/transport/unary-call.js";
+import { connectionState, createNatsTransport, serveOverNats, type NatsRpcServer } from "../runtime/transport/nats-transport.js";
+import { createProbes } from "../runtime/http/probes.js";
+import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/data/outbox.js";
 import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
 
 /** Connections the metrics port holds at once: a scraper needs one or two. */

@@ -13,7 +13,7 @@ import {
   type OperationDescriptor,
   type RawResult,
 } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { mapBounded } from "../runtime/map-bounded.js";
+import { mapBounded } from "../runtime/concurrency/map-bounded.js";
 import type { CallFailure, CallOutcome, Presenting, SourceClient } from "./client/source-client.js";
 import { CANONICAL_ROLES, DESCRIPTOR_KINDS, MAX_RESPONSE_BYTES, PROTOCOL_VERSION, READ_BUDGET_MS, WINDOW_FORMATS } from "./protocol/limits.js";
 import type { ProtocolCall } from "./protocol/protocol-routes.js";

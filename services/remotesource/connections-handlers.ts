@@ -1,10 +1,10 @@
 import { randomUUID } from "node:crypto";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/page-cursor.js";
+import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { ListRemoteSourcesResponseSchema, type RemoteSourcesService, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/auth.js";
-import { recordAudit } from "../runtime/events.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
+import { recordAudit } from "../runtime/transport/events.js";
 import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError } from "../runtime/errors.js";
 import {

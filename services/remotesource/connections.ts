@@ -3,15 +3,15 @@ import { readFileSync } from "node:fs";
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { RemoteSourceSchema, type RemoteSource, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { ConfigError, type Config } from "../runtime/config.js";
+import { ConfigError, type Config } from "../runtime/config/config.js";
 import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runtime/egress/index.js";
 import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
-import { SecretBoxError } from "../runtime/secret-box.js";
+import { SecretBoxError } from "../runtime/credentials/secret-box.js";
 import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 import type { RemoteSourceDeps } from "./deps.js";
-import { storedReads, toInvestigationRead } from "./investigation-reads.js";
 import type { ConnectionRow } from "./store.js";
+import { storedReads, toInvestigationRead } from "./stored-reads.js";
 
 export const AUDIT_KINDS = {
   created: "remote_source.created",

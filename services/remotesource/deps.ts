@@ -1,5 +1,5 @@
 import type { AddressPolicy } from "../runtime/egress/index.js";
-import type { SecretBox } from "../runtime/secret-box.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
 
 /** What the remote-source handler groups share; service.ts builds it once. */

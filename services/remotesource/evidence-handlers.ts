@@ -8,7 +8,7 @@ import {
   type Investigation,
   type RemoteSourcesService,
 } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { ConflictError, FailedPreconditionError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
 import type { RemoteSourceDeps } from "./deps.js";

@@ -1,15 +1,16 @@
-import { create, type JsonObject } from "@bufbuild/protobuf";
+import type { JsonObject } from "@bufbuild/protobuf";
 import { CelScalar } from "@bufbuild/cel";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { InvestigationReadSchema, type InvestigationRead, type RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
+import type { InvestigationRead, RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import type { CapabilitiesResponse, OperationDescriptor } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { compileMetered, meteredEnvironment, type Program } from "../intake/custom-sources/cel-mapping.js";
-import { ADMINS, authorize } from "../runtime/auth.js";
+import { compileMetered, meteredEnvironment, type Program } from "../cel/cel-mapping.js";
+import { ADMINS, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, InvalidArgumentError } from "../runtime/errors.js";
-import { recordAudit } from "../runtime/events.js";
+import { recordAudit } from "../runtime/transport/events.js";
 import { AUDIT_KINDS, clientFor, loadConnection, toRemoteSource } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
 import type { ConnectionRow } from "./store.js";
+import { INVESTIGATION_CALLS, type InvestigationCall, type StoredRead } from "./stored-reads.js";
 
 /**
  * The reads an investigation makes through a connection: stored with the connection, checked
@@ -28,37 +29,8 @@ export const READ_LIMITS = {
   costPerExpression: 5_000,
 } as const;
 
-/** The calls a read may make: the two canonical windowed reads, or an advertised operation. */
-export const INVESTIGATION_CALLS = ["metrics/range", "logs/range", "invoke"] as const;
-export type InvestigationCall = (typeof INVESTIGATION_CALLS)[number];
-
 /** What a read's expressions see: `incident`, a map (see the proto's InvestigationRead). */
 export const TEMPLATE_ENVIRONMENT = meteredEnvironment({ incident: CelScalar.DYN }, READ_LIMITS.costPerExpression);
-
-/** A read as stored in `connections.investigation_reads` (JSON). */
-export interface StoredRead {
-  name: string;
-  call: InvestigationCall;
-  operation: string;
-  template: string;
-  when: string;
-  lookbackMinutes: number;
-  step?: string;
-  limit?: number;
-}
-
-export function toInvestigationRead(read: StoredRead): InvestigationRead {
-  return create(InvestigationReadSchema, {
-    name: read.name,
-    call: read.call,
-    operation: read.operation,
-    template: read.template,
-    when: read.when,
-    lookbackMinutes: read.lookbackMinutes,
-    ...(read.step === undefined ? {} : { step: read.step }),
-    ...(read.limit === undefined ? {} : { limit: read.limit }),
-  });
-}
 
 /** A duration such as `30s`, `5m`, `1h` or a number of seconds, in seconds; undefined when it is not one. */
 export function stepSeconds(step: string): number | undefined {
@@ -169,11 +141,6 @@ export function validateReads(reads: readonly InvestigationRead[], capabilities:
     compileRead(stored, where);
     return stored;
   });
-}
-
-/** The reads stored on a connection row. */
-export function storedReads(row: ConnectionRow): StoredRead[] {
-  return Array.isArray(row.investigation_reads) ? (row.investigation_reads as StoredRead[]) : [];
 }
 
 /** The source's capabilities, or FailedPrecondition saying to test the connection. */

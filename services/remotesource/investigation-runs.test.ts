@@ -3,8 +3,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClients, type Clients } from "../runtime/clients.js";
-import { newSecretKeyEntry } from "../runtime/secret-box.js";
+import { createClients, type Clients } from "../runtime/transport/clients.js";
+import { newSecretKeyEntry } from "../runtime/credentials/secret-box.js";
 import { startApp, type TestApp } from "../../test/support/app.js";
 
 // How investigation runs behave against a source written by hand on loopback, over real HTTP:

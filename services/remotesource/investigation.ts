@@ -1,14 +1,14 @@
-import { backgroundShouldYield } from "../runtime/background-yield.js";
+import { backgroundShouldYield } from "../runtime/concurrency/background-yield.js";
 import { create, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampDate, timestampNow } from "@bufbuild/protobuf/wkt";
 import { EvidenceRecordedSchema, InvestigationCompletedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { CapabilitiesResponse, RawResult } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { evaluateMetered, fromCelValue, toCelInput } from "../intake/custom-sources/cel-mapping.js";
-import type { EventBus } from "../runtime/event-bus.js";
-import { EVENTS, onEvent } from "../runtime/events.js";
-import { groupCalls } from "../runtime/grouped-calls.js";
-import { storableJson, storableText } from "../incidents/incident-shape.js";
+import { evaluateMetered, fromCelValue, toCelInput } from "../cel/cel-mapping.js";
+import type { EventBus } from "../runtime/transport/event-bus.js";
+import { EVENTS, onEvent } from "../runtime/transport/events.js";
+import { groupCalls } from "../runtime/transport/grouped-calls.js";
+import { storableJson, storableText } from "../runtime/data/storable.js";
 import { partialResult, ReadRequestError, type SourceClient } from "../remotesource-kit/client/source-client.js";
 import { CREDENTIALS_REJECTED, READ_BUDGET_MS } from "../remotesource-kit/protocol/limits.js";
 import { toProtocolJson } from "../remotesource-kit/protocol/protocol-json.js";
@@ -16,17 +16,8 @@ import { formatWindowValue } from "../remotesource-kit/protocol/window-format.js
 import { RawSeriesSchema, LogEntrySchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
 import { clientFor, recordStatus } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
-import {
-  capabilitiesOf,
-  compileRead,
-  type CompiledRead,
-  READ_LIMITS,
-  rangeDescriptor,
-  stepSeconds,
-  storedReads,
-  TEMPLATE_ENVIRONMENT,
-  type StoredRead,
-} from "./investigation-reads.js";
+import { capabilitiesOf, compileRead, type CompiledRead, READ_LIMITS, rangeDescriptor, stepSeconds, TEMPLATE_ENVIRONMENT } from "./investigation-reads.js";
+import { storedReads, type StoredRead } from "./stored-reads.js";
 import type { ConnectionRow, InvestigationRow } from "./store.js";
 
 /**

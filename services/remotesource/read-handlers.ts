@@ -3,7 +3,7 @@ import { StructSchema } from "@bufbuild/protobuf/wkt";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
 import { RawResultSchema } from "../../gen/warroom/sourceprotocol/v1/source_pb.js";
-import { ANY_MEMBER, authorize } from "../runtime/auth.js";
+import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import { InvalidArgumentError } from "../runtime/errors.js";
 import { ReadRequestError, type ReadOutcome } from "../remotesource-kit/client/source-client.js";
 import { clientFor, loadConnection, recordStatus } from "./connections.js";

@@ -1,4 +1,4 @@
-import type { RetentionRule } from "../runtime/retention-sweep.js";
+import type { RetentionRule } from "../runtime/data/retention-sweep.js";
 
 /**
  * What investigations keep, and for how long (INVESTIGATION_RETENTION_DAYS): evidence recorded

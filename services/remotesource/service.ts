@@ -1,6 +1,6 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { serviceSecretBox } from "../runtime/secret-box.js";
+import { serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { readEgressCa, remoteSourcePolicy } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
@@ -8,7 +8,7 @@ import { migrations } from "./migrations.js";
 import { consumeIncidentOpened, createInvestigator } from "./investigation.js";
 import { investigationRetention } from "./retention.js";
 import { createRemoteSourcesRoutes } from "./routes.js";
-import { startRetentionSweep } from "../runtime/retention-sweep.js";
+import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
 
 /**
  * Connections to remote sources hosted by third parties: saved, tested for conformance, read, and

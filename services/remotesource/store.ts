@@ -16,7 +16,7 @@ export interface ConnectionRow {
   last_error: string | null;
   last_tested_at: Date | null;
   revision: number;
-  /** The investigation's reads (StoredRead[], see investigation-reads.ts). */
+  /** The investigation's reads (StoredRead[], see stored-reads.ts). */
   investigation_reads: unknown;
 }
 

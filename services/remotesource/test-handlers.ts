@@ -1,8 +1,8 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import { ConformanceReportSchema, type RemoteSourcesService } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
-import { ADMINS, authorize } from "../runtime/auth.js";
-import { recordAudit } from "../runtime/events.js";
+import { ADMINS, authorize } from "../runtime/credentials/auth.js";
+import { recordAudit } from "../runtime/transport/events.js";
 import { runConformanceCheck, type CheckResult } from "../remotesource-kit/conformance.js";
 import { AUDIT_KINDS, clientFor, loadConnection, recordStatus } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";

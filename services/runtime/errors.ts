@@ -1,7 +1,7 @@
 import { create, type DescMessage, type MessageShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { type Unprocessable, UnprocessableSchema } from "../../gen/warroom/errors/v1/errors_pb.js";
-import type { Logger } from "./logger.js";
+import type { Logger } from "./observability/logger.js";
 
 /** A typed error detail, as ConnectError carries it. */
 export interface ErrorDetail<Desc extends DescMessage = DescMessage> {

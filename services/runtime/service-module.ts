@@ -1,13 +1,13 @@
 import type { DescService } from "@bufbuild/protobuf";
 import type { ConnectRouter } from "@connectrpc/connect";
-import type { Broadcast } from "./broadcast.js";
-import type { Clients } from "./clients.js";
-import type { Config } from "./config.js";
-import type { Planning, Sql } from "./database.js";
-import type { EventBus } from "./event-bus.js";
-import type { Logger } from "./logger.js";
-import type { Migration } from "./migrations.js";
-import type { Outbox } from "./outbox.js";
+import type { Broadcast } from "./transport/broadcast.js";
+import type { Clients } from "./transport/clients.js";
+import type { Config } from "./config/config.js";
+import type { Planning, Sql } from "./data/database.js";
+import type { EventBus } from "./transport/event-bus.js";
+import type { Logger } from "./observability/logger.js";
+import type { Migration } from "./data/migrations.js";
+import type { Outbox } from "./data/outbox.js";
 
 /** What a service gets from the process that runs it. */
 export interface ServiceContext {

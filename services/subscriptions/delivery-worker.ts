@@ -1,8 +1,8 @@
 import { randomUUID } from "node:crypto";
-import type { TransactionSql } from "../runtime/database.js";
-import { backgroundShouldYield } from "../runtime/background-yield.js";
-import { recordAudit } from "../runtime/events.js";
-import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/metrics.js";
+import type { TransactionSql } from "../runtime/data/database.js";
+import { backgroundShouldYield } from "../runtime/concurrency/background-yield.js";
+import { recordAudit } from "../runtime/transport/events.js";
+import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/observability/metrics.js";
 import { AUDIT_KINDS, readEgress, type SubscriptionsDeps } from "./deps.js";
 import { nextRetryDelayMs, RETRY_WINDOW_MS } from "./retry-schedule.js";
 import { postSigned, type AttemptResult } from "./send.js";

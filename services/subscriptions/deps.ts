@@ -1,7 +1,7 @@
 import type { EgressClient } from "../runtime/egress/index.js";
-import type { SecretBox } from "../runtime/secret-box.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
-import type { Config } from "../runtime/config.js";
+import type { Config } from "../runtime/config/config.js";
 
 /** What the subscription handlers, the fan-out and the delivery worker share. */
 export interface SubscriptionsDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger" | "broadcast"> {

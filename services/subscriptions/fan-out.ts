@@ -1,8 +1,8 @@
-import { SUBSCRIPTION_CREATED } from "../runtime/broadcast.js";
-import type { DomainEvent, EventBus } from "../runtime/event-bus.js";
-import { EVENTS, onEvent } from "../runtime/events.js";
-import { groupCalls } from "../runtime/grouped-calls.js";
-import { createRevocableCache } from "../runtime/revocable-cache.js";
+import { SUBSCRIPTION_CREATED } from "../runtime/transport/broadcast.js";
+import type { DomainEvent, EventBus } from "../runtime/transport/event-bus.js";
+import { EVENTS, onEvent } from "../runtime/transport/events.js";
+import { groupCalls } from "../runtime/transport/grouped-calls.js";
+import { createRevocableCache } from "../runtime/credentials/revocable-cache.js";
 import type { SubscriptionsDeps } from "./deps.js";
 import {
   envelope,

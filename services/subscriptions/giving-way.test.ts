@@ -1,8 +1,8 @@
 import { randomBytes } from "node:crypto";
 import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { Clients } from "../runtime/clients.js";
-import { backgroundShouldYield, noteForegroundWork } from "../runtime/background-yield.js";
+import type { Clients } from "../runtime/transport/clients.js";
+import { backgroundShouldYield, noteForegroundWork } from "../runtime/concurrency/background-yield.js";
 import type { TestApp } from "../../test/support/app.js";
 import { startSubscriptionsHarness, type SubscriptionsHarness } from "./testing/harness.js";
 import type { WebhookReceiver } from "./testing/webhook-receiver.js";

@@ -1,4 +1,4 @@
-import type { Config } from "../runtime/config.js";
+import type { Config } from "../runtime/config/config.js";
 import { isEgressError, type EgressClient } from "../runtime/egress/index.js";
 import { createOutboundHttpsEgress } from "../runtime/egress/outbound-https.js";
 import { parseRetryAfter } from "./retry-schedule.js";

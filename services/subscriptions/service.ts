@@ -1,6 +1,6 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
-import { serviceSecretBox } from "../runtime/secret-box.js";
+import { serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { createDeliveryWorker } from "./delivery-worker.js";
 import type { SubscriptionsDeps } from "./deps.js";

@@ -1,10 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { SubscriptionSchema, type Subscription } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
-import type { Sql } from "../runtime/database.js";
+import type { Sql } from "../runtime/data/database.js";
 import { NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import type { SecretBox } from "../runtime/secret-box.js";
+import type { SecretBox } from "../runtime/credentials/secret-box.js";
 
 /** A row of subscriptions.subscriptions. */
 export interface SubscriptionRow {

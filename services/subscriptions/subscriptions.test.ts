@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Webhook } from "standardwebhooks";
 import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
 import { SubscriptionsService } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
-import type { Clients } from "../runtime/clients.js";
+import type { Clients } from "../runtime/transport/clients.js";
 import type { TestApp } from "../../test/support/app.js";
 import { createPrometheusFilesSource } from "../remotesource-kit/examples/prometheus-files/source.js";
 import { startFakePrometheus } from "../remotesource-kit/testing/fake-prometheus.js";

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { connectToRunningServer, restoreBackupFile, writeBackupFile } from "../../services/admin/backup.js";
 import { allServices } from "../../services/process/all-services.js";
 import { runProcess } from "../../services/process/run-process.js";
-import { createLogger } from "../../services/runtime/logger.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
 import { callApi, OWNER } from "../support/app.js";
 import { tempDataDir } from "../support/service-process.js";
 import { printTable } from "./stats.js";

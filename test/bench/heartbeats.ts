@@ -6,7 +6,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { createClient } from "@connectrpc/connect";
 import postgres from "postgres";
 import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
-import { hashPingKey } from "../../services/heartbeats/ping-key.js";
+import { hashPingKey } from "../../services/heartbeats/ping/ping-key.js";
 import { allServices } from "../../services/process/all-services.js";
 import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER } from "../support/app.js";

@@ -1,4 +1,4 @@
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { startTestServers } from "../support/test-servers.js";
 
 /**

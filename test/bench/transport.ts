@@ -1,10 +1,10 @@
 import { createClient, type Transport } from "@connectrpc/connect";
 import { connect } from "@nats-io/transport-node";
 import { ContractService } from "../../gen/warroom/contract/v1/contract_pb.js";
-import { createLogger } from "../../services/runtime/logger.js";
-import { createDirectTransport } from "../../services/runtime/direct-transport.js";
-import { createMethodRegistry } from "../../services/runtime/unary-call.js";
-import { createNatsTransport, serveOverNats } from "../../services/runtime/nats-transport.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
+import { createDirectTransport } from "../../services/runtime/transport/direct-transport.js";
+import { createMethodRegistry } from "../../services/runtime/transport/unary-call.js";
+import { createNatsTransport, serveOverNats } from "../../services/runtime/transport/nats-transport.js";
 import { registerContractService } from "../support/contract-service.js";
 import { fmt, printTable, summarize } from "./stats.js";
 

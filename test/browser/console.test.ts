@@ -6,12 +6,7 @@ import { expectLabelled, inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
-import {
-  makeTestCertificates,
-  startChatWebhookReceiver,
-  type ChatWebhookReceiver,
-  type TestCertificates,
-} from "../../services/comms/testing/https-receiver.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../support/https-receiver.js";
 import { startBareSource, type BareSource } from "../../services/remotesource-kit/testing/bare-source.js";
 import { startWebhookReceiver, type WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { OWNER, type TestApp } from "../support/app.js";

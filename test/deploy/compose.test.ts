@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse, parseAllDocuments } from "yaml";
 import { serviceFolders } from "../../services/process/cluster.js";
-import { configSchema, loadConfig } from "../../services/runtime/config.js";
+import { configSchema, loadConfig } from "../../services/runtime/config/config.js";
 import { callApi } from "../support/app.js";
 
 /**

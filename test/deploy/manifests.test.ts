@@ -7,8 +7,8 @@ import ipaddr from "ipaddr.js";
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { serviceFolders } from "../../services/process/cluster.js";
-import { configSchema, loadConfig } from "../../services/runtime/config.js";
-import { BACKGROUND_POOL_SIZE } from "../../services/runtime/database.js";
+import { configSchema, loadConfig } from "../../services/runtime/config/config.js";
+import { BACKGROUND_POOL_SIZE } from "../../services/runtime/data/database.js";
 import { readKustomization, renderKustomization, yamlDocuments, type Obj } from "../support/kustomize.js";
 import { validateAgainstKubernetesSchema } from "../support/kubernetes-schema.js";
 

@@ -4,7 +4,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse } from "yaml";
 import { describe, expect, it } from "vitest";
-import { registry } from "../../services/runtime/metrics.js";
+import { registry } from "../../services/runtime/observability/metrics.js";
 
 // The service's own alert rules and dashboard (deploy/observability/), checked with Debian's
 // promtool and against the metrics the code exports and the runbook in docs/OPERATIONS.md.

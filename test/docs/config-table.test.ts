@@ -2,7 +2,7 @@ import { execFile } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { configTable, linksFromPage, undescribedMessage } from "../../scripts/config-table.js";
-import { configDescriptions } from "../../services/runtime/config.js";
+import { configDescriptions } from "../../services/runtime/config/config.js";
 
 const ROOT = join(import.meta.dirname, "../..");
 

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
+import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { LARGE_BODY_BYTES } from "../../services/intake/custom-sources/large-bodies.js";
 import { OWNER } from "../support/app.js";
 import { getIncident, MODES, startIntakeApp, unique, type IntakeApp } from "./triggers-kit.js";

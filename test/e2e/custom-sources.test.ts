@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/custom-sources/grouping.js";
+import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { OWNER } from "../support/app.js";
 import {
   auditEvents,
@@ -703,7 +703,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
         execFile(
           process.execPath,
-          ["--import", "tsx", "services/identity/admin-cli.ts", ...args],
+          ["--import", "tsx", "services/admin/admin-cli.ts", ...args],
           { env: { ...process.env, WARROOM_URL: app.url, WARROOM_TOKEN: token }, timeout: 60_000 },
           (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
         );

@@ -3,7 +3,7 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { createNatsTransport } from "../../services/runtime/nats-transport.js";
+import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
 

@@ -1,9 +1,9 @@
 import { randomUUID } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { groupingGenerationRetention } from "../../services/intake/custom-sources/generation-retention.js";
+import { groupingGenerationRetention } from "../../services/intake/grouping/generation-retention.js";
 import { investigationRetention } from "../../services/remotesource/retention.js";
-import { sweepRetention } from "../../services/runtime/retention-sweep.js";
+import { sweepRetention } from "../../services/runtime/data/retention-sweep.js";
 import { startApp, type TestApp } from "../support/app.js";
 
 /**

@@ -4,8 +4,8 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { buildRouteTable, type Route } from "../../services/gateway/route-table.js";
-import { internalServices } from "../../services/runtime/clients.js";
-import { createNatsTransport } from "../../services/runtime/nats-transport.js";
+import { internalServices } from "../../services/runtime/transport/clients.js";
+import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
 

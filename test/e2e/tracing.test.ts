@@ -1,13 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
-import {
-  makeTestCertificates,
-  startChatWebhookReceiver,
-  type ChatWebhookReceiver,
-  type TestCertificates,
-} from "../../services/comms/testing/https-receiver.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver, type TestCertificates } from "../support/https-receiver.js";
 import { startClusterApp } from "../support/cluster.js";
 import { startOtlpReceiver, type OtlpReceiver, type ReceivedSpan } from "../support/otlp-receiver.js";
 

@@ -7,7 +7,7 @@ import { createClient } from "@connectrpc/connect";
 import { connect } from "@nats-io/transport-node";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { freePort, type Cluster } from "../../services/process/cluster.js";
-import { createNatsTransport } from "../../services/runtime/nats-transport.js";
+import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
 

@@ -3,9 +3,9 @@ import { AckPolicy, DeliverPolicy, jetstreamManager } from "@nats-io/jetstream";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createJetStreamEventBus, DEAD_LETTER_STREAM, type DomainEvent } from "../../services/runtime/event-bus.js";
-import { createLogger } from "../../services/runtime/logger.js";
-import { registry } from "../../services/runtime/metrics.js";
+import { createJetStreamEventBus, DEAD_LETTER_STREAM, type DomainEvent } from "../../services/runtime/transport/event-bus.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
+import { registry } from "../../services/runtime/observability/metrics.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 

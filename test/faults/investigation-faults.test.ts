@@ -3,8 +3,8 @@ import http from "node:http";
 import type { AddressInfo } from "node:net";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createClients, type Clients } from "../../services/runtime/clients.js";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { createClients, type Clients } from "../../services/runtime/transport/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 

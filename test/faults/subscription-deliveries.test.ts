@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { TestCertificates } from "../../services/comms/testing/https-receiver.js";
-import type { Clients } from "../../services/runtime/clients.js";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import type { TestCertificates } from "../support/https-receiver.js";
+import type { Clients } from "../../services/runtime/transport/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { startSubscriptionsHarness, type SubscriptionsHarness } from "../../services/subscriptions/testing/harness.js";
 import type { Behaviour, WebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { callApi, freshDatabase, OWNER, type TestApp } from "../support/app.js";

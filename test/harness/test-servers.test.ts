@@ -7,7 +7,7 @@ import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, describe, expect, it } from "vitest";
-import { binaries } from "../../services/runtime/embedded-postgres.js";
+import { binaries } from "../../services/runtime/data/embedded-postgres.js";
 import { ADMIN_DATABASE_URL, NATS_URL } from "../support/app.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
 import { startTestServers, type TestServers } from "../support/test-servers.js";

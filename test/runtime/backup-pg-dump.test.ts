@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, describe, expect, it } from "vitest";
-import { makeTestCertificates, startCanary, startChatWebhookReceiver } from "../../services/comms/testing/https-receiver.js";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { makeTestCertificates, startCanary, startChatWebhookReceiver } from "../support/https-receiver.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { OWNER, startApp, type TestApp } from "../support/app.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
 

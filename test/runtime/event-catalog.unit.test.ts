@@ -3,9 +3,9 @@ import { join, relative } from "node:path";
 import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { describe, expect, it } from "vitest";
 import { file_warroom_events_v1_events } from "../../gen/warroom/events/v1/events_pb.js";
-import { createInMemoryEventBus, type DomainEvent } from "../../services/runtime/event-bus.js";
-import { EVENTS, eventTypeOf, onEvent } from "../../services/runtime/events.js";
-import { createLogger } from "../../services/runtime/logger.js";
+import { createInMemoryEventBus, type DomainEvent } from "../../services/runtime/transport/event-bus.js";
+import { EVENTS, eventTypeOf, onEvent } from "../../services/runtime/transport/events.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
 
 const ROOT = join(import.meta.dirname, "../..");
 
@@ -33,7 +33,7 @@ describe("the event catalog", () => {
     const offenders: string[] = [];
     for (const path of sources(join(ROOT, "services"))) {
       const file = relative(ROOT, path);
-      if (file === "services/runtime/events.ts") continue;
+      if (file === "services/runtime/transport/events.ts") continue;
       const text = readFileSync(path, "utf8");
       // The stream's own wildcard (`events.>`) is the bus's business, not an event kind.
       if (/["']events\.(?!>)/.test(text)) offenders.push(`${file}: event subject literal`);

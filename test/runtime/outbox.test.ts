@@ -4,12 +4,12 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IncidentOpenedSchema } from "../../gen/warroom/events/v1/events_pb.js";
-import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type DomainEvent } from "../../services/runtime/event-bus.js";
-import { createLogger } from "../../services/runtime/logger.js";
-import { registry } from "../../services/runtime/metrics.js";
-import { migrate } from "../../services/runtime/migrations.js";
-import { EVENTS } from "../../services/runtime/events.js";
-import { createOutboxRelay, outboxMigration, outboxUpgrades } from "../../services/runtime/outbox.js";
+import { createInMemoryEventBus, createJetStreamEventBus, EVENTS_STREAM, type DomainEvent } from "../../services/runtime/transport/event-bus.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
+import { registry } from "../../services/runtime/observability/metrics.js";
+import { migrate } from "../../services/runtime/data/migrations.js";
+import { EVENTS } from "../../services/runtime/transport/events.js";
+import { createOutboxRelay, outboxMigration, outboxUpgrades } from "../../services/runtime/data/outbox.js";
 import { freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 

@@ -2,14 +2,14 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildRouteTable, matchRoute } from "../../services/gateway/route-table.js";
-import { internalServices } from "../../services/runtime/clients.js";
-import { newSecretKeyEntry } from "../../services/runtime/secret-box.js";
-import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../../services/comms/testing/https-receiver.js";
+import { internalServices } from "../../services/runtime/transport/clients.js";
+import { newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
+import { makeTestCertificates, startChatWebhookReceiver, type ChatWebhookReceiver } from "../support/https-receiver.js";
 import { createSourceServer } from "../../services/remotesource-kit/index.js";
 import postgres from "postgres";
 import { recordPendingTimelineEntries } from "../../services/comms/timeline.js";
 import { createPostgresCommsStore } from "../../services/comms/store.js";
-import { createClients } from "../../services/runtime/clients.js";
+import { createClients } from "../../services/runtime/transport/clients.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 
 /**

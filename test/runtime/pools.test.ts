@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { BACKGROUND_POOL_SIZE } from "../../services/runtime/database.js";
+import { BACKGROUND_POOL_SIZE } from "../../services/runtime/data/database.js";
 import { OWNER, startApp, type TestApp } from "../support/app.js";
 
 /**

@@ -3,7 +3,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { errorAnswer } from "../../services/gateway/response-rules.js";
 import { toConnectError } from "../../services/runtime/errors.js";
-import { createLogger } from "../../services/runtime/logger.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
 import { freshDatabase } from "../support/app.js";
 
 /**

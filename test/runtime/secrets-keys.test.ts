@@ -1,7 +1,7 @@
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { KEY_FILE_NAME, newSecretKeyEntry } from "../../services/runtime/secret-box.js";
+import { KEY_FILE_NAME, newSecretKeyEntry } from "../../services/runtime/credentials/secret-box.js";
 import { freshDatabase, OWNER, startApp } from "../support/app.js";
 import { startServiceProcess, tempDataDir } from "../support/service-process.js";
 

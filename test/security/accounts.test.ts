@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { migrations as identityMigrations } from "../../services/identity/migrations.js";
 import { hashPassword } from "../../services/identity/passwords.js";
-import { migrate } from "../../services/runtime/migrations.js";
+import { migrate } from "../../services/runtime/data/migrations.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
 
 /**

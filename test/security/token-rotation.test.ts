@@ -3,10 +3,10 @@ import { create } from "@bufbuild/protobuf";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OrganizationSchema, type Organization } from "../../gen/warroom/identity/v1/identity_pb.js";
-import { createInProcessBroadcast } from "../../services/runtime/broadcast.js";
-import type { Clients } from "../../services/runtime/clients.js";
-import { createIngestTokenResolver, INGEST_TOKEN_REVOKED } from "../../services/runtime/ingest-token-cache.js";
-import { newHexSecret, sha256, sha256Hex } from "../../services/runtime/secrets.js";
+import { createInProcessBroadcast } from "../../services/runtime/transport/broadcast.js";
+import type { Clients } from "../../services/runtime/transport/clients.js";
+import { createIngestTokenResolver, INGEST_TOKEN_REVOKED } from "../../services/runtime/credentials/ingest-token-cache.js";
+import { newHexSecret, sha256, sha256Hex } from "../../services/runtime/credentials/secrets.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 

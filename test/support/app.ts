@@ -3,7 +3,7 @@ import postgres from "postgres";
 import { allServices } from "../../services/process/all-services.js";
 import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/process/run-process.js";
 import { startPrivateNats } from "./nats-server.js";
-import { tempDataDir } from "./service-process.js";
+import { tempDataDir } from "./temp-data-dir.js";
 
 /**
  * Which database apps run on unless a test says otherwise: the Postgres server ("server"), or the

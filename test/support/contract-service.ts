@@ -1,6 +1,6 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type ConnectRouter, type HandlerContext, type Transport } from "@connectrpc/connect";
-import { NEVER_ABORTS, withCallerDeadline } from "../../services/runtime/request-context.js";
+import { NEVER_ABORTS, withCallerDeadline } from "../../services/runtime/http/request-context.js";
 import { ContractService, EchoRequestSchema, type EchoRequest } from "../../gen/warroom/contract/v1/contract_pb.js";
 
 /** What each handler run saw: its deadline, and when (if ever) its signal aborted. */

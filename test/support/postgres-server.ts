@@ -3,7 +3,7 @@ import { chmodSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
-import { binaries, launchAs } from "../../services/runtime/embedded-postgres.js";
+import { binaries, launchAs } from "../../services/runtime/data/embedded-postgres.js";
 import { freePort, whenParentExits } from "./nats-server.js";
 
 /**

@@ -1,18 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { OWNER } from "./app.js";
+import { tempDataDir } from "./temp-data-dir.js";
+
+export { tempDataDir };
 
 const ROOT = resolve(import.meta.dirname, "../..");
-
-/** A DATA_DIR for the embedded database; as root the server runs as `postgres`, who must enter it. */
-export function tempDataDir(prefix = "wr-data-"): { dir: string; cleanup(): void } {
-  const parent = mkdtempSync(join(tmpdir(), prefix));
-  chmodSync(parent, 0o755);
-  const dir = join(parent, "data");
-  return { dir, cleanup: () => rmSync(parent, { recursive: true, force: true }) };
-}
 
 /** The default one-process service (`npm start`), run as a child process as a user would. */
 export interface ServiceProcess {

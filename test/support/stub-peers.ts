@@ -2,9 +2,9 @@ import { create, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport, type ConnectRouter, type HandlerContext, type ServiceImpl, type Transport } from "@connectrpc/connect";
 import { IdentityService, PrincipalSchema, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { createClients, type Clients } from "../../services/runtime/clients.js";
+import { createClients, type Clients } from "../../services/runtime/transport/clients.js";
 import { errorInterceptor } from "../../services/runtime/errors.js";
-import { createLogger } from "../../services/runtime/logger.js";
+import { createLogger } from "../../services/runtime/observability/logger.js";
 
 /**
  * Stand-ins for the identity service and the incident core, served through Connect's router

@@ -2,7 +2,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
-import { startEmbeddedPostgres } from "../../services/runtime/embedded-postgres.js";
+import { startEmbeddedPostgres } from "../../services/runtime/data/embedded-postgres.js";
 import { startPrivateNats } from "./nats-server.js";
 
 /**

@@ -2,7 +2,7 @@ import { spawn } from "node:child_process";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { allMigrations } from "../../services/process/all-migrations.js";
-import { migrate } from "../../services/runtime/migrations.js";
+import { migrate } from "../../services/runtime/data/migrations.js";
 import { freshDatabase, startApp } from "../support/app.js";
 import { startServiceProcess } from "../support/service-process.js";
 import { ROOT } from "./previous-release.js";

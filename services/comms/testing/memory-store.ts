@@ -1,6 +1,6 @@
 import { randomUUID } from "node:crypto";
-import type { AuditRecord } from "../../runtime/events.js";
-import type { Sealed } from "../../runtime/secret-box.js";
+import type { AuditRecord } from "../../runtime/transport/events.js";
+import type { Sealed } from "../../runtime/credentials/secret-box.js";
 import type { CommsStore, MessageRow } from "../store.js";
 
 /**

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import type { AuditRecord } from "../../runtime/events.js";
+import type { AuditRecord } from "../../runtime/transport/events.js";
 import {
   type Claim,
   type ClaimedAlert,

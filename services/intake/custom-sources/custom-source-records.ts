@@ -1,10 +1,10 @@
 import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
-import { SOURCE_BADGES } from "../../incidents/vocabulary.js";
+import { SOURCE_BADGES } from "../../domain/vocabulary.js";
 import { InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
-import { type CompiledRules, compileRules } from "./cel-mapping.js";
+import { type CompiledRules, compileRules } from "../../cel/cel-mapping.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 
 /** A grouping override's attach-key expression as a one-rule rule set, so it runs under the same checks and budget. */

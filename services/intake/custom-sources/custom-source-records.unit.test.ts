@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { Logger } from "../../runtime/logger.js";
-import { customSourceRecordsDropped } from "../../runtime/metrics.js";
-import { NEVER_ABORTS, requestIdServerInterceptor, throwIfCallerGaveUp } from "../../runtime/request-context.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import { customSourceRecordsDropped } from "../../runtime/observability/metrics.js";
+import { NEVER_ABORTS, requestIdServerInterceptor, throwIfCallerGaveUp } from "../../runtime/http/request-context.js";
 import { createRecordWriter } from "./custom-source-delivery.js";
 import { boundedBody, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import type { CustomSourceStore, DeliveryRecord } from "./store.js";

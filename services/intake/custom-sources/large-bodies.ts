@@ -1,9 +1,9 @@
-import { ShareExceeded } from "../../runtime/fair-shares.js";
-import type { Logger } from "../../runtime/logger.js";
-import { createWorkerPool, PoolFull, workerEntry, type WorkerPool } from "../../runtime/worker-pool.js";
+import { ShareExceeded } from "../fair-shares.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import { createWorkerPool, PoolFull, workerEntry, type WorkerPool } from "../../runtime/concurrency/worker-pool.js";
 import { digestOfBytes } from "../sources/normalized-alert.js";
-import type { MappingResult } from "./cel-mapping.js";
-import { SANDBOX_LIMITS } from "./cel-meter.js";
+import type { MappingResult } from "../../cel/cel-mapping.js";
+import { SANDBOX_LIMITS } from "../../cel/cel-meter.js";
 import { KEPT_BODY_BYTES } from "./custom-source-records.js";
 import type { DeliverAnswer, DeliverTask } from "./large-body-work.js";
 

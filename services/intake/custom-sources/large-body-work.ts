@@ -2,7 +2,7 @@ import type { JsonValue } from "@bufbuild/protobuf";
 import { UnprocessablePayloadError, unprocessableOf } from "../../runtime/errors.js";
 import { stableDigest } from "../retry-recognition.js";
 import { digestOfBytes } from "../sources/normalized-alert.js";
-import { type CompiledRules, evaluateRules, type MappingResult } from "./cel-mapping.js";
+import { type CompiledRules, evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
 import { boundedBody, compileAttachKey, createCompiledRulesCache, headersForRules, parseCustomBody } from "./custom-source-records.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 

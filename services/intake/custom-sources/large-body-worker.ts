@@ -1,6 +1,6 @@
 import { setPriority } from "node:os";
 import { parentPort } from "node:worker_threads";
-import { READY, type WorkerReply } from "../../runtime/worker-pool.js";
+import { READY, type WorkerReply } from "../../runtime/concurrency/worker-pool.js";
 import { type LargeBodyTask, runLargeBodyTask } from "./large-body-work.js";
 
 // A worker thread of the large-body pool (large-bodies.ts): one task at a time, answered in order.

@@ -2,7 +2,7 @@ import { randomUUID } from "node:crypto";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase } from "../../../test/support/app.js";
-import { migrate } from "../../runtime/migrations.js";
+import { migrate } from "../../runtime/data/migrations.js";
 import { migrations } from "../migrations.js";
 import { createCustomSourceStore, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
 

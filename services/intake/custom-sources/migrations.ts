@@ -1,4 +1,4 @@
-import type { Migration } from "../../runtime/migrations.js";
+import type { Migration } from "../../runtime/data/migrations.js";
 
 /** Custom sources' tables, in intake's schema (numbered apart from intake's own migrations). */
 export const customSourceMigrations: Migration[] = [

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { compileRules, evaluateRules } from "./cel-mapping.js";
+import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import { PRESETS, presetNamed } from "./presets.js";
 
 const FIXTURES = join(import.meta.dirname, "../../../test/fixtures");

@@ -1,8 +1,8 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../../test/support/app.js";
-import { createLogger } from "../../runtime/logger.js";
-import { customSourceRecordsDropped } from "../../runtime/metrics.js";
+import { createLogger } from "../../runtime/observability/logger.js";
+import { customSourceRecordsDropped } from "../../runtime/observability/metrics.js";
 import { createRecordWriter } from "./custom-source-delivery.js";
 import { createCustomSourceStore, type DeliveryRecord, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
 

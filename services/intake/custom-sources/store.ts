@@ -1,5 +1,5 @@
 import type { JsonValue } from "@bufbuild/protobuf";
-import type { Sql, TransactionSql } from "../../runtime/database.js";
+import type { Sql, TransactionSql } from "../../runtime/data/database.js";
 
 /** A row of `intake.custom_sources`. `rules` is the rules' JSON as saved. */
 export interface CustomSourceRow {

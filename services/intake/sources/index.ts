@@ -1,5 +1,5 @@
-import * as alertRouter from "./alert-router.js";
-import * as chat from "./chat.js";
+import * as alertRouter from "./own-routes/alert-router.js";
+import * as chat from "./own-routes/chat.js";
 import * as cloudMonitor from "./cloud-monitor.js";
 import * as errorTracker from "./error-tracker.js";
 import * as logAnalytics from "./log-analytics.js";
@@ -8,7 +8,7 @@ import * as remote from "./remote.js";
 import type { TriggerSource } from "./types.js";
 
 export { PayloadError } from "./payload-error.js";
-export { parseChatForm } from "./chat.js";
+export { parseChatForm } from "./own-routes/chat.js";
 export type {
   AlertDelivery,
   AlertInit,

@@ -13,7 +13,7 @@ import { decodeProtocolJson, encodeProtocolJson, fromProtocolJson, ProtocolJsonE
 import { grpcPath, routeOf, type ProtocolCall, type ProtocolRoute, type ReadCall } from "../protocol/protocol-routes.js";
 import { entriesProblem, seriesProblem } from "../protocol/shaped-data.js";
 import { GrpcTransportError, grpcUnary } from "./grpc-unary.js";
-import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../../runtime/tracing.js";
+import { injectHeaders, inSpan, SpanKind, SpanStatusCode, tracingEnabled } from "../../runtime/observability/tracing.js";
 
 /**
  * The service's side of the remote source protocol: calls a source over HTTP-JSON or gRPC as its

@@ -6,7 +6,7 @@ import { MAX_REQUEST_BYTES } from "../protocol/limits.js";
 import { PROTOCOL_ROUTES } from "../protocol/protocol-routes.js";
 import { Unauthenticated, type Authenticator } from "./auth.js";
 import { callFailure, tooLarge, type OnCallError, type SourceCalls } from "./calls.js";
-import { sendJson } from "../../runtime/http-server.js";
+import { sendJson } from "../../runtime/http/http-server.js";
 
 /** Serves the protocol as gRPC (`warroom.sourceprotocol.v1.SourceService`). */
 export function createGrpcHandler(deps: { calls: SourceCalls; authenticator: Authenticator; maxResponseBytes: number; onError: OnCallError }) {

@@ -6,7 +6,7 @@ import { RawResultSchema, SourceService, type RawResult } from "../../../gen/war
 import { MAX_REQUEST_BYTES } from "../protocol/limits.js";
 import { encodeProtocolJson, fromProtocolJson, ProtocolJsonError } from "../protocol/protocol-json.js";
 import { PROTOCOL_ROUTES } from "../protocol/protocol-routes.js";
-import { sendJson, sendJsonText } from "../../runtime/http-server.js";
+import { sendJson, sendJsonText } from "../../runtime/http/http-server.js";
 import { Unauthenticated, type Authenticator } from "./auth.js";
 import { callFailure, tooLarge, type OnCallError, type SourceCalls } from "./calls.js";
 

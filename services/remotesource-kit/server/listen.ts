@@ -2,7 +2,7 @@ import http2 from "node:http2";
 import type net from "node:net";
 import type { AddressInfo, Socket } from "node:net";
 import type { TLSSocket } from "node:tls";
-import { type ConnectionDeadlines, DEFAULT_CONNECTION_DEADLINES, listenHttp, type HttpHandler } from "../../runtime/http-server.js";
+import { type ConnectionDeadlines, DEFAULT_CONNECTION_DEADLINES, listenHttp, type HttpHandler } from "../../runtime/http/http-server.js";
 import type { SourceServerOptions } from "./definition.js";
 
 export interface RunningSourceServer {

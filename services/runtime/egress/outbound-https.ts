@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { type Config, ConfigError } from "../config.js";
+import { type Config, ConfigError } from "../config/config.js";
 import { createAddressPolicy } from "./address-policy.js";
 import { createEgressClient, type EgressClient } from "./egress-client.js";
 

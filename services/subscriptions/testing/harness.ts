@@ -1,8 +1,8 @@
 import postgres from "postgres";
 import { startApp, type TestApp } from "../../../test/support/app.js";
-import { makeTestCertificates, type TestCertificates } from "../../comms/testing/https-receiver.js";
-import { createClients, type Clients } from "../../runtime/clients.js";
-import { newSecretKeyEntry } from "../../runtime/secret-box.js";
+import { makeTestCertificates, type TestCertificates } from "../../../test/support/https-receiver.js";
+import { createClients, type Clients } from "../../runtime/transport/clients.js";
+import { newSecretKeyEntry } from "../../runtime/credentials/secret-box.js";
 import { startWebhookReceiver, type WebhookReceiver } from "./webhook-receiver.js";
 
 /** What a subscriptions test works with: the app, a receiver its egress trusts, and handles on both. */

@@ -1,7 +1,7 @@
 import { createServer, type Server } from "node:https";
 import type { Socket } from "node:net";
 import { Webhook } from "standardwebhooks";
-import type { TestCertificates } from "../../comms/testing/https-receiver.js";
+import type { TestCertificates } from "../../../test/support/https-receiver.js";
 
 /**
  * Test-only: a real HTTPS receiver of signed event deliveries on loopback, as an independent

@@ -181,4 +181,4 @@ export type Subscription = Rest<SubscriptionShape, SubscriptionJson>;
 export type Delivery = Rest<DeliveryShape, DeliveryJson>;
 
 /** The source badges an incident can carry, and the severities a person may set. */
-export { SEVERITIES, SOURCE_BADGES } from "../../../incidents/vocabulary";
+export { SEVERITIES, SOURCE_BADGES } from "../../../domain/vocabulary";

@@ -1,0 +1,346 @@
+import { randomUUID } from "node:crypto";
+import { create, fromJson, type JsonObject } from "@bufbuild/protobuf";
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { parse as parseYaml, stringify as stringifyYaml } from "yaml";
+import { z } from "zod";
+import {
+  ApplyConfigResponseSchema,
+  type ConfigChange,
+  ConfigChangeSchema,
+  CustomSourceCredentialSchema,
+  CustomSourceRuleSchema,
+  ExportConfigResponseSchema,
+} from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
+import { isSourceBadge } from "../../domain/vocabulary.js";
+import { ADMINS, authorize } from "../../runtime/credentials/auth.js";
+import type { Clients } from "../../runtime/transport/clients.js";
+import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";
+import { recordAudit } from "../../runtime/transport/events.js";
+import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
+import { compileRules } from "../../cel/cel-mapping.js";
+import {
+  checkHeartbeatEntry,
+  checkWindowEntry,
+  type HeartbeatSpec,
+  heartbeatEntry,
+  heartbeatEntrySchema,
+  heartbeatSpecOf,
+  maintenanceWindowEntrySchema,
+  sameHeartbeat,
+  scheduleCalls,
+  type WindowSpec,
+  windowEntry,
+  windowKey,
+  windowName,
+  windowSpecOf,
+} from "./config-schedules.js";
+import { CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
+import type { CustomSourcesDeps } from "../custom-sources/custom-source-handlers.js";
+import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "../custom-sources/custom-source-records.js";
+import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
+
+const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
+
+const ruleSchema = z.object(Object.fromEntries(RULE_FIELDS.map((field) => [field, z.string().optional()]))).strict();
+const fileSchema = z
+  .object({
+    version: z.literal(1),
+    customSources: z
+      .array(
+        z
+          .object({
+            name: z.string(),
+            preset: z.string().optional(),
+            auth: z.object({ secretInPath: z.boolean().optional(), basicAuth: z.boolean().optional() }).strict().optional(),
+            rules: z.array(ruleSchema),
+          })
+          .strict(),
+      )
+      .optional(),
+    groupingOverrides: z
+      .array(z.object({ source: z.string(), attachKey: z.string().optional(), windowHours: z.number().int().min(0).optional() }).strict())
+      .optional(),
+    heartbeats: z.array(heartbeatEntrySchema).optional(),
+    maintenanceWindows: z.array(maintenanceWindowEntrySchema).optional(),
+  })
+  .strict();
+
+type ConfigFile = z.infer<typeof fileSchema>;
+
+interface SourceSpec {
+  name: string;
+  preset: string;
+  secretInPath: boolean;
+  basicAuth: boolean;
+  rules: Record<string, string>[];
+}
+
+/** A rule with its empty fields left out, in a fixed field order: how it is written and compared. */
+function normalRule(rule: Record<string, string | undefined>): Record<string, string> {
+  const kept: Record<string, string> = {};
+  for (const field of RULE_FIELDS) {
+    const value = rule[field]?.trim();
+    if (value) kept[field] = value;
+  }
+  return kept;
+}
+
+function specOf(row: CustomSourceRow): SourceSpec {
+  return {
+    name: row.name,
+    preset: row.preset,
+    secretInPath: row.secret_in_path,
+    basicAuth: row.basic_auth,
+    rules: row.rules.map((rule) => normalRule(rule)),
+  };
+}
+
+function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
+  return a.preset === b.preset && a.secretInPath === b.secretInPath && a.basicAuth === b.basicAuth && JSON.stringify(a.rules) === JSON.stringify(b.rules);
+}
+
+/**
+ * Configuration as code: an organization's custom sources, grouping overrides, heartbeats and
+ * maintenance windows as one YAML file (never a secret: no credential, no ping URL), and a plan
+ * that makes the organization match a file, applied idempotently.
+ */
+export function createConfigAsCodeHandlers(deps: {
+  clients: Clients;
+  customSources: CustomSourcesDeps | undefined;
+}): Pick<ServiceImpl<typeof IntakeService>, "exportConfig" | "applyConfig"> {
+  const { clients } = deps;
+  function need(): CustomSourcesDeps {
+    if (!deps.customSources) throw new UnavailableError("configuration as code is not available in this process");
+    return deps.customSources;
+  }
+
+  async function current(orgId: string) {
+    const { sql } = need();
+    const sources = await sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} order by name`;
+    const overrides = await sql<{ source: string; attach_key: string; window_hours: number }[]>`
+      select source, attach_key, window_hours from intake.grouping_overrides where org_id = ${orgId} order by source`;
+    return { sources, overrides };
+  }
+
+  return {
+    async exportConfig(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const { sources, overrides } = await current(principal.orgId);
+      const calls = scheduleCalls(clients, req.org, context);
+      const [heartbeats, windows] = await Promise.all([calls.heartbeats(), calls.windows()]);
+      const file: JsonObject = {
+        version: 1,
+        customSources: sources.map((row) => {
+          const spec = specOf(row);
+          const entry: JsonObject = { name: spec.name };
+          if (spec.preset) entry.preset = spec.preset;
+          if (spec.secretInPath || spec.basicAuth) entry.auth = { secretInPath: spec.secretInPath, basicAuth: spec.basicAuth };
+          entry.rules = spec.rules;
+          return entry;
+        }),
+        groupingOverrides: overrides.map((o) => {
+          const entry: JsonObject = { source: o.source };
+          if (o.attach_key) entry.attachKey = o.attach_key;
+          if (o.window_hours) entry.windowHours = o.window_hours;
+          return entry;
+        }),
+        heartbeats: heartbeats.map((h) => heartbeatEntry(heartbeatSpecOf(h))),
+        // A window that has ended is history, not configuration.
+        maintenanceWindows: windows
+          .map(windowSpecOf)
+          .filter((w) => w.endsAt.getTime() > Date.now())
+          .sort((a, b) => a.startsAt.getTime() - b.startsAt.getTime() || windowKey(a).localeCompare(windowKey(b)))
+          .map(windowEntry),
+      };
+      return create(ExportConfigResponseSchema, { yaml: stringifyYaml(file, { lineWidth: 0 }) });
+    },
+
+    async applyConfig(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      let file: ConfigFile;
+      try {
+        file = fileSchema.parse(parseYaml(req.yaml));
+      } catch (err) {
+        const message = err instanceof z.ZodError ? err.issues.map((i) => `${i.path.join(".")}: ${i.message}`).join("; ") : (err as Error).message;
+        throw new InvalidArgumentError(`yaml: ${message.slice(0, 500)}`);
+      }
+      // Everything is checked before anything changes.
+      const wanted = new Map<string, SourceSpec>();
+      for (const [index, source] of (file.customSources ?? []).entries()) {
+        const name = validateName(source.name);
+        if (wanted.has(name)) throw new InvalidArgumentError(`customSources[${index}].name: ${JSON.stringify(name)} appears twice`);
+        const rules = source.rules.map((rule) => normalRule(rule));
+        try {
+          compileRules(rules.map((rule) => fromJson(CustomSourceRuleSchema, rule)));
+        } catch (err) {
+          throw new InvalidArgumentError(`customSources[${index}] (${name}): ${(err as Error).message}`);
+        }
+        wanted.set(name, {
+          name,
+          preset: source.preset ?? "",
+          secretInPath: source.auth?.secretInPath ?? false,
+          basicAuth: source.auth?.basicAuth ?? false,
+          rules,
+        });
+      }
+      if (wanted.size > SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
+      const wantedOverrides = new Map<string, { attachKey: string; windowHours: number }>();
+      for (const [index, override] of (file.groupingOverrides ?? []).entries()) {
+        if (!isSourceBadge(override.source)) throw new InvalidArgumentError(`groupingOverrides[${index}].source: not a source`);
+        const attachKey = override.attachKey?.trim() ?? "";
+        if (attachKey) {
+          try {
+            compileRules([create(CustomSourceRuleSchema, { title: "'x'", attachKey })]);
+          } catch (err) {
+            throw new InvalidArgumentError(`groupingOverrides[${index}].attachKey: ${(err as Error).message.replace(/^rules\[0\]\.attachKey: /, "")}`);
+          }
+        }
+        wantedOverrides.set(override.source, { attachKey, windowHours: override.windowHours ?? 0 });
+      }
+      const wantedHeartbeats = new Map<string, HeartbeatSpec>();
+      for (const [index, entry] of (file.heartbeats ?? []).entries()) {
+        const spec = checkHeartbeatEntry(entry, index);
+        if (wantedHeartbeats.has(spec.name)) throw new InvalidArgumentError(`heartbeats[${index}].name: ${JSON.stringify(spec.name)} appears twice`);
+        wantedHeartbeats.set(spec.name, spec);
+      }
+      // A window of the file that has already ended is left out: there is nothing to create.
+      const wantedWindows = new Map<string, WindowSpec>();
+      for (const [index, entry] of (file.maintenanceWindows ?? []).entries()) {
+        const w = checkWindowEntry(entry, index);
+        if (w.endsAt.getTime() > Date.now()) wantedWindows.set(windowKey(w), w);
+      }
+
+      const { sources, overrides } = await current(principal.orgId);
+      const changes: ConfigChange[] = [];
+      const change = (action: string, kind: string, name: string) => changes.push(create(ConfigChangeSchema, { action, kind, name }));
+      const existing = new Map(sources.map((row) => [row.name, row]));
+      // A file without a section leaves that section as it is.
+      if (file.customSources) {
+        for (const [name, spec] of wanted) {
+          const row = existing.get(name);
+          if (!row) change("create", "customSource", name);
+          else if (!sameSpec(specOf(row), spec)) change("update", "customSource", name);
+        }
+        for (const row of sources) if (!wanted.has(row.name)) change("delete", "customSource", row.name);
+      }
+      const existingOverrides = new Map(overrides.map((o) => [o.source, o]));
+      if (file.groupingOverrides) {
+        for (const [source, o] of wantedOverrides) {
+          const held = existingOverrides.get(source);
+          if (!held) change("create", "groupingOverride", source);
+          else if (held.attach_key !== o.attachKey || held.window_hours !== o.windowHours) change("update", "groupingOverride", source);
+        }
+        for (const o of overrides) if (!wantedOverrides.has(o.source)) change("delete", "groupingOverride", o.source);
+      }
+      const calls = scheduleCalls(clients, req.org, context);
+      const heartbeatChanges: { action: string; spec?: HeartbeatSpec; name: string }[] = [];
+      if (file.heartbeats) {
+        const held = new Map((await calls.heartbeats()).map((h) => [h.name, heartbeatSpecOf(h)]));
+        for (const [name, spec] of wantedHeartbeats) {
+          const now = held.get(name);
+          if (!now) heartbeatChanges.push({ action: "create", spec, name });
+          else if (!sameHeartbeat(now, spec)) heartbeatChanges.push({ action: "update", spec, name });
+        }
+        for (const name of held.keys()) if (!wantedHeartbeats.has(name)) heartbeatChanges.push({ action: "delete", name });
+        for (const c of heartbeatChanges) change(c.action, "heartbeat", c.name);
+      }
+      const windowChanges: { action: string; spec: WindowSpec; id?: string }[] = [];
+      if (file.maintenanceWindows) {
+        // Windows that have ended are history: a file never deletes them.
+        const held = (await calls.windows()).map((w) => ({ id: w.id, spec: windowSpecOf(w) })).filter((w) => w.spec.endsAt.getTime() > Date.now());
+        const heldKeys = new Set(held.map((w) => windowKey(w.spec)));
+        for (const [key, spec] of wantedWindows) if (!heldKeys.has(key)) windowChanges.push({ action: "create", spec });
+        held.sort((a, b) => a.spec.startsAt.getTime() - b.spec.startsAt.getTime());
+        for (const w of held) if (!wantedWindows.has(windowKey(w.spec))) windowChanges.push({ action: "delete", spec: w.spec, id: w.id });
+        for (const c of windowChanges) change(c.action, "maintenanceWindow", windowName(c.spec));
+      }
+      const response = create(ApplyConfigResponseSchema, { changes, applied: false });
+      if (req.dryRun || changes.length === 0) return response;
+
+      const { sql, outbox, publicUrl, broadcast } = need();
+      const changedSources: string[] = [];
+      await sql.begin(async (tx) => {
+        await tx`select pg_advisory_xact_lock(hashtext(${`custom-sources:${principal.orgId}`}))`;
+        const audit = (kind: string, data: JsonObject) =>
+          recordAudit(outbox, tx, { orgId: principal.orgId, kind, actor: principal.email, data: { ...data, via: "config" } });
+        for (const c of changes) {
+          if (c.kind === "customSource") {
+            const spec = wanted.get(c.name);
+            const rules = spec ? tx.json(rulesToJson(rulesFromJson(spec.rules))) : undefined;
+            if (c.action === "create" && spec) {
+              const id = randomUUID();
+              const secret = newHexSecret();
+              await tx`
+                insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, preset, secret_hash, credential_issued_at)
+                values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${spec.name}, ${rules!}, ${spec.secretInPath}, ${spec.basicAuth}, ${spec.preset}, ${sha256(secret)}, now())`;
+              const url = triggerUrl(publicUrl, id);
+              response.credentials.push({
+                $typeName: "warroom.intake.v1.CreatedSourceCredential",
+                name: spec.name,
+                credential: create(CustomSourceCredentialSchema, { secret, url, ...(spec.secretInPath ? { pathUrl: `${url}/${secret}` } : {}) }),
+              });
+              await audit("custom_source.created", { id, name: spec.name });
+            } else if (c.action === "update" && spec) {
+              const updated = await tx<{ id: string }[]>`
+                update intake.custom_sources set rules = ${rules!}, version = version + 1, secret_in_path = ${spec.secretInPath},
+                  basic_auth = ${spec.basicAuth}, preset = ${spec.preset}
+                where org_id = ${principal.orgId} and name = ${spec.name} returning id`;
+              changedSources.push(...updated.map((row) => row.id));
+              await audit("custom_source.updated", { name: spec.name });
+            } else if (c.action === "delete") {
+              const deleted = await tx<{ id: string }[]>`delete from intake.custom_sources where org_id = ${principal.orgId} and name = ${c.name} returning id`;
+              changedSources.push(...deleted.map((row) => row.id));
+              await audit("custom_source.deleted", { name: c.name });
+            }
+          } else if (c.kind === "groupingOverride") {
+            const o = wantedOverrides.get(c.name);
+            if (o) {
+              await tx`
+                insert into intake.grouping_overrides (org_id, source, attach_key, window_hours) values (${principal.orgId}, ${c.name}, ${o.attachKey}, ${o.windowHours})
+                on conflict (org_id, source) do update set attach_key = excluded.attach_key, window_hours = excluded.window_hours,
+                  version = intake.grouping_overrides.version + 1`;
+              await audit("grouping_override.set", { source: c.name, attachKey: o.attachKey, windowHours: o.windowHours });
+            } else {
+              await tx`delete from intake.grouping_overrides where org_id = ${principal.orgId} and source = ${c.name}`;
+              await audit("grouping_override.deleted", { source: c.name });
+            }
+          }
+        }
+      });
+      outbox.poke();
+      // Every replica drops what it cached of a changed source before the change is answered.
+      for (const id of changedSources) await broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
+
+      // Then the heartbeats and windows, each through its own service: what is added before what
+      // is removed, so a refusal midway never leaves fewer than either the old or the new set.
+      const steps: { label: string; run: () => Promise<void> }[] = [];
+      for (const c of heartbeatChanges) {
+        if (c.action === "create") steps.push({ label: `create heartbeat ${c.name}`, run: () => calls.registerHeartbeat(c.spec!) });
+        if (c.action === "update") steps.push({ label: `update heartbeat ${c.name}`, run: () => calls.updateHeartbeat(c.spec!) });
+      }
+      for (const c of windowChanges) {
+        if (c.action === "create") steps.push({ label: `create maintenanceWindow ${windowName(c.spec)}`, run: () => calls.createWindow(c.spec) });
+      }
+      for (const c of heartbeatChanges) {
+        if (c.action === "delete") steps.push({ label: `delete heartbeat ${c.name}`, run: () => calls.deleteHeartbeat(c.name) });
+      }
+      for (const c of windowChanges) {
+        if (c.action === "delete") steps.push({ label: `delete maintenanceWindow ${windowName(c.spec)}`, run: () => calls.deleteWindow(c.id!) });
+      }
+      for (const step of steps) {
+        try {
+          await step.run();
+        } catch (err) {
+          const refused = ConnectError.from(err);
+          throw new ConnectError(
+            `${step.label}: ${refused.rawMessage}. The changes before it were applied (custom sources and grouping overrides all at once); fix the file and apply it again to finish`,
+            refused.code,
+          );
+        }
+      }
+      response.applied = true;
+      return response;
+    },
+  };
+}

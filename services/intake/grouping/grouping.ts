@@ -1,0 +1,188 @@
+import { create } from "@bufbuild/protobuf";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { Organization } from "../../../gen/warroom/identity/v1/identity_pb.js";
+import { GroupingOverrideSchema, ListGroupingOverridesResponseSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
+import { isSourceBadge } from "../../domain/vocabulary.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
+import type { Clients } from "../../runtime/transport/clients.js";
+import type { Sql } from "../../runtime/data/database.js";
+import { InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
+import { recordAudit } from "../../runtime/transport/events.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import type { Outbox } from "../../runtime/data/outbox.js";
+import type { AlertInit } from "../sources/index.js";
+import { digestOf } from "../sources/normalized-alert.js";
+import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
+import { compileAttachKey } from "../custom-sources/custom-source-records.js";
+import { OffloadedBody } from "../custom-sources/large-bodies.js";
+
+interface OverrideRow {
+  source: string;
+  attach_key: string;
+  window_hours: number;
+  version: number;
+}
+
+/** How long a process trusts its copy of an organization's overrides: a change reaches every replica within it. */
+export const OVERRIDE_CACHE_MS = 5_000;
+/** The longest grouping window: a year. */
+const MAX_WINDOW_HOURS = 24 * 366;
+
+/** An organization's grouping overrides applied to each delivery before the incident core sees it. */
+export interface Grouping {
+  /** With `dryRun` (a preview) nothing is written: the next generation is only named. */
+  apply(org: Organization, alert: AlertInit, body: unknown, options?: { dryRun?: boolean }): Promise<void>;
+}
+
+/**
+ * Grouping overrides: per organization and source badge, a CEL attach key replacing the source's
+ * own, and a window past which a delivery opens a new incident instead of attaching. With nothing
+ * configured a delivery is untouched.
+ *
+ * The window never needs the incident core to change: the identity handed to it carries a
+ * generation (`<identity>#g<n>`, none for the first). When a trigger finds its generation's open
+ * incident opened longer ago than the window, it moves the generation on with a conditional
+ * update, so replicas that race agree on the next one, and the core's unique open identity lets
+ * exactly one of them open it.
+ */
+export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logger }): Grouping {
+  const { sql, clients, logger } = deps;
+  const cache = new Map<string, { at: number; overrides: Map<string, OverrideRow & { compiled?: CompiledRules }> }>();
+
+  async function overridesOf(orgId: string) {
+    const held = cache.get(orgId);
+    if (held && Date.now() - held.at < OVERRIDE_CACHE_MS) return held.overrides;
+    const rows = await sql<OverrideRow[]>`select source, attach_key, window_hours, version from intake.grouping_overrides where org_id = ${orgId}`;
+    const previous = held?.overrides;
+    const overrides = new Map<string, OverrideRow & { compiled?: CompiledRules }>();
+    for (const row of rows) {
+      const old = previous?.get(row.source);
+      // Compiled once per version of the override.
+      const compiled = old && old.version === row.version ? old.compiled : row.attach_key ? compileAttachKey(row.attach_key) : undefined;
+      overrides.set(row.source, { ...row, ...(compiled ? { compiled } : {}) });
+    }
+    cache.set(orgId, { at: Date.now(), overrides });
+    if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
+    return overrides;
+  }
+
+  async function generationOf(orgId: string, identity: string): Promise<number> {
+    const [row] = await sql<{ generation: number; stale: boolean }[]>`
+      select generation, seen_at < now() - interval '1 day' as stale from intake.grouping_generations where org_id = ${orgId} and identity = ${identity}`;
+    // In use: kept from the retention sweep (generation-retention.ts), refreshed at most daily.
+    if (row?.stale) void sql`update intake.grouping_generations set seen_at = now() where org_id = ${orgId} and identity = ${identity}`.catch(() => {});
+    return row?.generation ?? 0;
+  }
+
+  async function moveOn(orgId: string, identity: string, from: number): Promise<number> {
+    // Only the first replica moves it from `from`; the others read what it moved to.
+    await sql`
+      insert into intake.grouping_generations (org_id, identity, generation) values (${orgId}, ${identity}, ${from + 1})
+      on conflict (org_id, identity) do update set generation = ${from + 1}, seen_at = now() where intake.grouping_generations.generation = ${from}`;
+    return generationOf(orgId, identity);
+  }
+
+  return {
+    async apply(org, alert, body, options) {
+      const overrides = await overridesOf(org.id);
+      const override = overrides.get(alert.source ?? "");
+      if (!override) return;
+      if (override.compiled) {
+        // A large body was never parsed on the event loop: its key is read on a worker thread.
+        const result =
+          body instanceof OffloadedBody
+            ? await body.attachKey(override.attach_key)
+            : evaluateRules(override.compiled, { body, headers: {}, query: {}, receivedAt: new Date() });
+        const key = result.fields?.attachKey;
+        // A key that fails or is empty keeps the source's own: an override never merges unrelated alerts.
+        if (key) alert.attachIdentity = `override:${alert.source}:${key.length > 400 ? `sha256:${digestOf([key])}` : key}`;
+        else if (result.error) logger.warn({ source: alert.source, error: result.error }, "grouping override failed: the source's own grouping applies");
+      }
+      const identity = alert.attachIdentity ?? "";
+      if (override.window_hours <= 0 || identity === "") return;
+      let generation = await generationOf(org.id, identity);
+      if (alert.kind === "alert") {
+        const withGeneration = (g: number) => (g === 0 ? identity : `${identity}#g${g}`);
+        const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: alert.source ?? "", attachIdentity: withGeneration(generation) });
+        if (open.incidentId && open.openedAt && Date.now() - timestampDate(open.openedAt).getTime() > override.window_hours * 3_600_000) {
+          generation = options?.dryRun ? generation + 1 : await moveOn(org.id, identity, generation);
+        }
+      }
+      // Recoveries and other notices follow the current generation: they belong to what is open now.
+      if (generation > 0) alert.attachIdentity = `${identity}#g${generation}`;
+    },
+  };
+}
+
+/** Put, list and delete an organization's grouping overrides. */
+export function createGroupingHandlers(deps: {
+  sql: Sql | undefined;
+  outbox: Outbox | undefined;
+  clients: Clients;
+}): Pick<ServiceImpl<typeof IntakeService>, "putGroupingOverride" | "listGroupingOverrides" | "deleteGroupingOverride"> {
+  const { clients } = deps;
+  function need<T>(value: T | undefined): T {
+    if (value === undefined) throw new NotFoundError("grouping overrides are not available in this process");
+    return value;
+  }
+  return {
+    async putGroupingOverride(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const source = req.source.trim();
+      if (!isSourceBadge(source)) throw new InvalidArgumentError("source: a source badge (metrics-monitor, alert-router, ...) or a custom source's name");
+      const attachKey = req.attachKey.trim();
+      if (attachKey) {
+        try {
+          compileAttachKey(attachKey);
+        } catch (err) {
+          throw new InvalidArgumentError((err as Error).message.replace("rules[0].attachKey", "attachKey"));
+        }
+      }
+      if (req.windowHours > MAX_WINDOW_HOURS) throw new InvalidArgumentError(`windowHours: at most ${MAX_WINDOW_HOURS}`);
+      if (!attachKey && req.windowHours === 0) throw new InvalidArgumentError("set attachKey, windowHours or both (to remove an override, DELETE it)");
+      const sql = need(deps.sql);
+      const outbox = need(deps.outbox);
+      await sql.begin(async (tx) => {
+        await tx`
+          insert into intake.grouping_overrides (org_id, source, attach_key, window_hours) values (${principal.orgId}, ${source}, ${attachKey}, ${req.windowHours})
+          on conflict (org_id, source) do update set attach_key = excluded.attach_key, window_hours = excluded.window_hours,
+            version = intake.grouping_overrides.version + 1`;
+        await recordAudit(outbox, tx, {
+          orgId: principal.orgId,
+          kind: "grouping_override.set",
+          actor: principal.email,
+          data: { source, attachKey, windowHours: req.windowHours },
+        });
+      });
+      outbox.poke();
+      return create(GroupingOverrideSchema, { source, attachKey, windowHours: req.windowHours });
+    },
+
+    async listGroupingOverrides(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      const rows = await need(deps.sql)<OverrideRow[]>`
+        select source, attach_key, window_hours, version from intake.grouping_overrides where org_id = ${principal.orgId} order by source`;
+      return create(ListGroupingOverridesResponseSchema, {
+        overrides: rows.map((row) => ({ source: row.source, attachKey: row.attach_key, windowHours: row.window_hours })),
+      });
+    },
+
+    async deleteGroupingOverride(req, context) {
+      const principal = await authorize(clients, context, req.org, ADMINS);
+      const sql = need(deps.sql);
+      const outbox = need(deps.outbox);
+      const deleted = await sql.begin(async (tx) => {
+        const rows = await tx`delete from intake.grouping_overrides where org_id = ${principal.orgId} and source = ${req.source} returning source`;
+        if (rows.length > 0) {
+          await recordAudit(outbox, tx, { orgId: principal.orgId, kind: "grouping_override.deleted", actor: principal.email, data: { source: req.source } });
+        }
+        return rows.length;
+      });
+      outbox.poke();
+      if (deleted === 0) throw new NotFoundError("no grouping override for that source");
+      return {};
+    },
+  };
+}
