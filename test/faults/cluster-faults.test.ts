@@ -1,12 +1,9 @@
 import { jetstreamManager } from "@nats-io/jetstream";
 import { connect } from "@nats-io/transport-node";
-import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { callApi } from "../support/app.js";
-import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
-import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
-import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLoad, type LoadResult } from "./load.js";
+import { startFaultCluster, type FaultCluster } from "../support/fault-cluster.js";
+import { makeDeliveries, runLoad } from "./load.js";
 
 /**
  * Faults under load against the production shape (every service its own process, two gateways,
@@ -14,80 +11,63 @@ import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLo
  * Each asserts that no delivery acknowledged with a 2xx is lost and none is doubled.
  */
 
-let pg: PrivatePostgres;
-let nats: PrivateNats;
-let cluster: Cluster;
-let sql: postgres.Sql;
-let ingest: string;
-const report: Record<string, string | number>[] = [];
+let faults: FaultCluster;
 
 beforeAll(async () => {
-  pg = await startPrivatePostgres();
-  nats = await startPrivateNats();
-  cluster = await startCluster({
-    env: faultClusterEnv(pg.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "4" }),
-    port: 0,
+  faults = await startFaultCluster({
+    postgres: "private",
+    env: { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "4" },
     gateways: 2,
     intakes: 2,
+    title: "Fault tests",
   });
-  sql = postgres(pg.url, { max: 2, onnotice: () => {} });
-  ({ ingest } = await ownerAndIngestToken(cluster.gatewayUrls[0]!));
 }, 180_000);
 
-afterAll(async () => {
-  console.log("\nFault tests: deliveries sent, acknowledged (2xx) and found in the database");
-  console.table(report);
-  await sql?.end({ timeout: 2 });
-  await cluster?.stop();
-  await nats?.cleanup();
-  await pg?.cleanup();
-});
-
-const verify = (name: string, result: LoadResult) => verifyLoad(sql, report, name, result);
+afterAll(() => faults?.stop());
 
 describe("faults under load", () => {
   it("kill -9 of one intake replica loses and doubles nothing", async () => {
-    const victim = cluster.processes.find((p) => p.name === "intake")!;
+    const victim = faults.processNamed("intake");
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("kill", 400, 40),
       concurrency: 16,
       deadlineMs: 60_000,
       at: { fraction: 0.3, action: async () => void victim.child.kill("SIGKILL") },
     });
     expect(victim.child.signalCode).toBe("SIGKILL");
-    await verify("kill -9 one intake replica", result);
+    await faults.verify("kill -9 one intake replica", result);
   }, 180_000);
 
   it("NATS stopped and restarted: the gateway answers 503, recovers without a restart, and the events arrive", async () => {
     let sawUnavailable = false;
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("nats", 400, 40),
       concurrency: 16,
       deadlineMs: 90_000,
       at: {
         fraction: 0.3,
         action: async () => {
-          await nats.stop();
-          const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/triggers", {
-            token: ingest,
+          await faults.nats.stop();
+          const res = await callApi(faults.cluster.gatewayUrls[0]!, "POST", "/triggers", {
+            token: faults.ingest,
             body: { alert_type: "error", alert_id: "probe-during-outage" },
           });
           sawUnavailable = res.status === 503;
           await new Promise((r) => setTimeout(r, 3000));
-          await nats.start();
+          await faults.nats.start();
         },
       },
     });
     expect(sawUnavailable).toBe(true);
-    await verify("NATS stop and restart", result);
+    await faults.verify("NATS stop and restart", result);
     // Every incident opened so far has its incident.opened event in the stream, once.
-    const [row] = await sql<{ n: number }[]>`select count(*)::int as n from incidents.incidents`;
+    const [row] = await faults.sql<{ n: number }[]>`select count(*)::int as n from incidents.incidents`;
     const opened = row!.n;
-    const nc = await connect({ servers: nats.url });
+    const nc = await connect({ servers: faults.nats.url });
     try {
       const jsm = await jetstreamManager(nc);
       const deadline = Date.now() + 30_000;
@@ -106,20 +86,20 @@ describe("faults under load", () => {
 
   it("Postgres restarted during load loses and doubles nothing", async () => {
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("postgres", 400, 40),
       concurrency: 16,
       deadlineMs: 90_000,
       at: {
         fraction: 0.3,
         action: async () => {
-          await pg.stop("immediate");
+          await faults.pg!.stop("immediate");
           await new Promise((r) => setTimeout(r, 2000));
-          await pg.start();
+          await faults.pg!.start();
         },
       },
     });
-    await verify("Postgres restart (immediate stop)", result);
+    await faults.verify("Postgres restart (immediate stop)", result);
   }, 240_000);
 });

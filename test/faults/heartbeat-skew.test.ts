@@ -1,10 +1,9 @@
 import { fileURLToPath } from "node:url";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
-import { callApi, freshDatabase, OWNER } from "../support/app.js";
-import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
-import { faultClusterEnv } from "./load.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { callApi } from "../support/app.js";
+import { startFaultCluster, type FaultCluster } from "../support/fault-cluster.js";
 
 /**
  * Three processes sweep the same heartbeats every second; one of them has a clock an hour fast.
@@ -13,17 +12,13 @@ import { faultClusterEnv } from "./load.js";
  */
 const skewedClock = fileURLToPath(new URL("../support/skewed-clock.mjs", import.meta.url));
 
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-let nats: PrivateNats;
+let faults: FaultCluster;
 let cluster: Cluster;
 let sql: postgres.Sql;
 
 beforeAll(async () => {
-  database = await freshDatabase();
-  nats = await startPrivateNats();
-  cluster = await startCluster({
-    env: faultClusterEnv(database.url, nats.url, { HEARTBEAT_SWEEP_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
-    port: 0,
+  faults = await startFaultCluster({
+    env: { HEARTBEAT_SWEEP_SECONDS: "1", DATABASE_POOL_SIZE: "3" },
     gateways: 1,
     intakes: 1,
     extra: [
@@ -35,15 +30,10 @@ beforeAll(async () => {
     ],
     output: "capture",
   });
-  sql = postgres(database.url, { max: 2, onnotice: () => {} });
+  ({ cluster, sql } = faults);
 }, 180_000);
 
-afterAll(async () => {
-  await sql?.end({ timeout: 2 });
-  await cluster?.stop();
-  await nats?.cleanup();
-  await database?.drop();
-});
+afterAll(() => faults?.stop());
 
 describe("the heartbeat sweep on three processes, one with a clock an hour fast", () => {
   it("opens exactly one incident per silence and nothing early", async () => {
@@ -53,12 +43,7 @@ describe("the heartbeat sweep on three processes, one with a clock an hour fast"
     const stamped = sweepers[2]!.output.map((line) => JSON.parse(line) as { time: number }).find((l) => typeof l.time === "number");
     expect(stamped!.time - Date.now()).toBeGreaterThan(3500_000);
     const url = cluster.gatewayUrls[0]!;
-    let owner: string | undefined;
-    for (let i = 0; !owner && i < 150; i++) {
-      const res = await callApi(url, "POST", "/auth/login", { body: { email: OWNER.email, password: OWNER.password, orgSlug: OWNER.org } });
-      if (res.status === 200) owner = res.body.accessToken;
-      else await new Promise((r) => setTimeout(r, 200));
-    }
+    const { owner } = faults;
     const register = async (name: string, interval: number) =>
       expect(
         (await callApi(url, "POST", "/o/acme/heartbeats", { token: owner, body: { name, expectedIntervalSeconds: interval, graceSeconds: 1 } })).status,

@@ -1,11 +1,10 @@
 import { readdirSync, readFileSync, readlinkSync } from "node:fs";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DELIVERY_POOL_SIZE } from "../../services/incidents/service.js";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
-import { freshDatabase } from "../support/app.js";
-import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
-import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLoad, type LoadResult } from "./load.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { startFaultCluster, type FaultCluster } from "../support/fault-cluster.js";
+import { makeDeliveries, runLoad } from "./load.js";
 
 /**
  * The incident core as the Kubernetes base runs it: two replicas, with the manifests' pool size
@@ -14,38 +13,24 @@ import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLo
  * be held once and open one incident, also when one replica is killed.
  */
 
-let database: Awaited<ReturnType<typeof freshDatabase>>;
-let nats: PrivateNats;
+let faults: FaultCluster;
 let cluster: Cluster;
 let sql: postgres.Sql;
 let ingest: string;
-const report: Record<string, string | number>[] = [];
 
 beforeAll(async () => {
-  database = await freshDatabase();
-  nats = await startPrivateNats();
-  cluster = await startCluster({
+  faults = await startFaultCluster({
     // deploy/base/kustomization.yaml's DATABASE_POOL_SIZE.
-    env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
-    port: 0,
+    env: { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3" },
     gateways: 1,
     intakes: 1,
     extra: [{ name: "incidents", env: {} }],
+    title: "Two incident-core replicas",
   });
-  sql = postgres(database.url, { max: 2, onnotice: () => {} });
-  ({ ingest } = await ownerAndIngestToken(cluster.gatewayUrls[0]!));
+  ({ cluster, sql, ingest } = faults);
 }, 180_000);
 
-afterAll(async () => {
-  console.log("\nTwo incident-core replicas: deliveries sent, acknowledged (2xx) and found in the database");
-  console.table(report);
-  await sql?.end({ timeout: 2 });
-  await cluster?.stop();
-  await nats?.cleanup();
-  await database?.drop();
-});
-
-const verify = (name: string, result: LoadResult) => verifyLoad(sql, report, name, result);
+afterAll(() => faults?.stop());
 
 /** Events the incident core wrote and has not yet published: 0 once a relay has drained its outbox. */
 async function pendingEvents(): Promise<number> {
@@ -89,7 +74,7 @@ describe("two incident-core replicas", () => {
       concurrency: 12,
       deadlineMs: 60_000,
     });
-    await verify("both replicas up", result);
+    await faults.verify("both replicas up", result);
     // A replica opens delivery-pool connections only to record deliveries: each has some.
     const deliveryPorts = (
       await sql<{ port: number }[]>`
@@ -115,7 +100,7 @@ describe("two incident-core replicas", () => {
       at: { fraction: 0.3, action: async () => void victim.child.kill("SIGKILL") },
     });
     expect(victim.child.signalCode).toBe("SIGKILL");
-    await verify("kill -9 one incidents replica", result);
+    await faults.verify("kill -9 one incidents replica", result);
     // Whichever replica held the outbox lease, the survivor's relay publishes what is left
     // (at the latest once the dead one's lease runs out).
     await expect.poll(pendingEvents, { timeout: 60_000 }).toBe(0);

@@ -1,12 +1,10 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import type { Cluster } from "../../services/process/cluster.js";
 import { fixture } from "../e2e/triggers-kit.js";
-import { freshDatabase } from "../support/app.js";
-import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
-import { faultClusterEnv, ownerAndIngestToken } from "./load.js";
+import { startFaultCluster, type FaultCluster } from "../support/fault-cluster.js";
 
 /**
  * The crash window of retry recognition: intake dies (kill -9) after the incident core committed
@@ -21,32 +19,20 @@ import { faultClusterEnv, ownerAndIngestToken } from "./load.js";
 
 const run = promisify(execFile);
 
-let nats: PrivateNats;
-let database: { url: string; drop(): Promise<void> };
+let faults: FaultCluster;
 let cluster: Cluster;
 let sql: postgres.Sql;
 let ingest: string;
 
 beforeAll(async () => {
-  database = await freshDatabase();
-  nats = await startPrivateNats();
-  cluster = await startCluster({
-    env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "5", DATABASE_POOL_SIZE: "4" }),
-    port: 0,
-    gateways: 1,
-    intakes: 2,
-  });
-  sql = postgres(database.url, { max: 2, onnotice: () => {} });
-  ({ ingest } = await ownerAndIngestToken(cluster.gatewayUrls[0]!));
+  faults = await startFaultCluster({ env: { SHUTDOWN_GRACE_SECONDS: "5", DATABASE_POOL_SIZE: "4" }, gateways: 1, intakes: 2 });
+  ({ cluster, sql, ingest } = faults);
 }, 180_000);
 
 afterAll(async () => {
   await sql?.unsafe("select pg_terminate_backend(pid) from pg_stat_activity where wait_event = 'PgSleep'").catch(() => {});
   await sql?.unsafe("drop trigger if exists hold_answers on intake.retry_keys").catch(() => {});
-  await sql?.end({ timeout: 2 });
-  await cluster?.stop();
-  await nats?.cleanup();
-  await database?.drop();
+  await faults?.stop();
 });
 
 async function until<T>(what: string, probe: () => Promise<T | undefined>, timeoutMs = 30_000): Promise<T> {

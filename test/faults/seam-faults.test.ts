@@ -1,9 +1,8 @@
-import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster, type ClusterProcess } from "../../services/process/cluster.js";
-import { callApi, freshDatabase } from "../support/app.js";
-import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
-import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLoad, type LoadResult } from "./load.js";
+import type { ClusterProcess } from "../../services/process/cluster.js";
+import { callApi } from "../support/app.js";
+import { startFaultCluster, type FaultCluster } from "../support/fault-cluster.js";
+import { makeDeliveries, runLoad } from "./load.js";
 
 /**
  * Faults in the seams between the parts, against the production shape (every service its own
@@ -13,43 +12,18 @@ import { faultClusterEnv, makeDeliveries, ownerAndIngestToken, runLoad, verifyLo
  * counts what was sent, acknowledged, found once, doubled and lost.
  */
 
-let nats: PrivateNats;
-let database: { url: string; drop(): Promise<void> };
-let cluster: Cluster;
-let sql: postgres.Sql;
-let owner: string;
-let ingest: string;
-const report: Record<string, string | number>[] = [];
+let faults: FaultCluster;
 
 beforeAll(async () => {
-  database = await freshDatabase();
-  nats = await startPrivateNats();
-  cluster = await startCluster({
-    env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "5", DATABASE_POOL_SIZE: "4" }),
-    port: 0,
+  faults = await startFaultCluster({
+    env: { SHUTDOWN_GRACE_SECONDS: "5", DATABASE_POOL_SIZE: "4" },
     gateways: 2,
     intakes: 2,
+    title: "Seam faults",
   });
-  sql = postgres(database.url, { max: 2, onnotice: () => {} });
-  ({ owner, ingest } = await ownerAndIngestToken(cluster.gatewayUrls[0]!));
 }, 180_000);
 
-afterAll(async () => {
-  console.log("\nSeam faults: deliveries sent, acknowledged (2xx) and found in the database");
-  console.table(report);
-  await sql?.end({ timeout: 2 });
-  await cluster?.stop();
-  await nats?.cleanup();
-  await database?.drop();
-});
-
-const verify = (name: string, result: LoadResult) => verifyLoad(sql, report, name, result);
-
-function processNamed(name: string): ClusterProcess {
-  const found = cluster.processes.find((p) => p.name === name);
-  if (!found) throw new Error(`no ${name} process`);
-  return found;
-}
+afterAll(() => faults?.stop());
 
 async function untilReady(proc: ClusterProcess): Promise<void> {
   const deadline = Date.now() + 60_000;
@@ -66,12 +40,12 @@ async function untilReady(proc: ClusterProcess): Promise<void> {
 
 describe("faults in the seams", () => {
   it("SIGTERM of an intake replica under load: it drains, is started again, and nothing is lost or doubled", async () => {
-    const victim = processNamed("intake");
+    const victim = faults.processNamed("intake");
     const before = victim.child;
     const exited = new Promise<number | null>((resolve) => before.once("exit", (code) => resolve(code)));
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("sigterm", 400, 40),
       concurrency: 16,
       deadlineMs: 60_000,
@@ -79,16 +53,16 @@ describe("faults in the seams", () => {
     });
     // It ended on its own (drained), and the cluster started it again.
     expect(await exited).toBe(0);
-    await verify("SIGTERM one of two intake replicas (drained, restarted)", result);
+    await faults.verify("SIGTERM one of two intake replicas (drained, restarted)", result);
     await untilReady(victim);
   }, 180_000);
 
   it("SIGSTOP of the incidents process for 5 s under load: calls wait out the stall, nothing is lost or doubled", async () => {
-    const incidents = processNamed("incidents");
+    const incidents = faults.processNamed("incidents");
     let stalledFor = 0;
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("sigstop", 400, 40),
       concurrency: 16,
       deadlineMs: 90_000,
@@ -106,7 +80,7 @@ describe("faults in the seams", () => {
       },
     });
     expect(stalledFor).toBeGreaterThanOrEqual(5000);
-    await verify("SIGSTOP of the incidents process for 5 s", result);
+    await faults.verify("SIGSTOP of the incidents process for 5 s", result);
   }, 180_000);
 
   it("NATS restarted while replies larger than one NATS message are in flight: each read is whole or a clean 503, and deliveries are not lost or doubled", async () => {
@@ -114,8 +88,8 @@ describe("faults in the seams", () => {
     const alertId = "large-reply";
     let incidentId = "";
     for (let i = 0; i <= 140; i++) {
-      const res = await callApi(cluster.gatewayUrls[0]!, "POST", "/triggers", {
-        token: ingest,
+      const res = await callApi(faults.cluster.gatewayUrls[0]!, "POST", "/triggers", {
+        token: faults.ingest,
         body: { title: "Large timeline", alert_type: "error", alert_id: alertId, event_id: `large-${i}`, body: `entry ${i} `.padEnd(8192, "x") },
       });
       expect(res.status).toBeLessThan(300);
@@ -126,7 +100,7 @@ describe("faults in the seams", () => {
     const readLoop = async (gateway: string) => {
       while (reading) {
         reads.sent++;
-        const res = await callApi(gateway, "GET", `/o/acme/incidents/${incidentId}/timeline?limit=500`, { token: owner }).catch(() => ({
+        const res = await callApi(gateway, "GET", `/o/acme/incidents/${incidentId}/timeline?limit=500`, { token: faults.owner }).catch(() => ({
           status: 0,
           body: null,
         }));
@@ -140,19 +114,19 @@ describe("faults in the seams", () => {
         else reads.broken++;
       }
     };
-    const readers = [readLoop(cluster.gatewayUrls[0]!), readLoop(cluster.gatewayUrls[1]!)];
+    const readers = [readLoop(faults.cluster.gatewayUrls[0]!), readLoop(faults.cluster.gatewayUrls[1]!)];
     const result = await runLoad({
-      urls: cluster.gatewayUrls,
-      token: ingest,
+      urls: faults.cluster.gatewayUrls,
+      token: faults.ingest,
       deliveries: makeDeliveries("large-reply", 300, 30),
       concurrency: 8,
       deadlineMs: 90_000,
       at: {
         fraction: 0.3,
         action: async () => {
-          await nats.stop();
+          await faults.nats.stop();
           await new Promise((r) => setTimeout(r, 2000));
-          await nats.start();
+          await faults.nats.start();
         },
       },
     });
@@ -162,7 +136,7 @@ describe("faults in the seams", () => {
     while (reads.whole < afterRestart + 5 && Date.now() < until) await new Promise((r) => setTimeout(r, 200));
     reading = false;
     await Promise.all(readers);
-    report.push({
+    faults.report.push({
       fault: "NATS restart with ~1.2 MiB replies in flight (reads)",
       sent: reads.sent,
       acknowledged: reads.whole,
@@ -173,7 +147,7 @@ describe("faults in the seams", () => {
     });
     expect(reads.broken).toBe(0);
     expect(reads.whole).toBeGreaterThanOrEqual(afterRestart + 5);
-    await verify("NATS restart with ~1.2 MiB replies in flight (deliveries)", result);
+    await faults.verify("NATS restart with ~1.2 MiB replies in flight (deliveries)", result);
   }, 240_000);
 
   it("an error-tracker sender that retries every request once after a 1 ms timeout opens each incident once", async () => {
@@ -190,17 +164,17 @@ describe("faults in the seams", () => {
         if (index >= events.length) return;
         const eventId = events[index]!;
         const body = JSON.stringify({ ...base, data: { ...base.data, event: { ...base.data.event, event_id: eventId } } });
-        const headers = { authorization: `Bearer ${ingest}`, "content-type": "application/json", "request-id": `req-${eventId}` };
+        const headers = { authorization: `Bearer ${faults.ingest}`, "content-type": "application/json", "request-id": `req-${eventId}` };
         // The first try gives up after 1 ms, whatever the service does with it.
         attempts++;
-        await fetch(`${cluster.gatewayUrls[w % 2]}/triggers`, { method: "POST", headers, body, signal: AbortSignal.timeout(1) }).then(
+        await fetch(`${faults.cluster.gatewayUrls[w % 2]}/triggers`, { method: "POST", headers, body, signal: AbortSignal.timeout(1) }).then(
           (res) => res.arrayBuffer(),
           () => abandoned++,
         );
         const deadline = Date.now() + 60_000;
         for (let attempt = 1; ; attempt++) {
           attempts++;
-          const res = await fetch(`${cluster.gatewayUrls[(w + attempt) % 2]}/triggers`, {
+          const res = await fetch(`${faults.cluster.gatewayUrls[(w + attempt) % 2]}/triggers`, {
             method: "POST",
             headers,
             body,
@@ -218,12 +192,12 @@ describe("faults in the seams", () => {
       }
     };
     await Promise.all(Array.from({ length: 16 }, (_, w) => worker(w)));
-    const held = await sql<{ event_id: string; n: number; ids: string[] }[]>`
+    const held = await faults.sql<{ event_id: string; n: number; ids: string[] }[]>`
       select e.event_id, count(*)::int as n, array_agg(e.incident_id::text) as ids
       from incidents.timeline_entries e where e.kind = 'opened' and e.event_id = any(${events}) group by e.event_id`;
     const found = held.filter((h) => h.n === 1 && h.ids[0] === answers.get(h.event_id)).length;
     const doubled = held.filter((h) => h.n > 1).length;
-    report.push({
+    faults.report.push({
       fault: "error-tracker sender retrying each request once after a 1 ms timeout",
       sent: events.length,
       acknowledged: acknowledged.length,

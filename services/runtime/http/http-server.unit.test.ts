@@ -12,10 +12,27 @@ const DEADLINES: ConnectionDeadlines = { firstByteMs: 500, headersMs: 900, bodyM
 const MAX_BUFFERED = 256 * 1024;
 /**
  * How long a test waits for the server to close a connection before calling it left open: a hang
- * bound far past every deadline (the machine is shared), not a budget. Closes are asserted as events;
- * the lower bounds below show a deadline does not cut early.
+ * bound far past every deadline (the machine is shared), not a budget. Closes are asserted as events.
  */
 const HANG_MS = 30_000;
+
+/**
+ * That a deadline does not cut early is asserted as an order of events, not by reading a clock: the
+ * server runs in this process, so its timers and the test's share one event loop, which runs timers
+ * in the order they fall due. A witness set just before the deadline's timer is armed, due 1 ms
+ * before the deadline, has run by the time the server closes the connection, however loaded the
+ * machine; a close that came early finds it still waiting.
+ */
+function witness(deadlineMs: number): { ran: () => boolean } {
+  let ran = false;
+  setTimeout(() => {
+    ran = true;
+  }, deadlineMs - 1).unref();
+  return { ran: () => ran };
+}
+
+/** Sets a witness when the server's handler next answers: the keep-alive and idle deadlines run from the answer. */
+let onAnswer: (() => void) | undefined;
 
 let server: HttpServer;
 let port: number;
@@ -57,6 +74,8 @@ beforeAll(async () => {
       const chunks: Buffer[] = [];
       req.on("data", (c: Buffer) => chunks.push(c));
       req.on("end", () => {
+        onAnswer?.();
+        onAnswer = undefined;
         if (!res.headersSent) sendJson(res, 200, { bytes: Buffer.concat(chunks).length });
       });
     },
@@ -68,17 +87,23 @@ afterAll(async () => {
   await server?.close(0);
 });
 
-/** Opens a raw TCP connection and resolves, when the server closes it, with how long it stayed open and what it got. */
-function rawConnection(onOpen: (socket: net.Socket) => void, to = port): Promise<{ openMs: number; received: string }> {
+/**
+ * Opens a raw TCP connection and resolves, when the server closes it, with what it got and whether
+ * it outlived `outlive` ms from its opening (a witness, above: false when not asked).
+ */
+function rawConnection(
+  onOpen: (socket: net.Socket) => void,
+  options: { to?: number; outlive?: number } = {},
+): Promise<{ outlived: boolean; received: string }> {
   return new Promise((resolve, reject) => {
-    const started = Date.now();
+    const opened = options.outlive === undefined ? undefined : witness(options.outlive);
     let received = "";
-    const socket = net.connect(to, "127.0.0.1", () => onOpen(socket));
+    const socket = net.connect(options.to ?? port, "127.0.0.1", () => onOpen(socket));
     socket.on("data", (d) => {
       received += d.toString("latin1");
     });
     socket.on("error", () => {});
-    socket.on("close", () => resolve({ openMs: Date.now() - started, received }));
+    socket.on("close", () => resolve({ outlived: opened?.ran() ?? false, received }));
     setTimeout(() => {
       socket.destroy();
       reject(new Error(`the server left the connection open for ${HANG_MS} ms (got ${JSON.stringify(received.slice(0, 80))})`));
@@ -98,8 +123,8 @@ function drip(socket: net.Socket, pieces: string[], everyMs: number): void {
 
 describe("connection deadlines", () => {
   it("closes a connection that sends nothing, after the first-byte deadline", async () => {
-    const { openMs } = await rawConnection(() => {});
-    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.firstByteMs - 50);
+    const { outlived } = await rawConnection(() => {}, { outlive: DEADLINES.firstByteMs });
+    expect(outlived, "closed before the first-byte deadline").toBe(true);
   });
 
   it("closes an HTTP/1.1 request whose headers drip, after the headers deadline, with 408", async () => {
@@ -113,56 +138,60 @@ describe("connection deadlines", () => {
 
   it("closes an HTTP/1.1 request whose body drips, after the body deadline", async () => {
     const body = Array.from({ length: 1000 }, () => "a");
-    const { openMs, received } = await rawConnection((s) => {
-      s.write("POST /x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n");
-      drip(s, body, 100);
-    });
+    const { outlived, received } = await rawConnection(
+      (s) => {
+        s.write("POST /x HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 1000\r\n\r\n");
+        drip(s, body, 100);
+      },
+      { outlive: DEADLINES.headersMs },
+    );
     expect(received).not.toMatch(/^HTTP\/1\.1 200/);
-    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.headersMs);
+    expect(outlived, "closed before the headers deadline").toBe(true);
   });
 
   it("closes a kept-alive HTTP/1.1 connection that goes idle, after the keep-alive deadline", async () => {
-    let answeredAt = 0;
-    const started = Date.now();
-    const { openMs, received } = await rawConnection((s) => {
-      s.write("GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
-      s.once("data", () => {
-        answeredAt = Date.now() - started;
-      });
-    });
+    let answered: { ran: () => boolean } | undefined;
+    onAnswer = () => {
+      answered = witness(DEADLINES.keepAliveMs);
+    };
+    const { received } = await rawConnection((s) => s.write("GET /x HTTP/1.1\r\nhost: x\r\n\r\n"));
     expect(received).toMatch(/^HTTP\/1\.1 200/);
-    expect(openMs - answeredAt).toBeGreaterThanOrEqual(DEADLINES.keepAliveMs - 50);
+    expect(answered?.ran(), "closed before the keep-alive deadline").toBe(true);
   });
 
   it("closes an HTTP/2 connection that sends the preface and never its SETTINGS, after the headers deadline", async () => {
-    const { openMs } = await rawConnection((s) => s.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
-    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.headersMs - 50);
+    const { outlived } = await rawConnection((s) => s.write("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), { outlive: DEADLINES.headersMs });
+    expect(outlived, "closed before the headers deadline").toBe(true);
   });
 
   it("closes an HTTP/2 preface dripped a byte at a time, after the headers deadline", async () => {
-    const { openMs } = await rawConnection((s) => drip(s, [..."PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], 100));
-    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.headersMs - 50);
+    const { outlived } = await rawConnection((s) => drip(s, [..."PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"], 100), { outlive: DEADLINES.headersMs });
+    expect(outlived, "closed before the headers deadline").toBe(true);
   });
 
   it("closes an HTTP/2 session with no open stream, after the HTTP/2 idle deadline", async () => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on("error", () => {});
-    const closed = new Promise<number>((resolve) => session.once("close", () => resolve(Date.now())));
-    const answered = await new Promise<number>((resolve, reject) => {
+    let answered: { ran: () => boolean } | undefined;
+    onAnswer = () => {
+      answered = witness(DEADLINES.http2IdleMs);
+    };
+    const closed = new Promise<void>((resolve) => session.once("close", resolve));
+    await new Promise<void>((resolve, reject) => {
       const req = session.request({ ":path": "/x" });
       req.on("response", () => {});
       req.resume();
-      req.on("end", () => resolve(Date.now()));
+      req.on("end", resolve);
       req.on("error", reject);
     });
-    const idleMs = (await closed) - answered;
-    expect(idleMs).toBeGreaterThanOrEqual(DEADLINES.http2IdleMs - 50);
+    await closed;
+    expect(answered?.ran(), "closed before the HTTP/2 idle deadline").toBe(true);
   });
 
   it("ends an HTTP/2 stream whose body drips, after the body deadline", async () => {
     const session = http2.connect(`http://127.0.0.1:${port}`);
     session.on("error", () => {});
-    const started = Date.now();
+    const opened = witness(DEADLINES.bodyMs);
     const req = session.request({ ":path": "/x", ":method": "POST", "content-type": "application/json" });
     req.on("error", () => {});
     const timer = setInterval(() => !req.destroyed && req.write("a"), 100);
@@ -177,7 +206,7 @@ describe("connection deadlines", () => {
     clearInterval(timer);
     session.destroy();
     expect(status).not.toBe(200);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(DEADLINES.bodyMs - 50);
+    expect(opened.ran(), "ended before the body deadline").toBe(true);
   });
 
   it("closes an HTTP/1.1 connection whose answer waits on a peer that reads nothing, past the buffered-bytes cap", async () => {
@@ -208,17 +237,20 @@ describe("connection deadlines", () => {
       // Answers to 100,000 pipelined requests are more than the kernel's buffers take: the rest
       // waits in the process, under the buffered-bytes cap.
       const requests = "GET /x HTTP/1.1\r\nhost: x\r\n\r\n".repeat(100_000);
-      const { openMs } = await rawConnection((s) => {
-        s.pause();
-        s.write(requests);
-        // Pokes, so a paused client notices the close.
-        drip(
-          s,
-          Array.from({ length: 1000 }, () => "\r\n"),
-          200,
-        );
-      }, patient.port);
-      expect(openMs).toBeGreaterThanOrEqual(DEADLINES.sendMs);
+      const { outlived } = await rawConnection(
+        (s) => {
+          s.pause();
+          s.write(requests);
+          // Pokes, so a paused client notices the close.
+          drip(
+            s,
+            Array.from({ length: 1000 }, () => "\r\n"),
+            200,
+          );
+        },
+        { to: patient.port, outlive: DEADLINES.sendMs },
+      );
+      expect(outlived, "closed before the send timeout").toBe(true);
     } finally {
       await patient.close(0);
     }
@@ -242,16 +274,19 @@ describe("connection deadlines", () => {
   });
 
   it("closes a kept-alive HTTP/1.1 connection that sends only blank lines after its answer", async () => {
-    const { openMs, received } = await rawConnection((s) => {
-      s.write("GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
-      drip(
-        s,
-        Array.from({ length: 1000 }, () => "\r\n"),
-        100,
-      );
-    });
+    const { outlived, received } = await rawConnection(
+      (s) => {
+        s.write("GET /x HTTP/1.1\r\nhost: x\r\n\r\n");
+        drip(
+          s,
+          Array.from({ length: 1000 }, () => "\r\n"),
+          100,
+        );
+      },
+      { outlive: DEADLINES.keepAliveMs + DEADLINES.headersMs },
+    );
     expect(received).toMatch(/^HTTP\/1\.1 200/);
-    expect(openMs).toBeGreaterThanOrEqual(DEADLINES.keepAliveMs + DEADLINES.headersMs);
+    expect(outlived, "closed before the keep-alive and headers deadlines").toBe(true);
   });
 
   it("keeps a long-lived answer with a heartbeat open past every deadline, over HTTP/1.1 and HTTP/2", async () => {
