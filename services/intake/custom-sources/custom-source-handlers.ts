@@ -30,7 +30,6 @@ import { compileRules, evaluateRules } from "./cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "./grouping.js";
 import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
-import type { EvaluateTask } from "./large-body-work.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
 import { PRESETS, presetNamed } from "./presets.js";
@@ -66,10 +65,13 @@ type CustomSourceMethods =
   | "listCustomSourcePayloads"
   | "previewCustomSource";
 
-/** A preview's rules on a worker thread; a full queue is 429 with Retry-After, as for a delivery. */
-async function previewOnThread(largeBodies: LargeBodies, orgId: string, task: Omit<EvaluateTask, "kind">) {
+/**
+ * A preview's work on a worker thread (its rules, the grouping override's key); a full queue is 429
+ * with Retry-After, as for a delivery.
+ */
+async function previewOnThread<T>(work: () => Promise<T>): Promise<T> {
   try {
-    return await largeBodies.evaluate(orgId, task);
+    return await work();
   } catch (err) {
     if (!(err instanceof ShareExceeded)) throw err;
     throw new RateLimitedError(
@@ -324,13 +326,15 @@ export function createCustomSourceHandlers(deps: {
       // A large payload's rules run on a worker thread in the organization's turn, as a large delivery's do.
       const result =
         largeBodies && exceedsBytes(body, LARGE_BODY_BYTES)
-          ? await previewOnThread(largeBodies, principal.orgId, {
-              body,
-              headers: input.headers,
-              query,
-              receivedAtMs: input.receivedAt.getTime(),
-              rules: req.rules.length > 0 ? { given: rulesToJson(req.rules) } : { source: { id: row.id, version: row.version, rules: row.rules } },
-            })
+          ? await previewOnThread(() =>
+              largeBodies.evaluate(principal.orgId, {
+                body,
+                headers: input.headers,
+                query,
+                receivedAtMs: input.receivedAt.getTime(),
+                rules: req.rules.length > 0 ? { given: rulesToJson(req.rules) } : { source: { id: row.id, version: row.version, rules: row.rules } },
+              }),
+            )
           : evaluateRules(rules, input);
       const fields = result.fields;
       const response = create(PreviewCustomSourceResponseSchema, {
@@ -361,8 +365,13 @@ export function createCustomSourceHandlers(deps: {
         return response;
       }
       // The organization's grouping override, as a delivery would apply it, without moving anything on.
-      if (mapped.alert && deps.grouping)
-        await deps.grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), mapped.alert, body, { dryRun: true });
+      const grouping = deps.grouping;
+      if (mapped.alert && grouping) {
+        const alert = mapped.alert;
+        await previewOnThread(() =>
+          grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), alert, body, { dryRun: true }),
+        );
+      }
       const identity = mapped.alert?.attachIdentity ?? "";
       response.attachIdentity = identity;
       const open = identity ? await clients.incidents.findLatestOpen({ orgId: principal.orgId, source: row.name, attachIdentity: identity }) : undefined;
