@@ -16,6 +16,7 @@ export const E2E_SUITES = [
   "test/e2e/custom-sources.test.ts",
   "test/e2e/retention.test.ts",
   "test/e2e/custom-source-shares.test.ts",
+  "test/e2e/large-previews-and-overrides.test.ts",
   "test/e2e/retry-answers.test.ts",
   "services/heartbeats/heartbeats.test.ts",
   "services/heartbeats/silence.test.ts",

@@ -119,6 +119,8 @@ export function createDeliveryPath(deps: {
       try {
         await grouping.apply(org, mapped.alert, body);
       } catch (err) {
+        // A process too busy to read the key refuses the delivery for now (Retry-After).
+        if (err instanceof ShareExceeded) throw err;
         // The override is the organization's preference; losing it for one delivery beats losing the delivery.
         logger.warn({ err: String(err) }, "could not apply a grouping override");
       }
@@ -153,9 +155,10 @@ export function createDeliveryPath(deps: {
    */
   async function deliverShared(org: Organization, route: TriggerRoute, body: unknown, mapping: Mapping, context: HandlerContext): Promise<TriggerAnswer> {
     const mapped = async () => (typeof mapping === "function" ? mapping() : mapping);
-    if (!shares || (typeof mapping !== "function" && mapping.outcome === "ignored")) return deliverOnce(org, route, body, await mapped(), context);
     const remaining = context.timeoutMs();
     try {
+      // A large body's work may still be refused for this process's load (ShareExceeded) here too.
+      if (!shares || (typeof mapping !== "function" && mapping.outcome === "ignored")) return await deliverOnce(org, route, body, await mapped(), context);
       return await shares.run(org.id, async () => deliverOnce(org, route, body, await mapped(), context), {
         // Never waits past the caller's deadline: a refusal in time beats an answer too late.
         deadline: remaining === undefined ? undefined : Date.now() + remaining,

@@ -22,7 +22,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const { clients, store, logger, broadcast } = deps;
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
   const custom = deps.customSources;
-  const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger }) : undefined;
+  const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger, largeBodies: custom.largeBodies }) : undefined;
   const delivery = createDeliveryPath({
     clients,
     store,

@@ -165,7 +165,8 @@ interface LoopDelay {
 }
 
 /** The app's event-loop delay since the last ask ("event-loop" message to intake.ts's child). */
-const eventLoopDelay = (child: ChildProcess) => ask<LoopDelay>(child, "event-loop", "eventLoop");
+/** The app's event-loop delay since the last ask (ms: p50, p99, max). */
+export const eventLoopDelay = (child: ChildProcess) => ask<LoopDelay>(child, "event-loop", "eventLoop");
 
 /** Sends the child `message` and resolves with the `key` of its first answer that has one. */
 export function ask<T>(child: ChildProcess, message: string, key: string): Promise<T> {

@@ -19,7 +19,8 @@ import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import type { Sql, TransactionSql } from "../../runtime/data/database.js";
-import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, UnavailableError } from "../../runtime/errors.js";
+import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, RateLimitedError, UnavailableError } from "../../runtime/errors.js";
+import { ShareExceeded } from "../fair-shares.js";
 import { recordAudit } from "../../runtime/transport/events.js";
 import { isUuid } from "../../runtime/ids.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
@@ -28,7 +29,7 @@ import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "../grouping/grouping.js";
-import type { LargeBodies } from "./large-bodies.js";
+import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
 import { PRESETS, presetNamed } from "./presets.js";
@@ -63,6 +64,22 @@ type CustomSourceMethods =
   | "listCustomSourceDeliveries"
   | "listCustomSourcePayloads"
   | "previewCustomSource";
+
+/**
+ * A preview's work on a worker thread (its rules, the grouping override's key); a full queue is 429
+ * with Retry-After, as for a delivery.
+ */
+async function previewOnThread<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (!(err instanceof ShareExceeded)) throw err;
+    throw new RateLimitedError(
+      `This server has too many large payloads waiting to be mapped; preview again after ${err.retryAfterSeconds} s (Retry-After)`,
+      err.retryAfterSeconds,
+    );
+  }
+}
 
 export const AUDIT_KINDS = {
   created: "custom_source.created",
@@ -302,8 +319,23 @@ export function createCustomSourceHandlers(deps: {
         headers = kept.headers;
         query = kept.query;
       }
+      // Compiled here even when a thread evaluates them: rules that do not compile are refused at once (400).
       const rules = req.rules.length > 0 ? compileRules(req.rules) : compiled.get(row);
-      const result = evaluateRules(rules, { body, headers: headersForRules(headers), query, receivedAt: new Date() });
+      const input = { body, headers: headersForRules(headers), query, receivedAt: new Date() };
+      const largeBodies = need(config).largeBodies;
+      // A large payload's rules run on a worker thread in the organization's turn, as a large delivery's do.
+      const result =
+        largeBodies && exceedsBytes(body, LARGE_BODY_BYTES)
+          ? await previewOnThread(() =>
+              largeBodies.evaluate(principal.orgId, {
+                body,
+                headers: input.headers,
+                query,
+                receivedAtMs: input.receivedAt.getTime(),
+                rules: req.rules.length > 0 ? { given: rulesToJson(req.rules) } : { source: { id: row.id, version: row.version, rules: row.rules } },
+              }),
+            )
+          : evaluateRules(rules, input);
       const fields = result.fields;
       const response = create(PreviewCustomSourceResponseSchema, {
         rules: result.verdicts,
@@ -333,8 +365,13 @@ export function createCustomSourceHandlers(deps: {
         return response;
       }
       // The organization's grouping override, as a delivery would apply it, without moving anything on.
-      if (mapped.alert && deps.grouping)
-        await deps.grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), mapped.alert, body, { dryRun: true });
+      const grouping = deps.grouping;
+      if (mapped.alert && grouping) {
+        const alert = mapped.alert;
+        await previewOnThread(() =>
+          grouping.apply(create(OrganizationSchema, { id: principal.orgId, slug: principal.orgSlug }), alert, body, { dryRun: true }),
+        );
+      }
       const identity = mapped.alert?.attachIdentity ?? "";
       response.attachIdentity = identity;
       const open = identity ? await clients.incidents.findLatestOpen({ orgId: principal.orgId, source: row.name, attachIdentity: identity }) : undefined;

@@ -5,7 +5,7 @@ import { digestOfBytes } from "../sources/normalized-alert.js";
 import type { MappingResult } from "../../cel/cel-mapping.js";
 import { SANDBOX_LIMITS } from "../../cel/cel-meter.js";
 import { KEPT_BODY_BYTES } from "./custom-source-records.js";
-import type { DeliverAnswer, DeliverTask } from "./large-body-work.js";
+import type { AttachKeyTask, DeliverAnswer, DeliverTask, EvaluateTask } from "./large-body-work.js";
 
 /**
  * A custom-source body larger than this is parsed, kept and mapped on a worker thread: its cost
@@ -14,6 +14,31 @@ import type { DeliverAnswer, DeliverTask } from "./large-body-work.js";
  * loop, where handing them over would cost more than the work.
  */
 export const LARGE_BODY_BYTES = 64 * 1024;
+
+/**
+ * Whether a value the event loop holds parsed is over `limit` bytes as JSON, about: its strings'
+ * and keys' lengths and a few bytes a value. It stops as soon as it is over, so a large value costs
+ * no more than a small one to measure.
+ */
+export function exceedsBytes(value: unknown, limit: number): boolean {
+  let size = 0;
+  const pending: unknown[] = [value];
+  while (pending.length > 0) {
+    const next = pending.pop();
+    if (typeof next === "string") size += next.length + 2;
+    else if (Array.isArray(next)) {
+      size += 2 + next.length;
+      for (const item of next) pending.push(item);
+    } else if (next !== null && typeof next === "object") {
+      for (const [key, item] of Object.entries(next)) {
+        size += key.length + 4;
+        pending.push(item);
+      }
+    } else size += 8;
+    if (size > limit) return true;
+  }
+  return false;
+}
 
 /**
  * A thread's wall bound for one task: the rules' own time bound (checked in the meter) plus the
@@ -57,9 +82,9 @@ export function createLargeBodies(options: { workers: number; logger?: Logger | 
     }));
 
   /** Runs a task in the organization's turn; a full queue is this process's overload (429 / 503 with Retry-After). */
-  async function run<T>(orgId: string, task: DeliverTask | { kind: "attach-key"; bytes: Uint8Array; contentType: string; expression: string }): Promise<T> {
+  async function run<T>(orgId: string, task: DeliverTask | AttachKeyTask | EvaluateTask, bytes: number): Promise<T> {
     try {
-      return await threads().run<T>(orgId, task, task.bytes.byteLength);
+      return await threads().run<T>(orgId, task, bytes);
     } catch (err) {
       if (err instanceof PoolFull) throw new ShareExceeded("overload", 1);
       throw err;
@@ -73,7 +98,7 @@ export function createLargeBodies(options: { workers: number; logger?: Logger | 
      */
     async deliver(orgId: string, task: Omit<DeliverTask, "kind">): Promise<DeliverAnswer> {
       try {
-        return await run<DeliverAnswer>(orgId, { kind: "deliver", ...task });
+        return await run<DeliverAnswer>(orgId, { kind: "deliver", ...task }, task.bytes.byteLength);
       } catch (err) {
         if (err instanceof ShareExceeded) throw err;
         // A thread that ran over or failed was replaced; the delivery opens the default incident.
@@ -91,13 +116,35 @@ export function createLargeBodies(options: { workers: number; logger?: Logger | 
     offloaded(orgId: string, bytes: Uint8Array, contentType: string): OffloadedBody {
       return new OffloadedBody(bytes, contentType, async (expression) => {
         try {
-          const answer = await run<MappingResult | Extract<DeliverAnswer, { refused: unknown }>>(orgId, { kind: "attach-key", bytes, contentType, expression });
+          const answer = await run<MappingResult | Extract<DeliverAnswer, { refused: unknown }>>(
+            orgId,
+            { kind: "attach-key", bytes, contentType, expression },
+            bytes.byteLength,
+          );
           if ("refused" in answer) return { verdicts: [], warnings: [], error: answer.refused.details || answer.refused.message };
           return answer;
         } catch (err) {
+          if (err instanceof ShareExceeded) throw err;
           return { verdicts: [], warnings: [], error: `the attach key ${(err as Error).message}` };
         }
       });
+    },
+
+    /**
+     * Rules over a body the event loop holds parsed and found over LARGE_BODY_BYTES (exceedsBytes),
+     * on a thread in the organization's turn: a preview, a grouping override over a built-in
+     * source's alert. A thread that fails or runs past its bound is a mapping error, as an
+     * evaluation past its time is; a full queue is ShareExceeded (the caller's 429 or 503 with
+     * Retry-After).
+     */
+    async evaluate(orgId: string, task: Omit<EvaluateTask, "kind">): Promise<MappingResult> {
+      try {
+        return await run<MappingResult>(orgId, { kind: "evaluate", ...task }, LARGE_BODY_BYTES);
+      } catch (err) {
+        if (err instanceof ShareExceeded) throw err;
+        options.logger?.warn({ orgId, err: String(err) }, "rules over a large body failed on their thread");
+        return { verdicts: [], warnings: [], error: `the mapping ${(err as Error).message}` };
+      }
     },
 
     state: () => pool?.state() ?? { busy: 0, queued: 0, queuedBytes: 0, replaced: 0 },

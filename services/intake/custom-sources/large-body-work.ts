@@ -2,8 +2,8 @@ import type { JsonValue } from "@bufbuild/protobuf";
 import { UnprocessablePayloadError, unprocessableOf } from "../../runtime/errors.js";
 import { stableDigest } from "../retry-recognition.js";
 import { digestOfBytes } from "../sources/normalized-alert.js";
-import { type CompiledRules, evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
-import { boundedBody, compileAttachKey, createCompiledRulesCache, headersForRules, parseCustomBody } from "./custom-source-records.js";
+import { type CompiledRules, compileRules, evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
+import { boundedBody, compileAttachKey, createCompiledRulesCache, headersForRules, parseCustomBody, rulesFromJson } from "./custom-source-records.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 
 /**
@@ -33,7 +33,21 @@ export interface AttachKeyTask {
   expression: string;
 }
 
-export type LargeBodyTask = DeliverTask | AttachKeyTask;
+/**
+ * Rules over a body the event loop already holds parsed (a preview's payload, a built-in source's
+ * alert under a grouping override), posted by structured clone: a saved source's rules (compiled
+ * once per version), rules given with a preview, or a grouping override's attach key.
+ */
+export interface EvaluateTask {
+  kind: "evaluate";
+  rules: { source: { id: string; version: number; rules: RuleJson[] } } | { given: RuleJson[] } | { attachKey: string };
+  body: unknown;
+  headers: Record<string, string>;
+  query: Record<string, string>;
+  receivedAtMs: number;
+}
+
+export type LargeBodyTask = DeliverTask | AttachKeyTask | EvaluateTask;
 
 export type DeliverAnswer =
   | { refused: { message: string; details: string } }
@@ -60,7 +74,20 @@ function attachKeyRules(expression: string): CompiledRules {
   return compiled;
 }
 
+function rulesOf(rules: EvaluateTask["rules"]): CompiledRules {
+  if ("attachKey" in rules) return attachKeyRules(rules.attachKey);
+  if ("given" in rules) return compileRules(rulesFromJson(rules.given));
+  return compiledRules.get({ id: rules.source.id, version: rules.source.version, rules: rules.source.rules } as CustomSourceRow);
+}
+
 export function runLargeBodyTask(task: LargeBodyTask): DeliverAnswer | MappingResult {
+  if (task.kind === "evaluate") {
+    try {
+      return evaluateRules(rulesOf(task.rules), { body: task.body, headers: task.headers, query: task.query, receivedAt: new Date(task.receivedAtMs) });
+    } catch (err) {
+      return { verdicts: [], warnings: [], error: `the rules could not be compiled: ${(err as Error).message}` };
+    }
+  }
   let body: unknown;
   try {
     body = parseCustomBody(task.bytes, task.contentType);

@@ -16,7 +16,7 @@ import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
 import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
 import { compileAttachKey } from "../custom-sources/custom-source-records.js";
-import { OffloadedBody } from "../custom-sources/large-bodies.js";
+import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies, OffloadedBody } from "../custom-sources/large-bodies.js";
 
 interface OverrideRow {
   source: string;
@@ -47,8 +47,14 @@ export interface Grouping {
  * update, so replicas that race agree on the next one, and the core's unique open identity lets
  * exactly one of them open it.
  */
-export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logger }): Grouping {
-  const { sql, clients, logger } = deps;
+export function createGrouping(deps: {
+  sql: Sql;
+  clients: Clients;
+  logger: Logger;
+  /** Worker threads for large bodies (INTAKE_LARGE_BODY_WORKERS); none: every key is read on the event loop. */
+  largeBodies?: LargeBodies | undefined;
+}): Grouping {
+  const { sql, clients, logger, largeBodies } = deps;
   const cache = new Map<string, { at: number; overrides: Map<string, OverrideRow & { compiled?: CompiledRules }> }>();
 
   async function overridesOf(orgId: string) {
@@ -90,11 +96,15 @@ export function createGrouping(deps: { sql: Sql; clients: Clients; logger: Logge
       const override = overrides.get(alert.source ?? "");
       if (!override) return;
       if (override.compiled) {
-        // A large body was never parsed on the event loop: its key is read on a worker thread.
+        // A large body's key is read on a worker thread: a custom source's was never parsed on the
+        // event loop; a built-in source's is posted to the thread as parsed. A full queue refuses
+        // the delivery (ShareExceeded, with Retry-After) rather than group it otherwise.
         const result =
           body instanceof OffloadedBody
             ? await body.attachKey(override.attach_key)
-            : evaluateRules(override.compiled, { body, headers: {}, query: {}, receivedAt: new Date() });
+            : largeBodies && exceedsBytes(body, LARGE_BODY_BYTES)
+              ? await largeBodies.evaluate(org.id, { rules: { attachKey: override.attach_key }, body, headers: {}, query: {}, receivedAtMs: Date.now() })
+              : evaluateRules(override.compiled, { body, headers: {}, query: {}, receivedAt: new Date() });
         const key = result.fields?.attachKey;
         // A key that fails or is empty keeps the source's own: an override never merges unrelated alerts.
         if (key) alert.attachIdentity = `override:${alert.source}:${key.length > 400 ? `sha256:${digestOf([key])}` : key}`;

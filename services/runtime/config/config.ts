@@ -243,7 +243,7 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   INTAKE_SHARE_WAIT_MS: "how long a delivery waits for room in its organization's share before 503 with `Retry-After`",
   INTAKE_MAX_WAITING: "deliveries that may wait for room at once; past it, 503 with `Retry-After` at once",
   INTAKE_LARGE_BODY_WORKERS:
-    "worker threads per intake process that parse, keep and map custom-source bodies over 64 KiB, so a large body never holds the event loop other organizations' deliveries wait on; `0` does that work on the event loop ([docs/SECURITY.md](docs/SECURITY.md))",
+    "worker threads per intake process that parse, keep and map custom-source bodies over 64 KiB, and run the rules of previews and grouping overrides over payloads that large, so a large body never holds the event loop other organizations' deliveries wait on; `0` does that work on the event loop ([docs/SECURITY.md](docs/SECURITY.md))",
   GATEWAY_DELIVERY_BYTES:
     "bytes of read delivery bodies each gateway process holds while their deliveries are handled, a quarter of it per client address; past it 503/429 with `Retry-After: 1` (metric reason `memory`). A memory bound only: deliveries in flight are bounded by intake, once the credential is checked (`INTAKE_IN_FLIGHT`)",
   REMOTE_SOURCE_DENY_CIDRS: "ranges remote sources may not be on",
