@@ -147,6 +147,9 @@ describe("the room shows an incident's evidence", () => {
     await page.getByText(/Investigation 1: 3 reads, 1 partial/).waitFor({ timeout: 20_000 });
     expect(await inPage(page, "window.loadedOnce")).toBe(true);
 
+    // Folded to a sparkline; the full chart on demand.
+    expect(await page.getByTestId("evidence-sparkline").locator("polyline").count()).toBe(2);
+    await page.getByRole("button", { name: "Show chart" }).click();
     const chart = page.getByTestId("evidence-chart");
     await chart.waitFor();
     expect(await chart.getAttribute("aria-label")).toBe("observability / latency: 2 series in ms");
