@@ -122,6 +122,8 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
   const filtered = FILTERS.some((name) => name !== "sort" && filters[name]);
   const resolvedList = state !== "open";
   const sortLabel = filters.sort === "severity" ? "most severe first" : filters.sort === "activity" ? "latest activity first" : "newest first";
+  const clearHref = `/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`;
+  const summary = filterSummary(filters, members.data?.members ?? [], sortLabel);
 
   return (
     <>
@@ -147,10 +149,11 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
           {folded ? "Show filters" : "Hide filters"}
         </button>
         {folded ? (
-          <span class="filter-summary" data-testid="filter-summary">
-            {filterSummary(filters, members.data?.members ?? [], sortLabel)}
+          <span class="filter-summary" data-testid="filter-summary" title={summary}>
+            {summary}
           </span>
         ) : null}
+        {folded && filtered ? <Link href={clearHref}>Clear filters</Link> : null}
         <span class="muted zone">{`Times in ${timeZone()}`}</span>
       </div>
       <form
@@ -236,7 +239,7 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
         <button type="submit" class="secondary">
           Search
         </button>
-        {filtered ? <Link href={`/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`}>Clear filters</Link> : null}
+        {filtered ? <Link href={clearHref}>Clear filters</Link> : null}
       </form>
       <p class="sr-only" role="status" aria-live="polite">
         {announcement}
