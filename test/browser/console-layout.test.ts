@@ -8,7 +8,7 @@ import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import { OWNER, type TestApp } from "../support/app.js";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { expectAccessible, inPage, launchChromium } from "../support/chromium.js";
 
 // The console's layout measured in Debian's Chromium: a storm's list on a 1440×900 screen (rows
 // in the viewport, one-line times, the filters folding away and remembered), the list and the
@@ -224,6 +224,7 @@ describe("the incident list is dense on a laptop", () => {
     expect(await page.locator("#incident-filters").isVisible()).toBe(false);
     expect(await page.locator("[aria-controls=incident-filters]").getAttribute("aria-expanded")).toBe("false");
     await expect.poll(() => summary.textContent()).toBe("Severity SEV1 · Not acknowledged · newest first");
+    await expectAccessible(page);
 
     await page.locator("[aria-controls=incident-filters]").click();
     expect(await page.locator("#incident-filters").isVisible()).toBe(true);
@@ -247,6 +248,7 @@ describe("on a 390-px phone", () => {
     expect(firstRow.bottom).toBeLessThanOrEqual(PHONE.height);
     expect(await overflowing(page)).toEqual([]);
     expect(await scrollWidth(page)).toBeLessThanOrEqual(PHONE.width);
+    await expectAccessible(page);
     await page.screenshot({ path: join(ARTIFACTS, "console-phone.png") });
     await page.close();
   });
@@ -300,6 +302,7 @@ describe("the room folds evidence to a summary per read", () => {
     );
     expect(layout.timelineY).toBeLessThan(1500);
     expect(layout.height).toBeLessThan(2200);
+    await expectAccessible(page);
     await page.screenshot({ path: join(ARTIFACTS, "console-evidence-folded.png"), fullPage: true });
 
     // On demand: every line, and the full chart; folded again.

@@ -78,15 +78,43 @@ function ticks(min: number, max: number, count: number): number[] {
   return Array.from({ length: count + 1 }, (_, i) => min + ((max - min) * i) / count);
 }
 
+/** The time span (the read's window, widened to every point) and the value range of a read's series. */
+function extent(series: Series[], fromMs: number, toMs: number): { x0: number; x1: number; min: number; max: number } {
+  const points = series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
+  const times = points.map((p) => p.t);
+  const values = points.map((p) => p.v);
+  return {
+    x0: Math.min(fromMs || Math.min(...times), ...times),
+    x1: Math.max(toMs || Math.max(...times), ...times),
+    min: Math.min(...values),
+    max: Math.max(...values),
+  };
+}
+
+/** One line per series, in the chart's colors, placed by `sx` and `sy`. */
+function SeriesLines(props: { series: Series[]; sx: (t: number) => number; sy: (v: number) => number; titled: boolean }) {
+  return (
+    <>
+      {props.series.map((s, i) => (
+        <polyline
+          key={s.label || i}
+          fill="none"
+          stroke={COLORS[i % COLORS.length]}
+          stroke-width="1.5"
+          points={s.points.map((p) => `${props.sx(Date.parse(p.t)).toFixed(1)},${props.sy(p.v).toFixed(1)}`).join(" ")}
+        >
+          {props.titled ? <title>{s.label}</title> : null}
+        </polyline>
+      ))}
+    </>
+  );
+}
+
 /** Series as a line chart: a time axis over the read's window, the opened time marked, the unit on the value axis. */
 export function LineChart(props: { title: string; series: Series[]; fromMs: number; toMs: number; openedMs: number | null }) {
-  const points = props.series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
-  const times = points.map((p) => p.t);
-  const x0 = Math.min(props.fromMs || Math.min(...times), ...times);
-  const x1 = Math.max(props.toMs || Math.max(...times), ...times);
-  const values = points.map((p) => p.v);
-  let y0 = Math.min(0, ...values);
-  let y1 = Math.max(...values);
+  const { x0, x1, min, max } = extent(props.series, props.fromMs, props.toMs);
+  let y0 = Math.min(0, min);
+  let y1 = max;
   if (y0 === y1) y1 = y0 + 1;
   if (!Number.isFinite(y0)) y0 = 0;
   const plotW = WIDTH - MARGIN.left - MARGIN.right;
@@ -142,17 +170,7 @@ export function LineChart(props: { title: string; series: Series[]; fromMs: numb
             </text>
           </g>
         ) : null}
-        {props.series.map((s, i) => (
-          <polyline
-            key={s.label || i}
-            fill="none"
-            stroke={COLORS[i % COLORS.length]}
-            stroke-width="1.5"
-            points={s.points.map((p) => `${sx(Date.parse(p.t)).toFixed(1)},${sy(p.v).toFixed(1)}`).join(" ")}
-          >
-            <title>{s.label}</title>
-          </polyline>
-        ))}
+        <SeriesLines series={props.series} sx={sx} sy={sy} titled />
       </svg>
       <figcaption>
         <ul class="legend">
@@ -208,13 +226,7 @@ const SPARK = { width: 160, height: 32, pad: 2 };
 
 /** A read's series at a glance: one line per series over the read's window, no axes. */
 function Sparkline(props: { title: string; series: Series[]; fromMs: number; toMs: number }) {
-  const points = props.series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
-  const times = points.map((p) => p.t);
-  const values = points.map((p) => p.v);
-  const x0 = Math.min(props.fromMs || Math.min(...times), ...times);
-  const x1 = Math.max(props.toMs || Math.max(...times), ...times);
-  const y0 = Math.min(...values);
-  const y1 = Math.max(...values);
+  const { x0, x1, min: y0, max: y1 } = extent(props.series, props.fromMs, props.toMs);
   const sx = (t: number) => SPARK.pad + (x1 === x0 ? 0.5 : (t - x0) / (x1 - x0)) * (SPARK.width - 2 * SPARK.pad);
   const sy = (v: number) => SPARK.height - SPARK.pad - (y1 === y0 ? 0.5 : (v - y0) / (y1 - y0)) * (SPARK.height - 2 * SPARK.pad);
   return (
@@ -227,15 +239,7 @@ function Sparkline(props: { title: string; series: Series[]; fromMs: number; toM
       aria-label={`${props.title}: sparkline of ${props.series.length} series from ${number(y0)} to ${number(y1)}`}
       data-testid="evidence-sparkline"
     >
-      {props.series.map((s, i) => (
-        <polyline
-          key={s.label || i}
-          fill="none"
-          stroke={COLORS[i % COLORS.length]}
-          stroke-width="1.5"
-          points={s.points.map((p) => `${sx(Date.parse(p.t)).toFixed(1)},${sy(p.v).toFixed(1)}`).join(" ")}
-        />
-      ))}
+      <SeriesLines series={props.series} sx={sx} sy={sy} titled={false} />
     </svg>
   );
 }
@@ -267,7 +271,8 @@ function Read(props: { evidence: Evidence; openedMs: number | null }) {
   const title = `${e.connectionName} / ${e.readName}`;
   const points = e.series.reduce((sum, s) => sum + s.points.length, 0);
   const units = [...new Set(e.series.map((s) => s.unit).filter((u): u is string => Boolean(u)))];
-  const found = e.series.length > 0 || e.entries.length > 0;
+  // Series without a point found nothing either.
+  const found = points > 0 || e.entries.length > 0;
   const rangeCall = e.call === "metrics/range" || e.call === "logs/range";
   const nothing = !found && !e.partial && (rangeCall || emptyRaw(e.raw));
   const id = `read-${e.run}-${e.connectionName}-${e.readName}`.replace(/[^A-Za-z0-9_-]/g, "_");
@@ -281,7 +286,7 @@ function Read(props: { evidence: Evidence; openedMs: number | null }) {
           Partial: {e.error ?? "partial result"}
         </p>
       ) : null}
-      {e.series.length > 0 ? (
+      {points > 0 ? (
         <div class="evidence-summary">
           <Sparkline title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} />
           <span>{`${count(e.series.length, "series", "series")}${units.length ? ` in ${units.join(", ")}` : ""}, ${count(points, "point", "points")}`}</span>
@@ -290,9 +295,9 @@ function Read(props: { evidence: Evidence; openedMs: number | null }) {
           </button>
         </div>
       ) : null}
-      {e.series.length > 0 && expanded ? (
+      {points > 0 ? (
         <div id={`${id}-chart`}>
-          <LineChart title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} openedMs={props.openedMs} />
+          {expanded ? <LineChart title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} openedMs={props.openedMs} /> : null}
         </div>
       ) : null}
       {e.entries.length > 0 ? (
