@@ -6,6 +6,7 @@ import type { BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
+import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import { OWNER, type TestApp } from "../support/app.js";
 import { expectAccessible, inPage, launchChromium } from "../support/chromium.js";
@@ -88,18 +89,7 @@ beforeAll(async () => {
     auth: { bearerTokens: [SOURCE_TOKEN] },
     metrics: {
       list: async () => ({ raw: ["latency_ms"] }),
-      range: async (call) => {
-        const step = Math.max(60_000, Math.floor((call.toMs - call.fromMs) / 30));
-        const count = Math.floor((call.toMs - call.fromMs) / step) + 1;
-        const points = (shift: number) => Array.from({ length: count }, (_, i) => ({ t: call.fromMs + i * step, v: 100 + shift + ((i * 37) % 50) }));
-        return {
-          raw: { expr: call.expr },
-          series: [
-            { label: 'latency_ms{instance="api-1"}', unit: "ms", points: points(0) },
-            { label: 'latency_ms{instance="api-2"}', unit: "ms", points: points(40) },
-          ],
-        };
-      },
+      range: async (call) => latencySeries(call),
     },
     logs: {
       streams: async () => ({ raw: ["checkout"] }),

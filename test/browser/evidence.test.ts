@@ -7,6 +7,7 @@ import { inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
+import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, SourceError, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
@@ -49,16 +50,7 @@ beforeAll(async () => {
       list: async () => ({ raw: ["latency_ms"] }),
       range: async (call) => {
         await gate;
-        const step = Math.max(60_000, Math.floor((call.toMs - call.fromMs) / 30));
-        const points = (shift: number) =>
-          Array.from({ length: Math.floor((call.toMs - call.fromMs) / step) + 1 }, (_, i) => ({ t: call.fromMs + i * step, v: 100 + shift + ((i * 37) % 50) }));
-        return {
-          raw: { expr: call.expr },
-          series: [
-            { label: 'latency_ms{instance="api-1"}', unit: "ms", points: points(0) },
-            { label: 'latency_ms{instance="api-2"}', unit: "ms", points: points(40) },
-          ],
-        };
+        return latencySeries(call);
       },
     },
     logs: {
