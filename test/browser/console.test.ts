@@ -507,9 +507,9 @@ describe("web console in a browser", () => {
     await page.getByRole("link", { name: "Open", exact: true }).click();
     const row = page.locator("tbody tr").first();
     await row.waitFor();
-    // Rows become cards: no horizontal scrolling, each cell labelled with its column.
+    // Rows become cards: no horizontal scrolling, the title first, a number or time labelled with its column.
     expect(await inPage<number>(page, "document.documentElement.scrollWidth")).toBeLessThanOrEqual(390);
-    expect(await inPage(page, `getComputedStyle(document.querySelector("tbody tr td"), "::before").content`)).toBe('"Incident"');
+    expect(await inPage(page, `getComputedStyle(document.querySelector('tbody tr td[data-label="Repeats"]'), "::before").content`)).toBe('"Repeats"');
     await shot("phone-incidents");
     await row.getByRole("link").click();
     await page.locator(".timeline").waitFor();

@@ -7,6 +7,7 @@ import { inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
+import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, SourceError, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
@@ -49,16 +50,7 @@ beforeAll(async () => {
       list: async () => ({ raw: ["latency_ms"] }),
       range: async (call) => {
         await gate;
-        const step = Math.max(60_000, Math.floor((call.toMs - call.fromMs) / 30));
-        const points = (shift: number) =>
-          Array.from({ length: Math.floor((call.toMs - call.fromMs) / step) + 1 }, (_, i) => ({ t: call.fromMs + i * step, v: 100 + shift + ((i * 37) % 50) }));
-        return {
-          raw: { expr: call.expr },
-          series: [
-            { label: 'latency_ms{instance="api-1"}', unit: "ms", points: points(0) },
-            { label: 'latency_ms{instance="api-2"}', unit: "ms", points: points(40) },
-          ],
-        };
+        return latencySeries(call);
       },
     },
     logs: {
@@ -147,6 +139,9 @@ describe("the room shows an incident's evidence", () => {
     await page.getByText(/Investigation 1: 3 reads, 1 partial/).waitFor({ timeout: 20_000 });
     expect(await inPage(page, "window.loadedOnce")).toBe(true);
 
+    // Folded to a sparkline; the full chart on demand.
+    expect(await page.getByTestId("evidence-sparkline").locator("polyline").count()).toBe(2);
+    await page.getByRole("button", { name: "Show chart" }).click();
     const chart = page.getByTestId("evidence-chart");
     await chart.waitFor();
     expect(await chart.getAttribute("aria-label")).toBe("observability / latency: 2 series in ms");

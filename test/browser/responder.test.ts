@@ -1,9 +1,8 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { createRequire } from "node:module";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { expectAccessible as expectPageAccessible, inPage, launchChromium } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { createConsoleHttp } from "../../services/console/console-http.js";
@@ -19,7 +18,6 @@ import { OWNER, startApp, type TestApp } from "../support/app.js";
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const WAIT = 10_000;
-const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 const ENV = { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8,10.1.2.0/24", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "10.1.2.3,10.1.2.4,169.254.169.254" };
 
 let app: TestApp;
@@ -40,17 +38,8 @@ async function shot(name: string): Promise<void> {
 }
 
 /** axe-core's serious and critical violations on the page as it is now. */
-async function expectAccessible(): Promise<void> {
-  // Evaluated through the browser's debugging protocol, which the console's CSP (no inline
-  // scripts) does not govern.
-  if (!(await inPage<boolean>(page, "typeof window.axe === 'object'"))) await page.evaluate(AXE_SOURCE);
-  const violations = await inPage<{ id: string; impact: string; nodes: { target: string[] }[] }[]>(
-    page,
-    `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations
-      .filter((v) => v.impact === "serious" || v.impact === "critical")
-      .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
-  );
-  expect(violations).toEqual([]);
+function expectAccessible(): Promise<void> {
+  return expectPageAccessible(page);
 }
 
 /** Nothing wider than a phone's screen: no sideways scrolling. */

@@ -1,3 +1,5 @@
+import { readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { type BrowserContext, chromium, type LaunchOptions, type Page } from "playwright-core";
 import { expect } from "vitest";
 
@@ -58,4 +60,20 @@ export async function expectLabelled(page: Page): Promise<void> {
     .map((el) => el.outerHTML)`,
   );
   expect(nameless).toEqual([]);
+}
+
+const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
+
+/** axe-core finds no serious or critical violation on the page as it is now. */
+export async function expectAccessible(page: Page): Promise<void> {
+  // Evaluated through the browser's debugging protocol, which the console's CSP (no inline
+  // scripts) does not govern.
+  if (!(await inPage<boolean>(page, "typeof window.axe === 'object'"))) await page.evaluate(AXE_SOURCE);
+  const violations = await inPage<{ id: string; impact: string; nodes: { target: string[] }[] }[]>(
+    page,
+    `axe.run(document, { resultTypes: ["violations"] }).then((r) => r.violations
+      .filter((v) => v.impact === "serious" || v.impact === "critical")
+      .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
+  );
+  expect(violations).toEqual([]);
 }

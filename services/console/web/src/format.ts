@@ -22,6 +22,14 @@ export function ago(at: Time, now: number): string {
   return `${span(ms)} ago`;
 }
 
+/** How long ago `at` was in its largest unit ("4 min ago", "2 h ago"): one short line in a table. */
+export function agoShort(at: Time, now: number): string {
+  if (!at) return "unknown";
+  const ms = now - Date.parse(at);
+  if (ms < 10_000) return "just now";
+  return `${span(ms).split(" ").slice(0, 2).join(" ")} ago`;
+}
+
 /** How long until `at`, or how long it is overdue, in words. */
 export function until(at: Time, now: number): string {
   if (!at) return "unknown";

@@ -1,7 +1,7 @@
 import type { ComponentChildren } from "preact";
 import { useCallback, useEffect, useRef, useState } from "preact/hooks";
 import { errorText } from "./api";
-import { ago, exact, until, type Time } from "./format";
+import { ago, agoShort, exact, until, type Time } from "./format";
 import { hasNavigated } from "./router";
 
 /** Re-renders every `ms` so relative times stay true. */
@@ -165,12 +165,12 @@ export function StateBadge(props: { state: string }) {
   return <span class={`badge state state-${props.state.replace(/[^a-z_]/g, "")}`}>{props.state.replace("_", " ")}</span>;
 }
 
-/** A time shown as how long ago it was, the exact time on hover. */
-export function Ago(props: { at: string | null; now: number; empty?: string }) {
+/** A time shown as how long ago it was (in its largest unit when `short`), the exact time on hover. */
+export function Ago(props: { at: string | null; now: number; empty?: string; short?: boolean }) {
   if (!props.at) return <span class="muted">{props.empty ?? "never"}</span>;
   return (
     <time dateTime={props.at ?? undefined} title={exact(props.at)}>
-      {ago(props.at, props.now)}
+      {props.short ? agoShort(props.at, props.now) : ago(props.at, props.now)}
     </time>
   );
 }

@@ -1,3 +1,4 @@
+import { useState } from "preact/hooks";
 import { api, orgPath } from "../api";
 import { exact, safeHref } from "../format";
 import { useLiveEvents } from "../live";
@@ -77,15 +78,43 @@ function ticks(min: number, max: number, count: number): number[] {
   return Array.from({ length: count + 1 }, (_, i) => min + ((max - min) * i) / count);
 }
 
+/** The time span (the read's window, widened to every point) and the value range of a read's series. */
+function extent(series: Series[], fromMs: number, toMs: number): { x0: number; x1: number; min: number; max: number } {
+  const points = series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
+  const times = points.map((p) => p.t);
+  const values = points.map((p) => p.v);
+  return {
+    x0: Math.min(fromMs || Math.min(...times), ...times),
+    x1: Math.max(toMs || Math.max(...times), ...times),
+    min: Math.min(...values),
+    max: Math.max(...values),
+  };
+}
+
+/** One line per series, in the chart's colors, placed by `sx` and `sy`. */
+function SeriesLines(props: { series: Series[]; sx: (t: number) => number; sy: (v: number) => number; titled: boolean }) {
+  return (
+    <>
+      {props.series.map((s, i) => (
+        <polyline
+          key={s.label || i}
+          fill="none"
+          stroke={COLORS[i % COLORS.length]}
+          stroke-width="1.5"
+          points={s.points.map((p) => `${props.sx(Date.parse(p.t)).toFixed(1)},${props.sy(p.v).toFixed(1)}`).join(" ")}
+        >
+          {props.titled ? <title>{s.label}</title> : null}
+        </polyline>
+      ))}
+    </>
+  );
+}
+
 /** Series as a line chart: a time axis over the read's window, the opened time marked, the unit on the value axis. */
 export function LineChart(props: { title: string; series: Series[]; fromMs: number; toMs: number; openedMs: number | null }) {
-  const points = props.series.flatMap((s) => s.points.map((p) => ({ t: Date.parse(p.t), v: p.v })));
-  const times = points.map((p) => p.t);
-  const x0 = Math.min(props.fromMs || Math.min(...times), ...times);
-  const x1 = Math.max(props.toMs || Math.max(...times), ...times);
-  const values = points.map((p) => p.v);
-  let y0 = Math.min(0, ...values);
-  let y1 = Math.max(...values);
+  const { x0, x1, min, max } = extent(props.series, props.fromMs, props.toMs);
+  let y0 = Math.min(0, min);
+  let y1 = max;
   if (y0 === y1) y1 = y0 + 1;
   if (!Number.isFinite(y0)) y0 = 0;
   const plotW = WIDTH - MARGIN.left - MARGIN.right;
@@ -141,17 +170,7 @@ export function LineChart(props: { title: string; series: Series[]; fromMs: numb
             </text>
           </g>
         ) : null}
-        {props.series.map((s, i) => (
-          <polyline
-            key={s.label || i}
-            fill="none"
-            stroke={COLORS[i % COLORS.length]}
-            stroke-width="1.5"
-            points={s.points.map((p) => `${sx(Date.parse(p.t)).toFixed(1)},${sy(p.v).toFixed(1)}`).join(" ")}
-          >
-            <title>{s.label}</title>
-          </polyline>
-        ))}
+        <SeriesLines series={props.series} sx={sx} sy={sy} titled />
       </svg>
       <figcaption>
         <ul class="legend">
@@ -203,9 +222,60 @@ function LogTable(props: { entries: LogEntry[] }) {
   );
 }
 
+const SPARK = { width: 160, height: 32, pad: 2 };
+
+/** A read's series at a glance: one line per series over the read's window, no axes. */
+function Sparkline(props: { title: string; series: Series[]; fromMs: number; toMs: number }) {
+  const { x0, x1, min: y0, max: y1 } = extent(props.series, props.fromMs, props.toMs);
+  const sx = (t: number) => SPARK.pad + (x1 === x0 ? 0.5 : (t - x0) / (x1 - x0)) * (SPARK.width - 2 * SPARK.pad);
+  const sy = (v: number) => SPARK.height - SPARK.pad - (y1 === y0 ? 0.5 : (v - y0) / (y1 - y0)) * (SPARK.height - 2 * SPARK.pad);
+  return (
+    <svg
+      class="sparkline"
+      viewBox={`0 0 ${SPARK.width} ${SPARK.height}`}
+      width={SPARK.width}
+      height={SPARK.height}
+      role="img"
+      aria-label={`${props.title}: sparkline of ${props.series.length} series from ${number(y0)} to ${number(y1)}`}
+      data-testid="evidence-sparkline"
+    >
+      <SeriesLines series={props.series} sx={sx} sy={sy} titled={false} />
+    </svg>
+  );
+}
+
+/** Log lines shown before a read is expanded. */
+const FIRST_LINES = 5;
+
+/** A raw answer that holds nothing: empty, null, [] or {}. */
+function emptyRaw(raw: string): boolean {
+  const text = raw.trim();
+  return text === "" || text === "null" || text === "[]" || text === "{}" || text === '""';
+}
+
+/** The read's window as local times, e.g. "14:02 to 14:32". */
+function windowText(e: Evidence): string {
+  const from = Number(e.fromMs);
+  const to = Number(e.toMs);
+  if (!from || !to) return "";
+  return ` (${time(from, to - from)} to ${time(to, to - from)})`;
+}
+
+/**
+ * One read, folded to a summary: a sparkline for series, the count and first lines of a log, a
+ * line saying the window held nothing. The chart and every line are a click away.
+ */
 function Read(props: { evidence: Evidence; openedMs: number | null }) {
   const e = props.evidence;
+  const [expanded, setExpanded] = useState(false);
   const title = `${e.connectionName} / ${e.readName}`;
+  const points = e.series.reduce((sum, s) => sum + s.points.length, 0);
+  const units = [...new Set(e.series.map((s) => s.unit).filter((u): u is string => Boolean(u)))];
+  // Series without a point found nothing either.
+  const found = points > 0 || e.entries.length > 0;
+  const rangeCall = e.call === "metrics/range" || e.call === "logs/range";
+  const nothing = !found && !e.partial && (rangeCall || emptyRaw(e.raw));
+  const id = `read-${e.run}-${e.connectionName}-${e.readName}`.replace(/[^A-Za-z0-9_-]/g, "_");
   return (
     <article class="evidence-read" data-testid="evidence-read">
       <h3>
@@ -216,9 +286,35 @@ function Read(props: { evidence: Evidence; openedMs: number | null }) {
           Partial: {e.error ?? "partial result"}
         </p>
       ) : null}
-      {e.series.length > 0 ? <LineChart title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} openedMs={props.openedMs} /> : null}
-      {e.entries.length > 0 ? <LogTable entries={e.entries} /> : null}
-      {e.series.length === 0 && e.entries.length === 0 && e.raw ? (
+      {points > 0 ? (
+        <div class="evidence-summary">
+          <Sparkline title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} />
+          <span>{`${count(e.series.length, "series", "series")}${units.length ? ` in ${units.join(", ")}` : ""}, ${count(points, "point", "points")}`}</span>
+          <button type="button" class="secondary small" aria-expanded={expanded} aria-controls={`${id}-chart`} onClick={() => setExpanded(!expanded)}>
+            {expanded ? "Hide chart" : "Show chart"}
+          </button>
+        </div>
+      ) : null}
+      {points > 0 ? (
+        <div id={`${id}-chart`}>
+          {expanded ? <LineChart title={title} series={e.series} fromMs={Number(e.fromMs)} toMs={Number(e.toMs)} openedMs={props.openedMs} /> : null}
+        </div>
+      ) : null}
+      {e.entries.length > 0 ? (
+        <>
+          <p class="evidence-summary">{count(e.entries.length, "log line", "log lines")}</p>
+          <div id={`${id}-lines`}>
+            <LogTable entries={expanded ? e.entries : e.entries.slice(0, FIRST_LINES)} />
+          </div>
+          {e.entries.length > FIRST_LINES ? (
+            <button type="button" class="secondary small" aria-expanded={expanded} aria-controls={`${id}-lines`} onClick={() => setExpanded(!expanded)}>
+              {expanded ? `Show the first ${FIRST_LINES} lines` : `Show all ${e.entries.length} lines`}
+            </button>
+          ) : null}
+        </>
+      ) : null}
+      {nothing ? <p class="muted">{`No data in the window${windowText(e)}.`}</p> : null}
+      {!found && !nothing && e.raw ? (
         <details>
           <summary>{e.rawCut ? "Raw answer (cut at 64 KiB)" : "Raw answer"}</summary>
           <pre>{e.raw}</pre>
@@ -226,6 +322,10 @@ function Read(props: { evidence: Evidence; openedMs: number | null }) {
       ) : null}
     </article>
   );
+}
+
+function count(n: number, one: string, many: string): string {
+  return `${n.toLocaleString("en")} ${n === 1 ? one : many}`;
 }
 
 /** The incident's evidence: the latest run's reads, its runbook first, and a button to run it again. */

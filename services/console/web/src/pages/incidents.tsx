@@ -36,6 +36,42 @@ function listQuery(state: string, filters: Filters): string {
   return query.toString();
 }
 
+/** Where this browser remembers whether the list's filters are folded. */
+const FOLD_KEY = "warroom.incidentFilters";
+
+/** Folded as the person last left them; without a choice, folded on a phone's width so the list comes first. */
+function foldedAtStart(): boolean {
+  try {
+    const saved = localStorage.getItem(FOLD_KEY);
+    if (saved === "folded" || saved === "open") return saved === "folded";
+  } catch {
+    // No storage (a locked-down browser): the default below.
+  }
+  return window.matchMedia("(max-width: 40rem)").matches;
+}
+
+function rememberFolded(folded: boolean): void {
+  try {
+    localStorage.setItem(FOLD_KEY, folded ? "folded" : "open");
+  } catch {
+    // Not remembered; the toggle still works for this page.
+  }
+}
+
+/** The active filters and the sort in one line, e.g. "Severity SEV1 · Not acknowledged · newest first". */
+function filterSummary(filters: Filters, members: Member[], sortLabel: string): string {
+  const owner = filters.ownerId === "none" ? "No owner" : `Owner ${members.find((m) => m.id === filters.ownerId)?.email ?? filters.ownerId}`;
+  const parts = [
+    filters.q ? `Title contains “${filters.q}”` : "",
+    filters.severity ? `Severity ${filters.severity.toUpperCase().replace(",", ", ")}` : "",
+    filters.source ? `Source ${filters.source}` : "",
+    filters.entityId ? `Entity ${filters.entityId}` : "",
+    filters.acknowledged === "no" ? "Not acknowledged" : filters.acknowledged === "yes" ? "Acknowledged" : "",
+    filters.ownerId ? owner : "",
+  ].filter(Boolean);
+  return [...(parts.length ? parts : ["No filters"]), sortLabel].join(" · ");
+}
+
 /** The incidents list of one state, filtered and sorted from the URL, updated live, announcing new incidents to screen readers. */
 export function IncidentsPage(props: { state: string; org: string; query?: URLSearchParams }) {
   const state = STATES.some((s) => s.id === props.state) ? props.state : "open";
@@ -48,6 +84,7 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
   const [more, setMore] = useState<{ query: string; incidents: Incident[]; cursor: string | null } | null>(null);
   const paging = useAction();
   const [search, setSearch] = useState<{ query: string; text: string } | null>(null);
+  const [folded, setFolded] = useState(foldedAtStart);
 
   const members = useLoad(() => api<{ members: Member[] }>("GET", orgPath("/members")), []);
   const list = useLoad(async () => {
@@ -85,18 +122,43 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
   const filtered = FILTERS.some((name) => name !== "sort" && filters[name]);
   const resolvedList = state !== "open";
   const sortLabel = filters.sort === "severity" ? "most severe first" : filters.sort === "activity" ? "latest activity first" : "newest first";
+  const clearHref = `/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`;
+  const summary = filterSummary(filters, members.data?.members ?? [], sortLabel);
 
   return (
     <>
       <PageHeading title="Incidents">Incidents</PageHeading>
-      <nav class="segmented" aria-label="Incident state">
-        {STATES.map((s) => (
-          <Link key={s.id} href={`/incidents?${listQuery(s.id, filters)}`} aria-current={s.id === state ? "page" : undefined}>
-            {s.label}
-          </Link>
-        ))}
-      </nav>
+      <div class="list-bar">
+        <nav class="segmented" aria-label="Incident state">
+          {STATES.map((s) => (
+            <Link key={s.id} href={`/incidents?${listQuery(s.id, filters)}`} aria-current={s.id === state ? "page" : undefined}>
+              {s.label}
+            </Link>
+          ))}
+        </nav>
+        <button
+          type="button"
+          class="secondary small filter-toggle"
+          aria-expanded={!folded}
+          aria-controls="incident-filters"
+          onClick={() => {
+            setFolded(!folded);
+            rememberFolded(!folded);
+          }}
+        >
+          {folded ? "Show filters" : "Hide filters"}
+        </button>
+        {folded ? (
+          <span class="filter-summary" data-testid="filter-summary" title={summary}>
+            {summary}
+          </span>
+        ) : null}
+        {folded && filtered ? <Link href={clearHref}>Clear filters</Link> : null}
+        <span class="muted zone">{`Times in ${timeZone()}`}</span>
+      </div>
       <form
+        id="incident-filters"
+        hidden={folded}
         class="filters"
         aria-label="Filter incidents"
         onSubmit={(e) => {
@@ -177,9 +239,8 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
         <button type="submit" class="secondary">
           Search
         </button>
-        {filtered ? <Link href={`/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`}>Clear filters</Link> : null}
+        {filtered ? <Link href={clearHref}>Clear filters</Link> : null}
       </form>
-      <p class="muted zone">{`Times in ${timeZone()}`}</p>
       <p class="sr-only" role="status" aria-live="polite">
         {announcement}
       </p>
@@ -230,11 +291,15 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
                   <Severity severity={incident.severity} />
                 </td>
                 <td data-label="Entity">
-                  {incident.entity ? <span class="entity">{`${incident.entity.kind}:${incident.entity.id}`}</span> : <span class="muted">none</span>}
+                  {incident.entity ? (
+                    <span class="entity" title={`${incident.entity.kind}:${incident.entity.id}`}>{`${incident.entity.kind}:${incident.entity.id}`}</span>
+                  ) : (
+                    <span class="muted">none</span>
+                  )}
                 </td>
                 <td data-label="Repeats">{incident.repeatCount}</td>
                 <td data-label="Last activity">
-                  <Ago at={incident.lastActivityAt} now={now} />
+                  <Ago at={incident.lastActivityAt} now={now} short />
                 </td>
                 <td data-label="Responder">
                   {incident.acknowledgedBy ? (
@@ -250,7 +315,7 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
                       {duration(incident.openedAt, incident.resolvedAt)}
                     </span>
                   ) : (
-                    <Ago at={incident.openedAt} now={now} />
+                    <Ago at={incident.openedAt} now={now} short />
                   )}
                 </td>
               </tr>
