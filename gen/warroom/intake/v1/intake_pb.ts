@@ -723,8 +723,9 @@ export const IntakeService: GenService<{
     output: typeof OpsgenieRequestStatusResponseSchema;
   },
   /**
-   * A custom source's trigger route, authenticated by `Authorization: Bearer <secret>` (or Basic
-   * with the secret as password, when the source accepts it). Its rules map the body.
+   * A custom source's trigger route, authenticated by `Authorization: Bearer <secret>` (or, as the
+   * source accepts: Basic with the secret as password, the secret in a header it names, or an HMAC
+   * signature of the raw body). Its rules map the body.
    *
    * @generated from rpc warroom.intake.v1.IntakeService.DeliverCustomSource
    */
@@ -804,7 +805,8 @@ export const IntakeService: GenService<{
     output: typeof EmptySchema;
   },
   /**
-   * Issues a new credential; the previous one stops working at once.
+   * Issues a new credential (the sender's own secret when given); the previous one stops working
+   * at once.
    *
    * @generated from rpc warroom.intake.v1.IntakeService.RotateCustomSourceCredential
    */
