@@ -1,6 +1,7 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { createFairShares } from "./fair-shares.js";
+import { type SecretBox, serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
@@ -23,13 +24,28 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
   const customSourceRecords = createRecordWriter(createCustomSourceStore(ctx.sql), logger);
+  // Made when first needed: only sources that check signatures need keys (SECRETS_KEYS).
+  let secretBox: (() => SecretBox) | undefined;
+  const customSourceSecrets = (): SecretBox => {
+    secretBox ??= serviceSecretBox(ctx.config, logger);
+    return secretBox();
+  };
   const largeBodies = ctx.config.INTAKE_LARGE_BODY_WORKERS > 0 ? createLargeBodies({ workers: ctx.config.INTAKE_LARGE_BODY_WORKERS, logger }) : undefined;
   const routes = createIntakeRoutes({
     clients,
     store,
     logger,
     broadcast,
-    customSources: { sql: ctx.sql, outbox: ctx.outbox, publicUrl: ctx.config.publicUrl, broadcast, records: customSourceRecords, largeBodies },
+    customSources: {
+      sql: ctx.sql,
+      outbox: ctx.outbox,
+      publicUrl: ctx.config.publicUrl,
+      broadcast,
+      records: customSourceRecords,
+      largeBodies,
+      secretBox: customSourceSecrets,
+      logger,
+    },
     shares: createFairShares({
       perOrg: ctx.config.INTAKE_ORG_IN_FLIGHT,
       total: ctx.config.INTAKE_IN_FLIGHT,

@@ -553,7 +553,20 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     const presets = await app.call("GET", `/o/${OWNER.org}/custom-source-presets`, { token: owner });
     expect(presets.status).toBe(200);
     const names = (presets.body.presets as any[]).map((p) => p.name);
-    expect(names.sort()).toEqual(["checkmk", "elastic", "generic-json", "grafana", "nagios", "newrelic", "uptime-kuma", "uptimerobot", "zabbix"]);
+    expect(names.sort()).toEqual([
+      "checkmk",
+      "elastic",
+      "generic-json",
+      "github",
+      "gitlab",
+      "grafana",
+      "jenkins",
+      "nagios",
+      "newrelic",
+      "uptime-kuma",
+      "uptimerobot",
+      "zabbix",
+    ]);
     for (const preset of names) {
       const source = await createSource({ name: unique(preset).toLowerCase(), preset });
       const trigger = await deliver(source, fixture(`${preset}/trigger.json`));

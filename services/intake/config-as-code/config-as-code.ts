@@ -9,6 +9,7 @@ import {
   ConfigChangeSchema,
   CustomSourceCredentialSchema,
   CustomSourceRuleSchema,
+  CustomSourceSignatureSchema,
   ExportConfigResponseSchema,
 } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
@@ -37,7 +38,17 @@ import {
 } from "./config-schedules.js";
 import { CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { CustomSourcesDeps } from "../custom-sources/custom-source-handlers.js";
-import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "../custom-sources/custom-source-records.js";
+import {
+  authOfRow,
+  rulesFromJson,
+  rulesToJson,
+  sealSourceSecret,
+  signatureColumn,
+  triggerUrl,
+  unsealedForSignature,
+  validateName,
+} from "../custom-sources/custom-source-records.js";
+import { authEntry, sameAuth, type SourceAuth, sourceAuthFrom } from "../custom-sources/source-auth.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
 
 const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
@@ -52,7 +63,27 @@ const fileSchema = z
           .object({
             name: z.string(),
             preset: z.string().optional(),
-            auth: z.object({ secretInPath: z.boolean().optional(), basicAuth: z.boolean().optional() }).strict().optional(),
+            auth: z
+              .object({
+                secretInPath: z.boolean().optional(),
+                basicAuth: z.boolean().optional(),
+                secretHeader: z.string().optional(),
+                signature: z
+                  .object({
+                    header: z.string(),
+                    algorithm: z.string().optional(),
+                    prefix: z.string().optional(),
+                    encoding: z.string().optional(),
+                    timestampHeader: z.string().optional(),
+                    toleranceSeconds: z.number().int().min(0).optional(),
+                    signedContent: z.string().optional(),
+                    idHeader: z.string().optional(),
+                  })
+                  .strict()
+                  .optional(),
+              })
+              .strict()
+              .optional(),
             rules: z.array(ruleSchema),
           })
           .strict(),
@@ -71,8 +102,7 @@ type ConfigFile = z.infer<typeof fileSchema>;
 interface SourceSpec {
   name: string;
   preset: string;
-  secretInPath: boolean;
-  basicAuth: boolean;
+  auth: SourceAuth;
   rules: Record<string, string>[];
 }
 
@@ -90,14 +120,13 @@ function specOf(row: CustomSourceRow): SourceSpec {
   return {
     name: row.name,
     preset: row.preset,
-    secretInPath: row.secret_in_path,
-    basicAuth: row.basic_auth,
+    auth: authOfRow(row),
     rules: row.rules.map((rule) => normalRule(rule)),
   };
 }
 
 function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
-  return a.preset === b.preset && a.secretInPath === b.secretInPath && a.basicAuth === b.basicAuth && JSON.stringify(a.rules) === JSON.stringify(b.rules);
+  return a.preset === b.preset && sameAuth(a.auth, b.auth) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
 }
 
 /**
@@ -135,7 +164,8 @@ export function createConfigAsCodeHandlers(deps: {
           const spec = specOf(row);
           const entry: JsonObject = { name: spec.name };
           if (spec.preset) entry.preset = spec.preset;
-          if (spec.secretInPath || spec.basicAuth) entry.auth = { secretInPath: spec.secretInPath, basicAuth: spec.basicAuth };
+          const auth = authEntry(spec.auth);
+          if (auth) entry.auth = auth;
           entry.rules = spec.rules;
           return entry;
         }),
@@ -176,13 +206,18 @@ export function createConfigAsCodeHandlers(deps: {
         } catch (err) {
           throw new InvalidArgumentError(`customSources[${index}] (${name}): ${(err as Error).message}`);
         }
-        wanted.set(name, {
-          name,
-          preset: source.preset ?? "",
-          secretInPath: source.auth?.secretInPath ?? false,
-          basicAuth: source.auth?.basicAuth ?? false,
-          rules,
-        });
+        let auth: SourceAuth;
+        try {
+          auth = sourceAuthFrom({
+            secretInPath: source.auth?.secretInPath ?? false,
+            basicAuth: source.auth?.basicAuth ?? false,
+            secretHeader: source.auth?.secretHeader ?? "",
+            ...(source.auth?.signature ? { signature: create(CustomSourceSignatureSchema, source.auth.signature) } : {}),
+          });
+        } catch (err) {
+          throw new InvalidArgumentError(`customSources[${index}] (${name}): ${(err as Error).message}`);
+        }
+        wanted.set(name, { name, preset: source.preset ?? "", auth, rules });
       }
       if (wanted.size > SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
       const wantedOverrides = new Map<string, { attachKey: string; windowHours: number }>();
@@ -271,21 +306,26 @@ export function createConfigAsCodeHandlers(deps: {
             if (c.action === "create" && spec) {
               const id = randomUUID();
               const secret = newHexSecret();
+              const { sealed, sealedBy } = sealSourceSecret(need().secretBox, id, secret, spec.auth.signature !== null);
               await tx`
-                insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, preset, secret_hash, credential_issued_at)
-                values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${spec.name}, ${rules!}, ${spec.secretInPath}, ${spec.basicAuth}, ${spec.preset}, ${sha256(secret)}, now())`;
+                insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
+                                                   secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
+                values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${spec.name}, ${rules!}, ${spec.auth.secretInPath}, ${spec.auth.basicAuth},
+                        ${spec.auth.secretHeader}, ${signatureColumn(tx, spec.auth)}, ${spec.preset}, ${sha256(secret)}, ${sealed}, ${sealedBy}, now())`;
               const url = triggerUrl(publicUrl, id);
               response.credentials.push({
                 $typeName: "warroom.intake.v1.CreatedSourceCredential",
                 name: spec.name,
-                credential: create(CustomSourceCredentialSchema, { secret, url, ...(spec.secretInPath ? { pathUrl: `${url}/${secret}` } : {}) }),
+                credential: create(CustomSourceCredentialSchema, { secret, url, ...(spec.auth.secretInPath ? { pathUrl: `${url}/${secret}` } : {}) }),
               });
               await audit("custom_source.created", { id, name: spec.name });
             } else if (c.action === "update" && spec) {
-              const updated = await tx<{ id: string }[]>`
-                update intake.custom_sources set rules = ${rules!}, version = version + 1, secret_in_path = ${spec.secretInPath},
-                  basic_auth = ${spec.basicAuth}, preset = ${spec.preset}
-                where org_id = ${principal.orgId} and name = ${spec.name} returning id`;
+              const updated = await tx<{ id: string; secret_sealed: Buffer | null }[]>`
+                update intake.custom_sources set rules = ${rules!}, version = version + 1, secret_in_path = ${spec.auth.secretInPath},
+                  basic_auth = ${spec.auth.basicAuth}, secret_header = ${spec.auth.secretHeader}, signature = ${signatureColumn(tx, spec.auth)},
+                  preset = ${spec.preset}
+                where org_id = ${principal.orgId} and name = ${spec.name} returning id, secret_sealed`;
+              if (spec.auth.signature && updated.some((row) => !row.secret_sealed)) throw unsealedForSignature();
               changedSources.push(...updated.map((row) => row.id));
               await audit("custom_source.updated", { name: spec.name });
             } else if (c.action === "delete") {

@@ -16,7 +16,10 @@ import { digestOfBytes, toAlertDelivery } from "../sources/normalized-alert.js";
 import type { MappedDelivery } from "../sources/index.js";
 import type { ReceiverFailureStore } from "../store.js";
 import { evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
-import { redactCredentials } from "./credential-redaction.js";
+import { REDACTED, redactCredentials } from "./credential-redaction.js";
+import { sealedSecretPlace } from "./custom-source-records.js";
+import { secretHeaderMatches, verifySignature } from "./source-auth.js";
+import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import { LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { IDEMPOTENCY_KEY_HEADER } from "../retry-keys.js";
@@ -55,8 +58,14 @@ function requestHeaders(req: DeliverCustomSourceRequest, context: HandlerContext
       headers[name] = value;
     });
   }
-  if (context.requestHeader.has("authorization")) headers.authorization = "[redacted]";
+  if (context.requestHeader.has("authorization")) headers.authorization = REDACTED;
   return headers;
+}
+
+/** One request header (lowercase name), from the REST gateway's copy or the call's own headers. */
+function headerOf(req: DeliverCustomSourceRequest, context: HandlerContext, name: string): string | undefined {
+  if (Object.keys(req.requestHeaders).length > 0) return req.requestHeaders[name];
+  return context.requestHeader.get(name) ?? undefined;
 }
 
 /** The scope failed credentials are counted in: every custom-source route shares one budget per address. */
@@ -77,22 +86,54 @@ export function createCustomSourceDelivery(deps: {
   records: RecordWriter;
   /** Worker threads for bodies over LARGE_BODY_BYTES; none: every body is handled on the event loop. */
   largeBodies?: LargeBodies | undefined;
+  /** Opens the sealed secrets that signatures are checked with. */
+  secretBox?: (() => SecretBox) | undefined;
+  logger?: Logger | undefined;
 }) {
-  const { store, compiled, delivery, failures, records, largeBodies } = deps;
+  const { store, compiled, delivery, failures, records, largeBodies, logger } = deps;
+  const need = <T>(value: T | undefined): T => {
+    if (value === undefined) throw new Error("no secret box: signatures cannot be checked in this process");
+    return value;
+  };
   // The source lookup by id and credential, cached per process: a storm sends one source's
   // credential thousands of times a second. Grouped by source id, which a change broadcasts.
   const sources = createRevocableCache<CustomSourceRow>({ broadcast: deps.broadcast, subject: CUSTOM_SOURCE_CHANGED });
 
   /** The source whose current credential the request presents, when it presents one it may use. */
-  async function credentialed(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow | undefined> {
+  async function credentialed(req: DeliverCustomSourceRequest, context: HandlerContext, receivedAt: Date): Promise<CustomSourceRow | undefined> {
+    if (!isUuid(req.sourceId)) return undefined;
     const presented = presentedSecret(req, context.requestHeader.get("authorization"));
-    if (!presented || !isUuid(req.sourceId) || presented.secret.length > 256) return undefined;
+    if (!presented) return byHeaderOrSignature(req, context, receivedAt);
+    if (presented.secret.length > 256) return undefined;
     const hash = sha256(presented.secret);
     const row = await sources.get(`${req.sourceId}:${hash.toString("hex")}`, req.sourceId, () => store.byCredential(req.sourceId, hash), context.signal);
     if (!row) return undefined;
     if (presented.via === "path" && !row.secret_in_path) return undefined;
     if (presented.via === "basic" && !row.basic_auth) return undefined;
     return row;
+  }
+
+  /**
+   * The source, when the request carries its secret in the header the source names, or a valid
+   * signature of its body made with the secret. The source is looked up by id alone (cached like
+   * the others), and the proof checked against it in constant time.
+   */
+  async function byHeaderOrSignature(req: DeliverCustomSourceRequest, context: HandlerContext, receivedAt: Date): Promise<CustomSourceRow | undefined> {
+    const row = await sources.get(`${req.sourceId}:by-id`, req.sourceId, () => store.byId(req.sourceId), context.signal);
+    if (!row) return undefined;
+    const header = (name: string) => headerOf(req, context, name);
+    const secret = row.secret_header ? header(row.secret_header) : undefined;
+    if (secret !== undefined) return secret.length <= 256 && secretHeaderMatches(sha256(secret), row.secret_hash) ? row : undefined;
+    if (!row.signature || !row.secret_sealed || !row.secret_sealed_by) return undefined;
+    let opened: string;
+    try {
+      opened = need(deps.secretBox)().open({ keyId: row.secret_sealed_by, ciphertext: row.secret_sealed }, sealedSecretPlace(row.id));
+    } catch (err) {
+      // A key missing from SECRETS_KEYS, or a damaged value: the operator's to fix, the sender's refusal.
+      logger?.warn({ err: String(err), source: row.id }, "could not open a custom source's sealed secret to check a signature");
+      return undefined;
+    }
+    return verifySignature(row.signature, opened, req.body, header, receivedAt) === "valid" ? row : undefined;
   }
 
   /**
@@ -103,8 +144,8 @@ export function createCustomSourceDelivery(deps: {
    * custom-source route, as the chat and alert-router receivers count theirs: past the limit the
    * address is answered 429 with Retry-After until its minute ends.
    */
-  async function authenticate(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<CustomSourceRow> {
-    const row = await credentialed(req, context);
+  async function authenticate(req: DeliverCustomSourceRequest, context: HandlerContext, receivedAt: Date): Promise<CustomSourceRow> {
+    const row = await credentialed(req, context, receivedAt);
     if (row) return row;
     const failed = await failures.add(CUSTOM_SOURCE_FAILURE_SCOPE, context.requestHeader.get("x-forwarded-for") ?? "");
     if (failed.failures > RECEIVER_FAILURES_PER_MINUTE) {
@@ -125,8 +166,10 @@ export function createCustomSourceDelivery(deps: {
   return {
     async deliver(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<TriggerAnswer> {
       const receivedAt = new Date();
-      const row = await authenticate(req, context);
+      const row = await authenticate(req, context, receivedAt);
       const headers = requestHeaders(req, context);
+      // The header that carried the secret is kept by name only, as Authorization is.
+      if (row.secret_header && row.secret_header in headers) headers[row.secret_header] = REDACTED;
       const query = { ...req.queryParams };
       const org = create(OrganizationSchema, { id: row.org_id, slug: row.org_slug });
       // The rules run within the organization's share (not before it): an organization whose

@@ -31,7 +31,21 @@ import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "../grouping/grouping.js";
 import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
-import { createCompiledRulesCache, headersForRules, rulesToJson, toCustomSource, triggerUrl, validateName } from "./custom-source-records.js";
+import {
+  authOfRow,
+  createCompiledRulesCache,
+  headersForRules,
+  rulesToJson,
+  sealSourceSecret,
+  signatureColumn,
+  toCustomSource,
+  triggerUrl,
+  unsealedForSignature,
+  validateName,
+} from "./custom-source-records.js";
+import { senderSecret, type SourceAuth, sourceAuthFrom } from "./source-auth.js";
+import type { SecretBox } from "../../runtime/credentials/secret-box.js";
+import type { Logger } from "../../runtime/observability/logger.js";
 import { PRESETS, presetNamed } from "./presets.js";
 import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
 
@@ -48,6 +62,9 @@ export interface CustomSourcesDeps {
   records: RecordWriter;
   /** Worker threads for large bodies (INTAKE_LARGE_BODY_WORKERS); none: on the event loop. */
   largeBodies?: LargeBodies | undefined;
+  /** Seals the secrets of sources that check signatures (SECRETS_KEYS); got when first needed. */
+  secretBox?: (() => SecretBox) | undefined;
+  logger?: Logger | undefined;
 }
 
 type CustomSourceMethods =
@@ -79,6 +96,24 @@ async function previewOnThread<T>(work: () => Promise<T>): Promise<T> {
       err.retryAfterSeconds,
     );
   }
+}
+
+/** The auth options as an audit record shows them: which ways, never a secret. */
+function authAudit(auth: SourceAuth): JsonObject {
+  return {
+    secretInPath: auth.secretInPath,
+    basicAuth: auth.basicAuth,
+    secretHeader: auth.secretHeader,
+    signatureHeader: auth.signature?.header ?? "",
+  };
+}
+
+/** A sender's secret that another source already has: each source needs its own. */
+function secretInUse(err: unknown): never {
+  if ((err as { code?: string; constraint_name?: string }).constraint_name === "custom_sources_secret") {
+    throw new AlreadyExistsError("secret: another custom source has this secret; give each source a secret of its own");
+  }
+  throw err;
 }
 
 export const AUDIT_KINDS = {
@@ -115,6 +150,8 @@ export function createCustomSourceHandlers(deps: {
           broadcast: config.broadcast,
           records: config.records,
           largeBodies: config.largeBodies,
+          secretBox: config.secretBox,
+          logger: config.logger,
         })
       : undefined;
 
@@ -157,6 +194,11 @@ export function createCustomSourceHandlers(deps: {
     return result as T;
   }
 
+  /** The secret to issue: the sender's own when given (checked), else a new one. */
+  function secretToIssue(given: string): string {
+    return given ? senderSecret(given) : newHexSecret();
+  }
+
   /** Rules as saved: given, or the preset's; compiled now so a bad one is refused at once. */
   function rulesToSave(rules: CustomSourceRule[], preset: string): { rules: CustomSourceRule[]; preset: string } {
     if (rules.length === 0 && preset) {
@@ -181,20 +223,24 @@ export function createCustomSourceHandlers(deps: {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const name = validateName(req.name);
       const saved = rulesToSave(req.rules, req.preset.trim());
-      const secret = newHexSecret();
+      const auth = sourceAuthFrom(req.auth ?? presetNamed(saved.preset)?.auth);
+      const secret = secretToIssue(req.secret);
       const id = randomUUID();
-      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.created, { id, name, preset: saved.preset }, async (tx) => {
+      const { sealed, sealedBy } = sealSourceSecret(config?.secretBox, id, secret, auth.signature !== null);
+      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.created, { id, name, preset: saved.preset, ...authAudit(auth) }, async (tx) => {
         const count = await need(store).lockOrg(tx, principal.orgId);
         if (count >= SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
         const [existing] = await tx`select 1 from intake.custom_sources where org_id = ${principal.orgId} and name = ${name}`;
         if (existing) throw new AlreadyExistsError(`a custom source named ${JSON.stringify(name)} already exists`);
         const [inserted] = await tx<CustomSourceRow[]>`
-          insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, preset, secret_hash, credential_issued_at)
-          values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${name}, ${tx.json(rulesToJson(saved.rules))}, ${req.auth?.secretInPath ?? false},
-                  ${req.auth?.basicAuth ?? false}, ${saved.preset}, ${sha256(secret)}, now())
+          insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
+                                             secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
+          values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${name}, ${tx.json(rulesToJson(saved.rules))}, ${auth.secretInPath},
+                  ${auth.basicAuth}, ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${saved.preset},
+                  ${sha256(secret)}, ${sealed}, ${sealedBy}, now())
           returning *`;
         return inserted!;
-      });
+      }).catch(secretInUse);
       return create(CreateCustomSourceResponseSchema, { source: toCustomSource(row, need(config).publicUrl), credential: credentialOf(row, secret) });
     },
 
@@ -219,16 +265,18 @@ export function createCustomSourceHandlers(deps: {
       const current = await sourceOf(principal.orgId, req.id);
       if (req.rules.length > 0) compileRules(req.rules);
       const rules = req.rules.length > 0 ? rulesToJson(req.rules) : current.rules;
-      const auth = req.auth ?? { secretInPath: current.secret_in_path, basicAuth: current.basic_auth };
+      const auth = req.auth ? sourceAuthFrom(req.auth) : authOfRow(current);
+      if (auth.signature && !current.secret_sealed) throw unsealedForSignature();
       const row = await audited(
         principal.orgId,
         principal.email,
         AUDIT_KINDS.updated,
-        { id: current.id, name: current.name, rules: req.rules.length > 0, secretInPath: auth.secretInPath, basicAuth: auth.basicAuth },
+        { id: current.id, name: current.name, rules: req.rules.length > 0, ...authAudit(auth) },
         async (tx) => {
           const [updated] = await tx<CustomSourceRow[]>`
             update intake.custom_sources
-            set rules = ${tx.json(rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth}
+            set rules = ${tx.json(rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth},
+              secret_header = ${auth.secretHeader}, signature = ${signatureColumn(tx, auth)}
             where org_id = ${principal.orgId} and id = ${current.id}
             returning *`;
           if (!updated) throw new NotFoundError("no such custom source");
@@ -250,14 +298,21 @@ export function createCustomSourceHandlers(deps: {
     async rotateCustomSourceCredential(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const current = await sourceOf(principal.orgId, req.id);
-      const secret = newHexSecret();
-      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.rotated, { id: current.id, name: current.name }, async (tx) => {
-        const [updated] = await tx<CustomSourceRow[]>`
-          update intake.custom_sources set secret_hash = ${sha256(secret)}, credential_issued_at = now()
+      const secret = secretToIssue(req.secret);
+      const { sealed, sealedBy } = sealSourceSecret(config?.secretBox, current.id, secret, current.signature !== null);
+      const row = await audited(
+        principal.orgId,
+        principal.email,
+        AUDIT_KINDS.rotated,
+        { id: current.id, name: current.name, senderSecret: req.secret !== "" },
+        async (tx) => {
+          const [updated] = await tx<CustomSourceRow[]>`
+          update intake.custom_sources set secret_hash = ${sha256(secret)}, secret_sealed = ${sealed}, secret_sealed_by = ${sealedBy}, credential_issued_at = now()
           where org_id = ${principal.orgId} and id = ${current.id} returning *`;
-        if (!updated) throw new NotFoundError("no such custom source");
-        return updated;
-      });
+          if (!updated) throw new NotFoundError("no such custom source");
+          return updated;
+        },
+      ).catch(secretInUse);
       return credentialOf(row, secret);
     },
 
@@ -265,7 +320,7 @@ export function createCustomSourceHandlers(deps: {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const current = await sourceOf(principal.orgId, req.id);
       await audited(principal.orgId, principal.email, AUDIT_KINDS.revoked, { id: current.id, name: current.name }, async (tx) => {
-        await tx`update intake.custom_sources set secret_hash = null where org_id = ${principal.orgId} and id = ${current.id}`;
+        await tx`update intake.custom_sources set secret_hash = null, secret_sealed = null, secret_sealed_by = null where org_id = ${principal.orgId} and id = ${current.id}`;
       });
       return {};
     },

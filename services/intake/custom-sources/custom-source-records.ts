@@ -2,9 +2,12 @@ import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufb
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { SOURCE_BADGES } from "../../domain/vocabulary.js";
-import { InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import type { Sql } from "../../runtime/data/database.js";
+import { FailedPreconditionError, InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
+import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
 import { type CompiledRules, compileRules } from "../../cel/cel-mapping.js";
+import { authOptionsOf, type SourceAuth } from "./source-auth.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
 
 /** A grouping override's attach-key expression as a one-rule rule set, so it runs under the same checks and budget. */
@@ -32,6 +35,50 @@ export function rulesFromJson(rules: readonly RuleJson[]): CustomSourceRule[] {
   return rules.map((rule) => fromJson(CustomSourceRuleSchema, rule as JsonObject, { ignoreUnknownFields: true }));
 }
 
+/** Where a source's sealed secret belongs: a sealed value copied into another source's row does not open. */
+export function sealedSecretPlace(sourceId: string): string {
+  return `custom-source-secret:${sourceId}`;
+}
+
+/**
+ * A secret's sealed copy, for checking signatures with. Sealed whenever this process has keys, so
+ * a source can take up a signature later; without keys (separate processes without SECRETS_KEYS)
+ * only a source that checks signatures needs one, and is refused with what to set.
+ */
+export function sealSourceSecret(
+  box: (() => SecretBox) | undefined,
+  sourceId: string,
+  secret: string,
+  signed: boolean,
+): { sealed: Buffer | null; sealedBy: string | null } {
+  try {
+    if (!box) throw new Error("this process has no keys for secrets at rest");
+    const sealed = box().seal(secret, sealedSecretPlace(sourceId));
+    return { sealed: sealed.ciphertext, sealedBy: sealed.keyId };
+  } catch (err) {
+    if (!signed) return { sealed: null, sealedBy: null };
+    throw new FailedPreconditionError(`a source that checks signatures keeps its secret sealed, and this intake cannot seal it: ${(err as Error).message}`);
+  }
+}
+
+/** The refusal of a signature for a source whose secret is kept only as a hash. */
+export function unsealedForSignature(): FailedPreconditionError {
+  return new FailedPreconditionError(
+    "this source's secret is kept only as a hash, so a signature cannot be checked with it: rotate the credential (POST .../credential, " +
+      "with the sender's secret if it makes its own), then set the signature",
+  );
+}
+
+/** The `signature` column's value. */
+export function signatureColumn(sql: Pick<Sql, "json">, auth: SourceAuth) {
+  return auth.signature ? sql.json(auth.signature as unknown as JsonObject) : null;
+}
+
+/** A row's auth options. */
+export function authOfRow(row: CustomSourceRow): SourceAuth {
+  return { secretInPath: row.secret_in_path, basicAuth: row.basic_auth, secretHeader: row.secret_header, signature: row.signature };
+}
+
 /** The trigger URL of a source (Bearer or Basic), and with the secret in its path. */
 export function triggerUrl(publicUrl: string, id: string): string {
   return `${publicUrl}/triggers/custom/${id}`;
@@ -43,7 +90,7 @@ export function toCustomSource(row: CustomSourceRow, publicUrl: string): CustomS
     name: row.name,
     badge: row.name,
     rules: rulesFromJson(row.rules),
-    auth: { secretInPath: row.secret_in_path, basicAuth: row.basic_auth },
+    auth: authOptionsOf(authOfRow(row)),
     url: triggerUrl(publicUrl, row.id),
     credentialState: row.secret_hash ? "active" : "revoked",
     ...(row.credential_issued_at ? { credentialIssuedAt: timestampFromDate(row.credential_issued_at) } : {}),

@@ -134,4 +134,20 @@ export const customSourceMigrations: Migration[] = [
         delivery_seq = coalesce((select max(seq) + 1 from intake.custom_source_deliveries d where d.source_id = s.id), 0);
     `,
   },
+  {
+    // After intake's own 40 and 41.
+    id: 42,
+    name: "custom sources: a secret header, a body signature, and the secret sealed",
+    sql: `
+      alter table intake.custom_sources
+        -- The request header whose value is the secret (lowercase); '' for none.
+        add column secret_header text not null default '',
+        -- How the sender signs the raw body with the secret (source-auth.ts); null for none.
+        add column signature jsonb,
+        -- The secret sealed under SECRETS_KEYS, for checking signatures; null when issued before
+        -- this, or where intake has no keys.
+        add column secret_sealed bytea,
+        add column secret_sealed_by text;
+    `,
+  },
 ];

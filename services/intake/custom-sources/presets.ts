@@ -1,9 +1,19 @@
 import { create } from "@bufbuild/protobuf";
-import { type CustomSourcePreset, CustomSourcePresetSchema, CustomSourceRuleSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
-import { type RuleInit, VENDOR_PRESETS } from "./vendor-presets.js";
+import {
+  CustomSourceAuthOptionsSchema,
+  type CustomSourcePreset,
+  CustomSourcePresetSchema,
+  CustomSourceRuleSchema,
+} from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import { type AuthInit, type RuleInit, VENDOR_PRESETS } from "./vendor-presets.js";
 
-function preset(name: string, description: string, rules: RuleInit[]): CustomSourcePreset {
-  return create(CustomSourcePresetSchema, { name, description, rules: rules.map((rule) => create(CustomSourceRuleSchema, rule)) });
+function preset(name: string, description: string, rules: RuleInit[], auth?: AuthInit): CustomSourcePreset {
+  return create(CustomSourcePresetSchema, {
+    name,
+    description,
+    rules: rules.map((rule) => create(CustomSourceRuleSchema, rule)),
+    ...(auth ? { auth: create(CustomSourceAuthOptionsSchema, auth) } : {}),
+  });
 }
 
 /**
@@ -11,7 +21,7 @@ function preset(name: string, description: string, rules: RuleInit[]): CustomSou
  * with its fixtures (test/fixtures/<preset>/). An admin creates a source from one and edits it.
  */
 export const PRESETS: CustomSourcePreset[] = [
-  ...VENDOR_PRESETS.map((p) => preset(p.name, p.description, p.rules)),
+  ...VENDOR_PRESETS.map((p) => preset(p.name, p.description, p.rules, p.auth)),
   preset(
     "generic-json",
     'Any JSON with "title", "severity" (critical, high, warning, info, or sev1..sev4) and "status" (firing or resolved); "key", "id", "description", "url" when present.',

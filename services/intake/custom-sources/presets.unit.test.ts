@@ -109,6 +109,45 @@ const EXPECTED: Record<string, { trigger: Record<string, unknown>; repeatEventDi
     },
     repeatEventDiffers: true,
   },
+  github: {
+    trigger: {
+      kind: "trigger",
+      title: "CI failed on acme/checkout@main",
+      severity: "sev2",
+      attachKey: "acme/checkout/81224417@main",
+      eventId: "run:5601345376:1",
+      entity: { kind: "repository", id: "acme/checkout" },
+      summary: "Run #412 (push, 9c1d7e2): failure",
+      link: "https://github.com/acme/checkout/actions/runs/5601345376",
+    },
+    repeatEventDiffers: true,
+  },
+  gitlab: {
+    trigger: {
+      kind: "trigger",
+      title: "Pipeline failed on payments/ledger@main",
+      severity: "sev2",
+      attachKey: "payments/ledger@main",
+      eventId: "pipeline:1131870:failed",
+      entity: { kind: "repository", id: "payments/ledger" },
+      summary: "Pipeline #1131870 (push, d41e5c7a) failed: Post entries in batches of 500",
+      link: "https://gitlab.example.com/payments/ledger/-/pipelines/1131870",
+    },
+    repeatEventDiffers: true,
+  },
+  jenkins: {
+    trigger: {
+      kind: "trigger",
+      title: "billing-nightly build failed",
+      severity: "sev2",
+      attachKey: "billing-nightly",
+      eventId: "billing-nightly#318:FAILURE",
+      entity: { kind: "job", id: "billing-nightly" },
+      summary: "Build #318 FAILURE on origin/main",
+      link: "https://jenkins.example.com/job/billing-nightly/318/",
+    },
+    repeatEventDiffers: true,
+  },
 };
 
 describe("presets with their fixtures", () => {
@@ -157,6 +196,20 @@ describe("presets with their fixtures", () => {
 
   it("grafana: the contact point's Test button is a test, not an incident", () => {
     expect(map("grafana", "test-notification").fields).toMatchObject({ kind: "ignore", ignoreReason: "Grafana contact-point test notification" });
+  });
+
+  it("github, gitlab, jenkins: pings, runs in progress and started builds are dropped", () => {
+    expect(map("github", "ping").fields).toMatchObject({ kind: "ignore", ignoreReason: "GitHub webhook ping" });
+    expect(map("github", "in-progress").fields).toMatchObject({ kind: "ignore", ignoreReason: "workflow run in_progress" });
+    expect(map("gitlab", "running").fields).toMatchObject({ kind: "ignore", ignoreReason: "pipeline running" });
+    expect(map("jenkins", "started").fields).toMatchObject({ kind: "ignore", ignoreReason: "build started" });
+  });
+
+  it("carries each tool's way of presenting its credential", () => {
+    expect(presetNamed("github")?.auth?.signature).toMatchObject({ header: "x-hub-signature-256", algorithm: "sha256", prefix: "sha256=", encoding: "hex" });
+    expect(presetNamed("gitlab")?.auth).toMatchObject({ secretHeader: "x-gitlab-token" });
+    expect(presetNamed("jenkins")?.auth).toMatchObject({ secretInPath: true });
+    expect(presetNamed("zabbix")?.auth).toBeUndefined();
   });
 
   it("uptime-kuma: the test notification is dropped on purpose", () => {

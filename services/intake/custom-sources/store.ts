@@ -1,5 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { Sql, TransactionSql } from "../../runtime/data/database.js";
+import type { SignatureSettings } from "./source-auth.js";
 
 /** A row of `intake.custom_sources`. `rules` is the rules' JSON as saved. */
 export interface CustomSourceRow {
@@ -13,6 +14,10 @@ export interface CustomSourceRow {
   basic_auth: boolean;
   preset: string;
   secret_hash: Buffer | null;
+  secret_header: string;
+  signature: SignatureSettings | null;
+  secret_sealed: Buffer | null;
+  secret_sealed_by: string | null;
   credential_issued_at: Date | null;
   created_at: Date;
 }
@@ -101,6 +106,12 @@ export function createCustomSourceStore(sql: Sql) {
     /** The source a credential belongs to, when it is that source's current one. */
     async byCredential(id: string, secretHash: Buffer): Promise<CustomSourceRow | undefined> {
       const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash = ${secretHash}`;
+      return row;
+    },
+
+    /** A source by id alone: for a delivery that proves its secret by a header or a signature. */
+    async byId(id: string): Promise<CustomSourceRow | undefined> {
+      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash is not null`;
       return row;
     },
 

@@ -1,12 +1,15 @@
-import type { CustomSourceRule } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
+import type { CustomSourceAuthOptions, CustomSourceRule } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 
 export type RuleInit = Partial<Omit<CustomSourceRule, "$typeName">>;
+export type AuthInit = Partial<Omit<CustomSourceAuthOptions, "$typeName" | "signature">> & {
+  signature?: { header: string; algorithm?: string; prefix?: string; encoding?: string };
+};
 
 /**
  * The rules of each vendor preset, built from the vendor's documented payload (see
  * test/fixtures/SOURCES.md for each shape and where it comes from).
  */
-export const VENDOR_PRESETS: { name: string; description: string; rules: RuleInit[] }[] = [
+export const VENDOR_PRESETS: { name: string; description: string; rules: RuleInit[]; auth?: AuthInit }[] = [
   {
     name: "zabbix",
     description:
@@ -241,6 +244,118 @@ export const VENDOR_PRESETS: { name: string; description: string; rules: RuleIni
         summary: "has(body.commonAnnotations.summary) ? body.commonAnnotations.summary : null",
         link: "has(body.alerts[0].generatorURL) ? body.alerts[0].generatorURL : null",
         runbookUrl: "has(body.commonAnnotations.runbook_url) ? body.commonAnnotations.runbook_url : null",
+      },
+    ],
+  },
+  {
+    name: "github",
+    description:
+      "GitHub repository or organization webhook (content type application/json, a secret set) for the workflow_run event: a failed run opens an incident per repository, workflow and branch, a successful run recovers it; checks X-Hub-Signature-256.",
+    auth: { signature: { header: "x-hub-signature-256", algorithm: "sha256", prefix: "sha256=", encoding: "hex" } },
+    rules: [
+      { name: "ping", when: "has(body.zen) && has(body.hook_id)", kind: "'ignore'", ignoreReason: "'GitHub webhook ping'" },
+      {
+        name: "not finished",
+        when: "has(body.workflow_run) && body.action != 'completed'",
+        kind: "'ignore'",
+        ignoreReason: "'workflow run ' + body.action",
+      },
+      {
+        name: "succeeded",
+        when: "has(body.workflow_run) && body.workflow_run.conclusion == 'success'",
+        kind: "'recovery'",
+        attachKey: "body.repository.full_name + '/' + string(int(body.workflow_run.workflow_id)) + '@' + body.workflow_run.head_branch",
+        eventId: "'run:' + string(int(body.workflow_run.id)) + ':' + string(int(body.workflow_run.run_attempt))",
+      },
+      {
+        name: "failed",
+        when: "has(body.workflow_run) && body.workflow_run.conclusion in ['failure', 'timed_out', 'startup_failure']",
+        title: "body.workflow_run.name + ' failed on ' + body.repository.full_name + '@' + body.workflow_run.head_branch",
+        severity: "body.workflow_run.head_branch == body.repository.default_branch ? 'sev2' : 'sev3'",
+        attachKey: "body.repository.full_name + '/' + string(int(body.workflow_run.workflow_id)) + '@' + body.workflow_run.head_branch",
+        eventId: "'run:' + string(int(body.workflow_run.id)) + ':' + string(int(body.workflow_run.run_attempt))",
+        entity: "{'kind': 'repository', 'id': body.repository.full_name}",
+        summary:
+          "'Run #' + string(int(body.workflow_run.run_number)) + ' (' + body.workflow_run.event + ', ' + body.workflow_run.head_sha.substring(0, 7) + '): ' + body.workflow_run.conclusion",
+        link: "body.workflow_run.html_url",
+      },
+      {
+        name: "other conclusions",
+        when: "has(body.workflow_run)",
+        kind: "'ignore'",
+        ignoreReason: "'workflow run ' + string(body.workflow_run.conclusion)",
+      },
+    ],
+  },
+  {
+    name: "gitlab",
+    description:
+      "GitLab project webhook for pipeline events: a failed pipeline opens an incident per project and ref, a successful one recovers it; checks the secret token in X-Gitlab-Token.",
+    auth: { secretHeader: "x-gitlab-token" },
+    rules: [
+      {
+        name: "succeeded",
+        when: "body.object_kind == 'pipeline' && body.object_attributes.status == 'success'",
+        kind: "'recovery'",
+        attachKey: "body.project.path_with_namespace + '@' + body.object_attributes.ref",
+        eventId: "'pipeline:' + string(int(body.object_attributes.id)) + ':success'",
+      },
+      {
+        name: "failed",
+        when: "body.object_kind == 'pipeline' && body.object_attributes.status == 'failed'",
+        title: "'Pipeline failed on ' + body.project.path_with_namespace + '@' + body.object_attributes.ref",
+        severity: "body.object_attributes.ref == body.project.default_branch ? 'sev2' : 'sev3'",
+        attachKey: "body.project.path_with_namespace + '@' + body.object_attributes.ref",
+        eventId: "'pipeline:' + string(int(body.object_attributes.id)) + ':failed'",
+        entity: "{'kind': 'repository', 'id': body.project.path_with_namespace}",
+        summary:
+          "'Pipeline #' + string(int(body.object_attributes.id)) + ' (' + body.object_attributes.source + ', ' + body.object_attributes.sha.substring(0, 8) + ') failed' + (has(body.commit.title) ? ': ' + body.commit.title : '')",
+        link: "has(body.object_attributes.url) ? body.object_attributes.url : body.project.web_url + '/-/pipelines/' + string(int(body.object_attributes.id))",
+      },
+      {
+        name: "other pipeline states",
+        when: "body.object_kind == 'pipeline'",
+        kind: "'ignore'",
+        ignoreReason: "'pipeline ' + body.object_attributes.status",
+      },
+    ],
+  },
+  {
+    name: "jenkins",
+    description:
+      "Jenkins Notification plugin (format JSON, protocol HTTP): a build that ends FAILURE or UNSTABLE opens an incident per job, SUCCESS recovers it, STARTED is dropped. The plugin sets only a URL, so the secret goes in its path.",
+    auth: { secretInPath: true },
+    rules: [
+      {
+        name: "started",
+        when: "has(body.build.phase) && body.build.phase in ['QUEUED', 'STARTED']",
+        kind: "'ignore'",
+        ignoreReason: "'build ' + body.build.phase.lowerAscii()",
+      },
+      {
+        name: "succeeded",
+        when: "has(body.build.status) && body.build.status == 'SUCCESS'",
+        kind: "'recovery'",
+        attachKey: "body.name",
+        // COMPLETED and FINALIZED of one build are one notification.
+        eventId: "body.name + '#' + string(int(body.build.number)) + ':SUCCESS'",
+      },
+      {
+        name: "failed",
+        when: "has(body.build.status) && body.build.status in ['FAILURE', 'UNSTABLE']",
+        title: "body.name + ' build ' + (body.build.status == 'FAILURE' ? 'failed' : 'is unstable')",
+        severity: "body.build.status == 'FAILURE' ? 'sev2' : 'sev3'",
+        attachKey: "body.name",
+        eventId: "body.name + '#' + string(int(body.build.number)) + ':' + body.build.status",
+        entity: "{'kind': 'job', 'id': body.name}",
+        summary: "'Build #' + string(int(body.build.number)) + ' ' + body.build.status + (has(body.build.scm.branch) ? ' on ' + body.build.scm.branch : '')",
+        link: "has(body.build.full_url) ? body.build.full_url : null",
+      },
+      {
+        name: "aborted",
+        when: "has(body.build.status) && body.build.status in ['ABORTED', 'NOT_BUILT']",
+        kind: "'ignore'",
+        ignoreReason: "'build ' + body.build.status.lowerAscii()",
       },
     ],
   },

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/intake/v1/custom_sources.proto.
  */
 export const file_warroom_intake_v1_custom_sources: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkiRQoXQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMSFgoOc2VjcmV0X2luX3BhdGgYASABKAgSEgoKYmFzaWNfYXV0aBgCIAEoCCLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCK0AQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCSKMAQoaQ3JlYXRlQ3VzdG9tU291cmNlUmVzcG9uc2USLwoGc291cmNlGAEgASgLMh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlEj0KCmNyZWRlbnRpYWwYAiABKAsyKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIicKGExpc3RDdXN0b21Tb3VyY2VzUmVxdWVzdBILCgNvcmcYASABKAkiVAoZTGlzdEN1c3RvbVNvdXJjZXNSZXNwb25zZRI3Cg5jdXN0b21fc291cmNlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZSIxChZHZXRDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKiAQoZVXBkYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyI0ChlEZWxldGVDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI+CiNSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPgojUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjwKIUxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QEKFEN1c3RvbVNvdXJjZURlbGl2ZXJ5EgoKAmlkGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdvdXRjb21lGAMgASgJEhgKC2luY2lkZW50X2lkGAQgASgJSACIAQESEQoEcnVsZRgFIAEoCUgBiAEBEhIKBWVycm9yGAYgASgJSAKIAQESEAoId2FybmluZ3MYByADKAkSEwoGcmVhc29uGAggASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQgcKBV9ydWxlQggKBl9lcnJvckIJCgdfcmVhc29uImEKIkxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVzcG9uc2USOwoKZGVsaXZlcmllcxgBIAMoCzInLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZURlbGl2ZXJ5IjoKH0xpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIvECChNDdXN0b21Tb3VyY2VQYXlsb2FkEgoKAmlkGAEgASgJEi8KC3JlY2VpdmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCgRib2R5GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEkQKB2hlYWRlcnMYBCADKAsyMy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkLkhlYWRlcnNFbnRyeRJACgVxdWVyeRgFIAMoCzIxLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuUXVlcnlFbnRyeRIRCgl0cnVuY2F0ZWQYBiABKAgaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlwKIExpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlEjgKCHBheWxvYWRzGAEgAygLMiYud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZCKXAwoaUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKcGF5bG9hZF9pZBgEIAEoCRJLCgdoZWFkZXJzGAUgAygLMjoud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuSGVhZGVyc0VudHJ5EkcKBXF1ZXJ5GAYgAygLMjgud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuUXVlcnlFbnRyeRIyCgVydWxlcxgHIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKF0N1c3RvbVNvdXJjZVJ1bGVWZXJkaWN0EgwKBHJ1bGUYASABKAkSDwoHbWF0Y2hlZBgCIAEoCBIOCgZyZWFzb24YAyABKAki1QIKGEN1c3RvbVNvdXJjZU1hcHBlZEZpZWxkcxIMCgRraW5kGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEhIKCmF0dGFjaF9rZXkYBCABKAkSEAoIZXZlbnRfaWQYBSABKAkSGAoLZW50aXR5X2tpbmQYBiABKAlIAIgBARIWCgllbnRpdHlfaWQYByABKAlIAYgBARIUCgdzdW1tYXJ5GAggASgJSAKIAQESEQoEbGluaxgJIAEoCUgDiAEBEhgKC3J1bmJvb2tfdXJsGAogASgJSASIAQESGgoNaWdub3JlX3JlYXNvbhgLIAEoCUgFiAEBQg4KDF9lbnRpdHlfa2luZEIMCgpfZW50aXR5X2lkQgoKCF9zdW1tYXJ5QgcKBV9saW5rQg4KDF9ydW5ib29rX3VybEIQCg5faWdub3JlX3JlYXNvbiLDAgobUHJldmlld0N1c3RvbVNvdXJjZVJlc3BvbnNlEhkKDG1hdGNoZWRfcnVsZRgBIAEoCUgAiAEBEjkKBXJ1bGVzGAIgAygLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSOwoGZmllbGRzGAMgASgLMisud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEhIKBWVycm9yGAQgASgJSAGIAQESEAoId2FybmluZ3MYBSADKAkSDQoFd291bGQYBiABKAkSGAoLaW5jaWRlbnRfaWQYByABKAlIAogBARIXCg9hdHRhY2hfaWRlbnRpdHkYCCABKAlCDwoNX21hdGNoZWRfcnVsZUIICgZfZXJyb3JCDgoMX2luY2lkZW50X2lkIoUDChpEZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBIRCglzb3VyY2VfaWQYASABKAkSEwoLcGF0aF9zZWNyZXQYAiABKAkSDAoEYm9keRgDIAEoDBIUCgxjb250ZW50X3R5cGUYBCABKAkSWgoPcmVxdWVzdF9oZWFkZXJzGAUgAygLMkEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlckN1c3RvbVNvdXJjZVJlcXVlc3QuUmVxdWVzdEhlYWRlcnNFbnRyeRJUCgxxdWVyeV9wYXJhbXMYBiADKAsyPi53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeVBhcmFtc0VudHJ5GjUKE1JlcXVlc3RIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBRdWVyeVBhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlIi0KHkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVxdWVzdBILCgNvcmcYASABKAkiWQofTGlzdEN1c3RvbVNvdXJjZVByZXNldHNSZXNwb25zZRI2CgdwcmVzZXRzGAEgAygLMiUud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUHJlc2V0IkwKEEdyb3VwaW5nT3ZlcnJpZGUSDgoGc291cmNlGAEgASgJEhIKCmF0dGFjaF9rZXkYAiABKAkSFAoMd2luZG93X2hvdXJzGAMgASgNImMKGlB1dEdyb3VwaW5nT3ZlcnJpZGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIOCgZzb3VyY2UYAiABKAkSEgoKYXR0YWNoX2tleRgDIAEoCRIUCgx3aW5kb3dfaG91cnMYBCABKA0iKwocTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVxdWVzdBILCgNvcmcYASABKAkiVwodTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVzcG9uc2USNgoJb3ZlcnJpZGVzGAEgAygLMiMud2Fycm9vbS5pbnRha2UudjEuR3JvdXBpbmdPdmVycmlkZSI8Ch1EZWxldGVHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJIiIKE0V4cG9ydENvbmZpZ1JlcXVlc3QSCwoDb3JnGAEgASgJIiQKFEV4cG9ydENvbmZpZ1Jlc3BvbnNlEgwKBHlhbWwYASABKAkiQAoSQXBwbHlDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgR5YW1sGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiOgoMQ29uZmlnQ2hhbmdlEg4KBmFjdGlvbhgBIAEoCRIMCgRraW5kGAIgASgJEgwKBG5hbWUYAyABKAkimQEKE0FwcGx5Q29uZmlnUmVzcG9uc2USMAoHY2hhbmdlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkNvbmZpZ0NoYW5nZRI/CgtjcmVkZW50aWFscxgCIAMoCzIqLndhcnJvb20uaW50YWtlLnYxLkNyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEg8KB2FwcGxpZWQYAyABKAgiZgoXQ3JlYXRlZFNvdXJjZUNyZWRlbnRpYWwSDAoEbmFtZRgBIAEoCRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbGIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkimQEKF0N1c3RvbVNvdXJjZUF1dGhPcHRpb25zEhYKDnNlY3JldF9pbl9wYXRoGAEgASgIEhIKCmJhc2ljX2F1dGgYAiABKAgSFQoNc2VjcmV0X2hlYWRlchgDIAEoCRI7CglzaWduYXR1cmUYBCABKAsyKC53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VTaWduYXR1cmUivAEKFUN1c3RvbVNvdXJjZVNpZ25hdHVyZRIOCgZoZWFkZXIYASABKAkSEQoJYWxnb3JpdGhtGAIgASgJEg4KBnByZWZpeBgDIAEoCRIQCghlbmNvZGluZxgEIAEoCRIYChB0aW1lc3RhbXBfaGVhZGVyGAUgASgJEhkKEXRvbGVyYW5jZV9zZWNvbmRzGAYgASgNEhYKDnNpZ25lZF9jb250ZW50GAcgASgJEhEKCWlkX2hlYWRlchgIIAEoCSLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCLEAQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCRIOCgZzZWNyZXQYBiABKAkijAEKGkNyZWF0ZUN1c3RvbVNvdXJjZVJlc3BvbnNlEi8KBnNvdXJjZRgBIAEoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbCInChhMaXN0Q3VzdG9tU291cmNlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlQKGUxpc3RDdXN0b21Tb3VyY2VzUmVzcG9uc2USNwoOY3VzdG9tX3NvdXJjZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2UiMQoWR2V0Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiogEKGVVwZGF0ZUN1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEjIKBXJ1bGVzGAMgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRI4CgRhdXRoGAQgASgLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMiNAoZRGVsZXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiTgojUm90YXRlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBnNlY3JldBgDIAEoCSI+CiNSZXZva2VDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPAohTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSLxAQoUQ3VzdG9tU291cmNlRGVsaXZlcnkSCgoCaWQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB291dGNvbWUYAyABKAkSGAoLaW5jaWRlbnRfaWQYBCABKAlIAIgBARIRCgRydWxlGAUgASgJSAGIAQESEgoFZXJyb3IYBiABKAlIAogBARIQCgh3YXJuaW5ncxgHIAMoCRITCgZyZWFzb24YCCABKAlIA4gBAUIOCgxfaW5jaWRlbnRfaWRCBwoFX3J1bGVCCAoGX2Vycm9yQgkKB19yZWFzb24iYQoiTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXNwb25zZRI7CgpkZWxpdmVyaWVzGAEgAygLMicud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlRGVsaXZlcnkiOgofTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QIKE0N1c3RvbVNvdXJjZVBheWxvYWQSCgoCaWQYASABKAkSLwoLcmVjZWl2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSRAoHaGVhZGVycxgEIAMoCzIzLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuSGVhZGVyc0VudHJ5EkAKBXF1ZXJ5GAUgAygLMjEud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZC5RdWVyeUVudHJ5EhEKCXRydW5jYXRlZBgGIAEoCBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXAogTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVzcG9uc2USOAoIcGF5bG9hZHMYASADKAsyJi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkIpcDChpQcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSJAoEYm9keRgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgpwYXlsb2FkX2lkGAQgASgJEksKB2hlYWRlcnMYBSADKAsyOi53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5IZWFkZXJzRW50cnkSRwoFcXVlcnkYBiADKAsyOC53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeUVudHJ5EjIKBXJ1bGVzGAcgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiSAoXQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSDAoEcnVsZRgBIAEoCRIPCgdtYXRjaGVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCSLVAgoYQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEgwKBGtpbmQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSEgoKYXR0YWNoX2tleRgEIAEoCRIQCghldmVudF9pZBgFIAEoCRIYCgtlbnRpdHlfa2luZBgGIAEoCUgAiAEBEhYKCWVudGl0eV9pZBgHIAEoCUgBiAEBEhQKB3N1bW1hcnkYCCABKAlIAogBARIRCgRsaW5rGAkgASgJSAOIAQESGAoLcnVuYm9va191cmwYCiABKAlIBIgBARIaCg1pZ25vcmVfcmVhc29uGAsgASgJSAWIAQFCDgoMX2VudGl0eV9raW5kQgwKCl9lbnRpdHlfaWRCCgoIX3N1bW1hcnlCBwoFX2xpbmtCDgoMX3J1bmJvb2tfdXJsQhAKDl9pZ25vcmVfcmVhc29uIsMCChtQcmV2aWV3Q3VzdG9tU291cmNlUmVzcG9uc2USGQoMbWF0Y2hlZF9ydWxlGAEgASgJSACIAQESOQoFcnVsZXMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlVmVyZGljdBI7CgZmaWVsZHMYAyABKAsyKy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VNYXBwZWRGaWVsZHMSEgoFZXJyb3IYBCABKAlIAYgBARIQCgh3YXJuaW5ncxgFIAMoCRINCgV3b3VsZBgGIAEoCRIYCgtpbmNpZGVudF9pZBgHIAEoCUgCiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgIIAEoCUIPCg1fbWF0Y2hlZF9ydWxlQggKBl9lcnJvckIOCgxfaW5jaWRlbnRfaWQihQMKGkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0EhEKCXNvdXJjZV9pZBgBIAEoCRITCgtwYXRoX3NlY3JldBgCIAEoCRIMCgRib2R5GAMgASgMEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRJaCg9yZXF1ZXN0X2hlYWRlcnMYBSADKAsyQS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5SZXF1ZXN0SGVhZGVyc0VudHJ5ElQKDHF1ZXJ5X3BhcmFtcxgGIAMoCzI+LndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0LlF1ZXJ5UGFyYW1zRW50cnkaNQoTUmVxdWVzdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFF1ZXJ5UGFyYW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKlAQoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyItCh5MaXN0Q3VzdG9tU291cmNlUHJlc2V0c1JlcXVlc3QSCwoDb3JnGAEgASgJIlkKH0xpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVzcG9uc2USNgoHcHJlc2V0cxgBIAMoCzIlLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVByZXNldCJMChBHcm91cGluZ092ZXJyaWRlEg4KBnNvdXJjZRgBIAEoCRISCgphdHRhY2hfa2V5GAIgASgJEhQKDHdpbmRvd19ob3VycxgDIAEoDSJjChpQdXRHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJEhIKCmF0dGFjaF9rZXkYAyABKAkSFAoMd2luZG93X2hvdXJzGAQgASgNIisKHExpc3RHcm91cGluZ092ZXJyaWRlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlcKHUxpc3RHcm91cGluZ092ZXJyaWRlc1Jlc3BvbnNlEjYKCW92ZXJyaWRlcxgBIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkdyb3VwaW5nT3ZlcnJpZGUiPAodRGVsZXRlR3JvdXBpbmdPdmVycmlkZVJlcXVlc3QSCwoDb3JnGAEgASgJEg4KBnNvdXJjZRgCIAEoCSIiChNFeHBvcnRDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCSIkChRFeHBvcnRDb25maWdSZXNwb25zZRIMCgR5YW1sGAEgASgJIkAKEkFwcGx5Q29uZmlnUmVxdWVzdBILCgNvcmcYASABKAkSDAoEeWFtbBgCIAEoCRIPCgdkcnlfcnVuGAMgASgIIjoKDENvbmZpZ0NoYW5nZRIOCgZhY3Rpb24YASABKAkSDAoEa2luZBgCIAEoCRIMCgRuYW1lGAMgASgJIpkBChNBcHBseUNvbmZpZ1Jlc3BvbnNlEjAKB2NoYW5nZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5Db25maWdDaGFuZ2USPwoLY3JlZGVudGlhbHMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DcmVhdGVkU291cmNlQ3JlZGVudGlhbBIPCgdhcHBsaWVkGAMgASgIImYKF0NyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEgwKBG5hbWUYASABKAkSPQoKY3JlZGVudGlhbBgCIAEoCzIpLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUNyZWRlbnRpYWxiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One mapping rule of a custom source. Every field but `name` is a CEL expression over `body`
@@ -220,6 +220,21 @@ export type CustomSourceAuthOptions = Message<"warroom.intake.v1.CustomSourceAut
    * @generated from field: bool basic_auth = 2;
    */
   basicAuth: boolean;
+
+  /**
+   * Accept the secret as the whole value of this request header (GitLab's `X-Gitlab-Token`);
+   * empty: none.
+   *
+   * @generated from field: string secret_header = 3;
+   */
+  secretHeader: string;
+
+  /**
+   * Accept a delivery whose raw body the sender signed with the secret (HMAC); unset: none.
+   *
+   * @generated from field: warroom.intake.v1.CustomSourceSignature signature = 4;
+   */
+  signature?: CustomSourceSignature | undefined;
 };
 
 /**
@@ -243,6 +258,21 @@ export type CustomSourceAuthOptionsJson = {
    * @generated from field: bool basic_auth = 2;
    */
   basicAuth?: boolean;
+
+  /**
+   * Accept the secret as the whole value of this request header (GitLab's `X-Gitlab-Token`);
+   * empty: none.
+   *
+   * @generated from field: string secret_header = 3;
+   */
+  secretHeader?: string;
+
+  /**
+   * Accept a delivery whose raw body the sender signed with the secret (HMAC); unset: none.
+   *
+   * @generated from field: warroom.intake.v1.CustomSourceSignature signature = 4;
+   */
+  signature?: CustomSourceSignatureJson;
 };
 
 /**
@@ -251,6 +281,147 @@ export type CustomSourceAuthOptionsJson = {
  */
 export const CustomSourceAuthOptionsSchema: GenMessage<CustomSourceAuthOptions, {jsonType: CustomSourceAuthOptionsJson}> = /*@__PURE__*/
   messageDesc(file_warroom_intake_v1_custom_sources, 1);
+
+/**
+ * An HMAC signature the sender puts in a header, computed with the source's secret over the raw
+ * body as received: GitHub's `X-Hub-Signature-256: sha256=<hex>`, Sentry's
+ * `sentry-hook-signature: <hex>`, Standard Webhooks' `webhook-signature: v1,<base64>`. A secret
+ * starting `whsec_` (Standard Webhooks) signs with the bytes its base64 tail decodes to.
+ *
+ * @generated from message warroom.intake.v1.CustomSourceSignature
+ */
+export type CustomSourceSignature = Message<"warroom.intake.v1.CustomSourceSignature"> & {
+  /**
+   * The header holding the signature, or several separated by spaces (each is tried).
+   *
+   * @generated from field: string header = 1;
+   */
+  header: string;
+
+  /**
+   * sha1, sha256 or sha512; empty: sha256.
+   *
+   * @generated from field: string algorithm = 2;
+   */
+  algorithm: string;
+
+  /**
+   * What each signature starts with (`sha256=`, `v1,`); empty: nothing.
+   *
+   * @generated from field: string prefix = 3;
+   */
+  prefix: string;
+
+  /**
+   * hex or base64; empty: hex.
+   *
+   * @generated from field: string encoding = 4;
+   */
+  encoding: string;
+
+  /**
+   * The header holding when the sender signed, in Unix seconds; empty: the time is not checked.
+   *
+   * @generated from field: string timestamp_header = 5;
+   */
+  timestampHeader: string;
+
+  /**
+   * How far that time may be from the receiver's, either way, in seconds; 0: 300.
+   *
+   * @generated from field: uint32 tolerance_seconds = 6;
+   */
+  toleranceSeconds: number;
+
+  /**
+   * What is signed: `body` (empty: the same), or `id.timestamp.body`, the message id (from
+   * `id_header`), the timestamp and the body joined by dots, as Standard Webhooks signs.
+   *
+   * @generated from field: string signed_content = 7;
+   */
+  signedContent: string;
+
+  /**
+   * The header holding the message id, for `id.timestamp.body`.
+   *
+   * @generated from field: string id_header = 8;
+   */
+  idHeader: string;
+};
+
+/**
+ * An HMAC signature the sender puts in a header, computed with the source's secret over the raw
+ * body as received: GitHub's `X-Hub-Signature-256: sha256=<hex>`, Sentry's
+ * `sentry-hook-signature: <hex>`, Standard Webhooks' `webhook-signature: v1,<base64>`. A secret
+ * starting `whsec_` (Standard Webhooks) signs with the bytes its base64 tail decodes to.
+ *
+ * @generated from message warroom.intake.v1.CustomSourceSignature
+ */
+export type CustomSourceSignatureJson = {
+  /**
+   * The header holding the signature, or several separated by spaces (each is tried).
+   *
+   * @generated from field: string header = 1;
+   */
+  header?: string;
+
+  /**
+   * sha1, sha256 or sha512; empty: sha256.
+   *
+   * @generated from field: string algorithm = 2;
+   */
+  algorithm?: string;
+
+  /**
+   * What each signature starts with (`sha256=`, `v1,`); empty: nothing.
+   *
+   * @generated from field: string prefix = 3;
+   */
+  prefix?: string;
+
+  /**
+   * hex or base64; empty: hex.
+   *
+   * @generated from field: string encoding = 4;
+   */
+  encoding?: string;
+
+  /**
+   * The header holding when the sender signed, in Unix seconds; empty: the time is not checked.
+   *
+   * @generated from field: string timestamp_header = 5;
+   */
+  timestampHeader?: string;
+
+  /**
+   * How far that time may be from the receiver's, either way, in seconds; 0: 300.
+   *
+   * @generated from field: uint32 tolerance_seconds = 6;
+   */
+  toleranceSeconds?: number;
+
+  /**
+   * What is signed: `body` (empty: the same), or `id.timestamp.body`, the message id (from
+   * `id_header`), the timestamp and the body joined by dots, as Standard Webhooks signs.
+   *
+   * @generated from field: string signed_content = 7;
+   */
+  signedContent?: string;
+
+  /**
+   * The header holding the message id, for `id.timestamp.body`.
+   *
+   * @generated from field: string id_header = 8;
+   */
+  idHeader?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.CustomSourceSignature.
+ * Use `create(CustomSourceSignatureSchema)` to create a new message.
+ */
+export const CustomSourceSignatureSchema: GenMessage<CustomSourceSignature, {jsonType: CustomSourceSignatureJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 2);
 
 /**
  * @generated from message warroom.intake.v1.CustomSource
@@ -383,10 +554,11 @@ export type CustomSourceJson = {
  * Use `create(CustomSourceSchema)` to create a new message.
  */
 export const CustomSourceSchema: GenMessage<CustomSource, {jsonType: CustomSourceJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 2);
+  messageDesc(file_warroom_intake_v1_custom_sources, 3);
 
 /**
- * A source's credential, returned once when issued; only its SHA-256 is kept.
+ * A source's credential, returned once when issued; its SHA-256 is kept, and, for a source that
+ * checks signatures, the secret sealed under SECRETS_KEYS.
  *
  * @generated from message warroom.intake.v1.CustomSourceCredential
  */
@@ -410,7 +582,8 @@ export type CustomSourceCredential = Message<"warroom.intake.v1.CustomSourceCred
 };
 
 /**
- * A source's credential, returned once when issued; only its SHA-256 is kept.
+ * A source's credential, returned once when issued; its SHA-256 is kept, and, for a source that
+ * checks signatures, the secret sealed under SECRETS_KEYS.
  *
  * @generated from message warroom.intake.v1.CustomSourceCredential
  */
@@ -438,7 +611,7 @@ export type CustomSourceCredentialJson = {
  * Use `create(CustomSourceCredentialSchema)` to create a new message.
  */
 export const CustomSourceCredentialSchema: GenMessage<CustomSourceCredential, {jsonType: CustomSourceCredentialJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 3);
+  messageDesc(file_warroom_intake_v1_custom_sources, 4);
 
 /**
  * @generated from message warroom.intake.v1.CreateCustomSourceRequest
@@ -467,11 +640,20 @@ export type CreateCustomSourceRequest = Message<"warroom.intake.v1.CreateCustomS
   auth?: CustomSourceAuthOptions | undefined;
 
   /**
-   * Starts from a preset's rules (see ListCustomSourcePresets) when `rules` is empty.
+   * Starts from a preset's rules (see ListCustomSourcePresets) when `rules` is empty, and from
+   * its auth options when `auth` is unset.
    *
    * @generated from field: string preset = 5;
    */
   preset: string;
+
+  /**
+   * The sender's own secret, for tools that make it themselves (Sentry's client secret, a
+   * Standard Webhooks `whsec_` secret); empty: a new one is issued. 16 to 256 characters.
+   *
+   * @generated from field: string secret = 6;
+   */
+  secret: string;
 };
 
 /**
@@ -501,11 +683,20 @@ export type CreateCustomSourceRequestJson = {
   auth?: CustomSourceAuthOptionsJson;
 
   /**
-   * Starts from a preset's rules (see ListCustomSourcePresets) when `rules` is empty.
+   * Starts from a preset's rules (see ListCustomSourcePresets) when `rules` is empty, and from
+   * its auth options when `auth` is unset.
    *
    * @generated from field: string preset = 5;
    */
   preset?: string;
+
+  /**
+   * The sender's own secret, for tools that make it themselves (Sentry's client secret, a
+   * Standard Webhooks `whsec_` secret); empty: a new one is issued. 16 to 256 characters.
+   *
+   * @generated from field: string secret = 6;
+   */
+  secret?: string;
 };
 
 /**
@@ -513,7 +704,7 @@ export type CreateCustomSourceRequestJson = {
  * Use `create(CreateCustomSourceRequestSchema)` to create a new message.
  */
 export const CreateCustomSourceRequestSchema: GenMessage<CreateCustomSourceRequest, {jsonType: CreateCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 4);
+  messageDesc(file_warroom_intake_v1_custom_sources, 5);
 
 /**
  * @generated from message warroom.intake.v1.CreateCustomSourceResponse
@@ -550,7 +741,7 @@ export type CreateCustomSourceResponseJson = {
  * Use `create(CreateCustomSourceResponseSchema)` to create a new message.
  */
 export const CreateCustomSourceResponseSchema: GenMessage<CreateCustomSourceResponse, {jsonType: CreateCustomSourceResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 5);
+  messageDesc(file_warroom_intake_v1_custom_sources, 6);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcesRequest
@@ -577,7 +768,7 @@ export type ListCustomSourcesRequestJson = {
  * Use `create(ListCustomSourcesRequestSchema)` to create a new message.
  */
 export const ListCustomSourcesRequestSchema: GenMessage<ListCustomSourcesRequest, {jsonType: ListCustomSourcesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 6);
+  messageDesc(file_warroom_intake_v1_custom_sources, 7);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcesResponse
@@ -604,7 +795,7 @@ export type ListCustomSourcesResponseJson = {
  * Use `create(ListCustomSourcesResponseSchema)` to create a new message.
  */
 export const ListCustomSourcesResponseSchema: GenMessage<ListCustomSourcesResponse, {jsonType: ListCustomSourcesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 7);
+  messageDesc(file_warroom_intake_v1_custom_sources, 8);
 
 /**
  * @generated from message warroom.intake.v1.GetCustomSourceRequest
@@ -641,7 +832,7 @@ export type GetCustomSourceRequestJson = {
  * Use `create(GetCustomSourceRequestSchema)` to create a new message.
  */
 export const GetCustomSourceRequestSchema: GenMessage<GetCustomSourceRequest, {jsonType: GetCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 8);
+  messageDesc(file_warroom_intake_v1_custom_sources, 9);
 
 /**
  * @generated from message warroom.intake.v1.UpdateCustomSourceRequest
@@ -706,7 +897,7 @@ export type UpdateCustomSourceRequestJson = {
  * Use `create(UpdateCustomSourceRequestSchema)` to create a new message.
  */
 export const UpdateCustomSourceRequestSchema: GenMessage<UpdateCustomSourceRequest, {jsonType: UpdateCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 9);
+  messageDesc(file_warroom_intake_v1_custom_sources, 10);
 
 /**
  * @generated from message warroom.intake.v1.DeleteCustomSourceRequest
@@ -743,7 +934,7 @@ export type DeleteCustomSourceRequestJson = {
  * Use `create(DeleteCustomSourceRequestSchema)` to create a new message.
  */
 export const DeleteCustomSourceRequestSchema: GenMessage<DeleteCustomSourceRequest, {jsonType: DeleteCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 10);
+  messageDesc(file_warroom_intake_v1_custom_sources, 11);
 
 /**
  * @generated from message warroom.intake.v1.RotateCustomSourceCredentialRequest
@@ -758,6 +949,13 @@ export type RotateCustomSourceCredentialRequest = Message<"warroom.intake.v1.Rot
    * @generated from field: string id = 2;
    */
   id: string;
+
+  /**
+   * The sender's own new secret (see CreateCustomSourceRequest.secret); empty: a new one is issued.
+   *
+   * @generated from field: string secret = 3;
+   */
+  secret: string;
 };
 
 /**
@@ -773,6 +971,13 @@ export type RotateCustomSourceCredentialRequestJson = {
    * @generated from field: string id = 2;
    */
   id?: string;
+
+  /**
+   * The sender's own new secret (see CreateCustomSourceRequest.secret); empty: a new one is issued.
+   *
+   * @generated from field: string secret = 3;
+   */
+  secret?: string;
 };
 
 /**
@@ -780,7 +985,7 @@ export type RotateCustomSourceCredentialRequestJson = {
  * Use `create(RotateCustomSourceCredentialRequestSchema)` to create a new message.
  */
 export const RotateCustomSourceCredentialRequestSchema: GenMessage<RotateCustomSourceCredentialRequest, {jsonType: RotateCustomSourceCredentialRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 11);
+  messageDesc(file_warroom_intake_v1_custom_sources, 12);
 
 /**
  * @generated from message warroom.intake.v1.RevokeCustomSourceCredentialRequest
@@ -817,7 +1022,7 @@ export type RevokeCustomSourceCredentialRequestJson = {
  * Use `create(RevokeCustomSourceCredentialRequestSchema)` to create a new message.
  */
 export const RevokeCustomSourceCredentialRequestSchema: GenMessage<RevokeCustomSourceCredentialRequest, {jsonType: RevokeCustomSourceCredentialRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 12);
+  messageDesc(file_warroom_intake_v1_custom_sources, 13);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourceDeliveriesRequest
@@ -854,7 +1059,7 @@ export type ListCustomSourceDeliveriesRequestJson = {
  * Use `create(ListCustomSourceDeliveriesRequestSchema)` to create a new message.
  */
 export const ListCustomSourceDeliveriesRequestSchema: GenMessage<ListCustomSourceDeliveriesRequest, {jsonType: ListCustomSourceDeliveriesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 13);
+  messageDesc(file_warroom_intake_v1_custom_sources, 14);
 
 /**
  * One delivery to a custom source, newest first in the log.
@@ -967,7 +1172,7 @@ export type CustomSourceDeliveryJson = {
  * Use `create(CustomSourceDeliverySchema)` to create a new message.
  */
 export const CustomSourceDeliverySchema: GenMessage<CustomSourceDelivery, {jsonType: CustomSourceDeliveryJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 14);
+  messageDesc(file_warroom_intake_v1_custom_sources, 15);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourceDeliveriesResponse
@@ -994,7 +1199,7 @@ export type ListCustomSourceDeliveriesResponseJson = {
  * Use `create(ListCustomSourceDeliveriesResponseSchema)` to create a new message.
  */
 export const ListCustomSourceDeliveriesResponseSchema: GenMessage<ListCustomSourceDeliveriesResponse, {jsonType: ListCustomSourceDeliveriesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 15);
+  messageDesc(file_warroom_intake_v1_custom_sources, 16);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcePayloadsRequest
@@ -1031,7 +1236,7 @@ export type ListCustomSourcePayloadsRequestJson = {
  * Use `create(ListCustomSourcePayloadsRequestSchema)` to create a new message.
  */
 export const ListCustomSourcePayloadsRequestSchema: GenMessage<ListCustomSourcePayloadsRequest, {jsonType: ListCustomSourcePayloadsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 16);
+  messageDesc(file_warroom_intake_v1_custom_sources, 17);
 
 /**
  * A payload as it arrived, its credential headers and query parameters redacted.
@@ -1116,7 +1321,7 @@ export type CustomSourcePayloadJson = {
  * Use `create(CustomSourcePayloadSchema)` to create a new message.
  */
 export const CustomSourcePayloadSchema: GenMessage<CustomSourcePayload, {jsonType: CustomSourcePayloadJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 17);
+  messageDesc(file_warroom_intake_v1_custom_sources, 18);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcePayloadsResponse
@@ -1143,7 +1348,7 @@ export type ListCustomSourcePayloadsResponseJson = {
  * Use `create(ListCustomSourcePayloadsResponseSchema)` to create a new message.
  */
 export const ListCustomSourcePayloadsResponseSchema: GenMessage<ListCustomSourcePayloadsResponse, {jsonType: ListCustomSourcePayloadsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 18);
+  messageDesc(file_warroom_intake_v1_custom_sources, 19);
 
 /**
  * @generated from message warroom.intake.v1.PreviewCustomSourceRequest
@@ -1238,7 +1443,7 @@ export type PreviewCustomSourceRequestJson = {
  * Use `create(PreviewCustomSourceRequestSchema)` to create a new message.
  */
 export const PreviewCustomSourceRequestSchema: GenMessage<PreviewCustomSourceRequest, {jsonType: PreviewCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 19);
+  messageDesc(file_warroom_intake_v1_custom_sources, 20);
 
 /**
  * Why one rule did or did not map the payload.
@@ -1293,7 +1498,7 @@ export type CustomSourceRuleVerdictJson = {
  * Use `create(CustomSourceRuleVerdictSchema)` to create a new message.
  */
 export const CustomSourceRuleVerdictSchema: GenMessage<CustomSourceRuleVerdict, {jsonType: CustomSourceRuleVerdictJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 20);
+  messageDesc(file_warroom_intake_v1_custom_sources, 21);
 
 /**
  * The mapped fields, as the incident core would receive them.
@@ -1424,7 +1629,7 @@ export type CustomSourceMappedFieldsJson = {
  * Use `create(CustomSourceMappedFieldsSchema)` to create a new message.
  */
 export const CustomSourceMappedFieldsSchema: GenMessage<CustomSourceMappedFields, {jsonType: CustomSourceMappedFieldsJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 21);
+  messageDesc(file_warroom_intake_v1_custom_sources, 22);
 
 /**
  * @generated from message warroom.intake.v1.PreviewCustomSourceResponse
@@ -1541,7 +1746,7 @@ export type PreviewCustomSourceResponseJson = {
  * Use `create(PreviewCustomSourceResponseSchema)` to create a new message.
  */
 export const PreviewCustomSourceResponseSchema: GenMessage<PreviewCustomSourceResponse, {jsonType: PreviewCustomSourceResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 22);
+  messageDesc(file_warroom_intake_v1_custom_sources, 23);
 
 /**
  * @generated from message warroom.intake.v1.DeliverCustomSourceRequest
@@ -1630,7 +1835,7 @@ export type DeliverCustomSourceRequestJson = {
  * Use `create(DeliverCustomSourceRequestSchema)` to create a new message.
  */
 export const DeliverCustomSourceRequestSchema: GenMessage<DeliverCustomSourceRequest, {jsonType: DeliverCustomSourceRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 23);
+  messageDesc(file_warroom_intake_v1_custom_sources, 24);
 
 /**
  * @generated from message warroom.intake.v1.CustomSourcePreset
@@ -1650,6 +1855,13 @@ export type CustomSourcePreset = Message<"warroom.intake.v1.CustomSourcePreset">
    * @generated from field: repeated warroom.intake.v1.CustomSourceRule rules = 3;
    */
   rules: CustomSourceRule[];
+
+  /**
+   * How the tool presents its credential: a source made from the preset takes these options.
+   *
+   * @generated from field: warroom.intake.v1.CustomSourceAuthOptions auth = 4;
+   */
+  auth?: CustomSourceAuthOptions | undefined;
 };
 
 /**
@@ -1670,6 +1882,13 @@ export type CustomSourcePresetJson = {
    * @generated from field: repeated warroom.intake.v1.CustomSourceRule rules = 3;
    */
   rules?: CustomSourceRuleJson[];
+
+  /**
+   * How the tool presents its credential: a source made from the preset takes these options.
+   *
+   * @generated from field: warroom.intake.v1.CustomSourceAuthOptions auth = 4;
+   */
+  auth?: CustomSourceAuthOptionsJson;
 };
 
 /**
@@ -1677,7 +1896,7 @@ export type CustomSourcePresetJson = {
  * Use `create(CustomSourcePresetSchema)` to create a new message.
  */
 export const CustomSourcePresetSchema: GenMessage<CustomSourcePreset, {jsonType: CustomSourcePresetJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 24);
+  messageDesc(file_warroom_intake_v1_custom_sources, 25);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcePresetsRequest
@@ -1704,7 +1923,7 @@ export type ListCustomSourcePresetsRequestJson = {
  * Use `create(ListCustomSourcePresetsRequestSchema)` to create a new message.
  */
 export const ListCustomSourcePresetsRequestSchema: GenMessage<ListCustomSourcePresetsRequest, {jsonType: ListCustomSourcePresetsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 25);
+  messageDesc(file_warroom_intake_v1_custom_sources, 26);
 
 /**
  * @generated from message warroom.intake.v1.ListCustomSourcePresetsResponse
@@ -1731,7 +1950,7 @@ export type ListCustomSourcePresetsResponseJson = {
  * Use `create(ListCustomSourcePresetsResponseSchema)` to create a new message.
  */
 export const ListCustomSourcePresetsResponseSchema: GenMessage<ListCustomSourcePresetsResponse, {jsonType: ListCustomSourcePresetsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 26);
+  messageDesc(file_warroom_intake_v1_custom_sources, 27);
 
 /**
  * An organization's grouping of one source, built-in or custom. Unset fields keep the source's
@@ -1800,7 +2019,7 @@ export type GroupingOverrideJson = {
  * Use `create(GroupingOverrideSchema)` to create a new message.
  */
 export const GroupingOverrideSchema: GenMessage<GroupingOverride, {jsonType: GroupingOverrideJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 27);
+  messageDesc(file_warroom_intake_v1_custom_sources, 28);
 
 /**
  * @generated from message warroom.intake.v1.PutGroupingOverrideRequest
@@ -1857,7 +2076,7 @@ export type PutGroupingOverrideRequestJson = {
  * Use `create(PutGroupingOverrideRequestSchema)` to create a new message.
  */
 export const PutGroupingOverrideRequestSchema: GenMessage<PutGroupingOverrideRequest, {jsonType: PutGroupingOverrideRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 28);
+  messageDesc(file_warroom_intake_v1_custom_sources, 29);
 
 /**
  * @generated from message warroom.intake.v1.ListGroupingOverridesRequest
@@ -1884,7 +2103,7 @@ export type ListGroupingOverridesRequestJson = {
  * Use `create(ListGroupingOverridesRequestSchema)` to create a new message.
  */
 export const ListGroupingOverridesRequestSchema: GenMessage<ListGroupingOverridesRequest, {jsonType: ListGroupingOverridesRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 29);
+  messageDesc(file_warroom_intake_v1_custom_sources, 30);
 
 /**
  * @generated from message warroom.intake.v1.ListGroupingOverridesResponse
@@ -1911,7 +2130,7 @@ export type ListGroupingOverridesResponseJson = {
  * Use `create(ListGroupingOverridesResponseSchema)` to create a new message.
  */
 export const ListGroupingOverridesResponseSchema: GenMessage<ListGroupingOverridesResponse, {jsonType: ListGroupingOverridesResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 30);
+  messageDesc(file_warroom_intake_v1_custom_sources, 31);
 
 /**
  * @generated from message warroom.intake.v1.DeleteGroupingOverrideRequest
@@ -1948,7 +2167,7 @@ export type DeleteGroupingOverrideRequestJson = {
  * Use `create(DeleteGroupingOverrideRequestSchema)` to create a new message.
  */
 export const DeleteGroupingOverrideRequestSchema: GenMessage<DeleteGroupingOverrideRequest, {jsonType: DeleteGroupingOverrideRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 31);
+  messageDesc(file_warroom_intake_v1_custom_sources, 32);
 
 /**
  * @generated from message warroom.intake.v1.ExportConfigRequest
@@ -1975,7 +2194,7 @@ export type ExportConfigRequestJson = {
  * Use `create(ExportConfigRequestSchema)` to create a new message.
  */
 export const ExportConfigRequestSchema: GenMessage<ExportConfigRequest, {jsonType: ExportConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 32);
+  messageDesc(file_warroom_intake_v1_custom_sources, 33);
 
 /**
  * The organization's configuration as code, without secrets.
@@ -2006,7 +2225,7 @@ export type ExportConfigResponseJson = {
  * Use `create(ExportConfigResponseSchema)` to create a new message.
  */
 export const ExportConfigResponseSchema: GenMessage<ExportConfigResponse, {jsonType: ExportConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 33);
+  messageDesc(file_warroom_intake_v1_custom_sources, 34);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigRequest
@@ -2061,7 +2280,7 @@ export type ApplyConfigRequestJson = {
  * Use `create(ApplyConfigRequestSchema)` to create a new message.
  */
 export const ApplyConfigRequestSchema: GenMessage<ApplyConfigRequest, {jsonType: ApplyConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 34);
+  messageDesc(file_warroom_intake_v1_custom_sources, 35);
 
 /**
  * One change of a plan.
@@ -2124,7 +2343,7 @@ export type ConfigChangeJson = {
  * Use `create(ConfigChangeSchema)` to create a new message.
  */
 export const ConfigChangeSchema: GenMessage<ConfigChange, {jsonType: ConfigChangeJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 35);
+  messageDesc(file_warroom_intake_v1_custom_sources, 36);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigResponse
@@ -2179,7 +2398,7 @@ export type ApplyConfigResponseJson = {
  * Use `create(ApplyConfigResponseSchema)` to create a new message.
  */
 export const ApplyConfigResponseSchema: GenMessage<ApplyConfigResponse, {jsonType: ApplyConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 36);
+  messageDesc(file_warroom_intake_v1_custom_sources, 37);
 
 /**
  * @generated from message warroom.intake.v1.CreatedSourceCredential
@@ -2216,5 +2435,5 @@ export type CreatedSourceCredentialJson = {
  * Use `create(CreatedSourceCredentialSchema)` to create a new message.
  */
 export const CreatedSourceCredentialSchema: GenMessage<CreatedSourceCredential, {jsonType: CreatedSourceCredentialJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 37);
+  messageDesc(file_warroom_intake_v1_custom_sources, 38);
 

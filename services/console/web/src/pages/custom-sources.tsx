@@ -30,7 +30,7 @@ interface CustomSource {
   name: string;
   badge: string;
   rules: Rule[];
-  auth: { secretInPath: boolean; basicAuth: boolean } | null;
+  auth: AuthOptions | null;
   url: string;
   credentialState: string;
   credentialIssuedAt: string | null;
@@ -44,11 +44,44 @@ interface Credential {
   pathUrl: string | null;
 }
 
+interface Signature {
+  header: string;
+  algorithm: string;
+  prefix: string;
+  encoding: string;
+  timestampHeader: string;
+  toleranceSeconds: number;
+  signedContent: string;
+  idHeader: string;
+}
+
+interface AuthOptions {
+  secretInPath: boolean;
+  basicAuth: boolean;
+  secretHeader?: string;
+  signature?: Signature | null;
+}
+
 interface Preset {
   name: string;
   description: string;
   rules: Rule[];
+  auth?: AuthOptions | null;
 }
+
+/** How the sender proves it holds the secret, besides Authorization: Bearer (always accepted). */
+type ProofMode = "bearer" | "header" | "signature";
+
+const NO_SIGNATURE: Signature = {
+  header: "",
+  algorithm: "sha256",
+  prefix: "",
+  encoding: "hex",
+  timestampHeader: "",
+  toleranceSeconds: 300,
+  signedContent: "body",
+  idHeader: "",
+};
 
 interface Delivery {
   id: string;
@@ -185,18 +218,43 @@ function CreateSource(props: { onCreated(source: CustomSource, credential: Crede
   const [preset, setPreset] = useState("");
   const [secretInPath, setSecretInPath] = useState(false);
   const [basicAuth, setBasicAuth] = useState(false);
+  const [mode, setMode] = useState<ProofMode>("bearer");
+  const [secretHeader, setSecretHeader] = useState("");
+  const [signature, setSignature] = useState<Signature>(NO_SIGNATURE);
+  const [senderSecret, setSenderSecret] = useState("");
   const create = useAction();
   const description = presets.data?.find((p) => p.name === preset)?.description;
 
+  /** A preset brings its tool's way of sending the credential; the fields start from it. */
+  function choosePreset(chosen: string) {
+    setPreset(chosen);
+    const auth = presets.data?.find((p) => p.name === chosen)?.auth;
+    setSecretInPath(auth?.secretInPath ?? false);
+    setBasicAuth(auth?.basicAuth ?? false);
+    setSecretHeader(auth?.secretHeader ?? "");
+    setSignature(auth?.signature ? { ...NO_SIGNATURE, ...auth.signature } : NO_SIGNATURE);
+    setMode(auth?.signature ? "signature" : auth?.secretHeader ? "header" : "bearer");
+  }
+
+  function setSignatureField<K extends keyof Signature>(field: K, value: Signature[K]) {
+    setSignature((current) => ({ ...current, [field]: value }));
+  }
+
   async function submit(event: Event) {
     event.preventDefault();
-    const body = preset
-      ? { name: name.trim(), preset, auth: { secretInPath, basicAuth } }
-      : { name: name.trim(), rules: [{ name: "every alert", title: `'Alert from ${name.trim().replace(/'/g, "")}'` }], auth: { secretInPath, basicAuth } };
+    const auth: AuthOptions = {
+      secretInPath,
+      basicAuth,
+      ...(mode === "header" ? { secretHeader: secretHeader.trim() } : {}),
+      ...(mode === "signature" ? { signature } : {}),
+    };
+    const start = preset ? { preset } : { rules: [{ name: "every alert", title: `'Alert from ${name.trim().replace(/'/g, "")}'` }] };
+    const body = { name: name.trim(), ...start, auth, ...(senderSecret.trim() ? { secret: senderSecret.trim() } : {}) };
     const res = await create.run(() => api<{ source: CustomSource; credential: Credential }>("POST", orgPath("/custom-sources"), body));
     if (res) {
       setName("");
-      setPreset("");
+      choosePreset("");
+      setSenderSecret("");
       props.onCreated(res.source, res.credential);
     }
   }
@@ -211,7 +269,7 @@ function CreateSource(props: { onCreated(source: CustomSource, credential: Crede
         </div>
         <div>
           <label for="cs-preset">Start from</label>
-          <select id="cs-preset" value={preset} onChange={(e) => setPreset(e.currentTarget.value)}>
+          <select id="cs-preset" value={preset} onChange={(e) => choosePreset(e.currentTarget.value)}>
             <option value="">Blank (one rule to edit)</option>
             {(presets.data ?? []).map((p) => (
               <option key={p.name} value={p.name}>
@@ -221,6 +279,98 @@ function CreateSource(props: { onCreated(source: CustomSource, credential: Crede
           </select>
           {description ? <p class="hint">{description}</p> : null}
         </div>
+        <div>
+          <label for="cs-proof">How the tool sends its credential (Authorization: Bearer always works)</label>
+          <select id="cs-proof" value={mode} onChange={(e) => setMode(e.currentTarget.value as ProofMode)}>
+            <option value="bearer">Authorization: Bearer only</option>
+            <option value="header">The secret in a header of its own</option>
+            <option value="signature">A signature of the body (HMAC)</option>
+          </select>
+        </div>
+        <div>
+          <label for="cs-sender-secret">The tool's own secret (optional)</label>
+          <input id="cs-sender-secret" type="password" autocomplete="off" value={senderSecret} onInput={(e) => setSenderSecret(e.currentTarget.value)} />
+          <p class="hint">For tools that make their own (Sentry's client secret, a whsec_ secret); empty: one is issued.</p>
+        </div>
+        {mode === "header" ? (
+          <div>
+            <label for="cs-secret-header">Header holding the secret</label>
+            <input id="cs-secret-header" required placeholder="x-gitlab-token" value={secretHeader} onInput={(e) => setSecretHeader(e.currentTarget.value)} />
+          </div>
+        ) : null}
+        {mode === "signature" ? (
+          <fieldset class="grid-2">
+            <legend>Signature</legend>
+            <div>
+              <label for="cs-sig-header">Signature header</label>
+              <input
+                id="cs-sig-header"
+                required
+                placeholder="x-hub-signature-256"
+                value={signature.header}
+                onInput={(e) => setSignatureField("header", e.currentTarget.value)}
+              />
+            </div>
+            <div>
+              <label for="cs-sig-algorithm">Algorithm</label>
+              <select id="cs-sig-algorithm" value={signature.algorithm} onChange={(e) => setSignatureField("algorithm", e.currentTarget.value)}>
+                <option value="sha256">sha256</option>
+                <option value="sha1">sha1</option>
+                <option value="sha512">sha512</option>
+              </select>
+            </div>
+            <div>
+              <label for="cs-sig-prefix">Prefix</label>
+              <input id="cs-sig-prefix" placeholder="sha256=" value={signature.prefix} onInput={(e) => setSignatureField("prefix", e.currentTarget.value)} />
+            </div>
+            <div>
+              <label for="cs-sig-encoding">Encoding</label>
+              <select id="cs-sig-encoding" value={signature.encoding} onChange={(e) => setSignatureField("encoding", e.currentTarget.value)}>
+                <option value="hex">hex</option>
+                <option value="base64">base64</option>
+              </select>
+            </div>
+            <div>
+              <label for="cs-sig-timestamp">Timestamp header (optional)</label>
+              <input
+                id="cs-sig-timestamp"
+                placeholder="webhook-timestamp"
+                value={signature.timestampHeader}
+                onInput={(e) => setSignatureField("timestampHeader", e.currentTarget.value)}
+              />
+            </div>
+            <div>
+              <label for="cs-sig-tolerance">Tolerance (seconds)</label>
+              <input
+                id="cs-sig-tolerance"
+                type="number"
+                min={1}
+                max={86400}
+                value={signature.toleranceSeconds}
+                onInput={(e) => setSignatureField("toleranceSeconds", Number(e.currentTarget.value))}
+              />
+            </div>
+            <div>
+              <label for="cs-sig-signed">What is signed</label>
+              <select id="cs-sig-signed" value={signature.signedContent} onChange={(e) => setSignatureField("signedContent", e.currentTarget.value)}>
+                <option value="body">The body</option>
+                <option value="id.timestamp.body">id.timestamp.body (Standard Webhooks)</option>
+              </select>
+            </div>
+            {signature.signedContent === "id.timestamp.body" ? (
+              <div>
+                <label for="cs-sig-id">Message id header</label>
+                <input
+                  id="cs-sig-id"
+                  required
+                  placeholder="webhook-id"
+                  value={signature.idHeader}
+                  onInput={(e) => setSignatureField("idHeader", e.currentTarget.value)}
+                />
+              </div>
+            ) : null}
+          </fieldset>
+        ) : null}
         <div class="switch-row">
           <input id="cs-path" type="checkbox" checked={secretInPath} onChange={(e) => setSecretInPath(e.currentTarget.checked)} />
           <label for="cs-path">Accept the secret in the URL path (for tools that can only set a URL)</label>
