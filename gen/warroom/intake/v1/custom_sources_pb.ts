@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/intake/v1/custom_sources.proto.
  */
 export const file_warroom_intake_v1_custom_sources: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkiRQoXQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMSFgoOc2VjcmV0X2luX3BhdGgYASABKAgSEgoKYmFzaWNfYXV0aBgCIAEoCCLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCK0AQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCSKMAQoaQ3JlYXRlQ3VzdG9tU291cmNlUmVzcG9uc2USLwoGc291cmNlGAEgASgLMh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlEj0KCmNyZWRlbnRpYWwYAiABKAsyKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIicKGExpc3RDdXN0b21Tb3VyY2VzUmVxdWVzdBILCgNvcmcYASABKAkiVAoZTGlzdEN1c3RvbVNvdXJjZXNSZXNwb25zZRI3Cg5jdXN0b21fc291cmNlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZSIxChZHZXRDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKiAQoZVXBkYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyI0ChlEZWxldGVDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI+CiNSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPgojUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjwKIUxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QEKFEN1c3RvbVNvdXJjZURlbGl2ZXJ5EgoKAmlkGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdvdXRjb21lGAMgASgJEhgKC2luY2lkZW50X2lkGAQgASgJSACIAQESEQoEcnVsZRgFIAEoCUgBiAEBEhIKBWVycm9yGAYgASgJSAKIAQESEAoId2FybmluZ3MYByADKAkSEwoGcmVhc29uGAggASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQgcKBV9ydWxlQggKBl9lcnJvckIJCgdfcmVhc29uImEKIkxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVzcG9uc2USOwoKZGVsaXZlcmllcxgBIAMoCzInLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZURlbGl2ZXJ5IjoKH0xpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIvECChNDdXN0b21Tb3VyY2VQYXlsb2FkEgoKAmlkGAEgASgJEi8KC3JlY2VpdmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCgRib2R5GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEkQKB2hlYWRlcnMYBCADKAsyMy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkLkhlYWRlcnNFbnRyeRJACgVxdWVyeRgFIAMoCzIxLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuUXVlcnlFbnRyeRIRCgl0cnVuY2F0ZWQYBiABKAgaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlwKIExpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlEjgKCHBheWxvYWRzGAEgAygLMiYud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZCKXAwoaUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKcGF5bG9hZF9pZBgEIAEoCRJLCgdoZWFkZXJzGAUgAygLMjoud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuSGVhZGVyc0VudHJ5EkcKBXF1ZXJ5GAYgAygLMjgud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuUXVlcnlFbnRyeRIyCgVydWxlcxgHIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKF0N1c3RvbVNvdXJjZVJ1bGVWZXJkaWN0EgwKBHJ1bGUYASABKAkSDwoHbWF0Y2hlZBgCIAEoCBIOCgZyZWFzb24YAyABKAki1QIKGEN1c3RvbVNvdXJjZU1hcHBlZEZpZWxkcxIMCgRraW5kGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEhIKCmF0dGFjaF9rZXkYBCABKAkSEAoIZXZlbnRfaWQYBSABKAkSGAoLZW50aXR5X2tpbmQYBiABKAlIAIgBARIWCgllbnRpdHlfaWQYByABKAlIAYgBARIUCgdzdW1tYXJ5GAggASgJSAKIAQESEQoEbGluaxgJIAEoCUgDiAEBEhgKC3J1bmJvb2tfdXJsGAogASgJSASIAQESGgoNaWdub3JlX3JlYXNvbhgLIAEoCUgFiAEBQg4KDF9lbnRpdHlfa2luZEIMCgpfZW50aXR5X2lkQgoKCF9zdW1tYXJ5QgcKBV9saW5rQg4KDF9ydW5ib29rX3VybEIQCg5faWdub3JlX3JlYXNvbiLDAgobUHJldmlld0N1c3RvbVNvdXJjZVJlc3BvbnNlEhkKDG1hdGNoZWRfcnVsZRgBIAEoCUgAiAEBEjkKBXJ1bGVzGAIgAygLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSOwoGZmllbGRzGAMgASgLMisud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEhIKBWVycm9yGAQgASgJSAGIAQESEAoId2FybmluZ3MYBSADKAkSDQoFd291bGQYBiABKAkSGAoLaW5jaWRlbnRfaWQYByABKAlIAogBARIXCg9hdHRhY2hfaWRlbnRpdHkYCCABKAlCDwoNX21hdGNoZWRfcnVsZUIICgZfZXJyb3JCDgoMX2luY2lkZW50X2lkIoUDChpEZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBIRCglzb3VyY2VfaWQYASABKAkSEwoLcGF0aF9zZWNyZXQYAiABKAkSDAoEYm9keRgDIAEoDBIUCgxjb250ZW50X3R5cGUYBCABKAkSWgoPcmVxdWVzdF9oZWFkZXJzGAUgAygLMkEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlckN1c3RvbVNvdXJjZVJlcXVlc3QuUmVxdWVzdEhlYWRlcnNFbnRyeRJUCgxxdWVyeV9wYXJhbXMYBiADKAsyPi53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeVBhcmFtc0VudHJ5GjUKE1JlcXVlc3RIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBRdWVyeVBhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlIi0KHkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVxdWVzdBILCgNvcmcYASABKAkiWQofTGlzdEN1c3RvbVNvdXJjZVByZXNldHNSZXNwb25zZRI2CgdwcmVzZXRzGAEgAygLMiUud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUHJlc2V0IkwKEEdyb3VwaW5nT3ZlcnJpZGUSDgoGc291cmNlGAEgASgJEhIKCmF0dGFjaF9rZXkYAiABKAkSFAoMd2luZG93X2hvdXJzGAMgASgNImMKGlB1dEdyb3VwaW5nT3ZlcnJpZGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIOCgZzb3VyY2UYAiABKAkSEgoKYXR0YWNoX2tleRgDIAEoCRIUCgx3aW5kb3dfaG91cnMYBCABKA0iKwocTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVxdWVzdBILCgNvcmcYASABKAkiVwodTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVzcG9uc2USNgoJb3ZlcnJpZGVzGAEgAygLMiMud2Fycm9vbS5pbnRha2UudjEuR3JvdXBpbmdPdmVycmlkZSI8Ch1EZWxldGVHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJIiIKE0V4cG9ydENvbmZpZ1JlcXVlc3QSCwoDb3JnGAEgASgJIiQKFEV4cG9ydENvbmZpZ1Jlc3BvbnNlEgwKBHlhbWwYASABKAkiQAoSQXBwbHlDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgR5YW1sGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiOgoMQ29uZmlnQ2hhbmdlEg4KBmFjdGlvbhgBIAEoCRIMCgRraW5kGAIgASgJEgwKBG5hbWUYAyABKAkimQEKE0FwcGx5Q29uZmlnUmVzcG9uc2USMAoHY2hhbmdlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkNvbmZpZ0NoYW5nZRI/CgtjcmVkZW50aWFscxgCIAMoCzIqLndhcnJvb20uaW50YWtlLnYxLkNyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEg8KB2FwcGxpZWQYAyABKAgiZgoXQ3JlYXRlZFNvdXJjZUNyZWRlbnRpYWwSDAoEbmFtZRgBIAEoCRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbGIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkiRQoXQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMSFgoOc2VjcmV0X2luX3BhdGgYASABKAgSEgoKYmFzaWNfYXV0aBgCIAEoCCLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCK0AQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCSKMAQoaQ3JlYXRlQ3VzdG9tU291cmNlUmVzcG9uc2USLwoGc291cmNlGAEgASgLMh8ud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlEj0KCmNyZWRlbnRpYWwYAiABKAsyKS53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VDcmVkZW50aWFsIicKGExpc3RDdXN0b21Tb3VyY2VzUmVxdWVzdBILCgNvcmcYASABKAkiVAoZTGlzdEN1c3RvbVNvdXJjZXNSZXNwb25zZRI3Cg5jdXN0b21fc291cmNlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZSIxChZHZXRDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSKiAQoZVXBkYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyI0ChlEZWxldGVDdXN0b21Tb3VyY2VSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI+CiNSb3RhdGVDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPgojUmV2b2tlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjwKIUxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QEKFEN1c3RvbVNvdXJjZURlbGl2ZXJ5EgoKAmlkGAEgASgJEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdvdXRjb21lGAMgASgJEhgKC2luY2lkZW50X2lkGAQgASgJSACIAQESEQoEcnVsZRgFIAEoCUgBiAEBEhIKBWVycm9yGAYgASgJSAKIAQESEAoId2FybmluZ3MYByADKAkSEwoGcmVhc29uGAggASgJSAOIAQFCDgoMX2luY2lkZW50X2lkQgcKBV9ydWxlQggKBl9lcnJvckIJCgdfcmVhc29uImEKIkxpc3RDdXN0b21Tb3VyY2VEZWxpdmVyaWVzUmVzcG9uc2USOwoKZGVsaXZlcmllcxgBIAMoCzInLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZURlbGl2ZXJ5IjoKH0xpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIvECChNDdXN0b21Tb3VyY2VQYXlsb2FkEgoKAmlkGAEgASgJEi8KC3JlY2VpdmVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIkCgRib2R5GAMgASgLMhYuZ29vZ2xlLnByb3RvYnVmLlZhbHVlEkQKB2hlYWRlcnMYBCADKAsyMy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkLkhlYWRlcnNFbnRyeRJACgVxdWVyeRgFIAMoCzIxLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuUXVlcnlFbnRyeRIRCgl0cnVuY2F0ZWQYBiABKAgaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIlwKIExpc3RDdXN0b21Tb3VyY2VQYXlsb2Fkc1Jlc3BvbnNlEjgKCHBheWxvYWRzGAEgAygLMiYud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZCKXAwoaUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSEgoKcGF5bG9hZF9pZBgEIAEoCRJLCgdoZWFkZXJzGAUgAygLMjoud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuSGVhZGVyc0VudHJ5EkcKBXF1ZXJ5GAYgAygLMjgud2Fycm9vbS5pbnRha2UudjEuUHJldmlld0N1c3RvbVNvdXJjZVJlcXVlc3QuUXVlcnlFbnRyeRIyCgVydWxlcxgHIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUaLgoMSGVhZGVyc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEaLAoKUXVlcnlFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkgKF0N1c3RvbVNvdXJjZVJ1bGVWZXJkaWN0EgwKBHJ1bGUYASABKAkSDwoHbWF0Y2hlZBgCIAEoCBIOCgZyZWFzb24YAyABKAki1QIKGEN1c3RvbVNvdXJjZU1hcHBlZEZpZWxkcxIMCgRraW5kGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEhIKCmF0dGFjaF9rZXkYBCABKAkSEAoIZXZlbnRfaWQYBSABKAkSGAoLZW50aXR5X2tpbmQYBiABKAlIAIgBARIWCgllbnRpdHlfaWQYByABKAlIAYgBARIUCgdzdW1tYXJ5GAggASgJSAKIAQESEQoEbGluaxgJIAEoCUgDiAEBEhgKC3J1bmJvb2tfdXJsGAogASgJSASIAQESGgoNaWdub3JlX3JlYXNvbhgLIAEoCUgFiAEBQg4KDF9lbnRpdHlfa2luZEIMCgpfZW50aXR5X2lkQgoKCF9zdW1tYXJ5QgcKBV9saW5rQg4KDF9ydW5ib29rX3VybEIQCg5faWdub3JlX3JlYXNvbiLDAgobUHJldmlld0N1c3RvbVNvdXJjZVJlc3BvbnNlEhkKDG1hdGNoZWRfcnVsZRgBIAEoCUgAiAEBEjkKBXJ1bGVzGAIgAygLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSOwoGZmllbGRzGAMgASgLMisud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEhIKBWVycm9yGAQgASgJSAGIAQESEAoId2FybmluZ3MYBSADKAkSDQoFd291bGQYBiABKAkSGAoLaW5jaWRlbnRfaWQYByABKAlIAogBARIXCg9hdHRhY2hfaWRlbnRpdHkYCCABKAlCDwoNX21hdGNoZWRfcnVsZUIICgZfZXJyb3JCDgoMX2luY2lkZW50X2lkIoUDChpEZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdBIRCglzb3VyY2VfaWQYASABKAkSEwoLcGF0aF9zZWNyZXQYAiABKAkSDAoEYm9keRgDIAEoDBIUCgxjb250ZW50X3R5cGUYBCABKAkSWgoPcmVxdWVzdF9oZWFkZXJzGAUgAygLMkEud2Fycm9vbS5pbnRha2UudjEuRGVsaXZlckN1c3RvbVNvdXJjZVJlcXVlc3QuUmVxdWVzdEhlYWRlcnNFbnRyeRJUCgxxdWVyeV9wYXJhbXMYBiADKAsyPi53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeVBhcmFtc0VudHJ5GjUKE1JlcXVlc3RIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARoyChBRdWVyeVBhcmFtc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiawoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlIi0KHkxpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVxdWVzdBILCgNvcmcYASABKAkiWQofTGlzdEN1c3RvbVNvdXJjZVByZXNldHNSZXNwb25zZRI2CgdwcmVzZXRzGAEgAygLMiUud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUHJlc2V0IkwKEEdyb3VwaW5nT3ZlcnJpZGUSDgoGc291cmNlGAEgASgJEhIKCmF0dGFjaF9rZXkYAiABKAkSFAoMd2luZG93X2hvdXJzGAMgASgNImMKGlB1dEdyb3VwaW5nT3ZlcnJpZGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIOCgZzb3VyY2UYAiABKAkSEgoKYXR0YWNoX2tleRgDIAEoCRIUCgx3aW5kb3dfaG91cnMYBCABKA0iKwocTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVxdWVzdBILCgNvcmcYASABKAkiVwodTGlzdEdyb3VwaW5nT3ZlcnJpZGVzUmVzcG9uc2USNgoJb3ZlcnJpZGVzGAEgAygLMiMud2Fycm9vbS5pbnRha2UudjEuR3JvdXBpbmdPdmVycmlkZSI8Ch1EZWxldGVHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJIkAKC0NvcnJlbGF0aW9uEgwKBG1vZGUYASABKAkSFgoOd2luZG93X21pbnV0ZXMYAiABKA0SCwoDa2V5GAMgASgJIiQKFUdldENvcnJlbGF0aW9uUmVxdWVzdBILCgNvcmcYASABKAkiVwoVUHV0Q29ycmVsYXRpb25SZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgRtb2RlGAIgASgJEhYKDndpbmRvd19taW51dGVzGAMgASgNEgsKA2tleRgEIAEoCSInChhEZWxldGVDb3JyZWxhdGlvblJlcXVlc3QSCwoDb3JnGAEgASgJIiIKE0V4cG9ydENvbmZpZ1JlcXVlc3QSCwoDb3JnGAEgASgJIiQKFEV4cG9ydENvbmZpZ1Jlc3BvbnNlEgwKBHlhbWwYASABKAkiQAoSQXBwbHlDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCRIMCgR5YW1sGAIgASgJEg8KB2RyeV9ydW4YAyABKAgiOgoMQ29uZmlnQ2hhbmdlEg4KBmFjdGlvbhgBIAEoCRIMCgRraW5kGAIgASgJEgwKBG5hbWUYAyABKAkimQEKE0FwcGx5Q29uZmlnUmVzcG9uc2USMAoHY2hhbmdlcxgBIAMoCzIfLndhcnJvb20uaW50YWtlLnYxLkNvbmZpZ0NoYW5nZRI/CgtjcmVkZW50aWFscxgCIAMoCzIqLndhcnJvb20uaW50YWtlLnYxLkNyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEg8KB2FwcGxpZWQYAyABKAgiZgoXQ3JlYXRlZFNvdXJjZUNyZWRlbnRpYWwSDAoEbmFtZRgBIAEoCRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbGIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One mapping rule of a custom source. Every field but `name` is a CEL expression over `body`
@@ -1951,6 +1951,186 @@ export const DeleteGroupingOverrideRequestSchema: GenMessage<DeleteGroupingOverr
   messageDesc(file_warroom_intake_v1_custom_sources, 31);
 
 /**
+ * Correlation across sources: deliveries of one key (the alert's entity, `kind:id`, or the
+ * value of `key` over the normalized alert) arriving less than `window_minutes` apart form one
+ * group. `link`: each source keeps its own incident, linked as related. `attach`: later sources'
+ * alerts attach to the group's first open incident as repeats that name their source.
+ *
+ * @generated from message warroom.intake.v1.Correlation
+ */
+export type Correlation = Message<"warroom.intake.v1.Correlation"> & {
+  /**
+   * "" when correlation is off (GetCorrelation of an organization that set nothing), else link or attach.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 2;
+   */
+  windowMinutes: number;
+
+  /**
+   * A CEL expression over `alert` (the normalized alert: source, title, severity, entity, data,
+   * ...) yielding the key; empty: the alert's entity. A delivery whose key is empty or fails is
+   * not correlated.
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+};
+
+/**
+ * Correlation across sources: deliveries of one key (the alert's entity, `kind:id`, or the
+ * value of `key` over the normalized alert) arriving less than `window_minutes` apart form one
+ * group. `link`: each source keeps its own incident, linked as related. `attach`: later sources'
+ * alerts attach to the group's first open incident as repeats that name their source.
+ *
+ * @generated from message warroom.intake.v1.Correlation
+ */
+export type CorrelationJson = {
+  /**
+   * "" when correlation is off (GetCorrelation of an organization that set nothing), else link or attach.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode?: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 2;
+   */
+  windowMinutes?: number;
+
+  /**
+   * A CEL expression over `alert` (the normalized alert: source, title, severity, entity, data,
+   * ...) yielding the key; empty: the alert's entity. A delivery whose key is empty or fails is
+   * not correlated.
+   *
+   * @generated from field: string key = 3;
+   */
+  key?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.Correlation.
+ * Use `create(CorrelationSchema)` to create a new message.
+ */
+export const CorrelationSchema: GenMessage<Correlation, {jsonType: CorrelationJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 32);
+
+/**
+ * @generated from message warroom.intake.v1.GetCorrelationRequest
+ */
+export type GetCorrelationRequest = Message<"warroom.intake.v1.GetCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.GetCorrelationRequest
+ */
+export type GetCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.GetCorrelationRequest.
+ * Use `create(GetCorrelationRequestSchema)` to create a new message.
+ */
+export const GetCorrelationRequestSchema: GenMessage<GetCorrelationRequest, {jsonType: GetCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 33);
+
+/**
+ * @generated from message warroom.intake.v1.PutCorrelationRequest
+ */
+export type PutCorrelationRequest = Message<"warroom.intake.v1.PutCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string mode = 2;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 3;
+   */
+  windowMinutes: number;
+
+  /**
+   * @generated from field: string key = 4;
+   */
+  key: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.PutCorrelationRequest
+ */
+export type PutCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string mode = 2;
+   */
+  mode?: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 3;
+   */
+  windowMinutes?: number;
+
+  /**
+   * @generated from field: string key = 4;
+   */
+  key?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.PutCorrelationRequest.
+ * Use `create(PutCorrelationRequestSchema)` to create a new message.
+ */
+export const PutCorrelationRequestSchema: GenMessage<PutCorrelationRequest, {jsonType: PutCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 34);
+
+/**
+ * @generated from message warroom.intake.v1.DeleteCorrelationRequest
+ */
+export type DeleteCorrelationRequest = Message<"warroom.intake.v1.DeleteCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.DeleteCorrelationRequest
+ */
+export type DeleteCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.DeleteCorrelationRequest.
+ * Use `create(DeleteCorrelationRequestSchema)` to create a new message.
+ */
+export const DeleteCorrelationRequestSchema: GenMessage<DeleteCorrelationRequest, {jsonType: DeleteCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 35);
+
+/**
  * @generated from message warroom.intake.v1.ExportConfigRequest
  */
 export type ExportConfigRequest = Message<"warroom.intake.v1.ExportConfigRequest"> & {
@@ -1975,7 +2155,7 @@ export type ExportConfigRequestJson = {
  * Use `create(ExportConfigRequestSchema)` to create a new message.
  */
 export const ExportConfigRequestSchema: GenMessage<ExportConfigRequest, {jsonType: ExportConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 32);
+  messageDesc(file_warroom_intake_v1_custom_sources, 36);
 
 /**
  * The organization's configuration as code, without secrets.
@@ -2006,7 +2186,7 @@ export type ExportConfigResponseJson = {
  * Use `create(ExportConfigResponseSchema)` to create a new message.
  */
 export const ExportConfigResponseSchema: GenMessage<ExportConfigResponse, {jsonType: ExportConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 33);
+  messageDesc(file_warroom_intake_v1_custom_sources, 37);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigRequest
@@ -2061,7 +2241,7 @@ export type ApplyConfigRequestJson = {
  * Use `create(ApplyConfigRequestSchema)` to create a new message.
  */
 export const ApplyConfigRequestSchema: GenMessage<ApplyConfigRequest, {jsonType: ApplyConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 34);
+  messageDesc(file_warroom_intake_v1_custom_sources, 38);
 
 /**
  * One change of a plan.
@@ -2124,7 +2304,7 @@ export type ConfigChangeJson = {
  * Use `create(ConfigChangeSchema)` to create a new message.
  */
 export const ConfigChangeSchema: GenMessage<ConfigChange, {jsonType: ConfigChangeJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 35);
+  messageDesc(file_warroom_intake_v1_custom_sources, 39);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigResponse
@@ -2179,7 +2359,7 @@ export type ApplyConfigResponseJson = {
  * Use `create(ApplyConfigResponseSchema)` to create a new message.
  */
 export const ApplyConfigResponseSchema: GenMessage<ApplyConfigResponse, {jsonType: ApplyConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 36);
+  messageDesc(file_warroom_intake_v1_custom_sources, 40);
 
 /**
  * @generated from message warroom.intake.v1.CreatedSourceCredential
@@ -2216,5 +2396,5 @@ export type CreatedSourceCredentialJson = {
  * Use `create(CreatedSourceCredentialSchema)` to create a new message.
  */
 export const CreatedSourceCredentialSchema: GenMessage<CreatedSourceCredential, {jsonType: CreatedSourceCredentialJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 37);
+  messageDesc(file_warroom_intake_v1_custom_sources, 41);
 
