@@ -43,8 +43,8 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
     ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
-    ...createCorrelationHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
-    ...createConfigAsCodeHandlers({ clients, customSources: custom }),
+    ...createCorrelationHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients, correlation }),
+    ...createConfigAsCodeHandlers({ clients, customSources: custom, correlation }),
   });
 }
 

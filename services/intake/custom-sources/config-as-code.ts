@@ -37,7 +37,7 @@ import {
 } from "./config-schedules.js";
 import { CUSTOM_SOURCE_CHANGED } from "../../runtime/broadcast.js";
 import type { CustomSourcesDeps } from "./custom-source-handlers.js";
-import { type CorrelationSettings, checkCorrelationSettings, readCorrelationSettings, writeCorrelationSettings } from "./correlation.js";
+import { type Correlation, type CorrelationSettings, checkCorrelationSettings, readCorrelationSettings, writeCorrelationSettings } from "./correlation.js";
 import { rulesFromJson, rulesToJson, triggerUrl, validateName } from "./custom-source-records.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "./store.js";
 
@@ -119,6 +119,8 @@ function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
 export function createConfigAsCodeHandlers(deps: {
   clients: Clients;
   customSources: CustomSourcesDeps | undefined;
+  /** Told of a correlation change at once (other replicas see it within CORRELATION_CACHE_MS). */
+  correlation?: Correlation | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, "exportConfig" | "applyConfig"> {
   const { clients } = deps;
   function need(): CustomSourcesDeps {
@@ -333,6 +335,7 @@ export function createConfigAsCodeHandlers(deps: {
         }
       });
       outbox.poke();
+      deps.correlation?.forget(principal.orgId);
       // Every replica drops what it cached of a changed source before the change is answered.
       for (const id of changedSources) await broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
 

@@ -149,6 +149,8 @@ export interface Correlation {
    * the alert's attach identity (and event identifier, scoped to its source) to the group's.
    */
   apply(org: Organization, alert: AlertInit): Promise<Correlated>;
+  /** Drops this process's copy of the organization's settings (after a change made here). */
+  forget(orgId: string): void;
 }
 
 export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlation {
@@ -235,6 +237,10 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
       if (alert.eventId) alert.eventId = `${source}:${alert.eventId}`;
       return {};
     },
+
+    forget(orgId) {
+      cache.delete(orgId);
+    },
   };
 }
 
@@ -243,6 +249,8 @@ export function createCorrelationHandlers(deps: {
   sql: Sql | undefined;
   outbox: Outbox | undefined;
   clients: Clients;
+  /** This process's correlation, told of a change at once; other replicas see it within CORRELATION_CACHE_MS. */
+  correlation: Correlation | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, "getCorrelation" | "putCorrelation" | "deleteCorrelation"> {
   const { clients } = deps;
   function need<T>(value: T | undefined): T {
@@ -262,6 +270,7 @@ export function createCorrelationHandlers(deps: {
       const sql = need(deps.sql);
       const outbox = need(deps.outbox);
       await sql.begin((tx) => writeCorrelationSettings(tx, outbox, principal, settings));
+      deps.correlation?.forget(principal.orgId);
       outbox.poke();
       return create(CorrelationSchema, settings);
     },
@@ -271,6 +280,7 @@ export function createCorrelationHandlers(deps: {
       const sql = need(deps.sql);
       const outbox = need(deps.outbox);
       const deleted = await sql.begin((tx) => writeCorrelationSettings(tx, outbox, principal, undefined));
+      deps.correlation?.forget(principal.orgId);
       outbox.poke();
       if (!deleted) throw new NotFoundError("correlation is not set for this organization");
       return {};
