@@ -77,7 +77,10 @@ export function createDeliveryPath(deps: {
       // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
       // the sender's retry, which would otherwise do the work again.
       return await detachedFromCancellation(() =>
-        recordCall({ orgId: org.id, orgSlug: org.slug, alert, retryKey, correlationGroupId }, context.requestHeader.get(REQUEST_ID_HEADER) ?? ""),
+        recordCall(
+          { orgId: org.id, orgSlug: org.slug, alert, retryKey, ...(correlationGroupId ? { correlationGroupId } : {}) },
+          context.requestHeader.get(REQUEST_ID_HEADER) ?? "",
+        ),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;

@@ -137,6 +137,26 @@ function alertForKey(alert: AlertInit): JsonObject {
   return view;
 }
 
+/**
+ * The alert's correlation key: the value of the organization's expression (`key:<value>`), or
+ * its entity (`entity:<kind>:<id>`) without one; empty: not correlated. A long key becomes its
+ * digest, as long attach identities do.
+ */
+export function correlationKeyOf(program: Program | undefined, alert: AlertInit): { key: string } | { error: string } {
+  let key: string;
+  if (program) {
+    const result = evaluateMetered(KEY_ENVIRONMENT, program, { alert: toCelInput(alertForKey(alert)) });
+    if ("error" in result) return { error: result.error };
+    const value = fromCelValue(result.value);
+    if (value === null || value === undefined || value === "") return { key: "" };
+    key = `key:${typeof value === "string" ? value : JSON.stringify(value)}`;
+  } else {
+    if (!alert.entity?.kind || !alert.entity.id) return { key: "" };
+    key = `entity:${alert.entity.kind}:${alert.entity.id}`;
+  }
+  return { key: key.length > CORRELATION_LIMITS.keyCharacters ? `sha256:${digestOf([key])}` : key };
+}
+
 /** What correlation decided for one delivery. */
 export interface Correlated {
   /** Link mode: the group an incident this delivery opens joins. */
@@ -173,25 +193,6 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
     return settings;
   }
 
-  function keyOf(settings: SettingsRow & { program?: Program }, alert: AlertInit): string {
-    let key: string;
-    if (settings.program) {
-      const result = evaluateMetered(KEY_ENVIRONMENT, settings.program, { alert: toCelInput(alertForKey(alert)) });
-      if ("error" in result) {
-        // A key that fails never merges anything: the delivery is simply not correlated.
-        logger.warn({ source: alert.source, error: result.error }, "correlation key failed: the delivery is not correlated");
-        return "";
-      }
-      const value = fromCelValue(result.value);
-      if (value === null || value === undefined || value === "") return "";
-      key = `key:${typeof value === "string" ? value : JSON.stringify(value)}`;
-    } else {
-      if (!alert.entity?.kind || !alert.entity.id) return "";
-      key = `entity:${alert.entity.kind}:${alert.entity.id}`;
-    }
-    return key.length > CORRELATION_LIMITS.keyCharacters ? `sha256:${digestOf([key])}` : key;
-  }
-
   /**
    * The key's group for an alert: the current one when the key's previous alert came less than
    * the window ago, else a new one. One upsert: concurrent alerts of a key wait on its row, so all
@@ -219,7 +220,13 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
     async apply(org, alert) {
       const settings = await settingsOf(org.id);
       if (!settings) return {};
-      const key = keyOf(settings, alert);
+      const keyed = correlationKeyOf(settings.program, alert);
+      if ("error" in keyed) {
+        // A key that fails never merges anything: the delivery is simply not correlated.
+        logger.warn({ source: alert.source, error: keyed.error }, "correlation key failed: the delivery is not correlated");
+        return {};
+      }
+      const key = keyed.key;
       if (!key) return {};
       if (settings.mode === "link") {
         // Only an alert opens an incident, so only an alert needs a group.

@@ -65,14 +65,17 @@ export function useCorrelationGroups(incidents: Incident[]): {
 export function RelatedIncidents(props: { incident: Incident }) {
   const related = props.incident.related ?? [];
   if (related.length === 0) return null;
+  // The rooms live beside this one: its path (from its workspaceUrl) with the other id.
+  const here = new URL(props.incident.workspaceUrl, window.location.href).pathname;
+  const roomOf = (id: string) => here.replace(/[^/]+$/, encodeURIComponent(id));
   return (
     <section class="related-incidents" aria-labelledby="related-heading">
       <h2 id="related-heading">{`Related incidents (${(props.incident.correlationGroupSize ?? related.length + 1) - 1})`}</h2>
       <ul>
         {related.map((r) => (
           <li key={r.id} data-related-id={r.id}>
-            <Link href={`/incidents/${encodeURIComponent(r.id)}`}>{r.title || "Untitled incident"}</Link> <SourceBadge source={r.source} />{" "}
-            <Severity severity={r.severity} /> {r.state !== "open" ? <StateBadge state={r.state} /> : null}
+            <Link href={roomOf(r.id)}>{r.title || "Untitled incident"}</Link> <SourceBadge source={r.source} /> <Severity severity={r.severity} />{" "}
+            {r.state !== "open" ? <StateBadge state={r.state} /> : null}
           </li>
         ))}
       </ul>
