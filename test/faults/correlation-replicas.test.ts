@@ -28,7 +28,8 @@ beforeAll(async () => {
   database = await freshDatabase();
   nats = await startPrivateNats();
   cluster = await startCluster({
-    env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1" }),
+    // The manifests' pool size (deploy/base/kustomization.yaml), as the other replica tests use.
+    env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
     port: 0,
     // One gateway keeps the machine's load down; two intakes and two incident cores are the replicas that race.
     gateways: 1,
