@@ -44,6 +44,8 @@ export function incidentShape(config: Config, orgSlug: string, row: IncidentRow,
   incident.repeatCount = row.repeat_count ?? 0;
   incident.lastActivityAt = timestampFromDate(row.last_activity_at ?? row.opened_at);
   incident.recoveredAtSource = row.recovered_at_source ?? false;
+  if (row.correlation_group_id) incident.correlationGroupId = row.correlation_group_id;
+  incident.correlationGroupSize = row.correlation_group_size ?? 0;
   return incident;
 }
 

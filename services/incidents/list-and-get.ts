@@ -1,3 +1,5 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type {
   GetIncidentRequest,
@@ -5,6 +7,7 @@ import type {
   IncidentsService,
   ListIncidentsRequest,
   ListTimelineRequest,
+  RelatedIncidentSchema,
 } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import type { Config } from "../runtime/config/config.js";
@@ -49,7 +52,9 @@ function incidentRead(sql: Sql) {
         (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'opened')
       ),
       false
-    ) as recovered_at_source`;
+    ) as recovered_at_source,
+    (case when i.correlation_group_id is null then 0 else (select count(*) from incidents.incidents g
+      where g.org_id = i.org_id and g.correlation_group_id = i.correlation_group_id) end)::int as correlation_group_size`;
 }
 
 /** The list's orders: opened newest first (the default), by severity, or by latest activity. */
@@ -112,6 +117,19 @@ export function incidentWithFirstPage(config: Config, orgSlug: string, loaded: A
   return incident;
 }
 
+/** The most related incidents an incident's page lists; the group's size counts them all. */
+const MAX_RELATED = 100;
+
+/** The other incidents of the incident's correlation group, oldest first. */
+async function relatedIncidents(sql: Sql, row: IncidentRow): Promise<MessageInitShape<typeof RelatedIncidentSchema>[]> {
+  if (!row.correlation_group_id) return [];
+  const rows = await sql<Pick<IncidentRow, "id" | "title" | "severity" | "state" | "source" | "opened_at">[]>`
+    select id, title, severity, state, source, opened_at from incidents.incidents
+    where org_id = ${row.org_id} and correlation_group_id = ${row.correlation_group_id} and id <> ${row.id}
+    order by opened_at, id limit ${MAX_RELATED}`;
+  return rows.map((r) => ({ id: r.id, title: r.title, severity: r.severity, state: r.state, source: r.source, openedAt: timestampFromDate(r.opened_at) }));
+}
+
 /**
  * The read handlers: list and get incidents, page through a timeline, and the internal
  * IncidentState.
@@ -133,6 +151,7 @@ export function createListAndGetHandlers(
       }
       if (req.acknowledged !== "" && req.acknowledged !== "yes" && req.acknowledged !== "no") invalid("acknowledged must be yes or no");
       if (req.ownerId !== "" && req.ownerId !== "none" && !isUuid(req.ownerId)) invalid("ownerId must be a member's id (GET /o/{org}/members) or none");
+      if (req.correlationGroupId !== "" && !isUuid(req.correlationGroupId)) invalid("correlationGroupId must be an incident's correlationGroupId");
       if (req.entityKind !== "" && req.entityId === "") invalid("entityKind needs entityId: filter by the entity's id, and its kind if you like");
 
       const filters = [
@@ -145,6 +164,7 @@ export function createListAndGetHandlers(
         req.ownerId === "none" ? sql`and i.owner_id is null` : req.ownerId ? sql`and i.owner_id = ${req.ownerId}::uuid` : sql``,
         // Plain text, not a pattern: the caller's % and _ match themselves.
         req.q ? sql`and strpos(lower(i.title), lower(${req.q})) > 0` : sql``,
+        req.correlationGroupId ? sql`and i.correlation_group_id = ${req.correlationGroupId}::uuid` : sql``,
       ];
       const where = filters.reduce((all, clause) => sql`${all} ${clause}`, sql`i.org_id = ${principal.orgId}`);
 
@@ -178,7 +198,10 @@ export function createListAndGetHandlers(
 
     async getIncident(req: GetIncidentRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+      const loaded = await loadIncident(sql, principal.orgId, req.id);
+      const incident = incidentWithFirstPage(config, principal.orgSlug, loaded);
+      incident.related = await relatedIncidents(sql, loaded.row);
+      return incident;
     },
 
     async incidentState(req: IncidentStateRequest) {

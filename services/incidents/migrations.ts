@@ -247,5 +247,16 @@ export const migrations: Migration[] = [
       create unique index timeline_entries_one_per_retry_key on incidents.timeline_entries (incident_id, retry_key) where retry_key is not null;
     `,
   },
+  {
+    id: 12,
+    name: "correlation groups across sources",
+    // Intake places a delivery of a correlated entity in a group (its own table decides which,
+    // exactly once across replicas); the incident a delivery opens keeps the group it was given.
+    // A nullable column rewrites nothing; the index holds only grouped incidents.
+    sql: `
+      alter table incidents.incidents add column correlation_group_id uuid;
+      create index incidents_correlation_group on incidents.incidents (org_id, correlation_group_id) where correlation_group_id is not null;
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

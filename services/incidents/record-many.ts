@@ -43,7 +43,7 @@ type RecordResponseInit = MessageInitShape<typeof RecordResponseSchema>;
 const RECORD_METHOD = "warroom.incidents.v1.IncidentsService/Record";
 
 /** A delivery the batch statements decide: Record's, with its identity and data ready for them. */
-interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey" | "entryRetryKey"> {
+interface Plain extends Omit<Delivery, "attachIdentity" | "data" | "retryKey" | "entryRetryKey" | "correlationGroupId"> {
   index: number;
   identity: string;
   data: string | null;
@@ -68,6 +68,8 @@ function plain(req: RecordRequest, index: number, traceContext: string | null): 
   if (req.retryKey) return undefined;
   // A sender's acknowledgement also acknowledges the incident: Record's statement does that.
   if (a.kind === "acknowledge") return undefined;
+  // An incident it opens keeps its correlation group: Record's statement writes it.
+  if (req.correlationGroupId) return undefined;
   const entity: Plain["entity"] = a.entity?.kind && a.entity.id ? { kind: storableText(a.entity.kind), id: storableText(a.entity.id) } : null;
   const occurredAt = a.occurredAt ? timestampDate(a.occurredAt) : null;
   if (occurredAt && !(occurredAt.getUTCFullYear() >= 1 && occurredAt.getUTCFullYear() <= 9999)) return undefined;

@@ -63,6 +63,8 @@ export interface Delivery {
   occurredAt: Date | null;
   runbookUrl: string | null;
   data: JsonObject | null;
+  /** The correlation group intake placed the delivery in, kept on an incident it opens; null: none. */
+  correlationGroupId: string | null;
   /** The caller's retry key (intake's), kept with an incident this delivery opens; null: none. */
   retryKey: string | null;
   /**
@@ -186,10 +188,10 @@ export function createRecordHandlers(deps: RecordDeps): { record(req: RecordRequ
         on conflict do nothing
         returning incident_id, at
       )${d.kind === "acknowledge" ? acknowledgedBySender(d) : sql``}, opened as (
-        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key)
+        insert into incidents.incidents (id, org_id, title, severity, source, entity_kind, entity_id, attach_identity, runbook_url, opened_at, retry_key, correlation_group_id)
         select ${events.newIncidentId}::uuid, ${d.orgId}::uuid, ${d.title}::text, ${d.severity}::text, ${d.source}::text,
                ${d.entity?.kind ?? null}::text, ${d.entity?.id ?? null}::text, ${d.attachIdentity}::text, ${d.runbookUrl}::text, now(),
-               ${d.retryKey}::text
+               ${d.retryKey}::text, ${d.correlationGroupId}::uuid
         where ${d.kind === "alert"}::boolean and not exists (select 1 from win) and not exists (select 1 from target)
           and not exists (select 1 from retried)
         -- Either unique index may conflict: the open identity's, or the retry key's (a concurrent
@@ -356,6 +358,7 @@ function toDelivery(req: RecordRequest): Delivery {
     occurredAt,
     runbookUrl: optionalText(alert.runbookUrl),
     data: alert.data && Object.keys(alert.data).length > 0 ? storableJson(alert.data) : null,
+    correlationGroupId: req.correlationGroupId || null,
     // Only an alert without an attach identity opens by it: any other finds its incident by the identity.
     retryKey: req.retryKey && alert.kind === "alert" && !alert.attachIdentity ? storableText(req.retryKey) : null,
     entryRetryKey: req.retryKey ? storableText(req.retryKey) : null,

@@ -20,10 +20,12 @@ export interface IncidentRow {
   acknowledged_by?: string | null;
   owner_id?: string | null;
   owner_email?: string | null;
+  correlation_group_id?: string | null;
   /** Read by INCIDENT_READ (list-and-get.ts); Record's rows do not carry them. */
   repeat_count?: number;
   last_activity_at?: Date | null;
   recovered_at_source?: boolean;
+  correlation_group_size?: number;
 }
 
 export interface TimelineEntryRow {

@@ -13,6 +13,7 @@ import { recordAlone, type RecordCall } from "./record-groups.js";
 import { bodyDigestOf, retryKeyOf, reusedKeyMessage, type TriggerRoute } from "./retry-keys.js";
 import { RetryKeyReusedError, type RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
+import type { Correlation } from "./custom-sources/correlation.js";
 import type { Grouping } from "./grouping/grouping.js";
 import type { IntakeStore } from "./store.js";
 
@@ -60,21 +61,26 @@ export function createDeliveryPath(deps: {
   retries: RetryRecognition;
   /** The organization's grouping overrides; none: every source groups as it does by default. */
   grouping?: Grouping | undefined;
+  /** The organization's correlation across sources; none: nothing is correlated. */
+  correlation?: Correlation | undefined;
   /** Each organization's share of this process's deliveries in flight; none: no limit. */
   shares?: FairShares | undefined;
   /** How deliveries reach the incident core; by default one Record call each. */
   recordCall?: RecordCall | undefined;
 }): DeliveryPath {
-  const { clients, store, logger, retries, grouping, shares } = deps;
+  const { clients, store, logger, retries, grouping, correlation, shares } = deps;
   const recordCall = deps.recordCall ?? recordAlone(clients.incidents);
 
   /** Hands the alert to the incident core; a failure there is a 503 the sender may retry. */
-  async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string): Promise<RecordResponse> {
+  async function record(org: Organization, alert: AlertInit, context: HandlerContext, retryKey: string, correlationGroupId = ""): Promise<RecordResponse> {
     try {
       // Not canceled when the sender hangs up (only ended by the deadline): the answer is kept for
       // the sender's retry, which would otherwise do the work again.
       return await detachedFromCancellation(() =>
-        recordCall({ orgId: org.id, orgSlug: org.slug, alert, retryKey }, context.requestHeader.get(REQUEST_ID_HEADER) ?? ""),
+        recordCall(
+          { orgId: org.id, orgSlug: org.slug, alert, retryKey, ...(correlationGroupId ? { correlationGroupId } : {}) },
+          context.requestHeader.get(REQUEST_ID_HEADER) ?? "",
+        ),
       );
     } catch (err) {
       const code = ConnectError.from(err).code;
@@ -125,7 +131,10 @@ export function createDeliveryPath(deps: {
         logger.warn({ err: String(err) }, "could not apply a grouping override");
       }
     }
-    const result = await record(org, mapped.alert, context, retryKey);
+    // Unlike a grouping override, a correlation that cannot be placed fails the delivery (503, which
+    // the sender retries): going on without it would open a second incident in attach mode.
+    const correlated = correlation ? await correlation.apply(org, mapped.alert) : {};
+    const result = await record(org, mapped.alert, context, retryKey, correlated.groupId);
     return answerOf(result, mapped.alert);
   }
 

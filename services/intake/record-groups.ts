@@ -29,6 +29,8 @@ export interface RecordInit {
   orgSlug: string;
   alert: AlertInit;
   retryKey: string;
+  /** The correlation group an incident this delivery opens joins; empty: none. */
+  correlationGroupId?: string;
 }
 export type RecordCall = (req: RecordInit, requestId: string) => Promise<RecordResponse>;
 

@@ -7,6 +7,7 @@ import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
 import { createConfigAsCodeHandlers } from "./config-as-code/config-as-code.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
+import { createCorrelation, createCorrelationHandlers } from "./custom-sources/correlation.js";
 import { createGrouping, createGroupingHandlers } from "./grouping/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
@@ -23,12 +24,14 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
   const custom = deps.customSources;
   const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger, largeBodies: custom.largeBodies }) : undefined;
+  const correlation = custom ? createCorrelation({ sql: custom.sql, logger }) : undefined;
   const delivery = createDeliveryPath({
     clients,
     store,
     logger,
     retries: createRetryRecognition(store.retryKeys, logger),
     grouping,
+    correlation,
     shares: deps.shares,
     recordCall: deps.recordCall,
   });
@@ -40,7 +43,8 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
     ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
-    ...createConfigAsCodeHandlers({ clients, customSources: custom }),
+    ...createCorrelationHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients, correlation }),
+    ...createConfigAsCodeHandlers({ clients, customSources: custom, correlation }),
   });
 }
 
@@ -72,6 +76,9 @@ const REFUSAL_SOURCE: Record<keyof IntakeImpl, string | undefined> = {
   putGroupingOverride: undefined,
   listGroupingOverrides: undefined,
   deleteGroupingOverride: undefined,
+  getCorrelation: undefined,
+  putCorrelation: undefined,
+  deleteCorrelation: undefined,
   exportConfig: undefined,
   applyConfig: undefined,
 };

@@ -26,6 +26,7 @@ const PAGES = [
   "docs/how-to/moving-from-other-tools.md",
   "docs/how-to/custom-sources.md",
   "docs/how-to/grouping.md",
+  "docs/how-to/correlation.md",
   "docs/how-to/respond-to-incidents.md",
   "docs/how-to/config-as-code.md",
   "docs/how-to/members-and-credentials.md",

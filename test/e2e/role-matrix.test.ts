@@ -59,6 +59,8 @@ const ADMIN_ONLY = new Set([
   "PreviewCustomSource",
   "PutGroupingOverride",
   "DeleteGroupingOverride",
+  "PutCorrelation",
+  "DeleteCorrelation",
   "ExportConfig",
   "ApplyConfig",
 ]);
@@ -99,6 +101,7 @@ const ANY_MEMBER = new Set([
   "ListCustomSourcePresets",
   "GetCustomSource",
   "ListGroupingOverrides",
+  "GetCorrelation",
 ]);
 /** Any member, but only with a session: an API key never mints another key. */
 /** Credentials change only with a session: a stolen key must not take its owner's account over. */

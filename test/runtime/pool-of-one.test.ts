@@ -361,10 +361,13 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("DELETE", `${customPath}/credential`, { token: owner }), 204, "revoke custom-source credential");
     expectStatus(await call("PUT", `${o}/grouping-overrides/metrics-monitor`, { token: owner, body: { windowHours: 12 } }), 200, "put grouping override");
     expectStatus(await call("GET", `${o}/grouping-overrides`, { token: owner }), 200, "list grouping overrides");
+    expectStatus(await call("PUT", `${o}/correlation`, { token: owner, body: { mode: "link", windowMinutes: 30 } }), 200, "set correlation");
+    expectStatus(await call("GET", `${o}/correlation`, { token: owner }), 200, "get correlation");
     const exported = await call("GET", `${o}/config`, { token: owner });
     expectStatus(exported, 200, "export configuration");
     expectStatus(await call("POST", `${o}/config`, { token: owner, body: { yaml: exported.body.yaml, dryRun: true } }), 200, "apply configuration (dry run)");
     expectStatus(await call("DELETE", `${o}/grouping-overrides/metrics-monitor`, { token: owner }), 204, "delete grouping override");
+    expectStatus(await call("DELETE", `${o}/correlation`, { token: owner }), 204, "turn correlation off");
     expectStatus(await call("DELETE", customPath, { token: owner }), 204, "delete custom source");
 
     // Event subscriptions: created, tested, its log read, redelivered, rotated, changed, deleted.

@@ -50,6 +50,13 @@ import {
 } from "../custom-sources/custom-source-records.js";
 import { authEntry, sameAuth, type SourceAuth, sourceAuthFrom } from "../custom-sources/source-auth.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
+import {
+  type Correlation,
+  type CorrelationSettings,
+  checkCorrelationSettings,
+  readCorrelationSettings,
+  writeCorrelationSettings,
+} from "../custom-sources/correlation.js";
 
 const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
 
@@ -92,6 +99,11 @@ const fileSchema = z
     groupingOverrides: z
       .array(z.object({ source: z.string(), attachKey: z.string().optional(), windowHours: z.number().int().min(0).optional() }).strict())
       .optional(),
+    // `mode: off` turns correlation off; no section leaves it as it is.
+    correlation: z
+      .object({ mode: z.enum(["link", "attach", "off"]), windowMinutes: z.number().int().min(1).optional(), key: z.string().optional() })
+      .strict()
+      .optional(),
     heartbeats: z.array(heartbeatEntrySchema).optional(),
     maintenanceWindows: z.array(maintenanceWindowEntrySchema).optional(),
   })
@@ -125,18 +137,25 @@ function specOf(row: CustomSourceRow): SourceSpec {
   };
 }
 
+/** The settings as the file writes them (the key only when set): how they are written and compared. */
+function correlationEntry(settings: CorrelationSettings): JsonObject {
+  return { mode: settings.mode, windowMinutes: settings.windowMinutes, ...(settings.key ? { key: settings.key } : {}) };
+}
+
 function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
   return a.preset === b.preset && sameAuth(a.auth, b.auth) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
 }
 
 /**
- * Configuration as code: an organization's custom sources, grouping overrides, heartbeats and
+ * Configuration as code: an organization's custom sources, grouping overrides, correlation, heartbeats and
  * maintenance windows as one YAML file (never a secret: no credential, no ping URL), and a plan
  * that makes the organization match a file, applied idempotently.
  */
 export function createConfigAsCodeHandlers(deps: {
   clients: Clients;
   customSources: CustomSourcesDeps | undefined;
+  /** Told of a correlation change at once (other replicas see it within CORRELATION_CACHE_MS). */
+  correlation?: Correlation | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, "exportConfig" | "applyConfig"> {
   const { clients } = deps;
   function need(): CustomSourcesDeps {
@@ -149,13 +168,14 @@ export function createConfigAsCodeHandlers(deps: {
     const sources = await sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} order by name`;
     const overrides = await sql<{ source: string; attach_key: string; window_hours: number }[]>`
       select source, attach_key, window_hours from intake.grouping_overrides where org_id = ${orgId} order by source`;
-    return { sources, overrides };
+    const correlation = await readCorrelationSettings(sql, orgId);
+    return { sources, overrides, correlation };
   }
 
   return {
     async exportConfig(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
-      const { sources, overrides } = await current(principal.orgId);
+      const { sources, overrides, correlation } = await current(principal.orgId);
       const calls = scheduleCalls(clients, req.org, context);
       const [heartbeats, windows] = await Promise.all([calls.heartbeats(), calls.windows()]);
       const file: JsonObject = {
@@ -175,6 +195,7 @@ export function createConfigAsCodeHandlers(deps: {
           if (o.window_hours) entry.windowHours = o.window_hours;
           return entry;
         }),
+        ...(correlation ? { correlation: correlationEntry(correlation) } : {}),
         heartbeats: heartbeats.map((h) => heartbeatEntry(heartbeatSpecOf(h))),
         // A window that has ended is history, not configuration.
         maintenanceWindows: windows
@@ -233,6 +254,10 @@ export function createConfigAsCodeHandlers(deps: {
         }
         wantedOverrides.set(override.source, { attachKey, windowHours: override.windowHours ?? 0 });
       }
+      const wantedCorrelation =
+        file.correlation && file.correlation.mode !== "off"
+          ? checkCorrelationSettings({ ...file.correlation, mode: file.correlation.mode }, "correlation.")
+          : undefined;
       const wantedHeartbeats = new Map<string, HeartbeatSpec>();
       for (const [index, entry] of (file.heartbeats ?? []).entries()) {
         const spec = checkHeartbeatEntry(entry, index);
@@ -246,7 +271,7 @@ export function createConfigAsCodeHandlers(deps: {
         if (w.endsAt.getTime() > Date.now()) wantedWindows.set(windowKey(w), w);
       }
 
-      const { sources, overrides } = await current(principal.orgId);
+      const { sources, overrides, correlation } = await current(principal.orgId);
       const changes: ConfigChange[] = [];
       const change = (action: string, kind: string, name: string) => changes.push(create(ConfigChangeSchema, { action, kind, name }));
       const existing = new Map(sources.map((row) => [row.name, row]));
@@ -267,6 +292,11 @@ export function createConfigAsCodeHandlers(deps: {
           else if (held.attach_key !== o.attachKey || held.window_hours !== o.windowHours) change("update", "groupingOverride", source);
         }
         for (const o of overrides) if (!wantedOverrides.has(o.source)) change("delete", "groupingOverride", o.source);
+      }
+      if (file.correlation) {
+        const held = correlation ? JSON.stringify(correlationEntry(correlation)) : undefined;
+        const wanted = wantedCorrelation ? JSON.stringify(correlationEntry(wantedCorrelation)) : undefined;
+        if (held !== wanted) change(!wanted ? "delete" : held ? "update" : "create", "correlation", "correlation");
       }
       const calls = scheduleCalls(clients, req.org, context);
       const heartbeatChanges: { action: string; spec?: HeartbeatSpec; name: string }[] = [];
@@ -333,6 +363,8 @@ export function createConfigAsCodeHandlers(deps: {
               changedSources.push(...deleted.map((row) => row.id));
               await audit("custom_source.deleted", { name: c.name });
             }
+          } else if (c.kind === "correlation") {
+            await writeCorrelationSettings(tx, outbox, principal, wantedCorrelation, "config");
           } else if (c.kind === "groupingOverride") {
             const o = wantedOverrides.get(c.name);
             if (o) {
@@ -349,6 +381,7 @@ export function createConfigAsCodeHandlers(deps: {
         }
       });
       outbox.poke();
+      deps.correlation?.forget(principal.orgId);
       // Every replica drops what it cached of a changed source before the change is answered.
       for (const id of changedSources) await broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
 
@@ -374,7 +407,7 @@ export function createConfigAsCodeHandlers(deps: {
         } catch (err) {
           const refused = ConnectError.from(err);
           throw new ConnectError(
-            `${step.label}: ${refused.rawMessage}. The changes before it were applied (custom sources and grouping overrides all at once); fix the file and apply it again to finish`,
+            `${step.label}: ${refused.rawMessage}. The changes before it were applied (custom sources, grouping overrides and correlation all at once); fix the file and apply it again to finish`,
             refused.code,
           );
         }

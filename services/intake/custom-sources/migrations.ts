@@ -150,4 +150,28 @@ export const customSourceMigrations: Migration[] = [
         add column secret_sealed_by text;
     `,
   },
+  {
+    id: 50,
+    name: "correlation across sources: settings and the group of each key",
+    // One settings row per organization that set correlation (none: nothing is correlated), and
+    // one row per (organization, key) holding the key's current group. The upsert of that row is
+    // what serializes concurrent alerts of a key across replicas (correlation.ts).
+    sql: `
+      create table intake.correlation_settings (
+        org_id uuid primary key,
+        mode text not null check (mode in ('link', 'attach')),
+        window_minutes integer not null check (window_minutes > 0),
+        key_expression text not null default '',
+        version integer not null default 1
+      );
+      create table intake.correlation_groups (
+        org_id uuid not null,
+        key text not null,
+        group_id uuid not null,
+        last_alert_at timestamptz not null,
+        primary key (org_id, key)
+      );
+      create index correlation_groups_last_alert on intake.correlation_groups (last_alert_at);
+    `,
+  },
 ];

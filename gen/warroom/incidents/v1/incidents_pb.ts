@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIqoGCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAhCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi0QEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAASKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCKVAgoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIZCghzZXZlcml0eRgFIAEoCUIHukgEcgIYQBIXCgZzb3VyY2UYBiABKAlCB7pIBHICGD8SHQoLZW50aXR5X2tpbmQYByABKAlCCLpIBXIDGIAIEhsKCWVudGl0eV9pZBgIIAEoCUIIukgFcgMYgAgSFAoMYWNrbm93bGVkZ2VkGAkgASgJEhkKCG93bmVyX2lkGAogASgJQge6SARyAhhAEgwKBHNvcnQYCyABKAkSEwoBcRgMIAEoCUIIukgFcgMYyAEidAoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEjEKCWluY2lkZW50cxgBIAMoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIk0KE0xpc3RUaW1lbGluZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBmN1cnNvchgDIAEoCRINCgVsaW1pdBgEIAEoBSJ2ChRMaXN0VGltZWxpbmVSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciItChJHZXRJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFlJlc29sdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkIKFVVwZGF0ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkiNQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkQKF1NldEluY2lkZW50T3duZXJSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCSI/ChZBZGRJbmNpZGVudE5vdGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIMCgR0ZXh0GAMgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIl0KEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRI4CghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eUIIukgFkgECEGQiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLaAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKBnJlYXNvbhgEIAEoCUIIukgFcgMY6AcSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIkQKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCRIWCgVzdGF0ZRgCIAEoCUIHukgEcgIYFCJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiNgobRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTL4EwoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSgQEKDlVwZGF0ZUluY2lkZW50Eisud2Fycm9vbS5pbmNpZGVudHMudjEuVXBkYXRlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiIoLT5JMCHDoBKjIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SlAEKE0Fja25vd2xlZGdlSW5jaWRlbnQSMC53YXJyb29tLmluY2lkZW50cy52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiuC0+STAiUiIy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2Fja25vd2xlZGdlEosBChBTZXRJbmNpZGVudE93bmVyEi0ud2Fycm9vbS5pbmNpZGVudHMudjEuU2V0SW5jaWRlbnRPd25lclJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIogtPkkwIiOgEqGh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9vd25lchKOAQoPQWRkSW5jaWRlbnROb3RlEiwud2Fycm9vbS5pbmNpZGVudHMudjEuQWRkSW5jaWRlbnROb3RlUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkiKILT5JMCIjoBKiIdL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vbm90ZXMSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfRKhAQoURW5kTWFpbnRlbmFuY2VXaW5kb3cSMS53YXJyb29tLmluY2lkZW50cy52MS5FbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyItgtPkkwInIiUvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0vZW5kYgZwcm90bzM", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIr4HCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSIQoUY29ycmVsYXRpb25fZ3JvdXBfaWQYHiABKAlICIgBARIeChZjb3JyZWxhdGlvbl9ncm91cF9zaXplGB8gASgFEjYKB3JlbGF0ZWQYICADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5SZWxhdGVkSW5jaWRlbnRCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhcKFV9jb3JyZWxhdGlvbl9ncm91cF9pZCKMAQoPUmVsYXRlZEluY2lkZW50EgoKAmlkGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEg0KBXN0YXRlGAQgASgJEg4KBnNvdXJjZRgFIAEoCRItCglvcGVuZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi/AEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAARIpChRjb3JyZWxhdGlvbl9ncm91cF9pZBgHIAEoCUILukgI2AEBcgOwAQEisQEKDlJlY29yZFJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIiChVtYWludGVuYW5jZV93aW5kb3dfaWQYAyABKAlIAIgBARITCgZyZWFzb24YBCABKAlIAYgBAUIYChZfbWFpbnRlbmFuY2Vfd2luZG93X2lkQgkKB19yZWFzb24iXAoRUmVjb3JkTWFueVJlcXVlc3QSRwoKZGVsaXZlcmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3RCDrpIC5IBCBDoByID2AEDIsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InoKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEhMKC2luY2lkZW50X2lkGAIgASgJEjIKBWVudHJ5GAMgASgLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSJ9ChVGaW5kTGF0ZXN0T3BlblJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIOCgZzb3VyY2UYAiABKAkSJgoPYXR0YWNoX2lkZW50aXR5GAMgASgJQgi6SAVyAyiACEgAiAEBQhIKEF9hdHRhY2hfaWRlbnRpdHkiigEKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfaW5jaWRlbnRfaWQiUgoUSW5jaWRlbnRTdGF0ZVJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhUKDXdpdGhfaW5jaWRlbnQYAyABKAgiWAoVSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQivAIKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSGQoIc2V2ZXJpdHkYBSABKAlCB7pIBHICGEASFwoGc291cmNlGAYgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAcgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYCCABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgJIAEoCRIZCghvd25lcl9pZBgKIAEoCUIHukgEcgIYQBIMCgRzb3J0GAsgASgJEhMKAXEYDCABKAlCCLpIBXIDGMgBEiUKFGNvcnJlbGF0aW9uX2dyb3VwX2lkGB4gASgJQge6SARyAhhAInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJNChNMaXN0VGltZWxpbmVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIOCgZjdXJzb3IYAyABKAkSDQoFbGltaXQYBCABKAUidgoUTGlzdFRpbWVsaW5lUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJCChVVcGRhdGVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHNldmVyaXR5GAMgASgJIjUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJEChdTZXRJbmNpZGVudE93bmVyUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkiPwoWQWRkSW5jaWRlbnROb3RlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEdGV4dBgDIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJdChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSOAoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHlCCLpIBZIBAhBkIsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi2gEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgZyZWFzb24YBCABKAlCCLpIBXIDGOgHEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCJECh1MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBILCgNvcmcYASABKAkSFgoFc3RhdGUYAiABKAlCB7pIBHICGBQiZgoeTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlEkQKE21haW50ZW5hbmNlX3dpbmRvd3MYASADKAsyJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyI5Ch5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjYKG0VuZE1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAky+BMKEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEoEBCg5VcGRhdGVJbmNpZGVudBIrLndhcnJvb20uaW5jaWRlbnRzLnYxLlVwZGF0ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiKC0+STAhw6ASoyFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EpQBChNBY2tub3dsZWRnZUluY2lkZW50EjAud2Fycm9vbS5pbmNpZGVudHMudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIrgtPkkwIlIiMvby97b3JnfS9pbmNpZGVudHMve2lkfS9hY2tub3dsZWRnZRKLAQoQU2V0SW5jaWRlbnRPd25lchItLndhcnJvb20uaW5jaWRlbnRzLnYxLlNldEluY2lkZW50T3duZXJSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiKILT5JMCIjoBKhodL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vb3duZXISjgEKD0FkZEluY2lkZW50Tm90ZRIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFkZEluY2lkZW50Tm90ZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IiiC0+STAiI6ASoiHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L25vdGVzEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZGIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -277,6 +277,28 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: bool recovered_at_source = 20;
    */
   recoveredAtSource: boolean;
+
+  /**
+   * The correlation group it belongs to (incidents of one entity from several sources, linked by
+   * the organization's correlation); unset: none.
+   *
+   * @generated from field: optional string correlation_group_id = 30;
+   */
+  correlationGroupId?: string | undefined;
+
+  /**
+   * How many incidents the group holds, this one included (0 without a group).
+   *
+   * @generated from field: int32 correlation_group_size = 31;
+   */
+  correlationGroupSize: number;
+
+  /**
+   * GetIncident only: the other incidents of its group, oldest first (at most 100).
+   *
+   * @generated from field: repeated warroom.incidents.v1.RelatedIncident related = 32;
+   */
+  related: RelatedIncident[];
 };
 
 /**
@@ -404,6 +426,28 @@ export type IncidentJson = {
    * @generated from field: bool recovered_at_source = 20;
    */
   recoveredAtSource?: boolean;
+
+  /**
+   * The correlation group it belongs to (incidents of one entity from several sources, linked by
+   * the organization's correlation); unset: none.
+   *
+   * @generated from field: optional string correlation_group_id = 30;
+   */
+  correlationGroupId?: string;
+
+  /**
+   * How many incidents the group holds, this one included (0 without a group).
+   *
+   * @generated from field: int32 correlation_group_size = 31;
+   */
+  correlationGroupSize?: number;
+
+  /**
+   * GetIncident only: the other incidents of its group, oldest first (at most 100).
+   *
+   * @generated from field: repeated warroom.incidents.v1.RelatedIncident related = 32;
+   */
+  related?: RelatedIncidentJson[];
 };
 
 /**
@@ -412,6 +456,87 @@ export type IncidentJson = {
  */
 export const IncidentSchema: GenMessage<Incident, {jsonType: IncidentJson}> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 2);
+
+/**
+ * Another incident of the same correlation group.
+ *
+ * @generated from message warroom.incidents.v1.RelatedIncident
+ */
+export type RelatedIncident = Message<"warroom.incidents.v1.RelatedIncident"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * @generated from field: string title = 2;
+   */
+  title: string;
+
+  /**
+   * @generated from field: string severity = 3;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: string state = 4;
+   */
+  state: string;
+
+  /**
+   * @generated from field: string source = 5;
+   */
+  source: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp opened_at = 6;
+   */
+  openedAt?: Timestamp | undefined;
+};
+
+/**
+ * Another incident of the same correlation group.
+ *
+ * @generated from message warroom.incidents.v1.RelatedIncident
+ */
+export type RelatedIncidentJson = {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id?: string;
+
+  /**
+   * @generated from field: string title = 2;
+   */
+  title?: string;
+
+  /**
+   * @generated from field: string severity = 3;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: string state = 4;
+   */
+  state?: string;
+
+  /**
+   * @generated from field: string source = 5;
+   */
+  source?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp opened_at = 6;
+   */
+  openedAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.RelatedIncident.
+ * Use `create(RelatedIncidentSchema)` to create a new message.
+ */
+export const RelatedIncidentSchema: GenMessage<RelatedIncident, {jsonType: RelatedIncidentJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 3);
 
 /**
  * One delivery after its source's mapping. The bounds are generous: the intake already cuts what
@@ -606,7 +731,7 @@ export type AlertJson = {
  * Use `create(AlertSchema)` to create a new message.
  */
 export const AlertSchema: GenMessage<Alert, {jsonType: AlertJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 3);
+  messageDesc(file_warroom_incidents_v1_incidents, 4);
 
 /**
  * @generated from message warroom.incidents.v1.RecordRequest
@@ -650,6 +775,14 @@ export type RecordRequest = Message<"warroom.incidents.v1.RecordRequest"> & {
    * @generated from field: string request_id = 6;
    */
   requestId: string;
+
+  /**
+   * The correlation group intake placed this delivery in (a UUID): kept on an incident it opens.
+   * Empty: none.
+   *
+   * @generated from field: string correlation_group_id = 7;
+   */
+  correlationGroupId: string;
 };
 
 /**
@@ -694,6 +827,14 @@ export type RecordRequestJson = {
    * @generated from field: string request_id = 6;
    */
   requestId?: string;
+
+  /**
+   * The correlation group intake placed this delivery in (a UUID): kept on an incident it opens.
+   * Empty: none.
+   *
+   * @generated from field: string correlation_group_id = 7;
+   */
+  correlationGroupId?: string;
 };
 
 /**
@@ -701,7 +842,7 @@ export type RecordRequestJson = {
  * Use `create(RecordRequestSchema)` to create a new message.
  */
 export const RecordRequestSchema: GenMessage<RecordRequest, {jsonType: RecordRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 4);
+  messageDesc(file_warroom_incidents_v1_incidents, 5);
 
 /**
  * @generated from message warroom.incidents.v1.RecordResponse
@@ -776,7 +917,7 @@ export type RecordResponseJson = {
  * Use `create(RecordResponseSchema)` to create a new message.
  */
 export const RecordResponseSchema: GenMessage<RecordResponse, {jsonType: RecordResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 5);
+  messageDesc(file_warroom_incidents_v1_incidents, 6);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyRequest
@@ -807,7 +948,7 @@ export type RecordManyRequestJson = {
  * Use `create(RecordManyRequestSchema)` to create a new message.
  */
 export const RecordManyRequestSchema: GenMessage<RecordManyRequest, {jsonType: RecordManyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 6);
+  messageDesc(file_warroom_incidents_v1_incidents, 7);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyResponse
@@ -852,7 +993,7 @@ export type RecordManyResponseJson = {
  * Use `create(RecordManyResponseSchema)` to create a new message.
  */
 export const RecordManyResponseSchema: GenMessage<RecordManyResponse, {jsonType: RecordManyResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 7);
+  messageDesc(file_warroom_incidents_v1_incidents, 8);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndRequest
@@ -889,7 +1030,7 @@ export type GetMaintenanceWindowEndRequestJson = {
  * Use `create(GetMaintenanceWindowEndRequestSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndRequestSchema: GenMessage<GetMaintenanceWindowEndRequest, {jsonType: GetMaintenanceWindowEndRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 8);
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndResponse
@@ -934,7 +1075,7 @@ export type GetMaintenanceWindowEndResponseJson = {
  * Use `create(GetMaintenanceWindowEndResponseSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndResponseSchema: GenMessage<GetMaintenanceWindowEndResponse, {jsonType: GetMaintenanceWindowEndResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.AppendTimelineRequest
@@ -981,7 +1122,7 @@ export type AppendTimelineRequestJson = {
  * Use `create(AppendTimelineRequestSchema)` to create a new message.
  */
 export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest, {jsonType: AppendTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenRequest
@@ -1034,7 +1175,7 @@ export type FindLatestOpenRequestJson = {
  * Use `create(FindLatestOpenRequestSchema)` to create a new message.
  */
 export const FindLatestOpenRequestSchema: GenMessage<FindLatestOpenRequest, {jsonType: FindLatestOpenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenResponse
@@ -1089,7 +1230,7 @@ export type FindLatestOpenResponseJson = {
  * Use `create(FindLatestOpenResponseSchema)` to create a new message.
  */
 export const FindLatestOpenResponseSchema: GenMessage<FindLatestOpenResponse, {jsonType: FindLatestOpenResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateRequest
@@ -1140,7 +1281,7 @@ export type IncidentStateRequestJson = {
  * Use `create(IncidentStateRequestSchema)` to create a new message.
  */
 export const IncidentStateRequestSchema: GenMessage<IncidentStateRequest, {jsonType: IncidentStateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateResponse
@@ -1185,7 +1326,7 @@ export type IncidentStateResponseJson = {
  * Use `create(IncidentStateResponseSchema)` to create a new message.
  */
 export const IncidentStateResponseSchema: GenMessage<IncidentStateResponse, {jsonType: IncidentStateResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -1272,6 +1413,13 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
    * @generated from field: string q = 12;
    */
   q: string;
+
+  /**
+   * Only the incidents of this correlation group (an incident's `correlation_group_id`).
+   *
+   * @generated from field: string correlation_group_id = 30;
+   */
+  correlationGroupId: string;
 };
 
 /**
@@ -1359,6 +1507,13 @@ export type ListIncidentsRequestJson = {
    * @generated from field: string q = 12;
    */
   q?: string;
+
+  /**
+   * Only the incidents of this correlation group (an incident's `correlation_group_id`).
+   *
+   * @generated from field: string correlation_group_id = 30;
+   */
+  correlationGroupId?: string;
 };
 
 /**
@@ -1366,7 +1521,7 @@ export type ListIncidentsRequestJson = {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest, {jsonType: ListIncidentsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -1407,7 +1562,7 @@ export type ListIncidentsResponseJson = {
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse, {jsonType: ListIncidentsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -1472,7 +1627,7 @@ export type ListTimelineRequestJson = {
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest, {jsonType: ListTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -1513,7 +1668,7 @@ export type ListTimelineResponseJson = {
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse, {jsonType: ListTimelineResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -1550,7 +1705,7 @@ export type GetIncidentRequestJson = {
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest, {jsonType: GetIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -1587,7 +1742,7 @@ export type ResolveIncidentRequestJson = {
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest, {jsonType: ResolveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.UpdateIncidentRequest
@@ -1640,7 +1795,7 @@ export type UpdateIncidentRequestJson = {
  * Use `create(UpdateIncidentRequestSchema)` to create a new message.
  */
 export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jsonType: UpdateIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
@@ -1677,7 +1832,7 @@ export type AcknowledgeIncidentRequestJson = {
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
@@ -1728,7 +1883,7 @@ export type SetIncidentOwnerRequestJson = {
  * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
  */
 export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
@@ -1781,7 +1936,7 @@ export type AddIncidentNoteRequestJson = {
  * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
  */
 export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -1818,7 +1973,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -1863,7 +2018,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -1930,7 +2085,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -1997,7 +2152,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -2038,7 +2193,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 29);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -2065,7 +2220,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 30);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -2102,7 +2257,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 31);
+  messageDesc(file_warroom_incidents_v1_incidents, 32);
 
 /**
  * @generated from message warroom.incidents.v1.EndMaintenanceWindowRequest
@@ -2139,7 +2294,7 @@ export type EndMaintenanceWindowRequestJson = {
  * Use `create(EndMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const EndMaintenanceWindowRequestSchema: GenMessage<EndMaintenanceWindowRequest, {jsonType: EndMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 32);
+  messageDesc(file_warroom_incidents_v1_incidents, 33);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file warroom/intake/v1/custom_sources.proto.
  */
 export const file_warroom_intake_v1_custom_sources: GenFile = /*@__PURE__*/
-  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkimQEKF0N1c3RvbVNvdXJjZUF1dGhPcHRpb25zEhYKDnNlY3JldF9pbl9wYXRoGAEgASgIEhIKCmJhc2ljX2F1dGgYAiABKAgSFQoNc2VjcmV0X2hlYWRlchgDIAEoCRI7CglzaWduYXR1cmUYBCABKAsyKC53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VTaWduYXR1cmUivAEKFUN1c3RvbVNvdXJjZVNpZ25hdHVyZRIOCgZoZWFkZXIYASABKAkSEQoJYWxnb3JpdGhtGAIgASgJEg4KBnByZWZpeBgDIAEoCRIQCghlbmNvZGluZxgEIAEoCRIYChB0aW1lc3RhbXBfaGVhZGVyGAUgASgJEhkKEXRvbGVyYW5jZV9zZWNvbmRzGAYgASgNEhYKDnNpZ25lZF9jb250ZW50GAcgASgJEhEKCWlkX2hlYWRlchgIIAEoCSLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCLEAQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCRIOCgZzZWNyZXQYBiABKAkijAEKGkNyZWF0ZUN1c3RvbVNvdXJjZVJlc3BvbnNlEi8KBnNvdXJjZRgBIAEoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbCInChhMaXN0Q3VzdG9tU291cmNlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlQKGUxpc3RDdXN0b21Tb3VyY2VzUmVzcG9uc2USNwoOY3VzdG9tX3NvdXJjZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2UiMQoWR2V0Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiogEKGVVwZGF0ZUN1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEjIKBXJ1bGVzGAMgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRI4CgRhdXRoGAQgASgLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMiNAoZRGVsZXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiTgojUm90YXRlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBnNlY3JldBgDIAEoCSI+CiNSZXZva2VDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPAohTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSLxAQoUQ3VzdG9tU291cmNlRGVsaXZlcnkSCgoCaWQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB291dGNvbWUYAyABKAkSGAoLaW5jaWRlbnRfaWQYBCABKAlIAIgBARIRCgRydWxlGAUgASgJSAGIAQESEgoFZXJyb3IYBiABKAlIAogBARIQCgh3YXJuaW5ncxgHIAMoCRITCgZyZWFzb24YCCABKAlIA4gBAUIOCgxfaW5jaWRlbnRfaWRCBwoFX3J1bGVCCAoGX2Vycm9yQgkKB19yZWFzb24iYQoiTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXNwb25zZRI7CgpkZWxpdmVyaWVzGAEgAygLMicud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlRGVsaXZlcnkiOgofTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QIKE0N1c3RvbVNvdXJjZVBheWxvYWQSCgoCaWQYASABKAkSLwoLcmVjZWl2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSRAoHaGVhZGVycxgEIAMoCzIzLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuSGVhZGVyc0VudHJ5EkAKBXF1ZXJ5GAUgAygLMjEud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZC5RdWVyeUVudHJ5EhEKCXRydW5jYXRlZBgGIAEoCBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXAogTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVzcG9uc2USOAoIcGF5bG9hZHMYASADKAsyJi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkIpcDChpQcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSJAoEYm9keRgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgpwYXlsb2FkX2lkGAQgASgJEksKB2hlYWRlcnMYBSADKAsyOi53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5IZWFkZXJzRW50cnkSRwoFcXVlcnkYBiADKAsyOC53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeUVudHJ5EjIKBXJ1bGVzGAcgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiSAoXQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSDAoEcnVsZRgBIAEoCRIPCgdtYXRjaGVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCSLVAgoYQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEgwKBGtpbmQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSEgoKYXR0YWNoX2tleRgEIAEoCRIQCghldmVudF9pZBgFIAEoCRIYCgtlbnRpdHlfa2luZBgGIAEoCUgAiAEBEhYKCWVudGl0eV9pZBgHIAEoCUgBiAEBEhQKB3N1bW1hcnkYCCABKAlIAogBARIRCgRsaW5rGAkgASgJSAOIAQESGAoLcnVuYm9va191cmwYCiABKAlIBIgBARIaCg1pZ25vcmVfcmVhc29uGAsgASgJSAWIAQFCDgoMX2VudGl0eV9raW5kQgwKCl9lbnRpdHlfaWRCCgoIX3N1bW1hcnlCBwoFX2xpbmtCDgoMX3J1bmJvb2tfdXJsQhAKDl9pZ25vcmVfcmVhc29uIsMCChtQcmV2aWV3Q3VzdG9tU291cmNlUmVzcG9uc2USGQoMbWF0Y2hlZF9ydWxlGAEgASgJSACIAQESOQoFcnVsZXMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlVmVyZGljdBI7CgZmaWVsZHMYAyABKAsyKy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VNYXBwZWRGaWVsZHMSEgoFZXJyb3IYBCABKAlIAYgBARIQCgh3YXJuaW5ncxgFIAMoCRINCgV3b3VsZBgGIAEoCRIYCgtpbmNpZGVudF9pZBgHIAEoCUgCiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgIIAEoCUIPCg1fbWF0Y2hlZF9ydWxlQggKBl9lcnJvckIOCgxfaW5jaWRlbnRfaWQihQMKGkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0EhEKCXNvdXJjZV9pZBgBIAEoCRITCgtwYXRoX3NlY3JldBgCIAEoCRIMCgRib2R5GAMgASgMEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRJaCg9yZXF1ZXN0X2hlYWRlcnMYBSADKAsyQS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5SZXF1ZXN0SGVhZGVyc0VudHJ5ElQKDHF1ZXJ5X3BhcmFtcxgGIAMoCzI+LndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0LlF1ZXJ5UGFyYW1zRW50cnkaNQoTUmVxdWVzdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFF1ZXJ5UGFyYW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKlAQoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyItCh5MaXN0Q3VzdG9tU291cmNlUHJlc2V0c1JlcXVlc3QSCwoDb3JnGAEgASgJIlkKH0xpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVzcG9uc2USNgoHcHJlc2V0cxgBIAMoCzIlLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVByZXNldCJMChBHcm91cGluZ092ZXJyaWRlEg4KBnNvdXJjZRgBIAEoCRISCgphdHRhY2hfa2V5GAIgASgJEhQKDHdpbmRvd19ob3VycxgDIAEoDSJjChpQdXRHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJEhIKCmF0dGFjaF9rZXkYAyABKAkSFAoMd2luZG93X2hvdXJzGAQgASgNIisKHExpc3RHcm91cGluZ092ZXJyaWRlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlcKHUxpc3RHcm91cGluZ092ZXJyaWRlc1Jlc3BvbnNlEjYKCW92ZXJyaWRlcxgBIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkdyb3VwaW5nT3ZlcnJpZGUiPAodRGVsZXRlR3JvdXBpbmdPdmVycmlkZVJlcXVlc3QSCwoDb3JnGAEgASgJEg4KBnNvdXJjZRgCIAEoCSIiChNFeHBvcnRDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCSIkChRFeHBvcnRDb25maWdSZXNwb25zZRIMCgR5YW1sGAEgASgJIkAKEkFwcGx5Q29uZmlnUmVxdWVzdBILCgNvcmcYASABKAkSDAoEeWFtbBgCIAEoCRIPCgdkcnlfcnVuGAMgASgIIjoKDENvbmZpZ0NoYW5nZRIOCgZhY3Rpb24YASABKAkSDAoEa2luZBgCIAEoCRIMCgRuYW1lGAMgASgJIpkBChNBcHBseUNvbmZpZ1Jlc3BvbnNlEjAKB2NoYW5nZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5Db25maWdDaGFuZ2USPwoLY3JlZGVudGlhbHMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DcmVhdGVkU291cmNlQ3JlZGVudGlhbBIPCgdhcHBsaWVkGAMgASgIImYKF0NyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEgwKBG5hbWUYASABKAkSPQoKY3JlZGVudGlhbBgCIAEoCzIpLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUNyZWRlbnRpYWxiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiZ3YXJyb29tL2ludGFrZS92MS9jdXN0b21fc291cmNlcy5wcm90bxIRd2Fycm9vbS5pbnRha2UudjEi3gEKEEN1c3RvbVNvdXJjZVJ1bGUSDAoEbmFtZRgBIAEoCRIMCgR3aGVuGAIgASgJEgwKBGtpbmQYAyABKAkSDQoFdGl0bGUYBCABKAkSEAoIc2V2ZXJpdHkYBSABKAkSEgoKYXR0YWNoX2tleRgGIAEoCRIQCghldmVudF9pZBgHIAEoCRIOCgZlbnRpdHkYCCABKAkSDwoHc3VtbWFyeRgJIAEoCRIMCgRsaW5rGAogASgJEhMKC3J1bmJvb2tfdXJsGAsgASgJEhUKDWlnbm9yZV9yZWFzb24YDCABKAkimQEKF0N1c3RvbVNvdXJjZUF1dGhPcHRpb25zEhYKDnNlY3JldF9pbl9wYXRoGAEgASgIEhIKCmJhc2ljX2F1dGgYAiABKAgSFQoNc2VjcmV0X2hlYWRlchgDIAEoCRI7CglzaWduYXR1cmUYBCABKAsyKC53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VTaWduYXR1cmUivAEKFUN1c3RvbVNvdXJjZVNpZ25hdHVyZRIOCgZoZWFkZXIYASABKAkSEQoJYWxnb3JpdGhtGAIgASgJEg4KBnByZWZpeBgDIAEoCRIQCghlbmNvZGluZxgEIAEoCRIYChB0aW1lc3RhbXBfaGVhZGVyGAUgASgJEhkKEXRvbGVyYW5jZV9zZWNvbmRzGAYgASgNEhYKDnNpZ25lZF9jb250ZW50GAcgASgJEhEKCWlkX2hlYWRlchgIIAEoCSLGAgoMQ3VzdG9tU291cmNlEgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSDQoFYmFkZ2UYAyABKAkSMgoFcnVsZXMYBCADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBSABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucxILCgN1cmwYBiABKAkSGAoQY3JlZGVudGlhbF9zdGF0ZRgHIAEoCRI4ChRjcmVkZW50aWFsX2lzc3VlZF9hdBgIIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKY3JlYXRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcHJlc2V0GAogASgJIlkKFkN1c3RvbVNvdXJjZUNyZWRlbnRpYWwSDgoGc2VjcmV0GAEgASgJEgsKA3VybBgCIAEoCRIVCghwYXRoX3VybBgDIAEoCUgAiAEBQgsKCV9wYXRoX3VybCLEAQoZQ3JlYXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbmFtZRgCIAEoCRIyCgVydWxlcxgDIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVJ1bGUSOAoEYXV0aBgEIAEoCzIqLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUF1dGhPcHRpb25zEg4KBnByZXNldBgFIAEoCRIOCgZzZWNyZXQYBiABKAkijAEKGkNyZWF0ZUN1c3RvbVNvdXJjZVJlc3BvbnNlEi8KBnNvdXJjZRgBIAEoCzIfLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZRI9CgpjcmVkZW50aWFsGAIgASgLMikud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQ3JlZGVudGlhbCInChhMaXN0Q3VzdG9tU291cmNlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlQKGUxpc3RDdXN0b21Tb3VyY2VzUmVzcG9uc2USNwoOY3VzdG9tX3NvdXJjZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2UiMQoWR2V0Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiogEKGVVwZGF0ZUN1c3RvbVNvdXJjZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEjIKBXJ1bGVzGAMgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRI4CgRhdXRoGAQgASgLMioud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlQXV0aE9wdGlvbnMiNAoZRGVsZXRlQ3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiTgojUm90YXRlQ3VzdG9tU291cmNlQ3JlZGVudGlhbFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBnNlY3JldBgDIAEoCSI+CiNSZXZva2VDdXN0b21Tb3VyY2VDcmVkZW50aWFsUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiPAohTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSLxAQoUQ3VzdG9tU291cmNlRGVsaXZlcnkSCgoCaWQYASABKAkSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB291dGNvbWUYAyABKAkSGAoLaW5jaWRlbnRfaWQYBCABKAlIAIgBARIRCgRydWxlGAUgASgJSAGIAQESEgoFZXJyb3IYBiABKAlIAogBARIQCgh3YXJuaW5ncxgHIAMoCRITCgZyZWFzb24YCCABKAlIA4gBAUIOCgxfaW5jaWRlbnRfaWRCBwoFX3J1bGVCCAoGX2Vycm9yQgkKB19yZWFzb24iYQoiTGlzdEN1c3RvbVNvdXJjZURlbGl2ZXJpZXNSZXNwb25zZRI7CgpkZWxpdmVyaWVzGAEgAygLMicud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlRGVsaXZlcnkiOgofTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAki8QIKE0N1c3RvbVNvdXJjZVBheWxvYWQSCgoCaWQYASABKAkSLwoLcmVjZWl2ZWRfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiQKBGJvZHkYAyABKAsyFi5nb29nbGUucHJvdG9idWYuVmFsdWUSRAoHaGVhZGVycxgEIAMoCzIzLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVBheWxvYWQuSGVhZGVyc0VudHJ5EkAKBXF1ZXJ5GAUgAygLMjEud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUGF5bG9hZC5RdWVyeUVudHJ5EhEKCXRydW5jYXRlZBgGIAEoCBouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiXAogTGlzdEN1c3RvbVNvdXJjZVBheWxvYWRzUmVzcG9uc2USOAoIcGF5bG9hZHMYASADKAsyJi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VQYXlsb2FkIpcDChpQcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSJAoEYm9keRgDIAEoCzIWLmdvb2dsZS5wcm90b2J1Zi5WYWx1ZRISCgpwYXlsb2FkX2lkGAQgASgJEksKB2hlYWRlcnMYBSADKAsyOi53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5IZWFkZXJzRW50cnkSRwoFcXVlcnkYBiADKAsyOC53YXJyb29tLmludGFrZS52MS5QcmV2aWV3Q3VzdG9tU291cmNlUmVxdWVzdC5RdWVyeUVudHJ5EjIKBXJ1bGVzGAcgAygLMiMud2Fycm9vbS5pbnRha2UudjEuQ3VzdG9tU291cmNlUnVsZRouCgxIZWFkZXJzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ARosCgpRdWVyeUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiSAoXQ3VzdG9tU291cmNlUnVsZVZlcmRpY3QSDAoEcnVsZRgBIAEoCRIPCgdtYXRjaGVkGAIgASgIEg4KBnJlYXNvbhgDIAEoCSLVAgoYQ3VzdG9tU291cmNlTWFwcGVkRmllbGRzEgwKBGtpbmQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSEgoKYXR0YWNoX2tleRgEIAEoCRIQCghldmVudF9pZBgFIAEoCRIYCgtlbnRpdHlfa2luZBgGIAEoCUgAiAEBEhYKCWVudGl0eV9pZBgHIAEoCUgBiAEBEhQKB3N1bW1hcnkYCCABKAlIAogBARIRCgRsaW5rGAkgASgJSAOIAQESGAoLcnVuYm9va191cmwYCiABKAlIBIgBARIaCg1pZ25vcmVfcmVhc29uGAsgASgJSAWIAQFCDgoMX2VudGl0eV9raW5kQgwKCl9lbnRpdHlfaWRCCgoIX3N1bW1hcnlCBwoFX2xpbmtCDgoMX3J1bmJvb2tfdXJsQhAKDl9pZ25vcmVfcmVhc29uIsMCChtQcmV2aWV3Q3VzdG9tU291cmNlUmVzcG9uc2USGQoMbWF0Y2hlZF9ydWxlGAEgASgJSACIAQESOQoFcnVsZXMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlVmVyZGljdBI7CgZmaWVsZHMYAyABKAsyKy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VNYXBwZWRGaWVsZHMSEgoFZXJyb3IYBCABKAlIAYgBARIQCgh3YXJuaW5ncxgFIAMoCRINCgV3b3VsZBgGIAEoCRIYCgtpbmNpZGVudF9pZBgHIAEoCUgCiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgIIAEoCUIPCg1fbWF0Y2hlZF9ydWxlQggKBl9lcnJvckIOCgxfaW5jaWRlbnRfaWQihQMKGkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0EhEKCXNvdXJjZV9pZBgBIAEoCRITCgtwYXRoX3NlY3JldBgCIAEoCRIMCgRib2R5GAMgASgMEhQKDGNvbnRlbnRfdHlwZRgEIAEoCRJaCg9yZXF1ZXN0X2hlYWRlcnMYBSADKAsyQS53YXJyb29tLmludGFrZS52MS5EZWxpdmVyQ3VzdG9tU291cmNlUmVxdWVzdC5SZXF1ZXN0SGVhZGVyc0VudHJ5ElQKDHF1ZXJ5X3BhcmFtcxgGIAMoCzI+LndhcnJvb20uaW50YWtlLnYxLkRlbGl2ZXJDdXN0b21Tb3VyY2VSZXF1ZXN0LlF1ZXJ5UGFyYW1zRW50cnkaNQoTUmVxdWVzdEhlYWRlcnNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBGjIKEFF1ZXJ5UGFyYW1zRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKlAQoSQ3VzdG9tU291cmNlUHJlc2V0EgwKBG5hbWUYASABKAkSEwoLZGVzY3JpcHRpb24YAiABKAkSMgoFcnVsZXMYAyADKAsyIy53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VSdWxlEjgKBGF1dGgYBCABKAsyKi53YXJyb29tLmludGFrZS52MS5DdXN0b21Tb3VyY2VBdXRoT3B0aW9ucyItCh5MaXN0Q3VzdG9tU291cmNlUHJlc2V0c1JlcXVlc3QSCwoDb3JnGAEgASgJIlkKH0xpc3RDdXN0b21Tb3VyY2VQcmVzZXRzUmVzcG9uc2USNgoHcHJlc2V0cxgBIAMoCzIlLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZVByZXNldCJMChBHcm91cGluZ092ZXJyaWRlEg4KBnNvdXJjZRgBIAEoCRISCgphdHRhY2hfa2V5GAIgASgJEhQKDHdpbmRvd19ob3VycxgDIAEoDSJjChpQdXRHcm91cGluZ092ZXJyaWRlUmVxdWVzdBILCgNvcmcYASABKAkSDgoGc291cmNlGAIgASgJEhIKCmF0dGFjaF9rZXkYAyABKAkSFAoMd2luZG93X2hvdXJzGAQgASgNIisKHExpc3RHcm91cGluZ092ZXJyaWRlc1JlcXVlc3QSCwoDb3JnGAEgASgJIlcKHUxpc3RHcm91cGluZ092ZXJyaWRlc1Jlc3BvbnNlEjYKCW92ZXJyaWRlcxgBIAMoCzIjLndhcnJvb20uaW50YWtlLnYxLkdyb3VwaW5nT3ZlcnJpZGUiPAodRGVsZXRlR3JvdXBpbmdPdmVycmlkZVJlcXVlc3QSCwoDb3JnGAEgASgJEg4KBnNvdXJjZRgCIAEoCSJACgtDb3JyZWxhdGlvbhIMCgRtb2RlGAEgASgJEhYKDndpbmRvd19taW51dGVzGAIgASgNEgsKA2tleRgDIAEoCSIkChVHZXRDb3JyZWxhdGlvblJlcXVlc3QSCwoDb3JnGAEgASgJIlcKFVB1dENvcnJlbGF0aW9uUmVxdWVzdBILCgNvcmcYASABKAkSDAoEbW9kZRgCIAEoCRIWCg53aW5kb3dfbWludXRlcxgDIAEoDRILCgNrZXkYBCABKAkiJwoYRGVsZXRlQ29ycmVsYXRpb25SZXF1ZXN0EgsKA29yZxgBIAEoCSIiChNFeHBvcnRDb25maWdSZXF1ZXN0EgsKA29yZxgBIAEoCSIkChRFeHBvcnRDb25maWdSZXNwb25zZRIMCgR5YW1sGAEgASgJIkAKEkFwcGx5Q29uZmlnUmVxdWVzdBILCgNvcmcYASABKAkSDAoEeWFtbBgCIAEoCRIPCgdkcnlfcnVuGAMgASgIIjoKDENvbmZpZ0NoYW5nZRIOCgZhY3Rpb24YASABKAkSDAoEa2luZBgCIAEoCRIMCgRuYW1lGAMgASgJIpkBChNBcHBseUNvbmZpZ1Jlc3BvbnNlEjAKB2NoYW5nZXMYASADKAsyHy53YXJyb29tLmludGFrZS52MS5Db25maWdDaGFuZ2USPwoLY3JlZGVudGlhbHMYAiADKAsyKi53YXJyb29tLmludGFrZS52MS5DcmVhdGVkU291cmNlQ3JlZGVudGlhbBIPCgdhcHBsaWVkGAMgASgIImYKF0NyZWF0ZWRTb3VyY2VDcmVkZW50aWFsEgwKBG5hbWUYASABKAkSPQoKY3JlZGVudGlhbBgCIAEoCzIpLndhcnJvb20uaW50YWtlLnYxLkN1c3RvbVNvdXJjZUNyZWRlbnRpYWxiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * One mapping rule of a custom source. Every field but `name` is a CEL expression over `body`
@@ -2170,6 +2170,186 @@ export const DeleteGroupingOverrideRequestSchema: GenMessage<DeleteGroupingOverr
   messageDesc(file_warroom_intake_v1_custom_sources, 32);
 
 /**
+ * Correlation across sources: deliveries of one key (the alert's entity, `kind:id`, or the
+ * value of `key` over the normalized alert) arriving less than `window_minutes` apart form one
+ * group. `link`: each source keeps its own incident, linked as related. `attach`: later sources'
+ * alerts attach to the group's first open incident as repeats that name their source.
+ *
+ * @generated from message warroom.intake.v1.Correlation
+ */
+export type Correlation = Message<"warroom.intake.v1.Correlation"> & {
+  /**
+   * "" when correlation is off (GetCorrelation of an organization that set nothing), else link or attach.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 2;
+   */
+  windowMinutes: number;
+
+  /**
+   * A CEL expression over `alert` (the normalized alert: source, title, severity, entity, data,
+   * ...) yielding the key; empty: the alert's entity. A delivery whose key is empty or fails is
+   * not correlated.
+   *
+   * @generated from field: string key = 3;
+   */
+  key: string;
+};
+
+/**
+ * Correlation across sources: deliveries of one key (the alert's entity, `kind:id`, or the
+ * value of `key` over the normalized alert) arriving less than `window_minutes` apart form one
+ * group. `link`: each source keeps its own incident, linked as related. `attach`: later sources'
+ * alerts attach to the group's first open incident as repeats that name their source.
+ *
+ * @generated from message warroom.intake.v1.Correlation
+ */
+export type CorrelationJson = {
+  /**
+   * "" when correlation is off (GetCorrelation of an organization that set nothing), else link or attach.
+   *
+   * @generated from field: string mode = 1;
+   */
+  mode?: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 2;
+   */
+  windowMinutes?: number;
+
+  /**
+   * A CEL expression over `alert` (the normalized alert: source, title, severity, entity, data,
+   * ...) yielding the key; empty: the alert's entity. A delivery whose key is empty or fails is
+   * not correlated.
+   *
+   * @generated from field: string key = 3;
+   */
+  key?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.Correlation.
+ * Use `create(CorrelationSchema)` to create a new message.
+ */
+export const CorrelationSchema: GenMessage<Correlation, {jsonType: CorrelationJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 33);
+
+/**
+ * @generated from message warroom.intake.v1.GetCorrelationRequest
+ */
+export type GetCorrelationRequest = Message<"warroom.intake.v1.GetCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.GetCorrelationRequest
+ */
+export type GetCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.GetCorrelationRequest.
+ * Use `create(GetCorrelationRequestSchema)` to create a new message.
+ */
+export const GetCorrelationRequestSchema: GenMessage<GetCorrelationRequest, {jsonType: GetCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 34);
+
+/**
+ * @generated from message warroom.intake.v1.PutCorrelationRequest
+ */
+export type PutCorrelationRequest = Message<"warroom.intake.v1.PutCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: string mode = 2;
+   */
+  mode: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 3;
+   */
+  windowMinutes: number;
+
+  /**
+   * @generated from field: string key = 4;
+   */
+  key: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.PutCorrelationRequest
+ */
+export type PutCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: string mode = 2;
+   */
+  mode?: string;
+
+  /**
+   * @generated from field: uint32 window_minutes = 3;
+   */
+  windowMinutes?: number;
+
+  /**
+   * @generated from field: string key = 4;
+   */
+  key?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.PutCorrelationRequest.
+ * Use `create(PutCorrelationRequestSchema)` to create a new message.
+ */
+export const PutCorrelationRequestSchema: GenMessage<PutCorrelationRequest, {jsonType: PutCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 35);
+
+/**
+ * @generated from message warroom.intake.v1.DeleteCorrelationRequest
+ */
+export type DeleteCorrelationRequest = Message<"warroom.intake.v1.DeleteCorrelationRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.intake.v1.DeleteCorrelationRequest
+ */
+export type DeleteCorrelationRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.intake.v1.DeleteCorrelationRequest.
+ * Use `create(DeleteCorrelationRequestSchema)` to create a new message.
+ */
+export const DeleteCorrelationRequestSchema: GenMessage<DeleteCorrelationRequest, {jsonType: DeleteCorrelationRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_intake_v1_custom_sources, 36);
+
+/**
  * @generated from message warroom.intake.v1.ExportConfigRequest
  */
 export type ExportConfigRequest = Message<"warroom.intake.v1.ExportConfigRequest"> & {
@@ -2194,7 +2374,7 @@ export type ExportConfigRequestJson = {
  * Use `create(ExportConfigRequestSchema)` to create a new message.
  */
 export const ExportConfigRequestSchema: GenMessage<ExportConfigRequest, {jsonType: ExportConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 33);
+  messageDesc(file_warroom_intake_v1_custom_sources, 37);
 
 /**
  * The organization's configuration as code, without secrets.
@@ -2225,7 +2405,7 @@ export type ExportConfigResponseJson = {
  * Use `create(ExportConfigResponseSchema)` to create a new message.
  */
 export const ExportConfigResponseSchema: GenMessage<ExportConfigResponse, {jsonType: ExportConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 34);
+  messageDesc(file_warroom_intake_v1_custom_sources, 38);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigRequest
@@ -2280,7 +2460,7 @@ export type ApplyConfigRequestJson = {
  * Use `create(ApplyConfigRequestSchema)` to create a new message.
  */
 export const ApplyConfigRequestSchema: GenMessage<ApplyConfigRequest, {jsonType: ApplyConfigRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 35);
+  messageDesc(file_warroom_intake_v1_custom_sources, 39);
 
 /**
  * One change of a plan.
@@ -2343,7 +2523,7 @@ export type ConfigChangeJson = {
  * Use `create(ConfigChangeSchema)` to create a new message.
  */
 export const ConfigChangeSchema: GenMessage<ConfigChange, {jsonType: ConfigChangeJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 36);
+  messageDesc(file_warroom_intake_v1_custom_sources, 40);
 
 /**
  * @generated from message warroom.intake.v1.ApplyConfigResponse
@@ -2398,7 +2578,7 @@ export type ApplyConfigResponseJson = {
  * Use `create(ApplyConfigResponseSchema)` to create a new message.
  */
 export const ApplyConfigResponseSchema: GenMessage<ApplyConfigResponse, {jsonType: ApplyConfigResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 37);
+  messageDesc(file_warroom_intake_v1_custom_sources, 41);
 
 /**
  * @generated from message warroom.intake.v1.CreatedSourceCredential
@@ -2435,5 +2615,5 @@ export type CreatedSourceCredentialJson = {
  * Use `create(CreatedSourceCredentialSchema)` to create a new message.
  */
 export const CreatedSourceCredentialSchema: GenMessage<CreatedSourceCredential, {jsonType: CreatedSourceCredentialJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_intake_v1_custom_sources, 38);
+  messageDesc(file_warroom_intake_v1_custom_sources, 42);
 

@@ -3,6 +3,7 @@ import { api, orgPath, SEVERITIES, SOURCE_BADGES, type Incident, type Member } f
 import { duration, exact, timeZone } from "../format";
 import { useLiveEvents } from "../live";
 import { Link, navigate } from "../router";
+import { useCorrelationGroups } from "./correlation-group";
 import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, useAction, useLoad, useNow } from "../ui";
 
 const STATES = [
@@ -111,6 +112,7 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
 
   const later = more && more.query === query ? more : null;
   const incidents = [...(list.data?.incidents ?? []), ...(later?.incidents ?? [])];
+  const groups = useCorrelationGroups(incidents);
   const cursor = later ? later.cursor : (list.data?.nextCursor ?? null);
   const showMore = () =>
     paging.run(async () => {
@@ -271,13 +273,14 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
             </tr>
           </thead>
           <tbody>
-            {incidents.map((incident) => (
+            {groups.visible.map((incident) => (
               <tr key={incident.id} class={fresh.has(incident.id) ? "fresh" : undefined} data-incident-id={incident.id}>
                 <td data-label="Incident">
                   <Link href={roomPath(incident, props.org)} class="row-title">
                     {incident.title || "Untitled incident"}
                   </Link>
                   {incident.state !== "open" ? <StateBadge state={incident.state} /> : null}
+                  {groups.marker(incident)}
                   {incident.state === "open" && incident.recoveredAtSource ? (
                     <span class="badge recovered" title="The source sent a recovery after its last alert; resolve it when you agree">
                       Recovered at source

@@ -5,6 +5,7 @@ import { useLiveEvents } from "../live";
 import { Link, navigate, useLocation } from "../router";
 import { Ago, askConfirm, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
+import { RelatedIncidents } from "./correlation-group";
 import { EvidencePanel } from "./evidence";
 import { RespondControls } from "./respond";
 
@@ -269,6 +270,7 @@ export function RoomPage(props: { id: string }) {
         <ErrorNotice error={action.error || incident.error} />
         <RespondControls incident={current} onChanged={incident.reload} />
       </header>
+      <RelatedIncidents incident={current} />
       <EvidencePanel incidentId={current.id} open={current.state === "open"} />
       <Tabs
         label="Room"
