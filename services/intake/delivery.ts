@@ -13,7 +13,7 @@ import { recordAlone, type RecordCall } from "./record-groups.js";
 import { bodyDigestOf, retryKeyOf, reusedKeyMessage, type TriggerRoute } from "./retry-keys.js";
 import { RetryKeyReusedError, type RetryRecognition } from "./retry-recognition.js";
 import { PayloadError, type AlertInit, type MappedDelivery, type TriggerSource } from "./sources/index.js";
-import type { Correlation } from "./custom-sources/correlation.js";
+import type { Correlation } from "./correlation/correlation.js";
 import type { Grouping } from "./grouping/grouping.js";
 import type { IntakeStore } from "./store.js";
 

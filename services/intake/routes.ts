@@ -7,7 +7,7 @@ import { createAlertRouterHandlers } from "./alert-router-receiver.js";
 import { createChatHandlers } from "./chat-receiver.js";
 import { createConfigAsCodeHandlers } from "./config-as-code/config-as-code.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
-import { createCorrelation, createCorrelationHandlers } from "./custom-sources/correlation.js";
+import { createCorrelation, createCorrelationHandlers } from "./correlation/correlation.js";
 import { createGrouping, createGroupingHandlers } from "./grouping/grouping.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";

@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CORRELATION_CACHE_MS } from "../../services/intake/custom-sources/correlation.js";
+import { CORRELATION_CACHE_MS } from "../../services/intake/correlation/correlation.js";
 import { startCluster, type Cluster } from "../../services/process/cluster.js";
 import { FIVE_SOURCES, sendAs } from "../e2e/correlation-kit.js";
 import type { Credentials } from "../e2e/triggers-kit.js";

@@ -56,7 +56,7 @@ import {
   checkCorrelationSettings,
   readCorrelationSettings,
   writeCorrelationSettings,
-} from "../custom-sources/correlation.js";
+} from "../correlation/correlation.js";
 
 const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
 
