@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIqoGCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAhCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi0QEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAASKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCKVAgoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIZCghzZXZlcml0eRgFIAEoCUIHukgEcgIYQBIXCgZzb3VyY2UYBiABKAlCB7pIBHICGD8SHQoLZW50aXR5X2tpbmQYByABKAlCCLpIBXIDGIAIEhsKCWVudGl0eV9pZBgIIAEoCUIIukgFcgMYgAgSFAoMYWNrbm93bGVkZ2VkGAkgASgJEhkKCG93bmVyX2lkGAogASgJQge6SARyAhhAEgwKBHNvcnQYCyABKAkSEwoBcRgMIAEoCUIIukgFcgMYyAEidAoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEjEKCWluY2lkZW50cxgBIAMoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIk0KE0xpc3RUaW1lbGluZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBmN1cnNvchgDIAEoCRINCgVsaW1pdBgEIAEoBSJ2ChRMaXN0VGltZWxpbmVSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciItChJHZXRJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFlJlc29sdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkIKFVVwZGF0ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkiNQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkQKF1NldEluY2lkZW50T3duZXJSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCSI/ChZBZGRJbmNpZGVudE5vdGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIMCgR0ZXh0GAMgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIl0KEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRI4CghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eUIIukgFkgECEGQiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLaAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKBnJlYXNvbhgEIAEoCUIIukgFcgMY6AcSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIkQKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCRIWCgVzdGF0ZRgCIAEoCUIHukgEcgIYFCJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiNgobRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTL4EwoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSgQEKDlVwZGF0ZUluY2lkZW50Eisud2Fycm9vbS5pbmNpZGVudHMudjEuVXBkYXRlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiIoLT5JMCHDoBKjIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SlAEKE0Fja25vd2xlZGdlSW5jaWRlbnQSMC53YXJyb29tLmluY2lkZW50cy52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiuC0+STAiUiIy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2Fja25vd2xlZGdlEosBChBTZXRJbmNpZGVudE93bmVyEi0ud2Fycm9vbS5pbmNpZGVudHMudjEuU2V0SW5jaWRlbnRPd25lclJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIogtPkkwIiOgEqGh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9vd25lchKOAQoPQWRkSW5jaWRlbnROb3RlEiwud2Fycm9vbS5pbmNpZGVudHMudjEuQWRkSW5jaWRlbnROb3RlUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkiKILT5JMCIjoBKiIdL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vbm90ZXMSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfRKhAQoURW5kTWFpbnRlbmFuY2VXaW5kb3cSMS53YXJyb29tLmluY2lkZW50cy52MS5FbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyItgtPkkwInIiUvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0vZW5kYgZwcm90bzM", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIoYHCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSRgoPbmV4dF9lc2NhbGF0aW9uGB4gASgLMigud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvbkRlYWRsaW5lSAiIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhIKEF9uZXh0X2VzY2FsYXRpb24ibgoSRXNjYWxhdGlvbkRlYWRsaW5lEgwKBHN0ZXAYASABKAUSDQoFc3RlcHMYAiABKAUSDwoHbWludXRlcxgDIAEoBRIqCgZkdWVfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImYKD0VzY2FsYXRpb25TdGVwcxIvCghzZXZlcml0eRgBIAEoCUIdukgachhSBHNldjFSBHNldjJSBHNldjNSBHNldjQSIgoHbWludXRlcxgCIAMoBUIRukgOkgELEAoiBxoFGOBOKAEiuQEKEEVzY2FsYXRpb25Qb2xpY3kSOQoKc2V2ZXJpdGllcxgBIAMoCzIlLndhcnJvb20uaW5jaWRlbnRzLnYxLkVzY2FsYXRpb25TdGVwcxIzCgp1cGRhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEhcKCnVwZGF0ZWRfYnkYAyABKAlIAYgBAUINCgtfdXBkYXRlZF9hdEINCgtfdXBkYXRlZF9ieSIpChpHZXRFc2NhbGF0aW9uUG9saWN5UmVxdWVzdBILCgNvcmcYASABKAkibgoaUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QSCwoDb3JnGAEgASgJEkMKCnNldmVyaXRpZXMYAiADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uU3RlcHNCCLpIBZIBAhAEIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi0QEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAASKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCKVAgoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIZCghzZXZlcml0eRgFIAEoCUIHukgEcgIYQBIXCgZzb3VyY2UYBiABKAlCB7pIBHICGD8SHQoLZW50aXR5X2tpbmQYByABKAlCCLpIBXIDGIAIEhsKCWVudGl0eV9pZBgIIAEoCUIIukgFcgMYgAgSFAoMYWNrbm93bGVkZ2VkGAkgASgJEhkKCG93bmVyX2lkGAogASgJQge6SARyAhhAEgwKBHNvcnQYCyABKAkSEwoBcRgMIAEoCUIIukgFcgMYyAEidAoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEjEKCWluY2lkZW50cxgBIAMoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIk0KE0xpc3RUaW1lbGluZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBmN1cnNvchgDIAEoCRINCgVsaW1pdBgEIAEoBSJ2ChRMaXN0VGltZWxpbmVSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciItChJHZXRJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFlJlc29sdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkIKFVVwZGF0ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkiNQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkQKF1NldEluY2lkZW50T3duZXJSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCSI/ChZBZGRJbmNpZGVudE5vdGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIMCgR0ZXh0GAMgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIl0KEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRI4CghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eUIIukgFkgECEGQiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLaAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKBnJlYXNvbhgEIAEoCUIIukgFcgMY6AcSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIkQKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCRIWCgVzdGF0ZRgCIAEoCUIHukgEcgIYFCJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiNgobRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTKZFgoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSgQEKDlVwZGF0ZUluY2lkZW50Eisud2Fycm9vbS5pbmNpZGVudHMudjEuVXBkYXRlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiIoLT5JMCHDoBKjIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SlAEKE0Fja25vd2xlZGdlSW5jaWRlbnQSMC53YXJyb29tLmluY2lkZW50cy52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiuC0+STAiUiIy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2Fja25vd2xlZGdlEosBChBTZXRJbmNpZGVudE93bmVyEi0ud2Fycm9vbS5pbmNpZGVudHMudjEuU2V0SW5jaWRlbnRPd25lclJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIogtPkkwIiOgEqGh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9vd25lchKOAQoPQWRkSW5jaWRlbnROb3RlEiwud2Fycm9vbS5pbmNpZGVudHMudjEuQWRkSW5jaWRlbnROb3RlUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkiKILT5JMCIjoBKiIdL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vbm90ZXMSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfRKhAQoURW5kTWFpbnRlbmFuY2VXaW5kb3cSMS53YXJyb29tLmluY2lkZW50cy52MS5FbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyItgtPkkwInIiUvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0vZW5kEowBChNHZXRFc2NhbGF0aW9uUG9saWN5EjAud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QaJi53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uUG9saWN5IhuC0+STAhUSEy9vL3tvcmd9L2VzY2FsYXRpb24SjwEKE1B1dEVzY2FsYXRpb25Qb2xpY3kSMC53YXJyb29tLmluY2lkZW50cy52MS5QdXRFc2NhbGF0aW9uUG9saWN5UmVxdWVzdBomLndhcnJvb20uaW5jaWRlbnRzLnYxLkVzY2FsYXRpb25Qb2xpY3kiHoLT5JMCGDoBKhoTL28ve29yZ30vZXNjYWxhdGlvbmIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -277,6 +277,15 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: bool recovered_at_source = 20;
    */
   recoveredAtSource: boolean;
+
+  /**
+   * The next acknowledgement deadline of the organization's escalation policy, while the
+   * incident is open, unacknowledged and has a step left (GetIncident and the responders'
+   * actions only; lists leave it out).
+   *
+   * @generated from field: optional warroom.incidents.v1.EscalationDeadline next_escalation = 30;
+   */
+  nextEscalation?: EscalationDeadline | undefined;
 };
 
 /**
@@ -404,6 +413,15 @@ export type IncidentJson = {
    * @generated from field: bool recovered_at_source = 20;
    */
   recoveredAtSource?: boolean;
+
+  /**
+   * The next acknowledgement deadline of the organization's escalation policy, while the
+   * incident is open, unacknowledged and has a step left (GetIncident and the responders'
+   * actions only; lists leave it out).
+   *
+   * @generated from field: optional warroom.incidents.v1.EscalationDeadline next_escalation = 30;
+   */
+  nextEscalation?: EscalationDeadlineJson;
 };
 
 /**
@@ -412,6 +430,227 @@ export type IncidentJson = {
  */
 export const IncidentSchema: GenMessage<Incident, {jsonType: IncidentJson}> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 2);
+
+/**
+ * One step of an incident's escalation: step `step` of `steps` falls `minutes` after opening.
+ *
+ * @generated from message warroom.incidents.v1.EscalationDeadline
+ */
+export type EscalationDeadline = Message<"warroom.incidents.v1.EscalationDeadline"> & {
+  /**
+   * @generated from field: int32 step = 1;
+   */
+  step: number;
+
+  /**
+   * @generated from field: int32 steps = 2;
+   */
+  steps: number;
+
+  /**
+   * @generated from field: int32 minutes = 3;
+   */
+  minutes: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_at = 4;
+   */
+  dueAt?: Timestamp | undefined;
+};
+
+/**
+ * One step of an incident's escalation: step `step` of `steps` falls `minutes` after opening.
+ *
+ * @generated from message warroom.incidents.v1.EscalationDeadline
+ */
+export type EscalationDeadlineJson = {
+  /**
+   * @generated from field: int32 step = 1;
+   */
+  step?: number;
+
+  /**
+   * @generated from field: int32 steps = 2;
+   */
+  steps?: number;
+
+  /**
+   * @generated from field: int32 minutes = 3;
+   */
+  minutes?: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_at = 4;
+   */
+  dueAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationDeadline.
+ * Use `create(EscalationDeadlineSchema)` to create a new message.
+ */
+export const EscalationDeadlineSchema: GenMessage<EscalationDeadline, {jsonType: EscalationDeadlineJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 3);
+
+/**
+ * The acknowledgement deadlines of one severity: minutes after opening, strictly ascending.
+ *
+ * @generated from message warroom.incidents.v1.EscalationSteps
+ */
+export type EscalationSteps = Message<"warroom.incidents.v1.EscalationSteps"> & {
+  /**
+   * @generated from field: string severity = 1;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: repeated int32 minutes = 2;
+   */
+  minutes: number[];
+};
+
+/**
+ * The acknowledgement deadlines of one severity: minutes after opening, strictly ascending.
+ *
+ * @generated from message warroom.incidents.v1.EscalationSteps
+ */
+export type EscalationStepsJson = {
+  /**
+   * @generated from field: string severity = 1;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: repeated int32 minutes = 2;
+   */
+  minutes?: number[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationSteps.
+ * Use `create(EscalationStepsSchema)` to create a new message.
+ */
+export const EscalationStepsSchema: GenMessage<EscalationSteps, {jsonType: EscalationStepsJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 4);
+
+/**
+ * @generated from message warroom.incidents.v1.EscalationPolicy
+ */
+export type EscalationPolicy = Message<"warroom.incidents.v1.EscalationPolicy"> & {
+  /**
+   * One entry per severity that has deadlines, sev1 first.
+   *
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 1;
+   */
+  severities: EscalationSteps[];
+
+  /**
+   * When and by whom the policy was last changed; unset while it was never set.
+   *
+   * @generated from field: optional google.protobuf.Timestamp updated_at = 2;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string updated_by = 3;
+   */
+  updatedBy?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.EscalationPolicy
+ */
+export type EscalationPolicyJson = {
+  /**
+   * One entry per severity that has deadlines, sev1 first.
+   *
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 1;
+   */
+  severities?: EscalationStepsJson[];
+
+  /**
+   * When and by whom the policy was last changed; unset while it was never set.
+   *
+   * @generated from field: optional google.protobuf.Timestamp updated_at = 2;
+   */
+  updatedAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional string updated_by = 3;
+   */
+  updatedBy?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationPolicy.
+ * Use `create(EscalationPolicySchema)` to create a new message.
+ */
+export const EscalationPolicySchema: GenMessage<EscalationPolicy, {jsonType: EscalationPolicyJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 5);
+
+/**
+ * @generated from message warroom.incidents.v1.GetEscalationPolicyRequest
+ */
+export type GetEscalationPolicyRequest = Message<"warroom.incidents.v1.GetEscalationPolicyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.GetEscalationPolicyRequest
+ */
+export type GetEscalationPolicyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetEscalationPolicyRequest.
+ * Use `create(GetEscalationPolicyRequestSchema)` to create a new message.
+ */
+export const GetEscalationPolicyRequestSchema: GenMessage<GetEscalationPolicyRequest, {jsonType: GetEscalationPolicyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 6);
+
+/**
+ * @generated from message warroom.incidents.v1.PutEscalationPolicyRequest
+ */
+export type PutEscalationPolicyRequest = Message<"warroom.incidents.v1.PutEscalationPolicyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 2;
+   */
+  severities: EscalationSteps[];
+};
+
+/**
+ * @generated from message warroom.incidents.v1.PutEscalationPolicyRequest
+ */
+export type PutEscalationPolicyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 2;
+   */
+  severities?: EscalationStepsJson[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.PutEscalationPolicyRequest.
+ * Use `create(PutEscalationPolicyRequestSchema)` to create a new message.
+ */
+export const PutEscalationPolicyRequestSchema: GenMessage<PutEscalationPolicyRequest, {jsonType: PutEscalationPolicyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 7);
 
 /**
  * One delivery after its source's mapping. The bounds are generous: the intake already cuts what
@@ -606,7 +845,7 @@ export type AlertJson = {
  * Use `create(AlertSchema)` to create a new message.
  */
 export const AlertSchema: GenMessage<Alert, {jsonType: AlertJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 3);
+  messageDesc(file_warroom_incidents_v1_incidents, 8);
 
 /**
  * @generated from message warroom.incidents.v1.RecordRequest
@@ -701,7 +940,7 @@ export type RecordRequestJson = {
  * Use `create(RecordRequestSchema)` to create a new message.
  */
 export const RecordRequestSchema: GenMessage<RecordRequest, {jsonType: RecordRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 4);
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
 
 /**
  * @generated from message warroom.incidents.v1.RecordResponse
@@ -776,7 +1015,7 @@ export type RecordResponseJson = {
  * Use `create(RecordResponseSchema)` to create a new message.
  */
 export const RecordResponseSchema: GenMessage<RecordResponse, {jsonType: RecordResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 5);
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyRequest
@@ -807,7 +1046,7 @@ export type RecordManyRequestJson = {
  * Use `create(RecordManyRequestSchema)` to create a new message.
  */
 export const RecordManyRequestSchema: GenMessage<RecordManyRequest, {jsonType: RecordManyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 6);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyResponse
@@ -852,7 +1091,7 @@ export type RecordManyResponseJson = {
  * Use `create(RecordManyResponseSchema)` to create a new message.
  */
 export const RecordManyResponseSchema: GenMessage<RecordManyResponse, {jsonType: RecordManyResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 7);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndRequest
@@ -889,7 +1128,7 @@ export type GetMaintenanceWindowEndRequestJson = {
  * Use `create(GetMaintenanceWindowEndRequestSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndRequestSchema: GenMessage<GetMaintenanceWindowEndRequest, {jsonType: GetMaintenanceWindowEndRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 8);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndResponse
@@ -934,7 +1173,7 @@ export type GetMaintenanceWindowEndResponseJson = {
  * Use `create(GetMaintenanceWindowEndResponseSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndResponseSchema: GenMessage<GetMaintenanceWindowEndResponse, {jsonType: GetMaintenanceWindowEndResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.AppendTimelineRequest
@@ -981,7 +1220,7 @@ export type AppendTimelineRequestJson = {
  * Use `create(AppendTimelineRequestSchema)` to create a new message.
  */
 export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest, {jsonType: AppendTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenRequest
@@ -1034,7 +1273,7 @@ export type FindLatestOpenRequestJson = {
  * Use `create(FindLatestOpenRequestSchema)` to create a new message.
  */
 export const FindLatestOpenRequestSchema: GenMessage<FindLatestOpenRequest, {jsonType: FindLatestOpenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenResponse
@@ -1089,7 +1328,7 @@ export type FindLatestOpenResponseJson = {
  * Use `create(FindLatestOpenResponseSchema)` to create a new message.
  */
 export const FindLatestOpenResponseSchema: GenMessage<FindLatestOpenResponse, {jsonType: FindLatestOpenResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateRequest
@@ -1140,7 +1379,7 @@ export type IncidentStateRequestJson = {
  * Use `create(IncidentStateRequestSchema)` to create a new message.
  */
 export const IncidentStateRequestSchema: GenMessage<IncidentStateRequest, {jsonType: IncidentStateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateResponse
@@ -1185,7 +1424,7 @@ export type IncidentStateResponseJson = {
  * Use `create(IncidentStateResponseSchema)` to create a new message.
  */
 export const IncidentStateResponseSchema: GenMessage<IncidentStateResponse, {jsonType: IncidentStateResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -1366,7 +1605,7 @@ export type ListIncidentsRequestJson = {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest, {jsonType: ListIncidentsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -1407,7 +1646,7 @@ export type ListIncidentsResponseJson = {
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse, {jsonType: ListIncidentsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -1472,7 +1711,7 @@ export type ListTimelineRequestJson = {
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest, {jsonType: ListTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -1513,7 +1752,7 @@ export type ListTimelineResponseJson = {
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse, {jsonType: ListTimelineResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -1550,7 +1789,7 @@ export type GetIncidentRequestJson = {
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest, {jsonType: GetIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -1587,7 +1826,7 @@ export type ResolveIncidentRequestJson = {
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest, {jsonType: ResolveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.UpdateIncidentRequest
@@ -1640,7 +1879,7 @@ export type UpdateIncidentRequestJson = {
  * Use `create(UpdateIncidentRequestSchema)` to create a new message.
  */
 export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jsonType: UpdateIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
@@ -1677,7 +1916,7 @@ export type AcknowledgeIncidentRequestJson = {
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
@@ -1728,7 +1967,7 @@ export type SetIncidentOwnerRequestJson = {
  * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
  */
 export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
@@ -1781,7 +2020,7 @@ export type AddIncidentNoteRequestJson = {
  * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
  */
 export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -1818,7 +2057,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -1863,7 +2102,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -1930,7 +2169,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 32);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -1997,7 +2236,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 33);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -2038,7 +2277,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 29);
+  messageDesc(file_warroom_incidents_v1_incidents, 34);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -2065,7 +2304,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 30);
+  messageDesc(file_warroom_incidents_v1_incidents, 35);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -2102,7 +2341,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 31);
+  messageDesc(file_warroom_incidents_v1_incidents, 36);
 
 /**
  * @generated from message warroom.incidents.v1.EndMaintenanceWindowRequest
@@ -2139,7 +2378,7 @@ export type EndMaintenanceWindowRequestJson = {
  * Use `create(EndMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const EndMaintenanceWindowRequestSchema: GenMessage<EndMaintenanceWindowRequest, {jsonType: EndMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 32);
+  messageDesc(file_warroom_incidents_v1_incidents, 37);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -2349,6 +2588,28 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof EndMaintenanceWindowRequestSchema;
     output: typeof MaintenanceWindowSchema;
+  },
+  /**
+   * The organization's acknowledgement deadlines: for each severity, the minutes after opening
+   * at which an open incident nobody has acknowledged emits incident.unacknowledged (one step each).
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.GetEscalationPolicy
+   */
+  getEscalationPolicy: {
+    methodKind: "unary";
+    input: typeof GetEscalationPolicyRequestSchema;
+    output: typeof EscalationPolicySchema;
+  },
+  /**
+   * Replaces the organization's acknowledgement deadlines (every severity at once; a severity
+   * left out has none), audited. Applies to open incidents at the next sweep.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.PutEscalationPolicy
+   */
+  putEscalationPolicy: {
+    methodKind: "unary";
+    input: typeof PutEscalationPolicyRequestSchema;
+    output: typeof EscalationPolicySchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_warroom_incidents_v1_incidents, 0);
