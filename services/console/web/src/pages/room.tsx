@@ -5,6 +5,7 @@ import { useLiveEvents } from "../live";
 import { Link, navigate, useLocation } from "../router";
 import { Ago, askConfirm, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
+import { NextEscalation } from "./escalation";
 import { EvidencePanel } from "./evidence";
 import { RespondControls } from "./respond";
 
@@ -15,6 +16,7 @@ const KIND_LABELS: Record<string, string> = {
   no_data: "No-data repeat",
   resumed: "Resumed",
   acknowledged: "Acknowledged",
+  unacknowledged: "Not acknowledged",
   change: "Change",
   update_sent: "Update sent",
   update_simulated: "Update simulated",
@@ -215,6 +217,7 @@ export function RoomPage(props: { id: string }) {
               <Ago at={current.openedAt} now={now} />
             </dd>
           </div>
+          <NextEscalation incident={current} now={now} />
           {current.resolvedAt ? (
             <div>
               <dt>Resolved</dt>
