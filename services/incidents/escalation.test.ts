@@ -173,6 +173,38 @@ describe("the escalation policy API", () => {
   });
 });
 
+describe("the escalation policy in configuration as code", () => {
+  it("is exported, planned, applied once, and refused with the step named when wrong", async () => {
+    const { parse, stringify } = await import("yaml");
+    const exported = await harness.app.call("GET", "/o/acme/config", { token: owner });
+    expect(exported.status).toBe(200);
+    expect(parse(exported.body.yaml).escalation).toEqual({ sev1: [5, 15, 30], sev2: [10, 30] });
+    const apply = (yaml: string, dryRun = false) => harness.app.call("POST", "/o/acme/config", { token: owner, body: { yaml, dryRun } });
+    // The exported file changes nothing.
+    expect((await apply(exported.body.yaml)).body).toMatchObject({ changes: [], applied: false });
+
+    const wanted = stringify({ version: 1, escalation: { sev1: [5, 15, 30], sev2: [10, 30], sev3: [60] } });
+    const plan = await apply(wanted, true);
+    expect(plan.status, JSON.stringify(plan.body)).toBe(200);
+    expect(plan.body.changes).toEqual([{ action: "update", kind: "escalation", name: "policy" }]);
+    expect((await harness.app.call("GET", POLICY, { token: owner })).body.severities).toHaveLength(2);
+    const applied = await apply(wanted);
+    expect(applied.body).toMatchObject({ applied: true });
+    expect((await harness.app.call("GET", POLICY, { token: owner })).body.severities).toEqual([
+      { severity: "sev1", minutes: [5, 15, 30] },
+      { severity: "sev2", minutes: [10, 30] },
+      { severity: "sev3", minutes: [60] },
+    ]);
+    expect((await apply(wanted)).body).toMatchObject({ changes: [], applied: false });
+
+    const wrong = await apply(stringify({ version: 1, escalation: { sev1: [30, 5] } }));
+    expect(wrong.status).toBe(400);
+    expect(wrong.body.error).toBe("escalation: sev1 step 2: 5 minutes is not after step 1 (30); list the minutes in ascending order");
+    // Back to the policy the tests below expect.
+    expect((await apply(stringify({ version: 1, escalation: { sev1: [5, 15, 30], sev2: [10, 30] } }))).body).toMatchObject({ applied: true });
+  });
+});
+
 describe("incident.unacknowledged", () => {
   it("is delivered once per passed step, with the step, deadline and link, and the incident shows the next deadline", async () => {
     const id = await openIncident("sev1");
