@@ -1,8 +1,8 @@
-import type { PendingQuery, Row } from "postgres";
 import type { Sql } from "../runtime/database.js";
 import type { Logger } from "../runtime/logger.js";
 import type { Outbox } from "../runtime/outbox.js";
 import { outboxRows } from "./domain-events.js";
+import { commaSeparated } from "./store.js";
 
 /** Passed steps one sweep statement claims at most; a larger backlog takes more statements. */
 const SWEEP_BATCH = 500;
@@ -106,12 +106,12 @@ export function createEscalationSweeper(deps: { sql: Sql; outbox: Pick<Outbox, "
         outboxRows.timelineRecorded({ ...e, kind: "unacknowledged" }),
       ].map((o) => sql`(${r.incident_id}::uuid, ${r.step}::int, ${o.subject}::text, ${o.payload}::bytea)`);
     });
-    const eventValues = events.length > 0 ? list(events) : sql`(null::uuid, null::int, null::text, null::bytea)`;
+    const eventValues = events.length > 0 ? commaSeparated(sql, events) : sql`(null::uuid, null::int, null::text, null::bytea)`;
     // The incidents are share-locked and re-read: an acknowledgement or a resolve that commits
     // first stops the step; one that comes after finds the step already held.
     const claimed = await sql<{ outcome: Outcome }[]>`
       with v (incident_id, step, minutes, due_at, outcome, window_id, summary, data, at) as (
-        values ${list(steps)}
+        values ${commaSeparated(sql, steps)}
       ), target as (
         select i.id from incidents.incidents i
         where i.id in (select incident_id from v) and i.state = 'open' and i.acknowledged_at is null
@@ -136,12 +136,6 @@ export function createEscalationSweeper(deps: { sql: Sql; outbox: Pick<Outbox, "
       )
       select outcome from claimed`;
     return claimed.map((c) => c.outcome);
-  }
-
-  function list(values: PendingQuery<Row[]>[]): PendingQuery<Row[]> {
-    let joined = values[0]!;
-    for (const value of values.slice(1)) joined = sql`${joined}, ${value}`;
-    return joined;
   }
 
   async function sweep(): Promise<EscalationSweepResult> {
