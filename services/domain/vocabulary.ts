@@ -63,6 +63,7 @@ export const AUDIT_KINDS = {
   severityChanged: "incident.severity_changed",
   incidentAcknowledged: "incident.acknowledged",
   ownerChanged: "incident.owner_changed",
+  escalationPolicyChanged: "escalation_policy.changed",
 } as const;
 
 /** Whether `value` is one of `values`, narrowing its type. */

@@ -31,6 +31,18 @@ export const outboxRows = {
     row(EVENTS.incidentResolved, { ...e, at: timestampFromDate(e.at) }),
   severityChanged: (e: { orgId: string; incidentId: string; from: string; to: string; actor: string; at: Date }): OutboxRow =>
     row(EVENTS.severityChanged, { ...e, at: timestampFromDate(e.at) }),
+  unacknowledged: (e: {
+    orgId: string;
+    incidentId: string;
+    title: string;
+    severity: string;
+    source: string;
+    step: number;
+    steps: number;
+    minutes: number;
+    deadline: Date;
+    at: Date;
+  }): OutboxRow => row(EVENTS.incidentUnacknowledged, { ...e, deadline: timestampFromDate(e.deadline), at: timestampFromDate(e.at) }),
   /** An audit record, stored by the identity service (which owns the audit log). */
   audit: (e: { orgId: string; kind: string; actor: string; at: Date; data: JsonObject }): OutboxRow =>
     row(EVENTS.auditRecorded, { ...e, at: timestampFromDate(e.at) }),

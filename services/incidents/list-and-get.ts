@@ -14,6 +14,7 @@ import type { Config } from "../runtime/config/config.js";
 import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
+import { nextEscalation, type EscalationDeadlineInit } from "./escalation-policy.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
 import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
 import { INCIDENT_STATES, isOneOf, SEVERITIES } from "../domain/vocabulary.js";
@@ -102,18 +103,20 @@ export async function loadIncident(
   sql: Sql,
   orgId: string,
   id: string,
-): Promise<{ row: IncidentRow; timeline: TimelineEntryRow[]; timelineNextCursor?: string }> {
+): Promise<{ row: IncidentRow; timeline: TimelineEntryRow[]; timelineNextCursor?: string; nextEscalation?: EscalationDeadlineInit }> {
   if (!isUuid(id)) throw new NotFoundError("no such incident");
   const [row] = await sql<IncidentRow[]>`select ${incidentRead(sql)} from incidents.incidents i where i.id = ${id} and i.org_id = ${orgId}`;
   if (!row) throw new NotFoundError("no such incident");
   const page = await timelinePage(sql, id, undefined, TIMELINE_PAGE_SIZE);
-  return { row, timeline: page.entries, ...(page.nextCursor ? { timelineNextCursor: page.nextCursor } : {}) };
+  const next = row.state === "open" && !row.acknowledged_at ? await nextEscalation(sql, id) : undefined;
+  return { row, timeline: page.entries, ...(page.nextCursor ? { timelineNextCursor: page.nextCursor } : {}), ...(next ? { nextEscalation: next } : {}) };
 }
 
 /** The incident as read: its first timeline page, and the cursor to the rest when there is more. */
 export function incidentWithFirstPage(config: Config, orgSlug: string, loaded: Awaited<ReturnType<typeof loadIncident>>): IncidentInit {
   const incident = incidentShape(config, orgSlug, loaded.row, loaded.timeline);
   if (loaded.timelineNextCursor) incident.timelineNextCursor = loaded.timelineNextCursor;
+  if (loaded.nextEscalation) incident.nextEscalation = loaded.nextEscalation;
   return incident;
 }
 

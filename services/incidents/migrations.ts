@@ -258,5 +258,34 @@ export const migrations: Migration[] = [
       create index incidents_correlation_group on incidents.incidents (org_id, correlation_group_id) where correlation_group_id is not null;
     `,
   },
+  {
+    id: 14,
+    name: "acknowledgement deadlines per severity, and each incident's passed steps held once",
+    // The policy is read by the sweep at each turn, so a change applies to open incidents. A step
+    // is claimed by inserting its row: the primary key lets exactly one replica (or one sweep
+    // after a restart) write its event. outcome 'suppressed': a maintenance window covered the
+    // incident at the deadline, so nothing was sent and nothing will be for that step; 'skipped': a
+    // later step had passed too when the sweep came, and only the latest is sent.
+    sql: `
+      create table incidents.escalation_policies (
+        org_id uuid not null,
+        severity text not null check (severity in ('sev1', 'sev2', 'sev3', 'sev4')),
+        minutes integer[] not null,
+        updated_at timestamptz not null default now(),
+        updated_by text not null,
+        primary key (org_id, severity)
+      );
+      create table incidents.escalation_steps (
+        incident_id uuid not null references incidents.incidents (id) on delete cascade,
+        step integer not null,
+        minutes integer not null,
+        due_at timestamptz not null,
+        outcome text not null check (outcome in ('emitted', 'suppressed', 'skipped')),
+        maintenance_window_id uuid,
+        recorded_at timestamptz not null default now(),
+        primary key (incident_id, step)
+      );
+    `,
+  },
   ...outboxUpgrades("incidents"),
 ];

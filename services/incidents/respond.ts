@@ -9,7 +9,7 @@ import type { IncidentsDeps } from "./deps.js";
 import { type OutboxRow, outboxRows } from "./domain-events.js";
 import { storableText, timelineEntryShape } from "./incident-shape.js";
 import { incidentWithFirstPage, loadIncident } from "./list-and-get.js";
-import type { ClockRow, IncidentIdRow, IncidentStateRow, TimelineEntryRow } from "./store.js";
+import { type ClockRow, commaSeparated, type IncidentIdRow, type IncidentStateRow, type TimelineEntryRow } from "./store.js";
 import { AUDIT_KINDS } from "../domain/vocabulary.js";
 
 /** A note is a timeline entry's summary, held to the same limit as every other summary. */
@@ -20,9 +20,10 @@ const TURNS = 4;
 
 /** The outbox rows as the VALUES list of an insert, written only if the change happened. */
 function outboxInsert(sql: IncidentsDeps["sql"], rows: OutboxRow[]) {
-  const values = rows.map((r) => sql`(${r.subject}::text, ${r.payload}::bytea)`);
-  let list = values[0]!;
-  for (const value of values.slice(1)) list = sql`${list}, ${value}`;
+  const list = commaSeparated(
+    sql,
+    rows.map((r) => sql`(${r.subject}::text, ${r.payload}::bytea)`),
+  );
   return sql`
     insert into incidents.outbox (subject, payload, trace_context)
     select subject, payload, ${currentTraceparent()}::text from (values ${list}) as e (subject, payload)`;

@@ -2,6 +2,7 @@ import type { ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
 import type { IncidentsDeps } from "./deps.js";
+import { createEscalationPolicyHandlers } from "./escalation-policy.js";
 import { createFindLatestOpenHandlers } from "./find-latest-open.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-windows/maintenance-window-end.js";
@@ -28,5 +29,6 @@ export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof I
     ...createRespondHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
     ...createMaintenanceWindowEndHandlers(deps),
+    ...createEscalationPolicyHandlers(deps),
   };
 }

@@ -3,6 +3,7 @@ import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import type { IncidentsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
+import { createEscalationSweeper } from "./escalation-sweep.js";
 import { createIncidentsRoutes } from "./routes.js";
 
 /**
@@ -19,6 +20,8 @@ export function createIncidentsService(ctx: ServiceContext): ServiceModule {
   // one plan per connection (database.ts).
   const deliverySql = ctx.openPool("warroom-deliveries", DELIVERY_POOL_SIZE, "kept, by index");
   const deps: IncidentsDeps = { sql: ctx.sql, deliverySql, config: ctx.config, clients: ctx.clients, outbox: ctx.outbox, logger: ctx.logger };
+  // Acknowledgement deadlines are swept on the background pool, in every replica (the step's row decides who sends it).
+  const escalations = createEscalationSweeper({ sql: ctx.backgroundSql, outbox: ctx.outbox, logger: ctx.logger.child({ service: "incidents" }) });
   return {
     name: "incidents",
     migrations,
@@ -26,7 +29,11 @@ export function createIncidentsService(ctx: ServiceContext): ServiceModule {
     register(router: ConnectRouter) {
       router.service(IncidentsService, createIncidentsRoutes(deps));
     },
+    async start() {
+      escalations.start(ctx.config.ESCALATION_SWEEP_SECONDS);
+    },
     async stop() {
+      await escalations.stop();
       await deliverySql.end({ timeout: 5 });
     },
   };

@@ -1,4 +1,13 @@
 import type { JsonObject } from "@bufbuild/protobuf";
+import type { PendingQuery, Row } from "postgres";
+import type { Sql } from "../runtime/data/database.js";
+
+/** SQL fragments joined by commas, e.g. the rows of a VALUES list (at least one). */
+export function commaSeparated(sql: Sql, fragments: PendingQuery<Row[]>[]): PendingQuery<Row[]> {
+  let joined = fragments[0]!;
+  for (const fragment of fragments.slice(1)) joined = sql`${joined}, ${fragment}`;
+  return joined;
+}
 
 /** The incidents schema's rows, as the handlers read them. */
 

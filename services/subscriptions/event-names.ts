@@ -10,6 +10,7 @@ export const EVENT_TYPES = [
   "incident.acknowledged",
   "incident.owner_changed",
   "incident.note_added",
+  "incident.unacknowledged",
   "incident.resolved",
   "incident.archived",
   "heartbeat.silent",

@@ -1,6 +1,13 @@
 import { create, toJson, type DescMessage, type JsonValue, type MessageShape } from "@bufbuild/protobuf";
 import { timestampDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import type { HeartbeatSilent, IncidentOpened, IncidentResolved, TimelineRecorded, UpdateSent } from "../../gen/warroom/events/v1/events_pb.js";
+import type {
+  HeartbeatSilent,
+  IncidentOpened,
+  IncidentResolved,
+  IncidentUnacknowledged,
+  TimelineRecorded,
+  UpdateSent,
+} from "../../gen/warroom/events/v1/events_pb.js";
 import type { EventTypeName } from "./event-names.js";
 import { HeartbeatEventDataSchema, IncidentEventDataSchema, UpdateSentEventDataSchema } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 
@@ -44,6 +51,32 @@ export function fromIncidentOpened(publicUrl: string, e: IncidentOpened): Webhoo
       title: e.title,
       severity: e.severity,
       source: e.source,
+    })),
+  };
+}
+
+/**
+ * incident.unacknowledged: a step of the organization's acknowledgement deadlines passed. Its
+ * timeline entry (kind `unacknowledged`) is not an event of its own: this one carries the step.
+ */
+export function fromIncidentUnacknowledged(publicUrl: string, e: IncidentUnacknowledged): WebhookEvent {
+  return {
+    orgId: e.orgId,
+    type: "incident.unacknowledged",
+    at: dateOf(e.at),
+    data: dataOf(IncidentEventDataSchema, (org) => ({
+      org,
+      incidentId: e.incidentId,
+      workspaceUrl: workspaceUrl(publicUrl, org, e.incidentId),
+      kind: "unacknowledged",
+      ...(e.at ? { at: e.at } : {}),
+      title: e.title,
+      severity: e.severity,
+      source: e.source,
+      step: e.step,
+      steps: e.steps,
+      minutes: e.minutes,
+      ...(e.deadline ? { deadline: e.deadline } : {}),
     })),
   };
 }

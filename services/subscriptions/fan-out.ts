@@ -9,6 +9,7 @@ import {
   fromHeartbeatSilent,
   fromIncidentOpened,
   fromIncidentResolved,
+  fromIncidentUnacknowledged,
   fromTimelineRecorded,
   fromUpdateSent,
   type WebhookEvent,
@@ -115,6 +116,12 @@ export async function startFanOut(deps: SubscriptionsDeps, bus: EventBus): Promi
   await onEvent(bus, EVENTS.incidentOpened, (e, d) => run(fromIncidentOpened(publicUrl, e), d), consumer("subscriptions-incident-opened"));
   await onEvent(bus, EVENTS.timelineRecorded, (e, d) => run(fromTimelineRecorded(publicUrl, e), d), consumer("subscriptions-timeline"));
   await onEvent(bus, EVENTS.incidentResolved, (e, d) => run(fromIncidentResolved(publicUrl, e), d), consumer("subscriptions-incident-resolved"));
+  await onEvent(
+    bus,
+    EVENTS.incidentUnacknowledged,
+    (e, d) => run(fromIncidentUnacknowledged(publicUrl, e), d),
+    consumer("subscriptions-incident-unacknowledged"),
+  );
   await onEvent(bus, EVENTS.heartbeatSilent, (e, d) => run(fromHeartbeatSilent(e), d), consumer("subscriptions-heartbeat-silent"));
   await onEvent(bus, EVENTS.updateSent, (e, d) => run(fromUpdateSent(publicUrl, e), d), consumer("subscriptions-update-sent"));
 }

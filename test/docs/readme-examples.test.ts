@@ -28,6 +28,7 @@ const PAGES = [
   "docs/how-to/grouping.md",
   "docs/how-to/correlation.md",
   "docs/how-to/respond-to-incidents.md",
+  "docs/how-to/subscriptions.md",
   "docs/how-to/config-as-code.md",
   "docs/how-to/members-and-credentials.md",
   "docs/reference/configuration.md",

@@ -265,6 +265,12 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("GET", `${o}/maintenance-windows?state=past`, { token: owner }), 200, "list past maintenance windows");
     expectStatus(await call("GET", `${o}/audit-events?kind=maintenance_window.`, { token: owner }), 200, "filtered audit log");
     expectStatus(await call("DELETE", `${o}/maintenance-windows/${window.body.id}`, { token: owner }), 204, "delete maintenance window");
+    expectStatus(
+      await call("PUT", `${o}/escalation`, { token: owner, body: { severities: [{ severity: "sev1", minutes: [5, 15, 30] }] } }),
+      200,
+      "set escalation policy",
+    );
+    expectStatus(await call("GET", `${o}/escalation`, { token: owner }), 200, "read escalation policy");
 
     // The PagerDuty and Opsgenie drop-in receivers: trigger, acknowledge, resolve, change; create,
     // acknowledge, close and the request status Opsgenie clients poll.

@@ -13,7 +13,8 @@ import {
   ExportConfigResponseSchema,
 } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
-import { isSourceBadge } from "../../domain/vocabulary.js";
+import { checkEscalationPolicy, type EscalationSteps } from "../../domain/escalation-rules.js";
+import { isSourceBadge, SEVERITIES } from "../../domain/vocabulary.js";
 import { ADMINS, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";
@@ -106,8 +107,18 @@ const fileSchema = z
       .optional(),
     heartbeats: z.array(heartbeatEntrySchema).optional(),
     maintenanceWindows: z.array(maintenanceWindowEntrySchema).optional(),
+    // Acknowledgement deadlines: minutes after opening per severity (GET/PUT /o/{org}/escalation).
+    escalation: z
+      .object(Object.fromEntries(SEVERITIES.map((sev) => [sev, z.array(z.number()).optional()])))
+      .strict()
+      .optional(),
   })
   .strict();
+
+/** The escalation section as the file writes it: `{sev1: [5, 15, 30], ...}`, severities with steps only. */
+function escalationEntry(severities: readonly EscalationSteps[]): JsonObject {
+  return Object.fromEntries(severities.filter((s) => s.minutes.length > 0).map((s) => [s.severity, [...s.minutes]]));
+}
 
 type ConfigFile = z.infer<typeof fileSchema>;
 
@@ -177,7 +188,7 @@ export function createConfigAsCodeHandlers(deps: {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const { sources, overrides, correlation } = await current(principal.orgId);
       const calls = scheduleCalls(clients, req.org, context);
-      const [heartbeats, windows] = await Promise.all([calls.heartbeats(), calls.windows()]);
+      const [heartbeats, windows, escalation] = await Promise.all([calls.heartbeats(), calls.windows(), calls.escalation()]);
       const file: JsonObject = {
         version: 1,
         customSources: sources.map((row) => {
@@ -204,6 +215,8 @@ export function createConfigAsCodeHandlers(deps: {
           .sort((a, b) => a.startsAt.getTime() - b.startsAt.getTime() || windowKey(a).localeCompare(windowKey(b)))
           .map(windowEntry),
       };
+      // Written only once a policy is set, so a file without deadlines reads as before.
+      if (escalation.length > 0) file.escalation = escalationEntry(escalation);
       return create(ExportConfigResponseSchema, { yaml: stringifyYaml(file, { lineWidth: 0 }) });
     },
 
@@ -271,6 +284,15 @@ export function createConfigAsCodeHandlers(deps: {
         if (w.endsAt.getTime() > Date.now()) wantedWindows.set(windowKey(w), w);
       }
 
+      let wantedEscalation: EscalationSteps[] | undefined;
+      if (file.escalation) {
+        try {
+          wantedEscalation = checkEscalationPolicy(Object.entries(file.escalation).map(([severity, minutes]) => ({ severity, minutes: minutes ?? [] })));
+        } catch (err) {
+          throw new InvalidArgumentError(`escalation: ${(err as Error).message}`);
+        }
+      }
+
       const { sources, overrides, correlation } = await current(principal.orgId);
       const changes: ConfigChange[] = [];
       const change = (action: string, kind: string, name: string) => changes.push(create(ConfigChangeSchema, { action, kind, name }));
@@ -319,6 +341,10 @@ export function createConfigAsCodeHandlers(deps: {
         held.sort((a, b) => a.spec.startsAt.getTime() - b.spec.startsAt.getTime());
         for (const w of held) if (!wantedWindows.has(windowKey(w.spec))) windowChanges.push({ action: "delete", spec: w.spec, id: w.id });
         for (const c of windowChanges) change(c.action, "maintenanceWindow", windowName(c.spec));
+      }
+      if (wantedEscalation) {
+        const held = escalationEntry(await calls.escalation());
+        if (JSON.stringify(held) !== JSON.stringify(escalationEntry(wantedEscalation))) change("update", "escalation", "policy");
       }
       const response = create(ApplyConfigResponseSchema, { changes, applied: false });
       if (req.dryRun || changes.length === 0) return response;
@@ -394,6 +420,10 @@ export function createConfigAsCodeHandlers(deps: {
       }
       for (const c of windowChanges) {
         if (c.action === "create") steps.push({ label: `create maintenanceWindow ${windowName(c.spec)}`, run: () => calls.createWindow(c.spec) });
+      }
+      if (wantedEscalation && changes.some((c) => c.kind === "escalation")) {
+        const severities = wantedEscalation;
+        steps.push({ label: "update escalation policy", run: () => calls.putEscalation(severities) });
       }
       for (const c of heartbeatChanges) {
         if (c.action === "delete") steps.push({ label: `delete heartbeat ${c.name}`, run: () => calls.deleteHeartbeat(c.name) });

@@ -1,4 +1,5 @@
 import { create, type JsonObject } from "@bufbuild/protobuf";
+import type { EscalationSteps } from "../../domain/escalation-rules.js";
 import { timestampDate, timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type HandlerContext } from "@connectrpc/connect";
 import { z } from "zod";
@@ -193,6 +194,12 @@ export function scheduleCalls(clients: Clients, org: string, context: HandlerCon
         if (!page.nextCursor) return all;
         cursor = page.nextCursor;
       }
+    },
+    async escalation(): Promise<EscalationSteps[]> {
+      return (await clients.incidents.getEscalationPolicy({ org }, options)).severities.map((s) => ({ severity: s.severity, minutes: s.minutes }));
+    },
+    async putEscalation(severities: EscalationSteps[]): Promise<void> {
+      await clients.incidents.putEscalationPolicy({ org, severities }, options);
     },
     async windows(): Promise<MaintenanceWindow[]> {
       return (await clients.incidents.listMaintenanceWindows({ org }, options)).maintenanceWindows;

@@ -77,6 +77,7 @@ export const configSchema = z.object({
     .max(30 * 86400)
     .default(12 * 3600),
   HEARTBEAT_SWEEP_SECONDS: z.coerce.number().positive().max(86400).default(300),
+  ESCALATION_SWEEP_SECONDS: z.coerce.number().positive().max(3600).default(30),
   EGRESS_ALLOW_PRIVATE_CIDRS: cidrList,
   EGRESS_CA_FILE: optionalString,
   // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
@@ -231,6 +232,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   BOOTSTRAP_OWNER_PASSWORD: "its owner's password, used only when the organization does not exist yet",
   SESSION_TTL_SECONDS: "session token lifetime",
   HEARTBEAT_SWEEP_SECONDS: "silence sweep interval",
+  ESCALATION_SWEEP_SECONDS:
+    "how often the incident core looks for passed acknowledgement deadlines (escalation steps); a step is emitted at most this long after its deadline",
   EGRESS_ALLOW_PRIVATE_CIDRS: "private ranges outbound chat-webhook calls may reach (on-premises chat servers)",
   EGRESS_CA_FILE: "extra CA (PEM) trusted for outbound calls",
   CHAT_WEBHOOK_TIMEOUT_SECONDS: "how long a post to the chat webhook may take (at most 12)",

@@ -16,7 +16,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/events/v1/events.proto.
  */
 export const file_warroom_events_v1_events: GenFile = /*@__PURE__*/
-  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKYAQoWSW52ZXN0aWdhdGlvbkNvbXBsZXRlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSCwoDcnVuGAMgASgFEg0KBXJlYWRzGAQgASgFEhUKDXBhcnRpYWxfcmVhZHMYBSABKAUSJgoCYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn8KEEV2aWRlbmNlUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgsKA3J1bhgDIAEoBRIRCglyZWFkX25hbWUYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIm0KEFRpbWVsaW5lUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgwKBGtpbmQYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn0KEEluY2lkZW50UmVzb2x2ZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEg0KBXN0YXRlGAMgASgJEg0KBWFjdG9yGAQgASgJEiYKAmF0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKHAQoPU2V2ZXJpdHlDaGFuZ2VkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRIMCgRmcm9tGAMgASgJEgoKAnRvGAQgASgJEg0KBWFjdG9yGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCJvCg9IZWFydGJlYXRTaWxlbnQSDgoGb3JnX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOc2lsZW50X3NlY29uZHMYAyABKAMSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wInwKClVwZGF0ZVNlbnQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhIKCm1lc3NhZ2VfaWQYAyABKAkSDQoFc3RhdGUYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIkcKEUNyZWRlbnRpYWxDaGFuZ2VkEg4KBm9yZ19pZBgBIAEoCRIMCgRraW5kGAIgASgJEhQKDHJldm9rZWRfaGFzaBgDIAEoCSKLAQoNQXVkaXRSZWNvcmRlZBIOCgZvcmdfaWQYASABKAkSDAoEa2luZBgCIAEoCRINCgVhY3RvchgDIAEoCRImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJQoEZGF0YRgFIAEoCzIXLmdvb2dsZS5wcm90b2J1Zi5TdHJ1Y3RiBnByb3RvMw", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("Ch53YXJyb29tL2V2ZW50cy92MS9ldmVudHMucHJvdG8SEXdhcnJvb20uZXZlbnRzLnYxIo4BCg5JbmNpZGVudE9wZW5lZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFdGl0bGUYAyABKAkSEAoIc2V2ZXJpdHkYBCABKAkSDgoGc291cmNlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKYAQoWSW52ZXN0aWdhdGlvbkNvbXBsZXRlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSCwoDcnVuGAMgASgFEg0KBXJlYWRzGAQgASgFEhUKDXBhcnRpYWxfcmVhZHMYBSABKAUSJgoCYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIn8KEEV2aWRlbmNlUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgsKA3J1bhgDIAEoBRIRCglyZWFkX25hbWUYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIm0KEFRpbWVsaW5lUmVjb3JkZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgwKBGtpbmQYAyABKAkSJgoCYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIvIBChZJbmNpZGVudFVuYWNrbm93bGVkZ2VkEg4KBm9yZ19pZBgBIAEoCRITCgtpbmNpZGVudF9pZBgCIAEoCRINCgV0aXRsZRgDIAEoCRIQCghzZXZlcml0eRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSDAoEc3RlcBgGIAEoBRINCgVzdGVwcxgHIAEoBRIPCgdtaW51dGVzGAggASgFEiwKCGRlYWRsaW5lGAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBImCgJhdBgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifQoQSW5jaWRlbnRSZXNvbHZlZBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSDQoFc3RhdGUYAyABKAkSDQoFYWN0b3IYBCABKAkSJgoCYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIocBCg9TZXZlcml0eUNoYW5nZWQSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEgwKBGZyb20YAyABKAkSCgoCdG8YBCABKAkSDQoFYWN0b3IYBSABKAkSJgoCYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIm8KD0hlYXJ0YmVhdFNpbGVudBIOCgZvcmdfaWQYASABKAkSDAoEbmFtZRgCIAEoCRIWCg5zaWxlbnRfc2Vjb25kcxgDIAEoAxImCgJhdBgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAifAoKVXBkYXRlU2VudBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSEgoKbWVzc2FnZV9pZBgDIAEoCRINCgVzdGF0ZRgEIAEoCRImCgJhdBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiRwoRQ3JlZGVudGlhbENoYW5nZWQSDgoGb3JnX2lkGAEgASgJEgwKBGtpbmQYAiABKAkSFAoMcmV2b2tlZF9oYXNoGAMgASgJIosBCg1BdWRpdFJlY29yZGVkEg4KBm9yZ19pZBgBIAEoCRIMCgRraW5kGAIgASgJEg0KBWFjdG9yGAMgASgJEiYKAmF0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIlCgRkYXRhGAUgASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdGIGcHJvdG8z", [file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message warroom.events.v1.IncidentOpened
@@ -305,6 +305,137 @@ export const TimelineRecordedSchema: GenMessage<TimelineRecorded, {jsonType: Tim
   messageDesc(file_warroom_events_v1_events, 3);
 
 /**
+ * An open incident passed a step of its organization's acknowledgement deadlines with nobody
+ * acknowledging it (and no maintenance window covering it). Written once per step.
+ *
+ * @generated from message warroom.events.v1.IncidentUnacknowledged
+ */
+export type IncidentUnacknowledged = Message<"warroom.events.v1.IncidentUnacknowledged"> & {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId: string;
+
+  /**
+   * @generated from field: string title = 3;
+   */
+  title: string;
+
+  /**
+   * @generated from field: string severity = 4;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: string source = 5;
+   */
+  source: string;
+
+  /**
+   * 1-based; `steps` is how many the severity's policy had when it was written.
+   *
+   * @generated from field: int32 step = 6;
+   */
+  step: number;
+
+  /**
+   * @generated from field: int32 steps = 7;
+   */
+  steps: number;
+
+  /**
+   * Minutes after opening, and the deadline itself.
+   *
+   * @generated from field: int32 minutes = 8;
+   */
+  minutes: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp deadline = 9;
+   */
+  deadline?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 10;
+   */
+  at?: Timestamp | undefined;
+};
+
+/**
+ * An open incident passed a step of its organization's acknowledgement deadlines with nobody
+ * acknowledging it (and no maintenance window covering it). Written once per step.
+ *
+ * @generated from message warroom.events.v1.IncidentUnacknowledged
+ */
+export type IncidentUnacknowledgedJson = {
+  /**
+   * @generated from field: string org_id = 1;
+   */
+  orgId?: string;
+
+  /**
+   * @generated from field: string incident_id = 2;
+   */
+  incidentId?: string;
+
+  /**
+   * @generated from field: string title = 3;
+   */
+  title?: string;
+
+  /**
+   * @generated from field: string severity = 4;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: string source = 5;
+   */
+  source?: string;
+
+  /**
+   * 1-based; `steps` is how many the severity's policy had when it was written.
+   *
+   * @generated from field: int32 step = 6;
+   */
+  step?: number;
+
+  /**
+   * @generated from field: int32 steps = 7;
+   */
+  steps?: number;
+
+  /**
+   * Minutes after opening, and the deadline itself.
+   *
+   * @generated from field: int32 minutes = 8;
+   */
+  minutes?: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp deadline = 9;
+   */
+  deadline?: TimestampJson;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 10;
+   */
+  at?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.events.v1.IncidentUnacknowledged.
+ * Use `create(IncidentUnacknowledgedSchema)` to create a new message.
+ */
+export const IncidentUnacknowledgedSchema: GenMessage<IncidentUnacknowledged, {jsonType: IncidentUnacknowledgedJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_events_v1_events, 4);
+
+/**
  * @generated from message warroom.events.v1.IncidentResolved
  */
 export type IncidentResolved = Message<"warroom.events.v1.IncidentResolved"> & {
@@ -373,7 +504,7 @@ export type IncidentResolvedJson = {
  * Use `create(IncidentResolvedSchema)` to create a new message.
  */
 export const IncidentResolvedSchema: GenMessage<IncidentResolved, {jsonType: IncidentResolvedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 4);
+  messageDesc(file_warroom_events_v1_events, 5);
 
 /**
  * A person changed an incident's severity (the delivery's is only a proposal).
@@ -462,7 +593,7 @@ export type SeverityChangedJson = {
  * Use `create(SeverityChangedSchema)` to create a new message.
  */
 export const SeverityChangedSchema: GenMessage<SeverityChanged, {jsonType: SeverityChangedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 5);
+  messageDesc(file_warroom_events_v1_events, 6);
 
 /**
  * @generated from message warroom.events.v1.HeartbeatSilent
@@ -519,7 +650,7 @@ export type HeartbeatSilentJson = {
  * Use `create(HeartbeatSilentSchema)` to create a new message.
  */
 export const HeartbeatSilentSchema: GenMessage<HeartbeatSilent, {jsonType: HeartbeatSilentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 6);
+  messageDesc(file_warroom_events_v1_events, 7);
 
 /**
  * @generated from message warroom.events.v1.UpdateSent
@@ -590,7 +721,7 @@ export type UpdateSentJson = {
  * Use `create(UpdateSentSchema)` to create a new message.
  */
 export const UpdateSentSchema: GenMessage<UpdateSent, {jsonType: UpdateSentJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 7);
+  messageDesc(file_warroom_events_v1_events, 8);
 
 /**
  * A credential was issued or revoked: caches keyed by it must drop it at once.
@@ -649,7 +780,7 @@ export type CredentialChangedJson = {
  * Use `create(CredentialChangedSchema)` to create a new message.
  */
 export const CredentialChangedSchema: GenMessage<CredentialChanged, {jsonType: CredentialChangedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 8);
+  messageDesc(file_warroom_events_v1_events, 9);
 
 /**
  * An audit record written by a service other than identity, stored by identity.
@@ -720,5 +851,5 @@ export type AuditRecordedJson = {
  * Use `create(AuditRecordedSchema)` to create a new message.
  */
 export const AuditRecordedSchema: GenMessage<AuditRecorded, {jsonType: AuditRecordedJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_events_v1_events, 9);
+  messageDesc(file_warroom_events_v1_events, 10);
 

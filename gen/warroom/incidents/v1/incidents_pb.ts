@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIr4HCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSIQoUY29ycmVsYXRpb25fZ3JvdXBfaWQYHiABKAlICIgBARIeChZjb3JyZWxhdGlvbl9ncm91cF9zaXplGB8gASgFEjYKB3JlbGF0ZWQYICADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5SZWxhdGVkSW5jaWRlbnRCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhcKFV9jb3JyZWxhdGlvbl9ncm91cF9pZCKMAQoPUmVsYXRlZEluY2lkZW50EgoKAmlkGAEgASgJEg0KBXRpdGxlGAIgASgJEhAKCHNldmVyaXR5GAMgASgJEg0KBXN0YXRlGAQgASgJEg4KBnNvdXJjZRgFIAEoCRItCglvcGVuZWRfYXQYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi/AEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAARIpChRjb3JyZWxhdGlvbl9ncm91cF9pZBgHIAEoCUILukgI2AEBcgOwAQEisQEKDlJlY29yZFJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIiChVtYWludGVuYW5jZV93aW5kb3dfaWQYAyABKAlIAIgBARITCgZyZWFzb24YBCABKAlIAYgBAUIYChZfbWFpbnRlbmFuY2Vfd2luZG93X2lkQgkKB19yZWFzb24iXAoRUmVjb3JkTWFueVJlcXVlc3QSRwoKZGVsaXZlcmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3RCDrpIC5IBCBDoByID2AEDIsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InoKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEhMKC2luY2lkZW50X2lkGAIgASgJEjIKBWVudHJ5GAMgASgLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSJ9ChVGaW5kTGF0ZXN0T3BlblJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIOCgZzb3VyY2UYAiABKAkSJgoPYXR0YWNoX2lkZW50aXR5GAMgASgJQgi6SAVyAyiACEgAiAEBQhIKEF9hdHRhY2hfaWRlbnRpdHkiigEKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfaW5jaWRlbnRfaWQiUgoUSW5jaWRlbnRTdGF0ZVJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhUKDXdpdGhfaW5jaWRlbnQYAyABKAgiWAoVSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQivAIKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSGQoIc2V2ZXJpdHkYBSABKAlCB7pIBHICGEASFwoGc291cmNlGAYgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAcgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYCCABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgJIAEoCRIZCghvd25lcl9pZBgKIAEoCUIHukgEcgIYQBIMCgRzb3J0GAsgASgJEhMKAXEYDCABKAlCCLpIBXIDGMgBEiUKFGNvcnJlbGF0aW9uX2dyb3VwX2lkGB4gASgJQge6SARyAhhAInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJNChNMaXN0VGltZWxpbmVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIOCgZjdXJzb3IYAyABKAkSDQoFbGltaXQYBCABKAUidgoUTGlzdFRpbWVsaW5lUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJCChVVcGRhdGVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHNldmVyaXR5GAMgASgJIjUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJEChdTZXRJbmNpZGVudE93bmVyUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkiPwoWQWRkSW5jaWRlbnROb3RlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEdGV4dBgDIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJdChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSOAoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHlCCLpIBZIBAhBkIsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi2gEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgZyZWFzb24YBCABKAlCCLpIBXIDGOgHEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCJECh1MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBILCgNvcmcYASABKAkSFgoFc3RhdGUYAiABKAlCB7pIBHICGBQiZgoeTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlEkQKE21haW50ZW5hbmNlX3dpbmRvd3MYASADKAsyJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyI5Ch5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjYKG0VuZE1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAky+BMKEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEoEBCg5VcGRhdGVJbmNpZGVudBIrLndhcnJvb20uaW5jaWRlbnRzLnYxLlVwZGF0ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiKC0+STAhw6ASoyFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EpQBChNBY2tub3dsZWRnZUluY2lkZW50EjAud2Fycm9vbS5pbmNpZGVudHMudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIrgtPkkwIlIiMvby97b3JnfS9pbmNpZGVudHMve2lkfS9hY2tub3dsZWRnZRKLAQoQU2V0SW5jaWRlbnRPd25lchItLndhcnJvb20uaW5jaWRlbnRzLnYxLlNldEluY2lkZW50T3duZXJSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiKILT5JMCIjoBKhodL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vb3duZXISjgEKD0FkZEluY2lkZW50Tm90ZRIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFkZEluY2lkZW50Tm90ZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IiiC0+STAiI6ASoiHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L25vdGVzEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZGIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIpoICghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSIQoUY29ycmVsYXRpb25fZ3JvdXBfaWQYHiABKAlICIgBARIeChZjb3JyZWxhdGlvbl9ncm91cF9zaXplGB8gASgFEjYKB3JlbGF0ZWQYICADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5SZWxhdGVkSW5jaWRlbnQSRgoPbmV4dF9lc2NhbGF0aW9uGCEgASgLMigud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvbkRlYWRsaW5lSAmIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhcKFV9jb3JyZWxhdGlvbl9ncm91cF9pZEISChBfbmV4dF9lc2NhbGF0aW9uIowBCg9SZWxhdGVkSW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEi0KCW9wZW5lZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoSRXNjYWxhdGlvbkRlYWRsaW5lEgwKBHN0ZXAYASABKAUSDQoFc3RlcHMYAiABKAUSDwoHbWludXRlcxgDIAEoBRIqCgZkdWVfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImYKD0VzY2FsYXRpb25TdGVwcxIvCghzZXZlcml0eRgBIAEoCUIdukgachhSBHNldjFSBHNldjJSBHNldjNSBHNldjQSIgoHbWludXRlcxgCIAMoBUIRukgOkgELEAoiBxoFGOBOKAEiuQEKEEVzY2FsYXRpb25Qb2xpY3kSOQoKc2V2ZXJpdGllcxgBIAMoCzIlLndhcnJvb20uaW5jaWRlbnRzLnYxLkVzY2FsYXRpb25TdGVwcxIzCgp1cGRhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEhcKCnVwZGF0ZWRfYnkYAyABKAlIAYgBAUINCgtfdXBkYXRlZF9hdEINCgtfdXBkYXRlZF9ieSIpChpHZXRFc2NhbGF0aW9uUG9saWN5UmVxdWVzdBILCgNvcmcYASABKAkibgoaUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QSCwoDb3JnGAEgASgJEkMKCnNldmVyaXRpZXMYAiADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uU3RlcHNCCLpIBZIBAhAEIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi/AEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAARIpChRjb3JyZWxhdGlvbl9ncm91cF9pZBgHIAEoCUILukgI2AEBcgOwAQEisQEKDlJlY29yZFJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIiChVtYWludGVuYW5jZV93aW5kb3dfaWQYAyABKAlIAIgBARITCgZyZWFzb24YBCABKAlIAYgBAUIYChZfbWFpbnRlbmFuY2Vfd2luZG93X2lkQgkKB19yZWFzb24iXAoRUmVjb3JkTWFueVJlcXVlc3QSRwoKZGVsaXZlcmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3RCDrpIC5IBCBDoByID2AEDIsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InoKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEhMKC2luY2lkZW50X2lkGAIgASgJEjIKBWVudHJ5GAMgASgLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSJ9ChVGaW5kTGF0ZXN0T3BlblJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIOCgZzb3VyY2UYAiABKAkSJgoPYXR0YWNoX2lkZW50aXR5GAMgASgJQgi6SAVyAyiACEgAiAEBQhIKEF9hdHRhY2hfaWRlbnRpdHkiigEKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfaW5jaWRlbnRfaWQiUgoUSW5jaWRlbnRTdGF0ZVJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhUKDXdpdGhfaW5jaWRlbnQYAyABKAgiWAoVSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQivAIKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSGQoIc2V2ZXJpdHkYBSABKAlCB7pIBHICGEASFwoGc291cmNlGAYgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAcgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYCCABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgJIAEoCRIZCghvd25lcl9pZBgKIAEoCUIHukgEcgIYQBIMCgRzb3J0GAsgASgJEhMKAXEYDCABKAlCCLpIBXIDGMgBEiUKFGNvcnJlbGF0aW9uX2dyb3VwX2lkGB4gASgJQge6SARyAhhAInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJNChNMaXN0VGltZWxpbmVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIOCgZjdXJzb3IYAyABKAkSDQoFbGltaXQYBCABKAUidgoUTGlzdFRpbWVsaW5lUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJCChVVcGRhdGVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHNldmVyaXR5GAMgASgJIjUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJEChdTZXRJbmNpZGVudE93bmVyUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkiPwoWQWRkSW5jaWRlbnROb3RlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEdGV4dBgDIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJdChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSOAoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHlCCLpIBZIBAhBkIsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi2gEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgZyZWFzb24YBCABKAlCCLpIBXIDGOgHEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCJECh1MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBILCgNvcmcYASABKAkSFgoFc3RhdGUYAiABKAlCB7pIBHICGBQiZgoeTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlEkQKE21haW50ZW5hbmNlX3dpbmRvd3MYASADKAsyJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyI5Ch5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjYKG0VuZE1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkymRYKEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEoEBCg5VcGRhdGVJbmNpZGVudBIrLndhcnJvb20uaW5jaWRlbnRzLnYxLlVwZGF0ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiKC0+STAhw6ASoyFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EpQBChNBY2tub3dsZWRnZUluY2lkZW50EjAud2Fycm9vbS5pbmNpZGVudHMudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIrgtPkkwIlIiMvby97b3JnfS9pbmNpZGVudHMve2lkfS9hY2tub3dsZWRnZRKLAQoQU2V0SW5jaWRlbnRPd25lchItLndhcnJvb20uaW5jaWRlbnRzLnYxLlNldEluY2lkZW50T3duZXJSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiKILT5JMCIjoBKhodL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vb3duZXISjgEKD0FkZEluY2lkZW50Tm90ZRIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFkZEluY2lkZW50Tm90ZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IiiC0+STAiI6ASoiHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L25vdGVzEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZBKMAQoTR2V0RXNjYWxhdGlvblBvbGljeRIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEVzY2FsYXRpb25Qb2xpY3lSZXF1ZXN0GiYud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvblBvbGljeSIbgtPkkwIVEhMvby97b3JnfS9lc2NhbGF0aW9uEo8BChNQdXRFc2NhbGF0aW9uUG9saWN5EjAud2Fycm9vbS5pbmNpZGVudHMudjEuUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QaJi53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uUG9saWN5Ih6C0+STAhg6ASoaEy9vL3tvcmd9L2VzY2FsYXRpb25iBnByb3RvMw", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -299,6 +299,15 @@ export type Incident = Message<"warroom.incidents.v1.Incident"> & {
    * @generated from field: repeated warroom.incidents.v1.RelatedIncident related = 32;
    */
   related: RelatedIncident[];
+
+  /**
+   * The next acknowledgement deadline of the organization's escalation policy, while the
+   * incident is open, unacknowledged and has a step left (GetIncident and the responders'
+   * actions only; lists leave it out).
+   *
+   * @generated from field: optional warroom.incidents.v1.EscalationDeadline next_escalation = 33;
+   */
+  nextEscalation?: EscalationDeadline | undefined;
 };
 
 /**
@@ -448,6 +457,15 @@ export type IncidentJson = {
    * @generated from field: repeated warroom.incidents.v1.RelatedIncident related = 32;
    */
   related?: RelatedIncidentJson[];
+
+  /**
+   * The next acknowledgement deadline of the organization's escalation policy, while the
+   * incident is open, unacknowledged and has a step left (GetIncident and the responders'
+   * actions only; lists leave it out).
+   *
+   * @generated from field: optional warroom.incidents.v1.EscalationDeadline next_escalation = 33;
+   */
+  nextEscalation?: EscalationDeadlineJson;
 };
 
 /**
@@ -537,6 +555,227 @@ export type RelatedIncidentJson = {
  */
 export const RelatedIncidentSchema: GenMessage<RelatedIncident, {jsonType: RelatedIncidentJson}> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 3);
+
+/**
+ * One step of an incident's escalation: step `step` of `steps` falls `minutes` after opening.
+ *
+ * @generated from message warroom.incidents.v1.EscalationDeadline
+ */
+export type EscalationDeadline = Message<"warroom.incidents.v1.EscalationDeadline"> & {
+  /**
+   * @generated from field: int32 step = 1;
+   */
+  step: number;
+
+  /**
+   * @generated from field: int32 steps = 2;
+   */
+  steps: number;
+
+  /**
+   * @generated from field: int32 minutes = 3;
+   */
+  minutes: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_at = 4;
+   */
+  dueAt?: Timestamp | undefined;
+};
+
+/**
+ * One step of an incident's escalation: step `step` of `steps` falls `minutes` after opening.
+ *
+ * @generated from message warroom.incidents.v1.EscalationDeadline
+ */
+export type EscalationDeadlineJson = {
+  /**
+   * @generated from field: int32 step = 1;
+   */
+  step?: number;
+
+  /**
+   * @generated from field: int32 steps = 2;
+   */
+  steps?: number;
+
+  /**
+   * @generated from field: int32 minutes = 3;
+   */
+  minutes?: number;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp due_at = 4;
+   */
+  dueAt?: TimestampJson;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationDeadline.
+ * Use `create(EscalationDeadlineSchema)` to create a new message.
+ */
+export const EscalationDeadlineSchema: GenMessage<EscalationDeadline, {jsonType: EscalationDeadlineJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 4);
+
+/**
+ * The acknowledgement deadlines of one severity: minutes after opening, strictly ascending.
+ *
+ * @generated from message warroom.incidents.v1.EscalationSteps
+ */
+export type EscalationSteps = Message<"warroom.incidents.v1.EscalationSteps"> & {
+  /**
+   * @generated from field: string severity = 1;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: repeated int32 minutes = 2;
+   */
+  minutes: number[];
+};
+
+/**
+ * The acknowledgement deadlines of one severity: minutes after opening, strictly ascending.
+ *
+ * @generated from message warroom.incidents.v1.EscalationSteps
+ */
+export type EscalationStepsJson = {
+  /**
+   * @generated from field: string severity = 1;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: repeated int32 minutes = 2;
+   */
+  minutes?: number[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationSteps.
+ * Use `create(EscalationStepsSchema)` to create a new message.
+ */
+export const EscalationStepsSchema: GenMessage<EscalationSteps, {jsonType: EscalationStepsJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 5);
+
+/**
+ * @generated from message warroom.incidents.v1.EscalationPolicy
+ */
+export type EscalationPolicy = Message<"warroom.incidents.v1.EscalationPolicy"> & {
+  /**
+   * One entry per severity that has deadlines, sev1 first.
+   *
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 1;
+   */
+  severities: EscalationSteps[];
+
+  /**
+   * When and by whom the policy was last changed; unset while it was never set.
+   *
+   * @generated from field: optional google.protobuf.Timestamp updated_at = 2;
+   */
+  updatedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: optional string updated_by = 3;
+   */
+  updatedBy?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.EscalationPolicy
+ */
+export type EscalationPolicyJson = {
+  /**
+   * One entry per severity that has deadlines, sev1 first.
+   *
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 1;
+   */
+  severities?: EscalationStepsJson[];
+
+  /**
+   * When and by whom the policy was last changed; unset while it was never set.
+   *
+   * @generated from field: optional google.protobuf.Timestamp updated_at = 2;
+   */
+  updatedAt?: TimestampJson;
+
+  /**
+   * @generated from field: optional string updated_by = 3;
+   */
+  updatedBy?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.EscalationPolicy.
+ * Use `create(EscalationPolicySchema)` to create a new message.
+ */
+export const EscalationPolicySchema: GenMessage<EscalationPolicy, {jsonType: EscalationPolicyJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 6);
+
+/**
+ * @generated from message warroom.incidents.v1.GetEscalationPolicyRequest
+ */
+export type GetEscalationPolicyRequest = Message<"warroom.incidents.v1.GetEscalationPolicyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.GetEscalationPolicyRequest
+ */
+export type GetEscalationPolicyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.GetEscalationPolicyRequest.
+ * Use `create(GetEscalationPolicyRequestSchema)` to create a new message.
+ */
+export const GetEscalationPolicyRequestSchema: GenMessage<GetEscalationPolicyRequest, {jsonType: GetEscalationPolicyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 7);
+
+/**
+ * @generated from message warroom.incidents.v1.PutEscalationPolicyRequest
+ */
+export type PutEscalationPolicyRequest = Message<"warroom.incidents.v1.PutEscalationPolicyRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 2;
+   */
+  severities: EscalationSteps[];
+};
+
+/**
+ * @generated from message warroom.incidents.v1.PutEscalationPolicyRequest
+ */
+export type PutEscalationPolicyRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * @generated from field: repeated warroom.incidents.v1.EscalationSteps severities = 2;
+   */
+  severities?: EscalationStepsJson[];
+};
+
+/**
+ * Describes the message warroom.incidents.v1.PutEscalationPolicyRequest.
+ * Use `create(PutEscalationPolicyRequestSchema)` to create a new message.
+ */
+export const PutEscalationPolicyRequestSchema: GenMessage<PutEscalationPolicyRequest, {jsonType: PutEscalationPolicyRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 8);
 
 /**
  * One delivery after its source's mapping. The bounds are generous: the intake already cuts what
@@ -731,7 +970,7 @@ export type AlertJson = {
  * Use `create(AlertSchema)` to create a new message.
  */
 export const AlertSchema: GenMessage<Alert, {jsonType: AlertJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 4);
+  messageDesc(file_warroom_incidents_v1_incidents, 9);
 
 /**
  * @generated from message warroom.incidents.v1.RecordRequest
@@ -842,7 +1081,7 @@ export type RecordRequestJson = {
  * Use `create(RecordRequestSchema)` to create a new message.
  */
 export const RecordRequestSchema: GenMessage<RecordRequest, {jsonType: RecordRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 5);
+  messageDesc(file_warroom_incidents_v1_incidents, 10);
 
 /**
  * @generated from message warroom.incidents.v1.RecordResponse
@@ -917,7 +1156,7 @@ export type RecordResponseJson = {
  * Use `create(RecordResponseSchema)` to create a new message.
  */
 export const RecordResponseSchema: GenMessage<RecordResponse, {jsonType: RecordResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 6);
+  messageDesc(file_warroom_incidents_v1_incidents, 11);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyRequest
@@ -948,7 +1187,7 @@ export type RecordManyRequestJson = {
  * Use `create(RecordManyRequestSchema)` to create a new message.
  */
 export const RecordManyRequestSchema: GenMessage<RecordManyRequest, {jsonType: RecordManyRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 7);
+  messageDesc(file_warroom_incidents_v1_incidents, 12);
 
 /**
  * @generated from message warroom.incidents.v1.RecordManyResponse
@@ -993,7 +1232,7 @@ export type RecordManyResponseJson = {
  * Use `create(RecordManyResponseSchema)` to create a new message.
  */
 export const RecordManyResponseSchema: GenMessage<RecordManyResponse, {jsonType: RecordManyResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 8);
+  messageDesc(file_warroom_incidents_v1_incidents, 13);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndRequest
@@ -1030,7 +1269,7 @@ export type GetMaintenanceWindowEndRequestJson = {
  * Use `create(GetMaintenanceWindowEndRequestSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndRequestSchema: GenMessage<GetMaintenanceWindowEndRequest, {jsonType: GetMaintenanceWindowEndRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 9);
+  messageDesc(file_warroom_incidents_v1_incidents, 14);
 
 /**
  * @generated from message warroom.incidents.v1.GetMaintenanceWindowEndResponse
@@ -1075,7 +1314,7 @@ export type GetMaintenanceWindowEndResponseJson = {
  * Use `create(GetMaintenanceWindowEndResponseSchema)` to create a new message.
  */
 export const GetMaintenanceWindowEndResponseSchema: GenMessage<GetMaintenanceWindowEndResponse, {jsonType: GetMaintenanceWindowEndResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 10);
+  messageDesc(file_warroom_incidents_v1_incidents, 15);
 
 /**
  * @generated from message warroom.incidents.v1.AppendTimelineRequest
@@ -1122,7 +1361,7 @@ export type AppendTimelineRequestJson = {
  * Use `create(AppendTimelineRequestSchema)` to create a new message.
  */
 export const AppendTimelineRequestSchema: GenMessage<AppendTimelineRequest, {jsonType: AppendTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 11);
+  messageDesc(file_warroom_incidents_v1_incidents, 16);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenRequest
@@ -1175,7 +1414,7 @@ export type FindLatestOpenRequestJson = {
  * Use `create(FindLatestOpenRequestSchema)` to create a new message.
  */
 export const FindLatestOpenRequestSchema: GenMessage<FindLatestOpenRequest, {jsonType: FindLatestOpenRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 12);
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
 
 /**
  * @generated from message warroom.incidents.v1.FindLatestOpenResponse
@@ -1230,7 +1469,7 @@ export type FindLatestOpenResponseJson = {
  * Use `create(FindLatestOpenResponseSchema)` to create a new message.
  */
 export const FindLatestOpenResponseSchema: GenMessage<FindLatestOpenResponse, {jsonType: FindLatestOpenResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 13);
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateRequest
@@ -1281,7 +1520,7 @@ export type IncidentStateRequestJson = {
  * Use `create(IncidentStateRequestSchema)` to create a new message.
  */
 export const IncidentStateRequestSchema: GenMessage<IncidentStateRequest, {jsonType: IncidentStateRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 14);
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
 
 /**
  * @generated from message warroom.incidents.v1.IncidentStateResponse
@@ -1326,7 +1565,7 @@ export type IncidentStateResponseJson = {
  * Use `create(IncidentStateResponseSchema)` to create a new message.
  */
 export const IncidentStateResponseSchema: GenMessage<IncidentStateResponse, {jsonType: IncidentStateResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 15);
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsRequest
@@ -1521,7 +1760,7 @@ export type ListIncidentsRequestJson = {
  * Use `create(ListIncidentsRequestSchema)` to create a new message.
  */
 export const ListIncidentsRequestSchema: GenMessage<ListIncidentsRequest, {jsonType: ListIncidentsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 16);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.ListIncidentsResponse
@@ -1562,7 +1801,7 @@ export type ListIncidentsResponseJson = {
  * Use `create(ListIncidentsResponseSchema)` to create a new message.
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse, {jsonType: ListIncidentsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -1627,7 +1866,7 @@ export type ListTimelineRequestJson = {
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest, {jsonType: ListTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -1668,7 +1907,7 @@ export type ListTimelineResponseJson = {
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse, {jsonType: ListTimelineResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -1705,7 +1944,7 @@ export type GetIncidentRequestJson = {
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest, {jsonType: GetIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -1742,7 +1981,7 @@ export type ResolveIncidentRequestJson = {
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest, {jsonType: ResolveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.UpdateIncidentRequest
@@ -1795,7 +2034,7 @@ export type UpdateIncidentRequestJson = {
  * Use `create(UpdateIncidentRequestSchema)` to create a new message.
  */
 export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jsonType: UpdateIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
@@ -1832,7 +2071,7 @@ export type AcknowledgeIncidentRequestJson = {
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
@@ -1883,7 +2122,7 @@ export type SetIncidentOwnerRequestJson = {
  * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
  */
 export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
@@ -1936,7 +2175,7 @@ export type AddIncidentNoteRequestJson = {
  * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
  */
 export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -1973,7 +2212,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -2018,7 +2257,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 32);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -2085,7 +2324,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 33);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -2152,7 +2391,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 29);
+  messageDesc(file_warroom_incidents_v1_incidents, 34);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -2193,7 +2432,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 30);
+  messageDesc(file_warroom_incidents_v1_incidents, 35);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -2220,7 +2459,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 31);
+  messageDesc(file_warroom_incidents_v1_incidents, 36);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -2257,7 +2496,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 32);
+  messageDesc(file_warroom_incidents_v1_incidents, 37);
 
 /**
  * @generated from message warroom.incidents.v1.EndMaintenanceWindowRequest
@@ -2294,7 +2533,7 @@ export type EndMaintenanceWindowRequestJson = {
  * Use `create(EndMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const EndMaintenanceWindowRequestSchema: GenMessage<EndMaintenanceWindowRequest, {jsonType: EndMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 33);
+  messageDesc(file_warroom_incidents_v1_incidents, 38);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -2504,6 +2743,28 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof EndMaintenanceWindowRequestSchema;
     output: typeof MaintenanceWindowSchema;
+  },
+  /**
+   * The organization's acknowledgement deadlines: for each severity, the minutes after opening
+   * at which an open incident nobody has acknowledged emits incident.unacknowledged (one step each).
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.GetEscalationPolicy
+   */
+  getEscalationPolicy: {
+    methodKind: "unary";
+    input: typeof GetEscalationPolicyRequestSchema;
+    output: typeof EscalationPolicySchema;
+  },
+  /**
+   * Replaces the organization's acknowledgement deadlines (every severity at once; a severity
+   * left out has none), audited. Applies to open incidents at the next sweep.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.PutEscalationPolicy
+   */
+  putEscalationPolicy: {
+    methodKind: "unary";
+    input: typeof PutEscalationPolicyRequestSchema;
+    output: typeof EscalationPolicySchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_warroom_incidents_v1_incidents, 0);

@@ -10,6 +10,8 @@ import type { ApiKey as ApiKeyShape, ApiKeyJson, Member as MemberShape, MemberJs
 import type {
   Entity as EntityShape,
   EntityJson,
+  EscalationPolicy as EscalationPolicyShape,
+  EscalationPolicyJson,
   Incident as IncidentShape,
   IncidentJson,
   MaintenanceWindow as MaintenanceWindowShape,
@@ -175,6 +177,7 @@ export type PingRecord = Rest<PingRecordShape, PingRecordJson>;
 export type RemoteSource = Rest<RemoteSourceShape, RemoteSourceJson>;
 export type ConformanceReport = Rest<ConformanceReportShape, ConformanceReportJson>;
 export type MaintenanceWindow = Rest<MaintenanceWindowShape, MaintenanceWindowJson>;
+export type EscalationPolicy = Rest<EscalationPolicyShape, EscalationPolicyJson>;
 export type Member = Rest<MemberShape, MemberJson>;
 export type ApiKey = Rest<ApiKeyShape, ApiKeyJson>;
 export type Subscription = Rest<SubscriptionShape, SubscriptionJson>;

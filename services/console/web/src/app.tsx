@@ -11,6 +11,7 @@ import { HeartbeatsPage } from "./pages/heartbeats";
 import { IncidentsPage } from "./pages/incidents";
 import { IntegrationsPage } from "./pages/integrations";
 import { LoginPage } from "./pages/login";
+import { EscalationPage } from "./pages/escalation";
 import { MaintenancePage } from "./pages/maintenance";
 import { MembersPage } from "./pages/members";
 import { RoomPage } from "./pages/room";
@@ -21,6 +22,7 @@ const NAV = [
   { href: "/integrations", label: "Integrations" },
   { href: "/heartbeats", label: "Heartbeats" },
   { href: "/maintenance", label: "Maintenance" },
+  { href: "/escalation", label: "Escalation" },
   { href: "/members", label: "Members" },
   { href: "/api-keys", label: "API keys" },
   { href: "/audit-log", label: "Audit log" },
@@ -148,6 +150,7 @@ export function App() {
   else if (loc.path === "/custom-sources") page = <CustomSourcesPage org={session.org} selected={loc.query.get("id") ?? undefined} />;
   else if (loc.path === "/heartbeats") page = <HeartbeatsPage org={session.org} />;
   else if (loc.path === "/maintenance") page = <MaintenancePage />;
+  else if (loc.path === "/escalation") page = <EscalationPage />;
   else if (loc.path === "/members") page = <MembersPage />;
   else if (loc.path === "/api-keys") page = <ApiKeysPage />;
   else if (loc.path === "/audit-log") page = <AuditLogPage />;

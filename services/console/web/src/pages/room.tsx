@@ -6,6 +6,7 @@ import { Link, navigate, useLocation } from "../router";
 import { Ago, askConfirm, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, Tabs, useAction, useLoad, useNow } from "../ui";
 import { CommsPanel } from "./comms";
 import { RelatedIncidents } from "./correlation-group";
+import { NextEscalation } from "./escalation";
 import { EvidencePanel } from "./evidence";
 import { RespondControls } from "./respond";
 
@@ -16,6 +17,7 @@ const KIND_LABELS: Record<string, string> = {
   no_data: "No-data repeat",
   resumed: "Resumed",
   acknowledged: "Acknowledged",
+  unacknowledged: "Not acknowledged",
   change: "Change",
   update_sent: "Update sent",
   update_simulated: "Update simulated",
@@ -216,6 +218,7 @@ export function RoomPage(props: { id: string }) {
               <Ago at={current.openedAt} now={now} />
             </dd>
           </div>
+          <NextEscalation incident={current} now={now} />
           {current.resolvedAt ? (
             <div>
               <dt>Resolved</dt>
