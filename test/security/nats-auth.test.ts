@@ -69,6 +69,29 @@ describe("a cluster on an authenticated NATS", () => {
     expect(heartbeat.status).toBe(201);
   });
 
+  it("applies config as code, whose heartbeats, windows and deadlines intake reads and writes through their services", async () => {
+    const owner = await app.ownerToken();
+    const yaml = [
+      "version: 1",
+      "heartbeats:",
+      "  - name: config-nightly",
+      "    expectedIntervalSeconds: 3600",
+      "    graceSeconds: 60",
+      "maintenanceWindows:",
+      '  - startsAt: "2030-01-01T02:00:00.000Z"',
+      '    endsAt: "2030-01-01T04:00:00.000Z"',
+      "    reason: config window",
+      "escalation:",
+      "  sev1: [5, 15]",
+    ].join("\n");
+    const applied = await app.call("POST", "/o/acme/config", { token: owner, body: { yaml } });
+    expect(applied.status, JSON.stringify(applied.body)).toBe(200);
+    const exported = await app.call("GET", "/o/acme/config", { token: owner });
+    expect(exported.status, JSON.stringify(exported.body)).toBe(200);
+    expect(exported.body.yaml).toContain("config-nightly");
+    expect(exported.body.yaml).toContain("config window");
+  });
+
   it("refuses a client without credentials, or with a wrong password", async () => {
     await expect(connect({ servers: app.natsUrl! })).rejects.toThrow(/authorization/i);
     await expect(connect({ servers: app.natsUrl!, user: "gateway", pass: "guess" })).rejects.toThrow(/authorization/i);

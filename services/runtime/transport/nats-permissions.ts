@@ -46,6 +46,17 @@ const INTERNAL_CALLS: Record<NatsUser, string[]> = {
     // A PagerDuty change event is recorded on the latest open incident of its source.
     "warroom.incidents.v1.IncidentsService/FindLatestOpen",
     "warroom.remotesource.v1.RemoteSourcesService/ResolveConnection",
+    // Config as code reads and changes heartbeats, maintenance windows and acknowledgement
+    // deadlines through their services, with the caller's credential (config-schedules.ts).
+    "warroom.heartbeats.v1.HeartbeatsService/ListHeartbeats",
+    "warroom.heartbeats.v1.HeartbeatsService/RegisterHeartbeat",
+    "warroom.heartbeats.v1.HeartbeatsService/UpdateHeartbeat",
+    "warroom.heartbeats.v1.HeartbeatsService/DeleteHeartbeat",
+    "warroom.incidents.v1.IncidentsService/ListMaintenanceWindows",
+    "warroom.incidents.v1.IncidentsService/CreateMaintenanceWindow",
+    "warroom.incidents.v1.IncidentsService/DeleteMaintenanceWindow",
+    "warroom.incidents.v1.IncidentsService/GetEscalationPolicy",
+    "warroom.incidents.v1.IncidentsService/PutEscalationPolicy",
   ],
   incidents: [AUTHENTICATE],
   heartbeats: [
