@@ -6,10 +6,20 @@ import {
   HeartbeatSilentSchema,
   IncidentOpenedSchema,
   IncidentResolvedSchema,
+  IncidentUnacknowledgedSchema,
   TimelineRecordedSchema,
   UpdateSentSchema,
 } from "../../gen/warroom/events/v1/events_pb.js";
-import { EVENT_TYPES, envelope, fromHeartbeatSilent, fromIncidentOpened, fromIncidentResolved, fromTimelineRecorded, fromUpdateSent } from "./event-types.js";
+import {
+  EVENT_TYPES,
+  envelope,
+  fromHeartbeatSilent,
+  fromIncidentOpened,
+  fromIncidentResolved,
+  fromIncidentUnacknowledged,
+  fromTimelineRecorded,
+  fromUpdateSent,
+} from "./event-types.js";
 import { nextRetryDelayMs, parseRetryAfter } from "./retry-schedule.js";
 import { newSigningSecret, signDelivery } from "./signing.js";
 
@@ -25,6 +35,7 @@ describe("event types: which domain event becomes which webhook event", () => {
   it("maps every documented type from a domain event", () => {
     const produced = new Set<string>([
       fromIncidentOpened(URL, create(IncidentOpenedSchema, { orgId: org, incidentId: incident })).type,
+      fromIncidentUnacknowledged(URL, create(IncidentUnacknowledgedSchema, { orgId: org, incidentId: incident, step: 1, steps: 3, minutes: 5 })).type,
       ...["repeat", "recovery", "no_data", "severity_changed", "acknowledged", "owner_changed", "note", "resumed", "investigation"].map(
         (k) => timeline(k)!.type,
       ),
