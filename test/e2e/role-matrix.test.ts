@@ -74,6 +74,7 @@ const ANY_MEMBER = new Set([
   "AcknowledgeIncident",
   "SetIncidentOwner",
   "AddIncidentNote",
+  "BulkUpdateIncidents",
   "ListMaintenanceWindows",
   "ListHeartbeats",
   "GetHeartbeat",

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIqoGCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAhCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi0QEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAASKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCKVAgoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIZCghzZXZlcml0eRgFIAEoCUIHukgEcgIYQBIXCgZzb3VyY2UYBiABKAlCB7pIBHICGD8SHQoLZW50aXR5X2tpbmQYByABKAlCCLpIBXIDGIAIEhsKCWVudGl0eV9pZBgIIAEoCUIIukgFcgMYgAgSFAoMYWNrbm93bGVkZ2VkGAkgASgJEhkKCG93bmVyX2lkGAogASgJQge6SARyAhhAEgwKBHNvcnQYCyABKAkSEwoBcRgMIAEoCUIIukgFcgMYyAEidAoVTGlzdEluY2lkZW50c1Jlc3BvbnNlEjEKCWluY2lkZW50cxgBIAMoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIk0KE0xpc3RUaW1lbGluZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEg4KBmN1cnNvchgDIAEoCRINCgVsaW1pdBgEIAEoBSJ2ChRMaXN0VGltZWxpbmVSZXNwb25zZRI0CgdlbnRyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciItChJHZXRJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjEKFlJlc29sdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkIKFVVwZGF0ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkiNQoaQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIkQKF1NldEluY2lkZW50T3duZXJSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghvd25lcl9pZBgDIAEoCSI/ChZBZGRJbmNpZGVudE5vdGVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIMCgR0ZXh0GAMgASgJIjEKFkFyY2hpdmVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIl0KEE1haW50ZW5hbmNlTWF0Y2gSDwoHc291cmNlcxgBIAMoCRI4CghlbnRpdGllcxgCIAMoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eUIIukgFkgECEGQiwgEKEU1haW50ZW5hbmNlV2luZG93EgoKAmlkGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGcmVhc29uGAQgASgJEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCLaAQoeQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhgKBnJlYXNvbhgEIAEoCUIIukgFcgMY6AcSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoIkQKHUxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0EgsKA29yZxgBIAEoCRIWCgVzdGF0ZRgCIAEoCUIHukgEcgIYFCJmCh5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVzcG9uc2USRAoTbWFpbnRlbmFuY2Vfd2luZG93cxgBIAMoCzInLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IjkKHkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiNgobRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCTL4EwoQSW5jaWRlbnRzU2VydmljZRJTCgZSZWNvcmQSIy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXF1ZXN0GiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USXwoKUmVjb3JkTWFueRInLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXF1ZXN0Gigud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlEoYBChdHZXRNYWludGVuYW5jZVdpbmRvd0VuZBI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBo1LndhcnJvb20uaW5jaWRlbnRzLnYxLkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USYgoOQXBwZW5kVGltZWxpbmUSKy53YXJyb29tLmluY2lkZW50cy52MS5BcHBlbmRUaW1lbGluZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EmsKDkZpbmRMYXRlc3RPcGVuEisud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXF1ZXN0Giwud2Fycm9vbS5pbmNpZGVudHMudjEuRmluZExhdGVzdE9wZW5SZXNwb25zZRJoCg1JbmNpZGVudFN0YXRlEioud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVzcG9uc2UShAEKDUxpc3RJbmNpZGVudHMSKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXNwb25zZSIagtPkkwIUEhIvby97b3JnfS9pbmNpZGVudHMSeAoLR2V0SW5jaWRlbnQSKC53YXJyb29tLmluY2lkZW50cy52MS5HZXRJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIfgtPkkwIZEhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKPAQoMTGlzdFRpbWVsaW5lEikud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVxdWVzdBoqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlc3BvbnNlIiiC0+STAiISIC9vL3tvcmd9L2luY2lkZW50cy97aWR9L3RpbWVsaW5lEogBCg9SZXNvbHZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5SZXNvbHZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vcmVzb2x2ZRKIAQoPQXJjaGl2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuQXJjaGl2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2FyY2hpdmUSgQEKDlVwZGF0ZUluY2lkZW50Eisud2Fycm9vbS5pbmNpZGVudHMudjEuVXBkYXRlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiIoLT5JMCHDoBKjIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SlAEKE0Fja25vd2xlZGdlSW5jaWRlbnQSMC53YXJyb29tLmluY2lkZW50cy52MS5BY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiuC0+STAiUiIy9vL3tvcmd9L2luY2lkZW50cy97aWR9L2Fja25vd2xlZGdlEosBChBTZXRJbmNpZGVudE93bmVyEi0ud2Fycm9vbS5pbmNpZGVudHMudjEuU2V0SW5jaWRlbnRPd25lclJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIogtPkkwIiOgEqGh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9vd25lchKOAQoPQWRkSW5jaWRlbnROb3RlEiwud2Fycm9vbS5pbmNpZGVudHMudjEuQWRkSW5jaWRlbnROb3RlUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkiKILT5JMCIjoBKiIdL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vbm90ZXMSoQEKF0NyZWF0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuQ3JlYXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciJ4LT5JMCIToBKiIcL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cxKpAQoWTGlzdE1haW50ZW5hbmNlV2luZG93cxIzLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXF1ZXN0GjQud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlIiSC0+STAh4SHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSkgEKF0RlbGV0ZU1haW50ZW5hbmNlV2luZG93EjQud2Fycm9vbS5pbmNpZGVudHMudjEuRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0GhYuZ29vZ2xlLnByb3RvYnVmLkVtcHR5IimC0+STAiMqIS9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3Mve2lkfRKhAQoURW5kTWFpbnRlbmFuY2VXaW5kb3cSMS53YXJyb29tLmluY2lkZW50cy52MS5FbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QaJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyItgtPkkwInIiUvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0vZW5kYgZwcm90bzM", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIqoGCghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAhCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi0QEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAASKxAQoOUmVjb3JkUmVzcG9uc2USDwoHb3V0Y29tZRgBIAEoCRIwCghpbmNpZGVudBgCIAEoCzIeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50EiIKFW1haW50ZW5hbmNlX3dpbmRvd19pZBgDIAEoCUgAiAEBEhMKBnJlYXNvbhgEIAEoCUgBiAEBQhgKFl9tYWludGVuYW5jZV93aW5kb3dfaWRCCQoHX3JlYXNvbiJcChFSZWNvcmRNYW55UmVxdWVzdBJHCgpkZWxpdmVyaWVzGAEgAygLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdEIOukgLkgEIEOgHIgPYAQMiwAEKElJlY29yZE1hbnlSZXNwb25zZRI1CgdyZXN1bHRzGAEgAygLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVzcG9uc2USRAoGZXJyb3JzGAIgAygLMjQud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlc3BvbnNlLkVycm9yc0VudHJ5Gi0KC0Vycm9yc0VudHJ5EgsKA2tleRgBIAEoBRINCgV2YWx1ZRgCIAEoCToCOAEiPAoeR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0Eg4KBm9yZ19pZBgBIAEoCRIKCgJpZBgCIAEoCSKIAQofR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRIwCgdlbmRzX2F0GAEgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEicKA25vdxgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBCCgoIX2VuZHNfYXQiegoVQXBwZW5kVGltZWxpbmVSZXF1ZXN0EhgKBm9yZ19pZBgBIAEoCUIIukgFcgOwAQESEwoLaW5jaWRlbnRfaWQYAiABKAkSMgoFZW50cnkYAyABKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5In0KFUZpbmRMYXRlc3RPcGVuUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEg4KBnNvdXJjZRgCIAEoCRImCg9hdHRhY2hfaWRlbnRpdHkYAyABKAlCCLpIBXIDKIAISACIAQFCEgoQX2F0dGFjaF9pZGVudGl0eSKKAQoWRmluZExhdGVzdE9wZW5SZXNwb25zZRIYCgtpbmNpZGVudF9pZBgBIAEoCUgAiAEBEhcKD2F0dGFjaF9pZGVudGl0eRgCIAEoCRItCglvcGVuZWRfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQg4KDF9pbmNpZGVudF9pZCJSChRJbmNpZGVudFN0YXRlUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSEwoLaW5jaWRlbnRfaWQYAiABKAkSFQoNd2l0aF9pbmNpZGVudBgDIAEoCCJYChVJbmNpZGVudFN0YXRlUmVzcG9uc2USDQoFc3RhdGUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCKoAgoUTGlzdEluY2lkZW50c1JlcXVlc3QSCwoDb3JnGAEgASgJEg0KBXN0YXRlGAIgASgJEg0KBWxpbWl0GAMgASgFEg4KBmN1cnNvchgEIAEoCRIZCghzZXZlcml0eRgFIAEoCUIHukgEcgIYQBIXCgZzb3VyY2UYBiABKAlCB7pIBHICGD8SHQoLZW50aXR5X2tpbmQYByABKAlCCLpIBXIDGIAIEhsKCWVudGl0eV9pZBgIIAEoCUIIukgFcgMYgAgSFAoMYWNrbm93bGVkZ2VkGAkgASgJEhkKCG93bmVyX2lkGAogASgJQge6SARyAhhAEgwKBHNvcnQYCyABKAkSEwoBcRgMIAEoCUIIukgFcgMYyAESEQoJcmVjb3ZlcmVkGA0gASgJInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciLoAQoOSW5jaWRlbnRGaWx0ZXISDQoFc3RhdGUYASABKAkSGQoIc2V2ZXJpdHkYAiABKAlCB7pIBHICGEASFwoGc291cmNlGAMgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAQgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYBSABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgGIAEoCRIZCghvd25lcl9pZBgHIAEoCUIHukgEcgIYQBITCgFxGAggASgJQgi6SAVyAxjIARIRCglyZWNvdmVyZWQYCSABKAki2gEKGkJ1bGtVcGRhdGVJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRIcCgNpZHMYAiADKAlCD7pIDJIBCRD0AyIEcgIYQBI0CgZmaWx0ZXIYAyABKAsyJC53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudEZpbHRlchIXCgZhY3Rpb24YBCABKAlCB7pIBHICGCASGQoIb3duZXJfaWQYBSABKAlCB7pIBHICGEASDQoFbGltaXQYBiABKAUSGAoGY3Vyc29yGAcgASgJQgi6SAVyAxiAAiJJCgpCdWxrUmVzdWx0EgoKAmlkGAEgASgJEg8KB291dGNvbWUYAiABKAkSEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiKLAQobQnVsa1VwZGF0ZUluY2lkZW50c1Jlc3BvbnNlEjEKB3Jlc3VsdHMYASADKAsyIC53YXJyb29tLmluY2lkZW50cy52MS5CdWxrUmVzdWx0Eg8KB21hdGNoZWQYAiABKAUSGAoLbmV4dF9jdXJzb3IYAyABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiQgoVVXBkYXRlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghzZXZlcml0eRgDIAEoCSI1ChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiRAoXU2V0SW5jaWRlbnRPd25lclJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJIj8KFkFkZEluY2lkZW50Tm90ZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEgwKBHRleHQYAyABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiXQoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEjgKCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5Qgi6SAWSAQIQZCLCAQoRTWFpbnRlbmFuY2VXaW5kb3cSCgoCaWQYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoItoBCh5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoGcmVhc29uGAQgASgJQgi6SAVyAxjoBxI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giRAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJEhYKBXN0YXRlGAIgASgJQge6SARyAhgUImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI2ChtFbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJMpkVChBJbmNpZGVudHNTZXJ2aWNlElMKBlJlY29yZBIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3QaJC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXNwb25zZRJfCgpSZWNvcmRNYW55Eicud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlcXVlc3QaKC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVzcG9uc2UShgEKF0dldE1haW50ZW5hbmNlV2luZG93RW5kEjQud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0GjUud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRJiCg5BcHBlbmRUaW1lbGluZRIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkFwcGVuZFRpbWVsaW5lUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSawoORmluZExhdGVzdE9wZW4SKy53YXJyb29tLmluY2lkZW50cy52MS5GaW5kTGF0ZXN0T3BlblJlcXVlc3QaLC53YXJyb29tLmluY2lkZW50cy52MS5GaW5kTGF0ZXN0T3BlblJlc3BvbnNlEmgKDUluY2lkZW50U3RhdGUSKi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXNwb25zZRKEAQoNTGlzdEluY2lkZW50cxIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlIhqC0+STAhQSEi9vL3tvcmd9L2luY2lkZW50cxJ4CgtHZXRJbmNpZGVudBIoLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50Ih+C0+STAhkSFy9vL3tvcmd9L2luY2lkZW50cy97aWR9Eo8BCgxMaXN0VGltZWxpbmUSKS53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXF1ZXN0Gioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vdGltZWxpbmUSiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKBAQoOVXBkYXRlSW5jaWRlbnQSKy53YXJyb29tLmluY2lkZW50cy52MS5VcGRhdGVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIigtPkkwIcOgEqMhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKUAQoTQWNrbm93bGVkZ2VJbmNpZGVudBIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiK4LT5JMCJSIjL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYWNrbm93bGVkZ2USiwEKEFNldEluY2lkZW50T3duZXISLS53YXJyb29tLmluY2lkZW50cy52MS5TZXRJbmNpZGVudE93bmVyUmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiiC0+STAiI6ASoaHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L293bmVyEo4BCg9BZGRJbmNpZGVudE5vdGUSLC53YXJyb29tLmluY2lkZW50cy52MS5BZGRJbmNpZGVudE5vdGVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSIogtPkkwIiOgEqIh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9ub3RlcxKeAQoTQnVsa1VwZGF0ZUluY2lkZW50cxIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkJ1bGtVcGRhdGVJbmNpZGVudHNSZXF1ZXN0GjEud2Fycm9vbS5pbmNpZGVudHMudjEuQnVsa1VwZGF0ZUluY2lkZW50c1Jlc3BvbnNlIiKC0+STAhw6ASoiFy9vL3tvcmd9L2luY2lkZW50czpidWxrEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZGIGcHJvdG8z", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -1272,6 +1272,14 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
    * @generated from field: string q = 12;
    */
   q: string;
+
+  /**
+   * "yes": only incidents whose source's latest word was a recovery (`recovered_at_source`); "no":
+   * only the others; all when empty.
+   *
+   * @generated from field: string recovered = 13;
+   */
+  recovered: string;
 };
 
 /**
@@ -1359,6 +1367,14 @@ export type ListIncidentsRequestJson = {
    * @generated from field: string q = 12;
    */
   q?: string;
+
+  /**
+   * "yes": only incidents whose source's latest word was a recovery (`recovered_at_source`); "no":
+   * only the others; all when empty.
+   *
+   * @generated from field: string recovered = 13;
+   */
+  recovered?: string;
 };
 
 /**
@@ -1408,6 +1424,370 @@ export type ListIncidentsResponseJson = {
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse, {jsonType: ListIncidentsResponseJson}> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 16);
+
+/**
+ * The incidents a bulk action selects: the same filters as ListIncidents, with the same rules.
+ *
+ * @generated from message warroom.incidents.v1.IncidentFilter
+ */
+export type IncidentFilter = Message<"warroom.incidents.v1.IncidentFilter"> & {
+  /**
+   * open, resolved or archived; all when empty.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * Severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 2;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: string source = 3;
+   */
+  source: string;
+
+  /**
+   * @generated from field: string entity_kind = 4;
+   */
+  entityKind: string;
+
+  /**
+   * @generated from field: string entity_id = 5;
+   */
+  entityId: string;
+
+  /**
+   * "yes" or "no"; all when empty.
+   *
+   * @generated from field: string acknowledged = 6;
+   */
+  acknowledged: string;
+
+  /**
+   * A member's id, or "none".
+   *
+   * @generated from field: string owner_id = 7;
+   */
+  ownerId: string;
+
+  /**
+   * Title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 8;
+   */
+  q: string;
+
+  /**
+   * "yes" or "no": whether the source's latest word was a recovery.
+   *
+   * @generated from field: string recovered = 9;
+   */
+  recovered: string;
+};
+
+/**
+ * The incidents a bulk action selects: the same filters as ListIncidents, with the same rules.
+ *
+ * @generated from message warroom.incidents.v1.IncidentFilter
+ */
+export type IncidentFilterJson = {
+  /**
+   * open, resolved or archived; all when empty.
+   *
+   * @generated from field: string state = 1;
+   */
+  state?: string;
+
+  /**
+   * Severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 2;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: string source = 3;
+   */
+  source?: string;
+
+  /**
+   * @generated from field: string entity_kind = 4;
+   */
+  entityKind?: string;
+
+  /**
+   * @generated from field: string entity_id = 5;
+   */
+  entityId?: string;
+
+  /**
+   * "yes" or "no"; all when empty.
+   *
+   * @generated from field: string acknowledged = 6;
+   */
+  acknowledged?: string;
+
+  /**
+   * A member's id, or "none".
+   *
+   * @generated from field: string owner_id = 7;
+   */
+  ownerId?: string;
+
+  /**
+   * Title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 8;
+   */
+  q?: string;
+
+  /**
+   * "yes" or "no": whether the source's latest word was a recovery.
+   *
+   * @generated from field: string recovered = 9;
+   */
+  recovered?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.IncidentFilter.
+ * Use `create(IncidentFilterSchema)` to create a new message.
+ */
+export const IncidentFilterSchema: GenMessage<IncidentFilter, {jsonType: IncidentFilterJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 17);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsRequest
+ */
+export type BulkUpdateIncidentsRequest = Message<"warroom.incidents.v1.BulkUpdateIncidentsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * The incidents to act on, by id (at most 500). Give either ids or filter.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids: string[];
+
+  /**
+   * Every incident matching this filter (an empty filter matches every incident), newest first,
+   * `limit` at a time.
+   *
+   * @generated from field: warroom.incidents.v1.IncidentFilter filter = 3;
+   */
+  filter?: IncidentFilter | undefined;
+
+  /**
+   * acknowledge, assign, resolve or archive.
+   *
+   * @generated from field: string action = 4;
+   */
+  action: string;
+
+  /**
+   * With `assign`: the member's id (GET /o/{org}/members).
+   *
+   * @generated from field: string owner_id = 5;
+   */
+  ownerId: string;
+
+  /**
+   * With a filter: act on at most this many incidents (default and most 500).
+   *
+   * @generated from field: int32 limit = 6;
+   */
+  limit: number;
+
+  /**
+   * With a filter: the `next_cursor` of the previous call, to continue after its last incident.
+   *
+   * @generated from field: string cursor = 7;
+   */
+  cursor: string;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsRequest
+ */
+export type BulkUpdateIncidentsRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * The incidents to act on, by id (at most 500). Give either ids or filter.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids?: string[];
+
+  /**
+   * Every incident matching this filter (an empty filter matches every incident), newest first,
+   * `limit` at a time.
+   *
+   * @generated from field: warroom.incidents.v1.IncidentFilter filter = 3;
+   */
+  filter?: IncidentFilterJson;
+
+  /**
+   * acknowledge, assign, resolve or archive.
+   *
+   * @generated from field: string action = 4;
+   */
+  action?: string;
+
+  /**
+   * With `assign`: the member's id (GET /o/{org}/members).
+   *
+   * @generated from field: string owner_id = 5;
+   */
+  ownerId?: string;
+
+  /**
+   * With a filter: act on at most this many incidents (default and most 500).
+   *
+   * @generated from field: int32 limit = 6;
+   */
+  limit?: number;
+
+  /**
+   * With a filter: the `next_cursor` of the previous call, to continue after its last incident.
+   *
+   * @generated from field: string cursor = 7;
+   */
+  cursor?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkUpdateIncidentsRequest.
+ * Use `create(BulkUpdateIncidentsRequestSchema)` to create a new message.
+ */
+export const BulkUpdateIncidentsRequestSchema: GenMessage<BulkUpdateIncidentsRequest, {jsonType: BulkUpdateIncidentsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 18);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkResult
+ */
+export type BulkResult = Message<"warroom.incidents.v1.BulkResult"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * done (the action was recorded), unchanged (already in that state), not_found (no such
+   * incident in this organization) or refused (`reason` says why; nothing was recorded).
+   *
+   * @generated from field: string outcome = 2;
+   */
+  outcome: string;
+
+  /**
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkResult
+ */
+export type BulkResultJson = {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id?: string;
+
+  /**
+   * done (the action was recorded), unchanged (already in that state), not_found (no such
+   * incident in this organization) or refused (`reason` says why; nothing was recorded).
+   *
+   * @generated from field: string outcome = 2;
+   */
+  outcome?: string;
+
+  /**
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkResult.
+ * Use `create(BulkResultSchema)` to create a new message.
+ */
+export const BulkResultSchema: GenMessage<BulkResult, {jsonType: BulkResultJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 19);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsResponse
+ */
+export type BulkUpdateIncidentsResponse = Message<"warroom.incidents.v1.BulkUpdateIncidentsResponse"> & {
+  /**
+   * One per incident acted on, in the order of `ids` or of the filter's selection (newest first).
+   *
+   * @generated from field: repeated warroom.incidents.v1.BulkResult results = 1;
+   */
+  results: BulkResult[];
+
+  /**
+   * How many incidents the call selected: the ids given, or the incidents matching the filter
+   * (after the cursor) when the call began.
+   *
+   * @generated from field: int32 matched = 2;
+   */
+  matched: number;
+
+  /**
+   * With a filter, when more incidents matched than `limit`: call again with the same filter,
+   * action and this cursor.
+   *
+   * @generated from field: optional string next_cursor = 3;
+   */
+  nextCursor?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsResponse
+ */
+export type BulkUpdateIncidentsResponseJson = {
+  /**
+   * One per incident acted on, in the order of `ids` or of the filter's selection (newest first).
+   *
+   * @generated from field: repeated warroom.incidents.v1.BulkResult results = 1;
+   */
+  results?: BulkResultJson[];
+
+  /**
+   * How many incidents the call selected: the ids given, or the incidents matching the filter
+   * (after the cursor) when the call began.
+   *
+   * @generated from field: int32 matched = 2;
+   */
+  matched?: number;
+
+  /**
+   * With a filter, when more incidents matched than `limit`: call again with the same filter,
+   * action and this cursor.
+   *
+   * @generated from field: optional string next_cursor = 3;
+   */
+  nextCursor?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkUpdateIncidentsResponse.
+ * Use `create(BulkUpdateIncidentsResponseSchema)` to create a new message.
+ */
+export const BulkUpdateIncidentsResponseSchema: GenMessage<BulkUpdateIncidentsResponse, {jsonType: BulkUpdateIncidentsResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 20);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -1472,7 +1852,7 @@ export type ListTimelineRequestJson = {
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest, {jsonType: ListTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 17);
+  messageDesc(file_warroom_incidents_v1_incidents, 21);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -1513,7 +1893,7 @@ export type ListTimelineResponseJson = {
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse, {jsonType: ListTimelineResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 18);
+  messageDesc(file_warroom_incidents_v1_incidents, 22);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -1550,7 +1930,7 @@ export type GetIncidentRequestJson = {
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest, {jsonType: GetIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 19);
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -1587,7 +1967,7 @@ export type ResolveIncidentRequestJson = {
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest, {jsonType: ResolveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 20);
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
 
 /**
  * @generated from message warroom.incidents.v1.UpdateIncidentRequest
@@ -1640,7 +2020,7 @@ export type UpdateIncidentRequestJson = {
  * Use `create(UpdateIncidentRequestSchema)` to create a new message.
  */
 export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jsonType: UpdateIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 21);
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
 
 /**
  * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
@@ -1677,7 +2057,7 @@ export type AcknowledgeIncidentRequestJson = {
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 22);
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
@@ -1728,7 +2108,7 @@ export type SetIncidentOwnerRequestJson = {
  * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
  */
 export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
@@ -1781,7 +2161,7 @@ export type AddIncidentNoteRequestJson = {
  * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
  */
 export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -1818,7 +2198,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -1863,7 +2243,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -1930,7 +2310,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -1997,7 +2377,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 32);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -2038,7 +2418,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 29);
+  messageDesc(file_warroom_incidents_v1_incidents, 33);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -2065,7 +2445,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 30);
+  messageDesc(file_warroom_incidents_v1_incidents, 34);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -2102,7 +2482,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 31);
+  messageDesc(file_warroom_incidents_v1_incidents, 35);
 
 /**
  * @generated from message warroom.incidents.v1.EndMaintenanceWindowRequest
@@ -2139,7 +2519,7 @@ export type EndMaintenanceWindowRequestJson = {
  * Use `create(EndMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const EndMaintenanceWindowRequestSchema: GenMessage<EndMaintenanceWindowRequest, {jsonType: EndMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 32);
+  messageDesc(file_warroom_incidents_v1_incidents, 36);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -2307,6 +2687,19 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof AddIncidentNoteRequestSchema;
     output: typeof TimelineEntrySchema;
+  },
+  /**
+   * Acts on many incidents at once, each exactly as the single action does (acknowledge, assign
+   * an owner, resolve, archive: the same timeline entry, audit record and events): the incidents
+   * named by `ids`, or those matching `filter`, at most `limit` a call. Answers one result per
+   * incident; with a filter, how many matched and the cursor to call again with when more did.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.BulkUpdateIncidents
+   */
+  bulkUpdateIncidents: {
+    methodKind: "unary";
+    input: typeof BulkUpdateIncidentsRequestSchema;
+    output: typeof BulkUpdateIncidentsResponseSchema;
   },
   /**
    * Creates a window in which deliveries of the badges and entities it covers are suppressed.
