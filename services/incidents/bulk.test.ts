@@ -203,6 +203,14 @@ describe("bulk by filter", () => {
     const listed = await app.call("GET", `/o/${OWNER.org}/incidents?state=open&source=${source}&recovered=yes`, { token: ownerToken });
     expect(listed.body.incidents.map((i: { id: string }) => i.id)).toEqual([recovered.id]);
 
+    // A preview counts what the call would act on, and acts on none.
+    const preview = await app.call("POST", BULK, {
+      token: ownerToken,
+      body: { filter: { state: "open", source, recovered: "yes" }, action: "resolve", preview: true },
+    });
+    expect(preview.body).toEqual({ matched: 1, nextCursor: null, results: [] });
+    expect((await stateOf(recovered.id)).state).toBe("open");
+
     const res = await app.call("POST", BULK, { token: ownerToken, body: { filter: { state: "open", source, recovered: "yes" }, action: "resolve" } });
     expect(res.status).toBe(200);
     expect(res.body).toEqual({ matched: 1, nextCursor: null, results: [{ id: recovered.id, outcome: "done", reason: null }] });

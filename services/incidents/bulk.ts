@@ -82,6 +82,7 @@ export function createBulkHandlers(
         if (rows.length > limit) nextCursor = encodeCursor("i", ids.at(-1)!);
       }
 
+      if (req.preview) return { results: [], matched };
       const actor = { orgId: principal.orgId, email: principal.email };
       const results: { id: string; outcome: BulkOutcome; reason?: string }[] = [];
       for (const id of ids) {
