@@ -1,4 +1,4 @@
-import { useEffect, useState } from "preact/hooks";
+import { useEffect, useRef, useState } from "preact/hooks";
 import { api, orgPath, type Member } from "../api";
 import { ErrorNotice, useAction } from "../ui";
 
@@ -80,7 +80,6 @@ export function BulkBar(props: {
   const [results, setResults] = useState<BulkResult[] | null>(null);
   const action = useAction();
   const selection = props.selection;
-  if (!selection && !results) return null;
 
   const ask = (chosen: Action) =>
     action.run(async () => {
@@ -97,10 +96,16 @@ export function BulkBar(props: {
       props.onClear();
       props.onDone();
     });
-  // biome-ignore lint/correctness/useExhaustiveDependencies: asks once per one-click request.
+  // A one-click button sets the selection and the action together: ask once for each such click.
+  const askedFor = useRef<Selection | null>(null);
   useEffect(() => {
-    if (props.asked && selection) void ask(props.asked);
-  }, [props.asked, selection]);
+    if (!selection) askedFor.current = null;
+    else if (props.asked && askedFor.current !== selection) {
+      askedFor.current = selection;
+      void ask(props.asked);
+    }
+  });
+  if (!selection && !results) return null;
   const ownerEmail = props.members.find((m) => m.id === ownerId)?.email ?? "";
 
   return (
