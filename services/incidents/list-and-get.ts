@@ -46,16 +46,68 @@ function incidentRead(sql: Sql) {
     i.*,
     (select count(*) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'repeat')::int as repeat_count,
     (select t.at from incidents.timeline_entries t where t.incident_id = i.id order by t.id desc limit 1) as last_activity_at,
-    coalesce(
+    ${recoveredAtSource(sql)} as recovered_at_source,
+    (case when i.correlation_group_id is null then 0 else (select count(*) from incidents.incidents g
+      where g.org_id = i.org_id and g.correlation_group_id = i.correlation_group_id) end)::int as correlation_group_size`;
+}
+
+/** Whether the source's latest word on incident `i` (opened, repeat or recovery) was a recovery. */
+function recoveredAtSource(sql: Sql) {
+  return sql`coalesce(
       (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'recovery') >
       greatest(
         (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'repeat'),
         (select max(t.id) from incidents.timeline_entries t where t.incident_id = i.id and t.kind = 'opened')
       ),
       false
-    ) as recovered_at_source,
-    (case when i.correlation_group_id is null then 0 else (select count(*) from incidents.incidents g
-      where g.org_id = i.org_id and g.correlation_group_id = i.correlation_group_id) end)::int as correlation_group_size`;
+    )`;
+}
+
+/** The filters the list and the bulk action share (ListIncidentsRequest's, IncidentFilter's). */
+export interface IncidentFilterFields {
+  state: string;
+  severity: string;
+  source: string;
+  entityKind: string;
+  entityId: string;
+  acknowledged: string;
+  ownerId: string;
+  q: string;
+  recovered: string;
+  /** The list's alone: the incidents of one correlation group. */
+  correlationGroupId?: string;
+}
+
+/**
+ * The where clause over `incidents.incidents i` of the organization's incidents matching the
+ * filter; InvalidArgument naming the field and what it takes otherwise.
+ */
+export function incidentFilterWhere(sql: Sql, orgId: string, filter: IncidentFilterFields) {
+  if (filter.state && !isOneOf(INCIDENT_STATES, filter.state)) invalid("state must be open, resolved or archived");
+  const severities = filter.severity === "" ? [] : filter.severity.split(",").map((v) => v.trim());
+  for (const severity of severities) {
+    if (!isOneOf(SEVERITIES, severity)) invalid(`severity must be a comma-separated list of ${SEVERITIES.join(", ")}`);
+  }
+  if (filter.acknowledged !== "" && filter.acknowledged !== "yes" && filter.acknowledged !== "no") invalid("acknowledged must be yes or no");
+  if (filter.recovered !== "" && filter.recovered !== "yes" && filter.recovered !== "no") invalid("recovered must be yes or no");
+  if (filter.ownerId !== "" && filter.ownerId !== "none" && !isUuid(filter.ownerId)) invalid("ownerId must be a member's id (GET /o/{org}/members) or none");
+  if (filter.correlationGroupId && !isUuid(filter.correlationGroupId)) invalid("correlationGroupId must be an incident's correlationGroupId");
+  if (filter.entityKind !== "" && filter.entityId === "") invalid("entityKind needs entityId: filter by the entity's id, and its kind if you like");
+
+  const clauses = [
+    filter.state ? sql`and i.state = ${filter.state}` : sql``,
+    severities.length > 0 ? sql`and i.severity in ${sql(severities)}` : sql``,
+    filter.source ? sql`and i.source = ${filter.source}` : sql``,
+    filter.entityId ? sql`and i.entity_id = ${filter.entityId}` : sql``,
+    filter.entityKind ? sql`and i.entity_kind = ${filter.entityKind}` : sql``,
+    filter.acknowledged === "yes" ? sql`and i.acknowledged_at is not null` : filter.acknowledged === "no" ? sql`and i.acknowledged_at is null` : sql``,
+    filter.ownerId === "none" ? sql`and i.owner_id is null` : filter.ownerId ? sql`and i.owner_id = ${filter.ownerId}::uuid` : sql``,
+    // Plain text, not a pattern: the caller's % and _ match themselves.
+    filter.q ? sql`and strpos(lower(i.title), lower(${filter.q})) > 0` : sql``,
+    filter.recovered === "yes" ? sql`and ${recoveredAtSource(sql)}` : filter.recovered === "no" ? sql`and not ${recoveredAtSource(sql)}` : sql``,
+    filter.correlationGroupId ? sql`and i.correlation_group_id = ${filter.correlationGroupId}::uuid` : sql``,
+  ];
+  return clauses.reduce((all, clause) => sql`${all} ${clause}`, sql`i.org_id = ${orgId}`);
 }
 
 /** The list's orders: opened newest first (the default), by severity, or by latest activity. */
@@ -66,7 +118,7 @@ type Sort = (typeof SORTS)[number];
  * Cursors are opaque to callers: the position after which the next page starts, so a page never
  * repeats or skips an entry that was recorded meanwhile.
  */
-function encodeCursor(kind: "t" | "i" | "o", value: string): string {
+export function encodeCursor(kind: "t" | "i" | "o", value: string): string {
   return Buffer.from(`${kind}:${value}`).toString("base64url");
 }
 
@@ -74,13 +126,18 @@ function encodeCursor(kind: "t" | "i" | "o", value: string): string {
  * `t`: after a timeline entry's id; `i`: after an incident (newest first); `o`: an offset into a
  * list sorted by severity or activity, whose keys change as incidents do.
  */
-function decodeCursor(kind: "t" | "i" | "o", cursor: string): string {
+export function decodeCursor(kind: "t" | "i" | "o", cursor: string): string {
   const text = Buffer.from(cursor, "base64url").toString();
   if (!text.startsWith(`${kind}:`)) throw new InvalidArgumentError("cursor is not one this list gave: start again without a cursor");
   const value = text.slice(2);
   if (kind === "i" ? !isUuid(value) : !/^\d{1,19}$/.test(value))
     throw new InvalidArgumentError("cursor is not one this list gave: start again without a cursor");
   return value;
+}
+
+/** Newest first, strictly after the cursor's incident (opened_at, id); nothing without one. */
+export function afterIncident(sql: Sql, orgId: string, after: string | undefined) {
+  return after ? sql`and (i.opened_at, i.id) < (select opened_at, id from incidents.incidents where id = ${after} and org_id = ${orgId})` : sql``;
 }
 
 /** One page of an incident's timeline, oldest first, after the cursor's entry. */
@@ -144,39 +201,15 @@ export function createListAndGetHandlers(
   return {
     async listIncidents(req: ListIncidentsRequest, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      if (req.state && !isOneOf(INCIDENT_STATES, req.state)) throw new InvalidArgumentError("state must be open, resolved or archived");
       const limit = req.limit === 0 ? DEFAULT_LIMIT : req.limit;
       if (limit < 1 || limit > MAX_LIMIT) throw new InvalidArgumentError(`limit must be between 1 and ${MAX_LIMIT}`);
       const sort: Sort = req.sort === "" ? "newest" : isOneOf(SORTS, req.sort) ? req.sort : invalid(`sort must be one of ${SORTS.join(", ")}`);
-      const severities = req.severity === "" ? [] : req.severity.split(",").map((v) => v.trim());
-      for (const severity of severities) {
-        if (!isOneOf(SEVERITIES, severity)) invalid(`severity must be a comma-separated list of ${SEVERITIES.join(", ")}`);
-      }
-      if (req.acknowledged !== "" && req.acknowledged !== "yes" && req.acknowledged !== "no") invalid("acknowledged must be yes or no");
-      if (req.ownerId !== "" && req.ownerId !== "none" && !isUuid(req.ownerId)) invalid("ownerId must be a member's id (GET /o/{org}/members) or none");
-      if (req.correlationGroupId !== "" && !isUuid(req.correlationGroupId)) invalid("correlationGroupId must be an incident's correlationGroupId");
-      if (req.entityKind !== "" && req.entityId === "") invalid("entityKind needs entityId: filter by the entity's id, and its kind if you like");
-
-      const filters = [
-        req.state ? sql`and i.state = ${req.state}` : sql``,
-        severities.length > 0 ? sql`and i.severity in ${sql(severities)}` : sql``,
-        req.source ? sql`and i.source = ${req.source}` : sql``,
-        req.entityId ? sql`and i.entity_id = ${req.entityId}` : sql``,
-        req.entityKind ? sql`and i.entity_kind = ${req.entityKind}` : sql``,
-        req.acknowledged === "yes" ? sql`and i.acknowledged_at is not null` : req.acknowledged === "no" ? sql`and i.acknowledged_at is null` : sql``,
-        req.ownerId === "none" ? sql`and i.owner_id is null` : req.ownerId ? sql`and i.owner_id = ${req.ownerId}::uuid` : sql``,
-        // Plain text, not a pattern: the caller's % and _ match themselves.
-        req.q ? sql`and strpos(lower(i.title), lower(${req.q})) > 0` : sql``,
-        req.correlationGroupId ? sql`and i.correlation_group_id = ${req.correlationGroupId}::uuid` : sql``,
-      ];
-      const where = filters.reduce((all, clause) => sql`${all} ${clause}`, sql`i.org_id = ${principal.orgId}`);
+      const where = incidentFilterWhere(sql, principal.orgId, req);
 
       if (sort === "newest") {
         // Newest first; a page continues strictly after the (opened_at, id) of the cursor's incident.
         const after = req.cursor ? decodeCursor("i", req.cursor) : undefined;
-        const afterClause = after
-          ? sql`and (i.opened_at, i.id) < (select opened_at, id from incidents.incidents where id = ${after} and org_id = ${principal.orgId})`
-          : sql``;
+        const afterClause = afterIncident(sql, principal.orgId, after);
         const rows = await sql<IncidentRow[]>`
           select ${incidentRead(sql)} from incidents.incidents i where ${where} ${afterClause}
           order by i.opened_at desc, i.id desc limit ${limit + 1}`;
@@ -188,7 +221,11 @@ export function createListAndGetHandlers(
       }
       // Severity and activity change while a reader pages: the cursor is an offset into the order.
       const offset = req.cursor ? Number(decodeCursor("o", req.cursor)) : 0;
-      const order = sort === "severity" ? sql`i.severity asc, i.opened_at desc, i.id desc` : sql`last_activity_at desc nulls last, i.id desc`;
+      // Equal severities: the incident repeated most first, then the one with the latest activity.
+      const order =
+        sort === "severity"
+          ? sql`i.severity asc, repeat_count desc, last_activity_at desc nulls last, i.id desc`
+          : sql`last_activity_at desc nulls last, i.id desc`;
       const rows = await sql<IncidentRow[]>`
         select * from (select ${incidentRead(sql)} from incidents.incidents i where ${where}) i
         order by ${order} limit ${limit + 1} offset ${offset}`;

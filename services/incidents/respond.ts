@@ -45,91 +45,85 @@ async function findMember(clients: Clients, context: HandlerContext, org: string
   }
 }
 
+/** Who acts, in which organization: what an action needs of the caller once authorized. */
+export interface Actor {
+  orgId: string;
+  email: string;
+}
+
+/** What a single action did: recorded its change, or found the incident already so. */
+export type ActionOutcome = "done" | "unchanged";
+
 /**
- * What a responder does on an incident: acknowledge it, give it an owner, write a note. Each is
- * one statement that makes the change, writes its timeline entry and its domain events (and its
- * audit record), as every write of this service is. Acknowledgement and owner are attributes of
- * the incident, never states: the spec's attach rules read only the state, and Record never
- * writes these columns, so a later repeat leaves them as they are.
+ * Acknowledge and owner as actions on one incident, shared by the single-incident RPCs and the
+ * bulk action so both record the same entry, audit record and events. Each throws NotFound for an
+ * incident not of the organization and FailedPrecondition when its state refuses the action.
  */
-export function createRespondHandlers(
-  deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
-): Pick<ServiceImpl<typeof IncidentsService>, "acknowledgeIncident" | "setIncidentOwner" | "addIncidentNote"> {
-  const { sql, config, clients, outbox } = deps;
+export function createResponderActions(deps: Pick<IncidentsDeps, "sql" | "outbox">) {
+  const { sql, outbox } = deps;
   return {
-    async acknowledgeIncident(req, context) {
-      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
-      const actor = principal.email;
-      for (let turn = 0; ; turn++) {
-        if (turn === TURNS) throw new UnavailableError("the incident kept changing; retry");
+    async acknowledge(actor: Actor, id: string): Promise<ActionOutcome> {
+      if (!isUuid(id)) throw new NotFoundError("no such incident");
+      for (let turn = 0; turn < TURNS; turn++) {
         const [current] = await sql<(IncidentStateRow & ClockRow & { acknowledged_at: Date | null })[]>`
-          select state, acknowledged_at, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+          select state, acknowledged_at, now() as now from incidents.incidents where id = ${id} and org_id = ${actor.orgId}`;
         if (!current) throw new NotFoundError("no such incident");
         // The first acknowledgement counts; a second one (a retried click, a colleague) records nothing.
-        if (current.acknowledged_at) break;
+        if (current.acknowledged_at) return "unchanged";
         if (current.state !== "open") {
           throw new FailedPreconditionError(`the incident is ${current.state}; only an open incident is acknowledged`);
         }
         const at = current.now;
         const rows = [
-          outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: "acknowledged", at }),
-          outboxRows.audit({ orgId: principal.orgId, kind: AUDIT_KINDS.incidentAcknowledged, actor, at, data: { incidentId: req.id } }),
+          outboxRows.timelineRecorded({ orgId: actor.orgId, incidentId: id, kind: "acknowledged", at }),
+          outboxRows.audit({ orgId: actor.orgId, kind: AUDIT_KINDS.incidentAcknowledged, actor: actor.email, at, data: { incidentId: id } }),
         ];
         const changed = await sql<IncidentIdRow[]>`
           with changed as (
-            update incidents.incidents set acknowledged_at = ${at}::timestamptz, acknowledged_by = ${actor}::text
-            where id = ${req.id} and org_id = ${principal.orgId} and state = 'open' and acknowledged_at is null
+            update incidents.incidents set acknowledged_at = ${at}::timestamptz, acknowledged_by = ${actor.email}::text
+            where id = ${id} and org_id = ${actor.orgId} and state = 'open' and acknowledged_at is null
             returning id
           ), entry as (
             insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
-            select id, 'acknowledged', ${at}::timestamptz, ${`Acknowledged by ${actor}`}::text, ${sql.json({ actor })}::jsonb from changed
+            select id, 'acknowledged', ${at}::timestamptz, ${`Acknowledged by ${actor.email}`}::text, ${sql.json({ actor: actor.email })}::jsonb from changed
           ), events as (
             ${outboxInsert(sql, rows)} where exists (select 1 from changed)
           )
           select id from changed`;
         if (changed.length > 0) {
           outbox.poke();
-          break;
+          return "done";
         }
       }
-      return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+      throw new UnavailableError("the incident kept changing; retry");
     },
 
-    async setIncidentOwner(req, context) {
-      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
-      let owner: { id: string; email: string } | null = null;
-      if (req.ownerId !== "") {
-        const found = isUuid(req.ownerId) ? await findMember(clients, context, req.org, req.ownerId) : undefined;
-        if (!found) throw new InvalidArgumentError(`ownerId ${req.ownerId} is not a member of ${req.org}: take an id from GET /o/${req.org}/members`);
-        owner = found;
-      }
-      const actor = principal.email;
-      for (let turn = 0; ; turn++) {
-        if (turn === TURNS) throw new UnavailableError("the incident kept changing; retry");
+    /** Sets the owner (a member already found in the organization), or clears it with null. */
+    async setOwner(actor: Actor, id: string, owner: { id: string; email: string } | null): Promise<ActionOutcome> {
+      if (!isUuid(id)) throw new NotFoundError("no such incident");
+      for (let turn = 0; turn < TURNS; turn++) {
         const [current] = await sql<(IncidentStateRow & ClockRow & { owner_id: string | null; owner_email: string | null })[]>`
-          select state, owner_id, owner_email, now() as now from incidents.incidents where id = ${req.id} and org_id = ${principal.orgId}`;
+          select state, owner_id, owner_email, now() as now from incidents.incidents where id = ${id} and org_id = ${actor.orgId}`;
         if (!current) throw new NotFoundError("no such incident");
-        if (current.owner_id === (owner?.id ?? null)) break;
+        if (current.owner_id === (owner?.id ?? null)) return "unchanged";
         if (current.state === "archived") throw new FailedPreconditionError("the incident is archived; its owner no longer changes");
         const at = current.now;
-        const data = { from: current.owner_email, to: owner?.email ?? null, fromId: current.owner_id, toId: owner?.id ?? null, actor };
+        const data = { from: current.owner_email, to: owner?.email ?? null, fromId: current.owner_id, toId: owner?.id ?? null, actor: actor.email };
         const rows = [
-          outboxRows.timelineRecorded({ orgId: principal.orgId, incidentId: req.id, kind: "owner_changed", at }),
+          outboxRows.timelineRecorded({ orgId: actor.orgId, incidentId: id, kind: "owner_changed", at }),
           outboxRows.audit({
-            orgId: principal.orgId,
+            orgId: actor.orgId,
             kind: AUDIT_KINDS.ownerChanged,
-            actor,
+            actor: actor.email,
             at,
-            data: { incidentId: req.id, from: data.fromId, to: data.toId },
+            data: { incidentId: id, from: data.fromId, to: data.toId },
           }),
         ];
-        const summary = owner ? `Owner ${owner.email}, set by ${actor}` : `Owner ${current.owner_email ?? ""} removed by ${actor}`;
+        const summary = owner ? `Owner ${owner.email}, set by ${actor.email}` : `Owner ${current.owner_email ?? ""} removed by ${actor.email}`;
         const changed = await sql<IncidentIdRow[]>`
           with changed as (
             update incidents.incidents set owner_id = ${owner?.id ?? null}::uuid, owner_email = ${owner?.email ?? null}::text
-            where id = ${req.id} and org_id = ${principal.orgId} and owner_id is not distinct from ${current.owner_id}::uuid
+            where id = ${id} and org_id = ${actor.orgId} and owner_id is not distinct from ${current.owner_id}::uuid
               and state = ${current.state}::text
             returning id
           ), entry as (
@@ -141,9 +135,49 @@ export function createRespondHandlers(
           select id from changed`;
         if (changed.length > 0) {
           outbox.poke();
-          break;
+          return "done";
         }
       }
+      throw new UnavailableError("the incident kept changing; retry");
+    },
+  };
+}
+
+/**
+ * The owner an `ownerId` names: a member of the organization, or null for "" (clear). Refuses an
+ * id that names no member, saying where to find one.
+ */
+export async function ownerNamed(clients: Clients, context: HandlerContext, org: string, ownerId: string): Promise<{ id: string; email: string } | null> {
+  if (ownerId === "") return null;
+  const found = isUuid(ownerId) ? await findMember(clients, context, org, ownerId) : undefined;
+  if (!found) throw new InvalidArgumentError(`ownerId ${ownerId} is not a member of ${org}: take an id from GET /o/${org}/members`);
+  return found;
+}
+
+/**
+ * What a responder does on an incident: acknowledge it, give it an owner, write a note. Each is
+ * one statement that makes the change, writes its timeline entry and its domain events (and its
+ * audit record), as every write of this service is. Acknowledgement and owner are attributes of
+ * the incident, never states: the spec's attach rules read only the state, and Record never
+ * writes these columns, so a later repeat leaves them as they are.
+ */
+export function createRespondHandlers(
+  deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
+): Pick<ServiceImpl<typeof IncidentsService>, "acknowledgeIncident" | "setIncidentOwner" | "addIncidentNote"> {
+  const { sql, config, clients, outbox } = deps;
+  const actions = createResponderActions(deps);
+  return {
+    async acknowledgeIncident(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      await actions.acknowledge({ orgId: principal.orgId, email: principal.email }, req.id);
+      return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
+    },
+
+    async setIncidentOwner(req, context) {
+      const principal = await authorize(clients, context, req.org, ANY_MEMBER);
+      if (!isUuid(req.id)) throw new NotFoundError("no such incident");
+      const owner = await ownerNamed(clients, context, req.org, req.ownerId);
+      await actions.setOwner({ orgId: principal.orgId, email: principal.email }, req.id, owner);
       return incidentWithFirstPage(config, principal.orgSlug, await loadIncident(sql, principal.orgId, req.id));
     },
 

@@ -1,6 +1,7 @@
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { createAppendTimelineHandlers } from "./append-timeline.js";
+import { createBulkHandlers } from "./bulk.js";
 import type { IncidentsDeps } from "./deps.js";
 import { createEscalationPolicyHandlers } from "./escalation-policy.js";
 import { createFindLatestOpenHandlers } from "./find-latest-open.js";
@@ -27,6 +28,7 @@ export function createIncidentsRoutes(deps: IncidentsDeps): ServiceImpl<typeof I
     ...createResolveAndArchiveHandlers(deps),
     ...createSeverityHandlers(deps),
     ...createRespondHandlers(deps),
+    ...createBulkHandlers(deps),
     ...createMaintenanceWindowHandlers(deps),
     ...createMaintenanceWindowEndHandlers(deps),
     ...createEscalationPolicyHandlers(deps),

@@ -77,6 +77,7 @@ const ANY_MEMBER = new Set([
   "AcknowledgeIncident",
   "SetIncidentOwner",
   "AddIncidentNote",
+  "BulkUpdateIncidents",
   "ListMaintenanceWindows",
   "GetEscalationPolicy",
   "ListHeartbeats",

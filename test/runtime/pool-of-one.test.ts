@@ -245,6 +245,11 @@ describe.each(["one process", "over NATS"] as const)("a service with a pool of o
     expectStatus(await call("PUT", `${o}/incidents/${incidentId}/owner`, { token: owner, body: { ownerId: ownMember } }), 200, "set owner");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/notes`, { token: owner, body: { text: "Restarted the pods" } }), 201, "add note");
     expectStatus(await call("GET", `${o}/incidents?severity=sev1,sev2&acknowledged=yes&sort=activity&q=a&limit=1`, { token: owner }), 200, "list with filters");
+    expectStatus(
+      await call("POST", `${o}/incidents:bulk`, { token: owner, body: { filter: { state: "open", recovered: "yes" }, action: "resolve", limit: 1 } }),
+      200,
+      "bulk resolve",
+    );
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/resolve`, { token: owner }), 200, "resolve");
     expectStatus(await call("POST", `${o}/incidents/${incidentId}/archive`, { token: owner }), 200, "archive");
 

@@ -11,6 +11,8 @@ export const BODY_LIMITS = {
   "warroom.intake.v1.IntakeService.EnqueuePagerDutyEvent": 512 * 1024,
   "warroom.intake.v1.IntakeService.EnqueuePagerDutyV1Event": 512 * 1024,
   "warroom.intake.v1.IntakeService.EnqueuePagerDutyChange": 512 * 1024,
+  // 500 ids (the most a call takes) with room to spare: a body past it can hold nothing useful.
+  "warroom.incidents.v1.IncidentsService.BulkUpdateIncidents": 64 * 1024,
   default: 1024 * 1024,
 } as const;
 

@@ -14,7 +14,7 @@ import type { JsonObject, Message } from "@bufbuild/protobuf";
  * Describes the file warroom/incidents/v1/incidents.proto.
  */
 export const file_warroom_incidents_v1_incidents: GenFile = /*@__PURE__*/
-  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIpoICghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSIQoUY29ycmVsYXRpb25fZ3JvdXBfaWQYHiABKAlICIgBARIeChZjb3JyZWxhdGlvbl9ncm91cF9zaXplGB8gASgFEjYKB3JlbGF0ZWQYICADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5SZWxhdGVkSW5jaWRlbnQSRgoPbmV4dF9lc2NhbGF0aW9uGCEgASgLMigud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvbkRlYWRsaW5lSAmIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhcKFV9jb3JyZWxhdGlvbl9ncm91cF9pZEISChBfbmV4dF9lc2NhbGF0aW9uIowBCg9SZWxhdGVkSW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEi0KCW9wZW5lZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoSRXNjYWxhdGlvbkRlYWRsaW5lEgwKBHN0ZXAYASABKAUSDQoFc3RlcHMYAiABKAUSDwoHbWludXRlcxgDIAEoBRIqCgZkdWVfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImYKD0VzY2FsYXRpb25TdGVwcxIvCghzZXZlcml0eRgBIAEoCUIdukgachhSBHNldjFSBHNldjJSBHNldjNSBHNldjQSIgoHbWludXRlcxgCIAMoBUIRukgOkgELEAoiBxoFGOBOKAEiuQEKEEVzY2FsYXRpb25Qb2xpY3kSOQoKc2V2ZXJpdGllcxgBIAMoCzIlLndhcnJvb20uaW5jaWRlbnRzLnYxLkVzY2FsYXRpb25TdGVwcxIzCgp1cGRhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEhcKCnVwZGF0ZWRfYnkYAyABKAlIAYgBAUINCgtfdXBkYXRlZF9hdEINCgtfdXBkYXRlZF9ieSIpChpHZXRFc2NhbGF0aW9uUG9saWN5UmVxdWVzdBILCgNvcmcYASABKAkibgoaUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QSCwoDb3JnGAEgASgJEkMKCnNldmVyaXRpZXMYAiADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uU3RlcHNCCLpIBZIBAhAEIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi/AEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAARIpChRjb3JyZWxhdGlvbl9ncm91cF9pZBgHIAEoCUILukgI2AEBcgOwAQEisQEKDlJlY29yZFJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIiChVtYWludGVuYW5jZV93aW5kb3dfaWQYAyABKAlIAIgBARITCgZyZWFzb24YBCABKAlIAYgBAUIYChZfbWFpbnRlbmFuY2Vfd2luZG93X2lkQgkKB19yZWFzb24iXAoRUmVjb3JkTWFueVJlcXVlc3QSRwoKZGVsaXZlcmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3RCDrpIC5IBCBDoByID2AEDIsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InoKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEhMKC2luY2lkZW50X2lkGAIgASgJEjIKBWVudHJ5GAMgASgLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSJ9ChVGaW5kTGF0ZXN0T3BlblJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIOCgZzb3VyY2UYAiABKAkSJgoPYXR0YWNoX2lkZW50aXR5GAMgASgJQgi6SAVyAyiACEgAiAEBQhIKEF9hdHRhY2hfaWRlbnRpdHkiigEKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfaW5jaWRlbnRfaWQiUgoUSW5jaWRlbnRTdGF0ZVJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhUKDXdpdGhfaW5jaWRlbnQYAyABKAgiWAoVSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQivAIKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSGQoIc2V2ZXJpdHkYBSABKAlCB7pIBHICGEASFwoGc291cmNlGAYgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAcgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYCCABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgJIAEoCRIZCghvd25lcl9pZBgKIAEoCUIHukgEcgIYQBIMCgRzb3J0GAsgASgJEhMKAXEYDCABKAlCCLpIBXIDGMgBEiUKFGNvcnJlbGF0aW9uX2dyb3VwX2lkGB4gASgJQge6SARyAhhAInQKFUxpc3RJbmNpZGVudHNSZXNwb25zZRIxCglpbmNpZGVudHMYASADKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIYCgtuZXh0X2N1cnNvchgCIAEoCUgAiAEBQg4KDF9uZXh0X2N1cnNvciJNChNMaXN0VGltZWxpbmVSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIOCgZjdXJzb3IYAyABKAkSDQoFbGltaXQYBCABKAUidgoUTGlzdFRpbWVsaW5lUmVzcG9uc2USNAoHZW50cmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiLQoSR2V0SW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSIxChZSZXNvbHZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJCChVVcGRhdGVJbmNpZGVudFJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCHNldmVyaXR5GAMgASgJIjUKGkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJEChdTZXRJbmNpZGVudE93bmVyUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSEAoIb3duZXJfaWQYAyABKAkiPwoWQWRkSW5jaWRlbnROb3RlUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDAoEdGV4dBgDIAEoCSIxChZBcmNoaXZlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSJdChBNYWludGVuYW5jZU1hdGNoEg8KB3NvdXJjZXMYASADKAkSOAoIZW50aXRpZXMYAiADKAsyHC53YXJyb29tLmluY2lkZW50cy52MS5FbnRpdHlCCLpIBZIBAhBkIsIBChFNYWludGVuYW5jZVdpbmRvdxIKCgJpZBgBIAEoCRItCglzdGFydHNfYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEisKB2VuZHNfYXQYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBnJlYXNvbhgEIAEoCRI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2gi2gEKHkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIYCgZyZWFzb24YBCABKAlCCLpIBXIDGOgHEjUKBW1hdGNoGAUgASgLMiYud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VNYXRjaCJECh1MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBILCgNvcmcYASABKAkSFgoFc3RhdGUYAiABKAlCB7pIBHICGBQiZgoeTGlzdE1haW50ZW5hbmNlV2luZG93c1Jlc3BvbnNlEkQKE21haW50ZW5hbmNlX3dpbmRvd3MYASADKAsyJy53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZVdpbmRvdyI5Ch5EZWxldGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJIjYKG0VuZE1haW50ZW5hbmNlV2luZG93UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkymRYKEEluY2lkZW50c1NlcnZpY2USUwoGUmVjb3JkEiMud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkUmVxdWVzdBokLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEl8KClJlY29yZE1hbnkSJy53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVxdWVzdBooLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZRKGAQoXR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmQSNC53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlcXVlc3QaNS53YXJyb29tLmluY2lkZW50cy52MS5HZXRNYWludGVuYW5jZVdpbmRvd0VuZFJlc3BvbnNlEmIKDkFwcGVuZFRpbWVsaW5lEisud2Fycm9vbS5pbmNpZGVudHMudjEuQXBwZW5kVGltZWxpbmVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeRJrCg5GaW5kTGF0ZXN0T3BlbhIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVxdWVzdBosLndhcnJvb20uaW5jaWRlbnRzLnYxLkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USaAoNSW5jaWRlbnRTdGF0ZRIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEoQBCg1MaXN0SW5jaWRlbnRzEioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1JlcXVlc3QaKy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0SW5jaWRlbnRzUmVzcG9uc2UiGoLT5JMCFBISL28ve29yZ30vaW5jaWRlbnRzEngKC0dldEluY2lkZW50Eigud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0SW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiH4LT5JMCGRIXL28ve29yZ30vaW5jaWRlbnRzL3tpZH0SjwEKDExpc3RUaW1lbGluZRIpLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RUaW1lbGluZVJlcXVlc3QaKi53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXNwb25zZSIogtPkkwIiEiAvby97b3JnfS9pbmNpZGVudHMve2lkfS90aW1lbGluZRKIAQoPUmVzb2x2ZUluY2lkZW50Eiwud2Fycm9vbS5pbmNpZGVudHMudjEuUmVzb2x2ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IieC0+STAiEiHy9vL3tvcmd9L2luY2lkZW50cy97aWR9L3Jlc29sdmUSiAEKD0FyY2hpdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFyY2hpdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9hcmNoaXZlEoEBCg5VcGRhdGVJbmNpZGVudBIrLndhcnJvb20uaW5jaWRlbnRzLnYxLlVwZGF0ZUluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiKC0+STAhw6ASoyFy9vL3tvcmd9L2luY2lkZW50cy97aWR9EpQBChNBY2tub3dsZWRnZUluY2lkZW50EjAud2Fycm9vbS5pbmNpZGVudHMudjEuQWNrbm93bGVkZ2VJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIrgtPkkwIlIiMvby97b3JnfS9pbmNpZGVudHMve2lkfS9hY2tub3dsZWRnZRKLAQoQU2V0SW5jaWRlbnRPd25lchItLndhcnJvb20uaW5jaWRlbnRzLnYxLlNldEluY2lkZW50T3duZXJSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiKILT5JMCIjoBKhodL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vb3duZXISjgEKD0FkZEluY2lkZW50Tm90ZRIsLndhcnJvb20uaW5jaWRlbnRzLnYxLkFkZEluY2lkZW50Tm90ZVJlcXVlc3QaIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5IiiC0+STAiI6ASoiHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L25vdGVzEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZBKMAQoTR2V0RXNjYWxhdGlvblBvbGljeRIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEVzY2FsYXRpb25Qb2xpY3lSZXF1ZXN0GiYud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvblBvbGljeSIbgtPkkwIVEhMvby97b3JnfS9lc2NhbGF0aW9uEo8BChNQdXRFc2NhbGF0aW9uUG9saWN5EjAud2Fycm9vbS5pbmNpZGVudHMudjEuUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QaJi53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uUG9saWN5Ih6C0+STAhg6ASoaEy9vL3tvcmd9L2VzY2FsYXRpb25iBnByb3RvMw", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
+  fileDesc("CiR3YXJyb29tL2luY2lkZW50cy92MS9pbmNpZGVudHMucHJvdG8SFHdhcnJvb20uaW5jaWRlbnRzLnYxIjYKBkVudGl0eRIWCgRraW5kGAEgASgJQgi6SAVyAxiACBIUCgJpZBgCIAEoCUIIukgFcgMYgAgi9AEKDVRpbWVsaW5lRW50cnkSDAoEa2luZBgBIAEoCRImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFAoHc3VtbWFyeRgDIAEoCUgAiAEBEhEKBGxpbmsYBCABKAlIAYgBARIWCglhbGVydF9yZWYYBSABKAlIAogBARIVCghldmVudF9pZBgGIAEoCUgDiAEBEiUKBGRhdGEYByABKAsyFy5nb29nbGUucHJvdG9idWYuU3RydWN0QgoKCF9zdW1tYXJ5QgcKBV9saW5rQgwKCl9hbGVydF9yZWZCCwoJX2V2ZW50X2lkIpoICghJbmNpZGVudBIKCgJpZBgBIAEoCRINCgV0aXRsZRgCIAEoCRIQCghzZXZlcml0eRgDIAEoCRINCgVzdGF0ZRgEIAEoCRIOCgZzb3VyY2UYBSABKAkSLAoGZW50aXR5GAYgASgLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5EhUKDXdvcmtzcGFjZV91cmwYByABKAkSLQoJb3BlbmVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBI1Cgh0aW1lbGluZRgJIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSNAoLcmVzb2x2ZWRfYXQYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSACIAQESNAoLYXJjaGl2ZWRfYXQYCyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wSAGIAQESGAoLcnVuYm9va191cmwYDCABKAlIAogBARIhChR0aW1lbGluZV9uZXh0X2N1cnNvchgNIAEoCUgDiAEBEjgKD2Fja25vd2xlZGdlZF9hdBgOIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIBIgBARIcCg9hY2tub3dsZWRnZWRfYnkYDyABKAlIBYgBARIVCghvd25lcl9pZBgQIAEoCUgGiAEBEhgKC293bmVyX2VtYWlsGBEgASgJSAeIAQESFAoMcmVwZWF0X2NvdW50GBIgASgFEjQKEGxhc3RfYWN0aXZpdHlfYXQYEyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhsKE3JlY292ZXJlZF9hdF9zb3VyY2UYFCABKAgSIQoUY29ycmVsYXRpb25fZ3JvdXBfaWQYHiABKAlICIgBARIeChZjb3JyZWxhdGlvbl9ncm91cF9zaXplGB8gASgFEjYKB3JlbGF0ZWQYICADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5SZWxhdGVkSW5jaWRlbnQSRgoPbmV4dF9lc2NhbGF0aW9uGCEgASgLMigud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvbkRlYWRsaW5lSAmIAQFCDgoMX3Jlc29sdmVkX2F0Qg4KDF9hcmNoaXZlZF9hdEIOCgxfcnVuYm9va191cmxCFwoVX3RpbWVsaW5lX25leHRfY3Vyc29yQhIKEF9hY2tub3dsZWRnZWRfYXRCEgoQX2Fja25vd2xlZGdlZF9ieUILCglfb3duZXJfaWRCDgoMX293bmVyX2VtYWlsQhcKFV9jb3JyZWxhdGlvbl9ncm91cF9pZEISChBfbmV4dF9lc2NhbGF0aW9uIowBCg9SZWxhdGVkSW5jaWRlbnQSCgoCaWQYASABKAkSDQoFdGl0bGUYAiABKAkSEAoIc2V2ZXJpdHkYAyABKAkSDQoFc3RhdGUYBCABKAkSDgoGc291cmNlGAUgASgJEi0KCW9wZW5lZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAibgoSRXNjYWxhdGlvbkRlYWRsaW5lEgwKBHN0ZXAYASABKAUSDQoFc3RlcHMYAiABKAUSDwoHbWludXRlcxgDIAEoBRIqCgZkdWVfYXQYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wImYKD0VzY2FsYXRpb25TdGVwcxIvCghzZXZlcml0eRgBIAEoCUIdukgachhSBHNldjFSBHNldjJSBHNldjNSBHNldjQSIgoHbWludXRlcxgCIAMoBUIRukgOkgELEAoiBxoFGOBOKAEiuQEKEEVzY2FsYXRpb25Qb2xpY3kSOQoKc2V2ZXJpdGllcxgBIAMoCzIlLndhcnJvb20uaW5jaWRlbnRzLnYxLkVzY2FsYXRpb25TdGVwcxIzCgp1cGRhdGVkX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEgAiAEBEhcKCnVwZGF0ZWRfYnkYAyABKAlIAYgBAUINCgtfdXBkYXRlZF9hdEINCgtfdXBkYXRlZF9ieSIpChpHZXRFc2NhbGF0aW9uUG9saWN5UmVxdWVzdBILCgNvcmcYASABKAkibgoaUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QSCwoDb3JnGAEgASgJEkMKCnNldmVyaXRpZXMYAiADKAsyJS53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uU3RlcHNCCLpIBZIBAhAEIuMECgVBbGVydBIvCgZzb3VyY2UYASABKAlCH7pIHHIaEAEYPzIUXlthLXowLTldW2EtejAtOS1dKiQSIQoPYXR0YWNoX2lkZW50aXR5GAIgASgJQgi6SAVyAyiACBIaCghldmVudF9pZBgDIAEoCUIIukgFcgMogAgSSwoEa2luZBgEIAEoCUI9ukg6cjhSBWFsZXJ0UghyZWNvdmVyeVIHbm9fZGF0YVIHcmVzdW1lZFILYWNrbm93bGVkZ2VSBmNoYW5nZRIXCgV0aXRsZRgFIAEoCUIIukgFcgMYgBASMgoIc2V2ZXJpdHkYBiABKAlCILpIHdgBAXIYUgRzZXYxUgRzZXYyUgRzZXYzUgRzZXY0EiwKBmVudGl0eRgHIAEoCzIcLndhcnJvb20uaW5jaWRlbnRzLnYxLkVudGl0eRIfCgdzdW1tYXJ5GAggASgJQgm6SAZyBBiAgARIAIgBARIbCgRsaW5rGAkgASgJQgi6SAVyAxiAQEgBiAEBEiAKCWFsZXJ0X3JlZhgKIAEoCUIIukgFcgMYgEBIAogBARI0CgtvY2N1cnJlZF9hdBgLIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIA4gBARIiCgtydW5ib29rX3VybBgMIAEoCUIIukgFcgMYgEBIBIgBARIlCgRkYXRhGA0gASgLMhcuZ29vZ2xlLnByb3RvYnVmLlN0cnVjdEIKCghfc3VtbWFyeUIHCgVfbGlua0IMCgpfYWxlcnRfcmVmQg4KDF9vY2N1cnJlZF9hdEIOCgxfcnVuYm9va191cmwi/AEKDVJlY29yZFJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIYCghvcmdfc2x1ZxgCIAEoCUIGukgDyAEBEjIKBWFsZXJ0GAMgASgLMhsud2Fycm9vbS5pbmNpZGVudHMudjEuQWxlcnRCBrpIA8gBARIbCglyZXRyeV9rZXkYBCABKAlCCLpIBXIDGIACEh0KC3RyYWNlcGFyZW50GAUgASgJQgi6SAVyAxiAARIcCgpyZXF1ZXN0X2lkGAYgASgJQgi6SAVyAxiAARIpChRjb3JyZWxhdGlvbl9ncm91cF9pZBgHIAEoCUILukgI2AEBcgOwAQEisQEKDlJlY29yZFJlc3BvbnNlEg8KB291dGNvbWUYASABKAkSMAoIaW5jaWRlbnQYAiABKAsyHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudBIiChVtYWludGVuYW5jZV93aW5kb3dfaWQYAyABKAlIAIgBARITCgZyZWFzb24YBCABKAlIAYgBAUIYChZfbWFpbnRlbmFuY2Vfd2luZG93X2lkQgkKB19yZWFzb24iXAoRUmVjb3JkTWFueVJlcXVlc3QSRwoKZGVsaXZlcmllcxgBIAMoCzIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3RCDrpIC5IBCBDoByID2AEDIsABChJSZWNvcmRNYW55UmVzcG9uc2USNQoHcmVzdWx0cxgBIAMoCzIkLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlc3BvbnNlEkQKBmVycm9ycxgCIAMoCzI0LndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZE1hbnlSZXNwb25zZS5FcnJvcnNFbnRyeRotCgtFcnJvcnNFbnRyeRILCgNrZXkYASABKAUSDQoFdmFsdWUYAiABKAk6AjgBIjwKHkdldE1haW50ZW5hbmNlV2luZG93RW5kUmVxdWVzdBIOCgZvcmdfaWQYASABKAkSCgoCaWQYAiABKAkiiAEKH0dldE1haW50ZW5hbmNlV2luZG93RW5kUmVzcG9uc2USMAoHZW5kc19hdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXBIAIgBARInCgNub3cYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wQgoKCF9lbmRzX2F0InoKFUFwcGVuZFRpbWVsaW5lUmVxdWVzdBIYCgZvcmdfaWQYASABKAlCCLpIBXIDsAEBEhMKC2luY2lkZW50X2lkGAIgASgJEjIKBWVudHJ5GAMgASgLMiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSJ9ChVGaW5kTGF0ZXN0T3BlblJlcXVlc3QSGAoGb3JnX2lkGAEgASgJQgi6SAVyA7ABARIOCgZzb3VyY2UYAiABKAkSJgoPYXR0YWNoX2lkZW50aXR5GAMgASgJQgi6SAVyAyiACEgAiAEBQhIKEF9hdHRhY2hfaWRlbnRpdHkiigEKFkZpbmRMYXRlc3RPcGVuUmVzcG9uc2USGAoLaW5jaWRlbnRfaWQYASABKAlIAIgBARIXCg9hdHRhY2hfaWRlbnRpdHkYAiABKAkSLQoJb3BlbmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcEIOCgxfaW5jaWRlbnRfaWQiUgoUSW5jaWRlbnRTdGF0ZVJlcXVlc3QSDgoGb3JnX2lkGAEgASgJEhMKC2luY2lkZW50X2lkGAIgASgJEhUKDXdpdGhfaW5jaWRlbnQYAyABKAgiWAoVSW5jaWRlbnRTdGF0ZVJlc3BvbnNlEg0KBXN0YXRlGAEgASgJEjAKCGluY2lkZW50GAIgASgLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQizwIKFExpc3RJbmNpZGVudHNSZXF1ZXN0EgsKA29yZxgBIAEoCRINCgVzdGF0ZRgCIAEoCRINCgVsaW1pdBgDIAEoBRIOCgZjdXJzb3IYBCABKAkSGQoIc2V2ZXJpdHkYBSABKAlCB7pIBHICGEASFwoGc291cmNlGAYgASgJQge6SARyAhg/Eh0KC2VudGl0eV9raW5kGAcgASgJQgi6SAVyAxiACBIbCgllbnRpdHlfaWQYCCABKAlCCLpIBXIDGIAIEhQKDGFja25vd2xlZGdlZBgJIAEoCRIZCghvd25lcl9pZBgKIAEoCUIHukgEcgIYQBIMCgRzb3J0GAsgASgJEhMKAXEYDCABKAlCCLpIBXIDGMgBEhEKCXJlY292ZXJlZBgNIAEoCRIlChRjb3JyZWxhdGlvbl9ncm91cF9pZBgeIAEoCUIHukgEcgIYQCJ0ChVMaXN0SW5jaWRlbnRzUmVzcG9uc2USMQoJaW5jaWRlbnRzGAEgAygLMh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQSGAoLbmV4dF9jdXJzb3IYAiABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3Ii6AEKDkluY2lkZW50RmlsdGVyEg0KBXN0YXRlGAEgASgJEhkKCHNldmVyaXR5GAIgASgJQge6SARyAhhAEhcKBnNvdXJjZRgDIAEoCUIHukgEcgIYPxIdCgtlbnRpdHlfa2luZBgEIAEoCUIIukgFcgMYgAgSGwoJZW50aXR5X2lkGAUgASgJQgi6SAVyAxiACBIUCgxhY2tub3dsZWRnZWQYBiABKAkSGQoIb3duZXJfaWQYByABKAlCB7pIBHICGEASEwoBcRgIIAEoCUIIukgFcgMYyAESEQoJcmVjb3ZlcmVkGAkgASgJIusBChpCdWxrVXBkYXRlSW5jaWRlbnRzUmVxdWVzdBILCgNvcmcYASABKAkSHAoDaWRzGAIgAygJQg+6SAySAQkQ9AMiBHICGEASNAoGZmlsdGVyGAMgASgLMiQud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnRGaWx0ZXISFwoGYWN0aW9uGAQgASgJQge6SARyAhggEhkKCG93bmVyX2lkGAUgASgJQge6SARyAhhAEg0KBWxpbWl0GAYgASgFEhgKBmN1cnNvchgHIAEoCUIIukgFcgMYgAISDwoHcHJldmlldxgIIAEoCCJJCgpCdWxrUmVzdWx0EgoKAmlkGAEgASgJEg8KB291dGNvbWUYAiABKAkSEwoGcmVhc29uGAMgASgJSACIAQFCCQoHX3JlYXNvbiKLAQobQnVsa1VwZGF0ZUluY2lkZW50c1Jlc3BvbnNlEjEKB3Jlc3VsdHMYASADKAsyIC53YXJyb29tLmluY2lkZW50cy52MS5CdWxrUmVzdWx0Eg8KB21hdGNoZWQYAiABKAUSGAoLbmV4dF9jdXJzb3IYAyABKAlIAIgBAUIOCgxfbmV4dF9jdXJzb3IiTQoTTGlzdFRpbWVsaW5lUmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkSDgoGY3Vyc29yGAMgASgJEg0KBWxpbWl0GAQgASgFInYKFExpc3RUaW1lbGluZVJlc3BvbnNlEjQKB2VudHJpZXMYASADKAsyIy53YXJyb29tLmluY2lkZW50cy52MS5UaW1lbGluZUVudHJ5EhgKC25leHRfY3Vyc29yGAIgASgJSACIAQFCDgoMX25leHRfY3Vyc29yIi0KEkdldEluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiMQoWUmVzb2x2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiQgoVVXBkYXRlSW5jaWRlbnRSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCRIQCghzZXZlcml0eRgDIAEoCSI1ChpBY2tub3dsZWRnZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiRAoXU2V0SW5jaWRlbnRPd25lclJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEhAKCG93bmVyX2lkGAMgASgJIj8KFkFkZEluY2lkZW50Tm90ZVJlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJEgwKBHRleHQYAyABKAkiMQoWQXJjaGl2ZUluY2lkZW50UmVxdWVzdBILCgNvcmcYASABKAkSCgoCaWQYAiABKAkiXQoQTWFpbnRlbmFuY2VNYXRjaBIPCgdzb3VyY2VzGAEgAygJEjgKCGVudGl0aWVzGAIgAygLMhwud2Fycm9vbS5pbmNpZGVudHMudjEuRW50aXR5Qgi6SAWSAQIQZCLCAQoRTWFpbnRlbmFuY2VXaW5kb3cSCgoCaWQYASABKAkSLQoJc3RhcnRzX2F0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCgdlbmRzX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZyZWFzb24YBCABKAkSNQoFbWF0Y2gYBSABKAsyJi53YXJyb29tLmluY2lkZW50cy52MS5NYWludGVuYW5jZU1hdGNoItoBCh5DcmVhdGVNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEi0KCXN0YXJ0c19hdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoHZW5kc19hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASGAoGcmVhc29uGAQgASgJQgi6SAVyAxjoBxI1CgVtYXRjaBgFIAEoCzImLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlTWF0Y2giRAodTGlzdE1haW50ZW5hbmNlV2luZG93c1JlcXVlc3QSCwoDb3JnGAEgASgJEhYKBXN0YXRlGAIgASgJQge6SARyAhgUImYKHkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZRJEChNtYWludGVuYW5jZV93aW5kb3dzGAEgAygLMicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciOQoeRGVsZXRlTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0EgsKA29yZxgBIAEoCRIKCgJpZBgCIAEoCSI2ChtFbmRNYWludGVuYW5jZVdpbmRvd1JlcXVlc3QSCwoDb3JnGAEgASgJEgoKAmlkGAIgASgJMroXChBJbmNpZGVudHNTZXJ2aWNlElMKBlJlY29yZBIjLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlY29yZFJlcXVlc3QaJC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRSZXNwb25zZRJfCgpSZWNvcmRNYW55Eicud2Fycm9vbS5pbmNpZGVudHMudjEuUmVjb3JkTWFueVJlcXVlc3QaKC53YXJyb29tLmluY2lkZW50cy52MS5SZWNvcmRNYW55UmVzcG9uc2UShgEKF0dldE1haW50ZW5hbmNlV2luZG93RW5kEjQud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXF1ZXN0GjUud2Fycm9vbS5pbmNpZGVudHMudjEuR2V0TWFpbnRlbmFuY2VXaW5kb3dFbmRSZXNwb25zZRJiCg5BcHBlbmRUaW1lbGluZRIrLndhcnJvb20uaW5jaWRlbnRzLnYxLkFwcGVuZFRpbWVsaW5lUmVxdWVzdBojLndhcnJvb20uaW5jaWRlbnRzLnYxLlRpbWVsaW5lRW50cnkSawoORmluZExhdGVzdE9wZW4SKy53YXJyb29tLmluY2lkZW50cy52MS5GaW5kTGF0ZXN0T3BlblJlcXVlc3QaLC53YXJyb29tLmluY2lkZW50cy52MS5GaW5kTGF0ZXN0T3BlblJlc3BvbnNlEmgKDUluY2lkZW50U3RhdGUSKi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudFN0YXRlUmVxdWVzdBorLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50U3RhdGVSZXNwb25zZRKEAQoNTGlzdEluY2lkZW50cxIqLndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RJbmNpZGVudHNSZXF1ZXN0Gisud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdEluY2lkZW50c1Jlc3BvbnNlIhqC0+STAhQSEi9vL3tvcmd9L2luY2lkZW50cxJ4CgtHZXRJbmNpZGVudBIoLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEluY2lkZW50UmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50Ih+C0+STAhkSFy9vL3tvcmd9L2luY2lkZW50cy97aWR9Eo8BCgxMaXN0VGltZWxpbmUSKS53YXJyb29tLmluY2lkZW50cy52MS5MaXN0VGltZWxpbmVSZXF1ZXN0Gioud2Fycm9vbS5pbmNpZGVudHMudjEuTGlzdFRpbWVsaW5lUmVzcG9uc2UiKILT5JMCIhIgL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vdGltZWxpbmUSiAEKD1Jlc29sdmVJbmNpZGVudBIsLndhcnJvb20uaW5jaWRlbnRzLnYxLlJlc29sdmVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIngtPkkwIhIh8vby97b3JnfS9pbmNpZGVudHMve2lkfS9yZXNvbHZlEogBCg9BcmNoaXZlSW5jaWRlbnQSLC53YXJyb29tLmluY2lkZW50cy52MS5BcmNoaXZlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiJ4LT5JMCISIfL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYXJjaGl2ZRKBAQoOVXBkYXRlSW5jaWRlbnQSKy53YXJyb29tLmluY2lkZW50cy52MS5VcGRhdGVJbmNpZGVudFJlcXVlc3QaHi53YXJyb29tLmluY2lkZW50cy52MS5JbmNpZGVudCIigtPkkwIcOgEqMhcvby97b3JnfS9pbmNpZGVudHMve2lkfRKUAQoTQWNrbm93bGVkZ2VJbmNpZGVudBIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkFja25vd2xlZGdlSW5jaWRlbnRSZXF1ZXN0Gh4ud2Fycm9vbS5pbmNpZGVudHMudjEuSW5jaWRlbnQiK4LT5JMCJSIjL28ve29yZ30vaW5jaWRlbnRzL3tpZH0vYWNrbm93bGVkZ2USiwEKEFNldEluY2lkZW50T3duZXISLS53YXJyb29tLmluY2lkZW50cy52MS5TZXRJbmNpZGVudE93bmVyUmVxdWVzdBoeLndhcnJvb20uaW5jaWRlbnRzLnYxLkluY2lkZW50IiiC0+STAiI6ASoaHS9vL3tvcmd9L2luY2lkZW50cy97aWR9L293bmVyEo4BCg9BZGRJbmNpZGVudE5vdGUSLC53YXJyb29tLmluY2lkZW50cy52MS5BZGRJbmNpZGVudE5vdGVSZXF1ZXN0GiMud2Fycm9vbS5pbmNpZGVudHMudjEuVGltZWxpbmVFbnRyeSIogtPkkwIiOgEqIh0vby97b3JnfS9pbmNpZGVudHMve2lkfS9ub3RlcxKeAQoTQnVsa1VwZGF0ZUluY2lkZW50cxIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkJ1bGtVcGRhdGVJbmNpZGVudHNSZXF1ZXN0GjEud2Fycm9vbS5pbmNpZGVudHMudjEuQnVsa1VwZGF0ZUluY2lkZW50c1Jlc3BvbnNlIiKC0+STAhw6ASoiFy9vL3tvcmd9L2luY2lkZW50czpidWxrEqEBChdDcmVhdGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkNyZWF0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBonLndhcnJvb20uaW5jaWRlbnRzLnYxLk1haW50ZW5hbmNlV2luZG93IieC0+STAiE6ASoiHC9vL3tvcmd9L21haW50ZW5hbmNlLXdpbmRvd3MSqQEKFkxpc3RNYWludGVuYW5jZVdpbmRvd3MSMy53YXJyb29tLmluY2lkZW50cy52MS5MaXN0TWFpbnRlbmFuY2VXaW5kb3dzUmVxdWVzdBo0LndhcnJvb20uaW5jaWRlbnRzLnYxLkxpc3RNYWludGVuYW5jZVdpbmRvd3NSZXNwb25zZSIkgtPkkwIeEhwvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzEpIBChdEZWxldGVNYWludGVuYW5jZVdpbmRvdxI0LndhcnJvb20uaW5jaWRlbnRzLnYxLkRlbGV0ZU1haW50ZW5hbmNlV2luZG93UmVxdWVzdBoWLmdvb2dsZS5wcm90b2J1Zi5FbXB0eSIpgtPkkwIjKiEvby97b3JnfS9tYWludGVuYW5jZS13aW5kb3dzL3tpZH0SoQEKFEVuZE1haW50ZW5hbmNlV2luZG93EjEud2Fycm9vbS5pbmNpZGVudHMudjEuRW5kTWFpbnRlbmFuY2VXaW5kb3dSZXF1ZXN0Gicud2Fycm9vbS5pbmNpZGVudHMudjEuTWFpbnRlbmFuY2VXaW5kb3ciLYLT5JMCJyIlL28ve29yZ30vbWFpbnRlbmFuY2Utd2luZG93cy97aWR9L2VuZBKMAQoTR2V0RXNjYWxhdGlvblBvbGljeRIwLndhcnJvb20uaW5jaWRlbnRzLnYxLkdldEVzY2FsYXRpb25Qb2xpY3lSZXF1ZXN0GiYud2Fycm9vbS5pbmNpZGVudHMudjEuRXNjYWxhdGlvblBvbGljeSIbgtPkkwIVEhMvby97b3JnfS9lc2NhbGF0aW9uEo8BChNQdXRFc2NhbGF0aW9uUG9saWN5EjAud2Fycm9vbS5pbmNpZGVudHMudjEuUHV0RXNjYWxhdGlvblBvbGljeVJlcXVlc3QaJi53YXJyb29tLmluY2lkZW50cy52MS5Fc2NhbGF0aW9uUG9saWN5Ih6C0+STAhg6ASoaEy9vL3tvcmd9L2VzY2FsYXRpb25iBnByb3RvMw", [file_buf_validate_validate, file_google_api_annotations, file_google_protobuf_empty, file_google_protobuf_struct, file_google_protobuf_timestamp]);
 
 /**
  * The affected thing, e.g. {kind: "service", id: "checkout"}.
@@ -1654,6 +1654,14 @@ export type ListIncidentsRequest = Message<"warroom.incidents.v1.ListIncidentsRe
   q: string;
 
   /**
+   * "yes": only incidents whose source's latest word was a recovery (`recovered_at_source`); "no":
+   * only the others; all when empty.
+   *
+   * @generated from field: string recovered = 13;
+   */
+  recovered: string;
+
+  /**
    * Only the incidents of this correlation group (an incident's `correlation_group_id`).
    *
    * @generated from field: string correlation_group_id = 30;
@@ -1748,6 +1756,14 @@ export type ListIncidentsRequestJson = {
   q?: string;
 
   /**
+   * "yes": only incidents whose source's latest word was a recovery (`recovered_at_source`); "no":
+   * only the others; all when empty.
+   *
+   * @generated from field: string recovered = 13;
+   */
+  recovered?: string;
+
+  /**
    * Only the incidents of this correlation group (an incident's `correlation_group_id`).
    *
    * @generated from field: string correlation_group_id = 30;
@@ -1802,6 +1818,386 @@ export type ListIncidentsResponseJson = {
  */
 export const ListIncidentsResponseSchema: GenMessage<ListIncidentsResponse, {jsonType: ListIncidentsResponseJson}> = /*@__PURE__*/
   messageDesc(file_warroom_incidents_v1_incidents, 22);
+
+/**
+ * The incidents a bulk action selects: the same filters as ListIncidents, with the same rules.
+ *
+ * @generated from message warroom.incidents.v1.IncidentFilter
+ */
+export type IncidentFilter = Message<"warroom.incidents.v1.IncidentFilter"> & {
+  /**
+   * open, resolved or archived; all when empty.
+   *
+   * @generated from field: string state = 1;
+   */
+  state: string;
+
+  /**
+   * Severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 2;
+   */
+  severity: string;
+
+  /**
+   * @generated from field: string source = 3;
+   */
+  source: string;
+
+  /**
+   * @generated from field: string entity_kind = 4;
+   */
+  entityKind: string;
+
+  /**
+   * @generated from field: string entity_id = 5;
+   */
+  entityId: string;
+
+  /**
+   * "yes" or "no"; all when empty.
+   *
+   * @generated from field: string acknowledged = 6;
+   */
+  acknowledged: string;
+
+  /**
+   * A member's id, or "none".
+   *
+   * @generated from field: string owner_id = 7;
+   */
+  ownerId: string;
+
+  /**
+   * Title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 8;
+   */
+  q: string;
+
+  /**
+   * "yes" or "no": whether the source's latest word was a recovery.
+   *
+   * @generated from field: string recovered = 9;
+   */
+  recovered: string;
+};
+
+/**
+ * The incidents a bulk action selects: the same filters as ListIncidents, with the same rules.
+ *
+ * @generated from message warroom.incidents.v1.IncidentFilter
+ */
+export type IncidentFilterJson = {
+  /**
+   * open, resolved or archived; all when empty.
+   *
+   * @generated from field: string state = 1;
+   */
+  state?: string;
+
+  /**
+   * Severities, comma-separated (e.g. "sev1,sev2"); all when empty.
+   *
+   * @generated from field: string severity = 2;
+   */
+  severity?: string;
+
+  /**
+   * @generated from field: string source = 3;
+   */
+  source?: string;
+
+  /**
+   * @generated from field: string entity_kind = 4;
+   */
+  entityKind?: string;
+
+  /**
+   * @generated from field: string entity_id = 5;
+   */
+  entityId?: string;
+
+  /**
+   * "yes" or "no"; all when empty.
+   *
+   * @generated from field: string acknowledged = 6;
+   */
+  acknowledged?: string;
+
+  /**
+   * A member's id, or "none".
+   *
+   * @generated from field: string owner_id = 7;
+   */
+  ownerId?: string;
+
+  /**
+   * Title contains this text (case-insensitive).
+   *
+   * @generated from field: string q = 8;
+   */
+  q?: string;
+
+  /**
+   * "yes" or "no": whether the source's latest word was a recovery.
+   *
+   * @generated from field: string recovered = 9;
+   */
+  recovered?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.IncidentFilter.
+ * Use `create(IncidentFilterSchema)` to create a new message.
+ */
+export const IncidentFilterSchema: GenMessage<IncidentFilter, {jsonType: IncidentFilterJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 23);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsRequest
+ */
+export type BulkUpdateIncidentsRequest = Message<"warroom.incidents.v1.BulkUpdateIncidentsRequest"> & {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org: string;
+
+  /**
+   * The incidents to act on, by id (at most 500). Give either ids or filter.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids: string[];
+
+  /**
+   * Every incident matching this filter (an empty filter matches every incident), newest first,
+   * `limit` at a time.
+   *
+   * @generated from field: warroom.incidents.v1.IncidentFilter filter = 3;
+   */
+  filter?: IncidentFilter | undefined;
+
+  /**
+   * acknowledge, assign, resolve or archive.
+   *
+   * @generated from field: string action = 4;
+   */
+  action: string;
+
+  /**
+   * With `assign`: the member's id (GET /o/{org}/members).
+   *
+   * @generated from field: string owner_id = 5;
+   */
+  ownerId: string;
+
+  /**
+   * With a filter: act on at most this many incidents (default and most 500).
+   *
+   * @generated from field: int32 limit = 6;
+   */
+  limit: number;
+
+  /**
+   * With a filter: the `next_cursor` of the previous call, to continue after its last incident.
+   *
+   * @generated from field: string cursor = 7;
+   */
+  cursor: string;
+
+  /**
+   * Act on none: answer only `matched`, how many incidents the call selects (a confirmation says
+   * how many before anything changes).
+   *
+   * @generated from field: bool preview = 8;
+   */
+  preview: boolean;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsRequest
+ */
+export type BulkUpdateIncidentsRequestJson = {
+  /**
+   * @generated from field: string org = 1;
+   */
+  org?: string;
+
+  /**
+   * The incidents to act on, by id (at most 500). Give either ids or filter.
+   *
+   * @generated from field: repeated string ids = 2;
+   */
+  ids?: string[];
+
+  /**
+   * Every incident matching this filter (an empty filter matches every incident), newest first,
+   * `limit` at a time.
+   *
+   * @generated from field: warroom.incidents.v1.IncidentFilter filter = 3;
+   */
+  filter?: IncidentFilterJson;
+
+  /**
+   * acknowledge, assign, resolve or archive.
+   *
+   * @generated from field: string action = 4;
+   */
+  action?: string;
+
+  /**
+   * With `assign`: the member's id (GET /o/{org}/members).
+   *
+   * @generated from field: string owner_id = 5;
+   */
+  ownerId?: string;
+
+  /**
+   * With a filter: act on at most this many incidents (default and most 500).
+   *
+   * @generated from field: int32 limit = 6;
+   */
+  limit?: number;
+
+  /**
+   * With a filter: the `next_cursor` of the previous call, to continue after its last incident.
+   *
+   * @generated from field: string cursor = 7;
+   */
+  cursor?: string;
+
+  /**
+   * Act on none: answer only `matched`, how many incidents the call selects (a confirmation says
+   * how many before anything changes).
+   *
+   * @generated from field: bool preview = 8;
+   */
+  preview?: boolean;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkUpdateIncidentsRequest.
+ * Use `create(BulkUpdateIncidentsRequestSchema)` to create a new message.
+ */
+export const BulkUpdateIncidentsRequestSchema: GenMessage<BulkUpdateIncidentsRequest, {jsonType: BulkUpdateIncidentsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 24);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkResult
+ */
+export type BulkResult = Message<"warroom.incidents.v1.BulkResult"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+
+  /**
+   * done (the action was recorded), unchanged (already in that state), not_found (no such
+   * incident in this organization) or refused (`reason` says why; nothing was recorded).
+   *
+   * @generated from field: string outcome = 2;
+   */
+  outcome: string;
+
+  /**
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkResult
+ */
+export type BulkResultJson = {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id?: string;
+
+  /**
+   * done (the action was recorded), unchanged (already in that state), not_found (no such
+   * incident in this organization) or refused (`reason` says why; nothing was recorded).
+   *
+   * @generated from field: string outcome = 2;
+   */
+  outcome?: string;
+
+  /**
+   * @generated from field: optional string reason = 3;
+   */
+  reason?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkResult.
+ * Use `create(BulkResultSchema)` to create a new message.
+ */
+export const BulkResultSchema: GenMessage<BulkResult, {jsonType: BulkResultJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 25);
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsResponse
+ */
+export type BulkUpdateIncidentsResponse = Message<"warroom.incidents.v1.BulkUpdateIncidentsResponse"> & {
+  /**
+   * One per incident acted on, in the order of `ids` or of the filter's selection (newest first).
+   *
+   * @generated from field: repeated warroom.incidents.v1.BulkResult results = 1;
+   */
+  results: BulkResult[];
+
+  /**
+   * How many incidents the call selected: the ids given, or the incidents matching the filter
+   * (after the cursor) when the call began.
+   *
+   * @generated from field: int32 matched = 2;
+   */
+  matched: number;
+
+  /**
+   * With a filter, when more incidents matched than `limit`: call again with the same filter,
+   * action and this cursor.
+   *
+   * @generated from field: optional string next_cursor = 3;
+   */
+  nextCursor?: string | undefined;
+};
+
+/**
+ * @generated from message warroom.incidents.v1.BulkUpdateIncidentsResponse
+ */
+export type BulkUpdateIncidentsResponseJson = {
+  /**
+   * One per incident acted on, in the order of `ids` or of the filter's selection (newest first).
+   *
+   * @generated from field: repeated warroom.incidents.v1.BulkResult results = 1;
+   */
+  results?: BulkResultJson[];
+
+  /**
+   * How many incidents the call selected: the ids given, or the incidents matching the filter
+   * (after the cursor) when the call began.
+   *
+   * @generated from field: int32 matched = 2;
+   */
+  matched?: number;
+
+  /**
+   * With a filter, when more incidents matched than `limit`: call again with the same filter,
+   * action and this cursor.
+   *
+   * @generated from field: optional string next_cursor = 3;
+   */
+  nextCursor?: string;
+};
+
+/**
+ * Describes the message warroom.incidents.v1.BulkUpdateIncidentsResponse.
+ * Use `create(BulkUpdateIncidentsResponseSchema)` to create a new message.
+ */
+export const BulkUpdateIncidentsResponseSchema: GenMessage<BulkUpdateIncidentsResponse, {jsonType: BulkUpdateIncidentsResponseJson}> = /*@__PURE__*/
+  messageDesc(file_warroom_incidents_v1_incidents, 26);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineRequest
@@ -1866,7 +2262,7 @@ export type ListTimelineRequestJson = {
  * Use `create(ListTimelineRequestSchema)` to create a new message.
  */
 export const ListTimelineRequestSchema: GenMessage<ListTimelineRequest, {jsonType: ListTimelineRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 23);
+  messageDesc(file_warroom_incidents_v1_incidents, 27);
 
 /**
  * @generated from message warroom.incidents.v1.ListTimelineResponse
@@ -1907,7 +2303,7 @@ export type ListTimelineResponseJson = {
  * Use `create(ListTimelineResponseSchema)` to create a new message.
  */
 export const ListTimelineResponseSchema: GenMessage<ListTimelineResponse, {jsonType: ListTimelineResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 24);
+  messageDesc(file_warroom_incidents_v1_incidents, 28);
 
 /**
  * @generated from message warroom.incidents.v1.GetIncidentRequest
@@ -1944,7 +2340,7 @@ export type GetIncidentRequestJson = {
  * Use `create(GetIncidentRequestSchema)` to create a new message.
  */
 export const GetIncidentRequestSchema: GenMessage<GetIncidentRequest, {jsonType: GetIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 25);
+  messageDesc(file_warroom_incidents_v1_incidents, 29);
 
 /**
  * @generated from message warroom.incidents.v1.ResolveIncidentRequest
@@ -1981,7 +2377,7 @@ export type ResolveIncidentRequestJson = {
  * Use `create(ResolveIncidentRequestSchema)` to create a new message.
  */
 export const ResolveIncidentRequestSchema: GenMessage<ResolveIncidentRequest, {jsonType: ResolveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 26);
+  messageDesc(file_warroom_incidents_v1_incidents, 30);
 
 /**
  * @generated from message warroom.incidents.v1.UpdateIncidentRequest
@@ -2034,7 +2430,7 @@ export type UpdateIncidentRequestJson = {
  * Use `create(UpdateIncidentRequestSchema)` to create a new message.
  */
 export const UpdateIncidentRequestSchema: GenMessage<UpdateIncidentRequest, {jsonType: UpdateIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 27);
+  messageDesc(file_warroom_incidents_v1_incidents, 31);
 
 /**
  * @generated from message warroom.incidents.v1.AcknowledgeIncidentRequest
@@ -2071,7 +2467,7 @@ export type AcknowledgeIncidentRequestJson = {
  * Use `create(AcknowledgeIncidentRequestSchema)` to create a new message.
  */
 export const AcknowledgeIncidentRequestSchema: GenMessage<AcknowledgeIncidentRequest, {jsonType: AcknowledgeIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 28);
+  messageDesc(file_warroom_incidents_v1_incidents, 32);
 
 /**
  * @generated from message warroom.incidents.v1.SetIncidentOwnerRequest
@@ -2122,7 +2518,7 @@ export type SetIncidentOwnerRequestJson = {
  * Use `create(SetIncidentOwnerRequestSchema)` to create a new message.
  */
 export const SetIncidentOwnerRequestSchema: GenMessage<SetIncidentOwnerRequest, {jsonType: SetIncidentOwnerRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 29);
+  messageDesc(file_warroom_incidents_v1_incidents, 33);
 
 /**
  * @generated from message warroom.incidents.v1.AddIncidentNoteRequest
@@ -2175,7 +2571,7 @@ export type AddIncidentNoteRequestJson = {
  * Use `create(AddIncidentNoteRequestSchema)` to create a new message.
  */
 export const AddIncidentNoteRequestSchema: GenMessage<AddIncidentNoteRequest, {jsonType: AddIncidentNoteRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 30);
+  messageDesc(file_warroom_incidents_v1_incidents, 34);
 
 /**
  * @generated from message warroom.incidents.v1.ArchiveIncidentRequest
@@ -2212,7 +2608,7 @@ export type ArchiveIncidentRequestJson = {
  * Use `create(ArchiveIncidentRequestSchema)` to create a new message.
  */
 export const ArchiveIncidentRequestSchema: GenMessage<ArchiveIncidentRequest, {jsonType: ArchiveIncidentRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 31);
+  messageDesc(file_warroom_incidents_v1_incidents, 35);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceMatch
@@ -2257,7 +2653,7 @@ export type MaintenanceMatchJson = {
  * Use `create(MaintenanceMatchSchema)` to create a new message.
  */
 export const MaintenanceMatchSchema: GenMessage<MaintenanceMatch, {jsonType: MaintenanceMatchJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 32);
+  messageDesc(file_warroom_incidents_v1_incidents, 36);
 
 /**
  * @generated from message warroom.incidents.v1.MaintenanceWindow
@@ -2324,7 +2720,7 @@ export type MaintenanceWindowJson = {
  * Use `create(MaintenanceWindowSchema)` to create a new message.
  */
 export const MaintenanceWindowSchema: GenMessage<MaintenanceWindow, {jsonType: MaintenanceWindowJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 33);
+  messageDesc(file_warroom_incidents_v1_incidents, 37);
 
 /**
  * @generated from message warroom.incidents.v1.CreateMaintenanceWindowRequest
@@ -2391,7 +2787,7 @@ export type CreateMaintenanceWindowRequestJson = {
  * Use `create(CreateMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const CreateMaintenanceWindowRequestSchema: GenMessage<CreateMaintenanceWindowRequest, {jsonType: CreateMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 34);
+  messageDesc(file_warroom_incidents_v1_incidents, 38);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsRequest
@@ -2432,7 +2828,7 @@ export type ListMaintenanceWindowsRequestJson = {
  * Use `create(ListMaintenanceWindowsRequestSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsRequestSchema: GenMessage<ListMaintenanceWindowsRequest, {jsonType: ListMaintenanceWindowsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 35);
+  messageDesc(file_warroom_incidents_v1_incidents, 39);
 
 /**
  * @generated from message warroom.incidents.v1.ListMaintenanceWindowsResponse
@@ -2459,7 +2855,7 @@ export type ListMaintenanceWindowsResponseJson = {
  * Use `create(ListMaintenanceWindowsResponseSchema)` to create a new message.
  */
 export const ListMaintenanceWindowsResponseSchema: GenMessage<ListMaintenanceWindowsResponse, {jsonType: ListMaintenanceWindowsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 36);
+  messageDesc(file_warroom_incidents_v1_incidents, 40);
 
 /**
  * @generated from message warroom.incidents.v1.DeleteMaintenanceWindowRequest
@@ -2496,7 +2892,7 @@ export type DeleteMaintenanceWindowRequestJson = {
  * Use `create(DeleteMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const DeleteMaintenanceWindowRequestSchema: GenMessage<DeleteMaintenanceWindowRequest, {jsonType: DeleteMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 37);
+  messageDesc(file_warroom_incidents_v1_incidents, 41);
 
 /**
  * @generated from message warroom.incidents.v1.EndMaintenanceWindowRequest
@@ -2533,7 +2929,7 @@ export type EndMaintenanceWindowRequestJson = {
  * Use `create(EndMaintenanceWindowRequestSchema)` to create a new message.
  */
 export const EndMaintenanceWindowRequestSchema: GenMessage<EndMaintenanceWindowRequest, {jsonType: EndMaintenanceWindowRequestJson}> = /*@__PURE__*/
-  messageDesc(file_warroom_incidents_v1_incidents, 38);
+  messageDesc(file_warroom_incidents_v1_incidents, 42);
 
 /**
  * The incident core: incidents, their timelines, attach identities, event identifiers and
@@ -2701,6 +3097,19 @@ export const IncidentsService: GenService<{
     methodKind: "unary";
     input: typeof AddIncidentNoteRequestSchema;
     output: typeof TimelineEntrySchema;
+  },
+  /**
+   * Acts on many incidents at once, each exactly as the single action does (acknowledge, assign
+   * an owner, resolve, archive: the same timeline entry, audit record and events): the incidents
+   * named by `ids`, or those matching `filter`, at most `limit` a call. Answers one result per
+   * incident; with a filter, how many matched and the cursor to call again with when more did.
+   *
+   * @generated from rpc warroom.incidents.v1.IncidentsService.BulkUpdateIncidents
+   */
+  bulkUpdateIncidents: {
+    methodKind: "unary";
+    input: typeof BulkUpdateIncidentsRequestSchema;
+    output: typeof BulkUpdateIncidentsResponseSchema;
   },
   /**
    * Creates a window in which deliveries of the badges and entities it covers are suppressed.

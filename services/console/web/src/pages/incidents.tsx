@@ -4,6 +4,7 @@ import { duration, exact, timeZone } from "../format";
 import { useLiveEvents } from "../live";
 import { Link, navigate } from "../router";
 import { useCorrelationGroups } from "./correlation-group";
+import { type Action, BulkBar, RECOVERED_AT_SOURCE, type Selection } from "./bulk-actions";
 import { Ago, ErrorNotice, PageHeading, Severity, SourceBadge, StateBadge, useAction, useLoad, useNow } from "../ui";
 
 const STATES = [
@@ -86,6 +87,7 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
   const paging = useAction();
   const [search, setSearch] = useState<{ query: string; text: string } | null>(null);
   const [folded, setFolded] = useState(foldedAtStart);
+  const [selected, setSelected] = useState<{ query: string; ids: Set<string>; allMatching: boolean; asked: Action | null } | null>(null);
 
   const members = useLoad(() => api<{ members: Member[] }>("GET", orgPath("/members")), []);
   const list = useLoad(async () => {
@@ -123,6 +125,25 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
   const searchText = search && search.query === query ? search.text : filters.q;
   const filtered = FILTERS.some((name) => name !== "sort" && filters[name]);
   const resolvedList = state !== "open";
+  // A selection belongs to the view it was made in: another filter starts with none.
+  const picked = selected && selected.query === query ? selected : null;
+  const listFilter = Object.fromEntries([["state", state], ...FILTERS.filter((name) => name !== "sort" && filters[name]).map((name) => [name, filters[name]])]);
+  const selection: Selection | null = picked?.allMatching
+    ? picked.asked
+      ? RECOVERED_AT_SOURCE
+      : { kind: "filter", filter: listFilter, label: "Every incident matching this filter selected" }
+    : picked && picked.ids.size > 0
+      ? { kind: "ids", ids: [...picked.ids] }
+      : null;
+  const toggle = (id: string) => {
+    const ids = new Set(picked?.allMatching ? [] : picked?.ids);
+    if (ids.has(id)) ids.delete(id);
+    else ids.add(id);
+    setSelected({ query, ids, allMatching: false, asked: null });
+  };
+  const matchingAll = picked?.allMatching === true && !picked.asked;
+  const allOnPage = incidents.length > 0 && incidents.every((i) => matchingAll || picked?.ids.has(i.id));
+  const titleOf = (id: string) => incidents.find((i) => i.id === id)?.title ?? id;
   const sortLabel = filters.sort === "severity" ? "most severe first" : filters.sort === "activity" ? "latest activity first" : "newest first";
   const clearHref = `/incidents?${listQuery(state, { ...filtersOf(new URLSearchParams()), sort: filters.sort })}`;
   const summary = filterSummary(filters, members.data?.members ?? [], sortLabel);
@@ -243,6 +264,28 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
         </button>
         {filtered ? <Link href={clearHref}>Clear filters</Link> : null}
       </form>
+      {state === "open" && incidents.some((i) => i.recoveredAtSource) ? (
+        <p>
+          <button type="button" class="secondary" onClick={() => setSelected({ query, ids: new Set(), allMatching: true, asked: "resolve" })}>
+            Resolve all recovered at source
+          </button>
+        </p>
+      ) : null}
+      {allOnPage && cursor && !matchingAll ? (
+        <p>
+          <button type="button" class="link" onClick={() => setSelected({ query, ids: new Set(), allMatching: true, asked: null })}>
+            Select all incidents matching this filter
+          </button>
+        </p>
+      ) : null}
+      <BulkBar
+        selection={selection}
+        asked={picked?.asked ?? null}
+        members={members.data?.members ?? []}
+        titleOf={titleOf}
+        onClear={() => setSelected(null)}
+        onDone={() => list.reload()}
+      />
       <p class="sr-only" role="status" aria-live="polite">
         {announcement}
       </p>
@@ -262,6 +305,14 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
           <caption class="sr-only">{`${STATES.find((s) => s.id === state)!.label} incidents, ${sortLabel}`}</caption>
           <thead>
             <tr>
+              <th scope="col" class="select">
+                <input
+                  type="checkbox"
+                  aria-label="Select every incident shown"
+                  checked={allOnPage}
+                  onChange={() => setSelected(allOnPage ? null : { query, ids: new Set(incidents.map((i) => i.id)), allMatching: false, asked: null })}
+                />
+              </th>
               <th scope="col">Incident</th>
               <th scope="col">Source</th>
               <th scope="col">Severity</th>
@@ -275,6 +326,14 @@ export function IncidentsPage(props: { state: string; org: string; query?: URLSe
           <tbody>
             {groups.visible.map((incident) => (
               <tr key={incident.id} class={fresh.has(incident.id) ? "fresh" : undefined} data-incident-id={incident.id}>
+                <td class="select">
+                  <input
+                    type="checkbox"
+                    aria-label={`Select ${incident.title || "Untitled incident"}`}
+                    checked={matchingAll || picked?.ids.has(incident.id) || false}
+                    onChange={() => toggle(incident.id)}
+                  />
+                </td>
                 <td data-label="Incident">
                   <Link href={roomPath(incident, props.org)} class="row-title">
                     {incident.title || "Untitled incident"}
