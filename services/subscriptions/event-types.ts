@@ -9,7 +9,12 @@ import type {
   UpdateSent,
 } from "../../gen/warroom/events/v1/events_pb.js";
 import type { EventTypeName } from "./event-names.js";
-import { HeartbeatEventDataSchema, IncidentEventDataSchema, UpdateSentEventDataSchema } from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
+import {
+  HeartbeatEventDataSchema,
+  type IncidentEventData,
+  IncidentEventDataSchema,
+  UpdateSentEventDataSchema,
+} from "../../gen/warroom/subscriptions/v1/subscriptions_pb.js";
 
 export { EVENT_TYPES, type EventTypeName, isEventType } from "./event-names.js";
 
@@ -36,23 +41,42 @@ function dataOf<Desc extends DescMessage>(schema: Desc, init: (slug: string) => 
   return (slug) => toJson(schema, create(schema, init(slug)) as MessageShape<Desc>);
 }
 
-/** incident.opened, from the incident core's opened event. */
-export function fromIncidentOpened(publicUrl: string, e: IncidentOpened): WebhookEvent {
+/** The fields every event about an incident shares, as IncidentEventData. */
+interface IncidentEventSource {
+  orgId: string;
+  incidentId: string;
+  at?: Timestamp;
+}
+
+/**
+ * An incident's event: its organization, incident, link, kind and time, and `more` (the
+ * fields of its own kind).
+ */
+function incidentEvent(
+  publicUrl: string,
+  e: IncidentEventSource,
+  type: EventTypeName,
+  kind: string,
+  more: Partial<Pick<IncidentEventData, "title" | "severity" | "source" | "step" | "steps" | "minutes" | "actor">> & { deadline?: Timestamp } = {},
+): WebhookEvent {
   return {
     orgId: e.orgId,
-    type: "incident.opened",
+    type,
     at: dateOf(e.at),
     data: dataOf(IncidentEventDataSchema, (org) => ({
       org,
       incidentId: e.incidentId,
       workspaceUrl: workspaceUrl(publicUrl, org, e.incidentId),
-      kind: "opened",
+      kind,
       ...(e.at ? { at: e.at } : {}),
-      title: e.title,
-      severity: e.severity,
-      source: e.source,
+      ...more,
     })),
   };
+}
+
+/** incident.opened, from the incident core's opened event. */
+export function fromIncidentOpened(publicUrl: string, e: IncidentOpened): WebhookEvent {
+  return incidentEvent(publicUrl, e, "incident.opened", "opened", { title: e.title, severity: e.severity, source: e.source });
 }
 
 /**
@@ -60,25 +84,15 @@ export function fromIncidentOpened(publicUrl: string, e: IncidentOpened): Webhoo
  * timeline entry (kind `unacknowledged`) is not an event of its own: this one carries the step.
  */
 export function fromIncidentUnacknowledged(publicUrl: string, e: IncidentUnacknowledged): WebhookEvent {
-  return {
-    orgId: e.orgId,
-    type: "incident.unacknowledged",
-    at: dateOf(e.at),
-    data: dataOf(IncidentEventDataSchema, (org) => ({
-      org,
-      incidentId: e.incidentId,
-      workspaceUrl: workspaceUrl(publicUrl, org, e.incidentId),
-      kind: "unacknowledged",
-      ...(e.at ? { at: e.at } : {}),
-      title: e.title,
-      severity: e.severity,
-      source: e.source,
-      step: e.step,
-      steps: e.steps,
-      minutes: e.minutes,
-      ...(e.deadline ? { deadline: e.deadline } : {}),
-    })),
-  };
+  return incidentEvent(publicUrl, e, "incident.unacknowledged", "unacknowledged", {
+    title: e.title,
+    severity: e.severity,
+    source: e.source,
+    step: e.step,
+    steps: e.steps,
+    minutes: e.minutes,
+    ...(e.deadline ? { deadline: e.deadline } : {}),
+  });
 }
 
 /** Timeline kinds that are webhook events of their own, and the type each becomes. */
@@ -125,37 +139,14 @@ export function fromTimelineRecorded(publicUrl: string, e: TimelineRecorded): We
       })),
     };
   }
-  return {
-    orgId: e.orgId,
-    type,
-    at: dateOf(e.at),
-    data: dataOf(IncidentEventDataSchema, (org) => ({
-      org,
-      incidentId: e.incidentId,
-      workspaceUrl: workspaceUrl(publicUrl, org, e.incidentId),
-      kind: e.kind,
-      ...(e.at ? { at: e.at } : {}),
-    })),
-  };
+  return incidentEvent(publicUrl, e, type, e.kind);
 }
 
 /** incident.resolved or incident.archived. */
 export function fromIncidentResolved(publicUrl: string, e: IncidentResolved): WebhookEvent | undefined {
   const type = e.state === "resolved" ? "incident.resolved" : e.state === "archived" ? "incident.archived" : undefined;
   if (!type) return undefined;
-  return {
-    orgId: e.orgId,
-    type,
-    at: dateOf(e.at),
-    data: dataOf(IncidentEventDataSchema, (org) => ({
-      org,
-      incidentId: e.incidentId,
-      workspaceUrl: workspaceUrl(publicUrl, org, e.incidentId),
-      kind: e.state,
-      ...(e.at ? { at: e.at } : {}),
-      actor: e.actor,
-    })),
-  };
+  return incidentEvent(publicUrl, e, type, e.state, { actor: e.actor });
 }
 
 export function fromHeartbeatSilent(e: HeartbeatSilent): WebhookEvent {
