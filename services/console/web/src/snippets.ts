@@ -23,11 +23,8 @@ export function datadogPayload(): string {
   );
 }
 
-/**
- * An Alertmanager receiver that posts to this service with the alert-router secret as a custom
- * header: `http_headers` exists from Alertmanager 0.28.0 on.
- */
-export function alertmanagerHeadersBlock(origin: string, secret: string): string {
+/** An Alertmanager receiver posting to this service, up to its credential's lines. */
+function alertmanagerReceiver(origin: string): string[] {
   return [
     "receivers:",
     "  - name: warroom",
@@ -35,6 +32,16 @@ export function alertmanagerHeadersBlock(origin: string, secret: string): string
     `      - url: ${origin}/triggers/alertrouter`,
     "        send_resolved: true",
     "        http_config:",
+  ];
+}
+
+/**
+ * An Alertmanager receiver that posts to this service with the alert-router secret as a custom
+ * header: `http_headers` exists from Alertmanager 0.28.0 on.
+ */
+export function alertmanagerHeadersBlock(origin: string, secret: string): string {
+  return [
+    ...alertmanagerReceiver(origin),
     "          http_headers:",
     "            X-Service-Alertrouter-Secret:",
     "              secrets:",
@@ -47,16 +54,7 @@ export function alertmanagerHeadersBlock(origin: string, secret: string): string
  * `http_headers`): the secret travels as `Authorization: Bearer`.
  */
 export function alertmanagerAuthorizationBlock(origin: string, secret: string): string {
-  return [
-    "receivers:",
-    "  - name: warroom",
-    "    webhook_configs:",
-    `      - url: ${origin}/triggers/alertrouter`,
-    "        send_resolved: true",
-    "        http_config:",
-    "          authorization:",
-    `            credentials: "${secret}"`,
-  ].join("\n");
+  return [...alertmanagerReceiver(origin), "          authorization:", `            credentials: "${secret}"`].join("\n");
 }
 
 /** The curl command that pings a heartbeat with the ingest token. */
