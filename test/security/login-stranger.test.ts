@@ -14,20 +14,36 @@ import { startPrivateNats } from "../support/nats-server.js";
  * backoff: a slow machine may take longer than the 1 s lock to answer them all). The rest were
  * refused by the lock (429, "failed logins") before any hashing.
  */
-function expectExactLimit(answers: { status: number; body: any; at: number }[], free: number): void {
+/**
+ * A login's answer, with when it was sent and when its answer came: the server checked it in
+ * between, so a lock's length is bounded from below by one answer's arrival minus the sending of
+ * the one before it, whatever the machine's load did to either.
+ */
+interface Timed {
+  status: number;
+  body: any;
+  sentAt: number;
+  at: number;
+}
+
+async function timed(call: Promise<{ status: number; body: any }>): Promise<Timed> {
+  const sentAt = Date.now();
+  const answer = await call;
+  return { ...answer, sentAt, at: Date.now() };
+}
+
+function expectExactLimit(answers: Timed[], free: number): void {
   const busy = (a: { status: number; body: any }) => a.status === 429 && /password checks/.test(a.body?.error ?? "");
   const locked = (a: { status: number; body: any }) => a.status === 429 && /failed logins/.test(a.body?.error ?? "");
   expect(
     answers.filter((a) => a.status !== 401 && !busy(a) && !locked(a)),
     JSON.stringify(answers.map((a) => a.body)),
   ).toEqual([]);
-  const failures = answers
-    .filter((a) => a.status === 401)
-    .map((a) => a.at)
-    .sort((x, y) => x - y);
+  const failures = answers.filter((a) => a.status === 401).sort((x, y) => x.at - y.at);
   expect(failures.length + answers.filter(busy).length).toBeGreaterThanOrEqual(free);
-  // Past the free ones, each further failure came after the lock before it (1 s, 2 s, ...) had run out.
-  for (let k = free; k < failures.length; k++) expect(failures[k]! - failures[k - 1]!).toBeGreaterThanOrEqual(1000 * 2 ** (k - free));
+  // Past the free ones, each further failure was checked after the lock its predecessor set (1 s,
+  // 2 s, ...) had run out: its answer came at least that long after the predecessor was sent.
+  for (let k = free; k < failures.length; k++) expect(failures[k]!.at - failures[k - 1]!.sentAt).toBeGreaterThanOrEqual(1000 * 2 ** (k - free));
 }
 
 describe("login a stranger cannot deny", () => {
@@ -57,9 +73,7 @@ describe("login a stranger cannot deny", () => {
   });
 
   it("lets exactly the limit of 40 concurrent wrong logins for one account through, the rest 429", async () => {
-    const answers = await Promise.all(
-      Array.from({ length: 40 }, async (_, i) => ({ ...(await login("exact@acme.test", `wrong-${i}`, "192.0.2.90")), at: Date.now() })),
-    );
+    const answers = await Promise.all(Array.from({ length: 40 }, (_, i) => timed(login("exact@acme.test", `wrong-${i}`, "192.0.2.90"))));
     expectExactLimit(answers, LOGIN_THROTTLE.pairFreeFailures);
     expect(answers.filter((a) => a.status === 401).length).toBeLessThanOrEqual(LOGIN_THROTTLE.pairFreeFailures + 3);
   }, 120_000);
@@ -111,13 +125,14 @@ describe("login limits over NATS with two gateway replicas", () => {
 
   it("lets exactly the limit of 40 concurrent wrong logins through, split over both replicas", async () => {
     const answers = await Promise.all(
-      Array.from({ length: 40 }, async (_, i) => ({
-        ...(await callApi(i % 2 ? a.url : b.url, "POST", "/auth/login", {
-          body: { email: "replicas@acme.test", password: `wrong-${i}`, orgSlug: OWNER.org },
-          headers: { "x-forwarded-for": "192.0.2.91" },
-        })),
-        at: Date.now(),
-      })),
+      Array.from({ length: 40 }, (_, i) =>
+        timed(
+          callApi(i % 2 ? a.url : b.url, "POST", "/auth/login", {
+            body: { email: "replicas@acme.test", password: `wrong-${i}`, orgSlug: OWNER.org },
+            headers: { "x-forwarded-for": "192.0.2.91" },
+          }),
+        ),
+      ),
     );
     expectExactLimit(answers, LOGIN_THROTTLE.pairFreeFailures);
   }, 120_000);
@@ -158,8 +173,8 @@ describe("login under a distributed flood", () => {
     const home = "192.0.2.150";
     expect((await login("guessed@acme.test", "the-right-one", home)).status).toBe(200);
     // One after another, so that none waits for the hashing queue: each is checked unless the account's limit refuses it.
-    const answers: { status: number; body: any; at: number }[] = [];
-    for (let i = 0; i < 30; i++) answers.push({ ...(await login("guessed@acme.test", `guess-${i}`, fresh())), at: Date.now() });
+    const answers: Timed[] = [];
+    for (let i = 0; i < 30; i++) answers.push(await timed(login("guessed@acme.test", `guess-${i}`, fresh())));
     const checked = answers.filter((a) => a.status === 401).length;
     console.log(
       `30 guesses from fresh addresses: ${checked} checked, ${answers.filter(failedLogins).length} refused by the account's limit, ${answers.filter(passwordChecks).length} for capacity`,
