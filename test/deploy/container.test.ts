@@ -190,7 +190,7 @@ describe("what the images hold", () => {
     await new Promise<void>((resolveListen) => receiver.listen(port, "127.0.0.1", resolveListen));
     try {
       const code = [
-        'const tracing = await import("/app/dist/services/runtime/tracing.js");',
+        'const tracing = await import("/app/dist/services/runtime/observability/tracing.js");',
         'await tracing.startTracing("image-check");',
         'await tracing.inSpan("image check", {}, async () => {});',
         "await tracing.flushTracing();",
