@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { OWNER, type TestApp } from "../support/app.js";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 // Bulk actions in Debian's Chromium against the whole service on loopback: tick rows, act on them
 // after one confirmation that says how many, read the per-incident results; the one-click
@@ -73,12 +73,7 @@ afterAll(async () => {
 
 describe("bulk actions in the console", () => {
   it("sorts by severity with the most repeated first among equals", async () => {
-    await page.goto(`${app.url}/`);
-    await page.getByLabel("Email").fill(OWNER.email);
-    await page.getByLabel("Password").fill(OWNER.password);
-    await page.getByLabel("Organization").fill(OWNER.org);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    await signInAsOwner(page, `${app.url}/`);
     await page.getByLabel("Sort").selectOption("severity");
     await expect.poll(async () => (await visibleIds()).slice(0, 2)).toEqual([ids.busy, ids.quiet]);
   });

@@ -9,7 +9,7 @@ import { startConsoleApp } from "../../services/console/testing/start-console-ap
 import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import { OWNER, type TestApp } from "../support/app.js";
-import { expectAccessible, inPage, launchChromium } from "../support/chromium.js";
+import { expectAccessible, inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 // The console's layout measured in Debian's Chromium: a storm's list on a 1440×900 screen (rows
 // in the viewport, one-line times, the filters folding away and remembered), the list and the
@@ -52,12 +52,7 @@ async function trigger(body: Record<string, unknown>): Promise<string> {
 }
 
 async function signIn(page: Page): Promise<void> {
-  await page.goto(`${app.url}/`);
-  await page.getByLabel("Email").fill(OWNER.email);
-  await page.getByLabel("Password").fill(OWNER.password);
-  await page.getByLabel("Organization").fill(OWNER.org);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Incidents" }).waitFor();
+  await signInAsOwner(page, `${app.url}/`);
 }
 
 /** A page of its own (sessionStorage holds the session, so each signs in). */

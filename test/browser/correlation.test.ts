@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { FIVE_SOURCES, sendAs } from "../e2e/correlation-kit.js";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 import { OWNER, type TestApp } from "../support/app.js";
 
 // Correlation in the console, in Debian's Chromium: five tools report one service, linked into
@@ -50,12 +50,7 @@ afterAll(async () => {
 
 describe("correlation in the console", () => {
   it("shows one problem seen by five tools as one row with its count, and expands it", async () => {
-    await page.goto(`${app.url}/`);
-    await page.getByLabel("Email").fill(OWNER.email);
-    await page.getByLabel("Password").fill(OWNER.password);
-    await page.getByLabel("Organization").fill(OWNER.org);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    await signInAsOwner(page, `${app.url}/`);
 
     // Folded: the group's newest incident and the unrelated one.
     await expect.poll(async () => (await visibleIds()).length).toBe(2);

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, launchChromium } from "../support/chromium.js";
+import { expectLabelled, launchChromium, signInAsOwner } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -49,12 +49,7 @@ beforeAll(async () => {
     nativeDialogs.push(dialog.message());
     void dialog.dismiss();
   });
-  await page.goto(`${app.url}/login`);
-  await page.getByLabel("Email").fill(OWNER.email);
-  await page.getByLabel("Password").fill(OWNER.password);
-  await page.getByLabel("Organization").fill(OWNER.org);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Incidents" }).waitFor();
+  await signInAsOwner(page, `${app.url}/login`);
 }, 240_000);
 
 afterAll(async () => {

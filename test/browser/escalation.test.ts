@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { OWNER, type TestApp } from "../support/app.js";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 // Escalation in the console, in Debian's Chromium: the acknowledgement deadlines set on their own
 // page (and a wrong list refused with the service's message), and the room of an unacknowledged
@@ -57,12 +57,7 @@ beforeAll(async () => {
   context = await launchChromium(profile);
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());
-  await page.goto(`${app.url}/login`);
-  await page.getByLabel("Email").fill(OWNER.email);
-  await page.getByLabel("Password").fill(OWNER.password);
-  await page.getByLabel("Organization").fill(OWNER.org);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Incidents" }).waitFor();
+  await signInAsOwner(page, `${app.url}/login`);
 }, 240_000);
 
 afterAll(async () => {

@@ -3,7 +3,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -105,12 +105,7 @@ afterAll(async () => {
 
 describe("the room shows an incident's evidence", () => {
   it("evidence appears live as the reads complete: chart, log table, partial reason, one timeline entry", async () => {
-    await page.goto(`${app.url}/`);
-    await page.getByLabel("Email").fill(OWNER.email);
-    await page.getByLabel("Password").fill(OWNER.password);
-    await page.getByLabel("Organization").fill(OWNER.org);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    await signInAsOwner(page, `${app.url}/`);
 
     gate = new Promise<void>((resolve) => {
       release = resolve;

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, launchChromium } from "../support/chromium.js";
+import { expectLabelled, launchChromium, signInAsOwner } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
@@ -85,12 +85,7 @@ beforeAll(async () => {
   context.setDefaultTimeout(WAIT);
   page = context.pages()[0] ?? (await context.newPage());
   page.on("dialog", (dialog) => void dialog.accept());
-  await page.goto(`${app.url}/login`);
-  await page.getByLabel("Email").fill(OWNER.email);
-  await page.getByLabel("Password").fill(OWNER.password);
-  await page.getByLabel("Organization").fill(OWNER.org);
-  await page.getByRole("button", { name: "Sign in" }).click();
-  await page.getByRole("heading", { name: "Incidents" }).waitFor();
+  await signInAsOwner(page, `${app.url}/login`);
 }, 240_000);
 
 afterAll(async () => {

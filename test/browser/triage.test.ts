@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { inPage, launchChromium } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -82,12 +82,7 @@ afterAll(async () => {
 
 describe("triage and respond in the console", () => {
   it("lists what a responder needs: recovered at source, repeats, last activity, acknowledgement, the time zone", async () => {
-    await page.goto(`${app.url}/`);
-    await page.getByLabel("Email").fill(OWNER.email);
-    await page.getByLabel("Password").fill(OWNER.password);
-    await page.getByLabel("Organization").fill(OWNER.org);
-    await page.getByRole("button", { name: "Sign in" }).click();
-    await page.getByRole("heading", { name: "Incidents" }).waitFor();
+    await signInAsOwner(page, `${app.url}/`);
     await row("cpu").waitFor();
 
     await expect.poll(() => cell("cpu", "Repeats").textContent()).toBe("1");

@@ -37,6 +37,8 @@ describe("the configuration reference's table", () => {
     const { SECRETS_KEYS: _dropped, ...rest } = configDescriptions;
     const { undescribed } = configTable(rest);
     expect(undescribed).toEqual(["SECRETS_KEYS"]);
-    expect(undescribedMessage(undescribed)).toMatch(/without a description: SECRETS_KEYS\nadd each to configDescriptions in services\/runtime\/config\/config.ts/);
+    expect(undescribedMessage(undescribed)).toMatch(
+      /without a description: SECRETS_KEYS\nadd each to configDescriptions in services\/runtime\/config\/config.ts/,
+    );
   });
 });

@@ -2,6 +2,7 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { type BrowserContext, chromium, type LaunchOptions, type Page } from "playwright-core";
 import { expect } from "vitest";
+import { OWNER } from "./app.js";
 
 /** Debian's Chromium, which the test command installs. */
 const CHROMIUM = "/usr/bin/chromium";
@@ -76,4 +77,17 @@ export async function expectAccessible(page: Page): Promise<void> {
       .map((v) => ({ id: v.id, impact: v.impact, nodes: v.nodes.map((n) => ({ target: n.target })) })))`,
   );
   expect(violations).toEqual([]);
+}
+
+/**
+ * Signs in as the test app's owner through the login form at `url` (the console redirects to it
+ * from any page), and waits for the incident list the console opens on.
+ */
+export async function signInAsOwner(page: Page, url: string, owner = OWNER): Promise<void> {
+  await page.goto(url);
+  await page.getByLabel("Email").fill(owner.email);
+  await page.getByLabel("Password").fill(owner.password);
+  await page.getByLabel("Organization").fill(owner.org);
+  await page.getByRole("button", { name: "Sign in" }).click();
+  await page.getByRole("heading", { name: "Incidents" }).waitFor();
 }
