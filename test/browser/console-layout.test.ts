@@ -8,7 +8,7 @@ import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
-import { OWNER, type TestApp } from "../support/app.js";
+import type { TestApp } from "../support/app.js";
 import { expectAccessible, inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 // The console's layout measured in Debian's Chromium: a storm's list on a 1440×900 screen (rows

@@ -7,7 +7,7 @@ import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { FIVE_SOURCES, sendAs } from "../e2e/correlation-kit.js";
 import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
-import { OWNER, type TestApp } from "../support/app.js";
+import type { TestApp } from "../support/app.js";
 
 // Correlation in the console, in Debian's Chromium: five tools report one service, linked into
 // one group; the incident list shows the group as one row with its count and expands it, and

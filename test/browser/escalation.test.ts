@@ -7,7 +7,7 @@ import type { BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
-import { OWNER, type TestApp } from "../support/app.js";
+import type { TestApp } from "../support/app.js";
 import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 // Escalation in the console, in Debian's Chromium: the acknowledgement deadlines set on their own

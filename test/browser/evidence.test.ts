@@ -9,7 +9,7 @@ import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, SourceError, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
-import { OWNER, type TestApp } from "../support/app.js";
+import type { TestApp } from "../support/app.js";
 
 // The room shows an incident's evidence in Debian's Chromium: a remote source built with the kit
 // (metrics with a unit, log entries with labels, an operation that fails), reads configured on its

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
-import { OWNER, type TestApp } from "../support/app.js";
+import type { TestApp } from "../support/app.js";
 
 // The console's heartbeat pages in Debian's Chromium against the whole service on loopback:
 // registering and editing every setting, each kept ping with its body, the link to a heartbeat's

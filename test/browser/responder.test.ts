@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { createConsoleHttp } from "../../services/console/console-http.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
-import { OWNER, startApp, type TestApp } from "../support/app.js";
+import { startApp, type TestApp } from "../support/app.js";
 
 // The console for a responder, in Debian's Chromium: notifications for new incidents (permission
 // granted in the test profile), the count of open incidents in the tab's title, the banner when
