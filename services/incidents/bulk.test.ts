@@ -1,11 +1,11 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
-import postgres from "postgres";
+import type postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { AlertSchema, IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { OWNER, startApp, type TestApp } from "../../test/support/app.js";
+import { OWNER, type TestApp } from "../../test/support/app.js";
+import { OTHER, type Responders, startResponders } from "./testing/responders.js";
 
 /**
  * Bulk actions over every public surface (REST, Connect, gRPC, and the internal transport the
@@ -23,38 +23,16 @@ let memberId: string;
 let otherOrgToken: string;
 let db: postgres.Sql;
 
-const OTHER = { org: "umbrella", email: "owner@umbrella.test", password: "a different horse" };
 const BULK = `/o/${OWNER.org}/incidents:bulk`;
 
-async function login(email: string, password: string, orgSlug: string): Promise<string> {
-  const res = await app.call("POST", "/auth/login", { body: { email, password, orgSlug } });
-  expect(res.status).toBe(200);
-  return res.body.accessToken;
-}
+let responders: Responders;
 
 beforeAll(async () => {
-  app = await startApp();
-  internal = createClient(IncidentsService, app.process.transport);
-  const identity = createClient(IdentityService, app.process.transport);
-  orgId = (await identity.getOrganization({ slug: OWNER.org })).id;
-  ownerToken = await app.ownerToken();
-  const added = await app.call("POST", `/o/${OWNER.org}/members`, {
-    token: ownerToken,
-    body: { email: "responder@acme.test", password: "responder password", role: "member" },
-  });
-  expect(added.status).toBe(201);
-  memberId = added.body.id;
-  memberToken = await login("responder@acme.test", "responder password", OWNER.org);
-  await identity.bootstrap({ orgSlug: OTHER.org, ownerEmail: OTHER.email, ownerPassword: OTHER.password });
-  otherOrgId = (await identity.getOrganization({ slug: OTHER.org })).id;
-  otherOrgToken = await login(OTHER.email, OTHER.password, OTHER.org);
-  db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
+  responders = await startResponders();
+  ({ app, internal, orgId, ownerToken, memberId, memberToken, otherOrgId, otherOrgToken, db } = responders);
 });
 
-afterAll(async () => {
-  await db?.end();
-  await app?.stop();
-});
+afterAll(() => responders?.stop());
 
 let sequence = 0;
 type AlertInit = { attachIdentity?: string; eventId?: string; title?: string; severity?: string; source?: string; kind?: string };
