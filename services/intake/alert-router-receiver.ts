@@ -4,7 +4,7 @@ import { bearerToken } from "../runtime/credentials/auth.js";
 import { UnprocessablePayloadError } from "../runtime/errors.js";
 import { type DeliveryPath, mapOrRefuse } from "./delivery.js";
 import type { ReceiverSecrets } from "./receiver-secrets.js";
-import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { UNRECOGNIZED } from "./request-body.js";
 import { alertRouterSource } from "./sources/index.js";
 
 /** The alert-router (Alertmanager webhook) receiver, `POST /triggers/alertrouter`. */
@@ -16,7 +16,7 @@ export function createAlertRouterHandlers(deps: {
   return {
     async deliverAlertRouter(req: DeliverRequest, context: HandlerContext) {
       const org = await receiverSecrets.resolve("alertrouter", "alertrouter", "", alertRouterSecret(context), context);
-      const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
+      const body = await delivery.readJson(org.id, "alertrouter", req, context);
       if (!alertRouterSource.recognize(body)) throw new UnprocessablePayloadError(UNRECOGNIZED, "not an alert-router (Alertmanager webhook) notification");
       return delivery.deliver(org, "alertrouter", alertRouterSource.badge, body, mapOrRefuse(alertRouterSource, body), context);
     },

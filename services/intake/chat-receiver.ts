@@ -25,6 +25,7 @@ export function createChatHandlers(deps: {
       const window = await store.chatWindows.countCall(req.orgSlug);
       if (window.calls > CHAT_CALLS_PER_MINUTE)
         throw new RateLimitedError(`more than ${CHAT_CALLS_PER_MINUTE} calls a minute to this route`, window.retry_after);
+      await delivery.admitBody(org.id, "chat", req.body.byteLength, context);
       let body: unknown;
       try {
         body = parseTriggerBody(req.body, req.contentType, { allowForm: true });

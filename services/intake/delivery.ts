@@ -3,6 +3,9 @@ import type { Organization } from "../../gen/warroom/identity/v1/identity_pb.js"
 import type { RecordResponse } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import type { Clients } from "../runtime/transport/clients.js";
 import { DomainError, RateLimitedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
+import { LARGE_BODY_BYTES, type LargeBodies } from "./custom-sources/large-bodies.js";
+import type { LargeBodyBudget } from "./large-body-budget.js";
+import { parseTriggerBody } from "./request-body.js";
 import { ShareExceeded, type FairShares } from "./fair-shares.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import { deliveries, deliveriesRefused } from "../runtime/observability/metrics.js";
@@ -30,6 +33,18 @@ export type Mapping = MappedDelivery | (() => MappedDelivery | Promise<MappedDel
  * delivery or its mapping.
  */
 export interface DeliveryPath {
+  /**
+   * Charges a body of `bytes` to its organization's budget of large bodies, once its credential
+   * is checked and before it is parsed: past the budget it waits its turn, and past the wait it is
+   * refused with the route's "try again" answer (large-body-budget.ts).
+   */
+  admitBody(orgId: string, route: TriggerRoute, bytes: number, context: HandlerContext): Promise<void>;
+  /**
+   * A JSON route's body, admitted (admitBody) and then read with parseTriggerBody's answers: one
+   * over LARGE_BODY_BYTES on a large-body thread in the organization's turn, so decoding it never
+   * holds the event loop; a smaller one on the loop.
+   */
+  readJson(orgId: string, route: TriggerRoute, req: { body: Uint8Array; contentType: string }, context: HandlerContext): Promise<unknown>;
   deliver(org: Organization, route: TriggerRoute, source: string, body: unknown, mapping: Mapping, context: HandlerContext): Promise<TriggerAnswer>;
 }
 
@@ -67,6 +82,10 @@ export function createDeliveryPath(deps: {
   shares?: FairShares | undefined;
   /** How deliveries reach the incident core; by default one Record call each. */
   recordCall?: RecordCall | undefined;
+  /** Each organization's budget of bodies over 64 KiB; none: no budget. */
+  largeBodyBudget?: LargeBodyBudget | undefined;
+  /** Worker threads that read large bodies (INTAKE_LARGE_BODY_WORKERS); none: read on the event loop. */
+  largeBodies?: LargeBodies | undefined;
 }): DeliveryPath {
   const { clients, store, logger, retries, grouping, correlation, shares } = deps;
   const recordCall = deps.recordCall ?? recordAlone(clients.incidents);
@@ -174,15 +193,38 @@ export function createDeliveryPath(deps: {
         signal: context.signal,
       });
     } catch (err) {
-      if (err instanceof ShareExceeded) {
-        deliveriesRefused.inc({ source: route.startsWith("custom:") ? "custom" : route, reason: err.refusal });
-        throw shareRefusal(route, err);
-      }
+      if (err instanceof ShareExceeded) throw refused(route, err);
+      throw err;
+    }
+  }
+
+  /** A refusal before any work: counted by route and reason, answered as the route's senders retry. */
+  const refused = (route: TriggerRoute, err: ShareExceeded) => {
+    deliveriesRefused.inc({ source: route.startsWith("custom:") ? "custom" : route, reason: err.refusal });
+    return shareRefusal(route, err);
+  };
+
+  async function admitBody(orgId: string, route: TriggerRoute, bytes: number, context: HandlerContext): Promise<void> {
+    try {
+      await deps.largeBodyBudget?.charge(orgId, bytes, { deadlineMs: context.timeoutMs(), signal: context.signal });
+    } catch (err) {
+      if (err instanceof ShareExceeded) throw refused(route, err);
       throw err;
     }
   }
 
   return {
+    admitBody,
+    async readJson(orgId, route, req, context) {
+      await admitBody(orgId, route, req.body.byteLength, context);
+      try {
+        if (deps.largeBodies && req.body.byteLength > LARGE_BODY_BYTES) return await deps.largeBodies.parse(orgId, req.body, req.contentType);
+      } catch (err) {
+        if (err instanceof ShareExceeded) throw refused(route, err);
+        throw err;
+      }
+      return parseTriggerBody(req.body, req.contentType, { allowForm: false });
+    },
     async deliver(org, route, source, body, mapping, context) {
       noteForegroundWork();
       const answered = await deliverShared(org, route, body, mapping, context);
@@ -236,10 +278,12 @@ function ignoredReason(alert: AlertInit): string {
  * Both carry Retry-After. The table is in services/intake/README.md.
  */
 export function shareRefusal(route: TriggerRoute, err: ShareExceeded): DomainError {
-  const what =
-    err.refusal === "share"
-      ? "This organization has more deliveries in flight than its share of this server"
-      : "This server has more deliveries in flight than it can take";
+  const what = {
+    share: "This organization has more deliveries in flight than its share of this server",
+    overload: "This server has more deliveries in flight than it can take",
+    "large-bodies":
+      "This organization's bodies over 64 KiB are queued further ahead than this server waits, at its budget of INTAKE_LARGE_BODY_BYTES_PER_SECOND",
+  }[err.refusal];
   const message = `${what}; send it again after ${err.retryAfterSeconds} s (Retry-After)`;
   if (route === "pagerduty" || route === "opsgenie" || route.startsWith("custom:")) return new RateLimitedError(message, err.retryAfterSeconds);
   return new DomainError(Code.Unavailable, message, { "retry-after": String(err.retryAfterSeconds) });

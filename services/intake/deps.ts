@@ -3,6 +3,7 @@ import type { Clients } from "../runtime/transport/clients.js";
 import type { FairShares } from "./fair-shares.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import type { CustomSourcesDeps } from "./custom-sources/custom-source-handlers.js";
+import type { LargeBodyBudget } from "./large-body-budget.js";
 import type { RecordCall } from "./record-groups.js";
 import type { IntakeStore } from "./store.js";
 
@@ -20,4 +21,6 @@ export interface IntakeDeps {
   shares?: FairShares;
   /** How deliveries reach the incident core: in groups over NATS (record-groups.ts); by default one Record each. */
   recordCall?: RecordCall;
+  /** Each organization's budget of bodies over 64 KiB (INTAKE_LARGE_BODY_BYTES_PER_SECOND); none: no budget. */
+  largeBodyBudget?: LargeBodyBudget;
 }

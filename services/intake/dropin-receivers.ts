@@ -10,7 +10,7 @@ import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-ca
 import { RECOVERY_HELD, type DeliveryPath, type TriggerAnswer } from "./delivery.js";
 import { parseTriggerBody } from "./request-body.js";
 import { IDEMPOTENCY_KEY_HEADER } from "./retry-keys.js";
-import { cutUtf8, storableText } from "./sources/text-limits.js";
+import { storableCut, storableText } from "./sources/text-limits.js";
 import type { AlertDelivery } from "./sources/index.js";
 import * as opsgenie from "./sources/own-routes/opsgenie.js";
 import * as pagerDuty from "./sources/own-routes/pagerduty-events.js";
@@ -153,7 +153,7 @@ export function createDropinHandlers(deps: {
   /** Stores that a request arrived, before it is acted on: a crash leaves it `processing`. */
   async function beginRequest(org: Organization, action: string, alias: string): Promise<string> {
     const requestId = randomUUID();
-    await store.opsgenieRequests.begin({ requestId, orgId: org.id, action, alias: cutUtf8(storableText(alias), 2048) }, REQUEST_STATUS_RETENTION_DAYS);
+    await store.opsgenieRequests.begin({ requestId, orgId: org.id, action, alias: storableCut(alias, 2048) }, REQUEST_STATUS_RETENTION_DAYS);
     return requestId;
   }
 
@@ -180,6 +180,7 @@ export function createDropinHandlers(deps: {
   async function opsgenieAction(action: "close" | "acknowledge", req: OpsgenieAlertActionRequest, context: HandlerContext) {
     const started = performance.now();
     const org = await opsgenieOrg(context);
+    await deps.delivery.admitBody(org.id, "opsgenie", req.body.byteLength, context);
     const identifierType = (req.identifierType || "id") as opsgenie.IdentifierType;
     if (!opsgenie.IDENTIFIER_TYPES.includes(identifierType)) {
       throw new OpsgenieUnprocessableError({ identifierType: "Identifier type should be one of [id, alias, tiny]." });
@@ -204,6 +205,7 @@ export function createDropinHandlers(deps: {
     async enqueuePagerDutyEvent(req: DeliverRequest, context: HandlerContext) {
       const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
       const org = await pagerDutyOrg(body, context);
+      await delivery.admitBody(org.id, "pagerduty", req.body.byteLength, context);
       const mapped = mapPagerDuty(() => pagerDuty.mapEvent(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
       await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
       return { status: "success", message: PAGERDUTY_PROCESSED, dedupKey: mapped.dedupKey };
@@ -212,6 +214,7 @@ export function createDropinHandlers(deps: {
     async enqueuePagerDutyV1Event(req: DeliverRequest, context: HandlerContext) {
       const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
       const org = await pagerDutyOrg(body, context, "service_key");
+      await delivery.admitBody(org.id, "pagerduty", req.body.byteLength, context);
       const mapped = mapPagerDuty(() => pagerDuty.mapV1Event(body, { receivedAt: new Date(), newDedupKey: () => generatedDedupKey(org, context) }));
       await deliver(org, "pagerduty", pagerDuty.badge, body, mapped.delivery, context);
       return { status: "success", message: PAGERDUTY_PROCESSED, incidentKey: mapped.dedupKey };
@@ -220,6 +223,7 @@ export function createDropinHandlers(deps: {
     async enqueuePagerDutyChange(req: DeliverRequest, context: HandlerContext) {
       const body = parse(req.body, req.contentType, (reason) => new PagerDutyInvalidEventError([`Malformed JSON: ${reason}`]));
       const org = await pagerDutyOrg(body, context);
+      await deps.delivery.admitBody(org.id, "pagerduty", req.body.byteLength, context);
       const delivery: AlertDelivery = mapPagerDuty(() => pagerDuty.mapChange(body, { receivedAt: new Date() }));
       const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: pagerDuty.badge }, { signal: context.signal });
       let answer: TriggerAnswer = { outcome: "ignored" };
@@ -241,6 +245,7 @@ export function createDropinHandlers(deps: {
     async createOpsgenieAlert(req: DeliverRequest, context: HandlerContext) {
       const started = performance.now();
       const org = await opsgenieOrg(context);
+      await delivery.admitBody(org.id, "opsgenie", req.body.byteLength, context);
       const body = parse(req.body, req.contentType, () => new OpsgenieUnprocessableError({ body: "Request body should be valid JSON." }));
       const mapped = mapOpsgenie(() => opsgenie.mapCreate(body, { receivedAt: new Date() }));
       const requestId = await beginRequest(org, "Create", mapped.alias);

@@ -27,8 +27,17 @@ export interface FairSharesOptions {
   maxWaiting: number;
 }
 
-/** Why a delivery was refused: its organization's share stayed full, or the process is overloaded. */
-export type ShareRefusal = "share" | "overload";
+/**
+ * Why a delivery was refused: its organization's share stayed full, the process is overloaded, or
+ * the organization spent its budget of large bodies (large-body-budget.ts).
+ */
+export type ShareRefusal = "share" | "overload" | "large-bodies";
+
+const REFUSALS: Record<ShareRefusal, string> = {
+  share: "this organization has too many deliveries in flight",
+  overload: "this process has too many deliveries in flight",
+  "large-bodies": "this organization's bodies over 64 KiB are queued past the wait at its budget",
+};
 
 export class ShareExceeded extends Error {
   constructor(
@@ -36,7 +45,7 @@ export class ShareExceeded extends Error {
     /** Seconds the sender should wait before sending again. */
     readonly retryAfterSeconds: number,
   ) {
-    super(refusal === "share" ? "this organization has too many deliveries in flight" : "this process has too many deliveries in flight");
+    super(REFUSALS[refusal]);
     this.name = "ShareExceeded";
   }
 }

@@ -34,6 +34,8 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     correlation,
     shares: deps.shares,
     recordCall: deps.recordCall,
+    largeBodyBudget: deps.largeBodyBudget,
+    largeBodies: custom?.largeBodies,
   });
   const receiverSecrets = createReceiverSecrets({ clients, store });
   return countRefusals({

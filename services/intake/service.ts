@@ -1,6 +1,7 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import { IntakeService } from "../../gen/warroom/intake/v1/intake_pb.js";
 import { createFairShares } from "./fair-shares.js";
+import { createLargeBodyBudget } from "./large-body-budget.js";
 import { type SecretBox, serviceSecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
@@ -53,6 +54,7 @@ export function createIntakeService(ctx: ServiceContext): ServiceModule {
       maxWaiting: ctx.config.INTAKE_MAX_WAITING,
     }),
     recordCall: ctx.transport === "nats" ? recordInGroups(clients.incidents) : undefined,
+    largeBodyBudget: createLargeBodyBudget({ bytesPerSecond: ctx.config.INTAKE_LARGE_BODY_BYTES_PER_SECOND, maxWaitMs: ctx.config.INTAKE_SHARE_WAIT_MS }),
   });
   let forgetTimer: NodeJS.Timeout | undefined;
   let retention: { stop(): Promise<void> } | undefined;

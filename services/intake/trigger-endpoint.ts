@@ -6,7 +6,7 @@ import type { Clients } from "../runtime/transport/clients.js";
 import { UnauthenticatedError, UnavailableError, UnprocessablePayloadError } from "../runtime/errors.js";
 import type { IngestTokenResolver } from "../runtime/credentials/ingest-token-cache.js";
 import { type DeliveryPath, mapOrRefuse } from "./delivery.js";
-import { parseTriggerBody, UNRECOGNIZED } from "./request-body.js";
+import { UNRECOGNIZED } from "./request-body.js";
 import { type AlertInit, recognizeTrigger } from "./sources/index.js";
 
 /**
@@ -40,7 +40,7 @@ export function createTriggerEndpointHandlers(deps: {
       const token = bearerToken(context.requestHeader.get("authorization"));
       if (!token) throw new UnauthenticatedError("Missing trigger ingest token");
       const org = await ingestTokens.resolve(token, context.signal);
-      const body = parseTriggerBody(req.body, req.contentType, { allowForm: false });
+      const body = await delivery.readJson(org.id, "shared", req, context);
       const source = recognizeTrigger(body);
       if (!source) throw new UnprocessablePayloadError(UNRECOGNIZED);
       const mapped = mapOrRefuse(source, body);

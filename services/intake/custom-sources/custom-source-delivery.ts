@@ -167,6 +167,7 @@ export function createCustomSourceDelivery(deps: {
     async deliver(req: DeliverCustomSourceRequest, context: HandlerContext): Promise<TriggerAnswer> {
       const receivedAt = new Date();
       const row = await authenticate(req, context, receivedAt);
+      await delivery.admitBody(row.org_id, `custom:${row.id}`, req.body.byteLength, context);
       const headers = requestHeaders(req, context);
       // The header that carried the secret is kept by name only, as Authorization is.
       if (row.secret_header && row.secret_header in headers) headers[row.secret_header] = REDACTED;

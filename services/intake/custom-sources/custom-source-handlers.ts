@@ -29,7 +29,7 @@ import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "../grouping/grouping.js";
-import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
+import { exceedsBytes, jsonBytesUpTo, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import {
   authOfRow,
@@ -123,6 +123,9 @@ export const AUDIT_KINDS = {
   rotated: "custom_source.credential_rotated",
   revoked: "custom_source.credential_revoked",
 } as const;
+
+/** Where measuring a preview's payload for the large-body budget stops: past any body the gateway reads. */
+const MAX_PREVIEW_CHARGE_BYTES = 16 * 1024 * 1024;
 
 /**
  * Custom sources: an admin's CRUD of a source and its credential, the source's trigger routes,
@@ -376,6 +379,8 @@ export function createCustomSourceHandlers(deps: {
       }
       // Compiled here even when a thread evaluates them: rules that do not compile are refused at once (400).
       const rules = req.rules.length > 0 ? compileRules(req.rules) : compiled.get(row);
+      // A large payload spends the organization's budget of large bodies, as a delivery of it would.
+      if (!req.payloadId) await delivery.admitBody(principal.orgId, `custom:${row.id}`, jsonBytesUpTo(body, MAX_PREVIEW_CHARGE_BYTES), context);
       const input = { body, headers: headersForRules(headers), query, receivedAt: new Date() };
       const largeBodies = need(config).largeBodies;
       // A large payload's rules run on a worker thread in the organization's turn, as a large delivery's do.

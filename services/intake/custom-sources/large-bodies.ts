@@ -5,7 +5,9 @@ import { digestOfBytes } from "../sources/normalized-alert.js";
 import type { MappingResult } from "../../cel/cel-mapping.js";
 import { SANDBOX_LIMITS } from "../../cel/cel-meter.js";
 import { KEPT_BODY_BYTES } from "./custom-source-records.js";
-import type { AttachKeyTask, DeliverAnswer, DeliverTask, EvaluateTask } from "./large-body-work.js";
+import { UnprocessablePayloadError } from "../../runtime/errors.js";
+import { InvalidUtf8Error, parseTriggerBody } from "../request-body.js";
+import type { DeliverAnswer, DeliverTask, EvaluateTask, LargeBodyTask, ParseAnswer } from "./large-body-work.js";
 
 /**
  * A custom-source body larger than this is parsed, kept and mapped on a worker thread: its cost
@@ -21,6 +23,11 @@ export const LARGE_BODY_BYTES = 64 * 1024;
  * no more than a small one to measure.
  */
 export function exceedsBytes(value: unknown, limit: number): boolean {
+  return jsonBytesUpTo(value, limit) > limit;
+}
+
+/** About the bytes of `value` written as JSON, counted as exceedsBytes does, up to just past `limit`. */
+export function jsonBytesUpTo(value: unknown, limit: number): number {
   let size = 0;
   const pending: unknown[] = [value];
   while (pending.length > 0) {
@@ -35,9 +42,9 @@ export function exceedsBytes(value: unknown, limit: number): boolean {
         pending.push(item);
       }
     } else size += 8;
-    if (size > limit) return true;
+    if (size > limit) return size;
   }
-  return false;
+  return size;
 }
 
 /**
@@ -82,7 +89,7 @@ export function createLargeBodies(options: { workers: number; logger?: Logger | 
     }));
 
   /** Runs a task in the organization's turn; a full queue is this process's overload (429 / 503 with Retry-After). */
-  async function run<T>(orgId: string, task: DeliverTask | AttachKeyTask | EvaluateTask, bytes: number): Promise<T> {
+  async function run<T>(orgId: string, task: LargeBodyTask, bytes: number): Promise<T> {
     try {
       return await threads().run<T>(orgId, task, bytes);
     } catch (err) {
@@ -145,6 +152,28 @@ export function createLargeBodies(options: { workers: number; logger?: Logger | 
         options.logger?.warn({ orgId, err: String(err) }, "rules over a large body failed on their thread");
         return { verdicts: [], warnings: [], error: `the mapping ${(err as Error).message}` };
       }
+    },
+
+    /**
+     * A built-in route's JSON body over LARGE_BODY_BYTES, read on a thread in the organization's
+     * turn, with parseTriggerBody's answers (its errors thrown again as they were). A thread that
+     * fails or runs past its bound leaves the reading to the event loop: never a lost delivery.
+     */
+    async parse(orgId: string, bytes: Uint8Array, contentType: string): Promise<unknown> {
+      let answer: ParseAnswer;
+      try {
+        answer = await run<ParseAnswer>(orgId, { kind: "parse", bytes, contentType }, bytes.byteLength);
+      } catch (err) {
+        if (err instanceof ShareExceeded) throw err;
+        options.logger?.warn(
+          { orgId, bytes: bytes.byteLength, err: String(err) },
+          "a large body could not be read on its thread; reading it on the event loop",
+        );
+        return parseTriggerBody(bytes, contentType, { allowForm: false });
+      }
+      if ("value" in answer) return answer.value;
+      if ("invalidUtf8" in answer.refused) throw new InvalidUtf8Error();
+      throw new UnprocessablePayloadError(answer.refused.message, answer.refused.details);
     },
 
     state: () => pool?.state() ?? { busy: 0, queued: 0, queuedBytes: 0, replaced: 0 },

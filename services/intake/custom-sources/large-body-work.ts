@@ -1,5 +1,6 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import { UnprocessablePayloadError, unprocessableOf } from "../../runtime/errors.js";
+import { InvalidUtf8Error, parseTriggerBody } from "../request-body.js";
 import { stableDigest } from "../retry-recognition.js";
 import { digestOfBytes } from "../sources/normalized-alert.js";
 import { type CompiledRules, compileRules, evaluateRules, type MappingResult } from "../../cel/cel-mapping.js";
@@ -47,7 +48,20 @@ export interface EvaluateTask {
   receivedAtMs: number;
 }
 
-export type LargeBodyTask = DeliverTask | AttachKeyTask | EvaluateTask;
+/**
+ * A built-in route's JSON body to read (parseTriggerBody): decoding 1 MiB into one string costs
+ * the event loop milliseconds; the parsed value comes back by structured clone, string by string.
+ */
+export interface ParseTask {
+  kind: "parse";
+  bytes: Uint8Array;
+  contentType: string;
+}
+
+/** The body read, or why it was refused: parseTriggerBody's errors, to be thrown again as they were. */
+export type ParseAnswer = { value: unknown } | { refused: { invalidUtf8: true } | { message: string; details: string } };
+
+export type LargeBodyTask = DeliverTask | AttachKeyTask | EvaluateTask | ParseTask;
 
 export type DeliverAnswer =
   | { refused: { message: string; details: string } }
@@ -80,7 +94,16 @@ function rulesOf(rules: EvaluateTask["rules"]): CompiledRules {
   return compiledRules.get({ id: rules.source.id, version: rules.source.version, rules: rules.source.rules } as CustomSourceRow);
 }
 
-export function runLargeBodyTask(task: LargeBodyTask): DeliverAnswer | MappingResult {
+export function runLargeBodyTask(task: LargeBodyTask): DeliverAnswer | MappingResult | ParseAnswer {
+  if (task.kind === "parse") {
+    try {
+      return { value: parseTriggerBody(task.bytes, task.contentType, { allowForm: false }) };
+    } catch (err) {
+      if (err instanceof InvalidUtf8Error) return { refused: { invalidUtf8: true } };
+      if (err instanceof UnprocessablePayloadError) return { refused: { message: err.message, details: unprocessableOf(err)?.details ?? "" } };
+      throw err;
+    }
+  }
   if (task.kind === "evaluate") {
     try {
       return evaluateRules(rulesOf(task.rules), { body: task.body, headers: task.headers, query: task.query, receivedAt: new Date(task.receivedAtMs) });

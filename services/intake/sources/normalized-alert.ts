@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
 import type { JsonObject, JsonValue } from "@bufbuild/protobuf";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
-import { cutCharacters, cutUtf8, storableText, utf8ByteLength } from "./text-limits.js";
+import { cutCharacters, cutUtf8, storableCut, storableText, utf8ByteLength } from "./text-limits.js";
 import type { AlertDelivery, AlertInit, AlertKind, Severity, SourceBadge } from "./types.js";
 
 export interface EntityRef {
@@ -77,7 +77,7 @@ export function toAlertDelivery(alert: NormalizedAlert): AlertDelivery {
 }
 
 function storableJson(value: JsonValue): JsonValue {
-  if (typeof value === "string") return cutUtf8(storableText(value), MAX_DATA_STRING_BYTES);
+  if (typeof value === "string") return storableCut(value, MAX_DATA_STRING_BYTES);
   if (Array.isArray(value)) return value.map(storableJson);
   if (value !== null && typeof value === "object") {
     const copy: JsonObject = {};

@@ -1,16 +1,25 @@
 /** Cuts to at most `maxBytes` of UTF-8 without splitting a character. */
 export function cutUtf8(text: string, maxBytes: number): string {
-  // Every UTF-16 code unit is at most 3 UTF-8 bytes, so short strings need no walk.
+  // Every UTF-16 code unit is at most 3 UTF-8 bytes, so short strings need no encoding.
   if (text.length * 3 <= maxBytes) return text;
-  let bytes = 0;
-  let end = 0;
-  for (const character of text) {
-    const size = utf8Size(character.codePointAt(0) ?? 0);
-    if (bytes + size > maxBytes) break;
-    bytes += size;
-    end += character.length;
-  }
-  return text.slice(0, end);
+  // encodeInto stops before the first character that would not fit, never inside a surrogate
+  // pair, and writes a lone surrogate as U+FFFD (three bytes): `read` is where to cut. Natively,
+  // and only as far as `maxBytes`, however long the text.
+  if (scratch.byteLength < maxBytes) scratch = new Uint8Array(maxBytes);
+  const { read } = utf8Encoder.encodeInto(text, scratch.subarray(0, maxBytes));
+  return read === text.length ? text : text.slice(0, read);
+}
+
+const utf8Encoder = new TextEncoder();
+let scratch = new Uint8Array(0);
+
+/**
+ * storableText, then cut to `maxBytes`, without first rewriting all of a long text: the cut comes
+ * first (bounding the work to `maxBytes`), then again after the rewrite, which may lengthen it.
+ * The result is the same as cutting the whole rewritten text.
+ */
+export function storableCut(text: string, maxBytes: number): string {
+  return cutUtf8(storableText(cutUtf8(text, maxBytes)), maxBytes);
 }
 
 /** Cuts to at most `maxCharacters` code points, never leaving half a surrogate pair. */
@@ -29,14 +38,6 @@ export function cutCharacters(text: string, maxCharacters: number): string {
 /** The length of a string in UTF-8 bytes. */
 export function utf8ByteLength(text: string): number {
   return Buffer.byteLength(text, "utf8");
-}
-
-function utf8Size(codePoint: number): number {
-  if (codePoint < 0x80) return 1;
-  if (codePoint < 0x800) return 2;
-  // Lone surrogates are encoded as U+FFFD, which is three bytes as well.
-  if (codePoint < 0x10000) return 3;
-  return 4;
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g;

@@ -110,6 +110,12 @@ export const configSchema = z.object({
   INTAKE_MAX_WAITING: z.coerce.number().int().min(0).max(1_000_000).default(1_000),
   // Worker threads that parse and map custom-source bodies over 64 KiB off the event loop; 0: on it.
   INTAKE_LARGE_BODY_WORKERS: z.coerce.number().int().min(0).max(64).default(1),
+  // Bytes of bodies over 64 KiB handled a second per organization (large-body-budget.ts); 0: no budget.
+  INTAKE_LARGE_BODY_BYTES_PER_SECOND: z.coerce
+    .number()
+    .int()
+    .min(0)
+    .default(8 * 1024 * 1024),
   // Bytes of read delivery bodies each gateway process holds while they are handled (a quarter per
   // client address); at least 4 MiB, so one address's part takes the largest body (1 MiB).
   GATEWAY_DELIVERY_BYTES: z.coerce
@@ -247,6 +253,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   INTAKE_MAX_WAITING: "deliveries that may wait for room at once; past it, 503 with `Retry-After` at once",
   INTAKE_LARGE_BODY_WORKERS:
     "worker threads per intake process that parse, keep and map custom-source bodies over 64 KiB, and run the rules of previews and grouping overrides over payloads that large, so a large body never holds the event loop other organizations' deliveries wait on; `0` does that work on the event loop ([docs/SECURITY.md](docs/SECURITY.md))",
+  INTAKE_LARGE_BODY_BYTES_PER_SECOND:
+    'bytes of bodies over 64 KiB an intake process handles a second for each organization: each such body waits its turn (evenly spaced, first come first served) before it is parsed; one whose turn is further away than `INTAKE_SHARE_WAIT_MS` gets the route\'s "try again" answer with `Retry-After` (metric reason `large-bodies`). Ordinary alerts are never charged. `0`: no budget ([docs/SECURITY.md](docs/SECURITY.md))',
   GATEWAY_DELIVERY_BYTES:
     "bytes of read delivery bodies each gateway process holds while their deliveries are handled, a quarter of it per client address; past it 503/429 with `Retry-After: 1` (metric reason `memory`). A memory bound only: deliveries in flight are bounded by intake, once the credential is checked (`INTAKE_IN_FLIGHT`)",
   REMOTE_SOURCE_DENY_CIDRS: "ranges remote sources may not be on",

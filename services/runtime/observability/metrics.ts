@@ -27,7 +27,7 @@ export const httpDuration = new Histogram({
 
 export const deliveriesRefused = new Counter({
   name: "warroom_trigger_deliveries_refused_total",
-  help: "Trigger deliveries refused before any work, by route and reason. Slow senders: slow-sender (the client address had DELIVERY_BODY_READS_PER_ADDRESS bodies still arriving), slow-connection (the HTTP/2 connection had DELIVERY_BODY_READS_PER_CONNECTION), reading-full (DELIVERY_BODY_READS over every sender). Memory: memory (the gateway held GATEWAY_DELIVERY_BYTES of read bodies, or the client address its quarter). Load: overload (intake's deliveries in flight were at INTAKE_IN_FLIGHT / INTAKE_MAX_WAITING), share (the organization's share of the process was full past the wait).",
+  help: "Trigger deliveries refused before any work, by route and reason. Slow senders: slow-sender (the client address had DELIVERY_BODY_READS_PER_ADDRESS bodies still arriving), slow-connection (the HTTP/2 connection had DELIVERY_BODY_READS_PER_CONNECTION), reading-full (DELIVERY_BODY_READS over every sender). Memory: memory (the gateway held GATEWAY_DELIVERY_BYTES of read bodies, or the client address its quarter). Load: overload (intake's deliveries in flight were at INTAKE_IN_FLIGHT / INTAKE_MAX_WAITING), share (the organization's share of the process was full past the wait). Budget: large-bodies (the organization's turn for a body over 64 KiB was further away than INTAKE_SHARE_WAIT_MS at INTAKE_LARGE_BODY_BYTES_PER_SECOND).",
   labelNames: ["source", "reason"] as const,
   registers: [registry],
 });
