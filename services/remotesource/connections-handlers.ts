@@ -9,6 +9,7 @@ import { isUuid } from "../runtime/ids.js";
 import { AlreadyExistsError } from "../runtime/errors.js";
 import {
   AUDIT_KINDS,
+  connectionsChanged,
   loadConnection,
   openCredentials,
   sealCredentials,
@@ -67,6 +68,7 @@ export function createConnectionHandlers(
         name,
       );
       deps.outbox.poke();
+      await connectionsChanged(deps, principal.orgId);
       return toRemoteSource(row);
     },
 
@@ -138,6 +140,7 @@ export function createConnectionHandlers(
         name,
       );
       deps.outbox.poke();
+      await connectionsChanged(deps, principal.orgId);
       return toRemoteSource(row ?? (await loadConnection(deps, principal.orgId, req.id)));
     },
 
@@ -154,6 +157,7 @@ export function createConnectionHandlers(
         });
       });
       deps.outbox.poke();
+      await connectionsChanged(deps, principal.orgId);
       return {};
     },
   };

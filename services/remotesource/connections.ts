@@ -8,6 +8,7 @@ import { createAddressPolicy, isEgressError, type AddressPolicy } from "../runti
 import { isUuid } from "../runtime/ids.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../runtime/errors.js";
 import { SecretBoxError } from "../runtime/credentials/secret-box.js";
+import { REMOTE_SOURCE_CHANGED } from "../runtime/transport/broadcast.js";
 import { createSourceClient, type SourceClient, type SourceCredentials, type SourceTransport } from "../remotesource-kit/client/source-client.js";
 import type { RemoteSourceDeps } from "./deps.js";
 import type { ConnectionRow } from "./store.js";
@@ -246,4 +247,13 @@ export async function recordStatus(
     where id = ${row.id} and org_id = ${row.org_id} and revision = ${row.revision}
     returning *`;
   return updated ?? row;
+}
+
+/**
+ * Tells every replica, before the change is answered, that the organization's connections changed:
+ * each drops its cached answer to "does this organization have an investigation read", so the
+ * incident that opens after the answer is investigated as the change says (investigation.ts).
+ */
+export async function connectionsChanged(deps: Pick<RemoteSourceDeps, "broadcast">, orgId: string): Promise<void> {
+  await deps.broadcast.publish(REMOTE_SOURCE_CHANGED, orgId);
 }

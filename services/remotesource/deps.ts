@@ -3,7 +3,7 @@ import type { SecretBox } from "../runtime/credentials/secret-box.js";
 import type { ServiceContext } from "../runtime/service-module.js";
 
 /** What the remote-source handler groups share; service.ts builds it once. */
-export interface RemoteSourceDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger"> {
+export interface RemoteSourceDeps extends Pick<ServiceContext, "sql" | "clients" | "outbox" | "logger" | "broadcast"> {
   /** Public addresses and REMOTE_SOURCE_ALLOW_CIDRS, less REMOTE_SOURCE_DENY_CIDRS; every call goes through it. */
   policy: AddressPolicy;
   /** REMOTE_SOURCE_HTTP_BEARER_HOSTS: hosts a bearer token may reach over plain http. */

@@ -7,7 +7,7 @@ import { compileMetered, meteredEnvironment, type Program } from "../cel/cel-map
 import { ADMINS, authorize } from "../runtime/credentials/auth.js";
 import { FailedPreconditionError, InvalidArgumentError } from "../runtime/errors.js";
 import { recordAudit } from "../runtime/transport/events.js";
-import { AUDIT_KINDS, clientFor, loadConnection, toRemoteSource } from "./connections.js";
+import { AUDIT_KINDS, clientFor, connectionsChanged, loadConnection, toRemoteSource } from "./connections.js";
 import type { RemoteSourceDeps } from "./deps.js";
 import type { ConnectionRow } from "./store.js";
 import { INVESTIGATION_CALLS, type InvestigationCall, type StoredRead } from "./stored-reads.js";
@@ -174,6 +174,9 @@ export function createInvestigationReadHandlers(deps: RemoteSourceDeps): Pick<Se
         return saved;
       });
       deps.outbox.poke();
+      // Before answering: the incident that opens next must not meet a replica that still believes
+      // the organization has no investigation read.
+      await connectionsChanged(deps, principal.orgId);
       return toRemoteSource(updated ?? (await loadConnection(deps, principal.orgId, req.id)));
     },
   };

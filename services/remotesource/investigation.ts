@@ -8,6 +8,8 @@ import { evaluateMetered, fromCelValue, toCelInput } from "../cel/cel-mapping.js
 import type { EventBus } from "../runtime/transport/event-bus.js";
 import { EVENTS, onEvent } from "../runtime/transport/events.js";
 import { groupCalls } from "../runtime/transport/grouped-calls.js";
+import { REMOTE_SOURCE_CHANGED } from "../runtime/transport/broadcast.js";
+import { createRevocableCache } from "../runtime/credentials/revocable-cache.js";
 import { storableJson, storableText } from "../runtime/data/storable.js";
 import { partialResult, ReadRequestError, type SourceClient } from "../remotesource-kit/client/source-client.js";
 import { CREDENTIALS_REJECTED, READ_BUDGET_MS } from "../remotesource-kit/protocol/limits.js";
@@ -101,10 +103,40 @@ const REASON_MAX = 500;
 /** Opened incidents one statement records investigations for at most (see groupCalls). */
 const RECORD_GROUP = 100;
 
+/**
+ * Which organizations have an investigation read, cached per process: the opened incidents of an
+ * organization without one cost no statement at all. Every change to an organization's
+ * connections (one created, updated or deleted, its reads set) is broadcast on
+ * REMOTE_SOURCE_CHANGED to every replica before it is answered, so the first read configured
+ * reaches the very next opened incident; while the broadcast is unavailable every answer is looked
+ * up (revocable-cache.ts). A cached "some" that went stale costs only the recording statement,
+ * which checks the reads again and records nothing.
+ */
+export function investigatingOrganizations(deps: Pick<RemoteSourceDeps, "sql" | "broadcast">) {
+  const cache = createRevocableCache<true>({ broadcast: deps.broadcast, subject: REMOTE_SOURCE_CHANGED });
+  const hasReads = (orgId: string) =>
+    cache.get(orgId, orgId, async () => {
+      const [row] = await deps.sql`select 1 from remotesource.connections where org_id = ${orgId} and investigation_reads <> '[]'::jsonb limit 1`;
+      return row ? true : undefined;
+    });
+  return {
+    /** The opened incidents whose organization has an investigation read. */
+    async keep<T extends { orgId: string }>(opened: T[]): Promise<T[]> {
+      const orgs = [...new Set(opened.map((o) => o.orgId))];
+      const answers = await Promise.all(orgs.map(hasReads));
+      const investigating = new Set(orgs.filter((_, i) => answers[i]));
+      return investigating.size === 0 ? [] : opened.filter((o) => investigating.has(o.orgId));
+    },
+  };
+}
+
 /** Subscribes the durable consumer of `incident.opened` that records run 1 of an investigation. */
 export async function consumeIncidentOpened(deps: RemoteSourceDeps, bus: EventBus, poke: () => void): Promise<void> {
+  const investigating = investigatingOrganizations(deps);
   // A storm's opens are recorded a group at a time: one statement per group, not per incident.
-  const record = groupCalls<{ orgId: string; incidentId: string }>(async (opened) => {
+  const record = groupCalls<{ orgId: string; incidentId: string }>(async (all) => {
+    const opened = await investigating.keep(all);
+    if (opened.length === 0) return;
     // Only organizations with reads configured get an investigation; a redelivery adds nothing.
     const inserted = await deps.sql`
       insert into remotesource.investigations (org_id, incident_id, run, requested_by)

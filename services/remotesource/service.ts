@@ -22,6 +22,7 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
     clients: ctx.clients,
     outbox: ctx.outbox,
     logger,
+    broadcast: ctx.broadcast,
     policy: remoteSourcePolicy(ctx.config),
     httpBearerHosts: ctx.config.REMOTE_SOURCE_HTTP_BEARER_HOSTS,
     ...(ca ? { ca } : {}),

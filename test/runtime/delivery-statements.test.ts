@@ -1,5 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CORRELATION_CACHE_MS } from "../../services/intake/correlation/correlation.js";
 import { fixture, issueCredentials, postTrigger, unique, type Credentials } from "../e2e/triggers-kit.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
@@ -66,16 +67,39 @@ function alertBody(alertId = unique("alert")) {
  */
 const RELAY_STATEMENTS = /outbox_relay_lease|^delete from \w+\.outbox |^vacuum /;
 
-/** The statements a burst of deliveries ran, besides the relays'. */
-async function burst(send: () => Promise<void>): Promise<Counted[]> {
+/**
+ * The investigation worker's own timer: it looks for due investigations once a second whether or
+ * not anything was delivered (remotesource/investigation.ts). Deliveries must not add to it. Its
+ * constants are shown as written, or as parameters when the statement was first parsed after the reset.
+ */
+const INVESTIGATOR_POLL = /^update remotesource\.investigations i set state = ('running'|\$\d+), attempts = i\.attempts \+ (1|\$\d+), claimed_until/;
+const INVESTIGATOR_POLL_MS = 1_000;
+
+interface Burst {
+  /** Every statement but the relays'. */
+  counted: Counted[];
+  /** How long the measured deliveries, and the consumers after them, took. */
+  ms: number;
+}
+
+/** The statements a burst of deliveries ran (and the consumers of their events), besides the relays'. */
+async function burst(send: () => Promise<void>): Promise<Burst> {
+  const drained = () => expect.poll(async () => (await appSql`select 1 from incidents.outbox limit 1`).length).toBe(0);
   for (let i = 0; i < 3; i++) await send(); // prepares each statement on the pool's connections
   // Nothing of the warm-up left for the relays and the consumers to do.
-  await expect.poll(async () => (await appSql`select 1 from incidents.outbox limit 1`).length).toBe(0);
+  await drained();
+  // The consumers' groups of the warm-up's events are done too (they run after the outbox row is gone).
+  await new Promise((resolve) => setTimeout(resolve, 500));
   await admin`select pg_stat_statements_reset()`;
+  const started = Date.now();
   for (let i = 0; i < DELIVERIES; i++) await send();
+  // The events have reached every consumer: what they cost is counted with the deliveries.
+  await drained();
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  const ms = Date.now() - started;
   const counted = await statements();
-  console.log(`statements over ${DELIVERIES} deliveries:\n${counted.map((s) => `${String(s.calls).padStart(6)}  ${s.query}`).join("\n")}`);
-  return counted.filter((s) => !RELAY_STATEMENTS.test(s.query));
+  console.log(`statements over ${DELIVERIES} deliveries (${ms} ms):\n${counted.map((s) => `${String(s.calls).padStart(6)}  ${s.query}`).join("\n")}`);
+  return { counted: counted.filter((s) => !RELAY_STATEMENTS.test(s.query)), ms };
 }
 
 /**
@@ -87,29 +111,58 @@ function fanOutStatements(counted: Counted[]): Counted[] {
   return counted.filter((s) => /subscriptions\.subscriptions/.test(s.query) && (/unnest/.test(s.query) || /where org_id = \$1 limit/.test(s.query)));
 }
 
+/**
+ * The remote-source service's statements over the burst, but for the investigation worker's timer:
+ * an organization without an investigation read pays none (no recording of a due investigation,
+ * no lookup of its reads once the warm-up asked), and the timer is not poked.
+ */
+function remoteSourceStatements({ counted, ms }: Burst): Counted[] {
+  const polls = counted.filter((s) => INVESTIGATOR_POLL.test(s.query)).reduce((n, s) => n + s.calls, 0);
+  // At most one look per poll interval (and one more for the interval the burst began in).
+  expect(polls, "the investigation worker was poked by the deliveries").toBeLessThanOrEqual(Math.ceil(ms / INVESTIGATOR_POLL_MS) + 1);
+  return counted.filter((s) => /remotesource\./.test(s.query) && !INVESTIGATOR_POLL.test(s.query));
+}
+
+/**
+ * Correlation's statements over the burst: an organization without correlation settings asks for
+ * them at most once per CORRELATION_CACHE_MS (its "none" is cached), and claims no group.
+ */
+function correlationStatements({ counted, ms }: Burst): Counted[] {
+  const found = counted.filter((s) => /intake\.correlation_/.test(s.query));
+  const lookups = found.filter((s) => /from intake\.correlation_settings/.test(s.query)).reduce((n, s) => n + s.calls, 0);
+  expect(lookups, "correlation settings looked up more often than its cache expires").toBeLessThanOrEqual(Math.ceil(ms / CORRELATION_CACHE_MS) + 1);
+  return found.filter((s) => !/from intake\.correlation_settings/.test(s.query));
+}
+
 /** Statements per delivery, from those that ran at least once per delivery. */
 function perDelivery(counted: Counted[]): number {
   return counted.filter((s) => s.calls >= DELIVERIES).reduce((n, s) => n + Math.round(s.calls / DELIVERIES), 0);
 }
 
 describe("what a delivery costs an organization that configured nothing optional", () => {
-  it("opening an incident costs one statement of the incident core, and none of the subscriptions fan-out", async () => {
-    const counted = await burst(async () => {
+  it("opening an incident costs one statement of the incident core, and none of the subscriptions fan-out, investigations or correlation", async () => {
+    const measured = await burst(async () => {
       const res = await postTrigger(app, credentials.ingestToken, alertBody());
       expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
     });
-    expect(perDelivery(counted)).toBe(1);
+    expect(perDelivery(measured.counted)).toBe(1);
     // No subscription: the fan-out asks nothing of the database (subscriptions/fan-out.ts).
-    expect(fanOutStatements(counted)).toEqual([]);
+    expect(fanOutStatements(measured.counted)).toEqual([]);
+    // No investigation read: opened incidents record no due investigation (remotesource/investigation.ts).
+    expect(remoteSourceStatements(measured)).toEqual([]);
+    // No correlation settings: no group is claimed or read (intake/correlation/correlation.ts).
+    expect(correlationStatements(measured)).toEqual([]);
   });
 
   it("a repeat on an open incident costs the same one statement", async () => {
     const alertId = unique("alert");
-    const counted = await burst(async () => {
+    const measured = await burst(async () => {
       const res = await postTrigger(app, credentials.ingestToken, alertBody(alertId));
       expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
     });
-    expect(perDelivery(counted)).toBe(1);
-    expect(fanOutStatements(counted)).toEqual([]);
+    expect(perDelivery(measured.counted)).toBe(1);
+    expect(fanOutStatements(measured.counted)).toEqual([]);
+    expect(remoteSourceStatements(measured)).toEqual([]);
+    expect(correlationStatements(measured)).toEqual([]);
   });
 });

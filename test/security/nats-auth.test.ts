@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CUSTOM_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/transport/broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/transport/broadcast.js";
 import { loadConfig } from "../../services/runtime/config/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/transport/nats-permissions.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
@@ -117,6 +117,24 @@ describe("a cluster on an authenticated NATS", () => {
       await expect(nc.request(subject, new Uint8Array(0), { timeout: 2000 }), subject).rejects.toThrow(/permission/i);
   });
 
+  it("lets remotesource's user broadcast its connections notice, and no other notice", async () => {
+    const listener = await as("identity");
+    const heard: string[] = [];
+    const watched = new Set([`broadcast.${REMOTE_SOURCE_CHANGED}`, `broadcast.${SUBSCRIPTION_CREATED}`]);
+    listener.subscribe("broadcast.>", {
+      callback: (err, msg) => {
+        if (!err && watched.has(msg.subject)) heard.push(msg.subject);
+      },
+    });
+    await listener.flush();
+    const nc = await as("remotesource");
+    // Another service's notice first: had it been let through, the server would deliver it first.
+    nc.publish(`broadcast.${SUBSCRIPTION_CREATED}`, "00000000-0000-4000-8000-000000000000");
+    nc.publish(`broadcast.${REMOTE_SOURCE_CHANGED}`, "00000000-0000-4000-8000-000000000000");
+    await nc.flush();
+    await expect.poll(() => [...heard], { timeout: 5000 }).toEqual([`broadcast.${REMOTE_SOURCE_CHANGED}`]);
+  });
+
   it("lets no service read another service's requests or replies", async () => {
     for (const user of ["gateway", "intake"]) {
       const nc = await as(user);
@@ -141,7 +159,7 @@ describe("a cluster on an authenticated NATS", () => {
     }
   });
 
-  it("gives every service a user, and no service but identity the right to broadcast, intake only its custom-source notice and subscriptions only its own", () => {
+  it("gives every service a user, and no service but identity the right to broadcast, intake, subscriptions and remotesource each only its own notice", () => {
     for (const user of NATS_USERS) {
       const p = natsPermissions(user);
       expect(p.publish.allow.some((s) => s.includes("IdentityService.Bootstrap"))).toBe(false);
@@ -151,6 +169,7 @@ describe("a cluster on an authenticated NATS", () => {
         identity: ["broadcast.>"],
         intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`],
         subscriptions: [`broadcast.${SUBSCRIPTION_CREATED}`],
+        remotesource: [`broadcast.${REMOTE_SOURCE_CHANGED}`],
       };
       expect(broadcasts).toEqual(own[user] ?? []);
     }

@@ -35,6 +35,14 @@ export const CUSTOM_SOURCE_CHANGED = "credentials.custom_source.changed";
 export const SUBSCRIPTION_CREATED = "subscriptions.created";
 
 /**
+ * Subject every change to an organization's remote-source connections (one created, updated or
+ * deleted, its investigation reads set) is broadcast on by the remote-source service, with the
+ * organization's id, before the change is answered: every replica's investigation starter stops
+ * trusting its cached "this organization has no investigation read".
+ */
+export const REMOTE_SOURCE_CHANGED = "remotesource.connections.changed";
+
+/**
  * A broadcast for a process that has every service in it: a notice reaches this process's
  * subscribers only, at once.
  */

@@ -1,5 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
-import { CUSTOM_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
 import { internalServices } from "./clients.js";
 import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "../http/public-surface.js";
@@ -9,8 +9,9 @@ import { subjectForPath } from "./nats-transport.js";
  * Least-privilege NATS users, one per service process: each subscribes only to its own service's
  * RPC subjects and its own reply inbox, and publishes only the calls it makes. The gateway may
  * call the public methods (those with an HTTP route) and identity's Authenticate, never
- * Bootstrap, Record or the other internal methods, and publishes no event. Identity may publish broadcast notices, and
- * intake only the one that announces a changed custom source.
+ * Bootstrap, Record or the other internal methods, and publishes no event. Identity may publish broadcast notices;
+ * intake, subscriptions and remotesource each only the one notice of their own (a changed custom
+ * source, a created subscription, a changed remote-source connection).
  * `npm run nats-config` renders these as a nats-server `authorization` block; the file under
  * `deploy/` is checked against it.
  */
@@ -128,6 +129,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
         ...(user === "intake" ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`)] : []),
         ...(user === "subscriptions" ? [prefixed(subjectPrefix, `broadcast.${SUBSCRIPTION_CREATED}`)] : []),
+        ...(user === "remotesource" ? [prefixed(subjectPrefix, `broadcast.${REMOTE_SOURCE_CHANGED}`)] : []),
         ...jetstream,
       ],
     },
