@@ -616,6 +616,14 @@ describe("deploy/ files", () => {
     expect(readme).toContain("create secret generic warroom-datastores --from-env-file=datastores.env");
   });
 
+  it("names in deploy/README.md's opening every service the manifests run, by count and by name, and the install, upgrade and rollback steps", () => {
+    const readme = readFileSync(join(deployDir, "README.md"), "utf8");
+    const opening = readme.slice(0, readme.indexOf("\n```"));
+    expect(opening).toContain(`each of the ${allServices.length} services`);
+    for (const service of allServices) expect(opening, `deploy/README.md names ${service}`).toContain(`\`${service}\``);
+    for (const section of ["## Install", "## Upgrading", "## Rolling back"]) expect(readme).toMatch(new RegExp(`^${section}$`, "m"));
+  });
+
   it("states in deploy/README.md the connections the base opens, and with the autoscalers at their maximum", () => {
     const readme = readFileSync(join(deployDir, "README.md"), "utf8");
     const [, base, autoscaled] = /\| \*\*total\*\* \|[^\n]*\*\*(\d+) \((\d+)\)\*\*/.exec(readme) ?? [];

@@ -1,5 +1,6 @@
+import { createServer, type Server } from "node:net";
 import { afterAll, describe, expect, it } from "vitest";
-import { ADMIN_DATABASE_URL } from "../support/app.js";
+import { ADMIN_DATABASE_URL, freshDatabase } from "../support/app.js";
 import { startServiceProcess, tempDataDir } from "../support/service-process.js";
 
 /**
@@ -104,6 +105,61 @@ describe("configuration mistakes", () => {
     } finally {
       service.child.kill("SIGTERM");
       await service.exited;
+    }
+  });
+});
+
+/**
+ * A NATS server as far as a client's handshake goes (INFO, then PONG for each PING), announcing
+ * `version`: nats-server cannot be made to announce an old version, and an old release would be a
+ * second binary to install for one check.
+ */
+async function natsAnnouncing(version: string): Promise<{ url: string; connections: () => number; close(): Promise<void> }> {
+  let connections = 0;
+  const server: Server = createServer((socket) => {
+    connections++;
+    const info = {
+      server_id: "NOLDSERVER",
+      server_name: "old",
+      version,
+      proto: 1,
+      go: "go1.19",
+      host: "127.0.0.1",
+      port: 0,
+      headers: true,
+      max_payload: 1048576,
+    };
+    socket.write(`INFO ${JSON.stringify(info)}\r\n`);
+    socket.on("data", (chunk) => {
+      for (const line of chunk.toString().split("\r\n")) if (line === "PING") socket.write("PONG\r\n");
+    });
+    socket.on("error", () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  return {
+    url: `nats://127.0.0.1:${port}`,
+    connections: () => connections,
+    close: () => new Promise<void>((resolve) => server.close(() => resolve())),
+  };
+}
+
+describe("a NATS server older than the JetStream API the event bus needs", () => {
+  it("is refused at start in one JSON line naming the version it announced and the one to upgrade to", async () => {
+    const nats = await natsAnnouncing("2.9.3");
+    const db = await freshDatabase();
+    try {
+      const { code, output } = await refusal({ DATABASE_URL: db.url, NATS_URL: nats.url, NATS_ALLOW_UNAUTHENTICATED: "true" });
+      expect(nats.connections(), "the service connected to the server").toBeGreaterThan(0);
+      expect(code).toBe(1);
+      const fatal = jsonLines(output).filter((line) => line.level === 60);
+      expect(fatal).toHaveLength(1);
+      expect(fatal[0]!.msg).toMatch(/the NATS server is version 2\.9\.3, older than 2\.9\.4/);
+      expect(fatal[0]!.msg).toMatch(/upgrade NATS to 2\.10\.0 or later/);
+      expect(output).not.toMatch(/"msg":"serving"/);
+    } finally {
+      await nats.close();
+      await db.drop();
     }
   });
 });

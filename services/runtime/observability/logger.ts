@@ -22,12 +22,40 @@ function withoutTakenKeys(fields: Record<string, unknown>, taken: ReadonlySet<st
   return renamed;
 }
 
+const { chindingsSym } = pino.symbols;
+
+/**
+ * pino writes a child's bindings after its parent's, so a key bound twice (a service's
+ * `child({ service })` under the process's own) appears twice on every line. A child made here
+ * replaces the parent's binding of a key it binds again, and keeps a binding named like one of
+ * pino's own keys under `field_<key>`, as the log calls' fields are kept.
+ */
+function withUniqueBindings(logger: Logger): Logger {
+  const child = logger.child;
+  function uniqueChild(this: Logger, bindings: Record<string, unknown>, options?: Parameters<Logger["child"]>[1]): Logger {
+    const own: Record<string, unknown> = {};
+    for (const [key, value] of Object.entries(bindings)) own[CORE_KEYS.includes(key) ? `field_${key}` : key] = value;
+    const instance = child.call(this, {}, options) as unknown as Logger;
+    // The parent's bindings as written (serialized and redacted already), minus those bound again.
+    const written = instance as unknown as Record<symbol, string>;
+    const parent = JSON.parse(`{${written[chindingsSym]!.slice(1)}}`) as Record<string, unknown>;
+    written[chindingsSym] = Object.entries(parent)
+      .filter(([key]) => !(key in own))
+      .map(([key, value]) => `,${JSON.stringify(key)}:${JSON.stringify(value)}`)
+      .join("");
+    instance.setBindings(own);
+    return instance;
+  }
+  logger.child = uniqueChild as unknown as Logger["child"];
+  return logger;
+}
+
 /**
  * The process's pino logger, whose every line names the request id (and trace and span) of the call
- * it is written in, with each key once. `destination` is stdout unless given (tests).
+ * it is written in, with each key once (its children's bindings included). `destination` is stdout unless given (tests).
  */
 export function createLogger(level: string, name: string, destination?: DestinationStream): Logger {
-  return pino(
+  const logger = pino(
     {
       name,
       level,
@@ -70,4 +98,5 @@ export function createLogger(level: string, name: string, destination?: Destinat
     },
     destination,
   );
+  return withUniqueBindings(logger);
 }

@@ -47,6 +47,29 @@ describe("log lines", () => {
     expect(JSON.parse(second!)).toMatchObject({ msg: "second", field_msg: "taken already", field_field_msg: "cause" });
   });
 
+  it("carry every key once through nested children: a binding given again replaces the parent's, one named like pino's own keys is kept beside them", () => {
+    const out = capture();
+    // As the process hands each service its logger: a child of a child, both binding `service`.
+    const process = createLogger("info", "warroom", out.stream).child({ service: "pending", region: "eu" });
+    const service = process.child({ service: "remotesource", msg: "bound", name: "other", pid: 1 });
+    service.info("one");
+    service.child({ service: "again" }).warn({ region: "us" }, "two");
+    process.info("three");
+    const lines = out.lines();
+    expect(lines).toHaveLength(3);
+    for (const line of lines) {
+      const keys = topLevelKeys(line);
+      expect(new Set(keys).size, line).toBe(keys.length);
+    }
+    const [one, two, three] = lines.map((line) => JSON.parse(line));
+    expect(one).toMatchObject({ msg: "one", name: "warroom", service: "remotesource", region: "eu", field_msg: "bound", field_name: "other", field_pid: 1 });
+    expect(one.pid).toBe(globalThis.process.pid);
+    expect(two).toMatchObject({ msg: "two", service: "again", field_region: "us", field_msg: "bound" });
+    expect(three).toMatchObject({ msg: "three", service: "pending", region: "eu" });
+    expect(three).not.toHaveProperty("field_msg");
+    expect(process.bindings()).toEqual({ name: "warroom", service: "pending", region: "eu" });
+  });
+
   it("never print the input of an invalid URL (a connection string with its password)", () => {
     const out = capture();
     const err = Object.assign(new TypeError("Invalid URL"), { code: "ERR_INVALID_URL", input: "postgres://u:hunter2@db/w" });
