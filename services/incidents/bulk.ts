@@ -117,8 +117,10 @@ const ANSWER_RESERVE_MS = 250;
 /**
  * A bulk call's time: it ends at the caller's deadline less a reserve for the answer (a tenth of
  * the time left, at least ANSWER_RESERVE_MS), or after `ceilingMs`, whichever comes first. Another
- * incident is started only when the slowest one so far would still end inside it, so an incident
- * is never begun that the caller would not hear about.
+ * incident is started only when the slowest one so far would still end inside it: at the pace seen
+ * so far, no incident is begun that the caller would not hear about. (The first is always begun;
+ * one incident slower than the whole deadline still ends in DeadlineExceeded, its own transaction
+ * either committed or not.)
  */
 function timeBudget(callerRemainingMs: number | undefined, ceilingMs: number, now = Date.now()) {
   const own = now + ceilingMs;
