@@ -101,6 +101,8 @@ describe("bulk by ids", () => {
     expect(res.body).toEqual({
       matched: 7,
       nextCursor: null,
+      outOfTime: false,
+      remainingIds: [],
       results: [
         { id: a.id, outcome: "done", reason: null },
         { id: b.id, outcome: "done", reason: null },
@@ -186,12 +188,18 @@ describe("bulk by filter", () => {
       token: ownerToken,
       body: { filter: { state: "open", source, recovered: "yes" }, action: "resolve", preview: true },
     });
-    expect(preview.body).toEqual({ matched: 1, nextCursor: null, results: [] });
+    expect(preview.body).toEqual({ matched: 1, nextCursor: null, outOfTime: false, remainingIds: [], results: [] });
     expect((await stateOf(recovered.id)).state).toBe("open");
 
     const res = await app.call("POST", BULK, { token: ownerToken, body: { filter: { state: "open", source, recovered: "yes" }, action: "resolve" } });
     expect(res.status).toBe(200);
-    expect(res.body).toEqual({ matched: 1, nextCursor: null, results: [{ id: recovered.id, outcome: "done", reason: null }] });
+    expect(res.body).toEqual({
+      matched: 1,
+      nextCursor: null,
+      outOfTime: false,
+      remainingIds: [],
+      results: [{ id: recovered.id, outcome: "done", reason: null }],
+    });
     expect((await stateOf(recovered.id)).state).toBe("resolved");
     expect((await stateOf(relapsed.id)).state).toBe("open");
     expect((await stateOf(firing.id)).state).toBe("open");
@@ -308,6 +316,98 @@ describe("who and what a call may ask", () => {
       ).toEqual([{ id: a.id, outcome: "done" }]);
       expect(res.matched).toBe(1);
       expect((await errorOf(publicClient(kind).bulkUpdateIncidents({ org: OWNER.org, ids: [a.id], action: "resolve" }))).code, kind).toBe("Unauthenticated");
+    }
+  });
+});
+
+describe("a bulk call on a slow database", () => {
+  // Every write of a "Slow …" incident waits 400 ms in the database (a trigger of this test's
+  // database): a call over many of them cannot finish inside its caller's deadline.
+  async function slowWrites(on: boolean) {
+    if (!on) {
+      await db.unsafe("drop trigger if exists bulk_test_slow on incidents.incidents");
+      return;
+    }
+    await db.unsafe(
+      "create or replace function incidents.bulk_test_slow() returns trigger language plpgsql as $$ begin perform pg_sleep(0.4); return new; end $$",
+    );
+    await db.unsafe(
+      "create trigger bulk_test_slow before update on incidents.incidents for each row when (old.title like 'Slow %') execute function incidents.bulk_test_slow()",
+    );
+  }
+  async function resolvedEntries(id: string) {
+    return (await db<{ n: number }[]>`select count(*)::int as n from incidents.timeline_entries where incident_id = ${id} and kind = 'resolved'`)[0]!.n;
+  }
+  const DEADLINE_MS = 3000;
+  const COUNT = 12;
+
+  it("answers inside the caller's deadline with what it did and a cursor, and the next call does the rest once", async () => {
+    const tag = `slow-filter-${Date.now()}`;
+    const incidents = [];
+    for (let n = 0; n < COUNT; n++) incidents.push(await open({ attachIdentity: `${tag}:${n}`, title: `Slow ${tag} ${n}` }));
+    const filter = { state: "open", q: tag };
+    await slowWrites(true);
+    let first: Awaited<ReturnType<Client<typeof IncidentsService>["bulkUpdateIncidents"]>>;
+    try {
+      const started = Date.now();
+      first = await publicClient("connect", ownerToken).bulkUpdateIncidents({ org: OWNER.org, filter, action: "resolve" }, { timeoutMs: DEADLINE_MS });
+      expect(Date.now() - started).toBeLessThan(DEADLINE_MS);
+    } finally {
+      await slowWrites(false);
+    }
+    expect(first.outOfTime).toBe(true);
+    expect(first.matched).toBe(COUNT);
+    expect(first.results.length).toBeGreaterThan(0);
+    expect(first.results.length).toBeLessThan(COUNT);
+    expect(first.results.every((r) => r.outcome === "done")).toBe(true);
+    expect(first.nextCursor).toBeTruthy();
+    expect(first.remainingIds).toEqual([]);
+
+    // The continuation over REST: the same filter and action with the cursor acts on the rest only.
+    const rest = await app.call("POST", BULK, { token: ownerToken, body: { filter, action: "resolve", cursor: first.nextCursor } });
+    expect(rest.status).toBe(200);
+    expect(rest.body.outOfTime).toBe(false);
+    expect(rest.body.nextCursor).toBeNull();
+    const done = [...first.results.map((r) => r.id), ...rest.body.results.map((r: { id: string }) => r.id)];
+    expect(rest.body.results.every((r: { outcome: string }) => r.outcome === "done")).toBe(true);
+    expect(done.sort()).toEqual(incidents.map((i) => i.id).sort());
+    for (const incident of incidents) {
+      expect((await stateOf(incident.id)).state).toBe("resolved");
+      expect(await resolvedEntries(incident.id)).toBe(1);
+    }
+  });
+
+  it("with ids: answers the ids it did not start, untouched, and they complete once in the next call", async () => {
+    const tag = `slow-ids-${Date.now()}`;
+    const incidents = [];
+    for (let n = 0; n < COUNT; n++) incidents.push(await open({ attachIdentity: `${tag}:${n}`, title: `Slow ${tag} ${n}` }));
+    const ids = incidents.map((i) => i.id);
+    await slowWrites(true);
+    let first: Awaited<ReturnType<Client<typeof IncidentsService>["bulkUpdateIncidents"]>>;
+    try {
+      const started = Date.now();
+      first = await publicClient("grpc", ownerToken).bulkUpdateIncidents({ org: OWNER.org, ids, action: "acknowledge" }, { timeoutMs: DEADLINE_MS });
+      expect(Date.now() - started).toBeLessThan(DEADLINE_MS);
+    } finally {
+      await slowWrites(false);
+    }
+    expect(first.outOfTime).toBe(true);
+    expect(first.results.length).toBeGreaterThan(0);
+    expect(first.results.every((r) => r.outcome === "done")).toBe(true);
+    expect([...first.results.map((r) => r.id), ...first.remainingIds]).toEqual(ids);
+    for (const id of first.remainingIds) {
+      const read = await stateOf(id);
+      expect(read.acknowledgedBy).toBeNull();
+      expect(read.timeline.filter((e: { kind: string }) => e.kind === "acknowledged")).toEqual([]);
+    }
+
+    const rest = await app.call("POST", BULK, { token: ownerToken, body: { ids: first.remainingIds, action: "acknowledge" } });
+    expect(rest.status).toBe(200);
+    expect(rest.body.results.map((r: { id: string; outcome: string }) => [r.id, r.outcome])).toEqual(first.remainingIds.map((id) => [id, "done"]));
+    for (const id of ids) {
+      const read = await stateOf(id);
+      expect(read.acknowledgedBy).toBe(OWNER.email);
+      expect(read.timeline.filter((e: { kind: string }) => e.kind === "acknowledged")).toHaveLength(1);
     }
   });
 });

@@ -21,7 +21,9 @@ type BulkOutcome = ActionOutcome | "not_found" | "refused";
  * concurrent delivery, a second replica's identical call or a colleague's click is ordered by the
  * database exactly as with single actions (one entry per incident, whoever wins). Ids are looked up
  * inside the caller's organization only: another organization's incident answers not_found and is
- * never touched. A failure on one incident never holds back the others; it is its result.
+ * never touched. A failure on one incident never holds back the others; it is its result. A call
+ * that runs out of its time budget (timeBudget) stops between two incidents and answers what it did
+ * and how to continue: `remainingIds`, or `nextCursor` after the last incident acted on.
  */
 export function createBulkHandlers(
   deps: Pick<IncidentsDeps, "sql" | "config" | "clients" | "outbox">,
@@ -84,14 +86,52 @@ export function createBulkHandlers(
 
       if (req.preview) return { results: [], matched };
       const actor = { orgId: principal.orgId, email: principal.email };
+      const budget = timeBudget(context.timeoutMs(), deps.config.BULK_ACTION_BUDGET_SECONDS * 1000);
       const results: { id: string; outcome: BulkOutcome; reason?: string }[] = [];
+      let outOfTime = false;
       for (const id of ids) {
         if (context.signal.aborted) break;
+        if (results.length > 0 && !budget.fitsAnother()) {
+          outOfTime = true;
+          break;
+        }
+        const started = Date.now();
         results.push({ id, ...(await outcomeOf(() => act(actor, id))) });
+        budget.took(Date.now() - started);
       }
       // A caller gone mid-call learns nothing more; what was done stays done, and a second call
       // answers it "unchanged".
+      if (outOfTime) {
+        // The continuation: the ids not started, or the filter's cursor after the last acted on.
+        if (byIds) return { results, matched, outOfTime, remainingIds: ids.slice(results.length) };
+        return { results, matched, outOfTime, nextCursor: encodeCursor("i", results.at(-1)!.id) };
+      }
       return { results, matched, ...(nextCursor ? { nextCursor } : {}) };
+    },
+  };
+}
+
+/** The least time kept back from the caller's deadline for the answer's way back. */
+const ANSWER_RESERVE_MS = 250;
+
+/**
+ * A bulk call's time: it ends at the caller's deadline less a reserve for the answer (a tenth of
+ * the time left, at least ANSWER_RESERVE_MS), or after `ceilingMs`, whichever comes first. Another
+ * incident is started only when the slowest one so far would still end inside it: at the pace seen
+ * so far, no incident is begun that the caller would not hear about. (The first is always begun;
+ * one incident slower than the whole deadline still ends in DeadlineExceeded, its own transaction
+ * either committed or not.)
+ */
+function timeBudget(callerRemainingMs: number | undefined, ceilingMs: number, now = Date.now()) {
+  const own = now + ceilingMs;
+  const end = callerRemainingMs === undefined ? own : Math.min(own, now + callerRemainingMs - Math.max(ANSWER_RESERVE_MS, callerRemainingMs / 10));
+  let slowest = 0;
+  return {
+    end,
+    /** Whether one more incident, as slow as the slowest so far, would end inside the budget. */
+    fitsAnother: (at = Date.now()) => at + slowest <= end,
+    took(ms: number) {
+      slowest = Math.max(slowest, ms);
     },
   };
 }

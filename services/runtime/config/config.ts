@@ -78,6 +78,9 @@ export const configSchema = z.object({
     .default(12 * 3600),
   HEARTBEAT_SWEEP_SECONDS: z.coerce.number().positive().max(86400).default(300),
   ESCALATION_SWEEP_SECONDS: z.coerce.number().positive().max(3600).default(30),
+  // Most time one bulk action call spends acting on incidents, kept below the gateway's call timeout;
+  // a caller's shorter deadline shortens it (services/incidents/bulk.ts).
+  BULK_ACTION_BUDGET_SECONDS: z.coerce.number().positive().max(12).default(10),
   EGRESS_ALLOW_PRIVATE_CIDRS: cidrList,
   EGRESS_CA_FILE: optionalString,
   // Budget of one chat-webhook post (resolve, connect, TLS, answer), kept below the gateway's call timeout.
@@ -240,6 +243,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   HEARTBEAT_SWEEP_SECONDS: "silence sweep interval",
   ESCALATION_SWEEP_SECONDS:
     "how often the incident core looks for passed acknowledgement deadlines (escalation steps); a step is emitted at most this long after its deadline",
+  BULK_ACTION_BUDGET_SECONDS:
+    "most time one bulk action call spends acting on incidents (at most 12); a caller's shorter deadline shortens it. Then it answers with what it did and how to continue ([docs/how-to/respond-to-incidents.md](docs/how-to/respond-to-incidents.md#act-on-many-incidents-at-once))",
   EGRESS_ALLOW_PRIVATE_CIDRS: "private ranges outbound chat-webhook calls may reach (on-premises chat servers)",
   EGRESS_CA_FILE: "extra CA (PEM) trusted for outbound calls",
   CHAT_WEBHOOK_TIMEOUT_SECONDS: "how long a post to the chat webhook may take (at most 12)",

@@ -17,16 +17,28 @@ interface BulkAnswer {
   results: BulkResult[];
   matched: number;
   nextCursor: string | null;
+  /** The call stopped for time: the ids it did not start (with ids) or nextCursor (with a filter). */
+  outOfTime: boolean;
+  remainingIds: string[];
 }
 
 /**
- * Runs one bulk action to its end: ids in one call; a filter call after call (500 at most each)
- * from the cursor each answer gives, so "every incident matching" means every one.
+ * Runs one bulk action to its end: ids until none remain (a call that runs out of time answers
+ * the ids it did not start); a filter call after call (500 at most each) from the cursor each
+ * answer gives, so "every incident matching" means every one.
  */
 async function runBulk(selection: Selection, action: Action, ownerId: string): Promise<BulkResult[]> {
   const base = { action, ...(action === "assign" ? { ownerId } : {}) };
-  if (selection.kind === "ids") return (await api<BulkAnswer>("POST", orgPath("/incidents:bulk"), { ...base, ids: selection.ids })).results;
   const results: BulkResult[] = [];
+  if (selection.kind === "ids") {
+    let ids = selection.ids;
+    while (ids.length > 0) {
+      const answer: BulkAnswer = await api<BulkAnswer>("POST", orgPath("/incidents:bulk"), { ...base, ids });
+      results.push(...answer.results);
+      ids = answer.outOfTime ? answer.remainingIds : [];
+    }
+    return results;
+  }
   let cursor: string | null = null;
   do {
     const answer: BulkAnswer = await api<BulkAnswer>("POST", orgPath("/incidents:bulk"), { ...base, filter: selection.filter, ...(cursor ? { cursor } : {}) });
