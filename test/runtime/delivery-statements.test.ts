@@ -165,4 +165,14 @@ describe("what a delivery costs an organization that configured nothing optional
     expect(remoteSourceStatements(measured)).toEqual([]);
     expect(correlationStatements(measured)).toEqual([]);
   });
+
+  it("deliveries that arrive together when correlation's copy of the settings has expired share one look-up", async () => {
+    await postTrigger(app, credentials.ingestToken, alertBody());
+    await new Promise((resolve) => setTimeout(resolve, CORRELATION_CACHE_MS + 200));
+    await admin`select pg_stat_statements_reset()`;
+    const answers = await Promise.all(Array.from({ length: 30 }, () => postTrigger(app, credentials.ingestToken, alertBody())));
+    for (const res of answers) expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
+    const lookups = (await statements()).filter((s) => /from intake\.correlation_settings/.test(s.query)).reduce((n, s) => n + s.calls, 0);
+    expect(lookups).toBe(1);
+  });
 });

@@ -175,22 +175,39 @@ export interface Correlation {
 
 export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlation {
   const { sql, logger } = deps;
-  const cache = new Map<string, { at: number; settings: (SettingsRow & { program?: Program }) | undefined }>();
+  const cache = new Map<string, { at: number; settings: Settings }>();
 
-  async function settingsOf(orgId: string) {
-    const held = cache.get(orgId);
-    if (held && Date.now() - held.at < CORRELATION_CACHE_MS) return held.settings;
+  type Settings = (SettingsRow & { program?: Program }) | undefined;
+  /** Look-ups in flight: deliveries that miss together (the copy expired during a storm) share one. */
+  const loading = new Map<string, { settings: Promise<Settings> }>();
+
+  async function load(orgId: string, old: Settings, ticket: { settings: Promise<Settings> }): Promise<Settings> {
     const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
-    let settings: (SettingsRow & { program?: Program }) | undefined;
+    let settings: Settings;
     if (row) {
       // Compiled once per version of the settings.
-      const old = held?.settings;
       const program = old && old.version === row.version ? old.program : row.key_expression ? compileCorrelationKey(row.key_expression, "key") : undefined;
       settings = { ...row, ...(program ? { program } : {}) };
     }
-    cache.set(orgId, { at: Date.now(), settings });
-    if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
+    // A copy forgotten while this look-up was in flight is not put back from it.
+    if (loading.get(orgId) === ticket) {
+      cache.set(orgId, { at: Date.now(), settings });
+      if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
+    }
     return settings;
+  }
+
+  function settingsOf(orgId: string): Promise<Settings> {
+    const held = cache.get(orgId);
+    if (held && Date.now() - held.at < CORRELATION_CACHE_MS) return Promise.resolve(held.settings);
+    const pending = loading.get(orgId);
+    if (pending) return pending.settings;
+    const ticket = {} as { settings: Promise<Settings> };
+    loading.set(orgId, ticket);
+    ticket.settings = load(orgId, held?.settings, ticket).finally(() => {
+      if (loading.get(orgId) === ticket) loading.delete(orgId);
+    });
+    return ticket.settings;
   }
 
   /**
@@ -247,6 +264,7 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
 
     forget(orgId) {
       cache.delete(orgId);
+      loading.delete(orgId);
     },
   };
 }
