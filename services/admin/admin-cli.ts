@@ -12,7 +12,7 @@ import { migrate } from "../runtime/data/migrations.js";
 import { createDirectTransport } from "../runtime/transport/direct-transport.js";
 import { createMethodRegistry } from "../runtime/transport/unary-call.js";
 import { BACKUP_USAGE, runBackupCommand } from "./backup-cli.js";
-import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
+import { runImportHealthchecks } from "./import/healthchecks-cli.js";
 import { runConfigCommand } from "../intake/config-as-code/config-cli.js";
 import { createIdentityService } from "../identity/service.js";
 
