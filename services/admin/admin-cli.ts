@@ -12,7 +12,8 @@ import { migrate } from "../runtime/data/migrations.js";
 import { createDirectTransport } from "../runtime/transport/direct-transport.js";
 import { createMethodRegistry } from "../runtime/transport/unary-call.js";
 import { BACKUP_USAGE, runBackupCommand } from "./backup-cli.js";
-import { runImportHealthchecks } from "../heartbeats/import-healthchecks-cli.js";
+import { runImportHealthchecks } from "./import/healthchecks-cli.js";
+import { runImportTool } from "./import/import-cli.js";
 import { runConfigCommand } from "../intake/config-as-code/config-cli.js";
 import { createIdentityService } from "../identity/service.js";
 
@@ -27,6 +28,11 @@ start it with BOOTSTRAP_ORG_SLUG, BOOTSTRAP_OWNER_EMAIL and BOOTSTRAP_OWNER_PASS
 
 Registers the checks of a Healthchecks export as heartbeats (see --help after the command).
 
+       npm run admin -- import oncall|opsgenie <export.json> --org <slug> [--url <base URL>] [--dry-run] [--json]
+
+Brings Grafana OnCall integrations and heartbeats, or Opsgenie heartbeats and API integrations,
+in as custom sources and heartbeats (see --help after the command).
+
        npm run admin -- export | apply <file> [--dry-run]
 
 Writes the organization's custom sources and grouping overrides as one YAML file, or applies one
@@ -37,6 +43,7 @@ ${BACKUP_USAGE.replace(/^usage: /, "       ")}`;
 async function run(): Promise<number> {
   // Heartbeats' import talks to a running service over its API, not to the database.
   if (process.argv[2] === "import-healthchecks") return runImportHealthchecks(process.argv.slice(3));
+  if (process.argv[2] === "import") return runImportTool(process.argv.slice(3));
   // Configuration as code talks to a running service, never to its database.
   const command = process.argv[2];
   if (command === "export" || command === "apply") return runConfigCommand(process.argv.slice(2));

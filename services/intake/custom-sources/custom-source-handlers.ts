@@ -41,6 +41,7 @@ import {
   toCustomSource,
   triggerUrl,
   unsealedForSignature,
+  validateDescription,
   validateName,
 } from "./custom-source-records.js";
 import { senderSecret, type SourceAuth, sourceAuthFrom } from "./source-auth.js";
@@ -225,6 +226,7 @@ export function createCustomSourceHandlers(deps: {
     async createCustomSource(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const name = validateName(req.name);
+      const description = validateDescription(req.description);
       const saved = rulesToSave(req.rules, req.preset.trim());
       const auth = sourceAuthFrom(req.auth ?? presetNamed(saved.preset)?.auth);
       const secret = secretToIssue(req.secret);
@@ -237,10 +239,10 @@ export function createCustomSourceHandlers(deps: {
         if (existing) throw new AlreadyExistsError(`a custom source named ${JSON.stringify(name)} already exists`);
         const [inserted] = await tx<CustomSourceRow[]>`
           insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
-                                             secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
+                                             description, secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
           values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${name}, ${tx.json(rulesToJson(saved.rules))}, ${auth.secretInPath},
                   ${auth.basicAuth}, ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${saved.preset},
-                  ${sha256(secret)}, ${sealed}, ${sealedBy}, now())
+                  ${description}, ${sha256(secret)}, ${sealed}, ${sealedBy}, now())
           returning *`;
         return inserted!;
       }).catch(secretInUse);
@@ -270,16 +272,17 @@ export function createCustomSourceHandlers(deps: {
       const rules = req.rules.length > 0 ? rulesToJson(req.rules) : current.rules;
       const auth = req.auth ? sourceAuthFrom(req.auth) : authOfRow(current);
       if (auth.signature && !current.secret_sealed) throw unsealedForSignature();
+      const description = req.description === undefined ? current.description : validateDescription(req.description);
       const row = await audited(
         principal.orgId,
         principal.email,
         AUDIT_KINDS.updated,
-        { id: current.id, name: current.name, rules: req.rules.length > 0, ...authAudit(auth) },
+        { id: current.id, name: current.name, rules: req.rules.length > 0, description: req.description !== undefined, ...authAudit(auth) },
         async (tx) => {
           const [updated] = await tx<CustomSourceRow[]>`
             update intake.custom_sources
             set rules = ${tx.json(rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth},
-              secret_header = ${auth.secretHeader}, signature = ${signatureColumn(tx, auth)}
+              secret_header = ${auth.secretHeader}, signature = ${signatureColumn(tx, auth)}, description = ${description}
             where org_id = ${principal.orgId} and id = ${current.id}
             returning *`;
           if (!updated) throw new NotFoundError("no such custom source");

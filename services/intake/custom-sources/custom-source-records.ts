@@ -27,6 +27,18 @@ export function validateName(raw: string): string {
   return name;
 }
 
+/** The most a description holds: room for an imported tool's templates, word for word. */
+export const MAX_DESCRIPTION_CHARACTERS = 16_384;
+
+/** A description as kept; refused beyond its bound, or holding a NUL (Postgres text cannot). */
+export function validateDescription(raw: string): string {
+  if (raw.length > MAX_DESCRIPTION_CHARACTERS) {
+    throw new InvalidArgumentError(`description: at most ${MAX_DESCRIPTION_CHARACTERS} characters (got ${raw.length})`);
+  }
+  if (raw.includes("\u0000")) throw new InvalidArgumentError("description: must not contain a NUL character");
+  return raw;
+}
+
 export function rulesToJson(rules: readonly CustomSourceRule[]): RuleJson[] {
   return rules.map((rule) => toJson(CustomSourceRuleSchema, rule) as RuleJson);
 }
@@ -96,6 +108,7 @@ export function toCustomSource(row: CustomSourceRow, publicUrl: string): CustomS
     ...(row.credential_issued_at ? { credentialIssuedAt: timestampFromDate(row.credential_issued_at) } : {}),
     createdAt: timestampFromDate(row.created_at),
     preset: row.preset,
+    description: row.description,
   });
 }
 

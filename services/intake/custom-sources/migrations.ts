@@ -174,4 +174,12 @@ export const customSourceMigrations: Migration[] = [
       create index correlation_groups_last_alert on intake.correlation_groups (last_alert_at);
     `,
   },
+  {
+    id: 51,
+    name: "custom sources: a description",
+    sql: `
+      -- What the source is for; an importer keeps there the original templates it translated.
+      alter table intake.custom_sources add column description text not null default '';
+    `,
+  },
 ];

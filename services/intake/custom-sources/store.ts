@@ -13,6 +13,7 @@ export interface CustomSourceRow {
   secret_in_path: boolean;
   basic_auth: boolean;
   preset: string;
+  description: string;
   secret_hash: Buffer | null;
   secret_header: string;
   signature: SignatureSettings | null;

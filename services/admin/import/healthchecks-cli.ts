@@ -1,6 +1,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { planImport, type PlannedHeartbeat } from "./healthchecks-import.js";
+import { baseUrlOf, NO_TOKEN, ServiceError, serviceApi } from "./service-api.js";
+import { planImport, type PlannedHeartbeat } from "./healthchecks.js";
 
 export const IMPORT_USAGE = `usage: WARROOM_TOKEN=<session token or personal API key> npm run admin -- import-healthchecks <export.json> --org <slug> [--url <base URL>] [--dry-run]
 
@@ -10,27 +11,6 @@ WARROOM_URL, else http://localhost:8080) as the admin whose token is in WARROOM_
 the command line, where other users of the machine can read it). Prints each check's old ping
 URL beside its new one, tab-separated. --dry-run registers nothing and prints what it would do.
 A name that exists already is left as it is and its ping URL printed.`;
-
-interface Answer {
-  status: number;
-  body: { pingUrl?: string; error?: string } | null;
-}
-
-async function call(url: string, token: string, method: string, body?: unknown): Promise<Answer> {
-  const res = await fetch(url, {
-    method,
-    headers: { authorization: `Bearer ${token}`, ...(body ? { "content-type": "application/json" } : {}) },
-    body: body ? JSON.stringify(body) : undefined,
-  });
-  const text = await res.text();
-  let parsed: Answer["body"] = null;
-  try {
-    parsed = text ? JSON.parse(text) : null;
-  } catch {
-    parsed = { error: text };
-  }
-  return { status: res.status, body: parsed };
-}
 
 function cadence(p: PlannedHeartbeat): string {
   return p.body.schedule
@@ -65,21 +45,41 @@ export async function runImportHealthchecks(
   const dryRun = values["dry-run"] === true;
   const token = process.env.WARROOM_TOKEN ?? "";
   if (!dryRun && !token) {
-    err("WARROOM_TOKEN is not set: a session token or personal API key of an admin of the organization");
+    err(NO_TOKEN);
     return 2;
   }
-  const base = (values.url ?? process.env.WARROOM_URL ?? "http://localhost:8080").replace(/\/+$/, "");
-  const heartbeats = `${base}/o/${encodeURIComponent(values.org)}/heartbeats`;
+  const api = serviceApi(baseUrlOf(values.url), values.org, token);
+  let failed: number;
+  try {
+    failed = await register(plan.planned, api, dryRun, out, err);
+  } catch (e) {
+    if (!(e instanceof ServiceError)) throw e;
+    err(e.message);
+    return 1;
+  }
+  if (dryRun) err(`dry run: ${plan.planned.length} to register, ${plan.skipped.length} skipped; nothing was registered`);
+  return failed > 0 ? 1 : 0;
+}
+
+/** Registers each planned check; the number that failed. Throws ServiceError when the service cannot be used. */
+async function register(
+  planned: PlannedHeartbeat[],
+  api: ReturnType<typeof serviceApi>,
+  dryRun: boolean,
+  out: (line: string) => void,
+  err: (line: string) => void,
+): Promise<number> {
+  const heartbeats = `${api.org}/heartbeats`;
   let failed = 0;
-  for (const p of plan.planned) {
+  for (const p of planned) {
     if (dryRun) {
       out(`would register ${p.name} (${cadence(p)}${p.paused ? ", paused" : ""})\t${p.oldPingUrl}`);
       continue;
     }
-    const made = await call(heartbeats, token, "POST", p.body);
+    const made = await api.call<{ pingUrl?: string }>("POST", "/heartbeats", p.body);
     if (made.status === 201 && p.paused) {
       // Registered, then paused as it was there: until the job pings here, nothing alerts.
-      const paused = await call(`${heartbeats}/${encodeURIComponent(p.name)}`, token, "PATCH", { paused: true });
+      const paused = await api.call("PATCH", `/heartbeats/${encodeURIComponent(p.name)}`, { paused: true });
       if (paused.status === 200) out(`${p.name}\t${p.oldPingUrl}\t${made.body?.pingUrl ?? ""}\t(paused, as it was)`);
       else {
         failed++;
@@ -90,13 +90,12 @@ export async function runImportHealthchecks(
     } else if (made.status === 201) {
       out(`${p.name}\t${p.oldPingUrl}\t${made.body?.pingUrl ?? ""}`);
     } else if (made.status === 409) {
-      const existing = await call(`${heartbeats}/${encodeURIComponent(p.name)}`, token, "GET");
+      const existing = await api.call<{ pingUrl?: string }>("GET", `/heartbeats/${encodeURIComponent(p.name)}`);
       out(`${p.name}\t${p.oldPingUrl}\t${existing.body?.pingUrl ?? ""}\t(exists already, left as it is)`);
     } else {
       failed++;
       err(`${p.name}: ${made.status} ${made.body?.error ?? ""}`);
     }
   }
-  if (dryRun) err(`dry run: ${plan.planned.length} to register, ${plan.skipped.length} skipped; nothing was registered`);
-  return failed > 0 ? 1 : 0;
+  return failed;
 }

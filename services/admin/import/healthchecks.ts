@@ -1,11 +1,11 @@
 import { z } from "zod";
-import { NAME_PATTERN } from "../domain/heartbeat-rules.js";
+import { NAME_PATTERN } from "../../domain/heartbeat-rules.js";
 
 /**
  * Healthchecks' Management API export of checks (`GET /api/v3/checks/`, saved to a file) turned
  * into registrations here: name (its slug, or the name made one), a period (`timeout`) or a cron
  * `schedule` with its `tz`, and `grace`. Pure: the command that sends them is
- * `import-healthchecks-cli.ts`.
+ * `healthchecks-cli.ts`.
  */
 
 const check = z

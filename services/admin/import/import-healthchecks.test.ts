@@ -4,14 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startApp, type TestApp } from "../../test/support/app.js";
-import { castOf, type Cast } from "./testing/kit.js";
+import { startApp, type TestApp } from "../../../test/support/app.js";
+import { castOf, type Cast } from "../../heartbeats/testing/kit.js";
 
 // `npm run admin -- import-healthchecks`: the command as a person runs it, against a running
 // service over HTTP, with a Healthchecks export in the shape its Management API answers.
 
 const run = promisify(execFile);
-const ROOT = join(import.meta.dirname, "../..");
+const ROOT = join(import.meta.dirname, "../../..");
 
 let app: TestApp;
 let cast: Cast;
@@ -127,11 +127,14 @@ describe("import-healthchecks", () => {
   it("refuses without an admin's token, and says why for a file that is not an export", async () => {
     const member = await admin(["import-healthchecks", join(dir, "checks.json"), "--org", "acme", "--url", app.url], cast.member);
     expect(member.code).toBe(1);
-    expect(member.stderr).toContain("nightly-backup: 403");
+    expect(member.stderr).toContain("the token in WARROOM_TOKEN may not change acme (403");
     expect((await admin(["import-healthchecks", join(dir, "checks.json"), "--org", "acme", "--url", app.url])).stderr).toContain("WARROOM_TOKEN is not set");
     writeFileSync(join(dir, "wrong.json"), JSON.stringify({ alerts: [] }));
     const wrong = await admin(["import-healthchecks", join(dir, "wrong.json"), "--org", "acme", "--url", app.url], cast.admin);
     expect(wrong.code).toBe(1);
     expect(wrong.stderr).toContain("not a Healthchecks export of checks");
+    const down = await admin(["import-healthchecks", join(dir, "checks.json"), "--org", "acme", "--url", "http://127.0.0.1:9"], cast.admin);
+    expect(down.code).toBe(1);
+    expect(down.stderr).toContain("cannot reach the service at http://127.0.0.1:9");
   });
 });
