@@ -318,19 +318,8 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
 
     async update(orgId, name, change, audit) {
       return sql.begin(async (tx) => {
-        const [current] = await tx<
-          {
-            expected_interval_seconds: number | null;
-            grace_seconds: number;
-            schedule: string | null;
-            timezone: string | null;
-            max_run_seconds: number | null;
-            min_run_seconds: number | null;
-            alert_after_misses: number;
-            since: Date;
-            paused: boolean;
-          }[]
-        >`
+        type Settings = "expected_interval_seconds" | "grace_seconds" | "schedule" | "timezone" | "max_run_seconds" | "min_run_seconds" | "alert_after_misses";
+        const [current] = await tx<(Pick<HeartbeatRow, Settings> & { since: Date; paused: boolean })[]>`
           select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, alert_after_misses,
             coalesce(last_seen_at, created_at) as since, paused_at is not null as paused
           from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
