@@ -10,19 +10,14 @@ const SWEEP_BATCH = 500;
 /** Statements one sweep runs at most; what is left waits for the next sweep. */
 const BATCHES_PER_SWEEP = 20;
 
-interface DueStepRow {
+/** A passed step: what its incident.unacknowledged event says of it, and what the sweep needs besides. */
+type DueStepRow = Pick<Parameters<typeof outboxRows.unacknowledged>[0], "title" | "severity" | "source" | "step" | "steps" | "minutes"> & {
   incident_id: string;
   org_id: string;
-  title: string;
-  severity: string;
-  source: string;
-  step: number;
-  steps: number;
-  minutes: number;
   due_at: Date;
   window_id: string | null;
   now: Date;
-}
+};
 
 export interface EscalationSweepResult {
   /** Steps that emitted incident.unacknowledged. */
