@@ -22,16 +22,20 @@ const ROOT = join(import.meta.dirname, "..");
 const BEGIN = "<!-- routes:begin -->";
 const END = "<!-- routes:end -->";
 
-/** Each README and the service whose routes it lists. */
-const README_SERVICES: readonly { readme: string; service: DescService }[] = [
-  { readme: "services/comms/README.md", service: CommsService },
-  { readme: "services/heartbeats/README.md", service: HeartbeatsService },
-  { readme: "services/identity/README.md", service: IdentityService },
-  { readme: "services/incidents/README.md", service: IncidentsService },
-  { readme: "services/intake/README.md", service: IntakeService },
-  { readme: "services/remotesource/README.md", service: RemoteSourcesService },
-  { readme: "services/subscriptions/README.md", service: SubscriptionsService },
-];
+/** Each service by its folder, whose README lists its routes. */
+const SERVICES_BY_FOLDER: Record<string, DescService> = {
+  comms: CommsService,
+  heartbeats: HeartbeatsService,
+  identity: IdentityService,
+  incidents: IncidentsService,
+  intake: IntakeService,
+  remotesource: RemoteSourcesService,
+  subscriptions: SubscriptionsService,
+};
+const README_SERVICES: readonly { readme: string; service: DescService }[] = Object.entries(SERVICES_BY_FOLDER).map(([folder, service]) => ({
+  readme: `services/${folder}/README.md`,
+  service,
+}));
 
 /**
  * The leading comment of every RPC, by its full name (`warroom.comms.v1.CommsService.SetEgress`).

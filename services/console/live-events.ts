@@ -213,5 +213,3 @@ export function createLiveEvents(options: LiveEventsOptions) {
     },
   };
 }
-
-export type LiveEvents = ReturnType<typeof createLiveEvents>;

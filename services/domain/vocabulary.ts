@@ -30,8 +30,6 @@ export function isSourceBadge(value: string): boolean {
 
 export const SEVERITIES = allowedValues(AlertSchema.field.severity);
 
-/** What a delivery is: an alert opens or repeats; the others only record on an open incident. */
-export const ALERT_KINDS = allowedValues(AlertSchema.field.kind);
 export type AlertKind = string;
 
 export const INCIDENT_STATES = ["open", "resolved", "archived"] as const;

@@ -55,14 +55,6 @@ export interface AnswerContext {
 }
 
 /**
- * Whether the method (`<service>.<method>`) is a PagerDuty or Opsgenie drop-in route, whose answers
- * take the vendor's shape.
- */
-export function isDropinMethod(key: string): boolean {
-  return PAGERDUTY.has(key) || OPSGENIE_WRITES.has(key) || key === OPSGENIE_STATUS || key === OPSGENIE_HEARTBEAT_PING;
-}
-
-/**
  * Both vendors answer 202 Accepted to every write they take; the status read and PagerDuty's
  * older Events API v1 answer 200.
  */

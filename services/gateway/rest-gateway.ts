@@ -10,7 +10,7 @@ import { acceptRequestId, runWithRequestId } from "../runtime/http/request-conte
 import { extractContext, injectHeaders, inSpan, SpanKind, tracingEnabled } from "../runtime/observability/tracing.js";
 import { messageToHttpJson, requestFromHttp, RequestShapeError } from "./http-json.js";
 import { bodyLimit, isDeliveryMethod } from "../runtime/http/body-limits.js";
-import { closingHeaders, stopReading, type BodyReads, type HeldBodies } from "../runtime/http/body-reads.js";
+import { closingHeaders, readBodyAtMost, stopReading, type BodyReads, type HeldBodies } from "../runtime/http/body-reads.js";
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
@@ -104,7 +104,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       stopReading(req, res);
       return refuse(options.bodyReads!.error(unread, refusalCode), unread, closingHeaders(req));
     }
-    const body = await readBody(req, limit);
+    const body = await readBodyAtMost(req, limit);
     if (delivery && body !== "too-large" && options.heldBodies) {
       // Only memory is bounded here: the gateway cannot tell a wrong credential from a good one,
       // so the slots deliveries take are intake's, once the credential is checked (fair-shares.ts).
@@ -236,18 +236,4 @@ function parseJsonObject(bytes: Uint8Array): JsonObject {
     throw new BodyError("request body must be a JSON object");
   }
   return value as JsonObject;
-}
-
-/** Reads the body up to `limit` bytes; past it, stops reading and answers "too-large". */
-async function readBody(req: Request, limit: number): Promise<Uint8Array | "too-large"> {
-  const declared = Number(req.headers["content-length"]);
-  if (Number.isFinite(declared) && declared > limit) return "too-large";
-  const chunks: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    length += chunk.byteLength;
-    if (length > limit) return "too-large";
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, length);
 }

@@ -318,34 +318,12 @@ export function createPostgresHeartbeatStore(deps: { sql: Sql; outbox: Outbox; l
 
     async update(orgId, name, change, audit) {
       return sql.begin(async (tx) => {
-        const [current] = await tx<
-          {
-            expected_interval_seconds: number | null;
-            grace_seconds: number;
-            schedule: string | null;
-            timezone: string | null;
-            max_run_seconds: number | null;
-            min_run_seconds: number | null;
-            alert_after_misses: number;
-            since: Date;
-            paused: boolean;
-          }[]
-        >`
-          select expected_interval_seconds, grace_seconds, schedule, timezone, max_run_seconds, min_run_seconds, alert_after_misses,
-            coalesce(last_seen_at, created_at) as since, paused_at is not null as paused
+        const [current] = await tx<CurrentHeartbeat[]>`
+          select expected_interval_seconds as "interval", schedule, timezone, alert_after_misses as misses, grace_seconds as grace,
+            max_run_seconds as "maxRun", min_run_seconds as "minRun", coalesce(last_seen_at, created_at) as since, paused_at is not null as paused
           from heartbeats.heartbeats where org_id = ${orgId} and name = ${name} for update`;
         if (!current) return undefined;
-        const next = change({
-          interval: current.expected_interval_seconds,
-          schedule: current.schedule,
-          timezone: current.timezone,
-          misses: current.alert_after_misses,
-          grace: current.grace_seconds,
-          maxRun: current.max_run_seconds,
-          minRun: current.min_run_seconds,
-          since: current.since,
-          paused: current.paused,
-        });
+        const next = change(current);
         const [updated] = await tx<HeartbeatRow[]>`
           update heartbeats.heartbeats set
             expected_interval_seconds = ${next.interval},

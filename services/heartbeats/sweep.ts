@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { createSweepLoop } from "../runtime/concurrency/sweep-loop.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import { sweepDuration, sweepInterval, sweepLastSuccess, sweepsTotal } from "../runtime/observability/metrics.js";
 import type { Outbox } from "../runtime/data/outbox.js";
@@ -38,9 +39,6 @@ export function createSweeper(deps: { store: HeartbeatStore; outbox: Pick<Outbox
   const { store, outbox, delivery, logger } = deps;
   // Every result at 0 from the start: the alert rules' increase() sees the first of each.
   for (const result of ["ok", "partial", "failed"]) sweepsTotal.inc({ result }, 0);
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<unknown> | undefined;
-  let stopped = true;
   let lastCleanup = 0;
 
   async function cleanup(): Promise<void> {
@@ -64,6 +62,8 @@ export function createSweeper(deps: { store: HeartbeatStore; outbox: Pick<Outbox
     sweepLastSuccess.set(Date.now() / 1000);
     return result;
   }
+
+  const loop = createSweepLoop(sweep, (err) => logger.warn({ err: String(err) }, "heartbeat sweep failed; the next one retries"));
 
   async function sweepOnce(): Promise<SweepResult> {
     const started = performance.now();
@@ -101,32 +101,12 @@ export function createSweeper(deps: { store: HeartbeatStore; outbox: Pick<Outbox
     return result;
   }
 
-  function schedule(intervalSeconds: number, delayMs: number): void {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      const started = Date.now();
-      const run = sweep()
-        .catch((err) => logger.warn({ err: String(err) }, "heartbeat sweep failed; the next one retries"))
-        .finally(() => {
-          current = undefined;
-          schedule(intervalSeconds, Math.max(0, intervalSeconds * 1000 - (Date.now() - started)));
-        });
-      current = run;
-    }, delayMs);
-    timer.unref();
-  }
-
   return {
     sweep,
     start(intervalSeconds) {
-      stopped = false;
       sweepInterval.set(intervalSeconds);
-      schedule(intervalSeconds, 0);
+      loop.start(intervalSeconds);
     },
-    async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await current;
-    },
+    stop: () => loop.stop(),
   };
 }

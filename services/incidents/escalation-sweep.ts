@@ -1,3 +1,4 @@
+import { createSweepLoop } from "../runtime/concurrency/sweep-loop.js";
 import type { Sql } from "../runtime/data/database.js";
 import type { Logger } from "../runtime/observability/logger.js";
 import type { Outbox } from "../runtime/data/outbox.js";
@@ -9,19 +10,14 @@ const SWEEP_BATCH = 500;
 /** Statements one sweep runs at most; what is left waits for the next sweep. */
 const BATCHES_PER_SWEEP = 20;
 
-interface DueStepRow {
+/** A passed step: what its incident.unacknowledged event says of it, and what the sweep needs besides. */
+type DueStepRow = Pick<Parameters<typeof outboxRows.unacknowledged>[0], "title" | "severity" | "source" | "step" | "steps" | "minutes"> & {
   incident_id: string;
   org_id: string;
-  title: string;
-  severity: string;
-  source: string;
-  step: number;
-  steps: number;
-  minutes: number;
   due_at: Date;
   window_id: string | null;
   now: Date;
-}
+};
 
 export interface EscalationSweepResult {
   /** Steps that emitted incident.unacknowledged. */
@@ -50,9 +46,6 @@ type Outcome = "emitted" | "suppressed" | "skipped";
  */
 export function createEscalationSweeper(deps: { sql: Sql; outbox: Pick<Outbox, "poke">; logger: Logger }): EscalationSweeper {
   const { sql, outbox, logger } = deps;
-  let timer: NodeJS.Timeout | undefined;
-  let current: Promise<unknown> | undefined;
-  let stopped = true;
 
   /** Passed steps not yet held, oldest deadline first, with the maintenance window covering each. */
   function dueSteps(): Promise<DueStepRow[]> {
@@ -153,30 +146,6 @@ export function createEscalationSweeper(deps: { sql: Sql; outbox: Pick<Outbox, "
     return result;
   }
 
-  function schedule(intervalSeconds: number, delayMs: number): void {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      const started = Date.now();
-      current = sweep()
-        .catch((err) => logger.warn({ err: String(err) }, "escalation sweep failed; the next one retries"))
-        .finally(() => {
-          current = undefined;
-          schedule(intervalSeconds, Math.max(0, intervalSeconds * 1000 - (Date.now() - started)));
-        });
-    }, delayMs);
-    timer.unref();
-  }
-
-  return {
-    sweep,
-    start(intervalSeconds) {
-      stopped = false;
-      schedule(intervalSeconds, 0);
-    },
-    async stop() {
-      stopped = true;
-      if (timer) clearTimeout(timer);
-      await current;
-    },
-  };
+  const loop = createSweepLoop(sweep, (err) => logger.warn({ err: String(err) }, "escalation sweep failed; the next one retries"));
+  return { sweep, start: loop.start, stop: loop.stop };
 }

@@ -1,4 +1,6 @@
+import type { JsonObject } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
+import type { PendingQuery, Row } from "postgres";
 import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
 import type { Clients } from "../runtime/transport/clients.js";
@@ -61,6 +63,29 @@ export type ActionOutcome = "done" | "unchanged";
  */
 export function createResponderActions(deps: Pick<IncidentsDeps, "sql" | "outbox">) {
   const { sql, outbox } = deps;
+
+  /**
+   * Runs `update` (an update of one incident answering its id) and, only if it changed the
+   * incident, writes the timeline entry and the events in the same statement; answers whether it did.
+   */
+  async function changeRecorded(
+    update: PendingQuery<Row[]>,
+    entry: { kind: string; at: Date; summary: string; data: JsonObject },
+    rows: OutboxRow[],
+  ): Promise<boolean> {
+    const changed = await sql<IncidentIdRow[]>`
+      with changed as (${update}), entry as (
+        insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
+        select id, ${entry.kind}::text, ${entry.at}::timestamptz, ${entry.summary}::text, ${sql.json(entry.data)}::jsonb from changed
+      ), events as (
+        ${outboxInsert(sql, rows)} where exists (select 1 from changed)
+      )
+      select id from changed`;
+    if (changed.length === 0) return false;
+    outbox.poke();
+    return true;
+  }
+
   return {
     async acknowledge(actor: Actor, id: string): Promise<ActionOutcome> {
       if (!isUuid(id)) throw new NotFoundError("no such incident");
@@ -78,22 +103,12 @@ export function createResponderActions(deps: Pick<IncidentsDeps, "sql" | "outbox
           outboxRows.timelineRecorded({ orgId: actor.orgId, incidentId: id, kind: "acknowledged", at }),
           outboxRows.audit({ orgId: actor.orgId, kind: AUDIT_KINDS.incidentAcknowledged, actor: actor.email, at, data: { incidentId: id } }),
         ];
-        const changed = await sql<IncidentIdRow[]>`
-          with changed as (
-            update incidents.incidents set acknowledged_at = ${at}::timestamptz, acknowledged_by = ${actor.email}::text
-            where id = ${id} and org_id = ${actor.orgId} and state = 'open' and acknowledged_at is null
-            returning id
-          ), entry as (
-            insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
-            select id, 'acknowledged', ${at}::timestamptz, ${`Acknowledged by ${actor.email}`}::text, ${sql.json({ actor: actor.email })}::jsonb from changed
-          ), events as (
-            ${outboxInsert(sql, rows)} where exists (select 1 from changed)
-          )
-          select id from changed`;
-        if (changed.length > 0) {
-          outbox.poke();
-          return "done";
-        }
+        const update = sql`
+          update incidents.incidents set acknowledged_at = ${at}::timestamptz, acknowledged_by = ${actor.email}::text
+          where id = ${id} and org_id = ${actor.orgId} and state = 'open' and acknowledged_at is null
+          returning id`;
+        const entry = { kind: "acknowledged", at, summary: `Acknowledged by ${actor.email}`, data: { actor: actor.email } };
+        if (await changeRecorded(update, entry, rows)) return "done";
       }
       throw new UnavailableError("the incident kept changing; retry");
     },
@@ -120,23 +135,12 @@ export function createResponderActions(deps: Pick<IncidentsDeps, "sql" | "outbox
           }),
         ];
         const summary = owner ? `Owner ${owner.email}, set by ${actor.email}` : `Owner ${current.owner_email ?? ""} removed by ${actor.email}`;
-        const changed = await sql<IncidentIdRow[]>`
-          with changed as (
-            update incidents.incidents set owner_id = ${owner?.id ?? null}::uuid, owner_email = ${owner?.email ?? null}::text
-            where id = ${id} and org_id = ${actor.orgId} and owner_id is not distinct from ${current.owner_id}::uuid
-              and state = ${current.state}::text
-            returning id
-          ), entry as (
-            insert into incidents.timeline_entries (incident_id, kind, at, summary, data)
-            select id, 'owner_changed', ${at}::timestamptz, ${summary}::text, ${sql.json(data)}::jsonb from changed
-          ), events as (
-            ${outboxInsert(sql, rows)} where exists (select 1 from changed)
-          )
-          select id from changed`;
-        if (changed.length > 0) {
-          outbox.poke();
-          return "done";
-        }
+        const update = sql`
+          update incidents.incidents set owner_id = ${owner?.id ?? null}::uuid, owner_email = ${owner?.email ?? null}::text
+          where id = ${id} and org_id = ${actor.orgId} and owner_id is not distinct from ${current.owner_id}::uuid
+            and state = ${current.state}::text
+          returning id`;
+        if (await changeRecorded(update, { kind: "owner_changed", at, summary, data }, rows)) return "done";
       }
       throw new UnavailableError("the incident kept changing; retry");
     },

@@ -120,6 +120,12 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
     s.claimToken = claim.token;
     s.claimUntil = new Date(clock + claim.leaseSeconds * 1000);
   };
+  /** Leases the silence to the claim; answers its heartbeat and the fields every claimed row starts with. */
+  const claimRow = (s: MemorySilence, claim: Claim) => {
+    lease(s, claim);
+    const h = heartbeatOf(s);
+    return { h, row: { id: s.id, cause: s.cause, since: s.since, org_id: h.orgId, org_slug: h.orgSlug, name: h.name } };
+  };
   const silentSeconds = (s: MemorySilence) => ((s.endedAt?.getTime() ?? clock) - s.since.getTime()) / 1000;
   const byTime = (at: (s: MemorySilence) => Date | null) => (a: MemorySilence, b: MemorySilence) => at(a)!.getTime() - at(b)!.getTime();
 
@@ -301,18 +307,12 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         .sort(byTime((s) => s.suppressedUntil))
         .slice(0, claim.limit);
       return [...new Set([...neverRecorded, ...heldBack])].map((s): ClaimedAlert => {
-        lease(s, claim);
+        const { h, row } = claimRow(s, claim);
         if (s.suppressedUntil !== null) s.alertRecordedAt = null;
-        const h = heartbeatOf(s);
         return {
-          id: s.id,
-          cause: s.cause,
+          ...row,
           deadline: s.deadline,
-          since: s.since,
           never_pinged: s.neverPinged,
-          org_id: h.orgId,
-          org_slug: h.orgSlug,
-          name: h.name,
           expected_interval_seconds: h.interval,
           schedule: h.schedule,
           timezone: h.timezone,
@@ -359,15 +359,9 @@ export function createMemoryHeartbeatStore(start = new Date("2026-03-02T10:00:00
         .sort(byTime((s) => s.endedAt))
         .slice(0, claim.limit)
         .map((s): ClaimedResume => {
-          lease(s, claim);
-          const h = heartbeatOf(s);
+          const { row } = claimRow(s, claim);
           return {
-            id: s.id,
-            cause: s.cause,
-            since: s.since,
-            org_id: h.orgId,
-            org_slug: h.orgSlug,
-            name: h.name,
+            ...row,
             ended_at: s.endedAt!,
             silent_seconds: silentSeconds(s),
             ended_body: null,

@@ -1,4 +1,4 @@
-import type { RetentionRule } from "../../runtime/data/retention-sweep.js";
+import { batchedDelete, type RetentionRule } from "../../runtime/data/retention-sweep.js";
 
 /**
  * Grouping generations no delivery has used for GROUPING_GENERATION_RETENTION_DAYS are forgotten
@@ -7,17 +7,5 @@ import type { RetentionRule } from "../../runtime/data/retention-sweep.js";
  * past any incident still open beyond the window.
  */
 export function groupingGenerationRetention(days: number): RetentionRule[] {
-  return [
-    {
-      table: "intake.grouping_generations",
-      deleteBatch: async (sql, limit) =>
-        (
-          await sql`
-            delete from intake.grouping_generations where ctid = any(array(
-              select ctid from intake.grouping_generations
-              where seen_at < now() - make_interval(days => ${days})
-              limit ${limit} for update skip locked))`
-        ).count,
-    },
-  ];
+  return [batchedDelete("intake.grouping_generations", (sql) => sql`t.seen_at < now() - make_interval(days => ${days})`)];
 }

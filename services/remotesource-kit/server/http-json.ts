@@ -6,6 +6,7 @@ import { RawResultSchema, SourceService, type RawResult } from "../../../gen/war
 import { MAX_REQUEST_BYTES } from "../protocol/limits.js";
 import { encodeProtocolJson, fromProtocolJson, ProtocolJsonError } from "../protocol/protocol-json.js";
 import { PROTOCOL_ROUTES } from "../protocol/protocol-routes.js";
+import { readBodyAtMost } from "../../runtime/http/body-reads.js";
 import { sendJson, sendJsonText } from "../../runtime/http/http-server.js";
 import { Unauthenticated, type Authenticator } from "./auth.js";
 import { callFailure, tooLarge, type OnCallError, type SourceCalls } from "./calls.js";
@@ -70,7 +71,7 @@ export function createJsonHandler(deps: {
     }
     let body: unknown;
     if (route.httpMethod === "POST") {
-      const bytes = await readBody(req);
+      const bytes = await readBodyAtMost(req, MAX_REQUEST_BYTES);
       if (bytes === "too-large") return sendJson(res, 413, { error: `request body is larger than ${MAX_REQUEST_BYTES} bytes` }, { connection: "close" });
       try {
         body = bytes.length === 0 ? {} : JSON.parse(bytes.toString("utf8"));
@@ -112,15 +113,4 @@ export function createJsonHandler(deps: {
 function header(req: Request, name: string): string | undefined {
   const value = req.headers[name];
   return Array.isArray(value) ? value.join(", ") : value;
-}
-
-async function readBody(req: Request): Promise<Buffer | "too-large"> {
-  const chunks: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    length += chunk.byteLength;
-    if (length > MAX_REQUEST_BYTES) return "too-large";
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, length);
 }

@@ -282,32 +282,16 @@ kill "$watcher" 2>/dev/null
 exit $status
 `;
 
-/** Starts (and on first use creates) the Postgres server of DATA_DIR. The caller holds the DATA_DIR lock. */
-export async function startEmbeddedPostgres(options: { dataDir: string; logger: Logger; startTimeoutMs?: number }): Promise<EmbeddedPostgres> {
-  const { dataDir, logger } = options;
-  const bin = binaries();
-  const { prefix, owner } = launchAs(logger);
-  const pgDir = join(dataDir, "pg");
-  const passwordPath = join(dataDir, PASSWORD_FILE);
-  const logPath = join(dataDir, LOG_FILE);
+/**
+ * On first use creates the cluster in `pgDir` with a new password (kept in `passwordPath`);
+ * afterwards reads that password. Answers the password.
+ */
+function createOrOpenCluster(options: { dataDir: string; pgDir: string; passwordPath: string; bin: Binaries; launch: Launch; logger: Logger }): string {
+  const { dataDir, pgDir, passwordPath, bin, logger } = options;
+  const { prefix, owner } = options.launch;
   const spawnIds = owner ? { uid: owner.uid, gid: owner.gid } : {};
-
-  if (owner) {
-    // The server user must reach the binaries and the data folder.
-    try {
-      execFileSync("/bin/sh", ["-c", 'test -x "$1" && test -x "$2"', "sh", bin.postgres, dataDir], { ...spawnIds, stdio: "ignore" });
-    } catch {
-      throw new EmbeddedPostgresError(
-        `running as root, the embedded Postgres runs as the user "${USER}", who cannot reach ${bin.postgres} or enter ${dataDir} ` +
-          "(a parent folder without search permission for others, such as /root?). Run as a non-root user, " +
-          "put the project and DATA_DIR in a folder others can enter, or set DATABASE_URL.",
-      );
-    }
-  }
-
-  const initialised = existsSync(join(pgDir, "PG_VERSION"));
   let password: string;
-  if (!initialised) {
+  if (!existsSync(join(pgDir, "PG_VERSION"))) {
     // A first start that died half way leaves a folder initdb refuses: start over.
     rmSync(pgDir, { recursive: true, force: true });
     password = randomBytes(24).toString("base64url");
@@ -356,6 +340,52 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
     password = readFileSync(passwordPath, "utf8").trim();
     if ((statSync(passwordPath).mode & 0o077) !== 0) chmodSync(passwordPath, 0o600);
   }
+  return password;
+}
+
+/** Tries to connect until the server answers (true), it exits or the deadline passes (false). */
+async function answersBefore(
+  url: { host: string; port: number; database: string; username: string; password: string },
+  deadline: number,
+  exited: () => boolean,
+): Promise<boolean> {
+  while (!exited() && Date.now() < deadline) {
+    const probe = postgres({ ...url, max: 1, connect_timeout: 2, onnotice: () => {} });
+    const ready = await probe`select 1`.then(
+      () => true,
+      () => false,
+    );
+    await probe.end({ timeout: 1 }).catch(() => {});
+    if (ready) return true;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return false;
+}
+
+/** Starts (and on first use creates) the Postgres server of DATA_DIR. The caller holds the DATA_DIR lock. */
+export async function startEmbeddedPostgres(options: { dataDir: string; logger: Logger; startTimeoutMs?: number }): Promise<EmbeddedPostgres> {
+  const { dataDir, logger } = options;
+  const bin = binaries();
+  const { prefix, owner } = launchAs(logger);
+  const pgDir = join(dataDir, "pg");
+  const passwordPath = join(dataDir, PASSWORD_FILE);
+  const logPath = join(dataDir, LOG_FILE);
+  const spawnIds = owner ? { uid: owner.uid, gid: owner.gid } : {};
+
+  if (owner) {
+    // The server user must reach the binaries and the data folder.
+    try {
+      execFileSync("/bin/sh", ["-c", 'test -x "$1" && test -x "$2"', "sh", bin.postgres, dataDir], { ...spawnIds, stdio: "ignore" });
+    } catch {
+      throw new EmbeddedPostgresError(
+        `running as root, the embedded Postgres runs as the user "${USER}", who cannot reach ${bin.postgres} or enter ${dataDir} ` +
+          "(a parent folder without search permission for others, such as /root?). Run as a non-root user, " +
+          "put the project and DATA_DIR in a folder others can enter, or set DATABASE_URL.",
+      );
+    }
+  }
+
+  const password = createOrOpenCluster({ dataDir, pgDir, passwordPath, bin, launch: { prefix, owner }, logger });
 
   await stopOrphan(pgDir, logger);
 
@@ -401,17 +431,7 @@ export async function startEmbeddedPostgres(options: { dataDir: string; logger: 
     child.stdin!.on("error", () => {});
     const started = Date.now();
     const url = { host: "127.0.0.1", port, database: "postgres", username: USER, password };
-    let ready = false;
-    while (!exited && Date.now() - started < startTimeoutMs) {
-      const probe = postgres({ ...url, max: 1, connect_timeout: 2, onnotice: () => {} });
-      ready = await probe`select 1`.then(
-        () => true,
-        () => false,
-      );
-      await probe.end({ timeout: 1 }).catch(() => {});
-      if (ready) break;
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    const ready = await answersBefore(url, started + startTimeoutMs, () => exited);
     if (!ready) {
       lastError = logTail(logPath);
       child.stdin!.end();

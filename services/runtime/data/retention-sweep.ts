@@ -1,3 +1,4 @@
+import type { PendingQuery, Row } from "postgres";
 import type { Sql } from "./database.js";
 import type { Logger } from "../observability/logger.js";
 
@@ -10,6 +11,24 @@ export interface RetentionRule {
   /** The table, for logs. */
   table: string;
   deleteBatch(sql: Sql, limit: number): Promise<number>;
+}
+
+/**
+ * The rule most tables want: deletes the rows of `table` (schema-qualified) that `where` picks,
+ * `t` naming the table in it, at most `limit` at a time.
+ */
+export function batchedDelete(table: string, where: (sql: Sql) => PendingQuery<Row[]>): RetentionRule {
+  return {
+    table,
+    deleteBatch: async (sql, limit) =>
+      (
+        await sql`
+          delete from ${sql(table)} where ctid = any(array(
+            select ctid from ${sql(table)} t
+            where ${where(sql)}
+            limit ${limit} for update skip locked))`
+      ).count,
+  };
 }
 
 export const RETENTION_SWEEP = {

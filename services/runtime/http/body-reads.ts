@@ -220,3 +220,20 @@ export function createHeldBodies(limits: HeldBodyLimits) {
     state: () => ({ bytes: held, deliveries, addresses: perAddress.size }),
   };
 }
+
+/**
+ * Reads a request's body up to `limit` bytes; past it (or when Content-Length already says more),
+ * stops reading and answers "too-large".
+ */
+export async function readBodyAtMost(req: Request, limit: number): Promise<Buffer | "too-large"> {
+  const declared = Number(req.headers["content-length"]);
+  if (Number.isFinite(declared) && declared > limit) return "too-large";
+  const chunks: Buffer[] = [];
+  let length = 0;
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    length += chunk.byteLength;
+    if (length > limit) return "too-large";
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, length);
+}

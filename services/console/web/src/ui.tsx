@@ -107,7 +107,6 @@ export function PageHeading(props: { children: ComponentChildren; title: string 
   );
 }
 
-/** An error message announced to screen readers, or nothing when there is none. */
 /**
  * A list page's table: a caption for screen readers (or the heading it is labelled by), a heading
  * per column, and the rows. `actions` adds a last column for the row's buttons, named for screen
@@ -117,25 +116,33 @@ export function ListTable(props: { class: string; caption?: string; labelledBy?:
   return (
     <table class={`list ${props.class}`} aria-labelledby={props.labelledBy}>
       {props.caption ? <caption class="sr-only">{props.caption}</caption> : null}
-      <thead>
-        <tr>
-          {props.columns.map((column) => (
-            <th key={column} scope="col">
-              {column}
-            </th>
-          ))}
-          {props.actions ? (
-            <th scope="col">
-              <span class="sr-only">Actions</span>
-            </th>
-          ) : null}
-        </tr>
-      </thead>
+      <ColumnHeads columns={props.columns} actions={props.actions} />
       <tbody>{props.children}</tbody>
     </table>
   );
 }
 
+/** A table's heading row: one heading per column; `actions` adds a last one named for screen readers only. */
+export function ColumnHeads(props: { columns: string[]; actions?: boolean }) {
+  return (
+    <thead>
+      <tr>
+        {props.columns.map((column) => (
+          <th key={column} scope="col">
+            {column}
+          </th>
+        ))}
+        {props.actions ? (
+          <th scope="col">
+            <span class="sr-only">Actions</span>
+          </th>
+        ) : null}
+      </tr>
+    </thead>
+  );
+}
+
+/** An error message announced to screen readers, or nothing when there is none. */
 export function ErrorNotice(props: { error: string }) {
   if (!props.error) return null;
   return (

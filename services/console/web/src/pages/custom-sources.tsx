@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { api, errorText, orgPath } from "../api";
 import { Link, navigate } from "../router";
-import { Ago, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow } from "../ui";
+import { Ago, ColumnHeads, ErrorNotice, OnceSecret, PageHeading, useAction, useLoad, useNow } from "../ui";
 
 // Custom sources: a tool we do not parse gets its own URL, credential and CEL rules. This page
 // creates one from a preset or blank, edits its rules (with the save-time errors next to the rule
@@ -212,6 +212,91 @@ function CredentialShown(props: { id: string; credential: Credential }) {
   );
 }
 
+/** A labelled text input; `onInput` gets the new value. */
+function TextField(props: { id: string; label: string; value: string; onInput(value: string): void; placeholder?: string; required?: boolean }) {
+  return (
+    <div>
+      <label for={props.id}>{props.label}</label>
+      <input
+        id={props.id}
+        required={props.required}
+        placeholder={props.placeholder}
+        value={props.value}
+        onInput={(e) => props.onInput(e.currentTarget.value)}
+      />
+    </div>
+  );
+}
+
+/** How a tool signs its deliveries: the header, the algorithm and what is signed. */
+function SignatureFields(props: { signature: Signature; onChange<K extends keyof Signature>(field: K, value: Signature[K]): void }) {
+  const { signature, onChange: setSignatureField } = props;
+  return (
+    <fieldset class="grid-2">
+      <legend>Signature</legend>
+      <TextField
+        id="cs-sig-header"
+        label="Signature header"
+        required
+        placeholder="x-hub-signature-256"
+        value={signature.header}
+        onInput={(v) => setSignatureField("header", v)}
+      />
+      <div>
+        <label for="cs-sig-algorithm">Algorithm</label>
+        <select id="cs-sig-algorithm" value={signature.algorithm} onChange={(e) => setSignatureField("algorithm", e.currentTarget.value)}>
+          <option value="sha256">sha256</option>
+          <option value="sha1">sha1</option>
+          <option value="sha512">sha512</option>
+        </select>
+      </div>
+      <TextField id="cs-sig-prefix" label="Prefix" placeholder="sha256=" value={signature.prefix} onInput={(v) => setSignatureField("prefix", v)} />
+      <div>
+        <label for="cs-sig-encoding">Encoding</label>
+        <select id="cs-sig-encoding" value={signature.encoding} onChange={(e) => setSignatureField("encoding", e.currentTarget.value)}>
+          <option value="hex">hex</option>
+          <option value="base64">base64</option>
+        </select>
+      </div>
+      <TextField
+        id="cs-sig-timestamp"
+        label="Timestamp header (optional)"
+        placeholder="webhook-timestamp"
+        value={signature.timestampHeader}
+        onInput={(v) => setSignatureField("timestampHeader", v)}
+      />
+      <div>
+        <label for="cs-sig-tolerance">Tolerance (seconds)</label>
+        <input
+          id="cs-sig-tolerance"
+          type="number"
+          min={1}
+          max={86400}
+          value={signature.toleranceSeconds}
+          onInput={(e) => setSignatureField("toleranceSeconds", Number(e.currentTarget.value))}
+        />
+      </div>
+      <div>
+        <label for="cs-sig-signed">What is signed</label>
+        <select id="cs-sig-signed" value={signature.signedContent} onChange={(e) => setSignatureField("signedContent", e.currentTarget.value)}>
+          <option value="body">The body</option>
+          <option value="id.timestamp.body">id.timestamp.body (Standard Webhooks)</option>
+        </select>
+      </div>
+      {signature.signedContent === "id.timestamp.body" ? (
+        <TextField
+          id="cs-sig-id"
+          label="Message id header"
+          required
+          placeholder="webhook-id"
+          value={signature.idHeader}
+          onInput={(v) => setSignatureField("idHeader", v)}
+        />
+      ) : null}
+    </fieldset>
+  );
+}
+
 function CreateSource(props: { onCreated(source: CustomSource, credential: Credential): void }) {
   const presets = useLoad(() => api<{ presets: Preset[] }>("GET", orgPath("/custom-source-presets")).then((r) => r.presets), []);
   const [name, setName] = useState("");
@@ -293,84 +378,16 @@ function CreateSource(props: { onCreated(source: CustomSource, credential: Crede
           <p class="hint">For tools that make their own (Sentry's client secret, a whsec_ secret); empty: one is issued.</p>
         </div>
         {mode === "header" ? (
-          <div>
-            <label for="cs-secret-header">Header holding the secret</label>
-            <input id="cs-secret-header" required placeholder="x-gitlab-token" value={secretHeader} onInput={(e) => setSecretHeader(e.currentTarget.value)} />
-          </div>
+          <TextField
+            id="cs-secret-header"
+            label="Header holding the secret"
+            required
+            placeholder="x-gitlab-token"
+            value={secretHeader}
+            onInput={setSecretHeader}
+          />
         ) : null}
-        {mode === "signature" ? (
-          <fieldset class="grid-2">
-            <legend>Signature</legend>
-            <div>
-              <label for="cs-sig-header">Signature header</label>
-              <input
-                id="cs-sig-header"
-                required
-                placeholder="x-hub-signature-256"
-                value={signature.header}
-                onInput={(e) => setSignatureField("header", e.currentTarget.value)}
-              />
-            </div>
-            <div>
-              <label for="cs-sig-algorithm">Algorithm</label>
-              <select id="cs-sig-algorithm" value={signature.algorithm} onChange={(e) => setSignatureField("algorithm", e.currentTarget.value)}>
-                <option value="sha256">sha256</option>
-                <option value="sha1">sha1</option>
-                <option value="sha512">sha512</option>
-              </select>
-            </div>
-            <div>
-              <label for="cs-sig-prefix">Prefix</label>
-              <input id="cs-sig-prefix" placeholder="sha256=" value={signature.prefix} onInput={(e) => setSignatureField("prefix", e.currentTarget.value)} />
-            </div>
-            <div>
-              <label for="cs-sig-encoding">Encoding</label>
-              <select id="cs-sig-encoding" value={signature.encoding} onChange={(e) => setSignatureField("encoding", e.currentTarget.value)}>
-                <option value="hex">hex</option>
-                <option value="base64">base64</option>
-              </select>
-            </div>
-            <div>
-              <label for="cs-sig-timestamp">Timestamp header (optional)</label>
-              <input
-                id="cs-sig-timestamp"
-                placeholder="webhook-timestamp"
-                value={signature.timestampHeader}
-                onInput={(e) => setSignatureField("timestampHeader", e.currentTarget.value)}
-              />
-            </div>
-            <div>
-              <label for="cs-sig-tolerance">Tolerance (seconds)</label>
-              <input
-                id="cs-sig-tolerance"
-                type="number"
-                min={1}
-                max={86400}
-                value={signature.toleranceSeconds}
-                onInput={(e) => setSignatureField("toleranceSeconds", Number(e.currentTarget.value))}
-              />
-            </div>
-            <div>
-              <label for="cs-sig-signed">What is signed</label>
-              <select id="cs-sig-signed" value={signature.signedContent} onChange={(e) => setSignatureField("signedContent", e.currentTarget.value)}>
-                <option value="body">The body</option>
-                <option value="id.timestamp.body">id.timestamp.body (Standard Webhooks)</option>
-              </select>
-            </div>
-            {signature.signedContent === "id.timestamp.body" ? (
-              <div>
-                <label for="cs-sig-id">Message id header</label>
-                <input
-                  id="cs-sig-id"
-                  required
-                  placeholder="webhook-id"
-                  value={signature.idHeader}
-                  onInput={(e) => setSignatureField("idHeader", e.currentTarget.value)}
-                />
-              </div>
-            ) : null}
-          </fieldset>
-        ) : null}
+        {mode === "signature" ? <SignatureFields signature={signature} onChange={setSignatureField} /> : null}
         <div class="switch-row">
           <input id="cs-path" type="checkbox" checked={secretInPath} onChange={(e) => setSecretInPath(e.currentTarget.checked)} />
           <label for="cs-path">Accept the secret in the URL path (for tools that can only set a URL)</label>
@@ -579,13 +596,7 @@ function PreviewPanel(props: { org: string; source: CustomSource; rules: Rule[] 
             ))}
             <table class="list" id="preview-verdicts">
               <caption>Each rule</caption>
-              <thead>
-                <tr>
-                  <th scope="col">Rule</th>
-                  <th scope="col">Verdict</th>
-                  <th scope="col">Why</th>
-                </tr>
-              </thead>
+              <ColumnHeads columns={["Rule", "Verdict", "Why"]} />
               <tbody>
                 {result.rules.map((v) => (
                   <tr key={v.rule} data-rule={v.rule}>
@@ -748,14 +759,7 @@ function DeliveryLog(props: { org: string; source: CustomSource }) {
       ) : (
         <table class="list" id="delivery-log">
           <caption class="sr-only">{`Deliveries to ${props.source.name}, newest first`}</caption>
-          <thead>
-            <tr>
-              <th scope="col">When</th>
-              <th scope="col">Outcome</th>
-              <th scope="col">Incident</th>
-              <th scope="col">Rule or error</th>
-            </tr>
-          </thead>
+          <ColumnHeads columns={["When", "Outcome", "Incident", "Rule or error"]} />
           <tbody>
             {rows.map((d) => (
               <tr key={d.id} data-outcome={d.outcome}>

@@ -2,7 +2,7 @@ import { useState } from "preact/hooks";
 import { api, orgPath } from "../api";
 import { exact, safeHref } from "../format";
 import { useLiveEvents } from "../live";
-import { ErrorNotice, useAction, useLoad } from "../ui";
+import { ColumnHeads, ErrorNotice, useAction, useLoad } from "../ui";
 
 // The evidence an incident's investigation read from the connected remote sources: series drawn
 // as SVG line charts by the code below (a charting library would add tens of KiB to a page that
@@ -191,13 +191,7 @@ function LogTable(props: { entries: LogEntry[] }) {
   return (
     <div class="table-wrap">
       <table class="evidence-logs">
-        <thead>
-          <tr>
-            <th scope="col">Time</th>
-            <th scope="col">Line</th>
-            <th scope="col">Labels</th>
-          </tr>
-        </thead>
+        <ColumnHeads columns={["Time", "Line", "Labels"]} />
         <tbody>
           {props.entries.map((e, i) => (
             <tr key={`${e.t}-${i}`}>

@@ -284,6 +284,22 @@ function StatusCell(props: { heartbeat: Heartbeat; org: string; now: number }) {
  * The heartbeats page: the organization's heartbeats with their status and next expected ping, and
  * a form to register one.
  */
+/** Shows (or hides again) the heartbeat's `label` panel: one heartbeat's at a time. */
+function ShowButton(props: { label: string; name: string; shown: string; onShow(name: string): void }) {
+  const open = props.shown === props.name;
+  return (
+    <button
+      type="button"
+      class="secondary"
+      onClick={() => props.onShow(open ? "" : props.name)}
+      aria-expanded={open}
+      aria-label={`${props.label} of ${props.name}`}
+    >
+      {props.label}
+    </button>
+  );
+}
+
 export function HeartbeatsPage(props: { org: string }) {
   // Each second: a silent heartbeat's silent time counts live.
   const now = useNow(1_000);
@@ -371,24 +387,8 @@ export function HeartbeatsPage(props: { org: string }) {
                     <StatusCell heartbeat={heartbeat} org={props.org} now={now} />
                   </td>
                   <td data-label="Actions" class="row-actions">
-                    <button
-                      type="button"
-                      class="secondary"
-                      onClick={() => setShowing(showing === heartbeat.name ? "" : heartbeat.name)}
-                      aria-expanded={showing === heartbeat.name}
-                      aria-label={`History of ${heartbeat.name}`}
-                    >
-                      History
-                    </button>
-                    <button
-                      type="button"
-                      class="secondary"
-                      onClick={() => setSetup(setup === heartbeat.name ? "" : heartbeat.name)}
-                      aria-expanded={setup === heartbeat.name}
-                      aria-label={`Setup of ${heartbeat.name}`}
-                    >
-                      Setup
-                    </button>
+                    <ShowButton label="History" name={heartbeat.name} shown={showing} onShow={setShowing} />
+                    <ShowButton label="Setup" name={heartbeat.name} shown={setup} onShow={setSetup} />
                     <button type="button" class="secondary" onClick={() => setEditing(heartbeat.name)} aria-label={`Edit ${heartbeat.name}`}>
                       Edit
                     </button>

@@ -1,6 +1,6 @@
 import { useState } from "preact/hooks";
 import { api, orgPath, type ConformanceReport, type RemoteSource } from "../../api";
-import { Ago, askConfirm, ErrorNotice, useAction, useLoad, useNow } from "../../ui";
+import { Ago, askConfirm, ColumnHeads, ErrorNotice, useAction, useLoad, useNow } from "../../ui";
 
 function Report(props: { report: ConformanceReport; name: string }) {
   return (
@@ -12,13 +12,7 @@ function Report(props: { report: ConformanceReport; name: string }) {
       </p>
       <table class="list checks">
         <caption class="sr-only">{`Conformance report of ${props.name}`}</caption>
-        <thead>
-          <tr>
-            <th scope="col">Check</th>
-            <th scope="col">Result</th>
-            <th scope="col">Detail</th>
-          </tr>
-        </thead>
+        <ColumnHeads columns={["Check", "Result", "Detail"]} />
         <tbody>
           {props.report.checks.map((check, i) => (
             <tr key={`${check.name}-${i}`}>

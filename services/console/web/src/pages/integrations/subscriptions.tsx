@@ -1,7 +1,7 @@
 import { useState } from "preact/hooks";
 import { EVENT_TYPES } from "../../../../../subscriptions/event-names";
 import { api, type Delivery, orgPath, type Subscription } from "../../api";
-import { ErrorNotice, useAction, useLoad } from "../../ui";
+import { ColumnHeads, ErrorNotice, useAction, useLoad } from "../../ui";
 
 /** One subscription's delivery log, newest first, with a redeliver button per delivery. */
 function DeliveryLog(props: { subscription: Subscription }) {
@@ -17,15 +17,7 @@ function DeliveryLog(props: { subscription: Subscription }) {
       ) : (
         <table>
           <caption class="sr-only">{`Deliveries to ${props.subscription.description || props.subscription.url}`}</caption>
-          <thead>
-            <tr>
-              <th scope="col">Event</th>
-              <th scope="col">State</th>
-              <th scope="col">Last attempt</th>
-              <th scope="col">Answer</th>
-              <th scope="col">Redeliver</th>
-            </tr>
-          </thead>
+          <ColumnHeads columns={["Event", "State", "Last attempt", "Answer", "Redeliver"]} />
           <tbody>
             {list.map((d) => {
               const last = d.attempts[0];
