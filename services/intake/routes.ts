@@ -9,6 +9,9 @@ import { createConfigAsCodeHandlers } from "./config-as-code/config-as-code.js";
 import { createCustomSourceHandlers } from "./custom-sources/custom-source-handlers.js";
 import { createCorrelation, createCorrelationHandlers } from "./correlation/correlation.js";
 import { createGrouping, createGroupingHandlers } from "./grouping/grouping.js";
+import { createPostgresGroupingStore } from "./grouping/store.js";
+import { createPostgresCustomSourceStore } from "./custom-sources/store.js";
+import { createPostgresConfigStore } from "./config-as-code/store.js";
 import { createDeliveryPath } from "./delivery.js";
 import { createDropinHandlers } from "./dropin-receivers.js";
 import { createReceiverSecrets } from "./receiver-secrets.js";
@@ -22,9 +25,12 @@ type IntakeImpl = ServiceImpl<typeof IntakeService>;
 export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const { clients, store, logger, broadcast } = deps;
   const ingestTokens = createIngestTokenResolver({ clients, broadcast });
-  const custom = deps.customSources;
-  const grouping = custom ? createGrouping({ sql: custom.sql, clients, logger, largeBodies: custom.largeBodies }) : undefined;
-  const correlation = custom ? createCorrelation({ sql: custom.sql, logger }) : undefined;
+  const tables = deps.customSources;
+  const custom = tables && { ...tables, store: createPostgresCustomSourceStore(tables.sql, tables.outbox) };
+  const groupingStore = tables && createPostgresGroupingStore(tables.sql, tables.outbox);
+  const config = tables && { ...tables, store: createPostgresConfigStore(tables.sql, tables.outbox) };
+  const grouping = groupingStore ? createGrouping({ store: groupingStore, clients, logger, largeBodies: tables.largeBodies }) : undefined;
+  const correlation = tables ? createCorrelation({ sql: tables.sql, logger }) : undefined;
   const delivery = createDeliveryPath({
     clients,
     store,
@@ -44,9 +50,9 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
-    ...createGroupingHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients }),
-    ...createCorrelationHandlers({ sql: custom?.sql, outbox: custom?.outbox, clients, correlation }),
-    ...createConfigAsCodeHandlers({ clients, customSources: custom, correlation }),
+    ...createGroupingHandlers({ store: groupingStore, outbox: tables?.outbox, clients }),
+    ...createCorrelationHandlers({ sql: tables?.sql, outbox: tables?.outbox, clients, correlation }),
+    ...createConfigAsCodeHandlers({ clients, config, correlation }),
   });
 }
 

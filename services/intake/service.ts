@@ -8,7 +8,7 @@ import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
 import { createRecordWriter } from "./custom-sources/custom-source-delivery.js";
 import { createLargeBodies } from "./custom-sources/large-bodies.js";
 import { groupingGenerationRetention } from "./grouping/generation-retention.js";
-import { createCustomSourceStore } from "./custom-sources/store.js";
+import { createDeliveryRecordStore } from "./custom-sources/store.js";
 import { migrations } from "./migrations.js";
 import { HOLD_SECONDS } from "./retry-recognition.js";
 import { recordInGroups } from "./record-groups.js";
@@ -24,7 +24,7 @@ const FORGET_EVERY_MS = 10 * 60_000;
 export function createIntakeService(ctx: ServiceContext): ServiceModule {
   const { clients, logger, broadcast } = ctx;
   const store = createPostgresIntakeStore(ctx.sql, ctx.outbox);
-  const customSourceRecords = createRecordWriter(createCustomSourceStore(ctx.sql), logger);
+  const customSourceRecords = createRecordWriter(createDeliveryRecordStore(ctx.sql), logger);
   // Made when first needed: only sources that check signatures need keys (SECRETS_KEYS).
   let secretBox: (() => SecretBox) | undefined;
   const customSourceSecrets = (): SecretBox => {

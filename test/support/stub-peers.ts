@@ -1,5 +1,6 @@
 import { create, type DescService } from "@bufbuild/protobuf";
 import { Code, ConnectError, createRouterTransport, type ConnectRouter, type HandlerContext, type ServiceImpl, type Transport } from "@connectrpc/connect";
+import { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import { IdentityService, PrincipalSchema, type Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
 import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { createClients, type Clients } from "../../services/runtime/transport/clients.js";
@@ -7,7 +8,7 @@ import { errorInterceptor } from "../../services/runtime/errors.js";
 import { createLogger } from "../../services/runtime/observability/logger.js";
 
 /**
- * Stand-ins for the identity service and the incident core, served through Connect's router
+ * Stand-ins for the identity service, the incident core and the heartbeats service, served through Connect's router
  * transport, for unit tests of one service's handlers: no database, no bus. A test sets what each
  * method answers, or makes it fail with a Connect code as a peer that is down, slow or missing
  * something would.
@@ -15,12 +16,14 @@ import { createLogger } from "../../services/runtime/observability/logger.js";
 
 export type IdentityImpl = Partial<ServiceImpl<typeof IdentityService>>;
 export type IncidentsImpl = Partial<ServiceImpl<typeof IncidentsService>>;
+export type HeartbeatsImpl = Partial<ServiceImpl<typeof HeartbeatsService>>;
 
 export interface StubPeers {
   clients: Clients;
   /** The methods the stand-ins answer with; replace one to change what the next calls get. */
   identity: IdentityImpl;
   incidents: IncidentsImpl;
+  heartbeats: HeartbeatsImpl;
 }
 
 /**
@@ -59,7 +62,7 @@ export function failWith(code: Code, message = `stub peer answers ${Code[code]}`
  * organization and refuses anything else; every other method answers Unimplemented until a test
  * sets it.
  */
-export function stubPeers(options: { principal?: Principal; identity?: IdentityImpl; incidents?: IncidentsImpl } = {}): StubPeers {
+export function stubPeers(options: { principal?: Principal; identity?: IdentityImpl; incidents?: IncidentsImpl; heartbeats?: HeartbeatsImpl } = {}): StubPeers {
   const principal = options.principal ?? stubPrincipal();
   const identity: IdentityImpl = {
     authenticate(req, context) {
@@ -70,11 +73,13 @@ export function stubPeers(options: { principal?: Principal; identity?: IdentityI
     ...options.identity,
   };
   const incidents: IncidentsImpl = { ...options.incidents };
+  const heartbeats: HeartbeatsImpl = { ...options.heartbeats };
   const transport = createRouterTransport((router) => {
     router.service(IdentityService, dispatching(IdentityService, identity));
     router.service(IncidentsService, dispatching(IncidentsService, incidents));
+    router.service(HeartbeatsService, dispatching(HeartbeatsService, heartbeats));
   });
-  return { clients: createClients(transport), identity, incidents };
+  return { clients: createClients(transport), identity, incidents, heartbeats };
 }
 
 /** Every method of `service`, looking its handler up in `impl` at each call, so a test can swap one between calls. */

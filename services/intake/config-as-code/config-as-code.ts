@@ -18,7 +18,7 @@ import { isSourceBadge, SEVERITIES } from "../../domain/vocabulary.js";
 import { ADMINS, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
 import { FailedPreconditionError, InvalidArgumentError, UnavailableError } from "../../runtime/errors.js";
-import { recordAudit } from "../../runtime/transport/events.js";
+import type { AuditRecord } from "../../runtime/transport/events.js";
 import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
 import { compileRules } from "../../cel/cel-mapping.js";
 import {
@@ -37,27 +37,26 @@ import {
   windowName,
   windowSpecOf,
 } from "./config-schedules.js";
-import { CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
-import type { CustomSourcesDeps } from "../custom-sources/custom-source-handlers.js";
-import {
-  authOfRow,
-  rulesFromJson,
-  rulesToJson,
-  sealSourceSecret,
-  signatureColumn,
-  triggerUrl,
-  unsealedForSignature,
-  validateName,
-} from "../custom-sources/custom-source-records.js";
+import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
+import type { SecretBox } from "../../runtime/credentials/secret-box.js";
+import type { Outbox } from "../../runtime/data/outbox.js";
+import { authOfRow, rulesFromJson, rulesToJson, sealSourceSecret, triggerUrl, validateName } from "../custom-sources/custom-source-records.js";
 import { authEntry, sameAuth, type SourceAuth, sourceAuthFrom } from "../custom-sources/source-auth.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
-import {
-  type Correlation,
-  type CorrelationSettings,
-  checkCorrelationSettings,
-  readCorrelationSettings,
-  writeCorrelationSettings,
-} from "../correlation/correlation.js";
+import { type Correlation, type CorrelationSettings, checkCorrelationSettings } from "../correlation/correlation.js";
+import type { ConfigStore, ConfigWrite } from "./store.js";
+
+/** What configuration as code needs beyond intake's clients; without it its routes answer Unavailable. */
+export interface ConfigDeps {
+  store: ConfigStore;
+  /** The relay to poke after the plan's audit records. */
+  outbox: Pick<Outbox, "poke">;
+  publicUrl: string;
+  /** Tells every replica a source changed. */
+  broadcast: Broadcast;
+  /** Seals the secrets of created sources that check signatures. */
+  secretBox?: (() => SecretBox) | undefined;
+}
 
 const RULE_FIELDS = ["name", "when", "kind", "title", "severity", "attachKey", "eventId", "entity", "summary", "link", "runbookUrl", "ignoreReason"] as const;
 
@@ -164,24 +163,17 @@ function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
  */
 export function createConfigAsCodeHandlers(deps: {
   clients: Clients;
-  customSources: CustomSourcesDeps | undefined;
+  config: ConfigDeps | undefined;
   /** Told of a correlation change at once (other replicas see it within CORRELATION_CACHE_MS). */
   correlation?: Correlation | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, "exportConfig" | "applyConfig"> {
   const { clients } = deps;
-  function need(): CustomSourcesDeps {
-    if (!deps.customSources) throw new UnavailableError("configuration as code is not available in this process");
-    return deps.customSources;
+  function need(): ConfigDeps {
+    if (!deps.config) throw new UnavailableError("configuration as code is not available in this process");
+    return deps.config;
   }
 
-  async function current(orgId: string) {
-    const { sql } = need();
-    const sources = await sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} order by name`;
-    const overrides = await sql<{ source: string; attach_key: string; window_hours: number }[]>`
-      select source, attach_key, window_hours from intake.grouping_overrides where org_id = ${orgId} order by source`;
-    const correlation = await readCorrelationSettings(sql, orgId);
-    return { sources, overrides, correlation };
-  }
+  const current = (orgId: string) => need().store.current(orgId);
 
   return {
     async exportConfig(req, context) {
@@ -349,63 +341,67 @@ export function createConfigAsCodeHandlers(deps: {
       const response = create(ApplyConfigResponseSchema, { changes, applied: false });
       if (req.dryRun || changes.length === 0) return response;
 
-      const { sql, outbox, publicUrl, broadcast } = need();
-      const changedSources: string[] = [];
-      await sql.begin(async (tx) => {
-        await tx`select pg_advisory_xact_lock(hashtext(${`custom-sources:${principal.orgId}`}))`;
-        const audit = (kind: string, data: JsonObject) =>
-          recordAudit(outbox, tx, { orgId: principal.orgId, kind, actor: principal.email, data: { ...data, via: "config" } });
-        for (const c of changes) {
-          if (c.kind === "customSource") {
-            const spec = wanted.get(c.name);
-            const rules = spec ? tx.json(rulesToJson(rulesFromJson(spec.rules))) : undefined;
-            if (c.action === "create" && spec) {
-              const id = randomUUID();
-              const secret = newHexSecret();
-              const { sealed, sealedBy } = sealSourceSecret(need().secretBox, id, secret, spec.auth.signature !== null);
-              await tx`
-                insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
-                                                   secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
-                values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${spec.name}, ${rules!}, ${spec.auth.secretInPath}, ${spec.auth.basicAuth},
-                        ${spec.auth.secretHeader}, ${signatureColumn(tx, spec.auth)}, ${spec.preset}, ${sha256(secret)}, ${sealed}, ${sealedBy}, now())`;
-              const url = triggerUrl(publicUrl, id);
-              response.credentials.push({
-                $typeName: "warroom.intake.v1.CreatedSourceCredential",
+      const { store, outbox, publicUrl, broadcast } = need();
+      const audit = (kind: string, data: JsonObject): AuditRecord => ({
+        orgId: principal.orgId,
+        kind,
+        actor: principal.email,
+        data: { ...data, via: "config" },
+      });
+      const writes: ConfigWrite[] = [];
+      for (const c of changes) {
+        if (c.kind === "customSource") {
+          const spec = wanted.get(c.name);
+          const rules = spec ? rulesToJson(rulesFromJson(spec.rules)) : undefined;
+          if (c.action === "create" && spec) {
+            const id = randomUUID();
+            const secret = newHexSecret();
+            const { sealed, sealedBy } = sealSourceSecret(need().secretBox, id, secret, spec.auth.signature !== null);
+            writes.push({
+              kind: "createSource",
+              source: {
+                id,
+                orgId: principal.orgId,
+                orgSlug: principal.orgSlug,
                 name: spec.name,
-                credential: create(CustomSourceCredentialSchema, { secret, url, ...(spec.auth.secretInPath ? { pathUrl: `${url}/${secret}` } : {}) }),
-              });
-              await audit("custom_source.created", { id, name: spec.name });
-            } else if (c.action === "update" && spec) {
-              const updated = await tx<{ id: string; secret_sealed: Buffer | null }[]>`
-                update intake.custom_sources set rules = ${rules!}, version = version + 1, secret_in_path = ${spec.auth.secretInPath},
-                  basic_auth = ${spec.auth.basicAuth}, secret_header = ${spec.auth.secretHeader}, signature = ${signatureColumn(tx, spec.auth)},
-                  preset = ${spec.preset}
-                where org_id = ${principal.orgId} and name = ${spec.name} returning id, secret_sealed`;
-              if (spec.auth.signature && updated.some((row) => !row.secret_sealed)) throw unsealedForSignature();
-              changedSources.push(...updated.map((row) => row.id));
-              await audit("custom_source.updated", { name: spec.name });
-            } else if (c.action === "delete") {
-              const deleted = await tx<{ id: string }[]>`delete from intake.custom_sources where org_id = ${principal.orgId} and name = ${c.name} returning id`;
-              changedSources.push(...deleted.map((row) => row.id));
-              await audit("custom_source.deleted", { name: c.name });
-            }
-          } else if (c.kind === "correlation") {
-            await writeCorrelationSettings(tx, outbox, principal, wantedCorrelation, "config");
-          } else if (c.kind === "groupingOverride") {
-            const o = wantedOverrides.get(c.name);
-            if (o) {
-              await tx`
-                insert into intake.grouping_overrides (org_id, source, attach_key, window_hours) values (${principal.orgId}, ${c.name}, ${o.attachKey}, ${o.windowHours})
-                on conflict (org_id, source) do update set attach_key = excluded.attach_key, window_hours = excluded.window_hours,
-                  version = intake.grouping_overrides.version + 1`;
-              await audit("grouping_override.set", { source: c.name, attachKey: o.attachKey, windowHours: o.windowHours });
-            } else {
-              await tx`delete from intake.grouping_overrides where org_id = ${principal.orgId} and source = ${c.name}`;
-              await audit("grouping_override.deleted", { source: c.name });
-            }
+                rules: rules!,
+                auth: spec.auth,
+                preset: spec.preset,
+                credential: { hash: sha256(secret), sealed, sealedBy },
+              },
+              audit: audit("custom_source.created", { id, name: spec.name }),
+            });
+            const url = triggerUrl(publicUrl, id);
+            response.credentials.push({
+              $typeName: "warroom.intake.v1.CreatedSourceCredential",
+              name: spec.name,
+              credential: create(CustomSourceCredentialSchema, { secret, url, ...(spec.auth.secretInPath ? { pathUrl: `${url}/${secret}` } : {}) }),
+            });
+          } else if (c.action === "update" && spec) {
+            writes.push({
+              kind: "updateSource",
+              source: { name: spec.name, rules: rules!, auth: spec.auth, preset: spec.preset },
+              audit: audit("custom_source.updated", { name: spec.name }),
+            });
+          } else if (c.action === "delete") {
+            writes.push({ kind: "deleteSource", name: c.name, audit: audit("custom_source.deleted", { name: c.name }) });
+          }
+        } else if (c.kind === "correlation") {
+          writes.push({ kind: "correlation", settings: wantedCorrelation, actor: principal });
+        } else if (c.kind === "groupingOverride") {
+          const o = wantedOverrides.get(c.name);
+          if (o) {
+            writes.push({
+              kind: "putOverride",
+              override: { source: c.name, ...o },
+              audit: audit("grouping_override.set", { source: c.name, attachKey: o.attachKey, windowHours: o.windowHours }),
+            });
+          } else {
+            writes.push({ kind: "deleteOverride", source: c.name, audit: audit("grouping_override.deleted", { source: c.name }) });
           }
         }
-      });
+      }
+      const { changedSources } = await store.apply(principal.orgId, writes);
       outbox.poke();
       deps.correlation?.forget(principal.orgId);
       // Every replica drops what it cached of a changed source before the change is answered.

@@ -23,7 +23,7 @@ import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import { boundedBody, type createCompiledRulesCache, headersForRules, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
 import { LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { IDEMPOTENCY_KEY_HEADER } from "../retry-keys.js";
-import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord } from "./store.js";
+import type { CustomSourceRow, CustomSourceStore, DeliveryLogEntry, DeliveryRecord, DeliveryRecordStore } from "./store.js";
 
 /** The title of the incident a delivery opens when its source's rules could not map it. */
 export function unmappedTitle(sourceName: string): string {
@@ -78,7 +78,7 @@ export const CUSTOM_SOURCE_FAILURE_SCOPE = "custom-source";
  * raw payload and the error.
  */
 export function createCustomSourceDelivery(deps: {
-  store: CustomSourceStore;
+  store: Pick<CustomSourceStore, "byCredential" | "byId">;
   compiled: ReturnType<typeof createCompiledRulesCache>;
   delivery: DeliveryPath;
   failures: ReceiverFailureStore;
@@ -278,7 +278,7 @@ const MOST_WAITING_BYTES = 32 * 1024 * 1024;
  * holding at most MOST_WAITING_BYTES wait; the oldest beyond are dropped and counted, never the
  * delivery.
  */
-export function createRecordWriter(store: CustomSourceStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS, mostWaitingBytes = MOST_WAITING_BYTES) {
+export function createRecordWriter(store: DeliveryRecordStore, logger: Logger, mostWaiting = MOST_WAITING_RECORDS, mostWaitingBytes = MOST_WAITING_BYTES) {
   let waiting: { record: DeliveryRecord; bytes: number }[] = [];
   let waitingBytes = 0;
   /** Records taken for the statement being written. */

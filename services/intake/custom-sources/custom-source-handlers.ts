@@ -18,10 +18,9 @@ import { type IntakeService, TriggerResponseSchema } from "../../../gen/warroom/
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { Clients } from "../../runtime/transport/clients.js";
-import type { Sql, TransactionSql } from "../../runtime/data/database.js";
-import { AlreadyExistsError, FailedPreconditionError, InvalidArgumentError, NotFoundError, RateLimitedError, UnavailableError } from "../../runtime/errors.js";
+import { InvalidArgumentError, NotFoundError, RateLimitedError, UnavailableError } from "../../runtime/errors.js";
 import { ShareExceeded } from "../fair-shares.js";
-import { recordAudit } from "../../runtime/transport/events.js";
+import type { AuditRecord } from "../../runtime/transport/events.js";
 import { isUuid } from "../../runtime/ids.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import { newHexSecret, sha256 } from "../../runtime/credentials/secrets.js";
@@ -37,7 +36,6 @@ import {
   headersForRules,
   rulesToJson,
   sealSourceSecret,
-  signatureColumn,
   toCustomSource,
   triggerUrl,
   unsealedForSignature,
@@ -48,15 +46,16 @@ import { senderSecret, type SourceAuth, sourceAuthFrom } from "./source-auth.js"
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import type { Logger } from "../../runtime/observability/logger.js";
 import { PRESETS, presetNamed } from "./presets.js";
-import { type CustomSourceRow, createCustomSourceStore, SOURCES_PER_ORG } from "./store.js";
+import { type CustomSourceRow, type CustomSourceStore, SOURCES_PER_ORG } from "./store.js";
 
 /**
- * What custom sources need beyond intake's own deps: their tables, the outbox for audit, the
- * public URL, and the broadcast that tells every replica a source changed.
+ * What custom sources need beyond intake's own deps: their store, the outbox's relay to poke
+ * after a change's audit record, the public URL, and the broadcast that tells every replica a
+ * source changed.
  */
 export interface CustomSourcesDeps {
-  sql: Sql;
-  outbox: Outbox;
+  store: CustomSourceStore;
+  outbox: Pick<Outbox, "poke">;
   publicUrl: string;
   broadcast: Broadcast;
   /** Writes the deliveries' kept payloads and log rows (one per process; stopping flushes it). */
@@ -109,14 +108,6 @@ function authAudit(auth: SourceAuth): JsonObject {
   };
 }
 
-/** A sender's secret that another source already has: each source needs its own. */
-function secretInUse(err: unknown): never {
-  if ((err as { code?: string; constraint_name?: string }).constraint_name === "custom_sources_secret") {
-    throw new AlreadyExistsError("secret: another custom source has this secret; give each source a secret of its own");
-  }
-  throw err;
-}
-
 export const AUDIT_KINDS = {
   created: "custom_source.created",
   updated: "custom_source.updated",
@@ -142,7 +133,7 @@ export function createCustomSourceHandlers(deps: {
 }): Pick<ServiceImpl<typeof IntakeService>, CustomSourceMethods> {
   const { clients, delivery } = deps;
   const config = deps.customSources;
-  const store = config ? createCustomSourceStore(config.sql) : undefined;
+  const store = config?.store;
   const compiled = createCompiledRulesCache();
   const receiver =
     config && store
@@ -177,25 +168,21 @@ export function createCustomSourceHandlers(deps: {
   }
 
   /**
-   * Runs a change with its audit record in one transaction; a change to an existing source is then
-   * broadcast before it is answered, so no replica serves the old credential or rules after.
+   * Runs a change (which writes its audit record with it, see CustomSourceStore); a change to an
+   * existing source is then broadcast before it is answered, so no replica serves the old
+   * credential or rules after.
    */
   async function audited<T>(
-    orgId: string,
-    actor: string,
+    principal: { orgId: string; email: string },
     kind: string,
     data: JsonObject & { id: string },
-    work: (tx: TransactionSql) => Promise<T>,
+    work: (store: CustomSourceStore, audit: AuditRecord) => Promise<T>,
   ): Promise<T> {
-    const { sql, outbox, broadcast } = need(config);
-    const result = await sql.begin(async (tx) => {
-      const value = await work(tx);
-      await recordAudit(outbox, tx, { orgId, kind, actor, data });
-      return value;
-    });
+    const { store, outbox, broadcast } = need(config);
+    const result = await work(store, { orgId: principal.orgId, kind, actor: principal.email, data });
     outbox.poke();
     if (kind !== AUDIT_KINDS.created) await broadcast.publish(CUSTOM_SOURCE_CHANGED, data.id);
-    return result as T;
+    return result;
   }
 
   /** The secret to issue: the sender's own when given (checked), else a new one. */
@@ -232,20 +219,20 @@ export function createCustomSourceHandlers(deps: {
       const secret = secretToIssue(req.secret);
       const id = randomUUID();
       const { sealed, sealedBy } = sealSourceSecret(config?.secretBox, id, secret, auth.signature !== null);
-      const row = await audited(principal.orgId, principal.email, AUDIT_KINDS.created, { id, name, preset: saved.preset, ...authAudit(auth) }, async (tx) => {
-        const count = await need(store).lockOrg(tx, principal.orgId);
-        if (count >= SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
-        const [existing] = await tx`select 1 from intake.custom_sources where org_id = ${principal.orgId} and name = ${name}`;
-        if (existing) throw new AlreadyExistsError(`a custom source named ${JSON.stringify(name)} already exists`);
-        const [inserted] = await tx<CustomSourceRow[]>`
-          insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
-                                             description, secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
-          values (${id}, ${principal.orgId}, ${principal.orgSlug}, ${name}, ${tx.json(rulesToJson(saved.rules))}, ${auth.secretInPath},
-                  ${auth.basicAuth}, ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${saved.preset},
-                  ${description}, ${sha256(secret)}, ${sealed}, ${sealedBy}, now())
-          returning *`;
-        return inserted!;
-      }).catch(secretInUse);
+      const source = {
+        id,
+        orgId: principal.orgId,
+        orgSlug: principal.orgSlug,
+        name,
+        rules: rulesToJson(saved.rules),
+        auth,
+        preset: saved.preset,
+        description,
+        credential: { hash: sha256(secret), sealed, sealedBy },
+      };
+      const row = await audited(principal, AUDIT_KINDS.created, { id, name, preset: saved.preset, ...authAudit(auth) }, (store, audit) =>
+        store.create(source, SOURCES_PER_ORG, audit),
+      );
       return create(CreateCustomSourceResponseSchema, { source: toCustomSource(row, need(config).publicUrl), credential: credentialOf(row, secret) });
     },
 
@@ -274,30 +261,19 @@ export function createCustomSourceHandlers(deps: {
       if (auth.signature && !current.secret_sealed) throw unsealedForSignature();
       const description = req.description === undefined ? current.description : validateDescription(req.description);
       const row = await audited(
-        principal.orgId,
-        principal.email,
+        principal,
         AUDIT_KINDS.updated,
         { id: current.id, name: current.name, rules: req.rules.length > 0, description: req.description !== undefined, ...authAudit(auth) },
-        async (tx) => {
-          const [updated] = await tx<CustomSourceRow[]>`
-            update intake.custom_sources
-            set rules = ${tx.json(rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth},
-              secret_header = ${auth.secretHeader}, signature = ${signatureColumn(tx, auth)}, description = ${description}
-            where org_id = ${principal.orgId} and id = ${current.id}
-            returning *`;
-          if (!updated) throw new NotFoundError("no such custom source");
-          return updated;
-        },
+        (store, audit) => store.update(principal.orgId, current.id, { rules, auth, description }, audit),
       );
+      if (!row) throw new NotFoundError("no such custom source");
       return toCustomSource(row, need(config).publicUrl);
     },
 
     async deleteCustomSource(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const current = await sourceOf(principal.orgId, req.id);
-      await audited(principal.orgId, principal.email, AUDIT_KINDS.deleted, { id: current.id, name: current.name }, async (tx) => {
-        await tx`delete from intake.custom_sources where org_id = ${principal.orgId} and id = ${current.id}`;
-      });
+      await audited(principal, AUDIT_KINDS.deleted, { id: current.id, name: current.name }, (store, audit) => store.delete(principal.orgId, current.id, audit));
       return {};
     },
 
@@ -306,28 +282,17 @@ export function createCustomSourceHandlers(deps: {
       const current = await sourceOf(principal.orgId, req.id);
       const secret = secretToIssue(req.secret);
       const { sealed, sealedBy } = sealSourceSecret(config?.secretBox, current.id, secret, current.signature !== null);
-      const row = await audited(
-        principal.orgId,
-        principal.email,
-        AUDIT_KINDS.rotated,
-        { id: current.id, name: current.name, senderSecret: req.secret !== "" },
-        async (tx) => {
-          const [updated] = await tx<CustomSourceRow[]>`
-          update intake.custom_sources set secret_hash = ${sha256(secret)}, secret_sealed = ${sealed}, secret_sealed_by = ${sealedBy}, credential_issued_at = now()
-          where org_id = ${principal.orgId} and id = ${current.id} returning *`;
-          if (!updated) throw new NotFoundError("no such custom source");
-          return updated;
-        },
-      ).catch(secretInUse);
+      const row = await audited(principal, AUDIT_KINDS.rotated, { id: current.id, name: current.name, senderSecret: req.secret !== "" }, (store, audit) =>
+        store.rotate(principal.orgId, current.id, { hash: sha256(secret), sealed, sealedBy }, audit),
+      );
+      if (!row) throw new NotFoundError("no such custom source");
       return credentialOf(row, secret);
     },
 
     async revokeCustomSourceCredential(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
       const current = await sourceOf(principal.orgId, req.id);
-      await audited(principal.orgId, principal.email, AUDIT_KINDS.revoked, { id: current.id, name: current.name }, async (tx) => {
-        await tx`update intake.custom_sources set secret_hash = null, secret_sealed = null, secret_sealed_by = null where org_id = ${principal.orgId} and id = ${current.id}`;
-      });
+      await audited(principal, AUDIT_KINDS.revoked, { id: current.id, name: current.name }, (store, audit) => store.revoke(principal.orgId, current.id, audit));
       return {};
     },
 

@@ -2,7 +2,6 @@ import { create, fromJson, toJson, type JsonObject, type JsonValue } from "@bufb
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, CustomSourceSchema } from "../../../gen/warroom/intake/v1/custom_sources_pb.js";
 import { SOURCE_BADGES } from "../../domain/vocabulary.js";
-import type { Sql } from "../../runtime/data/database.js";
 import { FailedPreconditionError, InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
@@ -79,11 +78,6 @@ export function unsealedForSignature(): FailedPreconditionError {
     "this source's secret is kept only as a hash, so a signature cannot be checked with it: rotate the credential (POST .../credential, " +
       "with the sender's secret if it makes its own), then set the signature",
   );
-}
-
-/** The `signature` column's value. */
-export function signatureColumn(sql: Pick<Sql, "json">, auth: SourceAuth) {
-  return auth.signature ? sql.json(auth.signature as unknown as JsonObject) : null;
 }
 
 /** A row's auth options. */

@@ -4,7 +4,7 @@ import { customSourceRecordsDropped } from "../../runtime/observability/metrics.
 import { NEVER_ABORTS, requestIdServerInterceptor, throwIfCallerGaveUp } from "../../runtime/http/request-context.js";
 import { createRecordWriter } from "./custom-source-delivery.js";
 import { boundedBody, KEPT_BODY_BYTES, parseCustomBody } from "./custom-source-records.js";
-import type { CustomSourceStore, DeliveryRecord } from "./store.js";
+import type { DeliveryRecordStore, DeliveryRecord } from "./store.js";
 
 // A body small enough when it arrived is kept without writing it out to measure it: the bodies
 // that grow most when written back as JSON, as large as that shortcut takes, still fit.
@@ -50,7 +50,7 @@ describe("a kept body's size", () => {
 // number: large kept payloads would otherwise fill the heap long before the count bound.
 describe("the record writer with a stalled store", () => {
   const silent = { warn: () => {}, error: () => {}, info: () => {}, debug: () => {} } as unknown as Logger;
-  const stalled = { keepAndLogMany: () => new Promise<void>(() => {}) } as unknown as CustomSourceStore;
+  const stalled = { keepAndLogMany: () => new Promise<void>(() => {}) } as unknown as DeliveryRecordStore;
   const record = (text: string): DeliveryRecord => ({
     sourceId: "00000000-0000-4000-8000-000000000001",
     receivedAt: new Date(),
@@ -92,7 +92,7 @@ describe("the record writer after the call that queued a record", () => {
         throwIfCallerGaveUp();
         written.push(...group);
       },
-    } as unknown as CustomSourceStore;
+    } as unknown as DeliveryRecordStore;
     const writer = createRecordWriter(store, silent);
     const record: DeliveryRecord = {
       sourceId: "00000000-0000-4000-8000-000000000001",

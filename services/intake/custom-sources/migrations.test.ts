@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freshDatabase } from "../../../test/support/app.js";
 import { migrate } from "../../runtime/data/migrations.js";
 import { migrations } from "../migrations.js";
-import { createCustomSourceStore, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
+import { createDeliveryRecordStore, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
 
 /**
  * Upgrading a database the earlier schema wrote: migration 36 turns each custom source's kept
@@ -56,7 +56,7 @@ describe("migration 36 on an existing database", () => {
 
     await migrate(sql, "intake", migrations);
 
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const kept = await store.payloads(busy);
     expect(kept.map((p) => (p.body as { n: number }).n)).toEqual(Array.from({ length: KEPT_PAYLOADS }, (_, i) => payloads - 1 - i));
     expect(kept.map((p) => p.seq)).toEqual(Array.from({ length: KEPT_PAYLOADS }, (_, i) => String(KEPT_PAYLOADS - 1 - i)));

@@ -4,7 +4,7 @@ import { startApp, type TestApp } from "../../../test/support/app.js";
 import { createLogger } from "../../runtime/observability/logger.js";
 import { customSourceRecordsDropped } from "../../runtime/observability/metrics.js";
 import { createRecordWriter } from "./custom-source-delivery.js";
-import { createCustomSourceStore, type DeliveryRecord, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
+import { createDeliveryRecordStore, type DeliveryRecord, KEPT_DELIVERIES, KEPT_PAYLOADS } from "./store.js";
 
 // The kept payloads and log rows of deliveries answered together, written in groups after their
 // answers, on a real database: each source keeps its newest payloads and log rows in rings of
@@ -55,7 +55,7 @@ async function logged(sourceId: string): Promise<number> {
 
 describe("kept payloads and log rows written together", () => {
   it("keeps each source's newest payloads when one batch brings more than it keeps, and logs every delivery", async () => {
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const busy = await createSource("batch-busy");
     const quiet = await createSource("batch-quiet");
     await store.keepAndLogMany([record(busy, 0), record(busy, 1)]);
@@ -71,7 +71,7 @@ describe("kept payloads and log rows written together", () => {
   });
 
   it("writes the others of a batch when one record cannot be written (its source deleted meanwhile)", async () => {
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const kept = await createSource("batch-kept");
     const gone = await createSource("batch-gone");
     await sql`delete from intake.custom_sources where id = ${gone}`;
@@ -84,7 +84,7 @@ describe("kept payloads and log rows written together", () => {
   });
 
   it("writes records after their answers in groups, and a flush ends though more keep coming", async () => {
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const source = await createSource("batch-grouped");
     const statements: number[] = [];
     const counted = {
@@ -117,7 +117,7 @@ describe("kept payloads and log rows written together", () => {
   });
 
   it("keeps at most its bound waiting while Postgres does not keep up, dropping the oldest and counting them", async () => {
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const source = await createSource("batch-bounded");
     const writer = createRecordWriter(store, createLogger("silent", "test"), 20);
     const droppedBefore = (await customSourceRecordsDropped.get()).values[0]?.value ?? 0;
@@ -144,7 +144,7 @@ describe("kept payloads and log rows written together", () => {
   });
 
   it("keeps a storm's newest payloads and log rows in place: the tables never grow past the rings", async () => {
-    const store = createCustomSourceStore(sql);
+    const store = createDeliveryRecordStore(sql);
     const source = await createSource("ring-storm");
     const total = 3 * KEPT_DELIVERIES + 7;
     for (let from = 0; from < total; from += 100) {
@@ -174,7 +174,7 @@ describe("kept payloads and log rows written together", () => {
       await Promise.all(
         replicas.map((replica, r) =>
           (async () => {
-            const store = createCustomSourceStore(replica);
+            const store = createDeliveryRecordStore(replica);
             for (let g = 0; g < groups; g++) {
               // Each group names both sources, in an order that differs between replicas.
               const pair = (r + g) % 2 === 0 ? [first, second] : [second, first];

@@ -1,6 +1,9 @@
 import type { JsonValue } from "@bufbuild/protobuf";
 import type { Sql, TransactionSql } from "../../runtime/data/database.js";
-import type { SignatureSettings } from "./source-auth.js";
+import type { Outbox } from "../../runtime/data/outbox.js";
+import { AlreadyExistsError, FailedPreconditionError } from "../../runtime/errors.js";
+import { type AuditRecord, recordAudit } from "../../runtime/transport/events.js";
+import type { SignatureSettings, SourceAuth } from "./source-auth.js";
 
 /** A row of `intake.custom_sources`. `rules` is the rules' JSON as saved. */
 export interface CustomSourceRow {
@@ -84,38 +87,117 @@ function logColumns(entry: DeliveryLogEntry) {
   };
 }
 
-export function createCustomSourceStore(sql: Sql) {
+/** A source to create: its row's columns as an admin or a configuration file gives them. */
+export interface NewCustomSource {
+  id: string;
+  orgId: string;
+  orgSlug: string;
+  name: string;
+  rules: RuleJson[];
+  auth: SourceAuth;
+  preset: string;
+  /** Kept as written; none: empty. */
+  description?: string;
+  credential: StoredCredential;
+}
+
+/** A credential as it is stored: its hash, and its sealed copy when the process could seal it. */
+export interface StoredCredential {
+  hash: Buffer;
+  sealed: Buffer | null;
+  sealedBy: string | null;
+}
+
+/** What an update of a source changes: its rules (as saved) and its auth options. */
+export interface SourceChange {
+  rules: RuleJson[];
+  auth: SourceAuth;
+  /** None: left as it is. */
+  description?: string | undefined;
+}
+
+/** The refusal of a source past the organization's limit. */
+export function sourcesFull(atMost: number): FailedPreconditionError {
+  return new FailedPreconditionError(`an organization has at most ${atMost} custom sources`);
+}
+
+/** The refusal of a second source of one name in an organization. */
+export function nameTaken(name: string): AlreadyExistsError {
+  return new AlreadyExistsError(`a custom source named ${JSON.stringify(name)} already exists`);
+}
+
+/** The refusal of a sender's secret another source already has: each source needs its own. */
+export function secretTaken(): AlreadyExistsError {
+  return new AlreadyExistsError("secret: another custom source has this secret; give each source a secret of its own");
+}
+
+/**
+ * The kept payloads and delivery log of the custom sources: what a delivery writes after its
+ * answer (in groups, custom-source-delivery.ts) and what the admin routes read back.
+ */
+export interface DeliveryRecordStore {
+  /**
+   * The kept payloads and log rows of several deliveries. Each source's rows are rings: the
+   * source's counters number its payloads and deliveries, and a record overwrites the slot of the
+   * one KEPT_PAYLOADS (KEPT_DELIVERIES) before it, so only each source's newest are kept. A record
+   * whose source was deleted meanwhile is left out.
+   */
+  keepAndLogMany(records: DeliveryRecord[]): Promise<void>;
+  /** A source's kept payloads, the newest to arrive first. */
+  payloads(sourceId: string): Promise<PayloadRow[]>;
+  /** A kept payload by its number, while the source still keeps it. */
+  payload(sourceId: string, seq: bigint): Promise<PayloadRow | undefined>;
+  /** A source's delivery log, the newest to arrive first. */
+  deliveries(sourceId: string): Promise<DeliveryLogRow[]>;
+}
+
+/**
+ * What the custom-source routes and deliveries need from their tables. Every change writes its
+ * audit record in the same transaction; a source's name is unique in its organization and a
+ * current secret unique across every organization.
+ */
+export interface CustomSourceStore extends DeliveryRecordStore {
+  /**
+   * Creates a source and writes its audit record. Refuses (sourcesFull) when the organization has
+   * `atMost` sources already, counted under a per-organization lock so concurrent creations
+   * cannot both pass; refuses a name the organization has (nameTaken) and a secret another
+   * source has (secretTaken).
+   */
+  create(source: NewCustomSource, atMost: number, audit: AuditRecord): Promise<CustomSourceRow>;
+  /** The organization's sources, the oldest first. */
+  list(orgId: string): Promise<CustomSourceRow[]>;
+  get(orgId: string, id: string): Promise<CustomSourceRow | undefined>;
+  /** The source a credential belongs to, when it is that source's current one. */
+  byCredential(id: string, secretHash: Buffer): Promise<CustomSourceRow | undefined>;
+  /** A source by id alone, while it has a credential: for a delivery that proves its secret by a header or a signature. */
+  byId(id: string): Promise<CustomSourceRow | undefined>;
+  /** Replaces the rules and auth options (the version moves on) and writes the audit record; undefined when there is no such source. */
+  update(orgId: string, id: string, change: SourceChange, audit: AuditRecord): Promise<CustomSourceRow | undefined>;
+  /** Deletes the source (its payloads and log with it) and writes the audit record. */
+  delete(orgId: string, id: string, audit: AuditRecord): Promise<void>;
+  /**
+   * Replaces the credential (the old one matches nothing from the commit on) and writes the audit
+   * record; refuses a secret another source has (secretTaken). Undefined when there is no such source.
+   */
+  rotate(orgId: string, id: string, credential: StoredCredential, audit: AuditRecord): Promise<CustomSourceRow | undefined>;
+  /** Removes the credential: nothing authenticates as the source until it is rotated. Writes the audit record. */
+  revoke(orgId: string, id: string, audit: AuditRecord): Promise<void>;
+}
+
+/** The `signature` column's value. */
+export function signatureColumn(sql: Pick<Sql, "json">, auth: SourceAuth) {
+  return auth.signature ? sql.json(auth.signature as unknown as JsonValue) : null;
+}
+
+/** A secret that another source already has (the unique index on the hash): refused as secretTaken. */
+function secretInUse(err: unknown): never {
+  if ((err as { code?: string; constraint_name?: string }).constraint_name === "custom_sources_secret") throw secretTaken();
+  throw err;
+}
+
+/** The kept payloads and delivery log on Postgres. */
+export function createDeliveryRecordStore(sql: Sql): DeliveryRecordStore {
   return {
-    sql,
-
-    /** Serializes creations in one organization, so two replicas cannot both pass the count. */
-    async lockOrg(tx: TransactionSql, orgId: string): Promise<number> {
-      await tx`select pg_advisory_xact_lock(hashtext(${`custom-sources:${orgId}`}))`;
-      const [row] = await tx<{ count: number }[]>`select count(*)::int as count from intake.custom_sources where org_id = ${orgId}`;
-      return row!.count;
-    },
-
-    async list(orgId: string): Promise<CustomSourceRow[]> {
-      return sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} order by created_at, id`;
-    },
-
-    async get(orgId: string, id: string): Promise<CustomSourceRow | undefined> {
-      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} and id = ${id}`;
-      return row;
-    },
-
-    /** The source a credential belongs to, when it is that source's current one. */
-    async byCredential(id: string, secretHash: Buffer): Promise<CustomSourceRow | undefined> {
-      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash = ${secretHash}`;
-      return row;
-    },
-
-    /** A source by id alone: for a delivery that proves its secret by a header or a signature. */
-    async byId(id: string): Promise<CustomSourceRow | undefined> {
-      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash is not null`;
-      return row;
-    },
-
     /**
      * The kept payloads and log rows of several deliveries. Each source's rows are rings: the
      * source's counters number its payloads and deliveries, and a record overwrites the slot of the
@@ -191,4 +273,105 @@ export function createCustomSourceStore(sql: Sql) {
   };
 }
 
-export type CustomSourceStore = ReturnType<typeof createCustomSourceStore>;
+/** The custom sources on Postgres; audit records go to `outbox` in the same transactions. */
+export function createPostgresCustomSourceStore(sql: Sql, outbox: Outbox): CustomSourceStore {
+  /** Runs a change and writes its audit record in one transaction. */
+  const audited = <T>(audit: AuditRecord, work: (tx: TransactionSql) => Promise<T>): Promise<T> =>
+    sql.begin(async (tx) => {
+      const value = await work(tx);
+      await recordAudit(outbox, tx, audit);
+      return value;
+    }) as Promise<T>;
+
+  return {
+    ...createDeliveryRecordStore(sql),
+
+    async create(source, atMost, audit) {
+      const { auth, credential } = source;
+      return audited(audit, async (tx) => {
+        // Serializes creations in one organization, so two replicas cannot both pass the count.
+        await tx`select pg_advisory_xact_lock(hashtext(${`custom-sources:${source.orgId}`}))`;
+        const [held] = await tx<{ count: number }[]>`select count(*)::int as count from intake.custom_sources where org_id = ${source.orgId}`;
+        if (held!.count >= atMost) throw sourcesFull(atMost);
+        const [existing] = await tx`select 1 from intake.custom_sources where org_id = ${source.orgId} and name = ${source.name}`;
+        if (existing) throw nameTaken(source.name);
+        const [inserted] = await tx<CustomSourceRow[]>`
+          insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
+                                             description, secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
+          values (${source.id}, ${source.orgId}, ${source.orgSlug}, ${source.name}, ${tx.json(source.rules)}, ${auth.secretInPath},
+                  ${auth.basicAuth}, ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${source.preset},
+                  ${source.description ?? ""}, ${credential.hash}, ${credential.sealed}, ${credential.sealedBy}, now())
+          returning *`;
+        return inserted!;
+      }).catch(secretInUse);
+    },
+
+    async list(orgId) {
+      return sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} order by created_at, id`;
+    },
+
+    async get(orgId, id) {
+      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where org_id = ${orgId} and id = ${id}`;
+      return row;
+    },
+
+    async byCredential(id, secretHash) {
+      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash = ${secretHash}`;
+      return row;
+    },
+
+    async byId(id) {
+      const [row] = await sql<CustomSourceRow[]>`select * from intake.custom_sources where id = ${id} and secret_hash is not null`;
+      return row;
+    },
+
+    async update(orgId, id, change, audit) {
+      const { auth } = change;
+      return audited(audit, async (tx) => {
+        const [updated] = await tx<CustomSourceRow[]>`
+          update intake.custom_sources
+          set rules = ${tx.json(change.rules)}, version = version + 1, secret_in_path = ${auth.secretInPath}, basic_auth = ${auth.basicAuth},
+            secret_header = ${auth.secretHeader}, signature = ${signatureColumn(tx, auth)},
+            description = coalesce(${change.description ?? null}::text, description)
+          where org_id = ${orgId} and id = ${id}
+          returning *`;
+        // Thrown, so the audit record is not written either.
+        if (!updated) throw new NoSuchSource();
+        return updated;
+      }).catch(noSuchSource);
+    },
+
+    async delete(orgId, id, audit) {
+      await audited(audit, async (tx) => {
+        await tx`delete from intake.custom_sources where org_id = ${orgId} and id = ${id}`;
+      });
+    },
+
+    async rotate(orgId, id, credential, audit) {
+      return audited(audit, async (tx) => {
+        const [updated] = await tx<CustomSourceRow[]>`
+          update intake.custom_sources set secret_hash = ${credential.hash}, secret_sealed = ${credential.sealed}, secret_sealed_by = ${credential.sealedBy},
+            credential_issued_at = now()
+          where org_id = ${orgId} and id = ${id} returning *`;
+        if (!updated) throw new NoSuchSource();
+        return updated;
+      })
+        .catch(secretInUse)
+        .catch(noSuchSource);
+    },
+
+    async revoke(orgId, id, audit) {
+      await audited(audit, async (tx) => {
+        await tx`update intake.custom_sources set secret_hash = null, secret_sealed = null, secret_sealed_by = null where org_id = ${orgId} and id = ${id}`;
+      });
+    },
+  };
+}
+
+/** A source gone between its read and its change: rolls the change back, answered as undefined. */
+class NoSuchSource extends Error {}
+
+function noSuchSource(err: unknown): undefined {
+  if (err instanceof NoSuchSource) return undefined;
+  throw err;
+}

@@ -7,9 +7,7 @@ import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js"
 import { isSourceBadge } from "../../domain/vocabulary.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
-import type { Sql } from "../../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
-import { recordAudit } from "../../runtime/transport/events.js";
 import type { Logger } from "../../runtime/observability/logger.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import type { AlertInit } from "../sources/index.js";
@@ -17,13 +15,7 @@ import { digestOf } from "../sources/normalized-alert.js";
 import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
 import { compileAttachKey } from "../custom-sources/custom-source-records.js";
 import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies, OffloadedBody } from "../custom-sources/large-bodies.js";
-
-interface OverrideRow {
-  source: string;
-  attach_key: string;
-  window_hours: number;
-  version: number;
-}
+import type { GroupingStore, OverrideRow } from "./store.js";
 
 /** How long a process trusts its copy of an organization's overrides: a change reaches every replica within it. */
 export const OVERRIDE_CACHE_MS = 5_000;
@@ -48,19 +40,19 @@ export interface Grouping {
  * exactly one of them open it.
  */
 export function createGrouping(deps: {
-  sql: Sql;
+  store: GroupingStore;
   clients: Clients;
   logger: Logger;
   /** Worker threads for large bodies (INTAKE_LARGE_BODY_WORKERS); none: every key is read on the event loop. */
   largeBodies?: LargeBodies | undefined;
 }): Grouping {
-  const { sql, clients, logger, largeBodies } = deps;
+  const { store, clients, logger, largeBodies } = deps;
   const cache = new Map<string, { at: number; overrides: Map<string, OverrideRow & { compiled?: CompiledRules }> }>();
 
   async function overridesOf(orgId: string) {
     const held = cache.get(orgId);
     if (held && Date.now() - held.at < OVERRIDE_CACHE_MS) return held.overrides;
-    const rows = await sql<OverrideRow[]>`select source, attach_key, window_hours, version from intake.grouping_overrides where org_id = ${orgId}`;
+    const rows = await store.overrides(orgId);
     const previous = held?.overrides;
     const overrides = new Map<string, OverrideRow & { compiled?: CompiledRules }>();
     for (const row of rows) {
@@ -72,22 +64,6 @@ export function createGrouping(deps: {
     cache.set(orgId, { at: Date.now(), overrides });
     if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
     return overrides;
-  }
-
-  async function generationOf(orgId: string, identity: string): Promise<number> {
-    const [row] = await sql<{ generation: number; stale: boolean }[]>`
-      select generation, seen_at < now() - interval '1 day' as stale from intake.grouping_generations where org_id = ${orgId} and identity = ${identity}`;
-    // In use: kept from the retention sweep (generation-retention.ts), refreshed at most daily.
-    if (row?.stale) void sql`update intake.grouping_generations set seen_at = now() where org_id = ${orgId} and identity = ${identity}`.catch(() => {});
-    return row?.generation ?? 0;
-  }
-
-  async function moveOn(orgId: string, identity: string, from: number): Promise<number> {
-    // Only the first replica moves it from `from`; the others read what it moved to.
-    await sql`
-      insert into intake.grouping_generations (org_id, identity, generation) values (${orgId}, ${identity}, ${from + 1})
-      on conflict (org_id, identity) do update set generation = ${from + 1}, seen_at = now() where intake.grouping_generations.generation = ${from}`;
-    return generationOf(orgId, identity);
   }
 
   return {
@@ -112,12 +88,12 @@ export function createGrouping(deps: {
       }
       const identity = alert.attachIdentity ?? "";
       if (override.window_hours <= 0 || identity === "") return;
-      let generation = await generationOf(org.id, identity);
+      let generation = await store.generation(org.id, identity);
       if (alert.kind === "alert") {
         const withGeneration = (g: number) => (g === 0 ? identity : `${identity}#g${g}`);
         const open = await clients.incidents.findLatestOpen({ orgId: org.id, source: alert.source ?? "", attachIdentity: withGeneration(generation) });
         if (open.incidentId && open.openedAt && Date.now() - timestampDate(open.openedAt).getTime() > override.window_hours * 3_600_000) {
-          generation = options?.dryRun ? generation + 1 : await moveOn(org.id, identity, generation);
+          generation = options?.dryRun ? generation + 1 : await store.moveOn(org.id, identity, generation);
         }
       }
       // Recoveries and other notices follow the current generation: they belong to what is open now.
@@ -128,8 +104,9 @@ export function createGrouping(deps: {
 
 /** Put, list and delete an organization's grouping overrides. */
 export function createGroupingHandlers(deps: {
-  sql: Sql | undefined;
-  outbox: Outbox | undefined;
+  store: GroupingStore | undefined;
+  /** The relay to poke after a change's audit record. */
+  outbox: Pick<Outbox, "poke"> | undefined;
   clients: Clients;
 }): Pick<ServiceImpl<typeof IntakeService>, "putGroupingOverride" | "listGroupingOverrides" | "deleteGroupingOverride"> {
   const { clients } = deps;
@@ -152,28 +129,20 @@ export function createGroupingHandlers(deps: {
       }
       if (req.windowHours > MAX_WINDOW_HOURS) throw new InvalidArgumentError(`windowHours: at most ${MAX_WINDOW_HOURS}`);
       if (!attachKey && req.windowHours === 0) throw new InvalidArgumentError("set attachKey, windowHours or both (to remove an override, DELETE it)");
-      const sql = need(deps.sql);
+      const store = need(deps.store);
       const outbox = need(deps.outbox);
-      await sql.begin(async (tx) => {
-        await tx`
-          insert into intake.grouping_overrides (org_id, source, attach_key, window_hours) values (${principal.orgId}, ${source}, ${attachKey}, ${req.windowHours})
-          on conflict (org_id, source) do update set attach_key = excluded.attach_key, window_hours = excluded.window_hours,
-            version = intake.grouping_overrides.version + 1`;
-        await recordAudit(outbox, tx, {
-          orgId: principal.orgId,
-          kind: "grouping_override.set",
-          actor: principal.email,
-          data: { source, attachKey, windowHours: req.windowHours },
-        });
-      });
+      await store.put(
+        principal.orgId,
+        { source, attachKey, windowHours: req.windowHours },
+        { orgId: principal.orgId, kind: "grouping_override.set", actor: principal.email, data: { source, attachKey, windowHours: req.windowHours } },
+      );
       outbox.poke();
       return create(GroupingOverrideSchema, { source, attachKey, windowHours: req.windowHours });
     },
 
     async listGroupingOverrides(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      const rows = await need(deps.sql)<OverrideRow[]>`
-        select source, attach_key, window_hours, version from intake.grouping_overrides where org_id = ${principal.orgId} order by source`;
+      const rows = await need(deps.store).list(principal.orgId);
       return create(ListGroupingOverridesResponseSchema, {
         overrides: rows.map((row) => ({ source: row.source, attachKey: row.attach_key, windowHours: row.window_hours })),
       });
@@ -181,17 +150,16 @@ export function createGroupingHandlers(deps: {
 
     async deleteGroupingOverride(req, context) {
       const principal = await authorize(clients, context, req.org, ADMINS);
-      const sql = need(deps.sql);
+      const store = need(deps.store);
       const outbox = need(deps.outbox);
-      const deleted = await sql.begin(async (tx) => {
-        const rows = await tx`delete from intake.grouping_overrides where org_id = ${principal.orgId} and source = ${req.source} returning source`;
-        if (rows.length > 0) {
-          await recordAudit(outbox, tx, { orgId: principal.orgId, kind: "grouping_override.deleted", actor: principal.email, data: { source: req.source } });
-        }
-        return rows.length;
+      const deleted = await store.delete(principal.orgId, req.source, {
+        orgId: principal.orgId,
+        kind: "grouping_override.deleted",
+        actor: principal.email,
+        data: { source: req.source },
       });
       outbox.poke();
-      if (deleted === 0) throw new NotFoundError("no grouping override for that source");
+      if (!deleted) throw new NotFoundError("no grouping override for that source");
       return {};
     },
   };
