@@ -1,3 +1,4 @@
+import { parseTriggerBody } from "../request-body.js";
 import { randomUUID } from "node:crypto";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
@@ -57,6 +58,11 @@ function harness(role = "owner"): Harness {
   const h: Harness = { tables, client: undefined!, published: [], mapped: [], failures: 0, pokes: 0 };
   // The shared delivery path's part is the incident core's: here it maps, keeps what it was given and opens.
   const delivery: DeliveryPath = {
+    // No budget of large bodies here: every body is admitted and read on the loop.
+    async admitBody() {},
+    async readJson(_orgId, _route, req) {
+      return parseTriggerBody(req.body, req.contentType, { allowForm: false });
+    },
     async deliver(_org, _route, _source, _body, mapping) {
       const mapped = typeof mapping === "function" ? await mapping() : mapping;
       h.mapped.push(mapped);
@@ -201,7 +207,11 @@ describe("custom sources, at the handler level", () => {
     const peers = stubPeers();
     const handlers = createCustomSourceHandlers({
       clients: peers.clients,
-      delivery: { deliver: () => Promise.reject(new Error("not reached")) },
+      delivery: {
+        admitBody: () => Promise.reject(new Error("not reached")),
+        readJson: () => Promise.reject(new Error("not reached")),
+        deliver: () => Promise.reject(new Error("not reached")),
+      },
       failures: { add: () => Promise.reject(new Error("not reached")) },
       customSources: undefined,
     });

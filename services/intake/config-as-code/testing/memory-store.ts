@@ -41,6 +41,7 @@ export function createMemoryConfigStore(tables: MemoryTables = createMemoryTable
               org_id: orgId,
               org_slug: source.orgSlug,
               name: source.name,
+              description: source.description ?? "",
               rules: source.rules.map((rule) => ({ ...rule })),
               version: 1,
               secret_in_path: source.auth.secretInPath,
