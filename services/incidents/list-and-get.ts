@@ -14,7 +14,7 @@ import type { Config } from "../runtime/config/config.js";
 import type { Sql } from "../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { nextEscalation, type EscalationDeadlineInit } from "./escalation-policy.js";
+import { nextEscalation, type EscalationDeadlineInit } from "./escalation/escalation-policy.js";
 import { incidentShape, timelineEntryShape, type IncidentInit } from "./incident-shape.js";
 import type { IncidentIdRow, IncidentRow, IncidentStateRow, TimelineEntryRow, TimelinePageRow } from "./store.js";
 import { INCIDENT_STATES, isOneOf, SEVERITIES } from "../domain/vocabulary.js";

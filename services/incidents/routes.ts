@@ -3,7 +3,7 @@ import type { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_
 import { createAppendTimelineHandlers } from "./append-timeline.js";
 import { createBulkHandlers } from "./bulk.js";
 import type { IncidentsDeps } from "./deps.js";
-import { createEscalationPolicyHandlers } from "./escalation-policy.js";
+import { createEscalationPolicyHandlers } from "./escalation/escalation-policy.js";
 import { createFindLatestOpenHandlers } from "./find-latest-open.js";
 import { createListAndGetHandlers } from "./list-and-get.js";
 import { createMaintenanceWindowEndHandlers } from "./maintenance-windows/maintenance-window-end.js";

@@ -3,7 +3,7 @@ import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js
 import type { ServiceContext, ServiceModule } from "../runtime/service-module.js";
 import type { IncidentsDeps } from "./deps.js";
 import { migrations } from "./migrations.js";
-import { createEscalationSweeper } from "./escalation-sweep.js";
+import { createEscalationSweeper } from "./escalation/escalation-sweep.js";
 import { createIncidentsRoutes } from "./routes.js";
 
 /**

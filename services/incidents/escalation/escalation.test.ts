@@ -3,10 +3,10 @@ import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { IncidentsService } from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { startSubscriptionsHarness, type SubscriptionsHarness } from "../subscriptions/testing/harness.js";
+import { IncidentsService } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { startSubscriptionsHarness, type SubscriptionsHarness } from "../../subscriptions/testing/harness.js";
 import { createEscalationSweeper } from "./escalation-sweep.js";
-import { createLogger } from "../runtime/observability/logger.js";
+import { createLogger } from "../../runtime/observability/logger.js";
 
 /**
  * Acknowledgement deadlines over the running service: the policy's API (REST, Connect, gRPC),

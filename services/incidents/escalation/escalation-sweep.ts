@@ -1,9 +1,9 @@
-import { createSweepLoop } from "../runtime/concurrency/sweep-loop.js";
-import type { Sql } from "../runtime/data/database.js";
-import type { Logger } from "../runtime/observability/logger.js";
-import type { Outbox } from "../runtime/data/outbox.js";
-import { outboxRows } from "./domain-events.js";
-import { commaSeparated } from "./store.js";
+import { createSweepLoop } from "../../runtime/concurrency/sweep-loop.js";
+import type { Sql } from "../../runtime/data/database.js";
+import type { Logger } from "../../runtime/observability/logger.js";
+import type { Outbox } from "../../runtime/data/outbox.js";
+import { outboxRows } from "../domain-events.js";
+import { commaSeparated } from "../store.js";
 
 /** Passed steps one sweep statement claims at most; a larger backlog takes more statements. */
 const SWEEP_BATCH = 500;

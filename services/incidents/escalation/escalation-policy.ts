@@ -7,15 +7,15 @@ import type {
   GetEscalationPolicyRequest,
   IncidentsService,
   PutEscalationPolicyRequest,
-} from "../../gen/warroom/incidents/v1/incidents_pb.js";
-import { ADMINS, ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
-import type { Sql } from "../runtime/data/database.js";
-import { currentTraceparent } from "../runtime/observability/tracing.js";
-import type { IncidentsDeps } from "./deps.js";
-import { outboxRows } from "./domain-events.js";
-import type { ClockRow } from "./store.js";
-import { checkEscalationPolicy, type EscalationSteps } from "../domain/escalation-rules.js";
-import { AUDIT_KINDS } from "../domain/vocabulary.js";
+} from "../../../gen/warroom/incidents/v1/incidents_pb.js";
+import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
+import type { Sql } from "../../runtime/data/database.js";
+import { currentTraceparent } from "../../runtime/observability/tracing.js";
+import type { IncidentsDeps } from "../deps.js";
+import { outboxRows } from "../domain-events.js";
+import type { ClockRow } from "../store.js";
+import { checkEscalationPolicy, type EscalationSteps } from "../../domain/escalation-rules.js";
+import { AUDIT_KINDS } from "../../domain/vocabulary.js";
 
 interface PolicyRow {
   severity: string;
