@@ -1,4 +1,4 @@
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
+import { encodeCursor, pageOf, pageRequest } from "../runtime/data/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { Incident } from "../../gen/warroom/incidents/v1/incidents_pb.js";
 import { ANY_MEMBER, authorize } from "../runtime/credentials/auth.js";
@@ -137,8 +137,7 @@ export function createMessageHandlers(
 
     async listMessages(req, context: HandlerContext) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      const limit = pageLimit(req.limit, 1000, 1000);
-      const after = req.cursor ? decodeCursor("c", req.cursor, isUuid) : undefined;
+      const { limit, after } = pageRequest(req, "c", isUuid, { fallback: 1000, max: 1000 });
       const rows = await store.listMessages(principal.orgId, req.incidentId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("c", last.id));
       return { messages: page.map(toMessage), ...(nextCursor ? { nextCursor } : {}) };

@@ -1,5 +1,5 @@
 import type { JsonObject } from "@bufbuild/protobuf";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
+import { encodeCursor, pageOf, pageRequest } from "../runtime/data/page-cursor.js";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import type { HeartbeatsService } from "../../gen/warroom/heartbeats/v1/heartbeats_pb.js";
 import type { Principal } from "../../gen/warroom/identity/v1/identity_pb.js";
@@ -168,8 +168,7 @@ export function createRegistryHandlers(deps: {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
       // Paged by name, 1000 by default: an organization with a very large number of heartbeats
       // gets them a page at a time rather than as one reply over the internal message limit.
-      const limit = pageLimit(req.limit, 1000, 10_000);
-      const after = req.cursor ? decodeCursor("h", req.cursor, (v) => v.length > 0 && v.length <= 255) : undefined;
+      const { limit, after } = pageRequest(req, "h", (v) => v.length > 0 && v.length <= 255, { fallback: 1000, max: 10_000 });
       const rows = await store.list(principal.orgId, after, limit + 1);
       const { page, nextCursor } = pageOf(rows, limit, (last) => encodeCursor("h", last.name));
       return { heartbeats: page.map(shape), ...(nextCursor ? { nextCursor } : {}) };

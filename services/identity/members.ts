@@ -3,7 +3,7 @@ import type { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.
 import { ADMINS, ANY_MEMBER, authorize, OWNERS, type Role } from "../runtime/credentials/auth.js";
 import { AlreadyExistsError, InvalidArgumentError, PermissionDeniedError } from "../runtime/errors.js";
 import { isUuid } from "../runtime/ids.js";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
+import { encodeCursor, pageOf, pageRequest } from "../runtime/data/page-cursor.js";
 import type { IdentityDeps } from "./deps.js";
 import { hashPassword } from "./passwords.js";
 import { AUDIT, insertAuditEvent, lockCaller, type MemberRow, type UserRow } from "./store.js";
@@ -48,8 +48,7 @@ export function createMemberHandlers(deps: Pick<IdentityDeps, "sql" | "clients">
 
     async listMembers(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      const limit = pageLimit(req.limit, 1000, 1000);
-      const after = req.cursor ? decodeCursor("m", req.cursor, isUuid) : undefined;
+      const { limit, after } = pageRequest(req, "m", isUuid, { fallback: 1000, max: 1000 });
       const afterClause =
         after === undefined
           ? sql``

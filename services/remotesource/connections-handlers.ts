@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { decodeCursor, encodeCursor, pageLimit, pageOf } from "../runtime/data/page-cursor.js";
+import { encodeCursor, pageOf, pageRequest } from "../runtime/data/page-cursor.js";
 import { create } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import { ListRemoteSourcesResponseSchema, type RemoteSourcesService, type RemoteSourceAuth } from "../../gen/warroom/remotesource/v1/remotesource_pb.js";
@@ -74,8 +74,7 @@ export function createConnectionHandlers(
 
     async listRemoteSources(req, context) {
       const principal = await authorize(clients, context, req.org, ANY_MEMBER);
-      const limit = pageLimit(req.limit, 1000, 1000);
-      const after = req.cursor ? decodeCursor("r", req.cursor, isUuid) : undefined;
+      const { limit, after } = pageRequest(req, "r", isUuid, { fallback: 1000, max: 1000 });
       const afterClause =
         after === undefined
           ? sql``

@@ -185,6 +185,18 @@ export function createCustomSourceHandlers(deps: {
     return result;
   }
 
+  /** An admin's change of one source that answers nothing but itself: a delete, a revocation. */
+  async function changeSource(
+    req: { org: string; id: string },
+    context: HandlerContext,
+    kind: string,
+    write: (store: CustomSourceStore, orgId: string, id: string, audit: AuditRecord) => Promise<unknown>,
+  ): Promise<void> {
+    const principal = await authorize(clients, context, req.org, ADMINS);
+    const current = await sourceOf(principal.orgId, req.id);
+    await audited(principal, kind, { id: current.id, name: current.name }, (store, audit) => write(store, principal.orgId, current.id, audit));
+  }
+
   /** The secret to issue: the sender's own when given (checked), else a new one. */
   function secretToIssue(given: string): string {
     return given ? senderSecret(given) : newHexSecret();
@@ -271,9 +283,7 @@ export function createCustomSourceHandlers(deps: {
     },
 
     async deleteCustomSource(req, context) {
-      const principal = await authorize(clients, context, req.org, ADMINS);
-      const current = await sourceOf(principal.orgId, req.id);
-      await audited(principal, AUDIT_KINDS.deleted, { id: current.id, name: current.name }, (store, audit) => store.delete(principal.orgId, current.id, audit));
+      await changeSource(req, context, AUDIT_KINDS.deleted, (store, orgId, id, audit) => store.delete(orgId, id, audit));
       return {};
     },
 
@@ -290,9 +300,7 @@ export function createCustomSourceHandlers(deps: {
     },
 
     async revokeCustomSourceCredential(req, context) {
-      const principal = await authorize(clients, context, req.org, ADMINS);
-      const current = await sourceOf(principal.orgId, req.id);
-      await audited(principal, AUDIT_KINDS.revoked, { id: current.id, name: current.name }, (store, audit) => store.revoke(principal.orgId, current.id, audit));
+      await changeSource(req, context, AUDIT_KINDS.revoked, (store, orgId, id, audit) => store.revoke(orgId, id, audit));
       return {};
     },
 

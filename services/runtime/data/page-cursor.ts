@@ -27,6 +27,19 @@ export function pageLimit(requested: number, fallback: number, max: number): num
   return limit;
 }
 
+/**
+ * A list request's page: its size (`fallback` when unset, refused outside 1..max) and the value of
+ * its cursor of `kind`, if any (refused when this list did not give it).
+ */
+export function pageRequest(
+  req: { limit: number; cursor: string },
+  kind: string,
+  valid: (value: string) => boolean,
+  size: { fallback: number; max: number },
+): { limit: number; after: string | undefined } {
+  return { limit: pageLimit(req.limit, size.fallback, size.max), after: req.cursor ? decodeCursor(kind, req.cursor, valid) : undefined };
+}
+
 /** Splits the `limit + 1` rows a page query read into the page and, when more follow, the cursor. */
 export function pageOf<T>(rows: T[], limit: number, cursorOf: (last: T) => string): { page: T[]; nextCursor?: string } {
   if (rows.length <= limit) return { page: rows };

@@ -119,26 +119,17 @@ function SettingsFields(props: { prefix: string; settings: Settings; onChange(se
     <>
       <fieldset class="cadence">
         <legend>Expects a ping</legend>
-        <label class="check">
-          <input
-            type="radio"
-            style={{ width: "auto" }}
-            name={`${prefix}-kind`}
-            checked={settings.kind === "interval"}
-            onChange={() => set({ kind: "interval" })}
-          />
-          Every interval
-        </label>
-        <label class="check">
-          <input
-            type="radio"
-            style={{ width: "auto" }}
-            name={`${prefix}-kind`}
-            checked={settings.kind === "schedule"}
-            onChange={() => set({ kind: "schedule" })}
-          />
-          On a cron schedule
-        </label>
+        {(
+          [
+            ["interval", "Every interval"],
+            ["schedule", "On a cron schedule"],
+          ] as const
+        ).map(([kind, label]) => (
+          <label class="check" key={kind}>
+            <input type="radio" style={{ width: "auto" }} name={`${prefix}-kind`} checked={settings.kind === kind} onChange={() => set({ kind })} />
+            {label}
+          </label>
+        ))}
       </fieldset>
       <div class="grid-3">
         {settings.kind === "interval" ? (
