@@ -1,16 +1,14 @@
-import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startApp, type TestApp } from "../../../test/support/app.js";
 import { castOf, type Cast } from "../../heartbeats/testing/kit.js";
+import { admin } from "./testing/admin-command.js";
 
 // `npm run admin -- import oncall|opsgenie`: the command as a person runs it, against a running
 // service over HTTP, with the vendors' list answers in test/fixtures/.
 
-const run = promisify(execFile);
 const ROOT = join(import.meta.dirname, "../../..");
 const ONCALL = join(ROOT, "test/fixtures/oncall/integrations.json");
 const OPSGENIE = join(ROOT, "test/fixtures/opsgenie/heartbeats-and-integrations.json");
@@ -29,20 +27,6 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
   await app?.stop();
 });
-
-async function admin(args: string[], token?: string): Promise<{ code: number; stdout: string; stderr: string }> {
-  try {
-    const { stdout, stderr } = await run(process.execPath, ["--import", "tsx", "services/admin/admin-cli.ts", ...args], {
-      cwd: ROOT,
-      env: { ...process.env, LOG_LEVEL: "silent", WARROOM_TOKEN: token ?? "" },
-      timeout: 60_000,
-    });
-    return { code: 0, stdout, stderr };
-  } catch (err) {
-    const e = err as { code?: number; stdout?: string; stderr?: string };
-    return { code: typeof e.code === "number" ? e.code : -1, stdout: e.stdout ?? "", stderr: e.stderr ?? "" };
-  }
-}
 
 interface Source {
   id: string;

@@ -1,6 +1,7 @@
 import type { AuditRecord } from "../../runtime/transport/events.js";
 import type { CorrelationSettings } from "../correlation/correlation.js";
-import type { CustomSourceRow, DeliveryLogRow, PayloadRow } from "../custom-sources/store.js";
+import type { SourceAuth } from "../custom-sources/source-auth.js";
+import type { CustomSourceRow, DeliveryLogRow, PayloadRow, RuleJson } from "../custom-sources/store.js";
 import type { OverrideRow } from "../grouping/store.js";
 
 /** A source's kept payloads and log rows: rings of slots numbered by the source's counters. */
@@ -72,4 +73,16 @@ export function createMemoryTables(start = new Date("2026-03-02T10:00:00Z")): Me
     },
   };
   return tables;
+}
+
+/** The columns a change of a source's rules and auth writes, as the Postgres stores' updates do. */
+export function sourceChangeColumns(row: CustomSourceRow, rules: RuleJson[], auth: SourceAuth): Partial<CustomSourceRow> {
+  return {
+    rules: rules.map((rule) => ({ ...rule })),
+    version: row.version + 1,
+    secret_in_path: auth.secretInPath,
+    basic_auth: auth.basicAuth,
+    secret_header: auth.secretHeader,
+    signature: auth.signature,
+  };
 }

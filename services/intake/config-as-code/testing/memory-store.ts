@@ -1,6 +1,6 @@
 import { unsealedForSignature } from "../../custom-sources/custom-source-records.js";
 import { nameTaken, secretTaken } from "../../custom-sources/store.js";
-import { createMemoryTables, type MemoryTables } from "../../testing/memory-tables.js";
+import { createMemoryTables, type MemoryTables, sourceChangeColumns } from "../../testing/memory-tables.js";
 import type { ConfigStore } from "../store.js";
 
 /**
@@ -59,15 +59,7 @@ export function createMemoryConfigStore(tables: MemoryTables = createMemoryTable
             const { source } = w;
             const row = tables.sources.find((r) => r.org_id === orgId && r.name === source.name);
             if (row) {
-              Object.assign(row, {
-                rules: source.rules.map((rule) => ({ ...rule })),
-                version: row.version + 1,
-                secret_in_path: source.auth.secretInPath,
-                basic_auth: source.auth.basicAuth,
-                secret_header: source.auth.secretHeader,
-                signature: source.auth.signature,
-                preset: source.preset,
-              });
+              Object.assign(row, { ...sourceChangeColumns(row, source.rules, source.auth), preset: source.preset });
               if (source.auth.signature && !row.secret_sealed) throw unsealedForSignature();
               changedSources.push(row.id);
             }

@@ -1,4 +1,4 @@
-import { createMemoryTables, type MemoryRecords, type MemoryTables } from "../../testing/memory-tables.js";
+import { createMemoryTables, type MemoryRecords, type MemoryTables, sourceChangeColumns } from "../../testing/memory-tables.js";
 import {
   type CustomSourceRow,
   type CustomSourceStore,
@@ -96,12 +96,7 @@ export function createMemoryCustomSourceStore(tables: MemoryTables = createMemor
         const row = find(orgId, id);
         if (!row) return undefined;
         Object.assign(row, {
-          rules: change.rules.map((rule) => ({ ...rule })),
-          version: row.version + 1,
-          secret_in_path: change.auth.secretInPath,
-          basic_auth: change.auth.basicAuth,
-          secret_header: change.auth.secretHeader,
-          signature: change.auth.signature,
+          ...sourceChangeColumns(row, change.rules, change.auth),
           ...(change.description === undefined ? {} : { description: change.description }),
         });
         tables.audits.push(audit);
