@@ -1,8 +1,6 @@
 import { setTimeout as sleep } from "node:timers/promises";
+import { LARGE_BODY_BYTES } from "./custom-sources/large-bodies.js";
 import { ShareExceeded } from "./fair-shares.js";
-
-/** A body over this many bytes is a large body, charged to its organization's budget. */
-export const LARGE_BODY_CHARGE_FROM_BYTES = 64 * 1024;
 
 /** Organizations a process keeps a schedule for before it drops those that are back within their burst. */
 const SWEEP_FROM_ORGS = 1_024;
@@ -52,7 +50,7 @@ export function createLargeBodyBudget(options: { bytesPerSecond: number; maxWait
 
   return {
     async charge(orgId, bytes, charge = {}) {
-      if (rate <= 0 || bytes <= LARGE_BODY_CHARGE_FROM_BYTES) return;
+      if (rate <= 0 || bytes <= LARGE_BODY_BYTES) return;
       const at = now();
       const moment = Math.max(freeAt.get(orgId) ?? at, at);
       const waitMs = moment - at;

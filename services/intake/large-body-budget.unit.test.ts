@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { ShareExceeded } from "./fair-shares.js";
-import { createLargeBodyBudget, LARGE_BODY_CHARGE_FROM_BYTES } from "./large-body-budget.js";
+import { LARGE_BODY_BYTES } from "./custom-sources/large-bodies.js";
+import { createLargeBodyBudget } from "./large-body-budget.js";
 
 const MiB = 1024 * 1024;
 
@@ -39,7 +40,7 @@ describe("each organization's budget of large bodies", () => {
 
   it("never charges a body of 64 KiB or less, nor anything when the budget is zero", async () => {
     const { waitOf } = budgetAt(MiB);
-    for (let i = 0; i < 100; i++) expect(await waitOf("a", LARGE_BODY_CHARGE_FROM_BYTES)).toBe(0);
+    for (let i = 0; i < 100; i++) expect(await waitOf("a", LARGE_BODY_BYTES)).toBe(0);
     const off = budgetAt(0);
     for (let i = 0; i < 100; i++) expect(await off.waitOf("a", 10 * MiB)).toBe(0);
     expect(off.budget.size()).toBe(0);

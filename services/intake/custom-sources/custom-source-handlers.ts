@@ -28,7 +28,7 @@ import type { DeliveryPath } from "../delivery.js";
 import { compileRules, evaluateRules } from "../../cel/cel-mapping.js";
 import type { ReceiverFailureStore } from "../store.js";
 import type { Grouping } from "../grouping/grouping.js";
-import { exceedsBytes, jsonBytesUpTo, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
+import { jsonBytesUpTo, LARGE_BODY_BYTES, type LargeBodies } from "./large-bodies.js";
 import { createCustomSourceDelivery, type RecordWriter, toMappedDelivery } from "./custom-source-delivery.js";
 import {
   authOfRow,
@@ -356,12 +356,14 @@ export function createCustomSourceHandlers(deps: {
       // Compiled here even when a thread evaluates them: rules that do not compile are refused at once (400).
       const rules = req.rules.length > 0 ? compileRules(req.rules) : compiled.get(row);
       // A large payload spends the organization's budget of large bodies, as a delivery of it would.
-      if (!req.payloadId) await delivery.admitBody(principal.orgId, `custom:${row.id}`, jsonBytesUpTo(body, MAX_PREVIEW_CHARGE_BYTES), context);
+      // Measured once: for the budget, and for whether the rules run on a thread.
+      const bytes = jsonBytesUpTo(body, MAX_PREVIEW_CHARGE_BYTES);
+      if (!req.payloadId) await delivery.admitBody(principal.orgId, `custom:${row.id}`, bytes, context);
       const input = { body, headers: headersForRules(headers), query, receivedAt: new Date() };
       const largeBodies = need(config).largeBodies;
       // A large payload's rules run on a worker thread in the organization's turn, as a large delivery's do.
       const result =
-        largeBodies && exceedsBytes(body, LARGE_BODY_BYTES)
+        largeBodies && bytes > LARGE_BODY_BYTES
           ? await previewOnThread(() =>
               largeBodies.evaluate(principal.orgId, {
                 body,
