@@ -57,8 +57,9 @@ export function createGrouping(deps: {
     const overrides = new Map<string, OverrideRow & { compiled?: CompiledRules }>();
     for (const row of rows) {
       const old = previous?.get(row.source);
-      // Compiled once per version of the override.
-      const compiled = old && old.version === row.version ? old.compiled : row.attach_key ? compileAttachKey(row.attach_key) : undefined;
+      // Compiled once per key: a version alone is not enough, as an override deleted and set again
+      // starts over at version 1.
+      const compiled = old && old.attach_key === row.attach_key ? old.compiled : row.attach_key ? compileAttachKey(row.attach_key) : undefined;
       overrides.set(row.source, { ...row, ...(compiled ? { compiled } : {}) });
     }
     cache.set(orgId, { at: Date.now(), overrides });

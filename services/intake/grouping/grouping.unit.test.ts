@@ -1,7 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client } from "@connectrpc/connect";
-import { beforeEach, describe, expect, it } from "vitest";
+import { beforeEach, describe, expect, it, vi } from "vitest";
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import type { FindLatestOpenRequest } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
@@ -9,7 +9,7 @@ import { codeOf, serveUnderTest, STUB_TOKEN, type StubPeers, stubPeers, stubPrin
 import { createLogger } from "../../runtime/observability/logger.js";
 import type { AlertInit } from "../sources/index.js";
 import { createMemoryTables, type MemoryTables } from "../testing/memory-tables.js";
-import { createGrouping, createGroupingHandlers, type Grouping } from "./grouping.js";
+import { createGrouping, createGroupingHandlers, type Grouping, OVERRIDE_CACHE_MS } from "./grouping.js";
 import { createMemoryGroupingStore } from "./testing/memory-store.js";
 
 /**
@@ -131,6 +131,22 @@ describe("grouping overrides, as a delivery meets them", () => {
     const long = alert();
     await h.grouping.apply(org, long, { service: "x".repeat(500) });
     expect(long.attachIdentity).toMatch(/^override:metrics-monitor:sha256:/);
+  });
+
+  it("applies an override deleted and set again with another key, though the new row starts at the same version", async () => {
+    vi.useFakeTimers({ toFake: ["Date"] });
+    try {
+      await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.service" }, auth);
+      await h.grouping.apply(org, alert(), { service: "checkout" });
+      await h.client.deleteGroupingOverride({ org: ORG, source: "metrics-monitor" }, auth);
+      await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.team" }, auth);
+      vi.advanceTimersByTime(OVERRIDE_CACHE_MS + 1);
+      const a = alert();
+      await h.grouping.apply(org, a, { service: "checkout", team: "payments" });
+      expect(a.attachIdentity).toBe("override:metrics-monitor:payments");
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it("moves to a new generation once the open incident is older than the window; a preview only names it", async () => {

@@ -2,7 +2,7 @@ import type { Sql } from "../../runtime/data/database.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import { type AuditRecord, recordAudit } from "../../runtime/transport/events.js";
 
-/** A grouping override as stored: `version` moves on with every change, so a compiled key is reused until then. */
+/** A grouping override as stored: `version` moves on with every change of the row (a row set again after a delete starts over). */
 export interface OverrideRow {
   source: string;
   attach_key: string;
