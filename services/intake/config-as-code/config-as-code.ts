@@ -42,7 +42,15 @@ import {
 import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
-import { authOfRow, rulesFromJson, rulesToJson, sealSourceSecret, triggerUrl, validateName } from "../custom-sources/custom-source-records.js";
+import {
+  authOfRow,
+  rulesFromJson,
+  rulesToJson,
+  sealSourceSecret,
+  triggerUrl,
+  validateDescription,
+  validateName,
+} from "../custom-sources/custom-source-records.js";
 import { authEntry, sameAuth, type SourceAuth, sourceAuthFrom } from "../custom-sources/source-auth.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
 import { type Correlation, type CorrelationSettings, checkCorrelationSettings } from "../correlation/correlation.js";
@@ -72,6 +80,7 @@ const fileSchema = z
           .object({
             name: z.string(),
             preset: z.string().optional(),
+            description: z.string().optional(),
             auth: z
               .object({
                 secretInPath: z.boolean().optional(),
@@ -126,6 +135,8 @@ type ConfigFile = z.infer<typeof fileSchema>;
 interface SourceSpec {
   name: string;
   preset: string;
+  /** None: empty, as the file leaves the key out. */
+  description: string;
   auth: SourceAuth;
   rules: Record<string, string>[];
 }
@@ -144,6 +155,7 @@ function specOf(row: CustomSourceRow): SourceSpec {
   return {
     name: row.name,
     preset: row.preset,
+    description: row.description,
     auth: authOfRow(row),
     rules: row.rules.map((rule) => normalRule(rule)),
   };
@@ -155,7 +167,7 @@ function correlationEntry(settings: CorrelationSettings): JsonObject {
 }
 
 function sameSpec(a: SourceSpec, b: SourceSpec): boolean {
-  return a.preset === b.preset && sameAuth(a.auth, b.auth) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
+  return a.preset === b.preset && a.description === b.description && sameAuth(a.auth, b.auth) && JSON.stringify(a.rules) === JSON.stringify(b.rules);
 }
 
 /** A grouping override as a file sets it. */
@@ -196,8 +208,10 @@ function checkSources(entries: NonNullable<ConfigFile["customSources"]>): Map<st
     } catch (err) {
       throw new InvalidArgumentError(`customSources[${index}] (${name}): ${(err as Error).message}`);
     }
+    let description: string;
     let auth: SourceAuth;
     try {
+      description = validateDescription(source.description ?? "");
       auth = sourceAuthFrom({
         secretInPath: source.auth?.secretInPath ?? false,
         basicAuth: source.auth?.basicAuth ?? false,
@@ -207,7 +221,7 @@ function checkSources(entries: NonNullable<ConfigFile["customSources"]>): Map<st
     } catch (err) {
       throw new InvalidArgumentError(`customSources[${index}] (${name}): ${(err as Error).message}`);
     }
-    wanted.set(name, { name, preset: source.preset ?? "", auth, rules });
+    wanted.set(name, { name, preset: source.preset ?? "", description, auth, rules });
   }
   if (wanted.size > SOURCES_PER_ORG) throw new FailedPreconditionError(`an organization has at most ${SOURCES_PER_ORG} custom sources`);
   return wanted;
@@ -377,6 +391,7 @@ function intakeWrites(
             rules: rules!,
             auth: spec.auth,
             preset: spec.preset,
+            description: spec.description,
             credential: { hash: sha256(secret), sealed, sealedBy },
           },
           audit: audit("custom_source.created", { id, name: spec.name }),
@@ -390,7 +405,7 @@ function intakeWrites(
       } else if (c.action === "update" && spec) {
         writes.push({
           kind: "updateSource",
-          source: { name: spec.name, rules: rules!, auth: spec.auth, preset: spec.preset },
+          source: { name: spec.name, rules: rules!, auth: spec.auth, preset: spec.preset, description: spec.description },
           audit: audit("custom_source.updated", { name: spec.name }),
         });
       } else if (c.action === "delete") {
@@ -482,6 +497,7 @@ export function createConfigAsCodeHandlers(deps: {
           const spec = specOf(row);
           const entry: JsonObject = { name: spec.name };
           if (spec.preset) entry.preset = spec.preset;
+          if (spec.description) entry.description = spec.description;
           const auth = authEntry(spec.auth);
           if (auth) entry.auth = auth;
           entry.rules = spec.rules;
