@@ -1,10 +1,10 @@
-import type { ConnectRouter, Transport } from "@connectrpc/connect";
+import type { Interceptor, Transport } from "@connectrpc/connect";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import type { DescService } from "@bufbuild/protobuf";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { buildRouteTable } from "../gateway/route-table.js";
 import { createRestGateway } from "../gateway/rest-gateway.js";
-import { createInProcessBroadcast, createNatsBroadcast } from "../runtime/transport/broadcast.js";
+import { type Broadcast, createInProcessBroadcast, createNatsBroadcast } from "../runtime/transport/broadcast.js";
 import { createClients, internalServices, type Clients } from "../runtime/transport/clients.js";
 import { ConfigError, loadConfig, type Config } from "../runtime/config/config.js";
 import { openBackgroundPool, openDatabase, openPoolOn, type Database } from "../runtime/data/database.js";
@@ -45,7 +45,7 @@ import { requestIdClientInterceptor, requestIdServerInterceptor, withCallerDeadl
 import { createDirectTransport } from "../runtime/transport/direct-transport.js";
 import { createMethodRegistry } from "../runtime/transport/unary-call.js";
 import { connectionState, createNatsTransport, serveOverNats, type NatsRpcServer } from "../runtime/transport/nats-transport.js";
-import { createProbes } from "../runtime/http/probes.js";
+import { createProbes, type Probes } from "../runtime/http/probes.js";
 import { createOutboxRelay, type Outbox, type OutboxRelay } from "../runtime/data/outbox.js";
 import type { ServiceFactory, ServiceModule } from "../runtime/service-module.js";
 
@@ -149,44 +149,136 @@ export async function runProcess(options: ProcessOptions): Promise<RunningProces
   }
 }
 
-async function startServices(
-  options: ProcessOptions,
-  config: Config,
-  logger: Logger,
-  database: Database,
-  background: ReturnType<typeof openBackgroundPool>,
-): Promise<RunningProcess> {
-  let nats: NatsConnection | undefined;
-  if (config.NATS_URL) {
-    const natsOptions = natsConnectionOptions(config, options.name);
-    nats = await connect(natsOptions);
-    // The bus must fail safe: an open NATS is refused, unless allowed for development.
-    const problem = unauthenticatedNatsProblem(nats.info, config.NATS_ALLOW_UNAUTHENTICATED);
-    if (problem) {
-      await nats.close().catch(() => {});
-      throw new ConfigError(`refusing to start: ${problem}`);
-    }
-    const version = natsServerVersionProblem(nats.info?.version);
-    if (version?.refuse) {
-      await nats.close().catch(() => {});
-      throw new ConfigError(`refusing to start: ${version.message}`);
-    }
-    if (version) logger.warn({ natsVersion: nats.info?.version }, version.message);
-    if (config.NATS_ALLOW_UNAUTHENTICATED)
-      logger.warn("NATS_ALLOW_UNAUTHENTICATED=true: a NATS server that accepts anyone is allowed; for development and tests only, never in production");
-    setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
-    setInboxPrefix(nats, natsOptions.inboxPrefix);
-  }
+type BackgroundPool = ReturnType<typeof openBackgroundPool>;
+
+async function startServices(options: ProcessOptions, config: Config, logger: Logger, database: Database, background: BackgroundPool): Promise<RunningProcess> {
+  const nats = await connectNats(options.name, config, logger);
   const events: EventBus = nats ? await createJetStreamEventBus(nats, logger) : createInMemoryEventBus(logger);
   const broadcast = nats ? createNatsBroadcast(nats) : createInProcessBroadcast();
   const deferred = deferredTransport();
   // Calls made while serving a call get its remaining budget and end when it is given up.
   const clients = createClients(withCallerDeadline(deferred.transport));
+  const { modules, relays } = await createModules(options.services, { config, logger, database, background, nats, events, broadcast, clients });
 
+  const tracing = tracingEnabled();
+  // The same on every surface (Connect, gRPC, NATS, in process): a request breaking its schema's
+  // rules is refused before its handler runs.
+  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger), validationInterceptor()];
+  const { transport, natsServer } = await serveModules(nats, modules, logger, interceptors, tracing);
+  deferred.bind(transport);
+
+  const probes = createProbes({
+    sql: database.sql,
+    nats,
+    extra: modules.flatMap((m) => (m.ready ? [{ name: m.name, ready: m.ready }] : [])),
+  });
+  // Requests other than the probes wait for start-up to finish (the bootstrap owner, consumers),
+  // so a call sent as soon as the port answers never sees a half-started process.
+  let markStarted!: () => void;
+  const started = new Promise<void>((resolve) => (markStarted = resolve));
+  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
+  const extra = options.extraHttp?.(config, { events, clients, logger });
+  const handler = createPublicHandler({
+    gateway: options.gateway,
+    config,
+    logger,
+    modules,
+    interceptors,
+    transport,
+    probes,
+    clientAddress,
+    started,
+    extra,
+  });
+  const server: HttpServer = await listenHttp({
+    host: config.HOST,
+    port: config.PORT,
+    handler,
+    deadlines: connectionDeadlines(config),
+    maxConnections: config.HTTP_MAX_CONNECTIONS,
+    maxConnectionsPerAddress: config.HTTP_MAX_CONNECTIONS_PER_ADDRESS,
+    isTrustedProxy: clientAddress.isTrustedProxy,
+    maxBufferedResponseBytes: config.HTTP_MAX_BUFFERED_RESPONSE_BYTES,
+  });
+  // Metrics on a port of their own, never the public one: they describe traffic and load.
+  const metricsServer =
+    config.METRICS_PORT === undefined
+      ? undefined
+      : await listenMetrics(config, config.METRICS_PORT, { name: options.name, logger, database, nats, modules, relays });
+  const metricsUrl = metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : undefined;
+  const url = `http://127.0.0.1:${server.port}`;
+  if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
+
+  // Consumers subscribe before any relay runs: in one process the bus hands an event only to the
+  // subscribers it has, so events a crash left in an outbox, relayed first, would reach none.
+  for (const module of modules) await module.start?.();
+  for (const relay of relays) relay.start();
+  probes.markStarted();
+  markStarted();
+  logger.info(
+    {
+      port: server.port,
+      metricsPort: metricsServer?.port,
+      services: modules.map((m) => m.name),
+      transport: nats ? "nats" : "in-memory",
+      database: database.embedded ? "embedded" : "server",
+    },
+    "serving",
+  );
+
+  const stop = shutdownSequence({ config, logger, probes, extra, server, metricsServer, natsServer, modules, relays, events, nats, background, database });
+  return { config, logger, url, port: server.port, metricsUrl, database, background, nats, modules, transport, relays, stop };
+}
+
+/**
+ * Connects to NATS when NATS_URL is set, and refuses a server the bus cannot trust: one that
+ * accepts anyone (unless allowed for development) or of a version too old.
+ */
+async function connectNats(name: string, config: Config, logger: Logger): Promise<NatsConnection | undefined> {
+  if (!config.NATS_URL) return undefined;
+  const natsOptions = natsConnectionOptions(config, name);
+  const nats = await connect(natsOptions);
+  // The bus must fail safe: an open NATS is refused, unless allowed for development.
+  const problem = unauthenticatedNatsProblem(nats.info, config.NATS_ALLOW_UNAUTHENTICATED);
+  if (problem) {
+    await nats.close().catch(() => {});
+    throw new ConfigError(`refusing to start: ${problem}`);
+  }
+  const version = natsServerVersionProblem(nats.info?.version);
+  if (version?.refuse) {
+    await nats.close().catch(() => {});
+    throw new ConfigError(`refusing to start: ${version.message}`);
+  }
+  if (version) logger.warn({ natsVersion: nats.info?.version }, version.message);
+  if (config.NATS_ALLOW_UNAUTHENTICATED)
+    logger.warn("NATS_ALLOW_UNAUTHENTICATED=true: a NATS server that accepts anyone is allowed; for development and tests only, never in production");
+  setSubjectPrefix(nats, config.NATS_SUBJECT_PREFIX);
+  setInboxPrefix(nats, natsOptions.inboxPrefix);
+  return nats;
+}
+
+/** What every service module of the process is made with. */
+interface ModuleRuntime {
+  config: Config;
+  logger: Logger;
+  database: Database;
+  background: BackgroundPool;
+  nats: NatsConnection | undefined;
+  events: EventBus;
+  broadcast: Broadcast;
+  clients: Clients;
+}
+
+/**
+ * Makes each service module and its outbox relay, and migrates its schema (MIGRATE_ON_START) or
+ * refuses to start while any schema is behind its migrations.
+ */
+async function createModules(factories: ServiceFactory[], runtime: ModuleRuntime): Promise<{ modules: ServiceModule[]; relays: OutboxRelay[] }> {
+  const { config, logger, database, background, nats, events, broadcast, clients } = runtime;
   const modules: ServiceModule[] = [];
   const relays: OutboxRelay[] = [];
   const behind: { schema: string; migrations: Migration[] }[] = [];
-  for (const factory of options.services) {
+  for (const factory of factories) {
     // The module's name is its schema; the relay is created once the name is known.
     let relay: OutboxRelay | undefined;
     const outbox: Outbox = {
@@ -223,48 +315,65 @@ async function startServices(
     await Promise.allSettled([events.close(), nats?.close()]);
     throw new MigrationsPendingError(behind);
   }
+  return { modules, relays };
+}
 
-  const tracing = tracingEnabled();
-  // The same on every surface (Connect, gRPC, NATS, in process): a request breaking its schema's
-  // rules is refused before its handler runs.
-  const interceptors = [requestIdServerInterceptor(), ...(tracing ? [tracingServerInterceptor()] : []), errorInterceptor(logger), validationInterceptor()];
+/**
+ * Serves the modules' methods to the other processes over NATS, or in this process alone, and
+ * answers the transport the process's clients call through.
+ */
+async function serveModules(
+  nats: NatsConnection | undefined,
+  modules: ServiceModule[],
+  logger: Logger,
+  interceptors: Interceptor[],
+  tracing: boolean,
+): Promise<{ transport: Transport; natsServer: NatsRpcServer | undefined }> {
   const clientInterceptors = (kind: "nats" | "in-memory") => [
     requestIdClientInterceptor(),
     rpcMetricsInterceptor(kind),
     ...(tracing ? [tracingClientInterceptor(kind)] : []),
   ];
-  const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
-  const registerLocal = (router: ConnectRouter) => {
-    for (const module of modules) module.register(router);
-  };
-  let transport: Transport;
-  let natsServer: NatsRpcServer | undefined;
-  if (nats) {
-    const registry = createMethodRegistry();
-    registerLocal(registry.router);
-    natsServer = serveOverNats(nats, registry, { logger, interceptors, services: [...localServices] });
-    // The subscriptions are on the server before the process says it is ready: a call right after
-    // start would otherwise find no responder.
-    await nats.flush();
-    transport = createNatsTransport(nats, { interceptors: clientInterceptors("nats") });
-  } else {
-    const registry = createMethodRegistry();
-    registerLocal(registry.router);
-    transport = createDirectTransport(registry, { serverInterceptors: interceptors, clientInterceptors: clientInterceptors("in-memory") });
+  const registry = createMethodRegistry();
+  for (const module of modules) module.register(registry.router);
+  if (!nats) {
+    return {
+      transport: createDirectTransport(registry, { serverInterceptors: interceptors, clientInterceptors: clientInterceptors("in-memory") }),
+      natsServer: undefined,
+    };
   }
-  deferred.bind(transport);
+  const services = [...new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)))];
+  const natsServer = serveOverNats(nats, registry, { logger, interceptors, services });
+  // The subscriptions are on the server before the process says it is ready: a call right after
+  // start would otherwise find no responder.
+  await nats.flush();
+  return { transport: createNatsTransport(nats, { interceptors: clientInterceptors("nats") }), natsServer };
+}
 
-  const probes = createProbes({
-    sql: database.sql,
-    nats,
-    extra: modules.flatMap((m) => (m.ready ? [{ name: m.name, ready: m.ready }] : [])),
-  });
-  // Requests other than the probes wait for start-up to finish (the bootstrap owner, consumers),
-  // so a call sent as soon as the port answers never sees a half-started process.
-  let markStarted!: () => void;
-  const started = new Promise<void>((resolve) => (markStarted = resolve));
+/** What the public port's handler answers with. */
+interface PublicSurface {
+  /** Serve the REST routes, and forward Connect/gRPC for the services not in this process. */
+  gateway: boolean;
+  config: Config;
+  logger: Logger;
+  modules: ServiceModule[];
+  interceptors: Interceptor[];
+  transport: Transport;
+  probes: Probes;
+  clientAddress: ReturnType<typeof createClientAddress>;
+  /** Settled once start-up has finished. */
+  started: Promise<void>;
+  extra: ExtraHttp | undefined;
+}
 
-  const remoteServices: DescService[] = options.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
+/**
+ * The public port's handler: the probes at once; the rest once started, in turn the extra HTTP
+ * handling, the REST routes and Connect/gRPC, every body read within one set of slots.
+ */
+function createPublicHandler(surface: PublicSurface): HttpHandler {
+  const { config, logger, modules, interceptors, transport, probes, clientAddress, started, extra } = surface;
+  const localServices = new Set(modules.flatMap((m) => m.services.map((s) => s.typeName)));
+  const remoteServices: DescService[] = surface.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
     // Internal methods are refused first: no validation runs for them on the public port.
     interceptors: [publicMethodsOnlyInterceptor(), ...interceptors],
@@ -272,14 +381,13 @@ async function startServices(
     readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {
       const exposed = publicOnly(r);
-      registerLocal(exposed);
+      for (const module of modules) module.register(exposed);
       for (const service of remoteServices) registerForwarding(exposed, service, transport);
       registerGrpcHealth(r, probes);
       registerGrpcReflection(r, [...modules.flatMap((module) => module.services), ...remoteServices]);
     },
     fallback: (_req, res) => sendJson(res, 404, { error: "not found" }),
   });
-  const clientAddress = createClientAddress(config.TRUSTED_PROXY_CIDRS);
   // One set of body-reading slots for every surface of the port: REST, Connect and gRPC.
   const bodyReads = createBodyReads({
     total: config.DELIVERY_BODY_READS,
@@ -287,7 +395,7 @@ async function startServices(
     perConnection: config.DELIVERY_BODY_READS_PER_CONNECTION,
     isTrustedProxy: clientAddress.isTrustedProxy,
   });
-  const rest = options.gateway
+  const rest = surface.gateway
     ? createRestGateway({
         routes: buildRouteTable(internalServices),
         transport,
@@ -296,9 +404,8 @@ async function startServices(
         heldBodies: createHeldBodies({ bytes: config.GATEWAY_DELIVERY_BYTES }),
       })
     : undefined;
-  const extra = options.extraHttp?.(config, { events, clients, logger });
 
-  const handler: HttpHandler = (req, res) => {
+  return (req, res) => {
     const url = new URL(req.url ?? "/", "http://localhost");
     // The caller's own forwarding header never reaches a service: it is replaced by the address
     // the request really came from (or the one a trusted proxy names).
@@ -331,77 +438,74 @@ async function startServices(
       else res.end();
     });
   };
-  const server: HttpServer = await listenHttp({
+}
+
+/** GET /metrics on a port of its own, with the outbox lags, pool and NATS state read at each scrape. */
+function listenMetrics(
+  config: Config,
+  port: number,
+  measured: { name: string; logger: Logger; database: Database; nats: NatsConnection | undefined; modules: ServiceModule[]; relays: OutboxRelay[] },
+): Promise<HttpServer> {
+  const { name, logger, database, nats, modules, relays } = measured;
+  return listenHttp({
     host: config.HOST,
-    port: config.PORT,
-    handler,
+    port,
     deadlines: connectionDeadlines(config),
-    maxConnections: config.HTTP_MAX_CONNECTIONS,
-    maxConnectionsPerAddress: config.HTTP_MAX_CONNECTIONS_PER_ADDRESS,
-    isTrustedProxy: clientAddress.isTrustedProxy,
-    maxBufferedResponseBytes: config.HTTP_MAX_BUFFERED_RESPONSE_BYTES,
-  });
-  // Metrics on a port of their own, never the public one: they describe traffic and load.
-  const metricsServer =
-    config.METRICS_PORT === undefined
-      ? undefined
-      : await listenHttp({
-          host: config.HOST,
-          port: config.METRICS_PORT,
-          deadlines: connectionDeadlines(config),
-          // Its own few slots, outside the public port's cap: a flood there cannot take the scrape's.
-          maxConnections: METRICS_MAX_CONNECTIONS,
-          handler: (req, res) => {
-            void (async () => {
-              if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics")
-                return sendJson(res, 404, { error: "not found" });
-              await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
-              const pool = database.poolStats();
-              for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
-              dbPoolWaiting.set(pool.waiting);
-              if (nats) natsConnected.set({ connection: options.name }, connectionState(nats).connected() ? 1 : 0);
-              const text = await registry.metrics();
-              (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
-              res.end(text);
-            })().catch((err) => {
-              logger.error({ err }, "metrics failed");
-              if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
-            });
-          },
-        });
-  const metricsUrl = metricsServer ? `http://127.0.0.1:${metricsServer.port}/metrics` : undefined;
-  const url = `http://127.0.0.1:${server.port}`;
-  if (!config.PUBLIC_URL) config.publicUrl = `http://localhost:${server.port}`;
-
-  // Consumers subscribe before any relay runs: in one process the bus hands an event only to the
-  // subscribers it has, so events a crash left in an outbox, relayed first, would reach none.
-  for (const module of modules) await module.start?.();
-  for (const relay of relays) relay.start();
-  probes.markStarted();
-  markStarted();
-  logger.info(
-    {
-      port: server.port,
-      metricsPort: metricsServer?.port,
-      services: modules.map((m) => m.name),
-      transport: nats ? "nats" : "in-memory",
-      database: database.embedded ? "embedded" : "server",
+    // Its own few slots, outside the public port's cap: a flood there cannot take the scrape's.
+    maxConnections: METRICS_MAX_CONNECTIONS,
+    handler: (req, res) => {
+      void (async () => {
+        if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
+        await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        const pool = database.poolStats();
+        for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
+        dbPoolWaiting.set(pool.waiting);
+        if (nats) natsConnected.set({ connection: name }, connectionState(nats).connected() ? 1 : 0);
+        const text = await registry.metrics();
+        (res as import("node:http").ServerResponse).writeHead(200, { "content-type": registry.contentType });
+        res.end(text);
+      })().catch((err) => {
+        logger.error({ err }, "metrics failed");
+        if (!res.headersSent) sendJson(res, 500, { error: "internal error" });
+      });
     },
-    "serving",
-  );
+  });
+}
 
-  // Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it.
-  const bounded = async (what: string, ms: number, work: () => Promise<unknown>) => {
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<"timeout">((resolve) => {
-      timer = setTimeout(() => resolve("timeout"), ms);
-    });
-    const result = await Promise.race([work().catch((err) => logger.warn({ err }, `${what} failed`)), timeout]);
-    clearTimeout(timer);
-    if (result === "timeout") logger.warn({ ms }, `${what} did not finish in time; going on`);
-  };
+/** Each step of the shutdown is bounded: a hung dependency delays the exit, never blocks it. */
+async function bounded(logger: Logger, what: string, ms: number, work: () => Promise<unknown>): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<"timeout">((resolve) => {
+    timer = setTimeout(() => resolve("timeout"), ms);
+  });
+  const result = await Promise.race([work().catch((err) => logger.warn({ err }, `${what} failed`)), timeout]);
+  clearTimeout(timer);
+  if (result === "timeout") logger.warn({ ms }, `${what} did not finish in time; going on`);
+}
+
+/** What a running process stops, in the order it stops them. */
+interface StoppedParts {
+  config: Config;
+  logger: Logger;
+  probes: Probes;
+  extra: ExtraHttp | undefined;
+  server: HttpServer;
+  metricsServer: HttpServer | undefined;
+  natsServer: NatsRpcServer | undefined;
+  modules: ServiceModule[];
+  relays: OutboxRelay[];
+  events: EventBus;
+  nats: NatsConnection | undefined;
+  background: BackgroundPool;
+  database: Database;
+}
+
+/** The process's `stop()`: one shutdown however often it is called, each step bounded. */
+function shutdownSequence(parts: StoppedParts): () => Promise<void> {
+  const { config, logger, probes, extra, server, metricsServer, natsServer, modules, relays, events, nats, background, database } = parts;
+  const step = (what: string, ms: number, work: () => Promise<unknown>) => bounded(logger, what, ms, work);
   let stopped: Promise<void> | undefined;
-  const stop = () =>
+  return () =>
     (stopped ??= (async () => {
       const graceMs = config.SHUTDOWN_GRACE_SECONDS * 1000;
       probes.markStopping();
@@ -410,23 +514,22 @@ async function startServices(
       // this process over NATS), then the NATS side, then background work and the connections.
       // One grace for both: what the HTTP drain used, the NATS drain does not get again.
       const graceEnds = Date.now() + graceMs;
-      await bounded("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
-      if (metricsServer) await bounded("closing the metrics port", 1000, () => metricsServer.close(0));
+      await step("closing the HTTP server", graceMs + 500, () => server.close(graceMs));
+      if (metricsServer) await step("closing the metrics port", 1000, () => metricsServer.close(0));
       const left = Math.max(500, graceEnds - Date.now());
-      if (natsServer) await bounded("draining NATS calls", left + 500, () => natsServer.drain(left));
-      for (const module of modules) await bounded(`stopping ${module.name}`, 1000, async () => module.stop?.());
-      for (const relay of relays) await bounded("stopping an outbox relay", 1000, () => relay.stop());
-      await bounded("closing the event bus", 1000, () => events.close());
-      if (nats) await bounded("draining NATS", 1000, () => nats.drain());
+      if (natsServer) await step("draining NATS calls", left + 500, () => natsServer.drain(left));
+      for (const module of modules) await step(`stopping ${module.name}`, 1000, async () => module.stop?.());
+      for (const relay of relays) await step("stopping an outbox relay", 1000, () => relay.stop());
+      await step("closing the event bus", 1000, () => events.close());
+      if (nats) await step("draining NATS", 1000, () => nats.drain());
       probes.close();
-      await bounded("closing the background pool", 1500, () => background.close());
+      await step("closing the background pool", 1500, () => background.close());
       // The embedded Postgres gets its own stop's bound (a fast shutdown, then SIGKILL): returning
       // earlier would leave DATA_DIR locked by a server this process still owns.
-      await bounded("closing the database", database.embedded ? 21_000 : 6_000, () => database.close());
-      await bounded("sending the last spans", 1000, () => flushTracing());
+      await step("closing the database", database.embedded ? 21_000 : 6_000, () => database.close());
+      await step("sending the last spans", 1000, () => flushTracing());
       logger.info("stopped");
     })());
-  return { config, logger, url, port: server.port, metricsUrl, database, background, nats, modules, transport, relays, stop };
 }
 
 /** Runs a process until SIGINT or SIGTERM, draining in-flight requests before exit. */

@@ -670,7 +670,10 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
   it("exports the configuration as YAML without secrets, and applies a file idempotently, over the API and the admin command", async () => {
     const org = unique("code").toLowerCase().slice(0, 30);
     const { owner: token } = await bootstrapOrg(app, org);
-    const created = await app.call("POST", `/o/${org}/custom-sources`, { token, body: { name: "zabbix-prod", preset: "zabbix" } });
+    const created = await app.call("POST", `/o/${org}/custom-sources`, {
+      token,
+      body: { name: "zabbix-prod", preset: "zabbix", description: "Production Zabbix" },
+    });
     expect(created.status).toBe(201);
     const secret = created.body.credential.secret as string;
     expect((await app.call("PUT", `/o/${org}/grouping-overrides/metrics-monitor`, { token, body: { windowHours: 6 } })).status).toBe(200);
@@ -680,6 +683,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
     const yaml = exported.body.yaml as string;
     expect(yaml).toContain("name: zabbix-prod");
     expect(yaml).toContain("preset: zabbix");
+    expect(yaml).toContain("description: Production Zabbix");
     expect(yaml).toContain("windowHours: 6");
     expect(yaml).not.toContain(secret);
     const apply = (body: unknown) => app.call("POST", `/o/${org}/config`, { token, body });
@@ -688,11 +692,13 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
     const withNewSource = yaml
       .replace("windowHours: 6", "windowHours: 8")
-      .replace("customSources:\n", "customSources:\n  - name: kuma\n    rules:\n      - title: \"'down'\"\n");
+      .replace("description: Production Zabbix", "description: Production Zabbix, every host")
+      .replace("customSources:\n", "customSources:\n  - name: kuma\n    description: Uptime Kuma\n    rules:\n      - title: \"'down'\"\n");
     const plan = await apply({ yaml: withNewSource, dryRun: true });
     expect(plan.status, JSON.stringify(plan.body)).toBe(200);
     expect(plan.body.changes).toEqual([
       { action: "create", kind: "customSource", name: "kuma" },
+      { action: "update", kind: "customSource", name: "zabbix-prod" },
       { action: "update", kind: "groupingOverride", name: "metrics-monitor" },
     ]);
     expect(plan.body.applied).toBe(false);
@@ -700,7 +706,10 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
     const applied = await apply({ yaml: withNewSource });
     expect(applied.body).toMatchObject({ applied: true, credentials: [{ name: "kuma" }] });
-    const kuma = (await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources.find((s: any) => s.name === "kuma");
+    const listed = (await app.call("GET", `/o/${org}/custom-sources`, { token })).body.customSources;
+    const kuma = listed.find((s: any) => s.name === "kuma");
+    expect(kuma.description).toBe("Uptime Kuma");
+    expect(listed.find((s: any) => s.name === "zabbix-prod").description).toBe("Production Zabbix, every host");
     const kumaCredential = { id: kuma.id as string, secret: applied.body.credentials[0].credential.secret as string };
     expect((await deliver(kumaCredential, {})).body.outcome).toBe("opened");
     // Every replica has kuma cached before the file deletes it, below.

@@ -1,9 +1,10 @@
-import { Code, createClient, type Client } from "@connectrpc/connect";
+import { Code, type Client, type ConnectError, createClient } from "@connectrpc/connect";
 import { beforeEach, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { codeOf, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal } from "../../../test/support/stub-peers.js";
 import type { Broadcast } from "../../runtime/transport/broadcast.js";
+import { MAX_DESCRIPTION_CHARACTERS } from "../custom-sources/custom-source-records.js";
 import { SOURCES_PER_ORG } from "../custom-sources/store.js";
 import { createMemoryCustomSourceStore } from "../custom-sources/testing/memory-store.js";
 import { createMemoryTables, type MemoryTables } from "../testing/memory-tables.js";
@@ -139,6 +140,43 @@ customSources:
     expect(file.groupingOverrides).toEqual([{ source: "metrics-monitor", attachKey: "body.service", windowHours: 4 }]);
     expect(exported.yaml).not.toMatch(/secret/i);
     expect((await h.client.applyConfig({ org: ORG, yaml: exported.yaml, dryRun: true }, auth)).changes).toEqual([]);
+  });
+
+  it("carries a source's description: created, exported when set, a change of it an update, and an unchanged file applied again changes nothing", async () => {
+    const described = (text: string) => FILE.replace("  - name: billing\n", `  - name: billing\n    description: ${JSON.stringify(text)}\n`);
+    const note = "Payments' checker.\nPages the billing on-call.";
+    expect(plan((await h.client.applyConfig({ org: ORG, yaml: described(note) }, auth)).changes)).toContain("create customSource billing");
+    const billing = () => h.tables.sources.find((row) => row.name === "billing")!;
+    expect(billing().description).toBe(note);
+    expect((await h.client.applyConfig({ org: ORG, yaml: described(note) }, auth)).changes).toEqual([]);
+
+    const exported = await h.client.exportConfig({ org: ORG }, auth);
+    const sources = parseYaml(exported.yaml).customSources as Record<string, unknown>[];
+    expect(sources.map((s) => [s.name, s.description])).toEqual([
+      ["billing", note],
+      ["deploys", undefined],
+    ]);
+    // A source without one is written without the key.
+    expect(Object.keys(sources[1]!)).not.toContain("description");
+    expect((await h.client.applyConfig({ org: ORG, yaml: exported.yaml, dryRun: true }, auth)).changes).toEqual([]);
+
+    const changed = await h.client.applyConfig({ org: ORG, yaml: described("Checks payments.") }, auth);
+    expect(plan(changed.changes)).toEqual(["update customSource billing"]);
+    expect([billing().description, billing().version]).toEqual(["Checks payments.", 2]);
+    expect(h.published).toEqual([billing().id]);
+    // The file is the whole source: one without a description clears it.
+    expect(plan((await h.client.applyConfig({ org: ORG, yaml: FILE }, auth)).changes)).toEqual(["update customSource billing"]);
+    expect(billing().description).toBe("");
+  });
+
+  it("refuses a description past its bound, naming the source", async () => {
+    const long = FILE.replace("  - name: billing\n", `  - name: billing\n    description: ${"x".repeat(MAX_DESCRIPTION_CHARACTERS + 1)}\n`);
+    const refused = (await h.client.applyConfig({ org: ORG, yaml: long }, auth).catch((err: Error) => err)) as ConnectError;
+    expect(refused.code).toBe(Code.InvalidArgument);
+    expect(refused.rawMessage).toBe(
+      `customSources[0] (billing): description: at most ${MAX_DESCRIPTION_CHARACTERS} characters (got ${MAX_DESCRIPTION_CHARACTERS + 1})`,
+    );
+    expect(h.tables.sources).toEqual([]);
   });
 
   it("refuses a bad file before anything changes", async () => {

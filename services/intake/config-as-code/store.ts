@@ -20,6 +20,8 @@ export interface SourceUpdate {
   rules: RuleJson[];
   auth: SourceAuth;
   preset: string;
+  /** Written as given: empty clears it. */
+  description: string;
 }
 
 /** One change of a plan, as it is written; each writes its audit record (`correlation` writes its own). */
@@ -68,15 +70,16 @@ export function createPostgresConfigStore(sql: Sql, outbox: Outbox): ConfigStore
             const { auth, credential } = source;
             await tx`
               insert into intake.custom_sources (id, org_id, org_slug, name, rules, secret_in_path, basic_auth, secret_header, signature, preset,
-                                                 secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
+                                                 description, secret_hash, secret_sealed, secret_sealed_by, credential_issued_at)
               values (${source.id}, ${orgId}, ${source.orgSlug}, ${source.name}, ${tx.json(source.rules)}, ${auth.secretInPath}, ${auth.basicAuth},
-                      ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${source.preset}, ${credential.hash}, ${credential.sealed}, ${credential.sealedBy}, now())`;
+                      ${auth.secretHeader}, ${signatureColumn(tx, auth)}, ${source.preset}, ${source.description ?? ""}, ${credential.hash}, ${credential.sealed},
+                      ${credential.sealedBy}, now())`;
           } else if (w.kind === "updateSource") {
             const { source } = w;
             const updated = await tx<{ id: string; secret_sealed: Buffer | null }[]>`
               update intake.custom_sources set rules = ${tx.json(source.rules)}, version = version + 1, secret_in_path = ${source.auth.secretInPath},
                 basic_auth = ${source.auth.basicAuth}, secret_header = ${source.auth.secretHeader}, signature = ${signatureColumn(tx, source.auth)},
-                preset = ${source.preset}
+                preset = ${source.preset}, description = ${source.description}
               where org_id = ${orgId} and name = ${source.name} returning id, secret_sealed`;
             if (source.auth.signature && updated.some((row) => !row.secret_sealed)) throw unsealedForSignature();
             changedSources.push(...updated.map((row) => row.id));

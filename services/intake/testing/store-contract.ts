@@ -219,7 +219,7 @@ export function describeStoreContract(label: string, open: () => Stores) {
       const stores = open();
       const org = randomUUID();
       const actor = { orgId: org, email: "admin@example.test" };
-      const made = newSource(org, "from-file");
+      const made = { ...newSource(org, "from-file"), description: "made by a file" };
       const { changedSources } = await stores.config.apply(org, [
         { kind: "createSource", source: made, audit: audit(org, "custom_source.created") },
         { kind: "createSource", source: newSource(org, "also"), audit: audit(org, "custom_source.created") },
@@ -228,7 +228,10 @@ export function describeStoreContract(label: string, open: () => Stores) {
       ]);
       expect(changedSources).toEqual([]);
       const state = await stores.config.current(org);
-      expect(state.sources.map((row) => row.name)).toEqual(["also", "from-file"]);
+      expect(state.sources.map((row) => [row.name, row.description])).toEqual([
+        ["also", ""],
+        ["from-file", "made by a file"],
+      ]);
       expect(state.overrides).toEqual([{ source: "zabbix", attach_key: "body.host", window_hours: 1 }]);
       expect(state.correlation).toEqual({ mode: "link", windowMinutes: 30, key: "" });
       expect((await stores.customSources.byCredential(made.id, made.credential.hash))?.name).toBe("from-file");
@@ -238,7 +241,7 @@ export function describeStoreContract(label: string, open: () => Stores) {
       const second = await stores.config.apply(org, [
         {
           kind: "updateSource",
-          source: { name: "from-file", rules: [{ title: "'v2'" }], auth: NO_AUTH, preset: "x" },
+          source: { name: "from-file", rules: [{ title: "'v2'" }], auth: NO_AUTH, preset: "x", description: "changed by a file" },
           audit: audit(org, "custom_source.updated"),
         },
         { kind: "deleteSource", name: "also", audit: audit(org, "custom_source.deleted") },
@@ -248,7 +251,7 @@ export function describeStoreContract(label: string, open: () => Stores) {
       expect(second.changedSources).toContain(made.id);
       expect(second.changedSources).toHaveLength(2);
       const after = await stores.config.current(org);
-      expect(after.sources.map((row) => [row.name, row.version, row.preset])).toEqual([["from-file", 2, "x"]]);
+      expect(after.sources.map((row) => [row.name, row.version, row.preset, row.description])).toEqual([["from-file", 2, "x", "changed by a file"]]);
       expect(after.overrides).toEqual([]);
       expect(after.correlation).toBeUndefined();
       expect((await stores.audits(org)).map((a) => a.kind)).toEqual([
@@ -269,7 +272,7 @@ export function describeStoreContract(label: string, open: () => Stores) {
       await stores.customSources.create(newSource(org, "hashed"), 50, audit(org, "custom_source.created"));
       const refused = stores.config.apply(org, [
         { kind: "putOverride", override: { source: "zabbix", attachKey: "body.host", windowHours: 0 }, audit: audit(org, "grouping_override.set") },
-        { kind: "updateSource", source: { name: "hashed", rules: [], auth: SIGNED, preset: "" }, audit: audit(org, "custom_source.updated") },
+        { kind: "updateSource", source: { name: "hashed", rules: [], auth: SIGNED, preset: "", description: "" }, audit: audit(org, "custom_source.updated") },
       ]);
       expect(await codeOf(refused)).toBe(Code.FailedPrecondition);
       const state = await stores.config.current(org);

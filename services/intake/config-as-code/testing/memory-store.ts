@@ -59,7 +59,7 @@ export function createMemoryConfigStore(tables: MemoryTables = createMemoryTable
             const { source } = w;
             const row = tables.sources.find((r) => r.org_id === orgId && r.name === source.name);
             if (row) {
-              Object.assign(row, { ...sourceChangeColumns(row, source.rules, source.auth), preset: source.preset });
+              Object.assign(row, { ...sourceChangeColumns(row, source.rules, source.auth), preset: source.preset, description: source.description });
               if (source.auth.signature && !row.secret_sealed) throw unsealedForSignature();
               changedSources.push(row.id);
             }
