@@ -22,6 +22,11 @@ export interface ClusterOptions {
   output?: "inherit" | "ignore" | "capture";
   /** Node options for every process that NODE_OPTIONS may not carry (e.g. `--cpu-prof`). */
   nodeOptions?: string[];
+  /**
+   * The folder holding each service's folder with its `main`: by default the one beside this
+   * module, whose `main.ts` run through tsx and whose compiled `main.js` run as they are.
+   */
+  servicesDir?: string;
 }
 
 export interface ClusterProcess {
@@ -48,13 +53,13 @@ export interface Cluster {
   stop(): Promise<void>;
 }
 
-const servicesDir = join(dirname(fileURLToPath(import.meta.url)), "..");
+const SERVICES_DIR = join(dirname(fileURLToPath(import.meta.url)), "..");
 
-/** The service folders that run as their own process (each has a main.ts). */
-export function serviceFolders(): string[] {
+/** The service folders that run as their own process (each has a main, compiled or not). */
+export function serviceFolders(servicesDir = SERVICES_DIR): string[] {
   return readdirSync(servicesDir, { withFileTypes: true })
     .filter((d) => d.isDirectory() && !["runtime", "all", "gateway", "console"].includes(d.name))
-    .filter((d) => existsSync(join(servicesDir, d.name, "main.ts")))
+    .filter((d) => existsSync(join(servicesDir, d.name, "main.ts")) || existsSync(join(servicesDir, d.name, "main.js")))
     .map((d) => d.name);
 }
 
@@ -73,9 +78,9 @@ export async function freePort(): Promise<number> {
   });
 }
 
-function entry(name: string): string[] {
+function entry(servicesDir: string, name: string): string[] {
   const compiled = join(servicesDir, name, "main.js");
-  if (existsSync(compiled)) return [compiled];
+  if (existsSync(compiled)) return ["--enable-source-maps", compiled];
   return ["--import", "tsx", join(servicesDir, name, "main.ts")];
 }
 
@@ -87,7 +92,8 @@ function entry(name: string): string[] {
 export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   if (!options.env.DATABASE_URL || !options.env.NATS_URL) throw new Error("the cluster needs DATABASE_URL and NATS_URL");
   const plan: string[] = [];
-  for (const name of serviceFolders()) {
+  const servicesDir = options.servicesDir ?? SERVICES_DIR;
+  for (const name of serviceFolders(servicesDir)) {
     const replicas = name === "intake" ? options.intakes : 1;
     for (let i = 0; i < replicas; i++) plan.push(name);
   }
@@ -98,7 +104,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
   let starting = true;
   // The process object is complete once its first child is spawned; a restart replaces the child.
   const launch = (proc: Omit<ClusterProcess, "child"> & { child?: ChildProcess }, instance: number): ChildProcess => {
-    const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(proc.name)], {
+    const child = spawn(process.execPath, [...(options.nodeOptions ?? []), ...entry(servicesDir, proc.name)], {
       env: {
         ...options.env,
         ...options.envFor?.(proc.name),

@@ -6,6 +6,7 @@ import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { OWNER } from "../support/app.js";
+import { nodeArgsFor } from "../support/compiled-services.js";
 import {
   auditEvents,
   bootstrapOrg,
@@ -725,7 +726,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
         execFile(
           process.execPath,
-          ["--import", "tsx", "services/admin/admin-cli.ts", ...args],
+          [...nodeArgsFor("services/admin/admin-cli.ts"), ...args],
           { env: { ...process.env, WARROOM_URL: app.url, WARROOM_TOKEN: token }, timeout: 60_000 },
           (err, stdout, stderr) => resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
         );

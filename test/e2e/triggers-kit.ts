@@ -10,6 +10,7 @@ import { freePort, type Cluster } from "../../services/process/cluster.js";
 import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startClusterApp } from "../support/cluster.js";
+import { nodeArgsFor } from "../support/compiled-services.js";
 
 /**
  * What the trigger and receiver end-to-end tests share: the two ways of running the service,
@@ -57,7 +58,7 @@ export async function startIntakeApp(mode: Mode, options: { intakes?: number; en
 /** Starts one service of a running cluster again as its own process; resolves when it is ready. */
 export async function startClusterProcess(app: IntakeApp, name: string): Promise<ChildProcess> {
   const port = await freePort();
-  const child = spawn(process.execPath, ["--import", "tsx", join(repoRoot, "services", name, "main.ts")], {
+  const child = spawn(process.execPath, nodeArgsFor(join(repoRoot, "services", name, "main.ts")), {
     env: { ...app.cluster!.env, PORT: String(port), SERVICE_INSTANCE: `${name}-again` },
     stdio: "ignore",
   });

@@ -1,6 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { startTestCluster } from "../support/compiled-services.js";
 import { callApi, freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { type Delivery, faultClusterEnv, ownerAndIngestToken, runLoad, verifyLoad } from "./load.js";
@@ -24,7 +25,7 @@ const report: Record<string, string | number>[] = [];
 beforeAll(async () => {
   database = await freshDatabase();
   nats = await startPrivateNats();
-  cluster = await startCluster({
+  cluster = await startTestCluster({
     env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
     port: 0,
     gateways: 1,

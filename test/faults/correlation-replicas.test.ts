@@ -1,7 +1,8 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CORRELATION_CACHE_MS } from "../../services/intake/correlation/correlation.js";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { startTestCluster } from "../support/compiled-services.js";
 import { FIVE_SOURCES, sendAs } from "../e2e/correlation-kit.js";
 import type { Credentials } from "../e2e/triggers-kit.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
@@ -27,7 +28,7 @@ let orgId: string;
 beforeAll(async () => {
   database = await freshDatabase();
   nats = await startPrivateNats();
-  cluster = await startCluster({
+  cluster = await startTestCluster({
     // The manifests' pool size (deploy/base/kustomization.yaml), as the other replica tests use.
     env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3" }),
     port: 0,

@@ -1,6 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { startTestCluster } from "../support/compiled-services.js";
 import { callApi, freshDatabase } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
 import { faultClusterEnv, ownerAndIngestToken } from "./load.js";
@@ -23,7 +24,7 @@ const ids: string[] = [];
 beforeAll(async () => {
   database = await freshDatabase();
   nats = await startPrivateNats();
-  cluster = await startCluster({
+  cluster = await startTestCluster({
     env: faultClusterEnv(database.url, nats.url, { SHUTDOWN_GRACE_SECONDS: "1", DATABASE_POOL_SIZE: "3", ESCALATION_SWEEP_SECONDS: "0.3" }),
     port: 0,
     gateways: 1,

@@ -8,6 +8,7 @@ import { createLogger } from "../../services/runtime/observability/logger.js";
 import { KEY_FILE_NAME } from "../../services/runtime/credentials/secret-box.js";
 import { makeTestCertificates, startCanary, startChatWebhookReceiver, type ChatWebhookReceiver } from "../support/https-receiver.js";
 import { callApi, OWNER } from "../support/app.js";
+import { nodeArgsFor } from "../support/compiled-services.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor, type ServiceProcess } from "../support/service-process.js";
 
 /**
@@ -37,7 +38,7 @@ const serviceEnv = (dataDir: string) =>
   });
 
 function runAdmin(args: string[], dataDir: string): Promise<{ code: number | null; output: string }> {
-  const child = spawn(process.execPath, ["--import", "tsx", "services/admin/admin-cli.ts", ...args], {
+  const child = spawn(process.execPath, [...nodeArgsFor("services/admin/admin-cli.ts"), ...args], {
     cwd: ROOT,
     env: { ...process.env, DATABASE_URL: "", NATS_URL: "", SECRETS_KEYS: "", DATA_DIR: dataDir, LOG_LEVEL: "warn" },
     stdio: ["ignore", "pipe", "pipe"],

@@ -6,6 +6,7 @@ import { allServices } from "../../services/process/all-services.js";
 import { processAlive } from "../../services/runtime/data/data-dir-lock.js";
 import { runProcess } from "../../services/process/run-process.js";
 import { callApi, OWNER } from "../support/app.js";
+import { nodeArgsFor } from "../support/compiled-services.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor } from "../support/service-process.js";
 
 const ROOT = resolve(import.meta.dirname, "../..");
@@ -27,7 +28,7 @@ async function waitGone(pid: number, timeoutMs: number): Promise<boolean> {
 function runAdmin(dataDir: string): Promise<{ code: number | null; output: string }> {
   const child = spawn(
     process.execPath,
-    ["--import", "tsx", "services/admin/admin-cli.ts", "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
+    [...nodeArgsFor("services/admin/admin-cli.ts"), "bootstrap", "--org", "other", "--email", "o@other.test", "--password", "another long password"],
     {
       cwd: ROOT,
       env: { ...process.env, DATABASE_URL: "", NATS_URL: "", DATA_DIR: dataDir, LOG_LEVEL: "silent" },

@@ -56,7 +56,10 @@ const pick = <T>(items: T[]): T => items[Math.floor(Math.random() * items.length
 
 describe("soak: the default mode under a realistic mix of every route", () => {
   it(`answers every request for ${SOAK_SECONDS} s with ${CLIENTS} clients and loses or doubles no acknowledged delivery`, async () => {
-    service = startServiceProcess(embeddedEnv(data.dir, { LOG_LEVEL: "info", SHUTDOWN_GRACE_SECONDS: "5", METRICS_PORT: "0" }));
+    // As `npm start` runs it: the source through tsx.
+    service = startServiceProcess(embeddedEnv(data.dir, { LOG_LEVEL: "info", SHUTDOWN_GRACE_SECONDS: "5", METRICS_PORT: "0" }), undefined, undefined, {
+      tsx: true,
+    });
     const { url, metricsUrl } = await service.serving;
     await waitFor(`${url}/readyz`);
     const samples: Sample[] = [];

@@ -1,4 +1,5 @@
-import { startCluster, type Cluster } from "../../services/process/cluster.js";
+import type { Cluster } from "../../services/process/cluster.js";
+import { startTestCluster } from "./compiled-services.js";
 import { callApi, freshDatabase, OWNER, type TestApp } from "./app.js";
 import { startPrivateNats } from "./nats-server.js";
 
@@ -20,7 +21,7 @@ export async function startClusterApp(
   // A NATS server of its own: subjects are global, and another cluster on the same server would
   // answer this one's calls against a different database.
   const nats = await startPrivateNats({ config: options.natsConfig });
-  const cluster = await startCluster({
+  const cluster = await startTestCluster({
     env: {
       ...process.env,
       DATABASE_URL: database.url,

@@ -1,5 +1,6 @@
 import postgres from "postgres";
-import { startCluster, type Cluster, type ClusterOptions, type ClusterProcess } from "../../services/process/cluster.js";
+import type { Cluster, ClusterOptions, ClusterProcess } from "../../services/process/cluster.js";
+import { startTestCluster } from "./compiled-services.js";
 import { faultClusterEnv, ownerAndIngestToken, verifyLoad, type LoadResult } from "../faults/load.js";
 import { freshDatabase } from "./app.js";
 import { startPrivateNats, type PrivateNats } from "./nats-server.js";
@@ -63,7 +64,7 @@ export async function startFaultCluster(options: {
     }
     const nats = await startPrivateNats();
     stops.push(() => nats.cleanup());
-    const cluster = await startCluster({
+    const cluster = await startTestCluster({
       env: faultClusterEnv(databaseUrl, nats.url, options.env),
       port: 0,
       gateways: options.gateways,

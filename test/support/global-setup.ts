@@ -1,5 +1,6 @@
 import { rmSync } from "node:fs";
 import type { TestProject } from "vitest/node";
+import { COMPILED_ENV, compileServices } from "./compiled-services.js";
 import { startTestServers } from "./test-servers.js";
 
 /**
@@ -14,14 +15,19 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const servers = await startTestServers(process.env);
   process.env.DATABASE_URL = servers.databaseUrl;
   process.env.NATS_URL = servers.natsUrl;
+  // One compiled tree for the whole run, made by the first project that needs servers.
+  const compiled = process.env[COMPILED_ENV] ? undefined : await compileServices();
+  if (compiled) process.env[COMPILED_ENV] = compiled.dir;
   // The servers stop by themselves when this process exits; the folder is removed here, for an
   // exit that skips the teardown (Ctrl-C, process.exit).
   const removeDir = () => {
     if (servers.dir) rmSync(servers.dir, { recursive: true, force: true });
+    compiled?.remove();
   };
   process.once("exit", removeDir);
   return async () => {
     await servers.stop();
+    compiled?.remove();
     process.off("exit", removeDir);
   };
 }

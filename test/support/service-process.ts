@@ -1,6 +1,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { resolve } from "node:path";
 import { OWNER } from "./app.js";
+import { nodeArgsFor } from "./compiled-services.js";
 import { tempDataDir } from "./temp-data-dir.js";
 
 export { tempDataDir };
@@ -33,9 +34,13 @@ export function embeddedEnv(dataDir: string, extra: Record<string, string> = {})
   };
 }
 
-/** `cwd` runs another tree's entry (a previous release's, in the upgrade test). */
-export function startServiceProcess(env: Record<string, string>, entry = "services/all/main.ts", cwd = ROOT): ServiceProcess {
-  const child = spawn(process.execPath, ["--import", "tsx", entry], {
+/**
+ * `cwd` runs another tree's entry (a previous release's, in the upgrade test). The entry runs
+ * compiled when the run compiled it (test/support/compiled-services.ts); `tsx` runs the source
+ * through tsx's loader, exactly as `npm start` does.
+ */
+export function startServiceProcess(env: Record<string, string>, entry = "services/all/main.ts", cwd = ROOT, options: { tsx?: boolean } = {}): ServiceProcess {
+  const child = spawn(process.execPath, options.tsx ? ["--import", "tsx", entry] : nodeArgsFor(entry, cwd), {
     cwd,
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
