@@ -214,6 +214,9 @@ export async function benchHostileCel(): Promise<void> {
       };
 
       for (let i = 0; i < 4; i++) await Promise.all([hostile(parts), hostile(message), quietTrigger()]);
+      // The warm-up sent its bodies faster than the organization's budget of large bodies: a
+      // second for that budget to catch up, so the first body measured does not wait its turn.
+      await new Promise((r) => setTimeout(r, 1000));
       // The hostile deliveries alone, one after another: the app's CPU per delivery.
       const cpu: Record<string, number> = {};
       const wall: Record<string, number[]> = { parts: [], message: [] };
