@@ -1,4 +1,5 @@
 import { fork, type ChildProcess } from "node:child_process";
+import { readFileSync } from "node:fs";
 
 /**
  * Benchmarks run the server under test in a child process, so its CPU is its own and the load
@@ -49,4 +50,15 @@ export function cpuOf(child: ChildProcess): Promise<NodeJS.CpuUsage | undefined>
     child.on("message", onMessage);
     child.send("cpu");
   });
+}
+
+/** CPU seconds of a process so far, from /proc: in all (user + system), and in the kernel alone. */
+export function cpuTimes(pid: number): { total: number; kernel: number } {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return { total: (Number(fields[11]) + Number(fields[12])) / 100, kernel: Number(fields[12]) / 100 };
+  } catch {
+    return { total: 0, kernel: 0 };
+  }
 }

@@ -1,6 +1,13 @@
+import { randomBytes } from "node:crypto";
 import { fileURLToPath } from "node:url";
+import { createClient } from "@connectrpc/connect";
+import { connect } from "@nats-io/transport-node";
+import { IdentityService } from "../../gen/warroom/identity/v1/identity_pb.js";
+import { startCluster } from "../../services/process/cluster.js";
+import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
+import { startPrivateNats } from "../support/nats-server.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
-import { cpuOf, startChild, stopChild } from "./child-process.js";
+import { cpuOf, cpuTimes, startChild, stopChild } from "./child-process.js";
 import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { ask, eventLoopDelay } from "./fairness.js";
 import { deliveryMix, ingestToken, type LoadResult, load, ownerAccessToken } from "./intake.js";
@@ -158,6 +165,85 @@ const QUIET_P99_TARGET = 2;
 /** A grouping override over the built-in metrics-monitor source as hostile as HOSTILE_RULES. */
 const HOSTILE_OVERRIDE = "body.parts.map(p, p.split('').join('-').lowerAscii()).join('') + string(body.parts.exists(p, p.replace('', p).size() == 0))";
 
+/** Where the hostile bench posts: the one-process app, or the services as processes over NATS. */
+interface HostileTarget {
+  shape: string;
+  url: string;
+  /** CPU of the processes that take the deliveries, summed. */
+  cpu(): Promise<NodeJS.CpuUsage | undefined>;
+  /** The event-loop delay since the last ask; none where it is not read (the NATS shape). */
+  eventLoop(): Promise<{ p99: number; max: number } | undefined>;
+  /** An ingest token of a second organization, for the quiet triggers. */
+  secondOrgToken(): Promise<string>;
+  stop(): Promise<void>;
+}
+
+async function oneProcessTarget(databaseUrl: string): Promise<HostileTarget> {
+  const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", databaseUrl], {
+    nodeOptions: process.env.BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [],
+  });
+  return {
+    shape: "one process",
+    url: app.url,
+    cpu: () => cpuOf(app.child),
+    eventLoop: () => eventLoopDelay(app.child),
+    secondOrgToken: () => ask<string>(app.child, "second-org", "secondOrgToken"),
+    stop: () => stopChild(app.child),
+  };
+}
+
+/**
+ * The services as separate processes over a NATS server of their own (one gateway, one intake):
+ * the CPU counted is every process's, the gateway's and intake's included.
+ */
+async function clusterTarget(databaseUrl: string): Promise<HostileTarget> {
+  const nats = await startPrivateNats();
+  const cluster = await startCluster({
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      NATS_URL: nats.url,
+      HOST: "127.0.0.1",
+      LOG_LEVEL: "error",
+      BOOTSTRAP_ORG_SLUG: OWNER.org,
+      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+      SHUTDOWN_GRACE_SECONDS: "1",
+      DATABASE_POOL_SIZE: "6",
+    },
+    port: 0,
+    gateways: 1,
+    intakes: 1,
+  });
+  const url = cluster.gatewayUrls[0]!;
+  return {
+    shape: "separate processes over NATS",
+    url,
+    async cpu() {
+      const seconds = cluster.processes.reduce((sum, p) => sum + cpuTimes(p.child.pid!).total, 0);
+      return { user: seconds * 1e6, system: 0 };
+    },
+    eventLoop: async () => undefined,
+    async secondOrgToken() {
+      const slug = `quiet-${randomBytes(3).toString("hex")}`;
+      const owner = { email: `owner@${slug}.test`, password: "another horse battery" };
+      const nc = await connect({ servers: nats.url });
+      try {
+        await createClient(IdentityService, createNatsTransport(nc)).bootstrap({ orgSlug: slug, ownerEmail: owner.email, ownerPassword: owner.password });
+      } finally {
+        await nc.close();
+      }
+      const login = await callApi(url, "POST", "/auth/login", { body: { ...owner, orgSlug: slug } });
+      const issued = await callApi(url, "POST", `/o/${slug}/triggers/ingest-token`, { token: login.body.accessToken });
+      return issued.body.token as string;
+    },
+    async stop() {
+      await cluster.stop();
+      await nats.cleanup();
+    },
+  };
+}
+
 /**
  * Hostile rules over 1 MiB bodies: the app's CPU per hostile delivery (the whole delivery: reading
  * and parsing the body, the rules stopped by their budget or the 64 KiB bound, the default
@@ -166,20 +252,20 @@ const HOSTILE_OVERRIDE = "body.parts.map(p, p.split('').join('-').lowerAscii()).
  * the same run): custom-source deliveries, previews of the same bodies, and metrics-monitor alerts
  * of about 1 MiB under a hostile grouping override. Beside them, the floor: the triggers while two
  * senders post the same bytes with a wrong credential, received and refused without being parsed.
- * Each case also gives the app's event-loop delay meanwhile (p99 / max).
+ * Each case also gives the app's event-loop delay meanwhile (p99 / max). With
+ * HOSTILE_CEL_BENCH_SHAPE=nats the same runs against the services as separate processes over NATS.
  */
 type Outcome = "admitted" | "refused";
 
 export async function benchHostileCel(): Promise<void> {
   const quietCount = Number(process.env.HOSTILE_CEL_BENCH_TRIGGERS ?? 200);
+  const overNats = process.env.HOSTILE_CEL_BENCH_SHAPE === "nats";
   const database = await freshDatabase();
   try {
-    const app = await startChild(fileURLToPath(new URL("./intake.ts", import.meta.url)), ["--serve", database.url], {
-      nodeOptions: process.env.BENCH_PROFILE_DIR ? ["--cpu-prof", `--cpu-prof-dir=${process.env.BENCH_PROFILE_DIR}`] : [],
-    });
+    const app = overNats ? await clusterTarget(database.url) : await oneProcessTarget(database.url);
     try {
       const owner = await ownerAccessToken(app.url);
-      const quietToken = await ask<string>(app.child, "second-org", "secondOrgToken");
+      const quietToken = await app.secondOrgToken();
       const created = await callApi(app.url, "POST", `/o/${OWNER.org}/custom-sources`, { token: owner, body: { name: "bench-hostile", rules: HOSTILE_RULES } });
       if (created.status !== 201) throw new Error(`could not create the custom source: ${created.status} ${JSON.stringify(created.body)}`);
       const path = `/triggers/custom/${created.body.source.id}`;
@@ -224,19 +310,19 @@ export async function benchHostileCel(): Promise<void> {
         ["parts", parts],
         ["message", message],
       ] as const) {
-        const before = await cpuOf(app.child);
+        const before = await app.cpu();
         // Paced under the organization's budget of large bodies (INTAKE_LARGE_BODY_BYTES_PER_SECOND).
         for (let i = 0; i < 10; i++) {
           wall[name]!.push(await hostile(raw));
           await new Promise((r) => setTimeout(r, 150));
         }
-        const after = await cpuOf(app.child);
+        const after = await app.cpu();
         if (before && after) cpu[name] = (after.user + after.system - before.user - before.system) / 1000 / 10;
       }
       const quiet: number[] = [];
-      await eventLoopDelay(app.child);
+      await app.eventLoop();
       for (let i = 0; i < quietCount; i++) quiet.push(await quietTrigger());
-      const loopQuiet = await eventLoopDelay(app.child);
+      const loopQuiet = await app.eventLoop();
       /**
        * Another organization's triggers while two senders post `send` back to back, each at most
        * once every `intervalMs`; with the bodies they sent a second.
@@ -267,7 +353,7 @@ export async function benchHostileCel(): Promise<void> {
       const during = await triggersDuring(async () =>
         outcomeOf(await callApi(app.url, "POST", path, { raw: parts, headers }), (s) => s === 201 || s === 200, "a hostile delivery"),
       );
-      const loopDuring = await eventLoopDelay(app.child);
+      const loopDuring = await app.eventLoop();
       // Previews of the same bytes with the source's rules: an admin's call, answered with the error.
       const previewPath = `/o/${OWNER.org}/custom-sources/${created.body.source.id}/preview`;
       const previewBody = `{"body":${parts}}`;
@@ -276,7 +362,7 @@ export async function benchHostileCel(): Promise<void> {
         if (res.status === 200 && !res.body.error) throw new Error(`a hostile preview answered without its error: ${JSON.stringify(res.body).slice(0, 200)}`);
         return outcomeOf(res, (s) => s === 200, "a hostile preview");
       });
-      const loopPreviews = await eventLoopDelay(app.child);
+      const loopPreviews = await app.eventLoop();
       // Metrics-monitor alerts of about 1 MiB under a hostile grouping override: recorded with the
       // source's own grouping.
       const put = await callApi(app.url, "PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner, body: { attachKey: HOSTILE_OVERRIDE } });
@@ -285,14 +371,14 @@ export async function benchHostileCel(): Promise<void> {
       const ingest = await ingestToken(app.url);
       let alerts = 0;
       const alertParts = Array.from({ length: 16 }, (_, i) => `${i} ${"ab ".repeat(20_000)}`);
-      await eventLoopDelay(app.child);
+      await app.eventLoop();
       const overrides = await triggersDuring(async () => {
         const id = `huge-${alerts++ % 20}`;
         const alert = { title: "Disk full", alert_type: "error", alert_transition: "Triggered", alert_id: id, event_id: `e${alerts}`, parts: alertParts };
         const res = await callApi(app.url, "POST", "/triggers", { token: ingest, body: alert });
         return outcomeOf(res, (s) => s === 201 || s === 200, "an alert under the override");
       });
-      const loopOverrides = await eventLoopDelay(app.child);
+      const loopOverrides = await app.eventLoop();
       // The floor: the same bytes at the same rate, refused for their credential once read, so
       // nothing parses them: what the triggers lose to receiving 1 MiB bodies on this machine at all.
       const refusedHeaders = { ...headers, authorization: "Bearer not-the-secret" };
@@ -304,10 +390,10 @@ export async function benchHostileCel(): Promise<void> {
         },
         2_000 / (during.perSecond + during.refusedPerSecond),
       );
-      const loopFloor = await eventLoopDelay(app.child);
+      const loopFloor = await app.eventLoop();
 
       const q = summarize(quiet);
-      printTable(`Hostile CEL rules over 1 MiB bodies (target: app CPU per delivery < ${HOSTILE_CPU_TARGET_MS} ms)`, [
+      printTable(`Hostile CEL rules over 1 MiB bodies, ${app.shape} (target: app CPU per delivery < ${HOSTILE_CPU_TARGET_MS} ms)`, [
         ...(["parts", "message"] as const).map((name) => ({
           body: name === "parts" ? "16 strings of 60 KB, rules stopped by their budget" : "one string of 1,030,000 characters, refused by the 64 KiB bound",
           "app CPU ms per delivery": cpu[name]?.toFixed(1) ?? "?",
@@ -318,7 +404,7 @@ export async function benchHostileCel(): Promise<void> {
       const row = (
         work: string,
         run: { latencies: number[]; perSecond: number; refusedPerSecond: number } | undefined,
-        loop: { p99: number; max: number },
+        loop: { p99: number; max: number } | undefined,
         target: boolean,
       ) => {
         const s = run ? summarize(run.latencies) : q;
@@ -328,7 +414,7 @@ export async function benchHostileCel(): Promise<void> {
           "refused/s (budget)": run ? run.refusedPerSecond.toFixed(1) : "",
           "trigger p50": `${s.p50.toFixed(1)} ms (${(s.p50 / q.p50).toFixed(2)})`,
           "trigger p99": `${s.p99.toFixed(1)} ms (${(s.p99 / q.p99).toFixed(2)})`,
-          "event loop delay p99 / max": `${loop.p99.toFixed(1)} / ${loop.max.toFixed(1)} ms`,
+          "event loop delay p99 / max": loop ? `${loop.p99.toFixed(1)} / ${loop.max.toFixed(1)} ms` : "not read",
           met: target ? (s.p99 <= QUIET_P99_TARGET * q.p99 ? "yes" : "NO") : "",
         };
       };
@@ -343,7 +429,7 @@ export async function benchHostileCel(): Promise<void> {
         ],
       );
     } finally {
-      await stopChild(app.child);
+      await app.stop();
     }
   } finally {
     await database.drop();

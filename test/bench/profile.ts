@@ -8,7 +8,7 @@ import { startCluster } from "../../services/process/cluster.js";
 import { OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
-import { startChild, stopChild } from "./child-process.js";
+import { cpuTimes, startChild, stopChild } from "./child-process.js";
 import { deliveryMix, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
 import { printTable } from "./stats.js";
 import { natsCallCpuMs } from "./transport.js";
@@ -95,17 +95,6 @@ async function serveProfiledChild(databaseUrl: string): Promise<void> {
 }
 
 // --- measurements read from outside -------------------------------------------------------------
-
-/** CPU seconds of a process so far, from /proc: in all (user + system), and in the kernel alone. */
-function cpuTimes(pid: number): { total: number; kernel: number } {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return { total: (Number(fields[11]) + Number(fields[12])) / 100, kernel: Number(fields[12]) / 100 };
-  } catch {
-    return { total: 0, kernel: 0 };
-  }
-}
 
 function cpuSeconds(pid: number): number {
   return cpuTimes(pid).total;
