@@ -70,8 +70,11 @@ describe("a custom source's mapping runs within its organization's share", () =>
     try {
       const stuck = postTrigger(app, creds.ingestToken, alertBody(`${run}-a`, `${run}-e0`), { headers: { "idempotency-key": key } });
       const lockedBy = async () =>
-        (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%intake.retry_keys%'`)[0]
-          ?.n ?? 0;
+        (
+          await sql<
+            { n: number }[]
+          >`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%intake.retry_keys%'`
+        )[0]?.n ?? 0;
       for (const until = Date.now() + 60_000; (await lockedBy()) < 1 && Date.now() < until; ) await new Promise((r) => setTimeout(r, 25));
       expect(await lockedBy(), "the share's delivery is stuck on the held row").toBe(1);
 

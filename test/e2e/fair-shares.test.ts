@@ -105,8 +105,11 @@ describe.each(MODES)("fair shares of intake (%s)", (mode) => {
       // Wait until both are in flight: the next one then finds the share full. (The bound only
       // ends a hang: a busy machine takes its time reaching the lock, never this long.)
       const lockedBy = async () =>
-        (await sql<{ n: number }[]>`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%intake.retry_keys%'`)[0]
-          ?.n ?? 0;
+        (
+          await sql<
+            { n: number }[]
+          >`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%intake.retry_keys%'`
+        )[0]?.n ?? 0;
       for (const until = Date.now() + 60_000; (await lockedBy()) < SHARE && Date.now() < until; ) await new Promise((r) => setTimeout(r, 25));
       expect(await lockedBy(), "the share's deliveries are stuck on the held rows").toBe(SHARE);
       // Beyond the share: waits in its own queue, then refused, each in the status its sender retries.
@@ -190,7 +193,7 @@ describe("overload: a process refuses deliveries past its total at once (one pro
       for (let i = 0; i < 200; i++) {
         const [waiting] = await sql<
           { n: number }[]
-        >`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%intake.retry_keys%'`;
+        >`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%intake.retry_keys%'`;
         if ((waiting?.n ?? 0) >= 2) break;
         await new Promise((r) => setTimeout(r, 25));
       }

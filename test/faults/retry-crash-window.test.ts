@@ -31,7 +31,7 @@ beforeAll(async () => {
 }, 180_000);
 
 afterAll(async () => {
-  await sql?.unsafe("select pg_terminate_backend(pid) from pg_stat_activity where wait_event = 'PgSleep'").catch(() => {});
+  await sql?.unsafe("select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep'").catch(() => {});
   await sql?.unsafe("drop trigger if exists hold_answers on intake.retry_keys").catch(() => {});
   await faults?.stop();
 });
@@ -84,7 +84,7 @@ describe("kill -9 of intake between the incident core's commit and storing the a
     // ...and an intake is stuck storing the answer.
     const clientPort = await until("intake storing the answer", async () => {
       const [row] = await sql<{ client_port: number }[]>`
-        select client_port from pg_stat_activity where wait_event = 'PgSleep' and query ilike '%retry_keys%' and client_port is not null`;
+        select client_port from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep' and query ilike '%retry_keys%' and client_port is not null`;
       return row?.client_port;
     });
     const pid = await until("the process of that connection", () => pidOfLocalPort(clientPort));
@@ -94,7 +94,7 @@ describe("kill -9 of intake between the incident core's commit and storing the a
     victim!.child.kill("SIGKILL");
     await exited;
     // The dead process's statement sleeps on in its backend, holding its lock: end it, then lift the hold.
-    await sql`select pg_terminate_backend(pid) from pg_stat_activity where wait_event = 'PgSleep'`;
+    await sql`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event = 'PgSleep'`;
     await sql.unsafe("drop trigger hold_answers on intake.retry_keys");
     const abandoned = await first;
     expect(abandoned.status === 0 || abandoned.status >= 500, `the first post was never answered 2xx: ${abandoned.status}`).toBe(true);

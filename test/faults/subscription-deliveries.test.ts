@@ -364,7 +364,7 @@ describe("one process started again with events still in its outbox", () => {
           (
             await db<
               { n: number }[]
-            >`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query ilike '%subscriptions.deliveries%'`
+            >`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query ilike '%subscriptions.deliveries%'`
           )[0]!.n > 0,
         60_000,
       );

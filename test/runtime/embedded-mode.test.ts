@@ -41,6 +41,17 @@ function runAdmin(dataDir: string): Promise<{ code: number | null; output: strin
   return new Promise((resolve) => child.once("exit", (code) => resolve({ code, output })));
 }
 
+/** The shells of the watchdog that runs `postmaster` (its process group's `sh` processes). */
+function watchdogShells(postmaster: number): number[] {
+  const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
+  return execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
+    .trim()
+    .split("\n")
+    .map((line) => line.trim().split(/\s+/))
+    .filter(([, comm]) => comm === "sh")
+    .map(([pid]) => Number(pid));
+}
+
 describe("one-process mode with the embedded database", () => {
   it("runs a real Postgres server with a generated password, and keeps its data across a restart", async () => {
     const first = await runProcess({ name: "embedded", services: allServices, gateway: true, env });
@@ -178,14 +189,7 @@ describe("one-process mode with the embedded database", () => {
       await waitFor(`${url}/readyz`);
       const postmaster = Number.parseInt(readFileSync(join(pgDir, "postmaster.pid"), "utf8"), 10);
       expect(postmasters(), `postmasters of the folder; its lock file names ${postmaster}`).toEqual([postmaster]);
-      const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
-      const shells = execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
-        .trim()
-        .split("\n")
-        .map((line) => line.trim().split(/\s+/))
-        .filter(([, comm]) => comm === "sh")
-        .map(([pid]) => Number(pid));
-      for (const pid of shells) process.kill(pid, "SIGKILL");
+      for (const pid of watchdogShells(postmaster)) process.kill(pid, "SIGKILL");
       first.child.kill("SIGKILL");
       await first.exited;
       // Frozen where a shutdown has removed postmaster.pid and not yet exited: the lock file no
@@ -237,14 +241,8 @@ describe("one-process mode with the embedded database", () => {
     const { url } = await first.serving;
     await waitFor(`${url}/readyz`);
     const postmaster = Number.parseInt(readFileSync(join(data.dir, "pg", "postmaster.pid"), "utf8"), 10);
-    const group = execFileSync("ps", ["-o", "pgid=", "-p", String(postmaster)], { encoding: "utf8" }).trim();
     // The worst case: the watchdog shells die with the service, so nothing stops the server.
-    const shells = execFileSync("ps", ["-o", "pid=,comm=", "-g", group], { encoding: "utf8" })
-      .trim()
-      .split("\n")
-      .map((line) => line.trim().split(/\s+/))
-      .filter(([, comm]) => comm === "sh")
-      .map(([pid]) => Number(pid));
+    const shells = watchdogShells(postmaster);
     expect(shells.length).toBeGreaterThan(0);
     for (const pid of shells) process.kill(pid, "SIGKILL");
     first.child.kill("SIGKILL");

@@ -106,7 +106,7 @@ describe.each(MODES)("a flood of complete deliveries with a wrong credential (%s
       const stuck = async () =>
         (
           await sql<{ n: number }[]>`
-            select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%intake.receiver_failures%'`
+            select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%intake.receiver_failures%'`
         )[0]?.n ?? 0;
       for (const until = Date.now() + SETTLE_BOUND_MS; (await stuck()) < waiting && Date.now() < until; ) await new Promise((r) => setTimeout(r, 50));
       expect(await stuck(), "the wrong-credential deliveries are in flight, waiting on the held lock").toBe(waiting);

@@ -6,8 +6,9 @@ import { startTestServers } from "./test-servers.js";
 /**
  * Vitest's global setup: starts the run's private Postgres and NATS (test/support/test-servers.ts)
  * before any worker, and exports DATABASE_URL and NATS_URL, which the workers inherit
- * (ADMIN_DATABASE_URL and NATS_URL in test/support/app.ts read them). Stops both at the end, on
- * failure and on Ctrl-C; a kill -9 of the run stops them too (they watch this process).
+ * (ADMIN_DATABASE_URL and NATS_URL in test/support/app.ts read them), and compiles the services
+ * once for the processes tests start (test/support/compiled-services.ts). Stops both servers at
+ * the end, on failure and on Ctrl-C; a kill -9 of the run stops them too (they watch this process).
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
   // Each project runs this; the unit tests need neither server (a run of them alone starts none).

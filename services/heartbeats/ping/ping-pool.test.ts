@@ -48,7 +48,7 @@ describe("the ping pool", () => {
     while (waiting < 2 && Date.now() < hangAt) {
       await new Promise((r) => setTimeout(r, 50));
       [{ n: waiting }] = await db<[{ n: number }]>`
-        select count(*)::int as n from pg_stat_activity where application_name = 'warroom' and wait_event_type = 'Lock'`;
+        select count(*)::int as n from pg_stat_activity where datname = current_database() and application_name = 'warroom' and wait_event_type = 'Lock'`;
     }
     expect(waiting).toBe(2);
     // No clock decides it: the ping is answered while the lock is still held, which a ping that
