@@ -103,3 +103,31 @@ describe("correlation on two replicas of intake and of the incident core", () =>
     expect(bySource).toEqual([...FIVE_SOURCES].sort().map((source) => ({ source, n: PER_SOURCE })));
   }, 240_000);
 });
+
+describe("correlation turned off and set again with another key", () => {
+  it("is keyed by the new expression on every replica, though the settings start over at version 1", async () => {
+    const url = cluster.gatewayUrls[0]!;
+    const put = async (key: string) => {
+      const res = await callApi(url, "PUT", `/o/${OWNER.org}/correlation`, { token: creds.owner, body: { mode: "link", key } });
+      expect(res.status, JSON.stringify(res.body)).toBe(200);
+      await new Promise((r) => setTimeout(r, CORRELATION_CACHE_MS + 500));
+    };
+    // One key for everything, read by both intake replicas.
+    await put("'everything'");
+    await Promise.all(Array.from({ length: 10 }, (_, n) => sendAs(url, creds, "metrics-monitor", "warm-up", "again-0", n)));
+    expect((await callApi(url, "DELETE", `/o/${OWNER.org}/correlation`, { token: creds.owner })).status).toBe(204);
+    // Set again, by entity: only the replica that took the change forgets its copy at once.
+    await put('alert.entity != null ? alert.entity.id : ""');
+    await Promise.all(
+      ["orders-api", "billing-api"].flatMap((service) =>
+        Array.from({ length: 10 }, (_, n) => sendAs(url, creds, "metrics-monitor", service, `again-${service}`, n)),
+      ),
+    );
+    const orders = await entriesOf("orders-api");
+    const billing = await entriesOf("billing-api");
+    expect(orders.length).toBeGreaterThan(0);
+    expect(billing.length).toBeGreaterThan(0);
+    const groups = (incidents: { group_id: string | null }[]) => new Set(incidents.map((i) => i.group_id));
+    for (const group of groups(orders)) expect(groups(billing).has(group), `group ${group} holds both services`).toBe(false);
+  }, 240_000);
+});

@@ -185,8 +185,10 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
     const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
     let settings: Settings;
     if (row) {
-      // Compiled once per version of the settings.
-      const program = old && old.version === row.version ? old.program : row.key_expression ? compileCorrelationKey(row.key_expression, "key") : undefined;
+      // Compiled once per key: a version alone is not enough, as settings turned off and set
+      // again start over at version 1.
+      const program =
+        old && old.key_expression === row.key_expression ? old.program : row.key_expression ? compileCorrelationKey(row.key_expression, "key") : undefined;
       settings = { ...row, ...(program ? { program } : {}) };
     }
     // A copy forgotten while this look-up was in flight is not put back from it.
