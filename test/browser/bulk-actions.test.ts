@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { OWNER, type TestApp } from "../support/app.js";
-import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 
 // Bulk actions in Debian's Chromium against the whole service on loopback: tick rows, act on them
 // after one confirmation that says how many, read the per-incident results; the one-click
@@ -16,7 +16,6 @@ import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
 const DOCS = resolve(import.meta.dirname, "../../docs");
-const WAIT = 15_000;
 /** Incidents of the storm "select all matching" resolves: more than one page of the list. */
 const STORM = 105;
 
@@ -64,7 +63,7 @@ beforeAll(async () => {
 
   profile = mkdtempSync(join(tmpdir(), "bulk-chromium-"));
   context = await launchChromium(profile, { viewport: { width: 1280, height: 800 } });
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
 }, 240_000);
 

@@ -9,7 +9,7 @@ import { startConsoleApp } from "../../services/console/testing/start-console-ap
 import { latencySeries } from "../../services/remotesource-kit/testing/latency-series.js";
 import { createSourceServer, type RunningSourceServer } from "../../services/remotesource-kit/index.js";
 import type { TestApp } from "../support/app.js";
-import { expectAccessible, inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { expectAccessible, inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 
 // The console's layout measured in Debian's Chromium: a storm's list on a 1440×900 screen (rows
 // in the viewport, one-line times, the filters folding away and remembered), the list and the
@@ -154,7 +154,7 @@ beforeAll(async () => {
 
   profile = mkdtempSync(join(tmpdir(), "layout-chromium-"));
   context = await launchChromium(profile, { viewport: DESKTOP });
-  context.setDefaultTimeout(15_000);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
 }, 240_000);
 
 afterAll(async () => {

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, inPage, launchChromium } from "../support/chromium.js";
+import { expectLabelled, inPage, launchChromium, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -17,7 +17,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // heartbeats and maintenance windows. Each screen is saved under test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 10_000;
 
 let app: TestApp;
 let certs: TestCertificates;
@@ -72,7 +71,7 @@ beforeAll(async () => {
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
   context = await launchChromium(profile, {});
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
   // Confirmations are the console's own dialogs; a native one would be a regression.
   page.on("dialog", (dialog) => {
@@ -179,7 +178,7 @@ describe("web console in a browser", () => {
         .outcome,
     ).toBe("recorded");
     await expect
-      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT })
+      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: BROWSER_WAIT_MS })
       .toEqual(["Opened", "Repeat", "No-data repeat", "Recovery"]);
     await expect.poll(() => page.getByText("4 entries · 1 repeat · 1 recovery · 1 no-data repeat · 0 updates").count()).toBe(1);
     await expectLabelled(page);

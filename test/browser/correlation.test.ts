@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import { FIVE_SOURCES, sendAs } from "../e2e/correlation-kit.js";
-import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 import type { TestApp } from "../support/app.js";
 
 // Correlation in the console, in Debian's Chromium: five tools report one service, linked into
@@ -14,7 +14,6 @@ import type { TestApp } from "../support/app.js";
 // an incident's room lists the related incidents. Screens are saved under test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 15_000;
 
 let app: TestApp;
 let context: BrowserContext;
@@ -38,7 +37,7 @@ beforeAll(async () => {
 
   profile = mkdtempSync(join(tmpdir(), "correlation-chromium-"));
   context = await launchChromium(profile, {});
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
 }, 240_000);
 

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { expectLabelled, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -15,7 +15,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // saved under test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 15_000;
 
 let app: TestApp;
 let context: BrowserContext;
@@ -43,7 +42,7 @@ beforeAll(async () => {
   context = await launchChromium(profile, {
     viewport: { width: 1280, height: 900 },
   });
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
   page.on("dialog", (dialog) => {
     nativeDialogs.push(dialog.message());

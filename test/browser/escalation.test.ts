@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
 import type { TestApp } from "../support/app.js";
-import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 
 // Escalation in the console, in Debian's Chromium: the acknowledgement deadlines set on their own
 // page (and a wrong list refused with the service's message), and the room of an unacknowledged
@@ -16,7 +16,6 @@ import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
 // database clock is the test clock: the incident's opening is moved back instead of waiting.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 15_000;
 const AXE_SOURCE = readFileSync(createRequire(import.meta.url).resolve("axe-core/axe.min.js"), "utf8");
 
 let app: TestApp;
@@ -55,7 +54,7 @@ beforeAll(async () => {
   ingest = (await app.call("POST", "/o/acme/triggers/ingest-token", { token: owner })).body.token;
   profile = mkdtempSync(join(tmpdir(), "escalation-chromium-"));
   context = await launchChromium(profile);
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
   await signInAsOwner(page, `${app.url}/login`);
 }, 240_000);

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { expectLabelled, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
@@ -17,7 +17,6 @@ import type { TestApp } from "../support/app.js";
 // here with sh against the running service. Each screen is saved under test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 10_000;
 const JOB_PLACEHOLDER = "/usr/local/bin/your-job";
 const run = promisify(execFile);
 
@@ -82,7 +81,7 @@ beforeAll(async () => {
   context = await launchChromium(profile, {
     viewport: { width: 1280, height: 900 },
   });
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
   page.on("dialog", (dialog) => void dialog.accept());
   await signInAsOwner(page, `${app.url}/login`);
@@ -311,7 +310,7 @@ describe("console heartbeats", () => {
     const first = await secondsSilent();
     expect(first).toBeGreaterThanOrEqual(2);
     // Live: the count grows without a reload.
-    await expect.poll(secondsSilent, { timeout: WAIT }).toBeGreaterThan(first);
+    await expect.poll(secondsSilent, { timeout: BROWSER_WAIT_MS }).toBeGreaterThan(first);
     await expectLabelled(page);
     await shot("silent");
     await status.getByRole("link", { name: "Open incident of gone-quiet" }).click();

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectLabelled, inPage, launchChromium } from "../support/chromium.js";
+import { expectLabelled, inPage, launchChromium, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -13,7 +13,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 10_000;
 const PASSWORD = "password-123";
 
 let app: TestApp;
@@ -68,7 +67,7 @@ beforeAll(async () => {
   owner = await app.ownerToken();
   profile = mkdtempSync(join(tmpdir(), "console-chromium-"));
   context = await launchChromium(profile, {});
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = await signedIn(OWNER.email, OWNER.password);
 }, 240_000);
 
@@ -90,7 +89,7 @@ describe("people and severity in the web console", () => {
     await page.getByRole("button", { name: "Add member" }).click();
     const row = page.locator('tr[data-member="pat@acme.test"]');
     await row.waitFor();
-    await expect.poll(() => page.getByLabel("Role of pat@acme.test").inputValue(), { timeout: WAIT }).toBe("admin");
+    await expect.poll(() => page.getByLabel("Role of pat@acme.test").inputValue(), { timeout: BROWSER_WAIT_MS }).toBe("admin");
     await expectLabelled(page);
     await shot(page, "members");
 
@@ -99,14 +98,16 @@ describe("people and severity in the web console", () => {
     expect((await app.call("GET", "/o/acme/audit-events", { token: pat.token })).status).toBe(200);
 
     await page.getByLabel("Role of pat@acme.test").selectOption("member");
-    await expect.poll(() => page.getByRole("status").filter({ hasText: "pat@acme.test is now member." }).count(), { timeout: WAIT }).toBe(1);
+    await expect.poll(() => page.getByRole("status").filter({ hasText: "pat@acme.test is now member." }).count(), { timeout: BROWSER_WAIT_MS }).toBe(1);
     // The same session, the next request: the new role counts.
     expect((await app.call("GET", "/o/acme/audit-events", { token: pat.token })).status).toBe(403);
 
     await page.getByRole("button", { name: "Set password of pat@acme.test" }).click();
     await page.getByLabel("New password for pat@acme.test").fill("a brand new password");
     await page.getByRole("button", { name: "Save password" }).click();
-    await expect.poll(() => page.getByRole("status").filter({ hasText: "The password of pat@acme.test was set" }).count(), { timeout: WAIT }).toBe(1);
+    await expect
+      .poll(() => page.getByRole("status").filter({ hasText: "The password of pat@acme.test was set" }).count(), { timeout: BROWSER_WAIT_MS })
+      .toBe(1);
     expect((await app.call("GET", "/o/acme/members", { token: pat.token })).status).toBe(401);
     expect((await login("pat@acme.test", PASSWORD)).status).toBe(401);
     const again = await login("pat@acme.test", "a brand new password");
@@ -114,15 +115,17 @@ describe("people and severity in the web console", () => {
 
     await page.getByRole("button", { name: "Remove pat@acme.test" }).click();
     await confirmIn(page, "Remove");
-    await expect.poll(() => row.count(), { timeout: WAIT }).toBe(0);
+    await expect.poll(() => row.count(), { timeout: BROWSER_WAIT_MS }).toBe(0);
     expect((await app.call("GET", "/o/acme/members", { token: again.token })).status).toBe(401);
     expect((await login("pat@acme.test", "a brand new password")).status).toBe(401);
   });
 
   it("refuses what the service refuses: the last owner cannot be demoted", async () => {
     await page.getByLabel(`Role of ${OWNER.email}`).selectOption("admin");
-    await expect.poll(() => page.getByRole("alert").textContent(), { timeout: WAIT }).toBe("an organization needs an owner: make another member owner first");
-    await expect.poll(() => page.getByLabel(`Role of ${OWNER.email}`).inputValue(), { timeout: WAIT }).toBe("owner");
+    await expect
+      .poll(() => page.getByRole("alert").textContent(), { timeout: BROWSER_WAIT_MS })
+      .toBe("an organization needs an owner: make another member owner first");
+    await expect.poll(() => page.getByLabel(`Role of ${OWNER.email}`).inputValue(), { timeout: BROWSER_WAIT_MS }).toBe("owner");
   });
 
   it("changes one's own password; the other sessions end", async () => {
@@ -139,15 +142,15 @@ describe("people and severity in the web console", () => {
     await sam.getByLabel("Current password").fill("not my password");
     await sam.getByLabel("New password", { exact: true }).fill("sam's new password");
     await sam.getByRole("button", { name: "Change password" }).click();
-    await expect.poll(() => sam.getByRole("alert").textContent(), { timeout: WAIT }).toBe("currentPassword is not your current password");
+    await expect.poll(() => sam.getByRole("alert").textContent(), { timeout: BROWSER_WAIT_MS }).toBe("currentPassword is not your current password");
     await sam.getByLabel("Current password").fill(PASSWORD);
     await sam.getByRole("button", { name: "Change password" }).click();
-    await expect.poll(() => sam.getByRole("status").filter({ hasText: "Your password was changed" }).count(), { timeout: WAIT }).toBe(1);
+    await expect.poll(() => sam.getByRole("status").filter({ hasText: "Your password was changed" }).count(), { timeout: BROWSER_WAIT_MS }).toBe(1);
     expect((await app.call("GET", "/o/acme/members", { token: other.token })).status).toBe(401);
     // This tab's session stays.
     await nav(sam, "Incidents").click();
     await sam.getByRole("heading", { level: 1, name: "Incidents" }).waitFor();
-    await expect.poll(() => sam.getByRole("heading", { name: "Sign in" }).count(), { timeout: WAIT }).toBe(0);
+    await expect.poll(() => sam.getByRole("heading", { name: "Sign in" }).count(), { timeout: BROWSER_WAIT_MS }).toBe(0);
     await sam.close();
   });
 
@@ -161,10 +164,10 @@ describe("people and severity in the web console", () => {
     await page.getByLabel("Name").fill("deploy job");
     await page.getByRole("button", { name: "Create key" }).click();
     const shown = page.getByLabel('API key "deploy job"');
-    await expect.poll(() => shown.inputValue(), { timeout: WAIT }).toMatch(/^wrk_[0-9a-f]{64}$/);
+    await expect.poll(() => shown.inputValue(), { timeout: BROWSER_WAIT_MS }).toMatch(/^wrk_[0-9a-f]{64}$/);
     const key = await shown.inputValue();
     expect((await app.call("GET", "/o/acme/incidents", { token: key })).status).toBe(200);
-    await expect.poll(() => page.locator("tbody tr").count(), { timeout: WAIT }).toBe(2);
+    await expect.poll(() => page.locator("tbody tr").count(), { timeout: BROWSER_WAIT_MS }).toBe(2);
     await expectLabelled(page);
     await shot(page, "api-keys");
     // Never shown again: a page load lists the key without it.
@@ -183,7 +186,7 @@ describe("people and severity in the web console", () => {
     await page.getByRole("button", { name: "Revoke sam laptop of sam@acme.test" }).click();
     await confirmIn(page, "Revoke");
     expect(nativeDialogs).toEqual([]);
-    await expect.poll(() => page.locator(`tr[data-key="${samKey.id}"]`).count(), { timeout: WAIT }).toBe(0);
+    await expect.poll(() => page.locator(`tr[data-key="${samKey.id}"]`).count(), { timeout: BROWSER_WAIT_MS }).toBe(0);
     expect((await app.call("GET", "/o/acme/incidents", { token: samKey.key })).status).toBe(401);
     expect((await app.call("GET", "/o/acme/incidents", { token: key })).status).toBe(200);
   });
@@ -202,10 +205,10 @@ describe("people and severity in the web console", () => {
     expect(await control.inputValue()).toBe("sev3");
 
     await control.selectOption("sev1");
-    await expect.poll(() => page.locator(".room-badges .sev").textContent(), { timeout: WAIT }).toBe("SEV1");
-    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT }).toEqual(["Opened", "Severity changed"]);
+    await expect.poll(() => page.locator(".room-badges .sev").textContent(), { timeout: BROWSER_WAIT_MS }).toBe("SEV1");
+    await expect.poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: BROWSER_WAIT_MS }).toEqual(["Opened", "Severity changed"]);
     await expect
-      .poll(() => page.locator(".timeline > li").last().locator(".entry-summary").textContent(), { timeout: WAIT })
+      .poll(() => page.locator(".timeline > li").last().locator(".entry-summary").textContent(), { timeout: BROWSER_WAIT_MS })
       .toBe(`Severity sev3 → sev1 by ${OWNER.email}`);
     expect((await app.call("GET", `/o/acme/incidents/${id}`, { token: owner })).body.severity).toBe("sev1");
     await expectLabelled(page);
@@ -215,9 +218,9 @@ describe("people and severity in the web console", () => {
     await inPage(page, "window.loadedOnce = true");
     const sam = await login("sam@acme.test", "sam's new password");
     expect((await app.call("PATCH", `/o/acme/incidents/${id}`, { token: sam.token, body: { severity: "sev2" } })).status).toBe(200);
-    await expect.poll(() => control.inputValue(), { timeout: WAIT }).toBe("sev2");
+    await expect.poll(() => control.inputValue(), { timeout: BROWSER_WAIT_MS }).toBe("sev2");
     await expect
-      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT })
+      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: BROWSER_WAIT_MS })
       .toEqual(["Opened", "Severity changed", "Severity changed"]);
     expect(await inPage(page, "window.loadedOnce")).toBe(true);
 
@@ -227,7 +230,7 @@ describe("people and severity in the web console", () => {
       body: { title: "Checkout errors", alert_type: "error", alert_transition: "Re-Triggered", alert_id: "checkout-errors", event_id: "e-2", priority: "P3" },
     });
     await expect
-      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: WAIT })
+      .poll(() => page.locator(".timeline > li .kind").allTextContents(), { timeout: BROWSER_WAIT_MS })
       .toEqual(["Opened", "Severity changed", "Severity changed", "Repeat"]);
     expect(await control.inputValue()).toBe("sev2");
   });

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { expectAccessible as expectPageAccessible, inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { expectAccessible as expectPageAccessible, inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { createConsoleHttp } from "../../services/console/console-http.js";
@@ -17,7 +17,6 @@ import { startApp, type TestApp } from "../support/app.js";
 // phone's width.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 10_000;
 const ENV = { REMOTE_SOURCE_ALLOW_CIDRS: "127.0.0.0/8,10.1.2.0/24", REMOTE_SOURCE_HTTP_BEARER_HOSTS: "10.1.2.3,10.1.2.4,169.254.169.254" };
 
 let app: TestApp;
@@ -66,7 +65,7 @@ beforeAll(async () => {
     // The profile grants notifications to the service's origin, as a person would at the prompt.
     permissions: ["notifications"],
   });
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   // Records each notification the page shows (and still shows it).
   await context.addInitScript(`(() => {
     const Real = window.Notification;

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { BrowserContext, Page } from "playwright-core";
-import { inPage, launchChromium, signInAsOwner } from "../support/chromium.js";
+import { inPage, launchChromium, signInAsOwner, BROWSER_WAIT_MS } from "../support/chromium.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ensureConsoleBuilt } from "../../services/console/build-if-stale.js";
 import { startConsoleApp } from "../../services/console/testing/start-console-app.js";
@@ -14,7 +14,6 @@ import { OWNER, type TestApp } from "../support/app.js";
 // room's Acknowledge, owner picker and note box. Each screen is saved under test/artifacts/.
 
 const ARTIFACTS = resolve(import.meta.dirname, "../artifacts");
-const WAIT = 15_000;
 
 let app: TestApp;
 let context: BrowserContext;
@@ -69,7 +68,7 @@ beforeAll(async () => {
   context = await launchChromium(profile, {
     timezoneId: "Europe/Berlin",
   });
-  context.setDefaultTimeout(WAIT);
+  context.setDefaultTimeout(BROWSER_WAIT_MS);
   page = context.pages()[0] ?? (await context.newPage());
   page.on("dialog", (dialog) => void dialog.accept());
 }, 240_000);

@@ -24,6 +24,13 @@ const ARGS = [
 
 type ContextOptions = NonNullable<Parameters<typeof chromium.launchPersistentContext>[1]>;
 
+/**
+ * How long a browser test waits for a page to show something: a bound that detects a hang, not a
+ * budget. A step takes well under a second alone; with four test files at a time and Chromium
+ * sharing two cores, a step has taken over 15 s.
+ */
+export const BROWSER_WAIT_MS = 60_000;
+
 /** The browser tests' Chromium, with its own profile folder; options add to the defaults. */
 export function launchChromium(profile: string, options: Omit<ContextOptions, keyof LaunchOptions> & { timeout?: number } = {}): Promise<BrowserContext> {
   return chromium.launchPersistentContext(profile, {
