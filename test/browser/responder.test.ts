@@ -222,8 +222,11 @@ describe("the console for a responder", () => {
     await page.getByRole("heading", { name: "Audit log" }).waitFor();
     await page.locator("tbody tr").first().waitFor();
     await page.getByLabel("Kind").fill("trigger.chat_secret.issued");
+    // The unfiltered first page is fifty of the same issues too, so only the filtered page's answer
+    // tells the two apart: wait for it, then for the table it fills.
+    const filtered = page.waitForResponse((r) => r.url().includes("/audit-events?") && r.url().includes("kind=trigger.chat_secret.issued"));
     await page.getByRole("button", { name: "Filter" }).click();
-    // The unfiltered first page has fifty rows too: wait for the filtered one to replace it.
+    expect((await filtered).status()).toBe(200);
     await expect.poll(() => page.locator('tbody tr[data-kind="trigger.chat_secret.issued"]').count()).toBe(50);
     expect(await page.locator("tbody tr").count()).toBe(50);
     await expectAccessible();
