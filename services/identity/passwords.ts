@@ -3,13 +3,27 @@ import { availableParallelism } from "node:os";
 import { Worker } from "node:worker_threads";
 import { RateLimitedError } from "../runtime/errors.js";
 
-// scrypt (Node's own, RFC 7914) with a per-password salt, at OWASP's recommendation
-// (N=2^17, r=8, p=1: 128 MiB and a few hundred milliseconds a hash). The parameters are stored
-// with the hash, so a hash made with older ones still verifies and is replaced at the next login.
-export const PARAMS = { N: 131072, r: 8, p: 1 } as const;
+// scrypt (Node's own, RFC 7914) with a per-password salt, by default at OWASP's recommendation
+// (N=2^17, r=8, p=1: 128 MiB and a few hundred milliseconds a hash); PASSWORD_SCRYPT_N sets N.
+// The parameters are stored with the hash, so a hash made with others still verifies and is
+// replaced at the next login.
+export const DEFAULT_PARAMS = { N: 131072, r: 8, p: 1 } as const;
 const KEY_LENGTH = 32;
-// scrypt needs 128 * N * r bytes; Node refuses anything above maxmem.
-const MAX_MEMORY = 2 * 128 * PARAMS.N * PARAMS.r;
+
+/** The parameters new hashes are made with: DEFAULT_PARAMS with the configured N (setPasswordCost). */
+let params: { N: number; r: number; p: number } = DEFAULT_PARAMS;
+/** The dummy hash of the current parameters, once asked for (dummyHash). */
+let dummy: Promise<string> | undefined;
+
+/** Makes new hashes with cost `N` (PASSWORD_SCRYPT_N): set by the identity service at its start. */
+export function setPasswordCost(N: number): void {
+  if (N === params.N) return;
+  // A hash's time is about proportional to N: the queue's estimate follows at once, rather than
+  // admitting a burst by the old cost's times (eight times too many, from 2^14 to 2^17).
+  pool.rescale(N / params.N);
+  params = { ...DEFAULT_PARAMS, N };
+  dummy = undefined;
+}
 
 /**
  * Hashing runs on worker threads of its own, never on the libuv pool: a login flood filling the
@@ -99,7 +113,8 @@ function createHashPool(size: number) {
   let runningUnknown = 0;
   let workers = 0;
   let nextId = 0;
-  // Recent time of one hash on one thread; starts at a typical figure for N=2^17.
+  // Recent time of one hash on one thread; starts at a typical figure for N=2^17 (rescaled when the
+  // cost is set).
   let averageMs = 300;
 
   const spawn = (): Worker => {
@@ -182,6 +197,11 @@ function createHashPool(size: number) {
   };
 
   return {
+    /** Multiplies the estimate of one hash's time by `factor`: the cost changed. */
+    rescale(factor: number) {
+      averageMs *= factor;
+    },
+
     /** Whether a hash for `share` would be admitted now: checked before a login reserves its failure. */
     admits: (share: HashShare) => plan(share).admitted,
 
@@ -225,7 +245,8 @@ export function hashQueueAdmits(share: HashShare): boolean {
 }
 
 function derive(password: string, salt: Buffer, options: { N: number; r: number; p: number }, share: HashShare): Promise<Buffer> {
-  return pool.derive(share, password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: MAX_MEMORY });
+  // scrypt needs 128 * N * r bytes; Node refuses anything above maxmem.
+  return pool.derive(share, password.normalize("NFKC"), salt, KEY_LENGTH, { ...options, maxmem: 2 * 128 * options.N * options.r });
 }
 
 /**
@@ -234,31 +255,45 @@ function derive(password: string, salt: Buffer, options: { N: number; r: number;
  */
 export async function hashPassword(password: string, share: HashShare = OWN_WORK): Promise<string> {
   const salt = randomBytes(16);
-  const key = await derive(password, salt, PARAMS, share);
-  return `scrypt$${PARAMS.N}$${PARAMS.r}$${PARAMS.p}$${salt.toString("base64")}$${key.toString("base64")}`;
+  const made = params;
+  const key = await derive(password, salt, made, share);
+  return `scrypt$${made.N}$${made.r}$${made.p}$${salt.toString("base64")}$${key.toString("base64")}`;
 }
 
 /**
  * Whether the password matches the stored hash, compared in constant time; a malformed hash, or one
- * asking for more work than today's parameters, never matches. `share` (the login's account and
+ * asking for more work than both today's cost and the default one, never matches. `share` (the login's account and
  * client address) is whose turn in the hashing queue it takes; HashQueueFullError when refused.
  */
 export async function verifyPassword(password: string, stored: string, share: HashShare = OWN_WORK): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
   if (scheme !== "scrypt" || !salt || !key) return false;
   const N = Number(n);
-  // A stored hash never asks for more work than today's parameters (nor for a malformed amount).
-  if (!Number.isInteger(N) || N < 2 || N > PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p) return false;
+  // A stored hash never asks for more work than today's cost or the default one (those made before
+  // a lower PASSWORD_SCRYPT_N still verify), nor for a malformed amount.
+  const most = Math.max(params.N, DEFAULT_PARAMS.N);
+  if (!Number.isInteger(N) || N < 2 || N > most || Number(r) !== DEFAULT_PARAMS.r || Number(p) !== DEFAULT_PARAMS.p) return false;
   const expected = Buffer.from(key, "base64");
   const actual = await derive(password, Buffer.from(salt, "base64"), { N, r: Number(r), p: Number(p) }, share);
   return actual.length === expected.length && timingSafeEqual(actual, expected);
 }
 
-/** A hash made with older parameters than today's, to be replaced after a successful login. */
+/** A hash made with other parameters than today's, to be replaced after a successful login. */
 export function needsRehash(stored: string): boolean {
   const [scheme, n, r, p] = stored.split("$");
-  return scheme !== "scrypt" || Number(n) !== PARAMS.N || Number(r) !== PARAMS.r || Number(p) !== PARAMS.p;
+  return scheme !== "scrypt" || Number(n) !== params.N || Number(r) !== params.r || Number(p) !== params.p;
 }
 
-/** A hash of nothing, verified against when the email is unknown so both answers take as long. */
-export const DUMMY_HASH = await hashPassword(randomBytes(16).toString("hex"));
+/**
+ * A hash of nothing with today's parameters, verified against when the email is unknown so both
+ * answers take as long. Made once, when first asked for: the identity service asks at its start,
+ * so that no login waits for it (a process's start used to wait for it while loading this module).
+ */
+export function dummyHash(): Promise<string> {
+  dummy ??= hashPassword(randomBytes(16).toString("hex")).catch((err) => {
+    // Refused for capacity, say: the next unknown email asks again.
+    dummy = undefined;
+    throw err;
+  });
+  return dummy;
+}

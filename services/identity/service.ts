@@ -5,6 +5,7 @@ import type { ServiceContext, ServiceModule } from "../runtime/service-module.js
 import type { IdentityDeps } from "./deps.js";
 import { bootstrapOrganization } from "./internal.js";
 import { createLoginThrottle } from "./login-throttle.js";
+import { dummyHash, setPasswordCost } from "./passwords.js";
 import { migrations } from "./migrations.js";
 import { createIdentityRoutes } from "./routes.js";
 import { storeRecordedAudit } from "./store.js";
@@ -16,6 +17,7 @@ import { storeRecordedAudit } from "./store.js";
 export function createIdentityService(ctx: ServiceContext): ServiceModule {
   const { sql, config, clients, outbox, broadcast } = ctx;
   const deps: IdentityDeps = { sql, config, clients, outbox, broadcast, throttle: createLoginThrottle(sql) };
+  setPasswordCost(config.PASSWORD_SCRYPT_N);
 
   return {
     name: "identity",
@@ -25,6 +27,9 @@ export function createIdentityService(ctx: ServiceContext): ServiceModule {
       router.service(IdentityService, createIdentityRoutes(deps));
     },
     async start() {
+      // Made now, in the background, so that the first login for an unknown email takes no longer
+      // than any other; a failure leaves it to that login.
+      dummyHash().catch(() => {});
       if (config.BOOTSTRAP_ORG_SLUG && config.BOOTSTRAP_OWNER_EMAIL && config.BOOTSTRAP_OWNER_PASSWORD) {
         const org = await bootstrapOrganization(sql, config.BOOTSTRAP_ORG_SLUG, config.BOOTSTRAP_OWNER_EMAIL, config.BOOTSTRAP_OWNER_PASSWORD);
         ctx.logger.info({ org: org.slug, created: org.created }, "bootstrap organization");

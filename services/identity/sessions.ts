@@ -7,7 +7,7 @@ import { PermissionDeniedError, RateLimitedError, UnauthenticatedError } from ".
 import { sha256 } from "../runtime/credentials/secrets.js";
 import type { IdentityDeps } from "./deps.js";
 import { accountKey, type createLoginThrottle } from "./login-throttle.js";
-import { DUMMY_HASH, HashQueueFullError, type HashShare, hashPassword, hashQueueAdmits, needsRehash, verifyPassword } from "./passwords.js";
+import { dummyHash, HashQueueFullError, type HashShare, hashPassword, hashQueueAdmits, needsRehash, verifyPassword } from "./passwords.js";
 import { type LoginRow, type PrincipalRow, type RevokedSessionRow, writeCredentialChanged } from "./store.js";
 
 /**
@@ -77,8 +77,8 @@ export function createSessionHandlers(
         join identity.users u on u.id = m.user_id
         where o.slug = ${req.orgSlug} and lower(u.email) = lower(${req.email})`;
       // Same work and the same answer whichever part is wrong.
-      const passwordOk = await checkedOrReleased(throttle, req.orgSlug, req.email, address, () =>
-        verifyPassword(req.password, row?.password_hash ?? DUMMY_HASH, share),
+      const passwordOk = await checkedOrReleased(throttle, req.orgSlug, req.email, address, async () =>
+        verifyPassword(req.password, row?.password_hash ?? (await dummyHash()), share),
       );
       if (!row || !passwordOk) {
         await throttle.failed(req.orgSlug, req.email, address);

@@ -1,7 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LOGIN_THROTTLE } from "../../services/identity/login-throttle.js";
+import { DEFAULT_PARAMS } from "../../services/identity/passwords.js";
 import { callApi, OWNER, startApp, type TestApp } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
+
+/** The floods below fill the hashing queue: at the default cost, not the test run's cheaper one (vitest.config.ts). */
+const PRODUCTION_COST = { TRUSTED_PROXY_CIDRS: "127.0.0.1/32", PASSWORD_SCRYPT_N: String(DEFAULT_PARAMS.N) };
 
 /**
  * Nobody is locked out of login by a stranger, and the login limits are exact: each attempt
@@ -51,7 +55,7 @@ describe("login a stranger cannot deny", () => {
   let owner: string;
 
   beforeAll(async () => {
-    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
+    app = await startApp({ env: PRODUCTION_COST });
     owner = await app.ownerToken();
     for (const email of ["victim@acme.test", "exact@acme.test", "flooded@acme.test"]) {
       expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "the-right-one", role: "member" } })).status).toBe(201);
@@ -110,8 +114,8 @@ describe("login limits over NATS with two gateway replicas", () => {
 
   beforeAll(async () => {
     nats = await startPrivateNats();
-    a = await startApp({ nats: nats.url, env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
-    b = await startApp({ nats: nats.url, databaseUrl: a.databaseUrl, env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
+    a = await startApp({ nats: nats.url, env: PRODUCTION_COST });
+    b = await startApp({ nats: nats.url, databaseUrl: a.databaseUrl, env: PRODUCTION_COST });
     const owner = await a.ownerToken();
     expect(
       (await a.call("POST", "/o/acme/members", { token: owner, body: { email: "replicas@acme.test", password: "the-right-one", role: "member" } })).status,
@@ -154,7 +158,7 @@ describe("login under a distributed flood", () => {
   };
 
   beforeAll(async () => {
-    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
+    app = await startApp({ env: PRODUCTION_COST });
     const owner = await app.ownerToken();
     for (const email of ["guessed@acme.test", "busy@acme.test", "unseen@acme.test"]) {
       expect((await app.call("POST", "/o/acme/members", { token: owner, body: { email, password: "the-right-one", role: "member" } })).status).toBe(201);

@@ -3,6 +3,7 @@ import { lookup } from "node:dns/promises";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { LOGIN_THROTTLE } from "../../services/identity/login-throttle.js";
+import { DEFAULT_PARAMS } from "../../services/identity/passwords.js";
 import { OWNER, startApp, type TestApp } from "../support/app.js";
 
 /** Login resists guessing: backoff and 429 per account and per address, strong hashes, and a free libuv pool. */
@@ -12,7 +13,9 @@ describe("login", () => {
   let owner: string;
 
   beforeAll(async () => {
-    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32" } });
+    // The default cost, not the test run's cheaper one (vitest.config.ts): the floods below fill the
+    // hashing queue, and a hash made with a lower cost is upgraded to it.
+    app = await startApp({ env: { TRUSTED_PROXY_CIDRS: "127.0.0.1/32", PASSWORD_SCRYPT_N: String(DEFAULT_PARAMS.N) } });
     db = postgres(app.databaseUrl, { max: 1, onnotice: () => {} });
     owner = await app.ownerToken();
     for (const email of ["target@acme.test", "upgrade@acme.test"]) {

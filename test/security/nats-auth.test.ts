@@ -105,7 +105,8 @@ describe("a cluster on an authenticated NATS", () => {
     await expect(nc.request(subject("identity.v1.IdentityService.ResolveIngestToken"), new Uint8Array(0), { timeout: 2000 })).rejects.toThrow(/permission/i);
     // A public method is answered (here with a protocol error for the empty body, but answered).
     const reply = await nc.request(subject("identity.v1.IdentityService.Login"), new Uint8Array(0), {
-      timeout: 5000,
+      // A bound that detects a hang: the identity process may still be busy with the logins before.
+      timeout: 30_000,
       headers: protoHeaders(),
     });
     expect(reply.headers?.get("Connect-Http-Status")).toBeTruthy();

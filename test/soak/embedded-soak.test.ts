@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import postgres from "postgres";
 import { afterAll, describe, expect, it } from "vitest";
+import { DEFAULT_PARAMS } from "../../services/identity/passwords.js";
 import { callApi, OWNER } from "../support/app.js";
 import { embeddedEnv, startServiceProcess, tempDataDir, waitFor, type ServiceProcess } from "../support/service-process.js";
 
@@ -56,10 +57,15 @@ const pick = <T>(items: T[]): T => items[Math.floor(Math.random() * items.length
 
 describe("soak: the default mode under a realistic mix of every route", () => {
   it(`answers every request for ${SOAK_SECONDS} s with ${CLIENTS} clients and loses or doubles no acknowledged delivery`, async () => {
-    // As `npm start` runs it: the source through tsx.
-    service = startServiceProcess(embeddedEnv(data.dir, { LOG_LEVEL: "info", SHUTDOWN_GRACE_SECONDS: "5", METRICS_PORT: "0" }), undefined, undefined, {
-      tsx: true,
-    });
+    // As `npm start` runs it: the source through tsx, hashing passwords at the default cost.
+    service = startServiceProcess(
+      embeddedEnv(data.dir, { LOG_LEVEL: "info", SHUTDOWN_GRACE_SECONDS: "5", METRICS_PORT: "0", PASSWORD_SCRYPT_N: String(DEFAULT_PARAMS.N) }),
+      undefined,
+      undefined,
+      {
+        tsx: true,
+      },
+    );
     const { url, metricsUrl } = await service.serving;
     await waitFor(`${url}/readyz`);
     const samples: Sample[] = [];

@@ -70,6 +70,15 @@ export const configSchema = z.object({
   BOOTSTRAP_ORG_SLUG: optionalString,
   BOOTSTRAP_OWNER_EMAIL: optionalString,
   BOOTSTRAP_OWNER_PASSWORD: optionalString,
+  // scrypt's cost (N) for new password hashes (services/identity/passwords.ts): a power of two from
+  // 2^14 (the scrypt paper's figure for interactive logins) to 2^20.
+  PASSWORD_SCRYPT_N: z.coerce
+    .number()
+    .int()
+    .min(16_384)
+    .max(1_048_576)
+    .refine((n) => (n & (n - 1)) === 0, "must be a power of two (16384, 32768, 65536, 131072, ...)")
+    .default(131_072),
   SESSION_TTL_SECONDS: z.coerce
     .number()
     .int()
@@ -239,6 +248,8 @@ export const configDescriptions: { readonly [K in ConfigVariable]?: string } = {
   BOOTSTRAP_ORG_SLUG: "the first organization, created once at start (with the two below: all three or none)",
   BOOTSTRAP_OWNER_EMAIL: "its owner's email",
   BOOTSTRAP_OWNER_PASSWORD: "its owner's password, used only when the organization does not exist yet",
+  PASSWORD_SCRYPT_N:
+    "scrypt's cost for new password hashes: a power of two from 16384 to 1048576. The default (2^17, OWASP's recommendation) takes about 128 MiB and a few hundred milliseconds a hash; a lower one makes logins cheaper and stored hashes cheaper to guess offline. Hashes made with another cost still verify, and are remade with this one at the next login ([docs/SECURITY.md](docs/SECURITY.md))",
   SESSION_TTL_SECONDS: "session token lifetime",
   HEARTBEAT_SWEEP_SECONDS: "silence sweep interval",
   ESCALATION_SWEEP_SECONDS:

@@ -1,0 +1,37 @@
+import { afterEach, describe, expect, it } from "vitest";
+import { ConfigError, loadConfig } from "../runtime/config/config.js";
+import { DEFAULT_PARAMS, dummyHash, hashPassword, needsRehash, setPasswordCost, verifyPassword } from "./passwords.js";
+
+/** PASSWORD_SCRYPT_N: the cost of new hashes; hashes made with another cost still verify. */
+describe("the password hash's cost", () => {
+  afterEach(() => setPasswordCost(DEFAULT_PARAMS.N));
+
+  it("makes new hashes with the configured cost, and still verifies and then remakes those of the default one", async () => {
+    const before = await hashPassword("a password");
+    expect(before).toMatch(/^scrypt\$131072\$8\$1\$/);
+    setPasswordCost(16_384);
+    expect(await verifyPassword("a password", before)).toBe(true);
+    expect(await verifyPassword("another", before)).toBe(false);
+    expect(needsRehash(before)).toBe(true);
+    const after = await hashPassword("a password");
+    expect(after).toMatch(/^scrypt\$16384\$8\$1\$/);
+    expect(needsRehash(after)).toBe(false);
+    expect(await verifyPassword("a password", after)).toBe(true);
+    // The unknown email's hash is made with today's cost, so both answers take as long.
+    expect(await dummyHash()).toMatch(/^scrypt\$16384\$/);
+  });
+
+  it("never verifies a stored hash asking for more work than today's cost and the default one", async () => {
+    const made = await hashPassword("a password");
+    const heavier = made.replace("scrypt$131072$", "scrypt$262144$");
+    expect(await verifyPassword("a password", heavier)).toBe(false);
+  });
+
+  it("refuses at start a cost that is not a power of two from 16384 to 1048576, saying which", () => {
+    for (const N of ["1024", "100000", "2097152", "abc"]) {
+      expect(() => loadConfig({ PASSWORD_SCRYPT_N: N, DATABASE_URL: "", NATS_URL: "" })).toThrow(ConfigError);
+      expect(() => loadConfig({ PASSWORD_SCRYPT_N: N, DATABASE_URL: "", NATS_URL: "" })).toThrow(/PASSWORD_SCRYPT_N/);
+    }
+    expect(loadConfig({ PASSWORD_SCRYPT_N: "65536", DATABASE_URL: "", NATS_URL: "" }).PASSWORD_SCRYPT_N).toBe(65_536);
+  });
+});
