@@ -1,8 +1,10 @@
 import { randomBytes } from "node:crypto";
 import postgres from "postgres";
 import { allServices } from "../../services/process/all-services.js";
+import { registry } from "../../services/runtime/observability/metrics.js";
 import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/process/run-process.js";
 import { startPrivateNats } from "./nats-server.js";
+import { migratedTemplate } from "./template-database.js";
 import { tempDataDir } from "./temp-data-dir.js";
 
 /**
@@ -19,12 +21,23 @@ export const NATS_URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 
 export const OWNER = { org: "acme", email: "owner@acme.test", password: "correct horse battery" };
 
-/** A fresh database on the test server, dropped by the returned function. */
-export async function freshDatabase(): Promise<{ url: string; drop(): Promise<void> }> {
+/**
+ * A fresh database on the test server, dropped by the returned function: empty, or with every
+ * service's migrations applied (`migrated`, copied from test/support/template-database.ts).
+ */
+export async function freshDatabase(options: { migrated?: boolean } = {}): Promise<{ url: string; drop(): Promise<void> }> {
   const name = `wr_test_${randomBytes(6).toString("hex")}`;
   const admin = postgres(ADMIN_DATABASE_URL, { max: 1, onnotice: () => {} });
-  await admin.unsafe(`create database ${name}`);
-  await admin.end();
+  try {
+    if (!options.migrated) await admin.unsafe(`create database ${name}`);
+    else {
+      const fromTemplate = async (again: boolean) => admin.unsafe(`create database ${name} template ${await migratedTemplate(ADMIN_DATABASE_URL, again)}`);
+      // 3D000: the template is gone (dropped by a run of another checkout): built once more.
+      await fromTemplate(false).catch((err: { code?: string }) => (err.code === "3D000" ? fromTemplate(true) : Promise.reject(err)));
+    }
+  } finally {
+    await admin.end();
+  }
   const url = new URL(ADMIN_DATABASE_URL);
   url.pathname = `/${name}`;
   return {
@@ -55,6 +68,13 @@ export interface TestApp {
 }
 
 /**
+ * The apps running in this worker. A worker runs many test files one after the other in one
+ * process (vitest.config.ts: isolate is off), and the metrics registry is the process's: the first
+ * app started after the last one stopped meets the registry a fresh process would.
+ */
+let appsRunning = 0;
+
+/**
  * Starts the whole service in this process (one-process mode) with the bootstrap organization
  * `acme`: against a fresh database on the real Postgres server, or (`database: "embedded"`, the
  * default under TEST_DATABASE=embedded) with its own embedded Postgres in a fresh DATA_DIR.
@@ -71,35 +91,45 @@ export async function startApp(
 ): Promise<TestApp> {
   const embedded = !options.databaseUrl && (options.database ?? TEST_DATABASE) === "embedded";
   const dataDir = embedded ? tempDataDir("wr-app-") : undefined;
-  const database = options.databaseUrl || embedded ? undefined : await freshDatabase();
+  const database = options.databaseUrl || embedded ? undefined : await freshDatabase({ migrated: true });
   // Each app gets its own NATS server (or the one it is given): subjects are global, so two apps
   // on one server would answer each other's calls against different databases.
   const privateNats = options.nats === true ? await startPrivateNats() : undefined;
   const natsUrl = typeof options.nats === "string" ? options.nats : privateNats?.url;
-  const running = await runProcess({
-    name: "test",
-    services: allServices,
-    gateway: true,
-    extraHttp: options.extraHttp,
-    env: {
-      DATABASE_URL: embedded ? "" : (options.databaseUrl ?? database!.url),
-      // Asked for: with NATS the embedded database is refused unless asked for by name.
-      ...(dataDir ? { DATA_DIR: dataDir.dir, DATABASE_EMBEDDED: "true" } : {}),
-      PORT: "0",
-      HOST: "127.0.0.1",
-      LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
-      NATS_URL: natsUrl ?? "",
-      BOOTSTRAP_ORG_SLUG: OWNER.org,
-      BOOTSTRAP_OWNER_EMAIL: OWNER.email,
-      BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
-      SHUTDOWN_GRACE_SECONDS: "1",
-      METRICS_PORT: "0",
-      // The run's test key (vitest.config.ts) with a Postgres server, which requires one; the
-      // embedded database keeps its key file in DATA_DIR.
-      ...(embedded ? {} : { SECRETS_KEYS: process.env.SECRETS_KEYS ?? "" }),
-      ...options.env,
-    },
-  });
+  if (appsRunning === 0) registry.resetMetrics();
+  appsRunning++;
+  let running: RunningProcess;
+  try {
+    running = await runProcess({
+      name: "test",
+      services: allServices,
+      gateway: true,
+      extraHttp: options.extraHttp,
+      env: {
+        DATABASE_URL: embedded ? "" : (options.databaseUrl ?? database!.url),
+        // Asked for: with NATS the embedded database is refused unless asked for by name.
+        ...(dataDir ? { DATA_DIR: dataDir.dir, DATABASE_EMBEDDED: "true" } : {}),
+        PORT: "0",
+        HOST: "127.0.0.1",
+        LOG_LEVEL: process.env.TEST_LOG_LEVEL ?? "silent",
+        NATS_URL: natsUrl ?? "",
+        BOOTSTRAP_ORG_SLUG: OWNER.org,
+        BOOTSTRAP_OWNER_EMAIL: OWNER.email,
+        BOOTSTRAP_OWNER_PASSWORD: OWNER.password,
+        SHUTDOWN_GRACE_SECONDS: "1",
+        METRICS_PORT: "0",
+        // The run's test key (vitest.config.ts) with a Postgres server, which requires one; the
+        // embedded database keeps its key file in DATA_DIR.
+        ...(embedded ? {} : { SECRETS_KEYS: process.env.SECRETS_KEYS ?? "" }),
+        // The run's hashing cost (vitest.config.ts), as the processes the tests start inherit it.
+        ...(process.env.PASSWORD_SCRYPT_N ? { PASSWORD_SCRYPT_N: process.env.PASSWORD_SCRYPT_N } : {}),
+        ...options.env,
+      },
+    });
+  } catch (err) {
+    appsRunning--;
+    throw err;
+  }
   const server = running.database.server;
   const databaseUrl = server
     ? `postgres://${server.user}:${encodeURIComponent(server.password)}@${server.host}:${server.port}/${server.database}`
@@ -110,7 +140,11 @@ export async function startApp(
     process: running,
     databaseUrl,
     async stop() {
-      await running.stop();
+      try {
+        await running.stop();
+      } finally {
+        appsRunning--;
+      }
       await privateNats?.cleanup();
       await database?.drop();
       dataDir?.cleanup();

@@ -17,7 +17,7 @@ export async function startClusterApp(
     envFor?: (name: string) => Record<string, string>;
   } = {},
 ): Promise<TestApp & { cluster: Cluster; gatewayUrls: string[] }> {
-  const database = await freshDatabase();
+  const database = await freshDatabase({ migrated: true });
   // A NATS server of its own: subjects are global, and another cluster on the same server would
   // answer this one's calls against a different database.
   const nats = await startPrivateNats({ config: options.natsConfig });

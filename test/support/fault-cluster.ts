@@ -58,7 +58,7 @@ export async function startFaultCluster(options: {
       stops.push(() => pg!.cleanup());
       databaseUrl = pg.url;
     } else {
-      const database = await freshDatabase();
+      const database = await freshDatabase({ migrated: true });
       stops.push(() => database.drop());
       databaseUrl = database.url;
     }

@@ -42,6 +42,9 @@ export function unknownVariableWarnings(env: NodeJS.ProcessEnv, known: readonly 
     let closest: string | undefined;
     let best = Number.POSITIVE_INFINITY;
     for (const candidate of known) {
+      // Names further apart in length than `allowed` are further apart than that in edits too:
+      // not measured, so a process's start does not pay for every variable of its environment.
+      if (Math.abs(candidate.length - upper.length) > allowed) continue;
       const distance = editDistance(upper, candidate);
       if (distance < best) [best, closest] = [distance, candidate];
     }

@@ -139,18 +139,21 @@ function answer(index: ReflectionIndex, req: Request) {
  * and `buf curl` need no schema.
  */
 export function registerGrpcReflection(router: ConnectRouter, served: readonly DescService[]): void {
-  const index = buildReflectionIndex(served);
+  // Built at the first reflection request: copying every descriptor took about 130 ms of each
+  // process's start, for a service that most processes never answer.
+  let built: ReflectionIndex | undefined;
+  const index = () => (built ??= buildReflectionIndex(served));
   router.service(v1.ServerReflection, {
     async *serverReflectionInfo(requests: AsyncIterable<v1.ServerReflectionRequest>) {
       for await (const req of requests) {
-        yield create(v1.ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(index, req) });
+        yield create(v1.ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(index(), req) });
       }
     },
   });
   router.service(v1alpha.ServerReflection, {
     async *serverReflectionInfo(requests: AsyncIterable<v1alpha.ServerReflectionRequest>) {
       for await (const req of requests) {
-        yield create(v1alpha.ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(index, req) });
+        yield create(v1alpha.ServerReflectionResponseSchema, { validHost: req.host, originalRequest: req, messageResponse: answer(index(), req) });
       }
     },
   });
