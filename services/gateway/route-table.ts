@@ -91,7 +91,7 @@ export function matchRoute(routes: readonly Route[], httpMethod: string, path: s
   let pathMatched = false;
   // HEAD is GET without the answer's body (RFC 9110), on the routes that take HEAD at all.
   const verb = httpMethod === "HEAD" ? "GET" : httpMethod;
-  for (const route of routes) {
+  for (const route of routesFor(routes, path)) {
     const m = route.pattern.exec(path);
     if (!m) continue;
     pathMatched = true;
@@ -107,4 +107,33 @@ export function matchRoute(routes: readonly Route[], httpMethod: string, path: s
     return { route, params };
   }
   return pathMatched ? "method-not-allowed" : undefined;
+}
+
+/** Each table's routes by the first segment of their path, for routesFor. */
+const byFirstSegment = new WeakMap<readonly Route[], { literal: Map<string, Route[]>; open: Route[] }>();
+
+/**
+ * The routes of `routes` that could match `path`, in the table's order: those whose first segment
+ * is the path's, and those whose first segment is a parameter. A delivery's path is tried against
+ * a handful of patterns instead of every route of every service.
+ */
+function routesFor(routes: readonly Route[], path: string): readonly Route[] {
+  let index = byFirstSegment.get(routes);
+  if (!index) {
+    const firstOf = (route: Route) => route.template.split("/")[1] ?? "";
+    const isOpen = (route: Route) => firstOf(route).includes("{");
+    const literal = new Map<string, Route[]>();
+    for (const route of routes) {
+      const first = firstOf(route);
+      if (isOpen(route) || literal.has(first)) continue;
+      literal.set(
+        first,
+        routes.filter((r) => isOpen(r) || firstOf(r) === first),
+      );
+    }
+    index = { literal, open: routes.filter(isOpen) };
+    byFirstSegment.set(routes, index);
+  }
+  const end = path.indexOf("/", 1);
+  return index.literal.get(path.slice(1, end < 0 ? undefined : end)) ?? index.open;
 }

@@ -1,5 +1,6 @@
 import type { DescField, DescMessage, MessageShape } from "@bufbuild/protobuf";
 import { createValidator, ValidationError, type Violation, violationsToProto } from "@bufbuild/protovalidate";
+import { RE2JS } from "@bufbuild/re2";
 import { createValidateInterceptor } from "@connectrpc/validate";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { InvalidArgumentError } from "./errors.js";
@@ -13,7 +14,34 @@ import { rulesOf } from "./schema-rules.js";
  * words, naming the field as the JSON does ("alert.severity must be one of sev1, ...").
  */
 
-const validator = createValidator();
+const validator = createValidator({ regexMatch: rememberedRegexMatch() });
+
+/**
+ * protovalidate's own matcher (RE2, which its `pattern` rules are written for) behind a memo of its
+ * answers: the schema's patterns see the same few values over and over (an alert's source badge is
+ * one of a dozen names), and matching one in JavaScript's RE2 cost about 4 µs of every delivery.
+ * Only values up to 256 characters are remembered, and 1,024 answers at most a pattern.
+ */
+function rememberedRegexMatch(): (pattern: string, value: string) => boolean {
+  const compiled = new Map<string, { regex: RE2JS; answers: Map<string, boolean> }>();
+  return (pattern, value) => {
+    let entry = compiled.get(pattern);
+    if (!entry) {
+      // Patterns come from the schema, a fixed set; the bound only guards against a surprise.
+      if (compiled.size >= 1024) compiled.clear();
+      entry = { regex: RE2JS.compile(pattern), answers: new Map() };
+      compiled.set(pattern, entry);
+    }
+    if (value.length > 256) return entry.regex.test(value);
+    let answer = entry.answers.get(value);
+    if (answer === undefined) {
+      answer = entry.regex.test(value);
+      if (entry.answers.size >= 1024) entry.answers.clear();
+      entry.answers.set(value, answer);
+    }
+    return answer;
+  };
+}
 
 /** Throws InvalidArgument, in our words, unless the message satisfies its schema's rules. */
 export function checkRequest<Desc extends DescMessage>(schema: Desc, message: MessageShape<Desc>): void {

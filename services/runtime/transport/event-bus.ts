@@ -108,16 +108,26 @@ export function retryDelayMs(policy: RetryPolicy, failures: number): number {
   return Math.min(policy.maxMs, policy.baseMs * 2 ** Math.max(0, failures - 1));
 }
 
-/** Whether a NATS subject matches a pattern with `*` (one token) and `>` (the rest) wildcards. */
-export function subjectMatches(pattern: string, subject: string): boolean {
+/**
+ * Whether a NATS subject matches `pattern`, with `*` (one token) and `>` (the rest) wildcards:
+ * made once per subscriber, as every event of every batch is matched against every subscriber.
+ */
+export function subjectMatcher(pattern: string): (subject: string) => boolean {
   const p = pattern.split(".");
-  const s = subject.split(".");
-  for (let i = 0; i < p.length; i++) {
-    if (p[i] === ">") return s.length > i;
-    if (i >= s.length) return false;
-    if (p[i] !== "*" && p[i] !== s[i]) return false;
+  if (!p.includes("*") && !p.includes(">")) return (subject) => subject === pattern;
+  if (p.indexOf(">") === p.length - 1 && !p.includes("*")) {
+    const prefix = pattern.slice(0, -1);
+    return (subject) => subject.length > prefix.length && subject.startsWith(prefix);
   }
-  return p.length === s.length;
+  return (subject) => {
+    const s = subject.split(".");
+    for (let i = 0; i < p.length; i++) {
+      if (p[i] === ">") return s.length > i;
+      if (i >= s.length) return false;
+      if (p[i] !== "*" && p[i] !== s[i]) return false;
+    }
+    return p.length === s.length;
+  };
 }
 
 const errorOf = (err: unknown): Error => (err instanceof Error ? err : new Error(String(err)));
@@ -133,7 +143,7 @@ const errorOf = (err: unknown): Error => (err instanceof Error ? err : new Error
  * called again on the retry.
  */
 export function createInMemoryEventBus(logger: Logger): EventBus {
-  const subscribers: { subject: string; handler: EventHandler; durableName?: string | undefined; concurrency: number }[] = [];
+  const subscribers: { matches(subject: string): boolean; handler: EventHandler; durableName?: string | undefined; concurrency: number }[] = [];
   /** Event id to the subscribers done with it, for events some durable subscriber failed. */
   const done = new Map<string, Set<number>>();
   const DONE_LIMIT = 10_000;
@@ -143,7 +153,7 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
     const failures = events.map((): string[] => []);
     await Promise.all(
       subscribers.map(async (subscriber, index) => {
-        const mine = events.flatMap((event, i) => (!finished[i]!.has(index) && subjectMatches(subscriber.subject, event.subject) ? [i] : []));
+        const mine = events.flatMap((event, i) => (!finished[i]!.has(index) && subscriber.matches(event.subject) ? [i] : []));
         await eachBounded(mine, subscriber.concurrency, async (i) => {
           const event = events[i]!;
           try {
@@ -184,7 +194,7 @@ export function createInMemoryEventBus(logger: Logger): EventBus {
       return true;
     },
     async subscribe(subject, handler, options = {}) {
-      subscribers.push({ subject, handler, durableName: options.durableName, concurrency: concurrencyOf(options) });
+      subscribers.push({ matches: subjectMatcher(subject), handler, durableName: options.durableName, concurrency: concurrencyOf(options) });
     },
     async close() {},
   };
