@@ -205,6 +205,7 @@ function compileIn(environment: MeteredEnvironment, source: string, where: strin
   if (source.length > MAPPING_LIMITS.expressionCharacters) {
     throw new InvalidArgumentError(`${where}: at most ${MAPPING_LIMITS.expressionCharacters} characters (got ${source.length})`);
   }
+  if (bracketDepth(source) > MAPPING_LIMITS.syntaxDepth) throw tooDeep(where);
   let parsed: ReturnType<typeof parse>;
   try {
     parsed = parse(source);
@@ -220,6 +221,36 @@ function compileIn(environment: MeteredEnvironment, source: string, where: strin
   return program;
 }
 
+/**
+ * The deepest nesting of brackets in `source`, outside string literals and comments. The parser
+ * recurses once per bracket: checked before parsing, the limit does not depend on how much stack
+ * the parser's frames take (less once the JIT has compiled it), and brackets that leave no node
+ * behind (around a constant, or a negation the parser folds) still count.
+ */
+function bracketDepth(source: string): number {
+  let depth = 0;
+  let deepest = 0;
+  for (let i = 0; i < source.length; i++) {
+    const c = source[i]!;
+    if (c === "'" || c === '"') {
+      const raw = /[rR]/.test(source[i - 1] ?? "") || (/[rR]/.test(source[i - 2] ?? "") && /[bB]/.test(source[i - 1] ?? ""));
+      const quote = source.startsWith(c.repeat(3), i) ? c.repeat(3) : c;
+      i += quote.length;
+      while (i < source.length && !source.startsWith(quote, i)) i += !raw && source[i] === "\\" ? 2 : 1;
+      i += quote.length - 1;
+    } else if (c === "/" && source[i + 1] === "/") {
+      const end = source.indexOf("\n", i);
+      i = end === -1 ? source.length : end;
+    } else if (c === "(" || c === "[" || c === "{") deepest = Math.max(deepest, ++depth);
+    else if (c === ")" || c === "]" || c === "}") depth--;
+  }
+  return deepest;
+}
+
+function tooDeep(where: string): InvalidArgumentError {
+  return new InvalidArgumentError(`${where}: nested deeper than ${MAPPING_LIMITS.syntaxDepth} levels`);
+}
+
 function firstLine(text: string): string {
   return text.split("\n")[0]!.slice(0, 300);
 }
@@ -230,7 +261,7 @@ function checkNames(environment: MeteredEnvironment, root: Expr, where: string):
   const stack: { expr: Expr; depth: number; comprehensions: number; locals: readonly string[] }[] = [{ expr: root, depth: 1, comprehensions: 0, locals: [] }];
   while (stack.length > 0) {
     const { expr, depth, comprehensions, locals } = stack.pop()!;
-    if (depth > MAPPING_LIMITS.syntaxDepth) throw new InvalidArgumentError(`${where}: nested deeper than ${MAPPING_LIMITS.syntaxDepth} levels`);
+    if (depth > MAPPING_LIMITS.syntaxDepth) throw tooDeep(where);
     const next = (child: Expr | undefined, extra?: { comprehension?: boolean; locals?: readonly string[] }) => {
       if (!child) return;
       stack.push({

@@ -107,6 +107,24 @@ describe("custom-source rules", () => {
     expect(() => compileRules(Array.from({ length: 21 }, (_, i) => rule({ name: `r${i}`, title: "'t'" })))).toThrow(/at most 20 rules/);
   });
 
+  it("refuses deep nesting the same way however warm the parser is", () => {
+    // The parser recurses once per bracket. Cold, 600 levels overflow the stack; once the JIT has
+    // compiled the parser they parse, and brackets around a constant leave no depth to count, so
+    // the same rule was refused by one replica and saved by another.
+    for (let i = 0; i < 3000; i++) compileRules([rule({ title: `string((((${i}))) + -(-(${i})))`, when: `body.n == ${i} || (body.m[0] in [1, 2])` })]);
+    const deep = [
+      `string(${"(".repeat(600)}1${")".repeat(600)})`,
+      `string(${"-(".repeat(600)}1${")".repeat(600)})`,
+      `${"[".repeat(300)}'t'${"]".repeat(300)}[0]`,
+    ];
+    for (const title of deep) expect(() => compileRules([rule({ title })]), title.slice(0, 20)).toThrow(/title: nested deeper than 48 levels/);
+    // Brackets inside string literals and comments are text, not nesting.
+    const quoted = (q: string) => `${q}${"(".repeat(100)}${q} + ${q}${"[".repeat(100)}${q}`;
+    for (const title of [quoted("'"), quoted('"'), quoted("'''"), `r'\\' + ${quoted('"')}`, `'\\'' + ${quoted("'")}`, `// ${"(".repeat(60)}\n't'`])
+      expect(() => compileRules([rule({ title })]), title).not.toThrow();
+    expect(() => compileRules([rule({ title: `string(${"(".repeat(40)}1${")".repeat(40)})` })])).not.toThrow();
+  });
+
   it("stops a hostile expression within its cost budget", () => {
     const big = { list: Array.from({ length: 20_000 }, (_, i) => ({ a: i })), s: "x".repeat(60_000) };
     const hostile = [
