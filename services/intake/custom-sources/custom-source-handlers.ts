@@ -185,6 +185,14 @@ export function createCustomSourceHandlers(deps: {
     return result;
   }
 
+  /** An admin's source, once the records waiting to be written are written: for its log and kept payloads. */
+  async function sourceWithRecordsWritten(req: { org: string; id: string }, context: HandlerContext): Promise<CustomSourceRow> {
+    const principal = await authorize(clients, context, req.org, ADMINS);
+    const row = await sourceOf(principal.orgId, req.id);
+    await need(config).records.flush();
+    return row;
+  }
+
   /** An admin's change of one source that answers nothing but itself: a delete, a revocation. */
   async function changeSource(
     req: { org: string; id: string },
@@ -305,9 +313,7 @@ export function createCustomSourceHandlers(deps: {
     },
 
     async listCustomSourceDeliveries(req, context) {
-      const principal = await authorize(clients, context, req.org, ADMINS);
-      const row = await sourceOf(principal.orgId, req.id);
-      await need(config).records.flush();
+      const row = await sourceWithRecordsWritten(req, context);
       const entries = await need(store).deliveries(row.id);
       return create(ListCustomSourceDeliveriesResponseSchema, {
         deliveries: entries.map((entry) => ({
@@ -324,9 +330,7 @@ export function createCustomSourceHandlers(deps: {
     },
 
     async listCustomSourcePayloads(req, context) {
-      const principal = await authorize(clients, context, req.org, ADMINS);
-      const row = await sourceOf(principal.orgId, req.id);
-      await need(config).records.flush();
+      const row = await sourceWithRecordsWritten(req, context);
       const payloads = await need(store).payloads(row.id);
       return create(ListCustomSourcePayloadsResponseSchema, {
         payloads: payloads.map((payload) => ({

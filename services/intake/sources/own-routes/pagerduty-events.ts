@@ -61,20 +61,33 @@ function readString(record: unknown, key: string, path: string, errors: string[]
 }
 
 /**
+ * An event's action and its dedup key, under the names of its version (v2: `event_action`,
+ * `dedup_key`; v1: `event_type`, `incident_key`), noting in `errors` what is missing or wrong: the
+ * key may be left out only by a trigger.
+ */
+function readActionAndKey(
+  body: Record<string, unknown>,
+  names: { action: string; key: string },
+  errors: string[],
+): { action: (typeof ACTIONS)[number] | undefined; key: string | undefined } {
+  const actionText = readString(body, names.action, names.action, errors);
+  const action = ACTIONS.find((candidate) => candidate === actionText);
+  if (actionText === undefined) errors.push(missing(names.action));
+  else if (!action) errors.push(`'${names.action}' must be one of ${ACTIONS.join(", ")}`);
+  const key = readString(body, names.key, names.key, errors);
+  if (key !== undefined && [...key].length > LIMITS.dedupKeyCharacters) errors.push(tooLong(names.key, LIMITS.dedupKeyCharacters));
+  if (key === undefined && action !== undefined && action !== "trigger") errors.push(missing(names.key));
+  return { action, key };
+}
+
+/**
  * A PagerDuty Events v2 event as one delivery; invalid fields are refused all at once with
  * PagerDuty's messages.
  */
 export function mapEvent(body: unknown, context: MapContext & { newDedupKey(): string }): MappedPagerDutyEvent {
   if (!isRecord(body)) throw new PagerDutyEventError(["Event object must be a JSON object"]);
   const errors: string[] = [];
-  const actionText = readString(body, "event_action", "event_action", errors);
-  const action = ACTIONS.find((candidate) => candidate === actionText);
-  if (actionText === undefined) errors.push(missing("event_action"));
-  else if (!action) errors.push(`'event_action' must be one of ${ACTIONS.join(", ")}`);
-
-  const sentKey = readString(body, "dedup_key", "dedup_key", errors);
-  if (sentKey !== undefined && [...sentKey].length > LIMITS.dedupKeyCharacters) errors.push(tooLong("dedup_key", LIMITS.dedupKeyCharacters));
-  if (sentKey === undefined && action !== undefined && action !== "trigger") errors.push(missing("dedup_key"));
+  const { action, key: sentKey } = readActionAndKey(body, { action: "event_action", key: "dedup_key" }, errors);
 
   const payload = ownField(body, "payload");
   let summary: string | undefined;
@@ -165,13 +178,7 @@ const V1_SEVERITY = "error";
 export function mapV1Event(body: unknown, context: MapContext & { newDedupKey(): string }): MappedPagerDutyEvent {
   if (!isRecord(body)) throw new PagerDutyEventError(["Event object must be a JSON object"]);
   const errors: string[] = [];
-  const typeText = readString(body, "event_type", "event_type", errors);
-  const action = ACTIONS.find((candidate) => candidate === typeText);
-  if (typeText === undefined) errors.push(missing("event_type"));
-  else if (!action) errors.push(`'event_type' must be one of ${ACTIONS.join(", ")}`);
-  const incidentKey = readString(body, "incident_key", "incident_key", errors);
-  if (incidentKey !== undefined && [...incidentKey].length > LIMITS.dedupKeyCharacters) errors.push(tooLong("incident_key", LIMITS.dedupKeyCharacters));
-  if (incidentKey === undefined && action !== undefined && action !== "trigger") errors.push(missing("incident_key"));
+  const { action, key: incidentKey } = readActionAndKey(body, { action: "event_type", key: "incident_key" }, errors);
   const description = readString(body, "description", "description", errors);
   if (description === undefined && action === "trigger") errors.push(missing("description"));
   else if (description !== undefined && [...description].length > LIMITS.summaryCharacters) errors.push(tooLong("description", LIMITS.summaryCharacters));

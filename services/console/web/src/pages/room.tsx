@@ -147,6 +147,19 @@ export function Timeline(props: { incident: Incident }) {
   );
 }
 
+/** One of the room's facts that is a moment (opened, resolved...), shown only when it happened. */
+function WhenFact(props: { label: string; at: string | null | undefined; now: number }) {
+  if (!props.at) return null;
+  return (
+    <div>
+      <dt>{props.label}</dt>
+      <dd>
+        <Ago at={props.at} now={props.now} />
+      </dd>
+    </div>
+  );
+}
+
 /** The war room of one incident: its details, actions, and the timeline and comms tabs. */
 export function RoomPage(props: { id: string }) {
   const loc = useLocation();
@@ -212,29 +225,10 @@ export function RoomPage(props: { id: string }) {
           {current.entity ? <span class="entity">{`${current.entity.kind}:${current.entity.id}`}</span> : null}
         </div>
         <dl class="facts">
-          <div>
-            <dt>Opened</dt>
-            <dd>
-              <Ago at={current.openedAt} now={now} />
-            </dd>
-          </div>
+          <WhenFact label="Opened" at={current.openedAt} now={now} />
           <NextEscalation incident={current} now={now} />
-          {current.resolvedAt ? (
-            <div>
-              <dt>Resolved</dt>
-              <dd>
-                <Ago at={current.resolvedAt} now={now} />
-              </dd>
-            </div>
-          ) : null}
-          {current.archivedAt ? (
-            <div>
-              <dt>Archived</dt>
-              <dd>
-                <Ago at={current.archivedAt} now={now} />
-              </dd>
-            </div>
-          ) : null}
+          <WhenFact label="Resolved" at={current.resolvedAt} now={now} />
+          <WhenFact label="Archived" at={current.archivedAt} now={now} />
           {safeHref(current.runbookUrl) ? (
             <div>
               <dt>Runbook</dt>
