@@ -330,13 +330,16 @@ describe("ping", () => {
         wrongToken: () => ping(tapped, "pinged", "e".repeat(64)),
       };
       // Background work (sweeps, relays) shares the connections and can only add statements, so
-      // each kind's fewest over several rounds is its own work.
+      // each kind's fewest over several rounds is its own work. The outbox relays run four times a
+      // second per schema: on a loaded machine one fell into every round of one kind, so their
+      // statements are left out first.
+      const relay = /outbox_relay_lease|\.outbox\b/;
       const fewest: Record<string, string[]> = {};
       for (let round = 0; round < 8; round++) {
         for (const [name, call] of Object.entries(kinds)) {
           tap.take();
           expect((await call()).status).toBe(404);
-          const statements = tap.take();
+          const statements = tap.take().filter((s) => !relay.test(s));
           if (!fewest[name] || statements.length < fewest[name].length) fewest[name] = statements;
         }
       }

@@ -32,6 +32,15 @@ describe.each(MODES)("large previews and grouping overrides on worker threads (%
     app = await startIntakeApp(mode);
     owner = await app.ownerToken();
     calm = await bootstrapOrg(app, unique("calm").toLowerCase().slice(0, 30));
+    // The large-body thread starts at its first task; under tsx, on a loaded machine, that takes
+    // seconds, which the hostile previews below would otherwise wait for behind the gateway's deadline.
+    const warm = await app.call("POST", `/o/${OWNER.org}/custom-sources`, {
+      token: owner,
+      body: { name: unique("warm").toLowerCase(), rules: [{ name: "first", title: "body.parts[0]" }] },
+    });
+    expect(warm.status, JSON.stringify(warm.body)).toBe(201);
+    const preview = await app.call("POST", `/o/${OWNER.org}/custom-sources/${warm.body.source.id}/preview`, { token: owner, body: { body: { parts: PARTS } } });
+    expect(preview.body).toMatchObject({ matchedRule: "first" });
   }, 180_000);
 
   afterAll(async () => {

@@ -112,13 +112,40 @@ describe("credentials created while access is being taken away", () => {
     expect((await login("eve@acme.test")).status).toBe(401);
   });
 
-  it("an ingest token issued by an admin whose removal is committing is not issued", async () => {
-    const [before] = await watcher<{ hash: Buffer | null }[]>`
-      select (select hash from identity.org_credentials where kind = 'ingest_token') as hash`;
-    const result = await removedWhile("ike@acme.test", (session) => app.call("POST", "/o/acme/triggers/ingest-token", { token: session }));
+  /** The organization's credential of `kind` as stored (its hash), or null when none was issued. */
+  const storedCredential = async (kind: string) =>
+    (await watcher<{ hash: Buffer | null }[]>`select (select hash from identity.org_credentials where kind = ${kind}) as hash`)[0]!.hash;
+
+  it.each([
+    ["an ingest token", "ingest-token", "ingest_token", "ike@acme.test"],
+    ["a chat secret", "chat-secret", "chat_secret", "uma@acme.test"],
+    ["an alert-router secret", "alertrouter-secret", "alertrouter_secret", "abe@acme.test"],
+  ])("%s issued by an admin whose removal is committing is not issued", async (_, route, kind, admin) => {
+    const before = await storedCredential(kind);
+    const result = await removedWhile(admin, (session) => app.call("POST", `/o/acme/triggers/${route}`, { token: session }));
     expect(result).toEqual({ seen: "waiting", status: 401 });
-    const [after] = await watcher<{ hash: Buffer | null }[]>`
-      select (select hash from identity.org_credentials where kind = 'ingest_token') as hash`;
-    expect(after!.hash).toEqual(before!.hash);
+    expect(await storedCredential(kind)).toEqual(before);
+  });
+
+  it("a role raised by an admin whose removal is committing is not raised", async () => {
+    const added = await app.call("POST", "/o/acme/members", { token: owner, body: { email: "raj@acme.test", password: "password-123", role: "member" } });
+    expect(added.status).toBe(201);
+    const result = await removedWhile("ivy@acme.test", (session) =>
+      app.call("PATCH", `/o/acme/members/${added.body.id}`, { token: session, body: { role: "admin" } }),
+    );
+    expect(result).toEqual({ seen: "waiting", status: 401 });
+    const [row] = await watcher<{ role: string }[]>`select role from identity.memberships where user_id = ${added.body.id}`;
+    expect(row!.role).toBe("member");
+  });
+
+  it("a password set by an admin whose removal is committing is not set", async () => {
+    const added = await app.call("POST", "/o/acme/members", { token: owner, body: { email: "pat@acme.test", password: "password-123", role: "member" } });
+    expect(added.status).toBe(201);
+    const result = await removedWhile("oz@acme.test", (session) =>
+      app.call("PUT", `/o/acme/members/${added.body.id}/password`, { token: session, body: { password: "taken-over-456" } }),
+    );
+    expect(result).toEqual({ seen: "waiting", status: 401 });
+    expect((await login("pat@acme.test")).status).toBe(200);
+    expect((await app.call("POST", "/auth/login", { body: { email: "pat@acme.test", password: "taken-over-456", orgSlug: "acme" } })).status).toBe(401);
   });
 });

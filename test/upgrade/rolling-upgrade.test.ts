@@ -229,12 +229,22 @@ async function checkExactlyOnce(expected: Expected): Promise<void> {
   expect(posts.every((d) => d.verified)).toBe(true);
   const byId = new Map<string, number>();
   for (const d of posts) byId.set(d.webhookId, (byId.get(d.webhookId) ?? 0) + 1);
-  expect(
-    [...byId.values()].filter((n) => n > 1),
-    "webhook-ids received twice",
-  ).toEqual([]);
+  // A post the receiver accepted but whose answer did not reach the sender within its timeout (a
+  // loaded machine) is sent again with the same webhook-id, which receivers dedupe on: that is
+  // the documented guarantee. Two posts that both had their answer (two versions sending one
+  // delivery) are a double.
+  for (const [webhookId, n] of byId) {
+    if (n === 1) continue;
+    const attempts = await sql<{ outcome: string; error: string | null }[]>`
+      select outcome, error from subscriptions.attempts where delivery_id = ${webhookId} order by id`;
+    expect(
+      attempts.filter((a) => a.outcome === "delivered"),
+      `the attempts of ${webhookId}, received ${n} times: ${JSON.stringify(attempts)}`,
+    ).toHaveLength(1);
+  }
+  // One webhook-id per event: counted once however many times it was received.
   const byEvent = new Map<string, number>();
-  for (const d of posts) byEvent.set(eventKey(d), (byEvent.get(eventKey(d)) ?? 0) + 1);
+  for (const d of new Map(posts.map((p) => [p.webhookId, p])).values()) byEvent.set(eventKey(d), (byEvent.get(eventKey(d)) ?? 0) + 1);
   const seen = new Map([...byEvent].filter(([k]) => wanted.has(k)));
   expect(Object.fromEntries([...seen].sort()), "events received, each exactly once").toEqual(Object.fromEntries([...wanted].sort()));
 

@@ -155,8 +155,8 @@ describe("allow list", () => {
   });
 });
 
-describe("remote-source policy (private networks allowed by default)", () => {
-  const remoteSources = createAddressPolicy({
+describe("allowPrivateByDefault (the remote-source kit's conformance check, run against a source on the developer's own network; the service refuses private networks)", () => {
+  const kitCheck = createAddressPolicy({
     allowPrivateCidrs: [],
     denyCidrs: ["10.99.0.0/16", "fd99::/16"],
     requireHttps: false,
@@ -164,15 +164,15 @@ describe("remote-source policy (private networks allowed by default)", () => {
   });
 
   it.each(privateNetworks.map(([address]) => address))("allows the private-network address %s", (address) => {
-    expect(remoteSources.checkAddress(address)).toMatchObject({ allowed: true, reason: "private_network_allowed" });
+    expect(kitCheck.checkAddress(address)).toMatchObject({ allowed: true, reason: "private_network_allowed" });
   });
 
   it.each(["10.99.1.1", "::ffff:10.99.0.5", "fd99::1"])("refuses %s from a denied range", (address) => {
-    expect(remoteSources.checkAddress(address)).toMatchObject({ allowed: false, reason: "denied_by_policy" });
+    expect(kitCheck.checkAddress(address)).toMatchObject({ allowed: false, reason: "denied_by_policy" });
   });
 
   it.each(refusedEverywhere.map(([address]) => address))("still refuses %s", (address) => {
-    expect(remoteSources.checkAddress(address).allowed).toBe(false);
+    expect(kitCheck.checkAddress(address).allowed).toBe(false);
   });
 
   it("lets a denied range win over an allowed one", () => {
