@@ -422,7 +422,12 @@ async function startOtlpSink(): Promise<{ url: string; requests: () => number; c
 async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string): Promise<LoadResult> {
   const database = await freshDatabase();
   try {
-    const app = await startChild(entry, ["--serve", database.url], { env });
+    // BENCH_PROFILE_DIR: each run's CPU profile, in a folder named after the run.
+    const profileDir = process.env.BENCH_PROFILE_DIR;
+    const app = await startChild(entry, ["--serve", database.url], {
+      env,
+      nodeOptions: profileDir ? ["--cpu-prof", `--cpu-prof-dir=${join(profileDir, run)}`] : [],
+    });
     try {
       const token = await ingestToken(app.url);
       let before: NodeJS.CpuUsage | undefined;
