@@ -37,6 +37,9 @@ export const E2E_SUITES = [
   "test/runtime/metrics-initialised.test.ts",
 ];
 
+/** Test files running at once (TEST_WORKERS), in every project but the container one. */
+const WORKERS = Number(process.env.TEST_WORKERS ?? 4);
+
 /** Tests that need no Postgres, no NATS and no service: named `*.unit.test.ts`. */
 const UNIT_TESTS = ["services/**/*.unit.test.ts", "test/**/*.unit.test.ts", "scripts/**/*.unit.test.ts"];
 
@@ -54,9 +57,12 @@ export default defineConfig({
     hookTimeout: 180_000,
     // expect.poll waits for something that happens in milliseconds; its default second is a budget.
     expect: { poll: { timeout: 30_000 } },
-    // Two cores: test files share one Postgres server and one NATS server. The server project
-    // raises its own (below).
-    maxWorkers: 2,
+    // Four files at a time on two cores: most of a file's time is spent waiting (on its processes,
+    // its retries, its timers), so four keep both cores busy where two left a fifth of them idle (a
+    // sample of 49 files: 313 s against 401 s). Each file has a fresh database and each cluster a
+    // NATS server of its own. Every project but the container one runs in one group, so none waits
+    // for another to end: vitest gives the projects of a group one worker count.
+    maxWorkers: WORKERS,
     // Each project's longest files first (test/support/longest-first.ts), so none ends it alone.
     sequence: { sequencer: LongestFirstSequencer },
     pool: "forks",
@@ -83,12 +89,6 @@ export default defineConfig({
         extends: true,
         test: {
           name: "server",
-          // Four files at a time: most of a file's time is spent waiting (on its processes, its
-          // retries, its timers), so four keep both cores busy where two left a fifth of them idle
-          // (a sample of 49 files: 313 s against 401 s). Each file has a fresh database and each
-          // cluster a NATS server of its own. Projects with one group order share one worker
-          // count, so this one runs first, on its own.
-          maxWorkers: Number(process.env.TEST_SERVER_WORKERS ?? 4),
           sequence: { groupOrder: 0 },
           include: ["services/**/*.test.ts", "test/**/*.test.ts"],
           exclude: ["node_modules", "dist", "test/bench/**", "test/soak/**", ...UNIT_TESTS, "test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
@@ -98,18 +98,18 @@ export default defineConfig({
         // Handlers over in-memory stores and stub peers, and the scripts' own logic: no database,
         // no NATS, seconds in all.
         extends: true,
-        test: { name: "unit", sequence: { groupOrder: 1 }, include: UNIT_TESTS },
+        test: { name: "unit", sequence: { groupOrder: 0 }, include: UNIT_TESTS },
       },
       {
         extends: true,
-        test: { name: "embedded", sequence: { groupOrder: 1 }, include: E2E_SUITES, env: { TEST_DATABASE: "embedded" } },
+        test: { name: "embedded", sequence: { groupOrder: 0 }, include: E2E_SUITES, env: { TEST_DATABASE: "embedded" } },
       },
       {
-        // Minutes of load in the default mode: run by the test command, or on its own with
-        // `npx vitest run --project soak`. After every other project has finished: its latency
-        // budgets measure the service, not the rest of the suite sharing the two cores.
+        // A minute of load in the default mode: run by the test command, or on its own with
+        // `npx vitest run --project soak`. Beside the other projects: what it checks holds however
+        // busy the machine is, and the latencies it prints decide nothing.
         extends: true,
-        test: { name: "soak", sequence: { groupOrder: 2 }, include: ["test/soak/**/*.test.ts"], testTimeout: 300_000 },
+        test: { name: "soak", sequence: { groupOrder: 0 }, include: ["test/soak/**/*.test.ts"], testTimeout: 300_000 },
       },
       {
         // The image built from the Dockerfile, run in containers (scripts/build-image.sh builds it,
@@ -118,7 +118,7 @@ export default defineConfig({
         extends: true,
         test: {
           name: "container",
-          sequence: { groupOrder: 3 },
+          sequence: { groupOrder: 1 },
           fileParallelism: false,
           include: ["test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
           testTimeout: 300_000,

@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { awaitImageBuild } from "../support/image-build.js";
 import { parse, parseAllDocuments } from "yaml";
 import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config/config.js";
@@ -184,6 +185,7 @@ async function upAsTheReadmeSays(): Promise<void> {
   compose = findCompose();
   measured.compose = run([...compose, "version", "--short"], { allowFailure: true }) || compose.join(" ");
   // Cached layers make these quick after the first build.
+  await awaitImageBuild(1_800_000);
   if (!process.env.WARROOM_IMAGE) process.stderr.write(script("scripts/build-image.sh", [image], 900_000));
   for (const [name, tag] of Object.entries(testImages))
     run(["docker", "build", "--quiet", "--network", "host", "--tag", tag, join(root, "test/deploy/compose-images", name)], {
