@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
 import { afterAll, describe, expect, it } from "vitest";
 import { checkCommand } from "./check.js";
 
@@ -18,8 +19,29 @@ const TSX = join(KIT, "../../node_modules/.bin/tsx");
 const dirs: string[] = [];
 const children: ChildProcess[] = [];
 
-afterAll(() => {
-  for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
+/**
+ * Signals `tsx` and the node process it starts, as one process group: tsx relays a signal to its
+ * child only once its own event loop gets to it, and a SIGKILL of tsx alone before then, on a
+ * loaded machine, left the source serving for the rest of the run.
+ */
+function signalGroup(child: ChildProcess, signal: NodeJS.Signals): void {
+  try {
+    process.kill(-child.pid!, signal);
+  } catch {
+    // The group is gone already.
+  }
+}
+
+afterAll(async () => {
+  // Each was sent SIGTERM once ready: a few seconds to stop, then whatever of its group is left goes.
+  await Promise.all(
+    children.map(async (child) => {
+      if (child.exitCode === null && child.signalCode === null) {
+        await Promise.race([new Promise((resolve) => child.once("exit", resolve)), sleep(10_000)]);
+      }
+      signalGroup(child, "SIGKILL");
+    }),
+  );
   for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -35,14 +57,14 @@ function thirdPartyPackage(file: string, code: string): string {
 /** Runs `tsx file` in `dir` until it prints a line matching `ready`; answers that line. */
 function runUntil(dir: string, file: string, env: NodeJS.ProcessEnv, ready: RegExp): Promise<string> {
   return new Promise((resolve, reject) => {
-    const child = spawn(TSX, [file], { cwd: dir, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(TSX, [file], { cwd: dir, env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"], detached: true });
     children.push(child);
     let output = "";
     const onData = (chunk: Buffer) => {
       output += chunk.toString("utf8");
       const line = output.split("\n").find((l) => ready.test(l));
       if (line) {
-        child.kill("SIGTERM");
+        signalGroup(child, "SIGTERM");
         resolve(line);
       }
     };
