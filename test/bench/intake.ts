@@ -51,7 +51,8 @@ import { cpuDelta, postgresCpuMs } from "./postgres-cpu.js";
  * that background work in one-process mode: the app without and with a remote-source read that
  * applies to every incident, or with three subscriptions to incident.opened (one down), in turn,
  * `rounds` times, each beside its floor (see backgroundWorkComparison); with
- * `INTAKE_BENCH_TOGETHER=1` the two runs of a round at the same time.
+ * `INTAKE_BENCH_TOGETHER=1` the two runs of a round at the same time. `INTAKE_BENCH_EVERY_FEATURE=<rounds>`
+ * does the same with every optional feature configured at once (everyFeatureWork).
  */
 
 export const CONNECTIONS = 50;
@@ -810,6 +811,45 @@ async function subscriptionWork(): Promise<BackgroundWork> {
   };
 }
 
+/**
+ * Every optional feature at once: the subscriptions and the investigation read above, a custom
+ * source (its rules compiled, never delivered to here) and a grouping override on the source the
+ * bench delivers to, keyed as the source's own grouping is (the alert id), so the deliveries open
+ * and attach as without it while each one runs the override's rule.
+ */
+async function everyFeatureWork(): Promise<BackgroundWork> {
+  const parts = [await subscriptionWork(), await investigationWork()];
+  return {
+    name: "every-feature",
+    label: {
+      without: "nothing configured",
+      with: "a custom source, a grouping override, three subscriptions (one down), an investigation read",
+    },
+    // One key seals what both configure.
+    env: { ...parts[0]!.env, ...parts[1]!.env },
+    async configure(url) {
+      for (const part of parts) await part.configure(url);
+      const token = await ownerAccessToken(url);
+      const source = await callApi(url, "POST", `/o/${OWNER.org}/custom-sources`, {
+        token,
+        body: { name: "bench-zabbix", rules: [{ name: "problem", title: "body.name + ' on ' + body.host", attachKey: "body.host + '/' + body.trigger" }] },
+      });
+      if (source.status !== 201) throw new Error(`creating the custom source failed: ${source.status} ${JSON.stringify(source.body)}`);
+      const override = await callApi(url, "PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token, body: { attachKey: "body.alert_id" } });
+      if (override.status !== 200) throw new Error(`setting the grouping override failed: ${override.status} ${JSON.stringify(override.body)}`);
+    },
+    async count(databaseUrl) {
+      return Object.assign({}, ...(await Promise.all(parts.map((part) => part.count(databaseUrl)))));
+    },
+    check(rows) {
+      for (const part of parts) part.check(rows);
+    },
+    async close() {
+      for (const part of parts) await part.close();
+    },
+  };
+}
+
 async function rowsOf(databaseUrl: string, query: (sql: postgres.Sql) => Promise<Record<string, number>[]>): Promise<Record<string, number>> {
   const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
   try {
@@ -979,6 +1019,8 @@ export async function benchIntake(): Promise<void> {
   if (investigationRounds > 0) await backgroundWorkComparison(investigationRounds, await investigationWork());
   const subscriptionRounds = Number(process.env.INTAKE_BENCH_SUBSCRIPTIONS ?? 0);
   if (subscriptionRounds > 0) await backgroundWorkComparison(subscriptionRounds, await subscriptionWork());
+  const everyFeatureRounds = Number(process.env.INTAKE_BENCH_EVERY_FEATURE ?? 0);
+  if (everyFeatureRounds > 0) await backgroundWorkComparison(everyFeatureRounds, await everyFeatureWork());
 }
 
 if (["--serve", "--floor", "--floor-record", "--serve-embedded"].includes(process.argv[2] ?? "")) {
