@@ -37,7 +37,7 @@ export const E2E_SUITES = [
   "test/runtime/metrics-initialised.test.ts",
 ];
 
-/** Test files running at once (TEST_WORKERS), in every project but the container one. */
+/** Test files running at once (TEST_WORKERS), whichever project they belong to. */
 const WORKERS = Number(process.env.TEST_WORKERS ?? 4);
 
 /** Tests that need no Postgres, no NATS and no service: named `*.unit.test.ts`. */
@@ -60,8 +60,8 @@ export default defineConfig({
     // Four files at a time on two cores: most of a file's time is spent waiting (on its processes,
     // its retries, its timers), so four keep both cores busy where two left a fifth of them idle (a
     // sample of 49 files: 313 s against 401 s). Each file has a fresh database and each cluster a
-    // NATS server of its own. Every project but the container one runs in one group, so none waits
-    // for another to end: vitest gives the projects of a group one worker count.
+    // NATS server of its own. Every project runs in one group, so none waits for another to end:
+    // vitest gives the projects of a group one worker count.
     maxWorkers: WORKERS,
     // Each project's longest files first (test/support/longest-first.ts), so none ends it alone.
     sequence: { sequencer: LongestFirstSequencer },
@@ -114,12 +114,13 @@ export default defineConfig({
       {
         // The image built from the Dockerfile, run in containers (scripts/build-image.sh builds it,
         // scripts/docker-daemon.sh starts a daemon when none runs), alone and by deploy/compose:
-        // last, as it takes both cores, and one file at a time (each may start and stop the daemon).
+        // beside the other projects, its two files one at a time (each may start and stop the
+        // daemon: test/support/image-build.ts holds a lock across the run's workers), each once the
+        // test command's background build of the images has ended.
         extends: true,
         test: {
           name: "container",
-          sequence: { groupOrder: 1 },
-          fileParallelism: false,
+          sequence: { groupOrder: 0 },
           include: ["test/deploy/container.test.ts", "test/deploy/compose.test.ts"],
           testTimeout: 300_000,
         },

@@ -86,9 +86,9 @@ else
   log "tests (a private Postgres server and NATS on free ports, stopped at the end)"
 fi
 # The images the container tests run (the service image warroom:dev, and warroom-all-in-one:dev
-# with the embedded Postgres), built in the background while the other projects run: the container
-# project comes last and waits for the build (test/support/image-build.ts), which took about 110 s
-# of a fresh clone's run when it went first. Its output, with the images' sizes, is printed when
+# with the embedded Postgres), built in the background while the tests run: the container tests
+# wait for the build (test/support/image-build.ts), which took about 110 s of a fresh clone's run
+# when it went first. Its output, with the images' sizes, is printed when
 # the suite ends; the tests print the sizes and start times too. A run of other named test files
 # needs neither.
 if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { awaitImageBuild } from "../support/image-build.js";
+import { awaitImageBuild, holdContainerTestsLock } from "../support/image-build.js";
 import { parse, parseAllDocuments } from "yaml";
 import { serviceFolders } from "../../services/process/cluster.js";
 import { configSchema, loadConfig } from "../../services/runtime/config/config.js";
@@ -178,7 +178,10 @@ async function natsMonitor(path: string): Promise<any> {
   return res.json();
 }
 
+let releaseLock: (() => void) | undefined;
+
 async function upAsTheReadmeSays(): Promise<void> {
+  releaseLock = await holdContainerTestsLock(1_800_000);
   const [host, started] = script("scripts/docker-daemon.sh", ["start"], 120_000).trim().split("\n");
   dockerHost = host!;
   startedDaemon = started === "started";
@@ -229,12 +232,16 @@ async function upAsTheReadmeSays(): Promise<void> {
 }
 
 function down(): void {
-  // Always, also when start-up failed: the containers, the network and the volumes.
-  if (workDir && compose) composeRun(["down", "--volumes", "--remove-orphans", "--timeout", "20"], { allowFailure: true, timeout: 180_000 });
-  if (workDir) rmSync(workDir, { recursive: true, force: true });
-  console.log("\nThe compose file, measured in this run:");
-  console.table(measured);
-  if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
+  try {
+    // Always, also when start-up failed: the containers, the network and the volumes.
+    if (workDir && compose) composeRun(["down", "--volumes", "--remove-orphans", "--timeout", "20"], { allowFailure: true, timeout: 180_000 });
+    if (workDir) rmSync(workDir, { recursive: true, force: true });
+    console.log("\nThe compose file, measured in this run:");
+    console.table(measured);
+    if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
+  } finally {
+    releaseLock?.();
+  }
 }
 
 describe("deploy/compose/compose.yaml, read", () => {

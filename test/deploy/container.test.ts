@@ -7,7 +7,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { awaitImageBuild } from "../support/image-build.js";
+import { awaitImageBuild, holdContainerTestsLock } from "../support/image-build.js";
 import { serviceFolders } from "../../services/process/cluster.js";
 import { OWNER, callApi } from "../support/app.js";
 import { startPrivateNats, type PrivateNats } from "../support/nats-server.js";
@@ -119,7 +119,10 @@ function removeContainers(): void {
   if (ids) docker(["rm", "-f", ...ids.split("\n")], { allowFailure: true });
 }
 
+let releaseLock: (() => void) | undefined;
+
 beforeAll(async () => {
+  releaseLock = await holdContainerTestsLock(1_800_000);
   const [host, started] = script("scripts/docker-daemon.sh", ["start"], 120_000).trim().split("\n");
   dockerHost = host!;
   startedDaemon = started === "started";
@@ -131,10 +134,14 @@ beforeAll(async () => {
 }, 1_800_000);
 
 afterAll(() => {
-  if (dockerHost) removeContainers();
-  console.log(`\nThe images ${image} and ${allInOneImage}, measured in this run:`);
-  console.table(measured);
-  if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
+  try {
+    if (dockerHost) removeContainers();
+    console.log(`\nThe images ${image} and ${allInOneImage}, measured in this run:`);
+    console.table(measured);
+    if (startedDaemon) script("scripts/docker-daemon.sh", ["stop"], 120_000);
+  } finally {
+    releaseLock?.();
+  }
 }, 180_000);
 
 describe("what the images hold", () => {

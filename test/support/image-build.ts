@@ -1,4 +1,6 @@
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 /**
@@ -21,4 +23,36 @@ export async function awaitImageBuild(timeoutMs: number): Promise<void> {
   }
   const status = readFileSync(statusFile, "utf8").trim();
   if (status !== "0") throw new Error(`the image build (scripts/build-image.sh) failed with exit status ${status}; the end of its output:\n${logTail()}`);
+}
+
+/**
+ * One container test file at a time, across the run's workers: each may start the Docker daemon
+ * when none runs and stop it at its end, which would pull it from under another file. A directory
+ * made with mkdir is the lock (atomic), holding the holder's pid so that a lock left by a killed
+ * worker is taken over. Resolves with the function that releases it.
+ */
+export async function holdContainerTestsLock(timeoutMs: number, lock = join(tmpdir(), "warroom-container-tests.lock")): Promise<() => void> {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      mkdirSync(lock);
+      writeFileSync(join(lock, "pid"), String(process.pid));
+      return () => rmSync(lock, { recursive: true, force: true });
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
+    }
+    const holder = Number(readFileSync(join(lock, "pid"), { encoding: "utf8", flag: "a+" }) || 0);
+    if (holder && !isAlive(holder)) rmSync(lock, { recursive: true, force: true });
+    else if (Date.now() > until) throw new Error(`another container test (pid ${holder || "unknown"}) held ${lock} for ${timeoutMs / 1000} s`);
+    else await sleep(500);
+  }
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
 }
