@@ -39,6 +39,8 @@ export const LONGEST: Record<string, number> = {
   "server:test/e2e/large-previews-and-overrides.test.ts": 27,
   "server:test/browser/console.test.ts": 26,
   "server:test/e2e/custom-source-large-bodies.test.ts": 25,
+  // The longest unit file: started last, it ended the run alone for 20 s.
+  "unit:services/runtime/http/http-server.unit.test.ts": 22,
 };
 
 /**
