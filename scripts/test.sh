@@ -88,9 +88,8 @@ fi
 # The images the container tests run (the service image warroom:dev, and warroom-all-in-one:dev
 # with the embedded Postgres), built in the background while the tests run: the container tests
 # wait for the build (test/support/image-build.ts), which took about 110 s of a fresh clone's run
-# when it went first. Its output, with the images' sizes, is printed when
-# the suite ends; the tests print the sizes and start times too. A run of other named test files
-# needs neither.
+# when it went first. Its output, with the images' sizes, is printed when the suite ends; the
+# tests print the sizes and start times too. A run of other named test files needs neither.
 if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then
   log "images: warroom:dev and warroom-all-in-one:dev (scripts/build-image.sh, in the background; printed when the suite ends)"
   # A daemon that already answers needs no root; starting one does.
@@ -112,7 +111,9 @@ set +e
 TMPDIR="$run_dir" npx vitest run "$@"
 status=$?
 if [ -n "$image_build_pid" ]; then
-  # A run stopped before the container project leaves the build going: it ends before the daemon does.
+  # When vitest ends before a container test waited for the build (it stopped early, or its
+  # arguments left the container tests out), the build may still be going: it ends before the
+  # daemon is stopped.
   wait "$image_build_pid"
   log "images: the build's output (scripts/build-image.sh)"
   cat "$WARROOM_IMAGE_BUILD_LOG"
