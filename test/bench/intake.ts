@@ -691,7 +691,7 @@ function askDatabaseUrl(child: ChildProcess): Promise<string | undefined> {
  * Work a process does off the delivery path, which the issues that added it ask to cost the
  * delivery ratio less than 10 %: what a "with" run configures, and what it left behind.
  */
-interface BackgroundWork {
+export interface BackgroundWork {
   /** As the comparison's lines name it. */
   name: string;
   /** The table's first column, for the runs without and with. */
@@ -817,7 +817,7 @@ async function subscriptionWork(): Promise<BackgroundWork> {
  * bench delivers to, keyed as the source's own grouping is (the alert id), so the deliveries open
  * and attach as without it while each one runs the override's rule.
  */
-async function everyFeatureWork(): Promise<BackgroundWork> {
+export async function everyFeatureWork(): Promise<BackgroundWork> {
   const parts = [await subscriptionWork(), await investigationWork()];
   return {
     name: "every-feature",

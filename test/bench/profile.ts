@@ -9,7 +9,7 @@ import { OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
 import { cpuTimes, startChild, stopChild } from "./child-process.js";
-import { deliveryMix, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
+import { deliveryMix, everyFeatureWork, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
 import { printTable } from "./stats.js";
 import { natsCallCpuMs } from "./transport.js";
 
@@ -173,6 +173,38 @@ async function statements(admin: postgres.Sql, database: string): Promise<Statem
     from pg_stat_statements s join pg_database d on d.oid = s.dbid
     where d.datname = ${database} and s.query not like '%pg_stat%'
     order by s.total_exec_time desc limit 12`;
+}
+
+/**
+ * Postgres's time over every statement of the window, split by the schema a statement names
+ * first: the capabilities own their schemas (incidents, intake, subscriptions, remotesource, ...),
+ * so this is Postgres's time per delivery by capability.
+ */
+async function timeBySchema(admin: postgres.Sql, database: string): Promise<(deliveries: number) => Record<string, string | number>[]> {
+  const rows = await admin<{ query: string; calls: number; total: number }[]>`
+    select s.query, s.calls::int as calls, s.total_exec_time as total
+    from pg_stat_statements s join pg_database d on d.oid = s.dbid
+    where d.datname = ${database} and s.query not like '%pg_stat%'`;
+  const bySchema = new Map<string, { statements: number; calls: number; total: number }>();
+  for (const row of rows) {
+    const schema = /\b(?:from|into|update|join)\s+"?([a-z_]+)"?\./i.exec(row.query)?.[1] ?? "(no schema: begin, commit, set, select 1)";
+    const entry = bySchema.get(schema) ?? { statements: 0, calls: 0, total: 0 };
+    entry.statements += 1;
+    entry.calls += row.calls;
+    entry.total += row.total;
+    bySchema.set(schema, entry);
+  }
+  const all = [...bySchema.values()].reduce((a, e) => a + e.total, 0);
+  return (deliveries) =>
+    [...bySchema]
+      .sort((a, b) => b[1].total - a[1].total)
+      .map(([schema, e]) => ({
+        schema,
+        "distinct statements": e.statements,
+        "calls per delivery": (e.calls / Math.max(1, deliveries)).toFixed(2),
+        "ms per delivery": (e.total / Math.max(1, deliveries)).toFixed(3),
+        share: `${((e.total / Math.max(all, 1e-9)) * 100).toFixed(0)} %`,
+      }));
 }
 
 function perDelivery(rows: StatementRow[], deliveries: number) {
@@ -410,7 +442,12 @@ async function profileOneProcess(): Promise<void> {
   const profDir = mkdtempSync(join(tmpdir(), "wr-prof-"));
   try {
     const url = await freshOn(admin, pg.url, "bench_one");
-    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], { nodeOptions: cpuProfiling(profDir) });
+    // PROFILE_BENCH_EVERY_FEATURE=1: every optional feature configured (intake.ts's everyFeatureWork).
+    const features = process.env.PROFILE_BENCH_EVERY_FEATURE === "1" ? await everyFeatureWork() : undefined;
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], {
+      nodeOptions: cpuProfiling(profDir),
+      ...(features ? { env: features.env } : {}),
+    });
     let stats: ChildStats | undefined;
     let cpu = { app: 0, appKernel: 0, postgres: 0, seconds: 0 };
     let before: RpcTimes = {};
@@ -429,9 +466,11 @@ async function profileOneProcess(): Promise<void> {
     let started = 0;
     let pgPids: number[] = [];
     let pgRows: StatementRow[] = [];
+    let bySchema: Awaited<ReturnType<typeof timeBySchema>> = () => [];
     const window: Window = { start: 0, end: 0 };
     try {
       const token = await ingestToken(app.url);
+      await features?.configure(app.url);
       result = await load([app.url], "/triggers", { authorization: `Bearer ${token}` }, deliveryMix("profile"), {
         async onStart() {
           await admin`select pg_stat_statements_reset()`;
@@ -456,10 +495,12 @@ async function profileOneProcess(): Promise<void> {
           stats = (await ask("window-end", "stats")) as ChildStats;
           after = await rpcTimes(app.metricsUrl!);
           pgRows = await statements(admin, "bench_one");
+          bySchema = await timeBySchema(admin, "bench_one");
         },
       });
     } finally {
       await stopChild(app.child);
+      await features?.close();
     }
     const records = rpcDelta(before, after).find((r) => r.method.endsWith("/Record"))?.calls ?? 0;
     const floorCpu = { server: 0, postgres: 0 };
@@ -493,6 +534,10 @@ async function profileOneProcess(): Promise<void> {
       rpcDelta(before, after).map((r) => ({ method: r.method, calls: r.calls, "mean ms": r.meanMs.toFixed(3) })),
     );
     printTable("one process: Postgres statements by total time (pg_stat_statements), per Record call", perDelivery(pgRows, records));
+    printTable(
+      `one process: Postgres time by the schema each statement names first, per delivery${features ? ` (${features.label.with})` : " (nothing optional configured)"}`,
+      bySchema(deliveries),
+    );
     printTable("one process: waits and CPU over the window", [
       { measure: "select 1 through the delivery pool (mean)", value: `${stats!.poolProbeMs.toFixed(2)} ms` },
       { measure: "select 1 on a connection of its own (mean)", value: `${stats!.directProbeMs.toFixed(2)} ms` },
