@@ -41,10 +41,21 @@ export async function holdContainerTestsLock(timeoutMs: number, lock = join(tmpd
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== "EEXIST") throw err;
     }
-    const holder = Number(readFileSync(join(lock, "pid"), { encoding: "utf8", flag: "a+" }) || 0);
+    const holder = lockHolder(lock);
+    if (holder === "released") continue;
     if (holder && !isAlive(holder)) rmSync(lock, { recursive: true, force: true });
     else if (Date.now() > until) throw new Error(`another container test (pid ${holder || "unknown"}) held ${lock} for ${timeoutMs / 1000} s`);
     else await sleep(500);
+  }
+}
+
+/** The pid in the lock: 0 while its holder has not written it yet, "released" once the lock is gone. */
+function lockHolder(lock: string): number | "released" {
+  try {
+    return Number(readFileSync(join(lock, "pid"), "utf8")) || 0;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+    return existsSync(lock) ? 0 : "released";
   }
 }
 
