@@ -56,7 +56,11 @@ export function unaskedEmbeddedDatabaseProblem(
   if (config.NATS_URL)
     return `NATS_URL is set but DATABASE_URL is not: this process would run an embedded Postgres in DATA_DIR, apart from every other process; ${fix}`;
   const misspelled = Object.keys(env).filter(
-    (name) => name !== "DATABASE_URL" && env[name]?.trim() && Math.abs(name.length - 12) <= 2 && editDistance(name.toUpperCase(), "DATABASE_URL") <= 2,
+    (name) =>
+      name !== "DATABASE_URL" &&
+      env[name]?.trim() &&
+      Math.abs(name.length - "DATABASE_URL".length) <= 2 &&
+      editDistance(name.toUpperCase(), "DATABASE_URL") <= 2,
   );
   if (misspelled.length > 0)
     return `${misspelled.join(", ")} ${misspelled.length === 1 ? "is" : "are"} set but DATABASE_URL is not (a misspelling?): the service reads only DATABASE_URL; ${fix}`;
