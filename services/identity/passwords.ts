@@ -261,9 +261,10 @@ export async function hashPassword(password: string, share: HashShare = OWN_WORK
 }
 
 /**
- * Whether the password matches the stored hash, compared in constant time; a malformed hash, or one
- * asking for more work than both today's cost and the default one, never matches. `share` (the login's account and
- * client address) is whose turn in the hashing queue it takes; HashQueueFullError when refused.
+ * Whether the password matches the stored hash, compared in constant time; a malformed hash, or
+ * one asking for more work than both today's cost and the default one, never matches. `share` (the
+ * login's account and client address) is whose turn in the hashing queue it takes;
+ * HashQueueFullError when refused.
  */
 export async function verifyPassword(password: string, stored: string, share: HashShare = OWN_WORK): Promise<boolean> {
   const [scheme, n, r, p, salt, key] = stored.split("$");
