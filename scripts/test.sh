@@ -88,8 +88,9 @@ fi
 # The images the container tests run (the service image warroom:dev, and warroom-all-in-one:dev
 # with the embedded Postgres), built in the background while the tests run: the container tests
 # wait for the build (test/support/image-build.ts), which took about 110 s of a fresh clone's run
-# when it went first. Its output, with the images' sizes, is printed when the suite ends; the
-# tests print the sizes and start times too. A run of other named test files needs neither.
+# when it went first. The images' sizes (or, when it failed, its whole output) are printed when the
+# suite ends; the tests print the sizes and start times too. A run of other named test files needs
+# neither.
 if [ $# -eq 0 ] || [[ " $* " == *container* ]]; then
   log "images: warroom:dev and warroom-all-in-one:dev (scripts/build-image.sh, in the background; printed when the suite ends)"
   # A daemon that already answers needs no root; starting one does.
@@ -115,8 +116,14 @@ if [ -n "$image_build_pid" ]; then
   # arguments left the container tests out), the build may still be going: it ends before the
   # daemon is stopped.
   wait "$image_build_pid"
-  log "images: the build's output (scripts/build-image.sh)"
-  cat "$WARROOM_IMAGE_BUILD_LOG"
+  # A build that worked prints its images' sizes; one that failed, its whole output.
+  if [ "$(cat "$WARROOM_IMAGE_BUILD_STATUS" 2>/dev/null)" = 0 ]; then
+    log "images: built (scripts/build-image.sh)"
+    sed -n '/^image  /,$p' "$WARROOM_IMAGE_BUILD_LOG"
+  else
+    log "images: the build's output (scripts/build-image.sh)"
+    cat "$WARROOM_IMAGE_BUILD_LOG"
+  fi
 fi
 set -e
 npx tsx scripts/test-closing.ts "$RUN_SUMMARY_FILE" "$status"

@@ -98,6 +98,29 @@ describe("the closing of a test run", () => {
     expect(r.closingStatus).toBe(1);
   }, 120_000);
 
+  it("the closing lines name every failed test with its file and the first line of its error, after everything else printed", () => {
+    const r = run("failures");
+    expect(r.status).toBe(1);
+    expect(r.summary).toMatchObject({ passed: 1, failed: 2 });
+    expect(r.summary?.failures).toEqual([
+      {
+        project: "",
+        file: "failures.fixture.ts",
+        name: "a suite > fails on a value",
+        error: expect.stringMatching(/^AssertionError: expected .* to deeply equal/),
+      },
+      { project: "", file: "failures.fixture.ts", name: "fails with a thrown error", error: "Error: the service answered 503" },
+    ]);
+    const lines = r.closing.split("\n");
+    expect(lines.at(-1)).toBe("1 passed, 2 failed, 0 skipped; exit status 1: 2 failed test(s), listed above");
+    expect(lines.slice(0, -1)).toEqual([
+      "failed:",
+      expect.stringMatching(/^ {2}- failures\.fixture\.ts \(\) > a suite > fails on a value: AssertionError: expected/),
+      "  - failures.fixture.ts () > fails with a thrown error: Error: the service answered 503",
+    ]);
+    expect(r.closingStatus).toBe(1);
+  }, 120_000);
+
   it("a run that wrote no summary says so instead of printing counts", () => {
     const closing = spawnSync(process.execPath, ["--import", "tsx", "scripts/test-closing.ts", join(dir, "missing.json"), "1"], {
       cwd: ROOT,

@@ -12,6 +12,11 @@ import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason,
 export interface RunSummary {
   passed: number;
   failed: number;
+  /**
+   * Every failed test with the first line of its first error: the closing lines list them last, so
+   * a log read from its end (a CI page) names them after the image build's output.
+   */
+  failures?: { project: string; file: string; name: string; error: string }[];
   skipped: { project: string; file: string; name: string; reason: string }[];
   /**
    * Tests meant to run that never did, because their file or a hook before them failed: vitest
@@ -29,11 +34,14 @@ export interface RunSummary {
   files?: { project: string; file: string; ms: number }[];
 }
 
+function firstLine(error: SerializedError): string {
+  return `${error.name ?? "Error"}: ${error.message ?? String(error)}`.split("\n")[0]!;
+}
+
 function describeError(error: SerializedError): string {
   const where = [error.VITEST_TEST_PATH, error.VITEST_TEST_NAME].filter(Boolean).join(" > ");
   const after = error.VITEST_AFTER_ENV_TEARDOWN ? " (after the file's tests ended)" : "";
-  const first = `${error.name ?? "Error"}: ${error.message ?? String(error)}`.split("\n")[0]!;
-  return `${first}${where ? ` [in ${where}]` : ""}${after}`;
+  return `${firstLine(error)}${where ? ` [in ${where}]` : ""}${after}`;
 }
 
 /** Whether the test's file or a suite around it failed (a hook, an import), which stops its tests. */
@@ -60,6 +68,7 @@ export function summarize(
   const summary: RunSummary = {
     passed: 0,
     failed: 0,
+    failures: [],
     skipped: [],
     notRun: [],
     filteredOut: 0,
@@ -79,8 +88,11 @@ export function summarize(
     for (const test of module.children.allTests()) {
       const result = test.result();
       if (result.state === "passed") summary.passed++;
-      else if (result.state === "failed") summary.failed++;
-      else if (result.state === "skipped" && result.note === undefined && test.options.mode === "run" && failedAround(test)) {
+      else if (result.state === "failed") {
+        summary.failed++;
+        const error = result.errors[0];
+        summary.failures!.push({ project, file, name: test.fullName, error: error ? firstLine(error) : "no error recorded" });
+      } else if (result.state === "skipped" && result.note === undefined && test.options.mode === "run" && failedAround(test)) {
         summary.notRun.push({ project, file, name: test.fullName });
       } else if (result.state === "skipped" && namePattern && test.options.mode === "skip" && !namePattern.test(nameForFilter(test))) {
         summary.filteredOut++;
@@ -105,6 +117,13 @@ export function otherCauses(summary: RunSummary): string[] {
   return causes;
 }
 
+/** The failed tests, one per line, for the closing lines; empty when none failed. */
+export function failureList(summary: RunSummary | undefined): string[] {
+  const failures = summary?.failures ?? [];
+  if (failures.length === 0) return [];
+  return ["failed:", ...failures.map((f) => `  - ${f.file} (${f.project}) > ${f.name}: ${f.error}`)];
+}
+
 /** The last line `npm test` prints: the counts, and when the exit status is not 0, why. */
 export function closingLine(summary: RunSummary | undefined, status: number): string {
   if (!summary) {
@@ -117,7 +136,8 @@ export function closingLine(summary: RunSummary | undefined, status: number): st
     `${summary.passed} passed, ${summary.failed} failed, ${summary.skipped.length} skipped` +
     (summary.notRun.length ? `, ${summary.notRun.length} not run (their file failed before them)` : "");
   if (status === 0) return counts;
-  const causes = [...(summary.failed ? [`${summary.failed} failed test(s)`] : []), ...otherCauses(summary)];
+  const listed = summary.failures?.length ? ", listed above" : "";
+  const causes = [...(summary.failed ? [`${summary.failed} failed test(s)${listed}`] : []), ...otherCauses(summary)];
   return `${counts}; exit status ${status}: ${causes.length ? causes.join("; ") : "no failed test and no error reported: see vitest's output above"}`;
 }
 
