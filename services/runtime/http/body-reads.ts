@@ -223,17 +223,55 @@ export function createHeldBodies(limits: HeldBodyLimits) {
 
 /**
  * Reads a request's body up to `limit` bytes; past it (or when Content-Length already says more),
- * stops reading and answers "too-large".
+ * stops reading (the answer closes the connection or, over HTTP/2, the stream) and answers
+ * "too-large". Rejects when the request fails or
+ * closes before its end. Read through listeners rather than an async iterator: the iterator and
+ * the end-of-stream watcher under it cost about 5 µs of every delivery.
  */
-export async function readBodyAtMost(req: Request, limit: number): Promise<Buffer | "too-large"> {
+export function readBodyAtMost(req: Request, limit: number): Promise<Buffer | "too-large"> {
   const declared = Number(req.headers["content-length"]);
-  if (Number.isFinite(declared) && declared > limit) return "too-large";
-  const chunks: Buffer[] = [];
-  let length = 0;
-  for await (const chunk of req as AsyncIterable<Buffer>) {
-    length += chunk.byteLength;
-    if (length > limit) return "too-large";
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, length);
+  if (Number.isFinite(declared) && declared > limit) return Promise.resolve("too-large");
+  if (req.readableEnded) return Promise.resolve(Buffer.alloc(0));
+  if (req.destroyed) return Promise.reject(prematureClose());
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let length = 0;
+    const onData = (chunk: Buffer) => {
+      length += chunk.byteLength;
+      if (length <= limit) {
+        chunks.push(chunk);
+        return;
+      }
+      stop();
+      req.pause();
+      resolve("too-large");
+    };
+    const onEnd = () => {
+      stop();
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, length));
+    };
+    const onError = (err: Error) => {
+      stop();
+      reject(err);
+    };
+    const onClose = () => {
+      stop();
+      reject(prematureClose());
+    };
+    const stop = () => {
+      req.off("data", onData);
+      req.off("end", onEnd);
+      req.off("error", onError);
+      req.off("close", onClose);
+    };
+    req.on("data", onData);
+    req.on("end", onEnd);
+    req.on("error", onError);
+    req.on("close", onClose);
+  });
+}
+
+/** What a request that closed before its body ended rejects with: the error Node's streams give. */
+function prematureClose(): Error {
+  return Object.assign(new Error("Premature close"), { code: "ERR_STREAM_PREMATURE_CLOSE" });
 }
