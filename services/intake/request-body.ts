@@ -12,6 +12,10 @@ export const MAX_JSON_DEPTH = 64;
 
 const UNRECOGNIZED = "Unrecognized trigger payload";
 
+/** Decoding is stateless without `stream`, so one decoder of each kind serves every body. */
+const STRICT_UTF8 = new TextDecoder("utf-8", { fatal: true });
+const LENIENT_UTF8 = new TextDecoder("utf-8", { fatal: false });
+
 /**
  * Reads a trigger body. Senders declare JSON in different ways (SNS posts JSON as text/plain), so
  * any body that parses as JSON is read as JSON; form bodies are read as fields for the receivers
@@ -22,10 +26,10 @@ export function parseTriggerBody(bytes: Uint8Array, contentType: string, options
   let valid = true;
   let text: string;
   try {
-    text = new TextDecoder("utf-8", { fatal: true }).decode(bytes);
+    text = STRICT_UTF8.decode(bytes);
   } catch {
     valid = false;
-    text = new TextDecoder("utf-8", { fatal: false }).decode(bytes);
+    text = LENIENT_UTF8.decode(bytes);
   }
   const type = contentType.split(";")[0]!.trim().toLowerCase();
   if (options.allowForm && type === "application/x-www-form-urlencoded") return new URLSearchParams(text);
@@ -39,24 +43,28 @@ export function parseTriggerBody(bytes: Uint8Array, contentType: string, options
   }
   // JSON whose strings are not UTF-8: refused, never stored with U+FFFD in their place.
   if (!valid) throw new InvalidUtf8Error();
-  if (jsonDepth(value) > MAX_JSON_DEPTH) {
+  if (nestedDeeperThan(value, MAX_JSON_DEPTH)) {
     throw new UnprocessablePayloadError(UNRECOGNIZED, `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   }
   return value;
 }
 
-/** Depth without recursion, so a hostile body cannot exhaust the stack. */
-export function jsonDepth(root: unknown): number {
-  let max = 0;
-  const stack: [unknown, number][] = [[root, 1]];
-  while (stack.length > 0) {
-    const [value, depth] = stack.pop()!;
-    if (value === null || typeof value !== "object") continue;
-    if (depth > max) max = depth;
-    if (max > MAX_JSON_DEPTH) return max;
-    for (const child of Object.values(value)) stack.push([child, depth + 1]);
+/**
+ * Whether `value` nests objects and arrays deeper than `limit` levels (the body itself is the
+ * first). The recursion goes no deeper than `limit` + 1 calls, however deep the value, so a hostile
+ * body cannot exhaust the stack; it allocates nothing.
+ */
+export function nestedDeeperThan(value: unknown, limit: number): boolean {
+  if (value === null || typeof value !== "object") return false;
+  if (limit === 0) return true;
+  if (Array.isArray(value)) {
+    for (const item of value) if (nestedDeeperThan(item, limit - 1)) return true;
+    return false;
   }
-  return max;
+  for (const key in value) {
+    if (Object.hasOwn(value, key) && nestedDeeperThan((value as Record<string, unknown>)[key], limit - 1)) return true;
+  }
+  return false;
 }
 
 export { UNRECOGNIZED };

@@ -4,7 +4,7 @@ import { type CustomSource, type CustomSourceRule, CustomSourceRuleSchema, Custo
 import { SOURCE_BADGES } from "../../domain/vocabulary.js";
 import { FailedPreconditionError, InvalidArgumentError, UnprocessablePayloadError } from "../../runtime/errors.js";
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
-import { jsonDepth, MAX_JSON_DEPTH } from "../request-body.js";
+import { MAX_JSON_DEPTH, nestedDeeperThan } from "../request-body.js";
 import { type CompiledRules, compileRules } from "../../cel/cel-mapping.js";
 import { authOptionsOf, type SourceAuth } from "./source-auth.js";
 import type { CustomSourceRow, RuleJson } from "./store.js";
@@ -172,7 +172,7 @@ export function parseCustomBody(bytes: Uint8Array, contentType: string): unknown
   } catch {
     return text;
   }
-  if (jsonDepth(value) > MAX_JSON_DEPTH)
+  if (nestedDeeperThan(value, MAX_JSON_DEPTH))
     throw new UnprocessablePayloadError("Unrecognized trigger payload", `the body is nested deeper than ${MAX_JSON_DEPTH} levels`);
   return value;
 }

@@ -82,6 +82,8 @@ describe("text limits", () => {
     expect(storableText("a\u0000b")).toBe("a\uFFFDb");
     expect(storableText("x\uD800y")).toBe("x\uFFFDy");
     expect(storableText("😀")).toBe("😀");
+    expect(storableText("\uDC00 and \u0000")).toBe("\uFFFD and \uFFFD");
+    expect(storableText("CPU high on db-1 日本")).toBe("CPU high on db-1 日本");
     expect(encodePathSegment("a/\uDC00")).toBe("a%2F%EF%BF%BD");
   });
 });
