@@ -177,14 +177,16 @@ function isTransientCode(code: string): boolean {
 
 /** Maps errors to Connect codes, and logs each call (debug) with its request id. */
 export function errorInterceptor(logger: Logger): Interceptor {
+  // The level is set once, at start: a served call builds its debug line only when it is written.
+  const debug = logger.isLevelEnabled("debug");
   return (next) => async (req) => {
     const started = performance.now();
-    const method = `${req.service.typeName}/${req.method.name}`;
     try {
       const res = await next(req);
-      logger.debug({ method, ms: Math.round(performance.now() - started) }, "rpc served");
+      if (debug) logger.debug({ method: `${req.service.typeName}/${req.method.name}`, ms: Math.round(performance.now() - started) }, "rpc served");
       return res;
     } catch (err) {
+      const method = `${req.service.typeName}/${req.method.name}`;
       const connectError = toConnectError(err, logger, method);
       logger.debug({ method, ms: Math.round(performance.now() - started), code: Code[connectError.code] }, "rpc failed");
       throw connectError;
