@@ -45,7 +45,8 @@ import { cpuDelta, postgresCpuMs } from "./postgres-cpu.js";
  * `INTAKE_BENCH_TRACING=<rounds>` adds the cost of tracing in one-process mode: the app run in
  * turn with no OTEL_* variable and with every delivery traced and exported to a local OTLP sink
  * (and, with `INTAKE_BENCH_BASELINE=<another checkout>`, that checkout's app), `rounds` times each;
- * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn.
+ * `INTAKE_BENCH_TOGETHER=1` runs the variants of a round at the same time instead of in turn;
+ * `INTAKE_BENCH_SAME_TWICE=1` runs the untraced app twice instead of traced once, to show the noise.
  *
  * `INTAKE_BENCH_INVESTIGATIONS=<rounds>` and `INTAKE_BENCH_SUBSCRIPTIONS=<rounds>` add the cost of
  * that background work in one-process mode: the app without and with a remote-source read that
@@ -457,6 +458,8 @@ async function oneProcessRun(entry: string, env: NodeJS.ProcessEnv, run: string)
  * Tracing off (no OTEL_*) and on (every delivery traced and exported to a local sink), and, with
  * INTAKE_BENCH_BASELINE naming another checkout, that checkout's code with no OTEL_* either: run
  * in turn `rounds` times, so drift in the machine's load falls on all alike; medians side by side.
+ * INTAKE_BENCH_SAME_TWICE=1 runs our code untraced a second time in place of the traced run: the
+ * two differ only by the machine's noise, which a comparison with the baseline must exceed.
  */
 async function tracingComparison(rounds: number): Promise<void> {
   const untraced = Object.fromEntries(Object.entries(process.env).filter(([key]) => !key.startsWith("OTEL_")));
@@ -466,7 +469,9 @@ async function tracingComparison(rounds: number): Promise<void> {
   const variants = [
     ...(baselineDir ? [{ label: "baseline checkout, no OTEL_*", entry: join(baselineDir, "test/bench/intake.ts"), env: untraced }] : []),
     { label: "off (no OTEL_*)", entry: ours, env: untraced },
-    { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
+    process.env.INTAKE_BENCH_SAME_TWICE === "1"
+      ? { label: "off again (the same code: the noise)", entry: ours, env: untraced }
+      : { label: "on (all traced)", entry: ours, env: { ...untraced, OTEL_EXPORTER_OTLP_ENDPOINT: sink.url, OTEL_TRACES_SAMPLER: "always_on" } },
   ];
   const results = variants.map(() => [] as LoadResult[]);
   const together = process.env.INTAKE_BENCH_TOGETHER === "1";
@@ -515,7 +520,8 @@ async function tracingComparison(rounds: number): Promise<void> {
     console.log(`${what}: ${(throughput * 100).toFixed(1)} % of the deliveries per second, ${(cpu * 100).toFixed(1)} % of the CPU per delivery`);
   };
   console.log("");
-  compare(at("on"), at("off"), "tracing on / off");
+  if (at("on") >= 0) compare(at("on"), at("off"), "tracing on / off");
+  else compare(at("off again"), at("off"), "off again / off (the same code twice: the noise)");
   if (baselineDir) compare(at("off"), at("baseline"), "off / baseline checkout");
   console.log(`the sink took ${sink.requests()} exports`);
 }
