@@ -1,10 +1,9 @@
 import type { DescMessage, DescMethodUnary, MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ContextValues, type Interceptor, type Transport, type UnaryRequest, type UnaryResponse } from "@connectrpc/connect";
-import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 import { encodedSizeAtMost } from "./message-size.js";
 import { NEVER_ABORTS, untilAborted } from "../http/request-context.js";
-import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, unaryRequest } from "./unary-call.js";
+import { chainUnary, handlerContext, invokeUnary, type MethodRegistry, pathOf, signalUntil, unaryRequest } from "./unary-call.js";
 
 /**
  * One-process mode's transport: a call goes straight to the handler, through the same client and
@@ -51,7 +50,7 @@ export function createDirectTransport(
           requestHeader: req.header,
           values: req.contextValues,
         });
-        const message = await untilAborted(invokeUnaryImplementation(spec, context, req.message, serverInterceptors), req.signal);
+        const message = await untilAborted(invokeUnary(spec, context, req.message, serverInterceptors), req.signal);
         const reply = encodedSizeAtMost(req.method.output, message, maxMessageBytes);
         if (!reply.within) throw replyTooLarge(reply.bytes!, maxMessageBytes, path);
         return { stream: false, service: method.parent, method, header: context.responseHeader, message, trailer: context.responseTrailer } as UnaryResponse;

@@ -10,7 +10,6 @@ import {
   type UnaryResponse,
 } from "@connectrpc/connect";
 import { appendHeaders } from "@connectrpc/connect";
-import { invokeUnaryImplementation } from "@connectrpc/connect/protocol";
 import {
   codeFromHttpStatus,
   codeToHttpStatus,
@@ -25,7 +24,7 @@ import type { Logger } from "../observability/logger.js";
 import { inboxPrefixOf, prefixed, subjectPrefixOf } from "./nats-connection.js";
 import { INTERNAL_MESSAGE_MAX_BYTES, replyTooLarge, requestTooLarge } from "./message-limits.js";
 import { NEVER_ABORTS, untilAborted } from "../http/request-context.js";
-import { chainUnary, handlerContext, type MethodRegistry, pathOf, signalUntil, type UnaryImplSpec, unaryRequest } from "./unary-call.js";
+import { chainUnary, handlerContext, invokeUnary, type MethodRegistry, pathOf, signalUntil, type UnaryImplSpec, unaryRequest } from "./unary-call.js";
 
 /**
  * Connect over NATS request/reply. A call is the Connect unary protocol (binary protobuf body,
@@ -581,7 +580,7 @@ async function answer(nc: NatsConnection, spec: UnaryImplSpec, path: string, msg
       const contentType = requestHeader.get("content-type");
       if (contentType !== PROTO_CONTENT_TYPE) throw new ConnectError(`unsupported content type ${contentType} calling ${path}`, Code.InvalidArgument);
       const input = parseBinary(spec.method.input, data);
-      const output = await untilAborted(invokeUnaryImplementation(spec, context, input, served.interceptors), context.signal);
+      const output = await untilAborted(invokeUnary(spec, context, input, served.interceptors), context.signal);
       body = toBinary(spec.method.output, output);
       if (body.byteLength > maxMessageBytes) {
         // The work is done (perhaps committed); the caller gets a clean error it can act on rather

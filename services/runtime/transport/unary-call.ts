@@ -1,4 +1,13 @@
-import { create, isMessage, type DescMessage, type DescMethod, type DescMethodUnary, type DescService, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  create,
+  isMessage,
+  type DescMessage,
+  type DescMethod,
+  type DescMethodUnary,
+  type DescService,
+  type Message,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import {
   createContextValues,
   createMethodImplSpec,
@@ -90,6 +99,53 @@ export function unaryRequest<I extends DescMessage, O extends DescMessage>(
     message: isMessage(init.input, method.input) ? init.input : create(method.input, init.input),
     signal: init.signal,
   };
+}
+
+/**
+ * Runs a unary handler behind the server interceptors and answers its output as a message: what
+ * Connect's `invokeUnaryImplementation` does, without its copies of the context for every call
+ * (`Object.assign` of the request's fields and of the handler's: about 3 µs of a delivery, with
+ * two calls a delivery, in its profile). The handler gets the transport's context itself unless an
+ * interceptor replaced the request's header, signal or values; then a copy that carries them.
+ */
+export async function invokeUnary(spec: UnaryImplSpec, context: HandlerContext, input: Message, interceptors: readonly Interceptor[]): Promise<Message> {
+  const { method } = spec;
+  const handle: UnaryNext = async (req) => {
+    const handlerContext =
+      req.header === context.requestHeader && req.signal === context.signal && req.contextValues === context.values
+        ? context
+        : { ...context, requestHeader: req.header, signal: req.signal, values: req.contextValues };
+    const output = await spec.impl(req.message, handlerContext);
+    return {
+      stream: false,
+      service: method.parent,
+      method,
+      header: context.responseHeader,
+      trailer: context.responseTrailer,
+      message: isMessage(output, method.output) ? output : create(method.output, output as MessageInitShape<DescMessage>),
+    } as UnaryResponse;
+  };
+  const next = chainUnary(interceptors, handle);
+  const response = await next({
+    stream: false,
+    service: method.parent,
+    method,
+    requestMethod: context.requestMethod,
+    url: context.url,
+    signal: context.signal,
+    header: context.requestHeader,
+    contextValues: context.values,
+    message: input,
+  } as UnaryRequest);
+  // An interceptor that answered with headers of its own: they are the call's.
+  if (response.header !== context.responseHeader) replaceHeaders(context.responseHeader, response.header);
+  if (response.trailer !== context.responseTrailer) replaceHeaders(context.responseTrailer, response.trailer);
+  return response.message;
+}
+
+function replaceHeaders(to: Headers, from: Headers): void {
+  for (const key of [...to.keys()]) to.delete(key);
+  for (const [key, value] of from) to.set(key, value);
 }
 
 /**
