@@ -537,8 +537,19 @@ describe("subscriptions: signed delivery", () => {
     const slow = await subscribe(["incident.opened"]);
     const fast = await subscribe(["incident.opened"]);
     receiver.setBehaviour(slow.name, () => "hang");
-    for (let i = 0; i < 10; i++) await openIncident(`slow-fast ${i}`);
-    await waitFor("the fast receiver to get all ten", () => new Set(received(fast.name).map((d) => d.event.data.incidentId)).size === 10, 30_000);
+    // The slow receiver holds a post open first; the ten come while it hangs.
+    await openIncident("slow-fast first");
+    await waitFor("the slow receiver to hold a post", () => receiver.hanging(slow.name).open > 0, 30_000);
+    const ten: string[] = [];
+    for (let i = 0; i < 10; i++) ten.push(await openIncident(`slow-fast ${i}`));
+    await waitFor(
+      "the fast receiver to get all ten",
+      () => {
+        const got = new Set(received(fast.name).map((d) => d.event.data.incidentId));
+        return ten.every((id) => got.has(id));
+      },
+      30_000,
+    );
     // The slow one never holds more than SUBSCRIPTION_CONCURRENCY (4) posts at once, each cut at
     // the timeout; the fast one's deliveries never queue behind them.
     const hanging = receiver.hanging(slow.name);
