@@ -11,6 +11,9 @@ export const CLIENT_ADDRESS_HEADER = "x-forwarded-for";
 
 type Range = [ipaddr.IPv4 | ipaddr.IPv6, number];
 
+/** Socket peers whose parse is remembered: one connection's requests parse its peer once. */
+const PEERS_REMEMBERED = 4096;
+
 function parse(address: string): ipaddr.IPv4 | ipaddr.IPv6 | undefined {
   const bare = address.trim().replace(/^\[(.*)\](?::\d+)?$/, "$1");
   if (!ipaddr.isValid(bare)) return undefined;
@@ -28,29 +31,41 @@ export function createClientAddress(trustedProxyCidrs: readonly string[]) {
     return [address.kind() === "ipv6" && (address as ipaddr.IPv6).isIPv4MappedAddress() ? (address as ipaddr.IPv6).toIPv4Address() : address, bits] as Range;
   });
   const trusted = (address: ipaddr.IPv4 | ipaddr.IPv6) => ranges.some(([range, bits]) => range.kind() === address.kind() && address.match(range, bits));
+  // A connection's peer is the same for every request on it: its parse is remembered (null when it
+  // does not parse), for at most PEERS_REMEMBERED peers; past that the memory starts afresh.
+  const peers = new Map<string, { address: string; trusted: boolean } | null>();
+  const peerOf = (peer: string) => {
+    let known = peers.get(peer);
+    if (known === undefined) {
+      const parsed = parse(peer);
+      known = parsed ? { address: parsed.toString(), trusted: trusted(parsed) } : null;
+      if (peers.size >= PEERS_REMEMBERED) peers.clear();
+      peers.set(peer, known);
+    }
+    return known;
+  };
   return {
     /** Whether a socket peer is a trusted proxy (whose connections carry many clients). */
     isTrustedProxy(peer: string | undefined): boolean {
-      const socket = peer ? parse(peer) : undefined;
-      return socket !== undefined && trusted(socket);
+      return peer ? (peerOf(peer)?.trusted ?? false) : false;
     },
     /** The client of a request whose socket peer is `peer` and whose forwarding header is `forwarded`. */
     resolve(peer: string | undefined, forwarded: string | string[] | undefined): string {
-      const socket = peer ? parse(peer) : undefined;
+      const socket = peer ? peerOf(peer) : null;
       if (!socket) return peer ?? "";
-      if (!trusted(socket) || forwarded === undefined) return socket.toString();
+      if (!socket.trusted || forwarded === undefined) return socket.address;
       const chain = (Array.isArray(forwarded) ? forwarded.join(",") : forwarded)
         .split(",")
         .map((s) => s.trim())
         .filter(Boolean);
-      let client = socket;
+      let client = socket.address;
       for (let i = chain.length - 1; i >= 0; i--) {
         const hop = parse(chain[i]!);
         if (!hop) break;
-        client = hop;
+        client = hop.toString();
         if (!trusted(hop)) break;
       }
-      return client.toString();
+      return client;
     },
   };
 }
