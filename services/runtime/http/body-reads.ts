@@ -224,9 +224,9 @@ export function createHeldBodies(limits: HeldBodyLimits) {
 /**
  * Reads a request's body up to `limit` bytes; past it (or when Content-Length already says more),
  * stops reading (the answer closes the connection or, over HTTP/2, the stream) and answers
- * "too-large". Rejects when the request fails or
- * closes before its end. Read through listeners rather than an async iterator: the iterator and
- * the end-of-stream watcher under it cost about 5 µs of every delivery.
+ * "too-large". Rejects when the request fails or closes before its end. Read through listeners
+ * rather than an async iterator: the iterator and the end-of-stream watcher under it cost about
+ * 5 µs of every delivery.
  */
 export function readBodyAtMost(req: Request, limit: number): Promise<Buffer | "too-large"> {
   const declared = Number(req.headers["content-length"]);
@@ -268,6 +268,8 @@ export function readBodyAtMost(req: Request, limit: number): Promise<Buffer | "t
     req.on("end", onEnd);
     req.on("error", onError);
     req.on("close", onClose);
+    // A 'data' listener starts the flow unless someone paused the request: read it all the same.
+    if (req.isPaused()) req.resume();
   });
 }
 

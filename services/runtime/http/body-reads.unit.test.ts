@@ -81,6 +81,19 @@ describe("reading a request body up to a limit", () => {
     expect(read.result).toBeInstanceOf(Error);
   });
 
+  it("reads a request someone paused before", async () => {
+    const probe = createServer(async (req, res) => {
+      req.pause();
+      const body = await readBodyAtMost(req, 10);
+      res.end(body instanceof Buffer ? body.toString() : body);
+    });
+    await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));
+    const { port: probePort } = probe.address() as AddressInfo;
+    const answer = await fetch(`http://127.0.0.1:${probePort}/`, { method: "POST", body: "hello" });
+    await new Promise<void>((resolve) => probe.close(() => resolve()));
+    expect(await answer.text()).toBe("hello");
+  });
+
   it("leaves no listener of its own on the request", async () => {
     const seen: number[][] = [];
     const count = (req: IncomingMessage) => ["data", "end", "error", "close"].map((event) => req.listenerCount(event));
