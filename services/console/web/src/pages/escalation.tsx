@@ -30,22 +30,28 @@ function parseMinutes(text: string): number[] {
     .map((part) => (/^\d+$/.test(part) ? Number(part) : Number.NaN));
 }
 
+/** Each severity's field text from a policy. */
+function listsOf(policy: EscalationPolicy): Record<string, string> {
+  return Object.fromEntries(SEVERITIES.map((sev) => [sev, listText(policy.severities.find((s) => s.severity === sev)?.minutes ?? [])]));
+}
+
 /** The escalation page: each severity's acknowledgement deadlines, as minutes after opening. */
 export function EscalationPage() {
   const policy = useLoad(() => api<EscalationPolicy>("GET", orgPath("/escalation")), []);
-  const [lists, setLists] = useState<Record<string, string>>({});
+  // What the fields hold: filled once from the first load (the fields wait for it, so nothing typed
+  // is overwritten by a late answer), then from each save's answer.
+  const [lists, setLists] = useState<Record<string, string> | undefined>(undefined);
   const save = useAction();
   const [saved, setSaved] = useState(false);
 
   useEffect(() => {
-    if (!policy.data) return;
-    setLists(Object.fromEntries(SEVERITIES.map((sev) => [sev, listText(policy.data!.severities.find((s) => s.severity === sev)?.minutes ?? [])])));
+    if (policy.data && lists === undefined) setLists(listsOf(policy.data));
   }, [policy.data]);
 
   async function submit(event: Event) {
     event.preventDefault();
     setSaved(false);
-    const severities = SEVERITIES.map((severity) => ({ severity, minutes: parseMinutes(lists[severity] ?? "") }));
+    const severities = SEVERITIES.map((severity) => ({ severity, minutes: parseMinutes(lists?.[severity] ?? "") }));
     const bad = severities.find((s) => s.minutes.some((m) => Number.isNaN(m)));
     if (bad) {
       save.setError(`${bad.severity.toUpperCase()}: write whole minutes separated by commas, e.g. 5, 15, 30`);
@@ -54,6 +60,7 @@ export function EscalationPage() {
     const answer = await save.run(() => api<EscalationPolicy>("PUT", orgPath("/escalation"), { severities }));
     if (answer) {
       setSaved(true);
+      setLists(listsOf(answer));
       policy.reload();
     }
   }
@@ -76,7 +83,8 @@ export function EscalationPage() {
               id={`esc-${sev}`}
               inputMode="numeric"
               placeholder="none"
-              value={lists[sev] ?? ""}
+              value={lists?.[sev] ?? ""}
+              disabled={lists === undefined}
               onInput={(e) => {
                 const value = e.currentTarget.value;
                 setSaved(false);
