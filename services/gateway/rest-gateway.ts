@@ -14,6 +14,7 @@ import { closingHeaders, readBodyAtMost, stopReading, type BodyReads, type HeldB
 import { dropinTooLarge, isPlainTextMethod, plainTextAnswer } from "./dropin-answers.js";
 import { errorAnswer, methodKey, successStatus } from "./response-rules.js";
 import { matchRoute, type Route } from "./route-table.js";
+import { signalUntil } from "../runtime/transport/unary-call.js";
 
 type Request = IncomingMessage | Http2ServerRequest;
 type Response = ServerResponse | Http2ServerResponse;
@@ -147,14 +148,15 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
     // The public port has already replaced the caller's header with the client's address.
     const clientAddress = headerValue(req, "x-forwarded-for");
     if (clientAddress) header.set("x-forwarded-for", clientAddress);
-    // Cancels the call when the client goes away before its answer. Only then: aborting after a
-    // finished response would build an AbortError and wake every linked signal on every request.
-    const abort = new AbortController();
+    // The call's deadline, and its cancellation when the client goes away before its answer. Only
+    // then: aborting after a finished response would build an AbortError and wake every linked
+    // signal on every request. In one process the call shares this signal (signalUntil).
+    const call = signalUntil(CALL_TIMEOUT_MS, undefined);
     res.on("close", () => {
-      if (!res.writableFinished) abort.abort();
+      if (!res.writableFinished) call.cancel();
     });
     try {
-      const response = await runWithRequestId(requestId, () => transport.unary(route.method, abort.signal, CALL_TIMEOUT_MS, header, input));
+      const response = await runWithRequestId(requestId, () => transport.unary(route.method, call.signal, CALL_TIMEOUT_MS, header, input));
       if (plainText) {
         // Healthchecks answers 201 "Created" to the ping that registered its check.
         const created = (response.message as { result?: string }).result === "Created";
@@ -171,7 +173,7 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       }
     } catch (err) {
       const connectError = ConnectError.from(err);
-      if (connectError.code === Code.Canceled && abort.signal.aborted) return true;
+      if (connectError.code === Code.Canceled && call.signal.aborted) return true;
       const answer = errorAnswer(route.method, connectError, { requestId, took: (performance.now() - started) / 1000 });
       if (answer.status >= 500) logger.warn({ requestId, route: route.template, code: Code[connectError.code], error: connectError.rawMessage }, "call failed");
       else logger.debug({ requestId, route: route.template, status: answer.status }, "request refused");
@@ -179,6 +181,8 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
         const text = plainTextAnswer(answer.status, (answer.body as { error?: string }).error ?? "");
         sendText(res, text.status, text.text, answer.headers);
       } else sendJson(res, answer.status, answer.body, answer.headers);
+    } finally {
+      call.release();
     }
     return true;
   }

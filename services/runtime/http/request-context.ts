@@ -42,19 +42,36 @@ export function untilAborted<T>(promise: Promise<T>, signal: AbortSignal): Promi
   if (signal === NEVER_ABORTS) return promise;
   if (signal.aborted) return Promise.reject(abortError(signal));
   return new Promise<T>((resolve, reject) => {
-    const onAbort = () => reject(abortError(signal));
-    signal.addEventListener("abort", onAbort, { once: true });
+    const watch = new AbortWatch(signal, reject);
     promise.then(
       (value) => {
-        signal.removeEventListener("abort", onAbort);
+        watch.stop();
         resolve(value);
       },
       (err: unknown) => {
-        signal.removeEventListener("abort", onAbort);
+        watch.stop();
         reject(signal.aborted ? abortError(signal) : err);
       },
     );
   });
+}
+
+/** Rejects when the signal aborts; the signal's listener is the watch itself (`handleEvent`), not a new function per call. */
+class AbortWatch {
+  constructor(
+    private readonly signal: AbortSignal,
+    private readonly reject: (err: ConnectError) => void,
+  ) {
+    signal.addEventListener("abort", this, { once: true });
+  }
+
+  handleEvent(): void {
+    this.reject(abortError(this.signal));
+  }
+
+  stop(): void {
+    this.signal.removeEventListener("abort", this);
+  }
 }
 
 function abortError(signal: AbortSignal): ConnectError {

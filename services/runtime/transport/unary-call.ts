@@ -148,28 +148,86 @@ function replaceHeaders(to: Headers, from: Headers): void {
   for (const [key, value] of from) to.set(key, value);
 }
 
+/** A call's signal, aborted at its deadline or by whoever holds `cancel`. */
+export interface CallSignal {
+  signal: AbortSignal;
+  /** Aborts the call now (the caller went away): its handler sees Canceled. */
+  cancel(): void;
+  /** Unlinks the timer and the caller's signal once the call has settled. */
+  release(): void;
+}
+
+/** When each deadline signal aborts (`performance.now()`), so a call within another can share it. */
+const deadlineOf = new WeakMap<AbortSignal, number>();
+
+/**
+ * How much later than its own deadline a call may be aborted by its caller's: the deadline a call
+ * inherits is counted in whole milliseconds of `Date.now()`.
+ */
+const SHARED_DEADLINE_SLACK_MS = 2;
+
+/** A call that shares its caller's signal: the signal is the caller's to cancel and release. */
+const SHARED: Omit<CallSignal, "signal"> = { cancel() {}, release() {} };
+
 /**
  * A call's signal when it has a deadline: aborts with a `TimeoutError` when `timeoutMs` have
  * passed, or with the caller's signal. `release` unlinks both once the call has settled. Why not
  * `AbortSignal.timeout` and `AbortSignal.any`: they tie their signals to the garbage collector
  * (weak references, a timer that outlives the call), which made them the largest cost of a call
  * after the handler itself; a call knows when it ends, so it can simply undo its links.
+ *
+ * A call made with its caller's signal that aborts by the same deadline (a handler's call that
+ * inherits what is left of its caller's budget, or the gateway's call, whose signal already
+ * carries the deadline) shares that signal: a signal, a timer and a listener fewer per call.
  */
-export function signalUntil(timeoutMs: number, caller: AbortSignal | undefined): { signal: AbortSignal; release(): void } {
-  const controller = new AbortController();
-  const timer = setTimeout(() => controller.abort(new DOMException("the call's deadline passed", "TimeoutError")), timeoutMs);
-  timer.unref();
-  if (!caller || caller === NEVER_ABORTS) return { signal: controller.signal, release: () => clearTimeout(timer) };
-  const onCallerAbort = () => controller.abort(caller.reason);
-  if (caller.aborted) onCallerAbort();
-  else caller.addEventListener("abort", onCallerAbort, { once: true });
-  return {
-    signal: controller.signal,
-    release() {
-      clearTimeout(timer);
-      caller.removeEventListener("abort", onCallerAbort);
-    },
-  };
+export function signalUntil(timeoutMs: number, caller: AbortSignal | undefined): CallSignal {
+  const at = performance.now() + timeoutMs;
+  const linked = caller === NEVER_ABORTS ? undefined : caller;
+  if (linked) {
+    const callerAt = deadlineOf.get(linked);
+    if (callerAt !== undefined && callerAt <= at + SHARED_DEADLINE_SLACK_MS) return { signal: linked, ...SHARED };
+  }
+  return new DeadlineSignal(timeoutMs, at, linked);
+}
+
+/**
+ * A signal of its own with a timer, linked to the caller's signal if any. A class, not closures:
+ * this runs for every call, and its methods and its listener (`handleEvent`) are made once.
+ */
+class DeadlineSignal implements CallSignal {
+  readonly #controller = new AbortController();
+  readonly #timer: NodeJS.Timeout;
+  readonly #caller: AbortSignal | undefined;
+  readonly signal: AbortSignal;
+
+  constructor(timeoutMs: number, at: number, caller: AbortSignal | undefined) {
+    this.signal = this.#controller.signal;
+    deadlineOf.set(this.signal, at);
+    this.#timer = setTimeout(abortAtDeadline, timeoutMs, this.#controller);
+    this.#timer.unref();
+    this.#caller = caller;
+    if (!caller) return;
+    if (caller.aborted) this.handleEvent();
+    else caller.addEventListener("abort", this, { once: true });
+  }
+
+  /** The caller's signal aborted. */
+  handleEvent(): void {
+    this.#controller.abort(this.#caller!.reason);
+  }
+
+  cancel(): void {
+    this.#controller.abort(new DOMException("the caller went away", "AbortError"));
+  }
+
+  release(): void {
+    clearTimeout(this.#timer);
+    this.#caller?.removeEventListener("abort", this);
+  }
+}
+
+function abortAtDeadline(controller: AbortController): void {
+  controller.abort(new DOMException("the call's deadline passed", "TimeoutError"));
 }
 
 /**
