@@ -86,33 +86,21 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
       httpRequests.inc({ route: route.template, method: route.httpMethod, status: String(res.statusCode) });
       httpDuration.observe({ route: route.template }, (performance.now() - started) / 1000);
     });
-    const key = methodKey(route.method);
-    const limit = bodyLimit(route.method);
-    const delivery = isDeliveryMethod(key);
-    const took = () => (performance.now() - started) / 1000;
-    const refuse = (error: ConnectError, reason: string, closing: Record<string, string>) => {
-      deliveriesRefused.inc({ source: route.method.name, reason });
-      const answer = errorAnswer(route.method, error, { requestId, took: took() });
-      sendJson(res, answer.status, answer.body, { ...answer.headers, ...closing });
-      return true;
-    };
+    const { key, limit, delivery, refusalCode, plainText } = traitsOf(route);
     // A slow sender holds only its own reading slots; past them it is answered at once, in the
     // status its route's senders retry, and its body is not read.
-    // Refusals before any work are answered in the status the route's senders retry.
-    const refusalCode = ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable;
     const unread = delivery ? options.bodyReads?.admit(req, res) : undefined;
     if (unread) {
       stopReading(req, res);
-      return refuse(options.bodyReads!.error(unread, refusalCode), unread, closingHeaders(req));
+      return refuse(res, route, options.bodyReads!.error(unread, refusalCode), { reason: unread, requestId, started }, closingHeaders(req));
     }
     const body = await readBodyAtMost(req, limit);
     if (delivery && body !== "too-large" && options.heldBodies) {
       // Only memory is bounded here: the gateway cannot tell a wrong credential from a good one,
       // so the slots deliveries take are intake's, once the credential is checked (fair-shares.ts).
       const full = options.heldBodies.hold(req, res, body.byteLength);
-      if (full) return refuse(options.heldBodies.error(full, refusalCode), "memory", {});
+      if (full) return refuse(res, route, options.heldBodies.error(full, refusalCode), { reason: "memory", requestId, started }, {});
     }
-    const plainText = isPlainTextMethod(key);
     if (body === "too-large" && plainText) {
       sendText(res, 413, `request body is larger than ${limit} bytes`, { connection: "close" });
       return true;
@@ -188,6 +176,48 @@ export function createRestGateway(options: { routes: Route[]; transport: Transpo
   }
 
   return handle;
+}
+
+/** What the gateway needs to know of a route on every request, worked out on its first. */
+interface RouteTraits {
+  key: string;
+  limit: number;
+  delivery: boolean;
+  /** Refusals before any work are answered in the status the route's senders retry. */
+  refusalCode: Code;
+  plainText: boolean;
+}
+
+const routeTraits = new WeakMap<Route, RouteTraits>();
+
+function traitsOf(route: Route): RouteTraits {
+  let traits = routeTraits.get(route);
+  if (!traits) {
+    const key = methodKey(route.method);
+    traits = {
+      key,
+      limit: bodyLimit(route.method),
+      delivery: isDeliveryMethod(key),
+      refusalCode: ANSWERS_429.test(key) ? Code.ResourceExhausted : Code.Unavailable,
+      plainText: isPlainTextMethod(key),
+    };
+    routeTraits.set(route, traits);
+  }
+  return traits;
+}
+
+/** A delivery refused before any work (too many bodies held), counted by reason. */
+function refuse(
+  res: Response,
+  route: Route,
+  error: ConnectError,
+  request: { reason: string; requestId: string; started: number },
+  closing: Record<string, string>,
+): true {
+  deliveriesRefused.inc({ source: route.method.name, reason: request.reason });
+  const answer = errorAnswer(route.method, error, { requestId: request.requestId, took: (performance.now() - request.started) / 1000 });
+  sendJson(res, answer.status, answer.body, { ...answer.headers, ...closing });
+  return true;
 }
 
 /** A plain-text answer (Healthchecks' ping URLs). Over HEAD, Node sends the headers only. */
