@@ -179,17 +179,37 @@ function isTransientCode(code: string): boolean {
 export function errorInterceptor(logger: Logger): Interceptor {
   // The level is set once, at start: a served call builds its debug line only when it is written.
   const debug = logger.isLevelEnabled("debug");
-  return (next) => async (req) => {
+  // Chained with then rather than awaited: no async function's promise and await per call (with
+  // AsyncLocalStorage on, each is a promise hook more).
+  return (next) => (req) => {
     const started = performance.now();
+    let answer: ReturnType<typeof next>;
     try {
-      const res = await next(req);
-      if (debug) logger.debug({ method: `${req.service.typeName}/${req.method.name}`, ms: Math.round(performance.now() - started) }, "rpc served");
-      return res;
+      answer = next(req);
     } catch (err) {
-      const method = `${req.service.typeName}/${req.method.name}`;
-      const connectError = toConnectError(err, logger, method);
-      logger.debug({ method, ms: Math.round(performance.now() - started), code: Code[connectError.code] }, "rpc failed");
-      throw connectError;
+      return Promise.reject(servedError(err, req, started, logger));
     }
+    if (!debug) {
+      return answer.catch((err: unknown) => {
+        throw servedError(err, req, started, logger);
+      });
+    }
+    return answer.then(
+      (res) => {
+        logger.debug({ method: `${req.service.typeName}/${req.method.name}`, ms: Math.round(performance.now() - started) }, "rpc served");
+        return res;
+      },
+      (err: unknown) => {
+        throw servedError(err, req, started, logger);
+      },
+    );
   };
+}
+
+/** A served call's failure as the Connect error it answers, logged (debug). */
+function servedError(err: unknown, req: { service: { typeName: string }; method: { name: string } }, started: number, logger: Logger): ConnectError {
+  const method = `${req.service.typeName}/${req.method.name}`;
+  const connectError = toConnectError(err, logger, method);
+  logger.debug({ method, ms: Math.round(performance.now() - started), code: Code[connectError.code] }, "rpc failed");
+  return connectError;
 }

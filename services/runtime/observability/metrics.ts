@@ -193,19 +193,36 @@ export const subscriptionsDisabled = new Counter({
   registers: [registry],
 });
 
+function observeCall(method: string, transport: string, code: string, started: number): void {
+  rpcDuration.observe({ method, transport, code }, (performance.now() - started) / 1000);
+}
+
+function codeOf(err: unknown): string {
+  return err instanceof ConnectError ? (Code[err.code] ?? "unknown") : "unknown";
+}
+
 /** Times every call a transport makes. */
 export function rpcMetricsInterceptor(transport: "nats" | "in-memory"): Interceptor {
-  return (next) => async (req) => {
+  // Chained with then rather than awaited, as errorInterceptor is (errors.ts).
+  return (next) => (req) => {
     const started = performance.now();
     const method = `${req.service.typeName}/${req.method.name}`;
+    let answer: ReturnType<typeof next>;
     try {
-      const res = await next(req);
-      rpcDuration.observe({ method, transport, code: "ok" }, (performance.now() - started) / 1000);
-      return res;
+      answer = next(req);
     } catch (err) {
-      const code = err instanceof ConnectError ? Code[err.code] : "unknown";
-      rpcDuration.observe({ method, transport, code: code ?? "unknown" }, (performance.now() - started) / 1000);
-      throw err;
+      observeCall(method, transport, codeOf(err), started);
+      return Promise.reject(err);
     }
+    return answer.then(
+      (res) => {
+        observeCall(method, transport, "ok", started);
+        return res;
+      },
+      (err: unknown) => {
+        observeCall(method, transport, codeOf(err), started);
+        throw err;
+      },
+    );
   };
 }
