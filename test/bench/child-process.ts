@@ -10,7 +10,11 @@ export function startChild(
   args: string[],
   options: { nodeOptions?: string[]; env?: NodeJS.ProcessEnv } = {},
 ): Promise<{ child: ChildProcess; url: string; metricsUrl?: string }> {
-  const child = fork(entry, args, { stdio: "inherit", execArgv: [...process.execArgv, ...(options.nodeOptions ?? [])], env: options.env ?? process.env });
+  const child = fork(entry, args, {
+    stdio: "inherit",
+    execArgv: [...process.execArgv, ...(options.nodeOptions ?? [])],
+    env: withoutBenchVariables(options.env ?? process.env),
+  });
   return new Promise((resolve, reject) => {
     child.once("error", reject);
     child.once("exit", (code) => reject(new Error(`child exited with ${code}`)));
@@ -21,6 +25,15 @@ export function startChild(
     };
     child.on("message", onMessage);
   });
+}
+
+/**
+ * The environment without the benchmarks' own variables (INTAKE_BENCH_SECONDS, BENCH_PROFILE_DIR,
+ * ...): the benchmark reads them, and the service under test would warn that it reads no such
+ * variable.
+ */
+export function withoutBenchVariables(env: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  return Object.fromEntries(Object.entries(env).filter(([name]) => !/(^|_)BENCH(_|$)/.test(name)));
 }
 
 /** Asks the child to stop ("stop" message) and waits until it has exited. */

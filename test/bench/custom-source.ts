@@ -7,7 +7,7 @@ import { startCluster } from "../../services/process/cluster.js";
 import { createNatsTransport } from "../../services/runtime/transport/nats-transport.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
-import { cpuOf, cpuTimes, startChild, stopChild } from "./child-process.js";
+import { cpuOf, cpuTimes, startChild, stopChild, withoutBenchVariables } from "./child-process.js";
 import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { ask, eventLoopDelay } from "./fairness.js";
 import { deliveryMix, ingestToken, type LoadResult, load, ownerAccessToken } from "./intake.js";
@@ -200,7 +200,7 @@ async function clusterTarget(databaseUrl: string): Promise<HostileTarget> {
   const nats = await startPrivateNats();
   const cluster = await startCluster({
     env: {
-      ...process.env,
+      ...withoutBenchVariables(process.env),
       DATABASE_URL: databaseUrl,
       NATS_URL: nats.url,
       HOST: "127.0.0.1",

@@ -26,7 +26,7 @@ import { startPrivateNats } from "../support/nats-server.js";
 import { makeTestCertificates } from "../support/https-receiver.js";
 import { startWebhookReceiver } from "../../services/subscriptions/testing/webhook-receiver.js";
 import { printTable, summarize } from "./stats.js";
-import { cpuOf, startChild, stopChild } from "./child-process.js";
+import { cpuOf, startChild, stopChild, withoutBenchVariables } from "./child-process.js";
 import { cpuDelta, postgresCpuMs } from "./postgres-cpu.js";
 
 /**
@@ -559,7 +559,7 @@ async function clusterMode(): Promise<{ ours: LoadResult; floor: LoadResult; row
   try {
     const cluster = await startCluster({
       env: {
-        ...process.env,
+        ...withoutBenchVariables(process.env),
         DATABASE_URL: database.url,
         NATS_URL: nats.url,
         HOST: "127.0.0.1",

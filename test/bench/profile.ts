@@ -8,7 +8,7 @@ import { startCluster } from "../../services/process/cluster.js";
 import { OWNER } from "../support/app.js";
 import { startPrivateNats } from "../support/nats-server.js";
 import { startPrivatePostgres } from "../support/postgres-server.js";
-import { cpuTimes, startChild, stopChild } from "./child-process.js";
+import { cpuTimes, startChild, stopChild, withoutBenchVariables } from "./child-process.js";
 import { deliveryMix, everyFeatureWork, floor, ingestToken, load, startBenchApp, type LoadResult } from "./intake.js";
 import { printTable } from "./stats.js";
 import { natsCallCpuMs } from "./transport.js";
@@ -565,7 +565,7 @@ async function profileCluster(): Promise<void> {
     const url = await freshOn(admin, pg.url, "bench_cluster");
     const cluster = await startCluster({
       env: {
-        ...process.env,
+        ...withoutBenchVariables(process.env),
         DATABASE_URL: url,
         NATS_URL: nats.url,
         HOST: "127.0.0.1",
