@@ -1,6 +1,7 @@
 import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { basename, join } from "node:path";
+import { type HeapProfiler, Session } from "node:inspector/promises";
 import { monitorEventLoopDelay } from "node:perf_hooks";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import postgres from "postgres";
@@ -25,7 +26,9 @@ import { natsCallCpuMs } from "./transport.js";
  *  - event-loop lag of every process (`monitorEventLoopDelay`, read over the window),
  *  - CPU of the service processes, of Postgres and (over NATS) of nats-server over the window
  *    (`/proc`), and a CPU profile (`--cpu-prof`) of every service process summarized by package
- *    and by function.
+ *    and by function,
+ *  - with `BENCH_ALLOCATIONS=1` (one-process mode), the bytes the app allocates per delivery, freed
+ *    or not, by where the code lives and by site (V8's sampling heap profiler over the window).
  *
  * The load is the intake benchmark's (50 connections, the realistic mix). In one-process mode the
  * CPU is also measured for the delivery's transaction as one statement behind a bare server (the
@@ -35,6 +38,8 @@ import { natsCallCpuMs } from "./transport.js";
 const PROBE_EVERY_MS = 20;
 
 interface ChildStats {
+  /** Bytes allocated over the window by site (`--allocations`), freed or not. */
+  allocations?: AllocationSite[];
   loopP50: number;
   loopP99: number;
   loopMax: number;
@@ -42,9 +47,15 @@ interface ChildStats {
   directProbeMs: number;
 }
 
-/** `--profile-serve <databaseUrl>`: the app, plus the pool-wait probe and the event-loop monitor. */
-async function serveProfiledChild(databaseUrl: string): Promise<void> {
+/**
+ * `--profile-serve <databaseUrl> [--allocations]`: the app, plus the pool-wait probe and the
+ * event-loop monitor; with `--allocations`, V8's sampling heap profiler over the window, counting
+ * the objects the collector has already freed too (garbage is what a delivery's allocations cost).
+ */
+async function serveProfiledChild(databaseUrl: string, allocations: boolean): Promise<void> {
   const running = await startBenchApp(databaseUrl);
+  const inspector = allocations ? new Session() : undefined;
+  inspector?.connect();
   const direct = postgres(databaseUrl, { max: 1, onnotice: () => {} });
   const loop = monitorEventLoopDelay({ resolution: 10 });
   let pool: number[] = [];
@@ -71,13 +82,20 @@ async function serveProfiledChild(databaseUrl: string): Promise<void> {
       own = [];
       probing = true;
       probing_ = probe();
+      await inspector?.post("HeapProfiler.startSampling", {
+        samplingInterval: 16_384,
+        includeObjectsCollectedByMajorGC: true,
+        includeObjectsCollectedByMinorGC: true,
+      });
       process.send!({ ack: "window-start" });
     } else if (message === "window-end") {
       probing = false;
       await probing_;
       loop.disable();
       const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / (xs.length || 1);
+      const sampled = inspector ? (await inspector.post("HeapProfiler.stopSampling")).profile : undefined;
       const stats: ChildStats = {
+        ...(sampled ? { allocations: allocationSites(sampled) } : {}),
         loopP50: loop.percentile(50) / 1e6,
         loopP99: loop.percentile(99) / 1e6,
         loopMax: loop.max / 1e6,
@@ -280,6 +298,48 @@ function packageOf(url: string, functionName: string): string {
   return basename(url);
 }
 
+interface AllocationSite {
+  site: string;
+  where: string;
+  bytes: number;
+}
+
+/** A sampling heap profile's bytes by the function that allocated them. */
+function allocationSites(profile: HeapProfiler.SamplingHeapProfile): AllocationSite[] {
+  const sites = new Map<string, AllocationSite>();
+  const walk = (node: HeapProfiler.SamplingHeapProfileNode) => {
+    if (node.selfSize > 0) {
+      const { functionName, url, lineNumber } = node.callFrame;
+      const site = `${functionName || "(anonymous)"} ${shortUrl(url)}:${lineNumber + 1}`;
+      const seen = sites.get(site) ?? { site, where: packageOf(url, functionName), bytes: 0 };
+      seen.bytes += node.selfSize;
+      sites.set(site, seen);
+    }
+    for (const child of node.children) walk(child);
+  };
+  walk(profile.head);
+  return [...sites.values()].sort((a, b) => b.bytes - a.bytes);
+}
+
+/** Allocated bytes per delivery, by where the code lives and by the busiest sites. */
+function printAllocations(label: string, sites: AllocationSite[], deliveries: number): void {
+  const total = sites.reduce((a, s) => a + s.bytes, 0);
+  const perDelivery = (bytes: number) => `${(bytes / Math.max(1, deliveries) / 1024).toFixed(2)} KiB`;
+  const byWhere = new Map<string, number>();
+  for (const s of sites) byWhere.set(s.where, (byWhere.get(s.where) ?? 0) + s.bytes);
+  printTable(
+    `${label}: bytes allocated per delivery over the window, freed or not (sampled), by where the code lives: ${perDelivery(total)} in all`,
+    [...byWhere]
+      .sort((a, b) => b[1] - a[1])
+      .slice(0, 12)
+      .map(([where, bytes]) => ({ where, "per delivery": perDelivery(bytes), share: `${((bytes / total) * 100).toFixed(1)} %` })),
+  );
+  printTable(
+    `${label}: the sites that allocate most`,
+    sites.slice(0, 20).map((s) => ({ site: s.site, "per delivery": perDelivery(s.bytes), share: `${((s.bytes / total) * 100).toFixed(1)} %` })),
+  );
+}
+
 function shortUrl(url: string): string {
   const nm = /node_modules\/(.*)$/.exec(url);
   if (nm) return nm[1]!;
@@ -444,7 +504,9 @@ async function profileOneProcess(): Promise<void> {
     const url = await freshOn(admin, pg.url, "bench_one");
     // PROFILE_BENCH_EVERY_FEATURE=1: every optional feature configured (intake.ts's everyFeatureWork).
     const features = process.env.PROFILE_BENCH_EVERY_FEATURE === "1" ? await everyFeatureWork() : undefined;
-    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url], {
+    // BENCH_ALLOCATIONS=1: where the app's allocations come from, per delivery (serveProfiledChild).
+    const allocations = process.env.BENCH_ALLOCATIONS === "1";
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url, ...(allocations ? ["--allocations"] : [])], {
       nodeOptions: cpuProfiling(profDir),
       ...(features ? { env: features.env } : {}),
     });
@@ -549,6 +611,7 @@ async function profileOneProcess(): Promise<void> {
     ]);
     console.log(KERNEL_SHARE_NOTE);
     printProfiles(profDir, "one process", window, new Map([[app.child.pid!, "the app"]]));
+    if (stats!.allocations) printAllocations("one process", stats!.allocations, deliveries);
   } finally {
     keepProfiles(profDir);
     rmSync(profDir, { recursive: true, force: true });
@@ -698,7 +761,7 @@ export async function benchProfile(): Promise<void> {
 }
 
 if (process.argv[2] === "--profile-serve") {
-  await serveProfiledChild(process.argv[3]!);
+  await serveProfiledChild(process.argv[3]!, process.argv[4] === "--allocations");
 } else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   await benchProfile();
   process.exit(0);
