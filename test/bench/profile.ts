@@ -1,4 +1,4 @@
-import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { type HeapProfiler, Session } from "node:inspector/promises";
@@ -28,7 +28,8 @@ import { natsCallCpuMs } from "./transport.js";
  *    (`/proc`), and a CPU profile (`--cpu-prof`) of every service process summarized by package
  *    and by function,
  *  - with `BENCH_ALLOCATIONS=1` (one-process mode), the bytes the app allocates per delivery, freed
- *    or not, by where the code lives and by site (V8's sampling heap profiler over the window).
+ *    or not, by where the code lives and by site (V8's sampling heap profiler over the window; with
+ *    `BENCH_PROFILE_DIR` its `allocations.heapprofile` is kept there too).
  *
  * The load is the intake benchmark's (50 connections, the realistic mix). In one-process mode the
  * CPU is also measured for the delivery's transaction as one statement behind a bare server (the
@@ -48,13 +49,14 @@ interface ChildStats {
 }
 
 /**
- * `--profile-serve <databaseUrl> [--allocations]`: the app, plus the pool-wait probe and the
- * event-loop monitor; with `--allocations`, V8's sampling heap profiler over the window, counting
- * the objects the collector has already freed too (garbage is what a delivery's allocations cost).
+ * `--profile-serve <databaseUrl> [--allocations <file>]`: the app, plus the pool-wait probe and
+ * the event-loop monitor; with `--allocations`, V8's sampling heap profiler over the window,
+ * counting the objects the collector has already freed too (garbage is what a delivery's
+ * allocations cost), written to `file` for a profiler's own viewer.
  */
-async function serveProfiledChild(databaseUrl: string, allocations: boolean): Promise<void> {
+async function serveProfiledChild(databaseUrl: string, allocationsFile: string | undefined): Promise<void> {
   const running = await startBenchApp(databaseUrl);
-  const inspector = allocations ? new Session() : undefined;
+  const inspector = allocationsFile ? new Session() : undefined;
   inspector?.connect();
   const direct = postgres(databaseUrl, { max: 1, onnotice: () => {} });
   const loop = monitorEventLoopDelay({ resolution: 10 });
@@ -94,6 +96,7 @@ async function serveProfiledChild(databaseUrl: string, allocations: boolean): Pr
       loop.disable();
       const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / (xs.length || 1);
       const sampled = inspector ? (await inspector.post("HeapProfiler.stopSampling")).profile : undefined;
+      if (sampled) writeFileSync(allocationsFile!, JSON.stringify(sampled));
       const stats: ChildStats = {
         ...(sampled ? { allocations: allocationSites(sampled) } : {}),
         loopP50: loop.percentile(50) / 1e6,
@@ -506,7 +509,8 @@ async function profileOneProcess(): Promise<void> {
     const features = process.env.PROFILE_BENCH_EVERY_FEATURE === "1" ? await everyFeatureWork() : undefined;
     // BENCH_ALLOCATIONS=1: where the app's allocations come from, per delivery (serveProfiledChild).
     const allocations = process.env.BENCH_ALLOCATIONS === "1";
-    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url, ...(allocations ? ["--allocations"] : [])], {
+    const allocationsArgs = allocations ? ["--allocations", join(profDir, "allocations.heapprofile")] : [];
+    const app = await startChild(fileURLToPath(import.meta.url), ["--profile-serve", url, ...allocationsArgs], {
       nodeOptions: cpuProfiling(profDir),
       ...(features ? { env: features.env } : {}),
     });
@@ -761,7 +765,7 @@ export async function benchProfile(): Promise<void> {
 }
 
 if (process.argv[2] === "--profile-serve") {
-  await serveProfiledChild(process.argv[3]!, process.argv[4] === "--allocations");
+  await serveProfiledChild(process.argv[3]!, process.argv[4] === "--allocations" ? process.argv[5] : undefined);
 } else if (import.meta.url === pathToFileURL(process.argv[1] ?? "").href) {
   await benchProfile();
   process.exit(0);
