@@ -456,7 +456,14 @@ function listenMetrics(
     handler: (req, res) => {
       void (async () => {
         if (req.method !== "GET" || new URL(req.url ?? "/", "http://localhost").pathname !== "/metrics") return sendJson(res, 404, { error: "not found" });
-        await Promise.all(relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))));
+        await Promise.all([
+          ...relays.map(async (relay, i) => outboxLag.set({ service: modules[i]!.name }, await relay.lagSeconds().catch(() => 0))),
+          // A backlog that cannot be read (the database is down: readiness says so) keeps its last
+          // value, and the scrape still answers.
+          ...modules.map((module) =>
+            module.measure?.().catch((err: unknown) => logger.debug({ err: String(err), service: module.name }, "could not read a backlog for /metrics")),
+          ),
+        ]);
         const pool = database.poolStats();
         for (const state of ["max", "busy", "idle", "connecting"] as const) dbPoolConnections.set({ state }, pool[state]);
         dbPoolWaiting.set(pool.waiting);

@@ -266,6 +266,32 @@ describe("an incident arrives with its evidence", () => {
   });
 });
 
+describe("the investigations' backlog on /metrics", () => {
+  it("shows an investigation not yet done, and how long the oldest has waited", async () => {
+    const scrape = async () => {
+      const text = await (await fetch(app.process.metricsUrl!)).text();
+      const value = (name: string) => Number(new RegExp(`^${name} (\\S+)$`, "m").exec(text)?.[1] ?? Number.NaN);
+      return { waiting: value("warroom_investigations_waiting"), oldestSeconds: value("warroom_investigation_backlog_seconds") };
+    };
+    // Every run of the tests above has finished.
+    await expect.poll(scrape, { timeout: 20_000 }).toEqual({ waiting: 0, oldestSeconds: 0 });
+    // A run another replica has held for 90 s (its claim still good), for an incident of acme's.
+    const [org] = await db<{ id: string }[]>`select id from identity.organizations where slug = 'acme'`;
+    const incidentId = "00000000-0000-4000-8000-0000000000b1";
+    await db`
+      insert into remotesource.investigations (org_id, incident_id, run, state, requested_by, claimed_until, created_at)
+      values (${org!.id}, ${incidentId}, 1, 'running', 'test', now() + interval '1 hour', now() - interval '90 seconds')`;
+    try {
+      const held = await scrape();
+      expect(held.waiting).toBe(1);
+      expect(held.oldestSeconds).toBeGreaterThanOrEqual(90);
+      expect(held.oldestSeconds).toBeLessThan(150);
+    } finally {
+      await db`delete from remotesource.investigations where incident_id = ${incidentId}`;
+    }
+  });
+});
+
 describe("a stored read that no longer compiles", () => {
   it("is recorded as partial with the reason, and the rest of the run completes", async () => {
     // Reads are checked when saved; this one is written behind the API's back, as an older

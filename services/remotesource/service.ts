@@ -9,6 +9,7 @@ import { consumeIncidentOpened, createInvestigator } from "./investigation.js";
 import { investigationRetention } from "./retention.js";
 import { createRemoteSourcesRoutes } from "./routes.js";
 import { startRetentionSweep } from "../runtime/data/retention-sweep.js";
+import { investigationBacklog, investigationsWaiting } from "../runtime/observability/metrics.js";
 
 /**
  * Connections to remote sources hosted by third parties: saved, tested for conformance, read, and
@@ -45,6 +46,13 @@ export function createRemoteSourceService(ctx: ServiceContext): ServiceModule {
     async stop() {
       await investigator.stop();
       await retention?.stop();
+    },
+    async measure() {
+      const [row] = await ctx.backgroundSql<{ waiting: number; oldest_seconds: number | null }[]>`
+        select count(*)::int as waiting, extract(epoch from now() - min(created_at))::float8 as oldest_seconds
+        from remotesource.investigations where state in ('pending', 'running')`;
+      investigationsWaiting.set(row?.waiting ?? 0);
+      investigationBacklog.set(Math.max(0, row?.oldest_seconds ?? 0));
     },
   };
 }

@@ -49,6 +49,8 @@ export interface ServiceModule {
   stop?(): Promise<void>;
   /** Extra readiness condition beyond database and NATS. */
   ready?(): Promise<boolean>;
+  /** Sets the gauges read from the database (backlogs), at each scrape of /metrics. */
+  measure?(): Promise<void>;
 }
 
 export type ServiceFactory = (context: ServiceContext) => ServiceModule;

@@ -85,6 +85,7 @@ describe("alert rules of the service itself", () => {
         "WarroomHeartbeatSweepLate",
         "WarroomNatsDisconnected",
         "WarroomOutboxLag",
+        "WarroomSubscriptionBacklog",
         "WarroomSubscriptionDeliveriesFailing",
         "WarroomSubscriptionDeliveriesGivenUp",
         "WarroomTargetDown",

@@ -186,6 +186,30 @@ export const subscriptionDeliveriesGivenUp = new Counter({
   registers: [registry],
 });
 
+export const subscriptionDeliveriesWaiting = new Gauge({
+  name: "warroom_subscription_deliveries_waiting",
+  help: "Event subscription deliveries not yet settled (due, in flight, or waiting for a retry), counted up to 1,000,000. Read from the database at each scrape.",
+  registers: [registry],
+});
+
+export const subscriptionBacklog = new Gauge({
+  name: "warroom_subscription_backlog_seconds",
+  help: "How long the longest-due delivery of an enabled subscription has been due without being sent; 0 when none is due. Read from the database at each scrape.",
+  registers: [registry],
+});
+
+export const investigationsWaiting = new Gauge({
+  name: "warroom_investigations_waiting",
+  help: "Investigations not yet done (waiting or running). Read from the database at each scrape.",
+  registers: [registry],
+});
+
+export const investigationBacklog = new Gauge({
+  name: "warroom_investigation_backlog_seconds",
+  help: "Age of the oldest investigation not yet done; 0 when none waits. Read from the database at each scrape.",
+  registers: [registry],
+});
+
 export const subscriptionsDisabled = new Counter({
   name: "warroom_subscriptions_disabled_total",
   help: "Subscriptions disabled by the service, by reason: gone (410) or failing (failed for SUBSCRIPTION_DISABLE_AFTER_SECONDS).",
