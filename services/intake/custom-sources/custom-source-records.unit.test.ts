@@ -89,6 +89,8 @@ describe("the record writer after the call that queued a record", () => {
     const store = {
       // As the database's statements do: refused once the call being served has given up.
       keepAndLogMany: async (group: DeliveryRecord[]) => {
+        // Well past the 50 ms deadline of the call that queued the record, however loaded the machine.
+        await new Promise((r) => setTimeout(r, 150));
         throwIfCallerGaveUp();
         written.push(...group);
       },
@@ -100,12 +102,14 @@ describe("the record writer after the call that queued a record", () => {
       payload: { body: {}, headers: {}, query: {}, truncated: false },
       entry: { outcome: "opened", warnings: [] },
     };
-    // A call with a 1 ms deadline queues the record and returns; its group is written 20 ms later.
+    // A call with a 50 ms deadline queues the record and returns; its group's statement runs after
+    // that deadline. (A 1 ms deadline could pass before the call began, on a loaded machine.)
     const call = requestIdServerInterceptor()(async () => {
       writer.write(record);
       return undefined as never;
     });
-    await call({ header: new Headers({ "connect-timeout-ms": "1" }), signal: NEVER_ABORTS } as never);
+    await call({ header: new Headers({ "connect-timeout-ms": "50" }), signal: NEVER_ABORTS } as never);
+    // The writer's own timer starts the statement (a flush would start it outside any call).
     await new Promise((r) => setTimeout(r, 100));
     await writer.flush();
     expect(written).toEqual([record]);
