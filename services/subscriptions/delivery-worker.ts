@@ -1,8 +1,15 @@
 import { randomUUID } from "node:crypto";
-import type { TransactionSql } from "../runtime/data/database.js";
+import type { Sql, TransactionSql } from "../runtime/data/database.js";
 import { backgroundShouldYield } from "../runtime/concurrency/background-yield.js";
 import { recordAudit } from "../runtime/transport/events.js";
-import { subscriptionAttemptDuration, subscriptionAttempts, subscriptionDeliveriesGivenUp, subscriptionsDisabled } from "../runtime/observability/metrics.js";
+import {
+  subscriptionAttemptDuration,
+  subscriptionAttempts,
+  subscriptionBacklog,
+  subscriptionDeliveriesGivenUp,
+  subscriptionDeliveriesWaiting,
+  subscriptionsDisabled,
+} from "../runtime/observability/metrics.js";
 import { AUDIT_KINDS, readEgress, type SubscriptionsDeps } from "./deps.js";
 import { nextRetryDelayMs, RETRY_WINDOW_MS } from "./retry-schedule.js";
 import { postSigned, type AttemptResult } from "./send.js";
@@ -86,8 +93,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
           where s.state = 'enabled' and s.id <> all(${resting}::uuid[])
             and exists (
               select 1 from subscriptions.deliveries d
-              where d.subscription_id = s.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
-                and (d.state = 'pending' or d.claimed_until < now()))
+              where d.subscription_id = s.id and ${due(tx)})
           order by s.id
           limit 200
           for no key update of s skip locked
@@ -101,8 +107,7 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
           left join busy b on b.subscription_id = subs.id
           cross join lateral (
             select d.id, d.next_attempt_at from subscriptions.deliveries d
-            where d.subscription_id = subs.id and d.state in ('pending', 'delivering') and d.next_attempt_at <= now()
-              and (d.state = 'pending' or d.claimed_until < now())
+            where d.subscription_id = subs.id and ${due(tx)}
             order by d.next_attempt_at
             limit greatest(0, ${perSubscription} - coalesce(b.n, 0))
           ) c
@@ -377,6 +382,36 @@ export function createDeliveryWorker(deps: SubscriptionsDeps, options: DeliveryW
       await Promise.allSettled([...inFlight]);
     },
   };
+}
+
+/**
+ * A delivery `d` the worker may claim now: waiting and due, or in flight under a claim that lapsed
+ * (its process stopped). The claim and the backlog on /metrics read the same rule.
+ */
+function due(sql: Sql | TransactionSql) {
+  return sql`d.state in ('pending', 'delivering') and d.next_attempt_at <= now() and (d.state = 'pending' or d.claimed_until < now())`;
+}
+
+/**
+ * The sender's backlog, for an alert on a storm outrunning it: the deliveries not yet settled
+ * (counted over the index of those waiting, up to a million), and how long the longest-due
+ * delivery of an enabled subscription has been due (one look-up on its index per subscription).
+ * A delivery waiting for its retry to a receiver that is down is not due, so a down receiver alone
+ * does not raise the second.
+ */
+export async function measureBacklog(sql: Sql): Promise<void> {
+  const [row] = await sql<{ waiting: number; due_seconds: number | null }[]>`
+    select
+      (select count(*)::int from (
+        select 1 from subscriptions.deliveries where state in ('pending', 'delivering') limit 1000000) w) as waiting,
+      (select extract(epoch from now() - min(oldest.at))::float8 from subscriptions.subscriptions s
+        cross join lateral (
+          select d.next_attempt_at as at from subscriptions.deliveries d
+          where d.subscription_id = s.id and ${due(sql)}
+          order by d.next_attempt_at limit 1) oldest
+        where s.state = 'enabled') as due_seconds`;
+  subscriptionDeliveriesWaiting.set(row?.waiting ?? 0);
+  subscriptionBacklog.set(Math.max(0, row?.due_seconds ?? 0));
 }
 
 function formatDuration(seconds: number): string {
