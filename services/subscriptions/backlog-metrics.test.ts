@@ -58,14 +58,6 @@ async function scrape(): Promise<{ waiting: number; backlogSeconds: number }> {
   return { waiting: value("warroom_subscription_deliveries_waiting"), backlogSeconds: value("warroom_subscription_backlog_seconds") };
 }
 
-async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 20_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 100));
-  }
-}
-
 describe("the subscription sender's backlog on /metrics", () => {
   it("counts a down receiver's deliveries as waiting but not as due, and a held receiver's queue as due for as long as it waits", async () => {
     const empty = await scrape();
@@ -74,18 +66,19 @@ describe("the subscription sender's backlog on /metrics", () => {
     const down = await subscribe(() => ({ status: 503 }));
     await openIncidents(2);
     // Both tried once and failed: each waits for its retry, a minute away.
-    await until("both deliveries to the down receiver to have failed once", async () => {
+    const failedOnce = async () => {
       const [row] = await harness.sql<{ n: number }[]>`
         select count(*)::int as n from subscriptions.deliveries
         where subscription_id = ${down.id} and state = 'pending' and attempt_count = 1 and next_attempt_at > now()`;
-      return row!.n === 2;
-    });
+      return row!.n;
+    };
+    await expect.poll(failedOnce, { timeout: 20_000 }).toBe(2);
     expect(await scrape()).toEqual({ waiting: 2, backlogSeconds: 0 });
 
     const held = await subscribe(() => "hang");
     await openIncidents(3);
     // The held receiver has one post in flight and two due behind it; the down one three more retries.
-    await until("the held receiver to hold its first post", async () => harness.receiver.hanging(held.name).open === 1);
+    await expect.poll(() => harness.receiver.hanging(held.name).open, { timeout: 20_000 }).toBe(1);
     await new Promise((resolve) => setTimeout(resolve, 1_500));
     const storm = await scrape();
     expect(storm.waiting).toBe(8);
