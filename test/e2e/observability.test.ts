@@ -64,11 +64,17 @@ describe("a request id across separate processes", () => {
           .flatMap((p) => p.output)
           .filter((line) => line.includes(requestId))
           .map((line) => JSON.parse(line) as { requestId: string; method?: string });
+      const served = (name: string, method: string) => linesOf(name).some((l) => l.method === method);
+      const calls = [
+        ["intake", "warroom.intake.v1.IntakeService/Deliver"],
+        ["identity", "warroom.identity.v1.IdentityService/ResolveIngestToken"],
+        ["incidents", "warroom.incidents.v1.IncidentsService/Record"],
+      ] as const;
+      // Each process's output reaches this one through its own pipe, in its own time: the answer
+      // can come back before a line written earlier has been read. Waits for all three.
       const deadline = Date.now() + 5000;
-      while (linesOf("incidents").length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
-      expect(linesOf("intake").some((l) => l.method === "warroom.intake.v1.IntakeService/Deliver")).toBe(true);
-      expect(linesOf("identity").some((l) => l.method === "warroom.identity.v1.IdentityService/ResolveIngestToken")).toBe(true);
-      expect(linesOf("incidents").some((l) => l.method === "warroom.incidents.v1.IncidentsService/Record")).toBe(true);
+      while (!calls.every(([name, method]) => served(name, method)) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 100));
+      for (const [name, method] of calls) expect(served(name, method), `${name} logged ${method}`).toBe(true);
       for (const name of ["intake", "identity", "incidents"]) for (const line of linesOf(name)) expect(line.requestId).toBe(requestId);
       // Either intake replica may have taken the delivery.
       const intakes = app.cluster.processes.filter((p) => p.name === "intake");
