@@ -14,6 +14,7 @@ const benches: Record<string, () => Promise<void>> = {
   "hostile-cel": async () => (await import("./custom-source.js")).benchHostileCel(),
   heartbeats: async () => (await import("./heartbeats.js")).benchHeartbeats(),
   subscriptions: async () => (await import("./subscriptions.js")).benchSubscriptions(),
+  "fan-out": async () => (await import("./fan-out.js")).benchFanOut(),
   fairness: async () => (await import("./fairness.js")).benchFairness(),
   overload: async () => (await import("./fairness.js")).benchOverload(),
   backup: async () => (await import("./backup.js")).benchBackup(),
