@@ -28,7 +28,8 @@ import { printTable } from "./stats.js";
  *
  * The schedule is the production one compressed (SCHEDULE), so both designs spend it in seconds.
  * Prints, per design: Postgres statements, rows, execution time and WAL bytes per event of the
- * subscriptions' own statements (pg_stat_statements, the incident core's left out), the posts made
+ * subscriptions' own statements (pg_stat_statements; the incident core's and the schema's outbox
+ * relay's left out), the posts made
  * to the down receiver, and when the healthy receivers had every event and when the down one's
  * deliveries were all settled.
  */
@@ -101,10 +102,12 @@ async function statementCost(admin: postgres.Sql, schema: string) {
   const [row] = await admin<{ calls: number; rows: number; ms: number; wal: number }[]>`
     select coalesce(sum(calls), 0)::float8 as calls, coalesce(sum(rows), 0)::float8 as rows,
            coalesce(sum(total_exec_time), 0)::float8 as ms, coalesce(sum(wal_bytes), 0)::float8 as wal
-    from pg_stat_statements where query like ${`%${schema}.%`} and query not like '%pg_stat_statements%' and query not like ${`%${OWN}%`}`;
+    from pg_stat_statements where query like ${`%${schema}.%`} and query not like '%pg_stat_statements%' and query not like ${`%${OWN}%`}
+      and query not like ${`%${schema}.outbox%`}`;
   const top = await admin<{ statement: string; calls: number; rows: number; ms: number; wal: number }[]>`
     select left(regexp_replace(query, '[[:space:]]+', ' ', 'g'), 90) as statement, calls::int, rows::int, round(total_exec_time::numeric, 1)::float8 as ms, wal_bytes::float8 as wal
     from pg_stat_statements where query like ${`%${schema}.%`} and query not like '%pg_stat_statements%' and query not like ${`%${OWN}%`}
+      and query not like ${`%${schema}.outbox%`}
     order by total_exec_time desc limit 6`;
   printTable(`${schema}: the statements that took longest`, top);
   return row!;
