@@ -68,6 +68,8 @@ interface Job {
   /** When it was queued, and when a thread took it. */
   queuedAt: number;
   startedAt: number;
+  /** Refuses it once it has waited `maxWaitMs` unstarted. */
+  expiry?: NodeJS.Timeout;
   resolve(key: Buffer): void;
   reject(err: Error): void;
 }
@@ -101,7 +103,7 @@ export class HashQueueFullError extends RateLimitedError {
  * round. A hash is admitted when its expected wait, counted in that order, stays under
  * MAX_HASH_WAIT_MS.
  */
-function createHashPool(size: number) {
+export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
   const queued: Job[] = [];
   // Per lane and key (account or address): its queued jobs and the round of the last one.
   const perKey = new Map<string, { jobs: number; lastRound: number }>();
@@ -148,18 +150,37 @@ function createHashPool(size: number) {
   /** Whether `a` is served before `b`. */
   const before = (a: Job, b: Job) => a.lane < b.lane || (a.lane === b.lane && (a.round < b.round || (a.round === b.round && a.id < b.id)));
 
+  /** Takes the job at `index` off the queue. */
+  const dequeue = (index: number): Job => {
+    const [job] = queued.splice(index, 1);
+    clearTimeout(job!.expiry);
+    for (const key of job!.keys) {
+      const entry = perKey.get(key)!;
+      if (--entry.jobs === 0) perKey.delete(key);
+    }
+    return job!;
+  };
+
   /** The next job in turn, taken off the queue, unless it is the second lane's and its threads are busy. */
   const take = (): Job | undefined => {
     let best = -1;
     for (let i = 0; i < queued.length; i++) if (best < 0 || before(queued[i]!, queued[best]!)) best = i;
     if (best < 0 || (queued[best]!.lane === 1 && runningUnknown >= size)) return undefined;
-    const [job] = queued.splice(best, 1);
-    current[job!.lane] = Math.max(current[job!.lane]!, job!.round);
-    for (const key of job!.keys) {
-      const entry = perKey.get(key)!;
-      if (--entry.jobs === 0) perKey.delete(key);
-    }
+    const job = dequeue(best);
+    current[job.lane] = Math.max(current[job.lane]!, job.round);
     return job;
+  };
+
+  /**
+   * Refuses a job still waiting `maxWaitMs` after it was queued, whether or not a thread came free
+   * meanwhile: on a machine slower than the estimate every thread can stay busy past the caller's
+   * deadline, which then heard a timeout instead of "retry shortly".
+   */
+  const expire = (job: Job) => {
+    const index = queued.indexOf(job);
+    if (index < 0) return;
+    dequeue(index);
+    job.reject(new HashQueueFullError());
   };
 
   const pump = () => {
@@ -168,7 +189,7 @@ function createHashPool(size: number) {
       if (!job) return;
       // Waited too long after all (the machine got slower than the estimate, or the first lane
       // went ahead): refused, not started.
-      if (performance.now() - job.queuedAt > MAX_HASH_WAIT_MS) {
+      if (performance.now() - job.queuedAt > maxWaitMs) {
         job.reject(new HashQueueFullError());
         continue;
       }
@@ -192,7 +213,7 @@ function createHashPool(size: number) {
     const ahead = queued.filter((other) => other.lane < lane || (other.lane === lane && other.round <= round)).length;
     // Hashes to finish before a thread is free for this one: none while one of its threads is idle.
     const waitFor = lane === 0 ? Math.max(0, ahead + running.size - size) : Math.max(0, ahead + runningUnknown - size + 1);
-    const admitted = queued.length < MAX_QUEUED_HASHES && (waitFor * averageMs) / size <= MAX_HASH_WAIT_MS;
+    const admitted = queued.length < MAX_QUEUED_HASHES && (waitFor * averageMs) / size <= maxWaitMs;
     return { lane, keys, round, admitted };
   };
 
@@ -231,6 +252,8 @@ function createHashPool(size: number) {
           } else perKey.set(key, { jobs: 1, lastRound: round });
         }
         queued.push(job);
+        job.expiry = setTimeout(expire, maxWaitMs, job);
+        job.expiry.unref();
         pump();
       });
     },

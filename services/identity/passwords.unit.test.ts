@@ -1,6 +1,7 @@
+import { randomBytes } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
 import { ConfigError, loadConfig } from "../runtime/config/config.js";
-import { DEFAULT_PARAMS, dummyHash, hashPassword, needsRehash, setPasswordCost, verifyPassword } from "./passwords.js";
+import { createHashPool, DEFAULT_PARAMS, dummyHash, HashQueueFullError, hashPassword, needsRehash, setPasswordCost, verifyPassword } from "./passwords.js";
 
 /** PASSWORD_SCRYPT_N: the cost of new hashes; hashes made with another cost still verify. */
 describe("the password hash's cost", () => {
@@ -33,5 +34,29 @@ describe("the password hash's cost", () => {
       expect(() => loadConfig({ PASSWORD_SCRYPT_N: N, DATABASE_URL: "", NATS_URL: "" })).toThrow(/PASSWORD_SCRYPT_N/);
     }
     expect(loadConfig({ PASSWORD_SCRYPT_N: "65536", DATABASE_URL: "", NATS_URL: "" }).PASSWORD_SCRYPT_N).toBe(65_536);
+  });
+});
+
+/** The hashing queue's bound on a wait holds while every thread stays busy, not only when one frees. */
+describe("the hashing queue", () => {
+  it("refuses a hash that waited its bound unstarted before any running hash ends", async () => {
+    // One thread a lane plus the first lane's extra one: two hashes run, the third waits.
+    const pool = createHashPool(1, 100);
+    // The estimate says a hash is quick, so the third is admitted; each takes half a second or more.
+    pool.rescale(0.0001);
+    const heavy = { N: 65_536, r: 8, p: 4, maxmem: 2 * 128 * 65_536 * 8 };
+    const order: string[] = [];
+    const hash = (who: string) => pool.derive({ account: who, address: who, known: true }, "a password", randomBytes(16), 64, heavy);
+    const running = ["first", "second"].map((who) => hash(who).then(() => order.push(`${who} hashed`)));
+    const waiting = await hash("third").then(
+      () => "hashed",
+      (err: unknown) => {
+        order.push("third refused");
+        return err;
+      },
+    );
+    expect(waiting).toBeInstanceOf(HashQueueFullError);
+    await Promise.all(running);
+    expect(order[0]).toBe("third refused");
   });
 });
