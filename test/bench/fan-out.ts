@@ -99,15 +99,15 @@ export async function benchFanOut(): Promise<void> {
 
 /** The statements whose text names `schema`, since the last reset: calls, rows, time and WAL. */
 async function statementCost(admin: postgres.Sql, schema: string) {
-  const [row] = await admin<{ calls: number; rows: number; ms: number; wal: number }[]>`
-    select coalesce(sum(calls), 0)::float8 as calls, coalesce(sum(rows), 0)::float8 as rows,
-           coalesce(sum(total_exec_time), 0)::float8 as ms, coalesce(sum(wal_bytes), 0)::float8 as wal
-    from pg_stat_statements where query like ${`%${schema}.%`} and query not like '%pg_stat_statements%' and query not like ${`%${OWN}%`}
-      and query not like ${`%${schema}.outbox%`}`;
+  const theirs = admin`query like ${`%${schema}.%`} and query not like ${`%${schema}.outbox%`} and query not like ${`%${OWN}%`}
+    and query not like '%pg_stat_statements%'`;
+  const [row] = await admin<Pick<Cost, "statements" | "rows" | "execMs" | "walBytes">[]>`
+    select coalesce(sum(calls), 0)::float8 as statements, coalesce(sum(rows), 0)::float8 as rows,
+           coalesce(sum(total_exec_time), 0)::float8 as "execMs", coalesce(sum(wal_bytes), 0)::float8 as "walBytes"
+    from pg_stat_statements where ${theirs}`;
   const top = await admin<{ statement: string; calls: number; rows: number; ms: number; wal: number }[]>`
     select left(regexp_replace(query, '[[:space:]]+', ' ', 'g'), 90) as statement, calls::int, rows::int, round(total_exec_time::numeric, 1)::float8 as ms, wal_bytes::float8 as wal
-    from pg_stat_statements where query like ${`%${schema}.%`} and query not like '%pg_stat_statements%' and query not like ${`%${OWN}%`}
-      and query not like ${`%${schema}.outbox%`}
+    from pg_stat_statements where ${theirs}
     order by total_exec_time desc limit 6`;
   printTable(`${schema}: the statements that took longest`, top);
   return row!;
@@ -119,6 +119,16 @@ async function until(done: () => Promise<boolean> | boolean, timeoutMs = 300_000
     if (performance.now() > deadline) throw new Error("the storm did not settle in time");
     await new Promise((r) => setTimeout(r, 50));
   }
+}
+
+/** The down receiver's behaviour: it drops each connection before it records a post, so they are counted here. */
+function countingDrops() {
+  let count = 0;
+  const behaviour = () => {
+    count++;
+    return "drop" as const;
+  };
+  return { behaviour, count: () => count };
 }
 
 const accepted = (receiver: WebhookReceiver, name: string) => receiver.acceptedIds(name).size;
@@ -141,15 +151,10 @@ async function rowsDesign(databaseUrl: string, admin: postgres.Sql, certs: TestC
     const orgId = (await clients.identity.getOrganization({ slug: "acme" })).id;
     const owner = await app.ownerToken();
     await app.call("PUT", "/o/acme/oncall/egress", { token: owner, body: { enabled: true } });
-    // The receiver drops the down one's connections before it records a post: counted here.
-    let downPosts = 0;
-    const dropCounting = () => {
-      downPosts++;
-      return "drop" as const;
-    };
+    const drops = countingDrops();
     const [a, b, c] = ["a", "b", "c"].map((x) => `rows-${down ? "down" : "up"}-${x}`) as [string, string, string];
     for (const name of [a, b, c]) {
-      receiver.endpoint(name, [], down && name === c ? dropCounting : () => ({ status: 204 }));
+      receiver.endpoint(name, [], down && name === c ? drops.behaviour : () => ({ status: 204 }));
       const res = await app.call("POST", "/o/acme/subscriptions", { token: owner, body: { url: receiver.url(name), events: ["incident.opened"] } });
       receiver.setSecrets(name, [res.body.secret]);
     }
@@ -192,16 +197,7 @@ async function rowsDesign(databaseUrl: string, admin: postgres.Sql, certs: TestC
     return {
       stormSeconds: (stormEnd - stormStart) / 1000,
       bodies,
-      cost: {
-        design: "rows (the service)",
-        statements: cost.calls,
-        rows: cost.rows,
-        execMs: cost.ms,
-        walBytes: cost.wal,
-        downPosts,
-        healthySeconds,
-        settledSeconds,
-      } satisfies Cost,
+      cost: { design: "rows (the service)", ...cost, downPosts: drops.count(), healthySeconds, settledSeconds } satisfies Cost,
     };
   } finally {
     await sql.end();
@@ -236,15 +232,11 @@ async function cursorDesign(
   const egress = createSubscriptionEgress({ EGRESS_CA_FILE: certs.caFile, EGRESS_ALLOW_PRIVATE_CIDRS: ["127.0.0.0/8"], SUBSCRIPTION_TIMEOUT_SECONDS: 10 });
   const schedule = SCHEDULE.split(",").map((s) => Number(s) * 1000);
   const orgId = "00000000-0000-4000-8000-000000000001";
-  let downPosts = 0;
-  const dropCounting = () => {
-    downPosts++;
-    return "drop" as const;
-  };
+  const drops = countingDrops();
   const [a, b, c] = ["a", "b", "c"].map((x) => `cursor-${down ? "down" : "up"}-${x}`) as [string, string, string];
   const subscriptions = [a, b, c].map((name) => {
     const secret = `whsec_${randomBytes(24).toString("base64")}`;
-    receiver.endpoint(name, [secret], down && name === c ? dropCounting : () => ({ status: 204 }));
+    receiver.endpoint(name, [secret], down && name === c ? drops.behaviour : () => ({ status: 204 }));
     return { id: name, url: receiver.url(name), secrets: [secret] };
   });
   try {
@@ -340,16 +332,7 @@ async function cursorDesign(
     poke();
     await Promise.all(senders);
     const cost = await statementCost(admin, "fanout_cursor");
-    return {
-      design: "cursor (prototype)",
-      statements: cost.calls,
-      rows: cost.rows,
-      execMs: cost.ms,
-      walBytes: cost.wal,
-      downPosts,
-      healthySeconds,
-      settledSeconds,
-    };
+    return { design: "cursor (prototype)", ...cost, downPosts: drops.count(), healthySeconds, settledSeconds };
   } finally {
     egress.close();
     await sql.end();
