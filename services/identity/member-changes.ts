@@ -149,7 +149,7 @@ export function createMemberChangeHandlers(
       // session or API key could guess it here unthrottled, then log in and lock the person out.
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
       // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
-      const share = await hashShare(throttle, principal.orgSlug, principal.email, address);
+      const share = await hashShare(throttle, principal.orgSlug, principal.email, address, context.timeoutMs());
       const wait = await throttle.reserve(principal.orgSlug, principal.email, address, share.known);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
       const [current] = await sql<MembershipRow[]>`

@@ -52,6 +52,11 @@ export interface HashShare {
   account: string;
   address: string;
   known: boolean;
+  /**
+   * When the caller stops waiting for the answer (performance.now()'s clock), if it does: a hash
+   * expected to end after it is refused at once ("retry shortly") instead of answering no one.
+   */
+  deadlineAt?: number | undefined;
 }
 
 /** Work of the service itself and of signed-in admins (setting a password): one share, ahead of the unknown. */
@@ -68,7 +73,9 @@ interface Job {
   /** When it was queued, and when a thread took it. */
   queuedAt: number;
   startedAt: number;
-  /** Refuses it once it has waited `maxWaitMs` unstarted. */
+  /** Its caller's deadline (HashShare.deadlineAt). */
+  deadlineAt: number;
+  /** Refuses it once it has waited `maxWaitMs` unstarted, or could no longer end by its deadline. */
   expiry?: NodeJS.Timeout;
   resolve(key: Buffer): void;
   reject(err: Error): void;
@@ -115,9 +122,10 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
   let runningUnknown = 0;
   let workers = 0;
   let nextId = 0;
-  // Recent time of one hash on one thread; starts at a typical figure for N=2^17 (rescaled when the
-  // cost is set).
+  // Recent time of one hash on one thread: a typical figure for N=2^17 (rescaled when the cost is
+  // set) until the first hash is timed, which replaces it.
   let averageMs = 300;
+  let timed = false;
 
   const spawn = (): Worker => {
     const worker = new Worker(WORKER_SOURCE, { eval: true });
@@ -129,7 +137,9 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
       if (job?.lane === 1) runningUnknown--;
       if (job && job.id === answer.id) {
         // Exponentially weighted: follows a machine that gets busier or quieter within seconds.
-        averageMs = 0.8 * averageMs + 0.2 * (performance.now() - job.startedAt);
+        const tookMs = performance.now() - job.startedAt;
+        averageMs = timed ? 0.8 * averageMs + 0.2 * tookMs : tookMs;
+        timed = true;
         if (answer.error !== undefined) job.reject(new Error(answer.error));
         else job.resolve(Buffer.from(answer.key!));
       }
@@ -171,8 +181,11 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
     return job;
   };
 
+  /** How long `job` may still wait unstarted: its wait bound, or the last moment it could start and end by its deadline. */
+  const startWithinMs = (job: Job, at: number) => Math.min(job.queuedAt + maxWaitMs, job.deadlineAt - averageMs) - at;
+
   /**
-   * Refuses a job still waiting `maxWaitMs` after it was queued, whether or not a thread came free
+   * Refuses a job still waiting at its bound (startWithinMs), whether or not a thread came free
    * meanwhile: on a machine slower than the estimate every thread can stay busy past the caller's
    * deadline, which then heard a timeout instead of "retry shortly".
    */
@@ -189,7 +202,7 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
       if (!job) return;
       // Waited too long after all (the machine got slower than the estimate, or the first lane
       // went ahead): refused, not started.
-      if (performance.now() - job.queuedAt > maxWaitMs) {
+      if (startWithinMs(job, performance.now()) < 0) {
         job.reject(new HashQueueFullError());
         continue;
       }
@@ -213,7 +226,9 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
     const ahead = queued.filter((other) => other.lane < lane || (other.lane === lane && other.round <= round)).length;
     // Hashes to finish before a thread is free for this one: none while one of its threads is idle.
     const waitFor = lane === 0 ? Math.max(0, ahead + running.size - size) : Math.max(0, ahead + runningUnknown - size + 1);
-    const admitted = queued.length < MAX_QUEUED_HASHES && (waitFor * averageMs) / size <= maxWaitMs;
+    const waitMs = (waitFor * averageMs) / size;
+    const deadlineAt = share.deadlineAt ?? Number.POSITIVE_INFINITY;
+    const admitted = queued.length < MAX_QUEUED_HASHES && waitMs <= maxWaitMs && performance.now() + waitMs + averageMs <= deadlineAt;
     return { lane, keys, round, admitted };
   };
 
@@ -237,6 +252,7 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
         keys,
         queuedAt: performance.now(),
         startedAt: 0,
+        deadlineAt: share.deadlineAt ?? Number.POSITIVE_INFINITY,
         resolve: () => {},
         reject: () => {},
       };
@@ -252,7 +268,7 @@ export function createHashPool(size: number, maxWaitMs = MAX_HASH_WAIT_MS) {
           } else perKey.set(key, { jobs: 1, lastRound: round });
         }
         queued.push(job);
-        job.expiry = setTimeout(expire, maxWaitMs, job);
+        job.expiry = setTimeout(expire, Math.max(0, startWithinMs(job, job.queuedAt)), job);
         job.expiry.unref();
         pump();
       });

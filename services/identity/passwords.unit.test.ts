@@ -59,4 +59,28 @@ describe("the hashing queue", () => {
     await Promise.all(running);
     expect(order[0]).toBe("third refused");
   });
+
+  it("refuses a hash that could not end before its caller's deadline, before that deadline, however long the wait bound", async () => {
+    const pool = createHashPool(1, 60_000);
+    const heavy = { N: 65_536, r: 8, p: 4, maxmem: 2 * 128 * 65_536 * 8 };
+    const hash = (who: string, deadlineAt?: number) =>
+      pool.derive({ account: who, address: who, known: true, deadlineAt }, "a password", randomBytes(16), 64, heavy);
+    // Two heavy hashes side by side: how long one takes on this machine (and the pool's estimate).
+    const measuring = performance.now();
+    await Promise.all([hash("first"), hash("second")]);
+    const oneHashMs = performance.now() - measuring;
+    const running = [hash("third"), hash("fourth")];
+    // Started now it would end in time; queued behind two hashes that keep both threads busy, it
+    // could not: refused at once, not after the caller has stopped listening.
+    const deadlineAt = performance.now() + 1.5 * oneHashMs;
+    const late = await hash("late", deadlineAt).then(
+      () => "hashed",
+      (err: unknown) => err,
+    );
+    expect(late).toBeInstanceOf(HashQueueFullError);
+    expect(performance.now()).toBeLessThan(deadlineAt);
+    await Promise.all(running);
+    // With both threads free it is admitted and ends in time.
+    expect(await hash("in time", performance.now() + 30_000)).toBeInstanceOf(Buffer);
+  });
 });

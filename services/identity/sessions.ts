@@ -15,8 +15,16 @@ import { type LoginRow, type PrincipalRow, type RevokedSessionRow, writeCredenti
  * (429, no failure reserved) when the queue would not take it, so a flood refused for capacity costs
  * one read.
  */
-export async function hashShare(throttle: ReturnType<typeof createLoginThrottle>, org: string, email: string, address: string): Promise<HashShare> {
-  const share = { account: accountKey(org, email), address, known: await throttle.isKnown(org, email, address) };
+export async function hashShare(
+  throttle: ReturnType<typeof createLoginThrottle>,
+  org: string,
+  email: string,
+  address: string,
+  timeoutMs: number | undefined,
+): Promise<HashShare> {
+  // The caller's deadline, counted from now: a hash that could not end by it is refused at once.
+  const deadlineAt = timeoutMs === undefined ? undefined : performance.now() + timeoutMs;
+  const share = { account: accountKey(org, email), address, known: await throttle.isKnown(org, email, address), deadlineAt };
   if (!hashQueueAdmits(share)) throw new HashQueueFullError();
   return share;
 }
@@ -65,7 +73,7 @@ export function createSessionHandlers(
   return {
     async login(req, context) {
       const address = context.requestHeader.get("x-forwarded-for") ?? "";
-      const share = await hashShare(throttle, req.orgSlug, req.email, address);
+      const share = await hashShare(throttle, req.orgSlug, req.email, address, context.timeoutMs());
       // The failure is reserved before the hash, so concurrent guesses cannot pass the limit.
       const wait = await throttle.reserve(req.orgSlug, req.email, address, share.known);
       if (wait > 0) throw new RateLimitedError("too many failed logins; try again later", wait);
