@@ -83,6 +83,19 @@ describe("login", () => {
     expect((await login("upgrade@acme.test", "old-params-pass", "192.0.2.50")).status).toBe(200);
   });
 
+  it("refuses at once (429) a login whose hash could not end before the caller's own deadline, instead of answering after it", async () => {
+    // Over Connect the caller sets its deadline; a hash at the default cost takes far longer than
+    // 20 ms. (The gateway's REST routes give each call 15 s, which a flood's queue can pass.)
+    const answer = await app.call("POST", "/warroom.identity.v1.IdentityService/Login", {
+      body: { email: OWNER.email, password: OWNER.password, orgSlug: "acme" },
+      headers: { "connect-timeout-ms": "20", "x-forwarded-for": "192.0.2.90" },
+    });
+    expect(answer.status).toBe(429);
+    expect(JSON.stringify(answer.body)).toContain("too many password checks in progress; retry shortly");
+    // Refused for capacity, not a failed login: the same address logs in at once with time to hash.
+    expect((await login(OWNER.email, OWNER.password, "192.0.2.90")).status).toBe(200);
+  });
+
   it("a login flood does not starve DNS lookups of the process", async () => {
     const started = performance.now();
     let answered = 0;
