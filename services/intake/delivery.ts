@@ -142,7 +142,7 @@ export function createDeliveryPath(deps: {
     }
     if (grouping) {
       try {
-        await grouping.apply(org, mapped.alert, body);
+        await grouping.apply(org, mapped.alert, body, { signal: context.signal });
       } catch (err) {
         // A process too busy to read the key refuses the delivery for now (Retry-After).
         if (err instanceof ShareExceeded) throw err;

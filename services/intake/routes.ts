@@ -29,7 +29,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const custom = tables && { ...tables, store: createPostgresCustomSourceStore(tables.sql, tables.outbox) };
   const groupingStore = tables && createPostgresGroupingStore(tables.sql, tables.outbox);
   const config = tables && { ...tables, store: createPostgresConfigStore(tables.sql, tables.outbox) };
-  const grouping = groupingStore ? createGrouping({ store: groupingStore, clients, logger, largeBodies: tables.largeBodies }) : undefined;
+  const grouping = groupingStore ? createGrouping({ store: groupingStore, clients, logger, broadcast, largeBodies: tables.largeBodies }) : undefined;
   const correlation = tables ? createCorrelation({ sql: tables.sql, logger }) : undefined;
   const delivery = createDeliveryPath({
     clients,
@@ -50,7 +50,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createChatHandlers({ store, receiverSecrets, delivery }),
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
-    ...createGroupingHandlers({ store: groupingStore, outbox: tables?.outbox, clients }),
+    ...createGroupingHandlers({ store: groupingStore, outbox: tables?.outbox, clients, broadcast }),
     ...createCorrelationHandlers({ sql: tables?.sql, outbox: tables?.outbox, clients, correlation }),
     ...createConfigAsCodeHandlers({ clients, config, correlation }),
   });

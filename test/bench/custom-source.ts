@@ -8,7 +8,6 @@ import { createNatsTransport } from "../../services/runtime/transport/nats-trans
 import { startPrivateNats } from "../support/nats-server.js";
 import { callApi, freshDatabase, OWNER } from "../support/app.js";
 import { cpuOf, cpuTimes, startChild, stopChild, withoutBenchVariables } from "./child-process.js";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { ask, eventLoopDelay } from "./fairness.js";
 import { deliveryMix, ingestToken, type LoadResult, load, ownerAccessToken } from "./intake.js";
 import { printTable, summarize } from "./stats.js";
@@ -367,7 +366,6 @@ export async function benchHostileCel(): Promise<void> {
       // source's own grouping.
       const put = await callApi(app.url, "PUT", `/o/${OWNER.org}/grouping-overrides/metrics-monitor`, { token: owner, body: { attachKey: HOSTILE_OVERRIDE } });
       if (put.status !== 200) throw new Error(`could not set the grouping override: ${put.status} ${JSON.stringify(put.body)}`);
-      await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
       const ingest = await ingestToken(app.url);
       let alerts = 0;
       // Written as JSON once, as the other cases' bodies are: stringifying 1 MiB for each alert

@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { LARGE_BODY_BYTES } from "../../services/intake/custom-sources/large-bodies.js";
 import { OWNER } from "../support/app.js";
 import { getIncident, MODES, startIntakeApp, unique, type IntakeApp } from "./triggers-kit.js";
@@ -125,7 +124,6 @@ describe.each(MODES)("custom-source bodies over 64 KiB (%s)", (mode) => {
     const source = await createSource([{ name: "main", title: "body.title", attachKey: "body.host" }]);
     const put = await app.call("PUT", `/o/${OWNER.org}/grouping-overrides/${source.name}`, { token: owner, body: { attachKey: "body.cluster" } });
     expect(put.status, JSON.stringify(put.body)).toBe(200);
-    await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
     const cluster = unique("cluster");
     const a = await deliver(source, large({ title: "Node a down", host: unique("a"), cluster }));
     const b = await deliver(source, large({ title: "Node b down", host: unique("b"), cluster }));

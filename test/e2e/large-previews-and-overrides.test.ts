@@ -1,5 +1,4 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OVERRIDE_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { LARGE_BODY_BYTES } from "../../services/intake/custom-sources/large-bodies.js";
 import { OWNER } from "../support/app.js";
 import { bootstrapOrg, type Credentials, getIncident, MODES, postTrigger, startIntakeApp, unique, type IntakeApp } from "./triggers-kit.js";
@@ -140,7 +139,6 @@ describe.each(MODES)("large previews and grouping overrides on worker threads (%
     });
     expect(put.status, JSON.stringify(put.body)).toBe(200);
     try {
-      await new Promise((r) => setTimeout(r, OVERRIDE_CACHE_MS + 200));
       const alertIds = [unique("huge"), unique("huge")];
       const alert = (alertId: string) => ({
         title: `Disk full ${"t".repeat(200_000)}`,

@@ -1,6 +1,7 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CORRELATION_CACHE_MS } from "../../services/intake/correlation/correlation.js";
+import { OVERRIDES_CACHE_MS } from "../../services/intake/grouping/grouping.js";
 import { fixture, issueCredentials, postTrigger, unique, type Credentials } from "../e2e/triggers-kit.js";
 import { startApp, type TestApp } from "../support/app.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
@@ -134,13 +135,23 @@ function correlationStatements({ counted, ms }: Burst): Counted[] {
   return found.filter((s) => !/from intake\.correlation_settings/.test(s.query));
 }
 
+/**
+ * Grouping overrides' look-ups over the burst: an organization without overrides has its empty
+ * answer cached until a change is broadcast, so the burst reads them again only if the cache's
+ * backstop expiry passed during it.
+ */
+function groupingLookups({ counted, ms }: Burst): number {
+  const lookups = counted.filter((s) => /from intake\.grouping_overrides/.test(s.query)).reduce((n, s) => n + s.calls, 0);
+  return Math.max(0, lookups - Math.floor(ms / OVERRIDES_CACHE_MS));
+}
+
 /** Statements per delivery, from those that ran at least once per delivery. */
 function perDelivery(counted: Counted[]): number {
   return counted.filter((s) => s.calls >= DELIVERIES).reduce((n, s) => n + Math.round(s.calls / DELIVERIES), 0);
 }
 
 describe("what a delivery costs an organization that configured nothing optional", () => {
-  it("opening an incident costs one statement of the incident core, and none of the subscriptions fan-out, investigations or correlation", async () => {
+  it("opening an incident costs one statement of the incident core, and none of the subscriptions fan-out, investigations, correlation or grouping overrides", async () => {
     const measured = await burst(async () => {
       const res = await postTrigger(app, credentials.ingestToken, alertBody());
       expect(res.status, JSON.stringify(res.body)).toBeLessThan(300);
@@ -152,6 +163,8 @@ describe("what a delivery costs an organization that configured nothing optional
     expect(remoteSourceStatements(measured)).toEqual([]);
     // No correlation settings: no group is claimed or read (intake/correlation/correlation.ts).
     expect(correlationStatements(measured)).toEqual([]);
+    // No grouping override: the empty answer is cached until a change (intake/grouping/grouping.ts).
+    expect(groupingLookups(measured)).toBe(0);
   });
 
   it("a repeat on an open incident costs the same one statement", async () => {
@@ -164,6 +177,7 @@ describe("what a delivery costs an organization that configured nothing optional
     expect(fanOutStatements(measured.counted)).toEqual([]);
     expect(remoteSourceStatements(measured)).toEqual([]);
     expect(correlationStatements(measured)).toEqual([]);
+    expect(groupingLookups(measured)).toBe(0);
   });
 
   it("deliveries that arrive together when correlation's copy of the settings has expired share one look-up", async () => {

@@ -2,7 +2,7 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CUSTOM_SOURCE_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/transport/broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/transport/broadcast.js";
 import { loadConfig } from "../../services/runtime/config/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/transport/nats-permissions.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
@@ -160,7 +160,7 @@ describe("a cluster on an authenticated NATS", () => {
     }
   });
 
-  it("gives every service a user, and no service but identity the right to broadcast, intake, subscriptions and remotesource each only its own notice", () => {
+  it("gives every service a user, and no service but identity the right to broadcast, intake, subscriptions and remotesource only their own notices", () => {
     for (const user of NATS_USERS) {
       const p = natsPermissions(user);
       expect(p.publish.allow.some((s) => s.includes("IdentityService.Bootstrap"))).toBe(false);
@@ -168,7 +168,7 @@ describe("a cluster on an authenticated NATS", () => {
       const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
       const own: Partial<Record<typeof user, string[]>> = {
         identity: ["broadcast.>"],
-        intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`],
+        intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`, `broadcast.${GROUPING_OVERRIDES_CHANGED}`],
         subscriptions: [`broadcast.${SUBSCRIPTION_CREATED}`],
         remotesource: [`broadcast.${REMOTE_SOURCE_CHANGED}`],
       };

@@ -39,7 +39,7 @@ import {
   windowName,
   windowSpecOf,
 } from "./config-schedules.js";
-import { type Broadcast, CUSTOM_SOURCE_CHANGED } from "../../runtime/transport/broadcast.js";
+import { type Broadcast, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import {
@@ -539,8 +539,10 @@ export function createConfigAsCodeHandlers(deps: {
       const { changedSources } = await config.store.apply(principal.orgId, writes);
       config.outbox.poke();
       deps.correlation?.forget(principal.orgId);
-      // Every replica drops what it cached of a changed source before the change is answered.
+      // Every replica drops what it cached of a changed source, and of changed overrides, before the
+      // change is answered.
       for (const id of changedSources) await config.broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
+      if (plan.changes.some((c) => c.kind === "groupingOverride")) await config.broadcast.publish(GROUPING_OVERRIDES_CHANGED, principal.orgId);
       // Then the heartbeats and windows, through their own services.
       await applySchedules(plan, wanted, calls);
       response.applied = true;

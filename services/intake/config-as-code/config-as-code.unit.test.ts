@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { codeOf, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal } from "../../../test/support/stub-peers.js";
-import type { Broadcast } from "../../runtime/transport/broadcast.js";
+import { type Broadcast, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import { MAX_DESCRIPTION_CHARACTERS } from "../custom-sources/custom-source-records.js";
 import { SOURCES_PER_ORG } from "../custom-sources/store.js";
 import { createMemoryCustomSourceStore } from "../custom-sources/testing/memory-store.js";
@@ -25,7 +25,10 @@ const auth = { headers: { authorization: `Bearer ${STUB_TOKEN}` } };
 interface Harness {
   tables: MemoryTables;
   client: Client<typeof IntakeService>;
+  /** The custom sources whose change was broadcast. */
   published: string[];
+  /** The organizations whose overrides' change was broadcast. */
+  overridesChanged: string[];
   forgotten: string[];
 }
 
@@ -36,9 +39,13 @@ function harness(role = "owner"): Harness {
     heartbeats: { listHeartbeats: () => ({ heartbeats: [], nextCursor: "" }) },
     incidents: { listMaintenanceWindows: () => ({ maintenanceWindows: [] }), getEscalationPolicy: () => ({ severities: [] }) },
   });
-  const h: Harness = { tables, client: undefined!, published: [], forgotten: [] };
+  const h: Harness = { tables, client: undefined!, published: [], overridesChanged: [], forgotten: [] };
   const broadcast: Broadcast = {
-    publish: async (_subject, data) => void h.published.push(data),
+    publish: async (subject, data) => {
+      if (subject === CUSTOM_SOURCE_CHANGED) h.published.push(data);
+      else if (subject === GROUPING_OVERRIDES_CHANGED) h.overridesChanged.push(data);
+      else throw new Error(`no notice expected on ${subject}`);
+    },
     subscribe() {},
     available: () => true,
     onStateChange() {},
@@ -114,6 +121,8 @@ describe("configuration as code, at the handler level", () => {
 
   it("updates and deletes what the file changes, broadcasting each changed source; a section left out is left as it is", async () => {
     await h.client.applyConfig({ org: ORG, yaml: FILE }, auth);
+    // The file set an override: every replica heard that the organization's overrides changed.
+    expect(h.overridesChanged).toHaveLength(1);
     const billing = h.tables.sources.find((row) => row.name === "billing")!;
     const deploys = h.tables.sources.find((row) => row.name === "deploys")!;
     const changed = `
@@ -127,8 +136,9 @@ customSources:
     expect(plan(result.changes)).toEqual(["update customSource billing", "delete customSource deploys"]);
     expect(h.published).toEqual([billing.id, deploys.id]);
     expect(h.tables.sources.map((row) => [row.name, row.version])).toEqual([["billing", 2]]);
-    // No groupingOverrides and no correlation section: both kept.
+    // No groupingOverrides and no correlation section: both kept, and no override notice.
     expect(h.tables.overrides).toHaveLength(1);
+    expect(h.overridesChanged).toHaveLength(1);
     expect(h.tables.correlation.size).toBe(1);
   });
 
@@ -215,6 +225,7 @@ groupingOverrides: []
     expect(h.tables.sources.map((row) => row.name).sort()).toEqual(["billing", "deploys"]);
     expect(h.tables.audits).toHaveLength(audits);
     expect(h.published).toEqual([]);
+    expect(h.overridesChanged).toHaveLength(1);
   });
 
   it("plans against the caller's organization alone", async () => {

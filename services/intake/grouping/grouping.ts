@@ -10,6 +10,8 @@ import type { Clients } from "../../runtime/transport/clients.js";
 import { InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
 import type { Logger } from "../../runtime/observability/logger.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
+import { createRevocableCache } from "../../runtime/credentials/revocable-cache.js";
+import { type Broadcast, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
 import { type CompiledRules, evaluateRules } from "../../cel/cel-mapping.js";
@@ -17,16 +19,24 @@ import { compileAttachKey } from "../custom-sources/custom-source-records.js";
 import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies, OffloadedBody } from "../custom-sources/large-bodies.js";
 import type { GroupingStore, OverrideRow } from "./store.js";
 
-/** How long a process trusts its copy of an organization's overrides: a change reaches every replica within it. */
-export const OVERRIDE_CACHE_MS = 5_000;
+/**
+ * How long a process keeps an organization's overrides when it hears of no change to them: changes
+ * are broadcast, so this only bounds how long a lost notice could go unnoticed.
+ */
+export const OVERRIDES_CACHE_MS = 30_000;
+/** Attach keys a process keeps compiled, by their text. */
+const MAX_COMPILED_KEYS = 1_000;
 /** The longest grouping window: a year. */
 const MAX_WINDOW_HOURS = 24 * 366;
 
 /** An organization's grouping overrides applied to each delivery before the incident core sees it. */
 export interface Grouping {
   /** With `dryRun` (a preview) nothing is written: the next generation is only named. */
-  apply(org: Organization, alert: AlertInit, body: unknown, options?: { dryRun?: boolean }): Promise<void>;
+  apply(org: Organization, alert: AlertInit, body: unknown, options?: { dryRun?: boolean; signal?: AbortSignal }): Promise<void>;
 }
+
+/** An organization's overrides by source, each attach key compiled. */
+type Overrides = Map<string, OverrideRow & { compiled?: CompiledRules }>;
 
 /**
  * Grouping overrides: per organization and source badge, a CEL attach key replacing the source's
@@ -43,33 +53,40 @@ export function createGrouping(deps: {
   store: GroupingStore;
   clients: Clients;
   logger: Logger;
+  /** Where changes to an organization's overrides are heard (GROUPING_OVERRIDES_CHANGED). */
+  broadcast: Broadcast;
   /** Worker threads for large bodies (INTAKE_LARGE_BODY_WORKERS); none: every key is read on the event loop. */
   largeBodies?: LargeBodies | undefined;
 }): Grouping {
   const { store, clients, logger, largeBodies } = deps;
-  const cache = new Map<string, { at: number; overrides: Map<string, OverrideRow & { compiled?: CompiledRules }> }>();
+  // Each organization's overrides (none, for most), read once and kept until a change to them is
+  // broadcast: a delivery of an organization without overrides runs no statement for them.
+  const cache = createRevocableCache<Overrides>({ broadcast: deps.broadcast, subject: GROUPING_OVERRIDES_CHANGED, ttlMs: OVERRIDES_CACHE_MS });
+  /** Attach keys compiled, by their text: reading an organization's overrides again compiles only new keys. */
+  const compiledKeys = new Map<string, CompiledRules>();
 
-  async function overridesOf(orgId: string) {
-    const held = cache.get(orgId);
-    if (held && Date.now() - held.at < OVERRIDE_CACHE_MS) return held.overrides;
-    const rows = await store.overrides(orgId);
-    const previous = held?.overrides;
-    const overrides = new Map<string, OverrideRow & { compiled?: CompiledRules }>();
-    for (const row of rows) {
-      const old = previous?.get(row.source);
-      // Compiled once per key: a version alone is not enough, as an override deleted and set again
-      // starts over at version 1.
-      const compiled = old && old.attach_key === row.attach_key ? old.compiled : row.attach_key ? compileAttachKey(row.attach_key) : undefined;
-      overrides.set(row.source, { ...row, ...(compiled ? { compiled } : {}) });
+  const compiled = (attachKey: string): CompiledRules => {
+    let rules = compiledKeys.get(attachKey);
+    if (!rules) {
+      rules = compileAttachKey(attachKey);
+      if (compiledKeys.size >= MAX_COMPILED_KEYS) compiledKeys.delete(compiledKeys.keys().next().value!);
+      compiledKeys.set(attachKey, rules);
     }
-    cache.set(orgId, { at: Date.now(), overrides });
-    if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
-    return overrides;
-  }
+    return rules;
+  };
+
+  const overridesOf = async (orgId: string, signal: AbortSignal | undefined): Promise<Overrides> =>
+    (await cache.get(
+      orgId,
+      orgId,
+      async () =>
+        new Map((await store.overrides(orgId)).map((row) => [row.source, { ...row, ...(row.attach_key ? { compiled: compiled(row.attach_key) } : {}) }])),
+      signal,
+    )) ?? new Map();
 
   return {
     async apply(org, alert, body, options) {
-      const overrides = await overridesOf(org.id);
+      const overrides = await overridesOf(org.id, options?.signal);
       const override = overrides.get(alert.source ?? "");
       if (!override) return;
       if (override.compiled) {
@@ -109,8 +126,10 @@ export function createGroupingHandlers(deps: {
   /** The relay to poke after a change's audit record. */
   outbox: Pick<Outbox, "poke"> | undefined;
   clients: Clients;
+  /** Every replica hears of a change here before it is answered (GROUPING_OVERRIDES_CHANGED). */
+  broadcast: Broadcast;
 }): Pick<ServiceImpl<typeof IntakeService>, "putGroupingOverride" | "listGroupingOverrides" | "deleteGroupingOverride"> {
-  const { clients } = deps;
+  const { clients, broadcast } = deps;
   function need<T>(value: T | undefined): T {
     if (value === undefined) throw new NotFoundError("grouping overrides are not available in this process");
     return value;
@@ -138,6 +157,7 @@ export function createGroupingHandlers(deps: {
         { orgId: principal.orgId, kind: "grouping_override.set", actor: principal.email, data: { source, attachKey, windowHours: req.windowHours } },
       );
       outbox.poke();
+      await broadcast.publish(GROUPING_OVERRIDES_CHANGED, principal.orgId);
       return create(GroupingOverrideSchema, { source, attachKey, windowHours: req.windowHours });
     },
 
@@ -161,6 +181,7 @@ export function createGroupingHandlers(deps: {
       });
       outbox.poke();
       if (!deleted) throw new NotFoundError("no grouping override for that source");
+      await broadcast.publish(GROUPING_OVERRIDES_CHANGED, principal.orgId);
       return {};
     },
   };

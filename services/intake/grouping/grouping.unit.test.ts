@@ -1,15 +1,16 @@
 import { create } from "@bufbuild/protobuf";
 import { timestampFromDate } from "@bufbuild/protobuf/wkt";
 import { Code, createClient, type Client } from "@connectrpc/connect";
-import { beforeEach, describe, expect, it, vi } from "vitest";
+import { beforeEach, describe, expect, it } from "vitest";
 import { OrganizationSchema } from "../../../gen/warroom/identity/v1/identity_pb.js";
 import type { FindLatestOpenRequest } from "../../../gen/warroom/incidents/v1/incidents_pb.js";
 import { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { codeOf, serveUnderTest, STUB_TOKEN, type StubPeers, stubPeers, stubPrincipal } from "../../../test/support/stub-peers.js";
 import { createLogger } from "../../runtime/observability/logger.js";
+import { createInProcessBroadcast } from "../../runtime/transport/broadcast.js";
 import type { AlertInit } from "../sources/index.js";
 import { createMemoryTables, type MemoryTables } from "../testing/memory-tables.js";
-import { createGrouping, createGroupingHandlers, type Grouping, OVERRIDE_CACHE_MS } from "./grouping.js";
+import { createGrouping, createGroupingHandlers, type Grouping } from "./grouping.js";
 import { createMemoryGroupingStore } from "./testing/memory-store.js";
 
 /**
@@ -46,8 +47,9 @@ function harness(role = "owner"): Harness {
     const openedAt = h.open.get(identity);
     return openedAt ? { incidentId: `incident:${req.attachIdentity}`, attachIdentity: req.attachIdentity, openedAt: timestampFromDate(openedAt) } : {};
   };
-  h.grouping = createGrouping({ store, clients: peers.clients, logger: createLogger("silent", "grouping-unit") });
-  const handlers = createGroupingHandlers({ store, outbox: { poke() {} }, clients: peers.clients });
+  const broadcast = createInProcessBroadcast();
+  h.grouping = createGrouping({ store, clients: peers.clients, logger: createLogger("silent", "grouping-unit"), broadcast });
+  const handlers = createGroupingHandlers({ store, outbox: { poke() {} }, clients: peers.clients, broadcast });
   h.client = createClient(
     IntakeService,
     serveUnderTest((router) => router.service(IntakeService, handlers)),
@@ -133,20 +135,17 @@ describe("grouping overrides, as a delivery meets them", () => {
     expect(long.attachIdentity).toMatch(/^override:metrics-monitor:sha256:/);
   });
 
-  it("applies an override deleted and set again with another key, though the new row starts at the same version", async () => {
-    vi.useFakeTimers({ toFake: ["Date"] });
-    try {
-      await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.service" }, auth);
-      await h.grouping.apply(org, alert(), { service: "checkout" });
-      await h.client.deleteGroupingOverride({ org: ORG, source: "metrics-monitor" }, auth);
-      await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.team" }, auth);
-      vi.advanceTimersByTime(OVERRIDE_CACHE_MS + 1);
-      const a = alert();
-      await h.grouping.apply(org, a, { service: "checkout", team: "payments" });
-      expect(a.attachIdentity).toBe("override:metrics-monitor:payments");
-    } finally {
-      vi.useRealTimers();
-    }
+  it("applies an override deleted and set again with another key at once, though the new row starts at the same version", async () => {
+    await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.service" }, auth);
+    await h.grouping.apply(org, alert(), { service: "checkout" });
+    await h.client.deleteGroupingOverride({ org: ORG, source: "metrics-monitor" }, auth);
+    const plain = alert();
+    await h.grouping.apply(org, plain, { service: "checkout" });
+    expect(plain.attachIdentity).toBe("mm:cpu:web-1");
+    await h.client.putGroupingOverride({ org: ORG, source: "metrics-monitor", attachKey: "body.team" }, auth);
+    const a = alert();
+    await h.grouping.apply(org, a, { service: "checkout", team: "payments" });
+    expect(a.attachIdentity).toBe("override:metrics-monitor:payments");
   });
 
   it("moves to a new generation once the open incident is older than the window; a preview only names it", async () => {

@@ -28,6 +28,14 @@ export interface Broadcast {
 export const CUSTOM_SOURCE_CHANGED = "credentials.custom_source.changed";
 
 /**
+ * Subject a change to an organization's grouping overrides (one set or deleted, a configuration
+ * file applied) is broadcast on by intake, with the organization's id, before the change is
+ * answered: every intake replica drops its cached copy of that organization's overrides, so the
+ * next delivery, on whichever replica, groups as the change says.
+ */
+export const GROUPING_OVERRIDES_CHANGED = "intake.grouping_overrides.changed";
+
+/**
  * Subject an organization's first (or any new) subscription is broadcast on by the subscriptions
  * service, with the organization's id, before the creation is answered: every replica's fan-out
  * stops trusting its cached "this organization subscribes to nothing".

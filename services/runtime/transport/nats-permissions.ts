@@ -1,5 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
-import { CUSTOM_SOURCE_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
+import { CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
 import { internalServices } from "./clients.js";
 import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "../http/public-surface.js";
@@ -127,7 +127,9 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
         // no durable consumer whose failures it would copy to the dead letters.
         ...(user === "gateway" ? [] : [prefixed(subjectPrefix, "events.>"), prefixed(subjectPrefix, "deadletter.>")]),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
-        ...(user === "intake" ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`)] : []),
+        ...(user === "intake"
+          ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`), prefixed(subjectPrefix, `broadcast.${GROUPING_OVERRIDES_CHANGED}`)]
+          : []),
         ...(user === "subscriptions" ? [prefixed(subjectPrefix, `broadcast.${SUBSCRIPTION_CREATED}`)] : []),
         ...(user === "remotesource" ? [prefixed(subjectPrefix, `broadcast.${REMOTE_SOURCE_CHANGED}`)] : []),
         ...jetstream,
