@@ -152,7 +152,7 @@ export function createDeliveryPath(deps: {
     }
     // Unlike a grouping override, a correlation that cannot be placed fails the delivery (503, which
     // the sender retries): going on without it would open a second incident in attach mode.
-    const correlated = correlation ? await correlation.apply(org, mapped.alert) : {};
+    const correlated = correlation ? await correlation.apply(org, mapped.alert, context.signal) : {};
     const result = await record(org, mapped.alert, context, retryKey, correlated.groupId);
     return answerOf(result, mapped.alert);
   }

@@ -30,7 +30,7 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
   const groupingStore = tables && createPostgresGroupingStore(tables.sql, tables.outbox);
   const config = tables && { ...tables, store: createPostgresConfigStore(tables.sql, tables.outbox) };
   const grouping = groupingStore ? createGrouping({ store: groupingStore, clients, logger, broadcast, largeBodies: tables.largeBodies }) : undefined;
-  const correlation = tables ? createCorrelation({ sql: tables.sql, logger }) : undefined;
+  const correlation = tables ? createCorrelation({ sql: tables.sql, logger, broadcast }) : undefined;
   const delivery = createDeliveryPath({
     clients,
     store,
@@ -51,8 +51,8 @@ export function createIntakeRoutes(deps: IntakeDeps): IntakeImpl {
     ...createDropinHandlers({ store, clients, ingestTokens, delivery }),
     ...createCustomSourceHandlers({ clients, delivery, customSources: custom, grouping, failures: store.receiverFailures }),
     ...createGroupingHandlers({ store: groupingStore, outbox: tables?.outbox, clients, broadcast }),
-    ...createCorrelationHandlers({ sql: tables?.sql, outbox: tables?.outbox, clients, correlation }),
-    ...createConfigAsCodeHandlers({ clients, config, correlation }),
+    ...createCorrelationHandlers({ sql: tables?.sql, outbox: tables?.outbox, clients, broadcast }),
+    ...createConfigAsCodeHandlers({ clients, config }),
   });
 }
 

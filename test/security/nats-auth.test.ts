@@ -2,7 +2,13 @@ import { readFileSync } from "node:fs";
 import { headers } from "@nats-io/nats-core";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "../../services/runtime/transport/broadcast.js";
+import {
+  CORRELATION_CHANGED,
+  CUSTOM_SOURCE_CHANGED,
+  GROUPING_OVERRIDES_CHANGED,
+  REMOTE_SOURCE_CHANGED,
+  SUBSCRIPTION_CREATED,
+} from "../../services/runtime/transport/broadcast.js";
 import { loadConfig } from "../../services/runtime/config/config.js";
 import { natsAuthorizationBlock, NATS_USERS, natsPermissions } from "../../services/runtime/transport/nats-permissions.js";
 import { freshDatabase, startApp, type TestApp } from "../support/app.js";
@@ -168,7 +174,7 @@ describe("a cluster on an authenticated NATS", () => {
       const broadcasts = p.publish.allow.filter((s) => s.startsWith("broadcast."));
       const own: Partial<Record<typeof user, string[]>> = {
         identity: ["broadcast.>"],
-        intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`, `broadcast.${GROUPING_OVERRIDES_CHANGED}`],
+        intake: [`broadcast.${CUSTOM_SOURCE_CHANGED}`, `broadcast.${GROUPING_OVERRIDES_CHANGED}`, `broadcast.${CORRELATION_CHANGED}`],
         subscriptions: [`broadcast.${SUBSCRIPTION_CREATED}`],
         remotesource: [`broadcast.${REMOTE_SOURCE_CHANGED}`],
       };

@@ -39,7 +39,7 @@ import {
   windowName,
   windowSpecOf,
 } from "./config-schedules.js";
-import { type Broadcast, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
+import { type Broadcast, CORRELATION_CHANGED, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { SecretBox } from "../../runtime/credentials/secret-box.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import {
@@ -53,7 +53,7 @@ import {
 } from "../custom-sources/custom-source-records.js";
 import { authEntry, sameAuth, type SourceAuth, sourceAuthFrom } from "../custom-sources/source-auth.js";
 import { type CustomSourceRow, SOURCES_PER_ORG } from "../custom-sources/store.js";
-import { type Correlation, type CorrelationSettings, checkCorrelationSettings } from "../correlation/correlation.js";
+import { type CorrelationSettings, checkCorrelationSettings } from "../correlation/correlation.js";
 import type { ConfigState, ConfigStore, ConfigWrite } from "./store.js";
 
 /** What configuration as code needs beyond intake's clients; without it its routes answer Unavailable. */
@@ -474,8 +474,6 @@ async function applySchedules(plan: ConfigPlan, wanted: WantedConfig, calls: Sch
 export function createConfigAsCodeHandlers(deps: {
   clients: Clients;
   config: ConfigDeps | undefined;
-  /** Told of a correlation change at once (other replicas see it within CORRELATION_CACHE_MS). */
-  correlation?: Correlation | undefined;
 }): Pick<ServiceImpl<typeof IntakeService>, "exportConfig" | "applyConfig"> {
   const { clients } = deps;
   function need(): ConfigDeps {
@@ -538,11 +536,11 @@ export function createConfigAsCodeHandlers(deps: {
       const writes = intakeWrites(plan.changes, wanted, principal, config, response.credentials);
       const { changedSources } = await config.store.apply(principal.orgId, writes);
       config.outbox.poke();
-      deps.correlation?.forget(principal.orgId);
-      // Every replica drops what it cached of a changed source, and of changed overrides, before the
-      // change is answered.
+      // Every replica drops what it cached of a changed source, of changed overrides and of changed
+      // correlation settings, before the change is answered.
       for (const id of changedSources) await config.broadcast.publish(CUSTOM_SOURCE_CHANGED, id);
       if (plan.changes.some((c) => c.kind === "groupingOverride")) await config.broadcast.publish(GROUPING_OVERRIDES_CHANGED, principal.orgId);
+      if (plan.changes.some((c) => c.kind === "correlation")) await config.broadcast.publish(CORRELATION_CHANGED, principal.orgId);
       // Then the heartbeats and windows, through their own services.
       await applySchedules(plan, wanted, calls);
       response.applied = true;

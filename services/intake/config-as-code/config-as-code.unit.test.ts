@@ -3,7 +3,7 @@ import { beforeEach, describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { codeOf, serveUnderTest, STUB_TOKEN, stubPeers, stubPrincipal } from "../../../test/support/stub-peers.js";
-import { type Broadcast, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
+import { type Broadcast, CORRELATION_CHANGED, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import { MAX_DESCRIPTION_CHARACTERS } from "../custom-sources/custom-source-records.js";
 import { SOURCES_PER_ORG } from "../custom-sources/store.js";
 import { createMemoryCustomSourceStore } from "../custom-sources/testing/memory-store.js";
@@ -29,7 +29,8 @@ interface Harness {
   published: string[];
   /** The organizations whose overrides' change was broadcast. */
   overridesChanged: string[];
-  forgotten: string[];
+  /** The organizations whose correlation settings' change was broadcast. */
+  correlationChanged: string[];
 }
 
 function harness(role = "owner"): Harness {
@@ -39,11 +40,12 @@ function harness(role = "owner"): Harness {
     heartbeats: { listHeartbeats: () => ({ heartbeats: [], nextCursor: "" }) },
     incidents: { listMaintenanceWindows: () => ({ maintenanceWindows: [] }), getEscalationPolicy: () => ({ severities: [] }) },
   });
-  const h: Harness = { tables, client: undefined!, published: [], overridesChanged: [], forgotten: [] };
+  const h: Harness = { tables, client: undefined!, published: [], overridesChanged: [], correlationChanged: [] };
   const broadcast: Broadcast = {
     publish: async (subject, data) => {
       if (subject === CUSTOM_SOURCE_CHANGED) h.published.push(data);
       else if (subject === GROUPING_OVERRIDES_CHANGED) h.overridesChanged.push(data);
+      else if (subject === CORRELATION_CHANGED) h.correlationChanged.push(data);
       else throw new Error(`no notice expected on ${subject}`);
     },
     subscribe() {},
@@ -53,7 +55,6 @@ function harness(role = "owner"): Harness {
   const handlers = createConfigAsCodeHandlers({
     clients: peers.clients,
     config: { store: createMemoryConfigStore(tables), outbox: { poke() {} }, publicUrl: "https://warroom.example", broadcast },
-    correlation: { forget: (orgId: string) => void h.forgotten.push(orgId) } as never,
   });
   h.client = createClient(
     IntakeService,
@@ -112,7 +113,7 @@ describe("configuration as code, at the handler level", () => {
     expect(h.tables.sources.map((row) => row.name).sort()).toEqual(["billing", "deploys"]);
     expect(h.tables.correlation.get(principal.orgId)).toEqual({ mode: "link", windowMinutes: 15, key: "" });
     expect(h.tables.audits.every((a) => a.data.via === "config")).toBe(true);
-    expect(h.forgotten).toEqual([principal.orgId]);
+    expect(h.correlationChanged).toEqual([principal.orgId]);
     const again = await h.client.applyConfig({ org: ORG, yaml: FILE }, auth);
     expect(again.changes).toEqual([]);
     expect(again.credentials).toEqual([]);

@@ -7,6 +7,9 @@ import { CorrelationSchema } from "../../../gen/warroom/intake/v1/custom_sources
 import type { IntakeService } from "../../../gen/warroom/intake/v1/intake_pb.js";
 import { ADMINS, ANY_MEMBER, authorize } from "../../runtime/credentials/auth.js";
 import type { Clients } from "../../runtime/transport/clients.js";
+import { createRevocableCache } from "../../runtime/credentials/revocable-cache.js";
+import { compiledByText } from "../../cel/compiled-by-text.js";
+import { type Broadcast, CORRELATION_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { Sql, TransactionSql } from "../../runtime/data/database.js";
 import { InvalidArgumentError, NotFoundError, UnavailableError } from "../../runtime/errors.js";
 import { recordAudit } from "../../runtime/transport/events.js";
@@ -29,8 +32,8 @@ import { compileMetered, evaluateMetered, fromCelValue, MAPPING_LIMITS, meteredE
  * delivery's attach identity becomes the group's, so the incident core's unique open identity lets
  * exactly one delivery open the group's incident and every other one attach to it.
  *
- * An organization that set nothing pays nothing per delivery: its (empty) settings are cached for
- * CORRELATION_CACHE_MS, like grouping overrides.
+ * An organization that set nothing pays nothing per delivery: its (empty) settings are cached,
+ * like grouping overrides, until a change to them is broadcast (CORRELATION_CHANGED).
  */
 
 export const CORRELATION_MODES = ["link", "attach"] as const;
@@ -45,8 +48,11 @@ export const CORRELATION_LIMITS = {
   keyCharacters: 400,
 } as const;
 
-/** How long a process trusts its copy of an organization's settings: a change reaches every replica within it. */
-export const CORRELATION_CACHE_MS = 5_000;
+/**
+ * How long a process keeps an organization's settings when it hears of no change to them: changes
+ * are broadcast, so this only bounds how long a lost notice could go unnoticed.
+ */
+export const CORRELATION_CACHE_MS = 30_000;
 
 /** The key expression's environment: the normalized alert, with a custom source mapping's budget. */
 const KEY_ENVIRONMENT = meteredEnvironment({ alert: CelScalar.DYN }, MAPPING_LIMITS.costPerDelivery);
@@ -168,49 +174,28 @@ export interface Correlation {
    * Places the delivery in its key's group: in link mode answers the group, in attach mode rewrites
    * the alert's attach identity (and event identifier, scoped to its source) to the group's.
    */
-  apply(org: Organization, alert: AlertInit): Promise<Correlated>;
-  /** Drops this process's copy of the organization's settings (after a change made here). */
-  forget(orgId: string): void;
+  apply(org: Organization, alert: AlertInit, signal?: AbortSignal): Promise<Correlated>;
 }
 
-export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlation {
+type Settings = SettingsRow & { program?: Program };
+
+export function createCorrelation(deps: { sql: Sql; logger: Logger; broadcast: Broadcast }): Correlation {
   const { sql, logger } = deps;
-  const cache = new Map<string, { at: number; settings: Settings }>();
+  // Each organization's settings (none, for most), read once and kept until a change to them is
+  // broadcast; deliveries that miss together (after a change, during a storm) share one look-up.
+  const cache = createRevocableCache<Settings>({ broadcast: deps.broadcast, subject: CORRELATION_CHANGED, ttlMs: CORRELATION_CACHE_MS });
+  const compiled = compiledByText((expression) => compileCorrelationKey(expression, "key"));
 
-  type Settings = (SettingsRow & { program?: Program }) | undefined;
-  /** Look-ups in flight: deliveries that miss together (the copy expired during a storm) share one. */
-  const loading = new Map<string, { settings: Promise<Settings> }>();
-
-  async function load(orgId: string, old: Settings, ticket: { settings: Promise<Settings> }): Promise<Settings> {
-    const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
-    let settings: Settings;
-    if (row) {
-      // Compiled once per key: a version alone is not enough, as settings turned off and set
-      // again start over at version 1.
-      const program =
-        old && old.key_expression === row.key_expression ? old.program : row.key_expression ? compileCorrelationKey(row.key_expression, "key") : undefined;
-      settings = { ...row, ...(program ? { program } : {}) };
-    }
-    // A copy forgotten while this look-up was in flight is not put back from it.
-    if (loading.get(orgId) === ticket) {
-      cache.set(orgId, { at: Date.now(), settings });
-      if (cache.size > 10_000) cache.delete(cache.keys().next().value!);
-    }
-    return settings;
-  }
-
-  function settingsOf(orgId: string): Promise<Settings> {
-    const held = cache.get(orgId);
-    if (held && Date.now() - held.at < CORRELATION_CACHE_MS) return Promise.resolve(held.settings);
-    const pending = loading.get(orgId);
-    if (pending) return pending.settings;
-    const ticket = {} as { settings: Promise<Settings> };
-    loading.set(orgId, ticket);
-    ticket.settings = load(orgId, held?.settings, ticket).finally(() => {
-      if (loading.get(orgId) === ticket) loading.delete(orgId);
-    });
-    return ticket.settings;
-  }
+  const settingsOf = (orgId: string, signal: AbortSignal | undefined): Promise<Settings | undefined> =>
+    cache.get(
+      orgId,
+      orgId,
+      async () => {
+        const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
+        return row && { ...row, ...(row.key_expression ? { program: compiled(row.key_expression) } : {}) };
+      },
+      signal,
+    );
 
   /**
    * The key's group for an alert: the current one when the key's previous alert came less than
@@ -236,8 +221,8 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
   }
 
   return {
-    async apply(org, alert) {
-      const settings = await settingsOf(org.id);
+    async apply(org, alert, signal) {
+      const settings = await settingsOf(org.id, signal);
       if (!settings) return {};
       const keyed = correlationKeyOf(settings.program, alert);
       if ("error" in keyed) {
@@ -263,11 +248,6 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger }): Correlati
       if (alert.eventId) alert.eventId = `${source}:${alert.eventId}`;
       return {};
     },
-
-    forget(orgId) {
-      cache.delete(orgId);
-      loading.delete(orgId);
-    },
   };
 }
 
@@ -276,10 +256,10 @@ export function createCorrelationHandlers(deps: {
   sql: Sql | undefined;
   outbox: Outbox | undefined;
   clients: Clients;
-  /** This process's correlation, told of a change at once; other replicas see it within CORRELATION_CACHE_MS. */
-  correlation: Correlation | undefined;
+  /** Every replica hears of a change here before it is answered (CORRELATION_CHANGED). */
+  broadcast: Broadcast;
 }): Pick<ServiceImpl<typeof IntakeService>, "getCorrelation" | "putCorrelation" | "deleteCorrelation"> {
-  const { clients } = deps;
+  const { clients, broadcast } = deps;
   function need<T>(value: T | undefined): T {
     if (value === undefined) throw new UnavailableError("correlation is not available in this process");
     return value;
@@ -297,8 +277,8 @@ export function createCorrelationHandlers(deps: {
       const sql = need(deps.sql);
       const outbox = need(deps.outbox);
       await sql.begin((tx) => writeCorrelationSettings(tx, outbox, principal, settings));
-      deps.correlation?.forget(principal.orgId);
       outbox.poke();
+      await broadcast.publish(CORRELATION_CHANGED, principal.orgId);
       return create(CorrelationSchema, settings);
     },
 
@@ -307,9 +287,9 @@ export function createCorrelationHandlers(deps: {
       const sql = need(deps.sql);
       const outbox = need(deps.outbox);
       const deleted = await sql.begin((tx) => writeCorrelationSettings(tx, outbox, principal, undefined));
-      deps.correlation?.forget(principal.orgId);
       outbox.poke();
       if (!deleted) throw new NotFoundError("correlation is not set for this organization");
+      await broadcast.publish(CORRELATION_CHANGED, principal.orgId);
       return {};
     },
   };

@@ -11,6 +11,7 @@ import { InvalidArgumentError, NotFoundError } from "../../runtime/errors.js";
 import type { Logger } from "../../runtime/observability/logger.js";
 import type { Outbox } from "../../runtime/data/outbox.js";
 import { createRevocableCache } from "../../runtime/credentials/revocable-cache.js";
+import { compiledByText } from "../../cel/compiled-by-text.js";
 import { type Broadcast, GROUPING_OVERRIDES_CHANGED } from "../../runtime/transport/broadcast.js";
 import type { AlertInit } from "../sources/index.js";
 import { digestOf } from "../sources/normalized-alert.js";
@@ -24,8 +25,6 @@ import type { GroupingStore, OverrideRow } from "./store.js";
  * are broadcast, so this only bounds how long a lost notice could go unnoticed.
  */
 export const OVERRIDES_CACHE_MS = 30_000;
-/** Attach keys a process keeps compiled, by their text. */
-const MAX_COMPILED_KEYS = 1_000;
 /** The longest grouping window: a year. */
 const MAX_WINDOW_HOURS = 24 * 366;
 
@@ -62,18 +61,7 @@ export function createGrouping(deps: {
   // Each organization's overrides (none, for most), read once and kept until a change to them is
   // broadcast: a delivery of an organization without overrides runs no statement for them.
   const cache = createRevocableCache<Overrides>({ broadcast: deps.broadcast, subject: GROUPING_OVERRIDES_CHANGED, ttlMs: OVERRIDES_CACHE_MS });
-  /** Attach keys compiled, by their text: reading an organization's overrides again compiles only new keys. */
-  const compiledKeys = new Map<string, CompiledRules>();
-
-  const compiled = (attachKey: string): CompiledRules => {
-    let rules = compiledKeys.get(attachKey);
-    if (!rules) {
-      rules = compileAttachKey(attachKey);
-      if (compiledKeys.size >= MAX_COMPILED_KEYS) compiledKeys.delete(compiledKeys.keys().next().value!);
-      compiledKeys.set(attachKey, rules);
-    }
-    return rules;
-  };
+  const compiled = compiledByText(compileAttachKey);
 
   const overridesOf = async (orgId: string, signal: AbortSignal | undefined): Promise<Overrides> =>
     (await cache.get(

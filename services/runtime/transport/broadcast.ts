@@ -36,6 +36,13 @@ export const CUSTOM_SOURCE_CHANGED = "credentials.custom_source.changed";
 export const GROUPING_OVERRIDES_CHANGED = "intake.grouping_overrides.changed";
 
 /**
+ * Subject a change to an organization's correlation settings (set, deleted, a configuration file
+ * applied) is broadcast on by intake, with the organization's id, before the change is answered:
+ * every intake replica drops its cached copy of that organization's settings.
+ */
+export const CORRELATION_CHANGED = "intake.correlation.changed";
+
+/**
  * Subject an organization's first (or any new) subscription is broadcast on by the subscriptions
  * service, with the organization's id, before the creation is answered: every replica's fan-out
  * stops trusting its cached "this organization subscribes to nothing".

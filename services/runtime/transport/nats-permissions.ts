@@ -1,5 +1,5 @@
 import type { DescService } from "@bufbuild/protobuf";
-import { CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
+import { CORRELATION_CHANGED, CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, REMOTE_SOURCE_CHANGED, SUBSCRIPTION_CREATED } from "./broadcast.js";
 import { internalServices } from "./clients.js";
 import { deadLetterStreamName, eventsStreamName, inboxPrefix, prefixed } from "./nats-connection.js";
 import { isPublicMethod } from "../http/public-surface.js";
@@ -128,7 +128,7 @@ export function natsPermissions(user: NatsUser, subjectPrefix = ""): NatsPermiss
         ...(user === "gateway" ? [] : [prefixed(subjectPrefix, "events.>"), prefixed(subjectPrefix, "deadletter.>")]),
         ...(user === "identity" ? [prefixed(subjectPrefix, "broadcast.>")] : []),
         ...(user === "intake"
-          ? [prefixed(subjectPrefix, `broadcast.${CUSTOM_SOURCE_CHANGED}`), prefixed(subjectPrefix, `broadcast.${GROUPING_OVERRIDES_CHANGED}`)]
+          ? [CUSTOM_SOURCE_CHANGED, GROUPING_OVERRIDES_CHANGED, CORRELATION_CHANGED].map((notice) => prefixed(subjectPrefix, `broadcast.${notice}`))
           : []),
         ...(user === "subscriptions" ? [prefixed(subjectPrefix, `broadcast.${SUBSCRIPTION_CREATED}`)] : []),
         ...(user === "remotesource" ? [prefixed(subjectPrefix, `broadcast.${REMOTE_SOURCE_CHANGED}`)] : []),
