@@ -142,7 +142,7 @@ export function createDeliveryPath(deps: {
     }
     if (grouping) {
       try {
-        await grouping.apply(org, mapped.alert, body, { signal: context.signal });
+        await grouping.apply(org, mapped.alert, body);
       } catch (err) {
         // A process too busy to read the key refuses the delivery for now (Retry-After).
         if (err instanceof ShareExceeded) throw err;
@@ -152,7 +152,7 @@ export function createDeliveryPath(deps: {
     }
     // Unlike a grouping override, a correlation that cannot be placed fails the delivery (503, which
     // the sender retries): going on without it would open a second incident in attach mode.
-    const correlated = correlation ? await correlation.apply(org, mapped.alert, context.signal) : {};
+    const correlated = correlation ? await correlation.apply(org, mapped.alert) : {};
     const result = await record(org, mapped.alert, context, retryKey, correlated.groupId);
     return answerOf(result, mapped.alert);
   }

@@ -174,7 +174,7 @@ export interface Correlation {
    * Places the delivery in its key's group: in link mode answers the group, in attach mode rewrites
    * the alert's attach identity (and event identifier, scoped to its source) to the group's.
    */
-  apply(org: Organization, alert: AlertInit, signal?: AbortSignal): Promise<Correlated>;
+  apply(org: Organization, alert: AlertInit): Promise<Correlated>;
 }
 
 type Settings = SettingsRow & { program?: Program };
@@ -186,16 +186,12 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger; broadcast: B
   const cache = createRevocableCache<Settings>({ broadcast: deps.broadcast, subject: CORRELATION_CHANGED, ttlMs: CORRELATION_CACHE_MS });
   const compiled = compiledByText((expression) => compileCorrelationKey(expression, "key"));
 
-  const settingsOf = (orgId: string, signal: AbortSignal | undefined): Promise<Settings | undefined> =>
-    cache.get(
-      orgId,
-      orgId,
-      async () => {
-        const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
-        return row && { ...row, ...(row.key_expression ? { program: compiled(row.key_expression) } : {}) };
-      },
-      signal,
-    );
+  // Never given up with the sender's hang-up, as the delivery it serves goes on.
+  const settingsOf = (orgId: string): Promise<Settings | undefined> =>
+    cache.get(orgId, orgId, async () => {
+      const [row] = await sql<SettingsRow[]>`select mode, window_minutes, key_expression, version from intake.correlation_settings where org_id = ${orgId}`;
+      return row && { ...row, ...(row.key_expression ? { program: compiled(row.key_expression) } : {}) };
+    });
 
   /**
    * The key's group for an alert: the current one when the key's previous alert came less than
@@ -221,8 +217,8 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger; broadcast: B
   }
 
   return {
-    async apply(org, alert, signal) {
-      const settings = await settingsOf(org.id, signal);
+    async apply(org, alert) {
+      const settings = await settingsOf(org.id);
       if (!settings) return {};
       const keyed = correlationKeyOf(settings.program, alert);
       if ("error" in keyed) {

@@ -31,7 +31,7 @@ const MAX_WINDOW_HOURS = 24 * 366;
 /** An organization's grouping overrides applied to each delivery before the incident core sees it. */
 export interface Grouping {
   /** With `dryRun` (a preview) nothing is written: the next generation is only named. */
-  apply(org: Organization, alert: AlertInit, body: unknown, options?: { dryRun?: boolean; signal?: AbortSignal }): Promise<void>;
+  apply(org: Organization, alert: AlertInit, body: unknown, options?: { dryRun?: boolean }): Promise<void>;
 }
 
 /** An organization's overrides by source, each attach key compiled. */
@@ -63,18 +63,19 @@ export function createGrouping(deps: {
   const cache = createRevocableCache<Overrides>({ broadcast: deps.broadcast, subject: GROUPING_OVERRIDES_CHANGED, ttlMs: OVERRIDES_CACHE_MS });
   const compiled = compiledByText(compileAttachKey);
 
-  const overridesOf = async (orgId: string, signal: AbortSignal | undefined): Promise<Overrides> =>
+  // Never given up with the sender's hang-up: the delivery goes on (its answer is kept for the
+  // retry), and it must go on with the organization's grouping.
+  const overridesOf = async (orgId: string): Promise<Overrides> =>
     (await cache.get(
       orgId,
       orgId,
       async () =>
         new Map((await store.overrides(orgId)).map((row) => [row.source, { ...row, ...(row.attach_key ? { compiled: compiled(row.attach_key) } : {}) }])),
-      signal,
     )) ?? new Map();
 
   return {
     async apply(org, alert, body, options) {
-      const overrides = await overridesOf(org.id, options?.signal);
+      const overrides = await overridesOf(org.id);
       const override = overrides.get(alert.source ?? "");
       if (!override) return;
       if (override.compiled) {
