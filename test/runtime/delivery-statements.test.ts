@@ -1,7 +1,6 @@
 import postgres from "postgres";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CORRELATION_CACHE_MS } from "../../services/intake/correlation/correlation.js";
-import { OVERRIDES_CACHE_MS } from "../../services/intake/grouping/grouping.js";
+import { REVOCABLE_CACHE_TTL_MS } from "../../services/runtime/credentials/revocable-cache.js";
 import { fixture, issueCredentials, postTrigger, unique, type Credentials } from "../e2e/triggers-kit.js";
 import { OWNER, startApp, type TestApp } from "../support/app.js";
 import { startPrivatePostgres, type PrivatePostgres } from "../support/postgres-server.js";
@@ -129,9 +128,9 @@ function remoteSourceStatements({ counted, ms }: Burst): Counted[] {
  * organization without correlation settings or grouping overrides has its empty answer cached until
  * a change is broadcast, so the burst reads them again only if that expiry passed during it.
  */
-function lookupsPastExpiry({ counted, ms }: Burst, table: string, cacheMs: number): number {
+function lookupsPastExpiry({ counted, ms }: Burst, table: string): number {
   const lookups = counted.filter((s) => s.query.includes(`from ${table}`)).reduce((n, s) => n + s.calls, 0);
-  return Math.max(0, lookups - Math.floor(ms / cacheMs));
+  return Math.max(0, lookups - Math.floor(ms / REVOCABLE_CACHE_TTL_MS));
 }
 
 /** Correlation's statements over the burst, but its settings' look-ups (counted apart): no group claimed. */
@@ -142,8 +141,8 @@ function correlationStatements({ counted }: Burst): Counted[] {
 /** What an organization that set neither correlation nor grouping overrides pays for them over the burst. */
 function expectNoCorrelationOrGrouping(measured: Burst): void {
   expect(correlationStatements(measured)).toEqual([]);
-  expect(lookupsPastExpiry(measured, "intake.correlation_settings", CORRELATION_CACHE_MS)).toBe(0);
-  expect(lookupsPastExpiry(measured, "intake.grouping_overrides", OVERRIDES_CACHE_MS)).toBe(0);
+  expect(lookupsPastExpiry(measured, "intake.correlation_settings")).toBe(0);
+  expect(lookupsPastExpiry(measured, "intake.grouping_overrides")).toBe(0);
 }
 
 /** Statements per delivery, from those that ran at least once per delivery. */

@@ -48,12 +48,6 @@ export const CORRELATION_LIMITS = {
   keyCharacters: 400,
 } as const;
 
-/**
- * How long a process keeps an organization's settings when it hears of no change to them: changes
- * are broadcast, so this only bounds how long a lost notice could go unnoticed.
- */
-export const CORRELATION_CACHE_MS = 30_000;
-
 /** The key expression's environment: the normalized alert, with a custom source mapping's budget. */
 const KEY_ENVIRONMENT = meteredEnvironment({ alert: CelScalar.DYN }, MAPPING_LIMITS.costPerDelivery);
 
@@ -183,7 +177,7 @@ export function createCorrelation(deps: { sql: Sql; logger: Logger; broadcast: B
   const { sql, logger } = deps;
   // Each organization's settings (none, for most), read once and kept until a change to them is
   // broadcast; deliveries that miss together (after a change, during a storm) share one look-up.
-  const cache = createRevocableCache<Settings>({ broadcast: deps.broadcast, subject: CORRELATION_CHANGED, ttlMs: CORRELATION_CACHE_MS });
+  const cache = createRevocableCache<Settings>({ broadcast: deps.broadcast, subject: CORRELATION_CHANGED });
   const compiled = compiledByText((expression) => compileCorrelationKey(expression, "key"));
 
   // Never given up with the sender's hang-up, as the delivery it serves goes on.

@@ -20,11 +20,6 @@ import { compileAttachKey } from "../custom-sources/custom-source-records.js";
 import { exceedsBytes, LARGE_BODY_BYTES, type LargeBodies, OffloadedBody } from "../custom-sources/large-bodies.js";
 import type { GroupingStore, OverrideRow } from "./store.js";
 
-/**
- * How long a process keeps an organization's overrides when it hears of no change to them: changes
- * are broadcast, so this only bounds how long a lost notice could go unnoticed.
- */
-export const OVERRIDES_CACHE_MS = 30_000;
 /** The longest grouping window: a year. */
 const MAX_WINDOW_HOURS = 24 * 366;
 
@@ -60,7 +55,7 @@ export function createGrouping(deps: {
   const { store, clients, logger, largeBodies } = deps;
   // Each organization's overrides (none, for most), read once and kept until a change to them is
   // broadcast: a delivery of an organization without overrides runs no statement for them.
-  const cache = createRevocableCache<Overrides>({ broadcast: deps.broadcast, subject: GROUPING_OVERRIDES_CHANGED, ttlMs: OVERRIDES_CACHE_MS });
+  const cache = createRevocableCache<Overrides>({ broadcast: deps.broadcast, subject: GROUPING_OVERRIDES_CHANGED });
   const compiled = compiledByText(compileAttachKey);
 
   // Never given up with the sender's hang-up: the delivery goes on (its answer is kept for the

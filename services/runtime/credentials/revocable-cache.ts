@@ -2,12 +2,18 @@ import type { Broadcast } from "../transport/broadcast.js";
 import { detachedFromCancellation, NEVER_ABORTS, untilAborted } from "../http/request-context.js";
 
 /**
+ * How long an entry is kept when no notice drops it: changes are broadcast, so this only bounds
+ * how long a lost notice could go unnoticed.
+ */
+export const REVOCABLE_CACHE_TTL_MS = 30_000;
+
+/**
  * A per-process cache of credential lookups that a change must reach on every replica at once.
  * Whoever changes what an entry was read from broadcasts the entry's group on `subject` before it
  * answers, and every process drops that group's entries on receipt (an empty notice drops all).
  * While the broadcast is unavailable (NATS down) nothing is served from the cache, every
  * connection-state change empties it, and a lookup that overlapped a notice is not kept; entries
- * also expire after `ttlMs`.
+ * also expire after `ttlMs` (REVOCABLE_CACHE_TTL_MS unless given).
  *
  * Negative answers (`undefined`) are cached too: a 256-bit secret nobody holds now is never issued
  * later, and a sender repeating a wrong one costs one lookup.
@@ -18,7 +24,7 @@ import { detachedFromCancellation, NEVER_ABORTS, untilAborted } from "../http/re
  */
 export function createRevocableCache<V>(options: { broadcast: Broadcast; subject: string; ttlMs?: number; maxEntries?: number }) {
   const { broadcast, subject } = options;
-  const ttlMs = options.ttlMs ?? 30_000;
+  const ttlMs = options.ttlMs ?? REVOCABLE_CACHE_TTL_MS;
   const maxEntries = options.maxEntries ?? 10_000;
   const entries = new Map<string, { value: V | undefined; group: string; until: number }>();
   // Counts notices (and connection-state changes). A lookup remembers the count it began under;
