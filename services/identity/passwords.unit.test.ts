@@ -37,6 +37,9 @@ describe("the password hash's cost", () => {
   });
 });
 
+/** scrypt parameters that take half a second or more a hash: long enough to keep the threads busy. */
+const HEAVY = { N: 65_536, r: 8, p: 4, maxmem: 2 * 128 * 65_536 * 8 };
+
 /** The hashing queue's bound on a wait holds while every thread stays busy, not only when one frees. */
 describe("the hashing queue", () => {
   it("refuses a hash that waited its bound unstarted before any running hash ends", async () => {
@@ -44,9 +47,8 @@ describe("the hashing queue", () => {
     const pool = createHashPool(1, 100);
     // The estimate says a hash is quick, so the third is admitted; each takes half a second or more.
     pool.rescale(0.0001);
-    const heavy = { N: 65_536, r: 8, p: 4, maxmem: 2 * 128 * 65_536 * 8 };
     const order: string[] = [];
-    const hash = (who: string) => pool.derive({ account: who, address: who, known: true }, "a password", randomBytes(16), 64, heavy);
+    const hash = (who: string) => pool.derive({ account: who, address: who, known: true }, "a password", randomBytes(16), 64, HEAVY);
     const running = ["first", "second"].map((who) => hash(who).then(() => order.push(`${who} hashed`)));
     const waiting = await hash("third").then(
       () => "hashed",
@@ -62,9 +64,8 @@ describe("the hashing queue", () => {
 
   it("refuses a hash that could not end before its caller's deadline, before that deadline, however long the wait bound", async () => {
     const pool = createHashPool(1, 60_000);
-    const heavy = { N: 65_536, r: 8, p: 4, maxmem: 2 * 128 * 65_536 * 8 };
     const hash = (who: string, deadlineAt?: number) =>
-      pool.derive({ account: who, address: who, known: true, deadlineAt }, "a password", randomBytes(16), 64, heavy);
+      pool.derive({ account: who, address: who, known: true, deadlineAt }, "a password", randomBytes(16), 64, HEAVY);
     // Two heavy hashes side by side: how long one takes on this machine (and the pool's estimate).
     const measuring = performance.now();
     await Promise.all([hash("first"), hash("second")]);
