@@ -1,10 +1,16 @@
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
+import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { build } from "esbuild";
 import { type Cluster, type ClusterOptions, startCluster } from "../../services/process/cluster.js";
 
 const ROOT = resolve(import.meta.dirname, "../..");
+/**
+ * This tree's tsx loader, by its file URL: another tree (a previous release) runs through it with
+ * its production dependencies alone, whichever of its dependency lists named tsx.
+ */
+const TSX_LOADER = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
 /** Set by the run's global setup to the compiled tree; its workers inherit it. */
 export const COMPILED_ENV = "WARROOM_TEST_COMPILED_DIR";
 
@@ -136,7 +142,7 @@ export function nodeArgsFor(entry: string, cwd = ROOT): string[] {
     const js = join(compiled, relative(ROOT, source)).replace(/\.ts$/, ".js");
     if (existsSync(js)) return ["--enable-source-maps", bundledEntry(compiled, js) ?? js];
   }
-  return ["--import", "tsx", entry];
+  return ["--import", TSX_LOADER, entry];
 }
 
 /** `startCluster` running this run's compiled services, when it has them. */
