@@ -1,9 +1,9 @@
 import { execFile } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import postgres from "postgres";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
 import { OWNER } from "../support/app.js";
 import { nodeArgsFor } from "../support/compiled-services.js";
 import {
@@ -726,6 +726,7 @@ describe.each(MODES)("custom sources (%s)", (mode) => {
 
     // The admin command: export to a file, delete a source from it, plan, apply, apply again.
     const dir = mkdtempSync(join(tmpdir(), "warroom-config-"));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, "warroom.yaml");
     const admin = (...args: string[]) =>
       new Promise<{ code: number; stdout: string; stderr: string }>((resolve) => {
