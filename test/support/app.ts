@@ -3,6 +3,7 @@ import postgres from "postgres";
 import { allServices } from "../../services/process/all-services.js";
 import { registry } from "../../services/runtime/observability/metrics.js";
 import { runProcess, type ProcessOptions, type RunningProcess } from "../../services/process/run-process.js";
+import { copyTemplate, templateApplies } from "./embedded-template.js";
 import { startPrivateNats } from "./nats-server.js";
 import { migratedTemplate } from "./template-database.js";
 import { tempDataDir } from "./temp-data-dir.js";
@@ -87,10 +88,18 @@ export async function startApp(
     databaseUrl?: string;
     database?: TestDatabase;
     extraHttp?: ProcessOptions["extraHttp"];
+    /** The embedded database's DATA_DIR, kept when the app stops: the run's template (embedded-template.ts). */
+    dataDir?: string;
   } = {},
 ): Promise<TestApp> {
   const embedded = !options.databaseUrl && (options.database ?? TEST_DATABASE) === "embedded";
-  const dataDir = embedded ? tempDataDir("wr-app-") : undefined;
+  const dataDir = embedded ? (options.dataDir ? { dir: options.dataDir, cleanup() {} } : tempDataDir("wr-app-")) : undefined;
+  if (dataDir && !options.dataDir && templateApplies(options.env)) {
+    await copyTemplate(dataDir.dir, async (dir) => {
+      const maker = await startApp({ database: "embedded", dataDir: dir });
+      await maker.stop();
+    });
+  }
   const database = options.databaseUrl || embedded ? undefined : await freshDatabase({ migrated: true });
   // Each app gets its own NATS server (or the one it is given): subjects are global, so two apps
   // on one server would answer each other's calls against different databases.
