@@ -26,7 +26,7 @@ import {
   unauthenticatedNatsProblem,
 } from "../runtime/transport/nats-connection.js";
 import { CLIENT_ADDRESS_HEADER, createClientAddress } from "../runtime/http/client-address.js";
-import { publicMethodsOnlyInterceptor, publicOnly } from "../runtime/http/public-surface.js";
+import { deadlineInterceptor, publicMethodsOnlyInterceptor, publicOnly } from "../runtime/http/public-surface.js";
 import { connectionDeadlines, listenHttp, peerAddress, sendJson, type HttpHandler, type HttpServer } from "../runtime/http/http-server.js";
 import { createLogger, type Logger } from "../runtime/observability/logger.js";
 import { unknownVariableWarnings } from "../runtime/config/config-warnings.js";
@@ -376,7 +376,7 @@ function createPublicHandler(surface: PublicSurface): HttpHandler {
   const remoteServices: DescService[] = surface.gateway ? internalServices.filter((s) => !localServices.has(s.typeName)) : [];
   const connectHandler = connectNodeAdapter({
     // Internal methods are refused first: no validation runs for them on the public port.
-    interceptors: [publicMethodsOnlyInterceptor(), ...interceptors],
+    interceptors: [publicMethodsOnlyInterceptor(), deadlineInterceptor(), ...interceptors],
     // Anything not registered with its own limit (gRPC health) reads at most the default.
     readMaxBytes: BODY_LIMITS.default,
     routes: (r) => {

@@ -2,6 +2,7 @@ import { hasOption, type DescMethod, type DescService } from "@bufbuild/protobuf
 import { Code, ConnectError, type ConnectRouter, type Interceptor, type MethodImpl } from "@connectrpc/connect";
 import { http } from "../../../gen/google/api/annotations_pb.js";
 import { bodyLimit } from "./body-limits.js";
+import { untilAborted } from "./request-context.js";
 
 /**
  * The public surface: only methods with a google.api.http route are served over HTTP (Connect,
@@ -32,6 +33,17 @@ export function publicMethodsOnlyInterceptor(): Interceptor {
       return Promise.reject(new ConnectError(`${req.method.parent.typeName}.${req.method.name} has no handler in this process`, Code.Unimplemented));
     return next(req);
   };
+}
+
+/**
+ * Ends a public unary call at its deadline, or when its caller hangs up, whether or not its handler
+ * reads the signal: Connect-ES runs a handler of this process to its end and answered 200 after
+ * the deadline, where a call forwarded over NATS (and every internal call) already ended at it.
+ * The handler is not stopped: work that must finish once started (a delivery, whose answer is kept
+ * for its retry) goes on.
+ */
+export function deadlineInterceptor(): Interceptor {
+  return (next) => (req) => (req.stream ? next(req) : untilAborted(next(req), req.signal));
 }
 
 /**
