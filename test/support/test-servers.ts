@@ -2,6 +2,7 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pino from "pino";
+import postgres from "postgres";
 import { startEmbeddedPostgres } from "../../services/runtime/data/embedded-postgres.js";
 import { startPrivateNats } from "./nats-server.js";
 
@@ -45,6 +46,7 @@ export async function startTestServers(env: { DATABASE_URL?: string; NATS_URL?: 
       const pg = await startEmbeddedPostgres({ dataDir, logger: pino({ level: "silent" }) });
       stopPostgres = () => pg.stop();
       databaseUrl = `postgres://${pg.user}:${encodeURIComponent(pg.password)}@${pg.host}:${pg.port}/${pg.database}`;
+      await withoutDurability(databaseUrl);
     }
     let natsUrl = env.NATS_URL!;
     if (wantNats) {
@@ -68,5 +70,21 @@ export async function startTestServers(env: { DATABASE_URL?: string; NATS_URL?: 
     await Promise.allSettled([stopPostgres(), stopNats()]);
     removeDir();
     throw err;
+  }
+}
+
+/**
+ * The run's server keeps what it commits only as long as it runs, as the fault tests' private
+ * servers do (test/support/postgres-server.ts): it is thrown away at the end and never killed
+ * under a test. Every commit otherwise waited for its WAL flush, and every page's first change
+ * after a checkpoint wrote the whole page to the WAL, for a crash that cannot happen here.
+ */
+async function withoutDurability(databaseUrl: string): Promise<void> {
+  const sql = postgres(databaseUrl, { max: 1, onnotice: () => {} });
+  try {
+    for (const setting of ["fsync", "synchronous_commit", "full_page_writes"]) await sql.unsafe(`alter system set ${setting} = off`);
+    await sql`select pg_reload_conf()`;
+  } finally {
+    await sql.end();
   }
 }
