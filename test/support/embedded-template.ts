@@ -7,7 +7,7 @@ import { LOCK_FILE_NAME } from "../../services/runtime/data/data-dir-lock.js";
  * Set by the global setup: a folder of the run's in which the first worker that starts an app on
  * the embedded database makes a DATA_DIR once (Postgres created, migrated, the owner bootstrapped,
  * stopped), which every later such app starts from a copy of, as from a restored backup. Creating
- * and migrating one took about 1.2 s of CPU per app; a copy takes a few milliseconds. The first
+ * and migrating one took about 2 s of CPU per app on two busy cores; a copy, milliseconds. The first
  * start itself is tested where it is the subject (test/runtime/embedded-mode.test.ts, the soak).
  */
 export const EMBEDDED_TEMPLATE_ENV = "WARROOM_TEST_EMBEDDED_TEMPLATE";
