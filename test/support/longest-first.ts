@@ -11,11 +11,11 @@ import { BaseSequencer, type TestSpecification } from "vitest/node";
 export const LONGEST: Record<string, number> = {
   "server:test/security/login-stranger.test.ts": 106,
   "server:test/e2e/custom-sources.test.ts": 99,
-  "server:test/upgrade/rolling-upgrade.test.ts": 84,
   "server:test/faults/subscription-deliveries.test.ts": 76,
   "server:test/runtime/probes-and-shutdown.test.ts": 75,
-  "soak:test/soak/embedded-soak.test.ts": 66,
   "server:test/deploy/manifests.test.ts": 64,
+  "server:test/upgrade/rolling-upgrade.test.ts": 64,
+  "soak:test/soak/embedded-soak.test.ts": 64,
   "server:test/runtime/embedded-mode.test.ts": 63,
   "server:test/faults/cluster-faults.test.ts": 53,
   "server:test/security/login.test.ts": 48,
