@@ -26,13 +26,14 @@ export function templateApplies(env: Record<string, string> = {}): boolean {
 }
 
 /**
- * Copies the run's template to `dir` (which must not exist), making the template first with
- * `create` (an app started on the folder it is given, then stopped) when no worker has. False when
- * there is no template: the caller's app then creates its DATA_DIR itself.
+ * Copies the run's template to `dir` (which must not exist, in a folder that does), making the
+ * template first with `create` (an app started on the folder it is given, then stopped) when no
+ * worker has. Without a template (its making failed, or took too long) nothing is copied: the
+ * caller's app then creates its DATA_DIR itself.
  */
-export async function copyTemplate(dir: string, create: (dir: string) => Promise<void>): Promise<boolean> {
+export async function copyTemplate(dir: string, create: (dir: string) => Promise<void>): Promise<void> {
   const root = process.env[EMBEDDED_TEMPLATE_ENV];
-  if (!root) return false;
+  if (!root) return;
   const template = join(root, "data");
   const ready = join(root, "ready");
   const failed = join(root, "failed");
@@ -58,11 +59,9 @@ export async function copyTemplate(dir: string, create: (dir: string) => Promise
   } else {
     const deadline = Date.now() + WAIT_MS;
     while (!existsSync(ready)) {
-      if (existsSync(failed) || Date.now() > deadline) return false;
+      if (existsSync(failed) || Date.now() > deadline) return;
       await new Promise((r) => setTimeout(r, 100));
     }
   }
-  mkdirSync(join(dir, ".."), { recursive: true });
   execFileSync("cp", ["-a", template, dir]);
-  return true;
 }
