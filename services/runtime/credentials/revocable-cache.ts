@@ -8,7 +8,8 @@ import { detachedFromCancellation, NEVER_ABORTS, untilAborted } from "../http/re
 export const REVOCABLE_CACHE_TTL_MS = 30_000;
 
 /**
- * A per-process cache of credential lookups that a change must reach on every replica at once.
+ * A per-process cache of lookups (credentials, and intake's per-organization grouping overrides and
+ * correlation settings) that a change must reach on every replica at once.
  * Whoever changes what an entry was read from broadcasts the entry's group on `subject` before it
  * answers, and every process drops that group's entries on receipt (an empty notice drops all).
  * While the broadcast is unavailable (NATS down) nothing is served from the cache, every
