@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readdirSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -75,6 +75,41 @@ export async function freePort(): Promise<number> {
       const { port } = server.address() as { port: number };
       server.close(() => resolve(port));
     });
+  });
+}
+
+/**
+ * Whether process `pid` holds the socket listening on TCP `port`, from Linux's /proc; undefined
+ * where /proc cannot tell. A port picked free can be taken by another program before the child
+ * binds it: the child then fails and is restarted on new ports, while a stranger answers on the
+ * old one, so an answer on the port alone does not say the child is ready.
+ */
+export function listensOn(pid: number, port: number): boolean | undefined {
+  const suffix = `:${port.toString(16).toUpperCase().padStart(4, "0")}`;
+  const listening = new Set<string>();
+  try {
+    for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+      for (const line of readFileSync(table, "utf8").split("\n").slice(1)) {
+        const fields = line.trim().split(/\s+/);
+        // local address, state (0A: LISTEN), inode
+        if (fields[1]?.endsWith(suffix) && fields[3] === "0A") listening.add(`socket:[${fields[9]}]`);
+      }
+    }
+  } catch {
+    return undefined;
+  }
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false; // the process has ended
+  }
+  return fds.some((fd) => {
+    try {
+      return listening.has(readlinkSync(`/proc/${pid}/fd/${fd}`));
+    } catch {
+      return false; // closed since the listing
+    }
   });
 }
 
@@ -172,7 +207,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
       );
     },
   };
-  // Ready when every process answers /readyz.
+  // Ready when every process answers /readyz on a port it holds itself.
   const deadline = Date.now() + 90_000;
   for (const p of processes) {
     for (;;) {
@@ -185,7 +220,7 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
         (r) => r.ok,
         () => false,
       );
-      if (ok) break;
+      if (ok && p.child.pid !== undefined && listensOn(p.child.pid, p.port) !== false) break;
       if (Date.now() > deadline) {
         await cluster.stop();
         const said = p.output.length > 0 ? `; its last output:\n${p.output.slice(-20).join("\n")}` : "";
