@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort } from "../../services/process/cluster.js";
+import { freePort, listensOn } from "../../services/process/cluster.js";
 
 /** A private nats-server with JetStream on a free loopback port, for tests that stop and start it. */
 export { freePort };
@@ -83,7 +83,8 @@ export async function startPrivateNats(options: { config?: string; parentDir?: s
       watcher = killWhenParentExits(pid);
       // A hang detector, not a budget: nats-server answers within a second even on a busy machine.
       const deadline = Date.now() + 30_000;
-      while (running() && !(await portAnswers(port))) {
+      // The answer must be this server's: another program may have taken the port before it bound it.
+      while (running() && !((await portAnswers(port)) && listensOn(pid, port) !== false)) {
         if (Date.now() > deadline) throw new Error("nats-server did not start");
         await new Promise((r) => setTimeout(r, 50));
       }

@@ -45,14 +45,27 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
   const dir = mkdtempSync(join(options.parent ?? tmpdir(), "wr-pg-"));
   chmodSync(dir, 0o777);
   const dataDir = join(dir, "data");
-  const port = await freePort();
+  let port = await freePort();
   const [initCmd, initArgs] = asPostgresUser(join(bin, "initdb"), ["-D", dataDir, "-A", "trust", "-U", "postgres", "--no-sync"]);
   execFileSync(initCmd, initArgs, { stdio: "ignore" });
   let child: ChildProcess | undefined;
   let watcher: ChildProcess | undefined;
-  const url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  let url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+  let started = false;
 
   const start = async () => {
+    for (let attempt = 0; !(await startOnce()); attempt++) {
+      // Another program took the port between the probe and the bind: try another. On a restart
+      // (start after stop) the port stays: tests reconnect to the same URL.
+      if (started || attempt >= 2) throw new Error(`the private Postgres exited at start (port ${port})`);
+      port = await freePort();
+      url = `postgres://postgres@127.0.0.1:${port}/postgres`;
+    }
+    started = true;
+  };
+
+  /** Starts the server: true once it answers, false if it exited first. */
+  const startOnce = async (): Promise<boolean> => {
     const [cmd, args] = asPostgresUser(join(bin, "postgres"), [
       "-D",
       dataDir,
@@ -70,19 +83,22 @@ export async function startPrivatePostgres(options: { settings?: Record<string, 
       "max_connections=200",
       ...Object.entries(options.settings ?? {}).flatMap(([name, value]) => ["-c", `${name}=${value}`]),
     ]);
-    child = spawn(cmd, args, { stdio: "ignore" });
+    const server = spawn(cmd, args, { stdio: "ignore" });
+    child = server;
     // An immediate shutdown of the postmaster (its pid from its own file) if this worker dies.
     watcher?.kill("SIGKILL");
     watcher = whenParentExits('pid=$(head -n 1 "$1/postmaster.pid" 2>/dev/null) && kill -QUIT "$pid" 2>/dev/null', [dataDir]);
     const deadline = Date.now() + 30_000;
     for (;;) {
       const sql = postgres(url, { max: 1, connect_timeout: 1, onnotice: () => {} });
-      const ok = await sql`select 1`.then(
-        () => true,
+      // This server's answer, not another's that took the port before it bound it.
+      const ok = await sql`select current_setting('data_directory') as dir`.then(
+        ([row]) => row!.dir === dataDir,
         () => false,
       );
       await sql.end({ timeout: 1 });
-      if (ok) return;
+      if (ok) return true;
+      if (server.exitCode !== null || server.signalCode !== null) return false;
       if (Date.now() > deadline) throw new Error("the private Postgres did not start");
       await new Promise((r) => setTimeout(r, 100));
     }
