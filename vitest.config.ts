@@ -49,6 +49,9 @@ export default defineConfig({
     // A private Postgres and NATS for the run, unless DATABASE_URL / NATS_URL name others (none
     // for a run of the unit project alone: see the setup).
     globalSetup: ["test/support/global-setup.ts"],
+    // TEST_CPU_LOG=<file>: each test file's CPU, its child processes' included, logged there and
+    // the costliest printed at the end (test/support/file-cpu.ts).
+    setupFiles: process.env.TEST_CPU_LOG ? ["test/support/file-cpu.ts"] : [],
     // Lists every skipped test with its reason, and why a run fails besides its failed tests.
     reporters: ["default", "./test/support/run-summary.ts"],
     // Bounds that detect a hang, not a budget: a test that takes a few seconds on a quiet machine

@@ -1,5 +1,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { constants } from "node:os";
+import { relative } from "node:path";
+import type { FileCpu } from "./file-cpu.js";
 import type { Reporter, SerializedError, TestCase, TestModule, TestRunEndReason, TestSuite, Vitest } from "vitest/node";
 
 /**
@@ -168,13 +170,53 @@ export function timeReport(summary: RunSummary, slowest = 10): string[] {
 }
 
 /**
+ * The test files that cost the most CPU, from TEST_CPU_LOG's lines (test/support/file-cpu.ts): a
+ * file of two projects is one entry, its runs added up.
+ */
+export function cpuReport(lines: FileCpu[], root: string, costliest = 10): string[] {
+  if (lines.length === 0) return [];
+  const byFile = new Map<string, { own: number; children: number; runs: number }>();
+  for (const l of lines) {
+    const file = relative(root, l.file);
+    const entry = byFile.get(file) ?? { own: 0, children: 0, runs: 0 };
+    entry.own += l.ownMs;
+    entry.children += l.childrenMs;
+    entry.runs++;
+    byFile.set(file, entry);
+  }
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+  const total = lines.reduce((sum, l) => sum + l.ownMs + l.childrenMs, 0);
+  return [
+    `CPU of the test files: ${seconds(total)} (their workers' and the processes they started; the run's own servers not included)`,
+    `the ${Math.min(costliest, byFile.size)} costliest files (in the worker + in child processes):`,
+    ...[...byFile]
+      .sort((a, b) => b[1].own + b[1].children - (a[1].own + a[1].children))
+      .slice(0, costliest)
+      .map(([file, c]) => `  ${seconds(c.own + c.children)} (${seconds(c.own)} + ${seconds(c.children)})  ${file}${c.runs > 1 ? ` (${c.runs} runs)` : ""}`),
+  ];
+}
+
+function readCpuLog(file: string): FileCpu[] {
+  try {
+    return readFileSync(file, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as FileCpu);
+  } catch {
+    return [];
+  }
+}
+
+/**
  * The reporter: prints the skipped tests with their reasons and the other causes at the end of
  * every run (npx vitest too), and writes the summary to RUN_SUMMARY_FILE when it is set.
  */
 export default class RunSummaryReporter implements Reporter {
   private namePattern: RegExp | undefined;
+  private root = process.cwd();
 
   onInit(vitest: Vitest): void {
+    this.root = vitest.config.root;
     const pattern = vitest.config.testNamePattern;
     this.namePattern = pattern ? new RegExp(pattern) : undefined;
   }
@@ -187,6 +229,7 @@ export default class RunSummaryReporter implements Reporter {
       for (const s of summary.skipped) console.log(`  - ${s.file} (${s.project}) > ${s.name}: ${s.reason}`);
     }
     if (testModules.length > 1) console.log(`\n${timeReport(summary).join("\n")}`);
+    if (process.env.TEST_CPU_LOG) console.log(`\n${cpuReport(readCpuLog(process.env.TEST_CPU_LOG), this.root).join("\n")}`);
     const causes = otherCauses(summary);
     if (causes.length) {
       console.log("\nthe run fails besides its tests:");
