@@ -216,7 +216,8 @@ export async function startCluster(options: ClusterOptions): Promise<Cluster> {
         const said = p.output.length > 0 ? `; its last output:\n${p.output.slice(-20).join("\n")}` : "";
         throw new Error(`${p.name} exited with code ${p.child.exitCode} while starting, ${START_RESTARTS} times${said}`);
       }
-      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`).then(
+      // Bounded: a program that took the port may accept and never answer.
+      const ok = await fetch(`http://127.0.0.1:${p.port}/readyz`, { signal: AbortSignal.timeout(5000) }).then(
         (r) => r.ok,
         () => false,
       );

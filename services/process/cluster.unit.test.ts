@@ -1,5 +1,6 @@
 import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
+import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -52,4 +53,15 @@ describe("startCluster", () => {
       stranger.close();
     }
   });
+
+  it("does not wait forever on another program that holds a process's port and never answers", async () => {
+    const port = await freePort();
+    const silent = net.createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(port, "127.0.0.1", resolve));
+    try {
+      await expect(startCluster({ env, port, gateways: 1, intakes: 0, servicesDir })).rejects.toThrow(/gateway exited with code 1 while starting, 3 times/);
+    } finally {
+      silent.close();
+    }
+  }, 30_000);
 });
