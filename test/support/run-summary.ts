@@ -143,6 +143,8 @@ export function closingLine(summary: RunSummary | undefined, status: number): st
   return `${counts}; exit status ${status}: ${causes.length ? causes.join("; ") : "no failed test and no error reported: see vitest's output above"}`;
 }
 
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
 /**
  * Where the time went: each project's files' durations added up (files of a project run two at a
  * time, and projects side by side), and the slowest files.
@@ -157,7 +159,6 @@ export function timeReport(summary: RunSummary, slowest = 10): string[] {
     entry.count++;
     byProject.set(f.project, entry);
   }
-  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
   return [
     "time by project (its files' durations added up):",
     ...[...byProject].sort((a, b) => b[1].ms - a[1].ms).map(([project, t]) => `  ${project}: ${seconds(t.ms)} in ${t.count} file(s)`),
@@ -184,7 +185,6 @@ export function cpuReport(lines: FileCpu[], root: string, costliest = 10): strin
     entry.runs++;
     byFile.set(file, entry);
   }
-  const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
   const total = lines.reduce((sum, l) => sum + l.ownMs + l.childrenMs, 0);
   return [
     `CPU of the test files: ${seconds(total)} (their workers' and the processes they started; the run's own servers not included)`,
